@@ -1,0 +1,49 @@
+# sanqos — build, test and demo. Run as root on a Debian machine; the deps
+# target installs what is missing.
+
+GO        ?= go
+BIN       := bin
+VERSION   := $(shell git describe --always --dirty 2>/dev/null || echo dev)
+LDFLAGS   := -X main.version=$(VERSION)
+APT_PKGS  := tgt libiscsi-bin libiscsi-dev fio ipset iptables fuse3 libnetfilter-queue-dev iperf3 iproute2 pkg-config gcc
+REPORT    ?= report
+
+.PHONY: all build deps test unit demo sim-report fmt vet clean
+
+all: build
+
+# deps installs the Debian packages and Go modules sanqos needs. It only
+# calls apt when something is missing, so it is cheap to repeat.
+deps:
+	@missing=""; for p in $(APT_PKGS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+		echo "installing:$$missing"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	fi
+	$(GO) mod download
+
+build: deps
+	mkdir -p $(BIN)
+	CGO_ENABLED=0 $(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/sanqos ./cmd/sanqos
+	@if [ -d cmd/sanqos-iscsiload ]; then $(GO) build -o $(BIN)/sanqos-iscsiload ./cmd/sanqos-iscsiload; fi
+
+fmt:
+	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
+	if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+
+vet:
+	$(GO) vet ./...
+
+# test is what CI runs: formatting, vet, every unit test, the race detector
+# on the packages with goroutines, and the root-only integration tests
+# (network namespaces, tgt, iSCSI, NFQUEUE), one package at a time so that
+# timing measurements do not compete with each other.
+test: deps fmt vet build
+	$(GO) test -count=1 -p 1 -timeout 60m ./...
+	$(GO) test -count=1 -race -short ./internal/...
+
+demo: build
+	$(BIN)/sanqos lab demo --out $(REPORT)
+
+clean:
+	rm -rf $(BIN) $(REPORT)

@@ -1,0 +1,99 @@
+// Package throttle is the actuator of sanqos: it delays the TCP packets a
+// storage target sends to chosen consumers. Delayed pure ACKs and small
+// control segments (R2T, SCSI response) slow a consumer's writes; delayed
+// data segments slow its reads. Nothing is ever dropped.
+//
+// A Backend reconciles a desired State: the daemon hands over the complete
+// state it wants every tick, and the backend changes the kernel only where
+// that state differs from what it installed last.
+package throttle
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"time"
+)
+
+// Direction says which of a consumer's I/O directions is slowed down.
+type Direction uint8
+
+const (
+	// Write delays the packets that clock a consumer's writes: pure ACKs and
+	// small control segments (iSCSI R2T and SCSI response PDUs).
+	Write Direction = 1 << iota
+	// Read delays the data segments that carry a consumer's reads.
+	Read
+	// Both delays everything the target sends the consumer.
+	Both = Write | Read
+)
+
+func (d Direction) String() string {
+	switch d {
+	case Write:
+		return "write"
+	case Read:
+		return "read"
+	case Both:
+		return "both"
+	}
+	return fmt.Sprintf("direction(%d)", uint8(d))
+}
+
+// ParseDirection reads "write", "read" or "both".
+func ParseDirection(s string) (Direction, error) {
+	switch s {
+	case "write":
+		return Write, nil
+	case "read":
+		return Read, nil
+	case "both":
+		return Both, nil
+	}
+	return 0, fmt.Errorf("direction %q: want write, read or both", s)
+}
+
+// DefaultPorts are the target ports throttled when none are configured:
+// iSCSI.
+var DefaultPorts = []uint16{3260}
+
+// Group is one resource's throttle: the consumers currently in its
+// throttleable set and the delay each direction gets. A Group with no
+// members or zero delays costs nothing on the data path.
+type Group struct {
+	// Name identifies the group (the resource name); it is used, sanitised
+	// and prefixed, in the names of kernel objects.
+	Name       string
+	Members    []netip.Addr
+	Ports      []uint16 // target (source) ports; DefaultPorts when empty
+	WriteDelay time.Duration
+	ReadDelay  time.Duration
+}
+
+// State is the complete desired throttle state.
+type State struct {
+	Groups []Group
+}
+
+// Stats are the data-path counters of a backend.
+type Stats struct {
+	PacketsHeld   uint64        // packets that were delayed
+	PacketsPassed uint64        // packets released (accepted)
+	Backlog       int           // packets held right now
+	DelayErrorP50 time.Duration // actual hold minus requested, median
+	DelayErrorMax time.Duration
+}
+
+// Backend applies throttle state to the data path.
+type Backend interface {
+	// Name is the backend's name: nfqueue, netem, htb or dry-run.
+	Name() string
+	// Apply reconciles the data path with s. Applying the same state twice
+	// changes nothing in the kernel.
+	Apply(ctx context.Context, s State) error
+	// Stats returns the data-path counters.
+	Stats() Stats
+	// Close removes everything the backend installed. It is safe to call
+	// more than once.
+	Close() error
+}
