@@ -1,0 +1,264 @@
+// Package diskstats reads /proc/diskstats, the kernel's per-block-device I/O
+// counters, and turns two snapshots into per-interval values (reads, read
+// milliseconds, r_await, write rates). It is the observe step of sanqos: the
+// read latency of a resource is computed from these counters every tick.
+//
+// Every kernel format is accepted: 14 fields (kernel ≤ 4.18), 18 fields
+// (4.18+, discards) and 20 fields (5.5+, flushes). Each Stat records how
+// many fields its line had. A malformed line is skipped and reported with
+// its line number; it never stops the read of the other devices.
+package diskstats
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+)
+
+// Stat is one line of /proc/diskstats. Counters are cumulative since the
+// device appeared; times are in milliseconds, sizes in 512-byte sectors
+// (the kernel's unit in this file whatever the device's sector size).
+type Stat struct {
+	Major, Minor uint32
+	Device       string
+	// Fields is how many fields the line had (14, 18 or 20); the counters
+	// the line did not have are zero.
+	Fields int
+
+	ReadIOs, ReadMerges, ReadSectors, ReadTicks     uint64
+	WriteIOs, WriteMerges, WriteSectors, WriteTicks uint64
+	InProgress, IOTicks, WeightedIOTicks            uint64
+	// Kernel 4.18+ (18 fields).
+	DiscardIOs, DiscardMerges, DiscardSectors, DiscardTicks uint64
+	// Kernel 5.5+ (20 fields).
+	FlushIOs, FlushTicks uint64
+}
+
+// LineError says which line of the file could not be parsed and why.
+type LineError struct {
+	Line int    // 1-based
+	Text string // the line, truncated to 120 bytes
+	Err  error
+}
+
+func (e LineError) Error() string {
+	return fmt.Sprintf("diskstats line %d %q: %v", e.Line, e.Text, e.Err)
+}
+
+func (e LineError) Unwrap() error { return e.Err }
+
+// FS reads diskstats below a proc root. It keeps a read buffer and a table
+// of device names between reads, so it is not safe for concurrent use.
+type FS struct {
+	path string
+	buf  []byte
+	p    Parser
+}
+
+// NewFS returns a reader of procRoot/diskstats; procRoot is "/proc" on a
+// live system and a testdata directory in tests.
+func NewFS(procRoot string) *FS {
+	return &FS{path: filepath.Join(procRoot, "diskstats")}
+}
+
+// Path is the file the reader reads.
+func (fs *FS) Path() string { return fs.path }
+
+// Read reads the file in one go and parses it into a new slice. Lines that
+// could not be parsed are returned in the LineError list and skipped; the
+// error is non-nil only when the file could not be read at all.
+func (fs *FS) Read() ([]Stat, []LineError, error) {
+	return fs.ReadInto(nil)
+}
+
+// ReadInto is Read appending into dst[:0], so that a caller that reads
+// every tick can reuse one slice.
+func (fs *FS) ReadInto(dst []Stat) ([]Stat, []LineError, error) {
+	if err := fs.load(); err != nil {
+		return dst[:0], nil, err
+	}
+	stats, bad := fs.p.Parse(dst[:0], fs.buf)
+	return stats, bad, nil
+}
+
+// load reads the whole file into fs.buf. Pseudo-files report a size of 0
+// or 4096 whatever they hold, so the size from stat is not trusted: the
+// buffer grows until a read returns EOF.
+func (fs *FS) load() error {
+	f, err := os.Open(fs.path)
+	if err != nil {
+		return fmt.Errorf("opening %s: %w", fs.path, err)
+	}
+	defer f.Close()
+	if cap(fs.buf) == 0 {
+		fs.buf = make([]byte, 0, 64<<10)
+	}
+	fs.buf = fs.buf[:0]
+	for {
+		if len(fs.buf) == cap(fs.buf) {
+			fs.buf = append(fs.buf, 0)[:len(fs.buf)]
+		}
+		n, err := f.Read(fs.buf[len(fs.buf):cap(fs.buf)])
+		fs.buf = fs.buf[:len(fs.buf)+n]
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("reading %s: %w", fs.path, err)
+		}
+	}
+}
+
+// parse parses diskstats text from r (the procfs-style private parser).
+func parse(r io.Reader) ([]Stat, []LineError, error) {
+	data, err := io.ReadAll(r)
+	if err != nil {
+		return nil, nil, fmt.Errorf("reading diskstats: %w", err)
+	}
+	var p Parser
+	stats, bad := p.Parse(nil, data)
+	return stats, bad, nil
+}
+
+// Parser parses diskstats text. It interns device names, so that parsing
+// the same devices every tick allocates no strings; the zero value is ready
+// to use. Not safe for concurrent use.
+type Parser struct {
+	names map[string]string
+}
+
+// maxFields is the most numbers a line carries after the device name.
+const maxFields = 17
+
+// Parse appends the devices of data to dst and returns it with the lines it
+// skipped. Empty lines are ignored silently.
+func (p *Parser) Parse(dst []Stat, data []byte) ([]Stat, []LineError) {
+	if p.names == nil {
+		p.names = make(map[string]string)
+	}
+	var bad []LineError
+	var nums [maxFields]uint64
+	line := 0
+	for len(data) > 0 {
+		line++
+		var l []byte
+		if i := bytes.IndexByte(data, '\n'); i >= 0 {
+			l, data = data[:i], data[i+1:]
+		} else {
+			l, data = data, nil
+		}
+		s, err := p.parseLine(l, &nums)
+		if err == errEmpty {
+			continue
+		}
+		if err != nil {
+			bad = append(bad, LineError{Line: line, Text: truncate(l), Err: err})
+			continue
+		}
+		dst = append(dst, s)
+	}
+	return dst, bad
+}
+
+var errEmpty = errors.New("empty line")
+
+func truncate(l []byte) string {
+	if len(l) > 120 {
+		l = l[:120]
+	}
+	return string(l)
+}
+
+// parseLine parses "major minor name n1 … nk" with k = 11, 15 or 17.
+func (p *Parser) parseLine(l []byte, nums *[maxFields]uint64) (Stat, error) {
+	var s Stat
+	field := 0 // index of the field being read
+	var name []byte
+	for {
+		// Skip blanks.
+		for len(l) > 0 && (l[0] == ' ' || l[0] == '\t' || l[0] == '\r') {
+			l = l[1:]
+		}
+		if len(l) == 0 {
+			break
+		}
+		end := 0
+		for end < len(l) && l[end] != ' ' && l[end] != '\t' && l[end] != '\r' {
+			end++
+		}
+		tok := l[:end]
+		l = l[end:]
+		switch {
+		case field == 0 || field == 1:
+			v, ok := parseUint(tok)
+			if !ok || v > 1<<32-1 {
+				return s, fmt.Errorf("device number %q is not a 32-bit unsigned integer", tok)
+			}
+			if field == 0 {
+				s.Major = uint32(v)
+			} else {
+				s.Minor = uint32(v)
+			}
+		case field == 2:
+			name = tok
+		default:
+			i := field - 3
+			if i >= maxFields {
+				return s, fmt.Errorf("more than %d fields", maxFields+3)
+			}
+			v, ok := parseUint(tok)
+			if !ok {
+				return s, fmt.Errorf("field %d %q is not an unsigned integer", field+1, tok)
+			}
+			nums[i] = v
+		}
+		field++
+	}
+	switch field {
+	case 0:
+		return s, errEmpty
+	case 14, 18, 20:
+	default:
+		return s, fmt.Errorf("%d fields, want 14, 18 or 20", field)
+	}
+	s.Fields = field
+	if n, ok := p.names[string(name)]; ok {
+		s.Device = n
+	} else {
+		n := string(name)
+		p.names[n] = n
+		s.Device = n
+	}
+	s.ReadIOs, s.ReadMerges, s.ReadSectors, s.ReadTicks = nums[0], nums[1], nums[2], nums[3]
+	s.WriteIOs, s.WriteMerges, s.WriteSectors, s.WriteTicks = nums[4], nums[5], nums[6], nums[7]
+	s.InProgress, s.IOTicks, s.WeightedIOTicks = nums[8], nums[9], nums[10]
+	if field >= 18 {
+		s.DiscardIOs, s.DiscardMerges, s.DiscardSectors, s.DiscardTicks = nums[11], nums[12], nums[13], nums[14]
+	}
+	if field >= 20 {
+		s.FlushIOs, s.FlushTicks = nums[15], nums[16]
+	}
+	return s, nil
+}
+
+// parseUint parses a decimal uint64 without allocating.
+func parseUint(b []byte) (uint64, bool) {
+	if len(b) == 0 || len(b) > 20 {
+		return 0, false
+	}
+	var v uint64
+	for _, c := range b {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		d := uint64(c - '0')
+		if v > (1<<64-1-d)/10 {
+			return 0, false
+		}
+		v = v*10 + d
+	}
+	return v, true
+}
