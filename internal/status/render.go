@@ -1,0 +1,182 @@
+package status
+
+import (
+	"fmt"
+	"io"
+	"math"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// WriteTable writes s as the human-readable report of 'sanqos status'.
+func WriteTable(w io.Writer, s Status) error {
+	var b strings.Builder
+	writeHeader(&b, s)
+	b.WriteString("\n")
+	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "RESOURCE\tSIGNAL ms\tRAW ms\tTHRESHOLD ms\tDELAY ms\tDIRECTION\tMEMBERS")
+	if len(s.Resources) == 0 {
+		fmt.Fprintln(tw, "(none discovered)\t\t\t\t\t\t")
+	}
+	for _, r := range s.Resources {
+		fmt.Fprintf(tw, "%s\t%.2f\t%.2f\t%.2f\t%.2f\t%s\t%s\n",
+			r.Name, r.SignalMs, r.RawMs, r.ThresholdMs, r.DelayMs, r.Direction, members(r.Members))
+	}
+	tw.Flush()
+	b.WriteString("\n")
+	tw = tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "CONSUMER\tRESOURCE\tDEVICE\tREAD kB/s\tWRITE kB/s\tWRITE EWMA kB/s\tR_AWAIT ms\tTHROTTLEABLE")
+	for _, c := range s.Consumers {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%.1f\t%.1f\t%.1f\t%.2f\t%s\n",
+			c.Addr, c.Resource, c.Device, c.ReadKBs, c.WriteKBs, c.WriteEWMAKBs, c.RAwaitMs, yesNo(c.Throttleable))
+	}
+	tw.Flush()
+	b.WriteString("\n")
+	writeFooter(&b, s)
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+func writeHeader(b *strings.Builder, s Status) {
+	fmt.Fprintf(b, "sanqos %s  backend %s  up %s  tick %s  ticks %d  last tick %.2f ms\n",
+		s.Version, s.Backend, fmtDuration(s.UptimeS), fmtDuration(s.TickMs/1000), s.Ticks, s.LastTickMs)
+	if s.Discovery.OK {
+		fmt.Fprintf(b, "discovery ok (last %s, %d errors)\n", fmtTime(s.Discovery.LastSuccess), s.Discovery.Errors)
+	} else {
+		fmt.Fprintf(b, "discovery FAILING: %s (last good %s; keeping the last good topology)\n",
+			s.Discovery.LastError, fmtTime(s.Discovery.LastSuccess))
+	}
+	if s.ApplyError != "" {
+		fmt.Fprintf(b, "throttle apply FAILING (retrying every tick): %s\n", s.ApplyError)
+	}
+	if s.StatsError != "" {
+		fmt.Fprintf(b, "diskstats read FAILING: %s\n", s.StatsError)
+	}
+}
+
+func writeFooter(b *strings.Builder, s Status) {
+	t := s.Throttle
+	fmt.Fprintf(b, "data path: %d held, %d passed, backlog %d, delay error p50 %.3f ms max %.3f ms\n",
+		t.PacketsHeld, t.PacketsPassed, t.Backlog, t.DelayErrorP50Ms, t.DelayErrorMaxMs)
+}
+
+// TopOptions shape the live view.
+type TopOptions struct {
+	// Width is the terminal width in columns; 80 when 0.
+	Width int
+	// Consumers is how many consumers to list, by write rate; 10 when 0.
+	Consumers int
+}
+
+// RenderTop returns one frame of 'sanqos top' (without terminal control
+// sequences): per resource a bar of the signal against its threshold, the
+// delay and the members; then the top consumers by write rate.
+func RenderTop(s Status, o TopOptions) string {
+	if o.Width <= 0 {
+		o.Width = 80
+	}
+	if o.Consumers <= 0 {
+		o.Consumers = 10
+	}
+	var b strings.Builder
+	writeHeader(&b, s)
+	b.WriteString("\n")
+	nameW := 8
+	for _, r := range s.Resources {
+		nameW = max(nameW, len(r.Name))
+	}
+	// name, " ", bar, " signal/threshold ms ", delay
+	const tail = 34
+	barW := max(10, o.Width-nameW-tail)
+	for _, r := range s.Resources {
+		state := "  "
+		if r.Throttling() {
+			state = "▼ "
+		}
+		fmt.Fprintf(&b, "%-*s %s %6.1f/%-5.1f ms %sdelay %5.2f ms\n",
+			nameW, r.Name, bar(r.SignalMs, r.ThresholdMs, barW), r.SignalMs, r.ThresholdMs, state, r.DelayMs)
+		fmt.Fprintf(&b, "%-*s members (%d): %s\n", nameW, "", len(r.Members), members(r.Members))
+	}
+	if len(s.Resources) == 0 {
+		b.WriteString("(no resources discovered)\n")
+	}
+	b.WriteString("\n")
+	cs := append([]Consumer(nil), s.Consumers...)
+	sort.SliceStable(cs, func(i, j int) bool { return cs[i].WriteKBs > cs[j].WriteKBs })
+	if len(cs) > o.Consumers {
+		cs = cs[:o.Consumers]
+	}
+	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "TOP WRITERS\tRESOURCE\tWRITE kB/s\tEWMA kB/s\tREAD kB/s\tR_AWAIT ms\tSET")
+	for _, c := range cs {
+		set := ""
+		if c.Throttleable {
+			set = "*"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%.1f\t%.1f\t%.1f\t%.2f\t%s\n",
+			c.Addr, c.Resource, c.WriteKBs, c.WriteEWMAKBs, c.ReadKBs, c.RAwaitMs, set)
+	}
+	tw.Flush()
+	writeFooter(&b, s)
+	return b.String()
+}
+
+// bar draws signal on a scale of twice the threshold (or the signal, if
+// larger) with a '|' at the threshold, so "over" is visible at a glance.
+func bar(signal, threshold float64, width int) string {
+	inner := width - 2
+	full := math.Max(2*threshold, signal)
+	if full <= 0 || math.IsNaN(full) || math.IsInf(full, 0) {
+		full = 1
+	}
+	n := int(math.Round(signal / full * float64(inner)))
+	n = min(max(n, 0), inner)
+	mark := int(math.Round(threshold / full * float64(inner)))
+	mark = min(max(mark, 0), inner-1)
+	cells := make([]rune, inner)
+	for i := range cells {
+		switch {
+		case i < n && threshold > 0 && i >= mark:
+			cells[i] = '#'
+		case i < n:
+			cells[i] = '='
+		default:
+			cells[i] = ' '
+		}
+	}
+	if threshold > 0 {
+		cells[mark] = '|'
+	}
+	return "[" + string(cells) + "]"
+}
+
+func members(m []string) string {
+	if len(m) == 0 {
+		return "-"
+	}
+	return strings.Join(m, ",")
+}
+
+func yesNo(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "no"
+}
+
+func fmtDuration(seconds float64) string {
+	d := time.Duration(seconds * float64(time.Second))
+	if d >= time.Second {
+		d = d.Round(time.Second)
+	}
+	return d.String()
+}
+
+func fmtTime(t time.Time) string {
+	if t.IsZero() {
+		return "never"
+	}
+	return t.UTC().Format(time.RFC3339)
+}

@@ -1,0 +1,110 @@
+// Package status is the read-only view of a running sanqos daemon: the JSON
+// document its /status endpoint serves, the per-tick record lines written by
+// --record, and a small client that 'sanqos status' and 'sanqos top' use.
+//
+// The types are plain data with JSON tags so that other programs (the lab's
+// plots, scripts) can decode them without importing the daemon.
+package status
+
+import (
+	"time"
+)
+
+// Status is the document served at /status.
+type Status struct {
+	Version   string    `json:"version"`
+	Backend   string    `json:"backend"`
+	StartedAt time.Time `json:"started_at"`
+	// UptimeS is the time since StartedAt, in seconds, when the document
+	// was made.
+	UptimeS float64 `json:"uptime_s"`
+	// TickMs is the configured control period.
+	TickMs float64 `json:"tick_ms"`
+	// Ticks counts completed control steps; At is the time of the last.
+	Ticks uint64    `json:"ticks"`
+	At    time.Time `json:"at"`
+	// LastTickMs is how long the last control step took (read diskstats,
+	// step the engine, apply).
+	LastTickMs float64 `json:"last_tick_ms"`
+
+	Resources []Resource   `json:"resources"`
+	Consumers []Consumer   `json:"consumers"`
+	Throttle  BackendStats `json:"throttle"`
+	Discovery Discovery    `json:"discovery"`
+	// ApplyError is the last error of the backend while it has not been
+	// resolved by a later successful apply; empty when the data path is in
+	// the desired state.
+	ApplyError string `json:"apply_error,omitempty"`
+	// StatsError is the last error reading the block device statistics
+	// while it persists.
+	StatsError string `json:"stats_error,omitempty"`
+}
+
+// Resource is one shared resource at the last tick.
+type Resource struct {
+	Name string `json:"name"`
+	// SignalMs is the filtered read latency the controller acts on; RawMs
+	// the unfiltered value of the last tick (0 when it had no reads).
+	SignalMs    float64 `json:"signal_ms"`
+	RawMs       float64 `json:"raw_ms"`
+	ThresholdMs float64 `json:"threshold_ms"`
+	// DelayMs is the packet delay applied to the members.
+	DelayMs   float64  `json:"delay_ms"`
+	Reads     uint64   `json:"reads"`
+	Direction string   `json:"direction"`
+	Members   []string `json:"members"`
+}
+
+// Throttling reports whether the resource's members are being delayed.
+func (r Resource) Throttling() bool { return r.DelayMs > 0 && len(r.Members) > 0 }
+
+// Consumer is one initiator on one device at the last tick.
+type Consumer struct {
+	Resource     string  `json:"resource"`
+	Device       string  `json:"device"`
+	Addr         string  `json:"addr"`
+	ReadKBs      float64 `json:"read_kbs"`
+	WriteKBs     float64 `json:"write_kbs"`
+	WriteEWMAKBs float64 `json:"write_ewma_kbs"`
+	RAwaitMs     float64 `json:"r_await_ms"`
+	Throttleable bool    `json:"throttleable"`
+}
+
+// BackendStats are the data-path counters of the throttle backend.
+type BackendStats struct {
+	PacketsHeld     uint64  `json:"packets_held"`
+	PacketsPassed   uint64  `json:"packets_passed"`
+	Backlog         int     `json:"backlog"`
+	DelayErrorP50Ms float64 `json:"delay_error_p50_ms"`
+	DelayErrorMaxMs float64 `json:"delay_error_max_ms"`
+}
+
+// Discovery is the state of topology discovery.
+type Discovery struct {
+	// OK is false while the last discovery failed (the last good topology
+	// stays in use).
+	OK          bool      `json:"ok"`
+	LastSuccess time.Time `json:"last_success"`
+	LastError   string    `json:"last_error,omitempty"`
+	Errors      uint64    `json:"errors"`
+}
+
+// Record is one line of the --record file: the time series of one tick.
+type Record struct {
+	// T is the tick time; TS the same in Unix seconds, easy to plot.
+	T         time.Time        `json:"t"`
+	TS        float64          `json:"ts"`
+	Resources []RecordResource `json:"resources"`
+	Consumers []Consumer       `json:"consumers"`
+}
+
+// RecordResource is a resource's state in a Record.
+type RecordResource struct {
+	Name        string  `json:"name"`
+	SignalMs    float64 `json:"signal_ms"`
+	RawMs       float64 `json:"raw_ms"`
+	ThresholdMs float64 `json:"threshold_ms"`
+	DelayMs     float64 `json:"delay_ms"`
+	Reads       uint64  `json:"reads"`
+	Members     int     `json:"members"`
+}
