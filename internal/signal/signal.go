@@ -1,0 +1,142 @@
+// Package signal turns noisy per-tick measurements into the smooth signal
+// the controller acts on: an EWMA (the thesis's filter, with its decay
+// toward zero on idle ticks), a moving median to compare it with, and the
+// request-weighted read latency of a resource over its devices.
+package signal
+
+import (
+	"fmt"
+	"sort"
+)
+
+// ThesisAlpha is the EWMA weight of the thesis (Listings C.2, C.3): with a
+// 100 ms tick a step change is 90 % through after about 0.8 s, smoothing
+// single slow reads without hiding a saturation for long.
+const ThesisAlpha = 0.25
+
+// EWMA is an exponentially weighted moving average starting at 0, as in
+// the thesis. Starting at 0 rather than at the first sample means a single
+// slow first tick cannot trigger throttling. The zero value has alpha 0
+// and never moves; use NewEWMA.
+type EWMA struct {
+	alpha float64
+	value float64
+}
+
+// NewEWMA returns an EWMA with weight alpha in (0, 1].
+func NewEWMA(alpha float64) (*EWMA, error) {
+	if err := CheckAlpha(alpha); err != nil {
+		return nil, err
+	}
+	return &EWMA{alpha: alpha}, nil
+}
+
+// CheckAlpha reports whether alpha is a usable EWMA weight.
+func CheckAlpha(alpha float64) error {
+	if !(alpha > 0 && alpha <= 1) {
+		return fmt.Errorf("EWMA alpha %v: want a value in (0, 1], e.g. %v", alpha, ThesisAlpha)
+	}
+	return nil
+}
+
+// Update folds sample x in: e ← e + α·(x − e).
+func (e *EWMA) Update(x float64) float64 {
+	e.value += e.alpha * (x - e.value)
+	return e.value
+}
+
+// Decay is the thesis's step for a tick with no sample (Listing C.3:
+// e ← e − α·e): with no reads there is no latency to report, and letting
+// the average fall means an idle resource is never throttled on old news.
+func (e *EWMA) Decay() float64 {
+	e.value -= e.alpha * e.value
+	return e.value
+}
+
+// Value is the current average.
+func (e *EWMA) Value() float64 { return e.value }
+
+// Alpha is the weight of a new sample.
+func (e *EWMA) Alpha() float64 { return e.alpha }
+
+// Reset returns the average to 0.
+func (e *EWMA) Reset() { e.value = 0 }
+
+// Median is the median of the last n samples; thesis §5.6 compared moving
+// averages, and a median ignores single outliers entirely, at the cost of
+// lag. Kept for comparison with the EWMA in the simulator.
+type Median struct {
+	ring   []float64
+	next   int
+	full   bool
+	sorted []float64
+}
+
+// NewMedian returns a moving median over n ≥ 1 samples.
+func NewMedian(n int) (*Median, error) {
+	if n < 1 {
+		return nil, fmt.Errorf("median window %d: want at least 1 sample", n)
+	}
+	return &Median{ring: make([]float64, n), sorted: make([]float64, 0, n)}, nil
+}
+
+// Update adds x and returns the median of the window (the mean of the two
+// middle samples for an even count).
+func (m *Median) Update(x float64) float64 {
+	m.ring[m.next] = x
+	m.next++
+	if m.next == len(m.ring) {
+		m.next = 0
+		m.full = true
+	}
+	return m.Value()
+}
+
+// Value is the median of the samples seen, 0 before the first.
+func (m *Median) Value() float64 {
+	n := m.next
+	if m.full {
+		n = len(m.ring)
+	}
+	if n == 0 {
+		return 0
+	}
+	m.sorted = append(m.sorted[:0], m.ring[:n]...)
+	sort.Float64s(m.sorted)
+	if n%2 == 1 {
+		return m.sorted[n/2]
+	}
+	return (m.sorted[n/2-1] + m.sorted[n/2]) / 2
+}
+
+// Reset empties the window.
+func (m *Median) Reset() { m.next, m.full = 0, false }
+
+// ReadLatency aggregates one tick's read latency over a resource's
+// devices: Σ Δread_ms / Σ Δreads. Weighting by requests means a device
+// with many reads counts for what its readers actually waited, while an
+// idle device (no reads) adds nothing rather than a zero. Zero value ready.
+type ReadLatency struct {
+	ms, reads uint64
+}
+
+// Add adds one device's reads and read milliseconds of the tick.
+func (a *ReadLatency) Add(reads, readMs uint64) {
+	a.reads += reads
+	a.ms += readMs
+}
+
+// Reads is the number of reads added.
+func (a *ReadLatency) Reads() uint64 { return a.reads }
+
+// Value is the mean read latency in ms; ok is false when no device had
+// reads, in which case the caller decays its EWMA instead.
+func (a *ReadLatency) Value() (ms float64, ok bool) {
+	if a.reads == 0 {
+		return 0, false
+	}
+	return float64(a.ms) / float64(a.reads), true
+}
+
+// Reset clears the aggregate for the next tick.
+func (a *ReadLatency) Reset() { *a = ReadLatency{} }
