@@ -68,6 +68,23 @@ type Group struct {
 	Ports      []uint16 // target (source) ports; DefaultPorts when empty
 	WriteDelay time.Duration
 	ReadDelay  time.Duration
+	// ReadRate caps the bytes per second the target sends each member
+	// (the read direction); only the htb backend uses it, 0 = no cap.
+	ReadRate uint64
+}
+
+// Active reports whether the group slows anything down; only active
+// groups have members in their kernel set.
+func (g Group) Active() bool {
+	return g.WriteDelay > 0 || g.ReadDelay > 0 || g.ReadRate > 0
+}
+
+// ports returns the group's target ports, DefaultPorts when none are set.
+func (g Group) ports() []uint16 {
+	if len(g.Ports) == 0 {
+		return DefaultPorts
+	}
+	return g.Ports
 }
 
 // State is the complete desired throttle state.
@@ -82,6 +99,9 @@ type Stats struct {
 	Backlog       int           // packets held right now
 	DelayErrorP50 time.Duration // actual hold minus requested, median
 	DelayErrorMax time.Duration
+	// Bypassed counts packets accepted at once because the backlog was over
+	// its limit (fail open rather than hold unbounded memory).
+	Bypassed uint64
 }
 
 // Backend applies throttle state to the data path.

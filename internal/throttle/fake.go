@@ -1,0 +1,179 @@
+package throttle
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+)
+
+// FakeKernel is an in-memory Firewall and Sets that enforces the kernel's
+// rules that matter for ordering: a rule may only name an existing set, a
+// set in use cannot be destroyed, an existing set or member cannot be
+// created twice. Its state renders as text for golden comparisons.
+type FakeKernel struct {
+	mu    sync.Mutex
+	jumps int
+	chain []string // nil: no chain
+	sets  map[string]map[netip.Addr]bool
+	Ops   int // number of mutating calls, to prove idempotence
+	// Foreign holds sets of other owners that must never be touched.
+	Foreign map[string]bool
+}
+
+// NewFakeKernel returns an empty fake kernel.
+func NewFakeKernel() *FakeKernel {
+	return &FakeKernel{sets: map[string]map[netip.Addr]bool{}, Foreign: map[string]bool{}}
+}
+
+var setRef = regexp.MustCompile(`--match-set (\S+) `)
+
+func (k *FakeKernel) Replace(_ context.Context, rules []string) error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for _, r := range rules {
+		if !strings.HasPrefix(r, "-A "+Chain+" ") {
+			return fmt.Errorf("rule %q is not in chain %s", r, Chain)
+		}
+		for _, m := range setRef.FindAllStringSubmatch(r, -1) {
+			if _, ok := k.sets[m[1]]; !ok {
+				return fmt.Errorf("rule %q: set %s does not exist", r, m[1])
+			}
+		}
+	}
+	k.Ops++
+	k.chain = append([]string{}, rules...)
+	if k.jumps == 0 {
+		k.jumps = 1
+	}
+	return nil
+}
+
+func (k *FakeKernel) Remove(context.Context) error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.jumps > 0 || k.chain != nil {
+		k.Ops++
+	}
+	k.jumps, k.chain = 0, nil
+	return nil
+}
+
+// Crash leaves state as a killed daemon would: twice-jumped chain and a
+// stale set, to test start-up cleanup.
+func (k *FakeKernel) Crash(rules []string, sets map[string][]netip.Addr) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.jumps = 2
+	k.chain = append([]string{}, rules...)
+	for n, ms := range sets {
+		k.sets[n] = map[netip.Addr]bool{}
+		for _, m := range ms {
+			k.sets[n][m] = true
+		}
+	}
+}
+
+func (k *FakeKernel) List(context.Context) (map[string][]netip.Addr, error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	out := map[string][]netip.Addr{}
+	for n, ms := range k.sets {
+		if strings.HasPrefix(n, SetPrefix) {
+			out[n] = sortedAddrs(ms)
+		}
+	}
+	return out, nil
+}
+
+func (k *FakeKernel) Create(_ context.Context, name string) error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if _, ok := k.sets[name]; ok {
+		return fmt.Errorf("set %s exists", name)
+	}
+	k.Ops++
+	k.sets[name] = map[netip.Addr]bool{}
+	return nil
+}
+
+func (k *FakeKernel) Add(_ context.Context, name string, ip netip.Addr) error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	s, ok := k.sets[name]
+	if !ok {
+		return fmt.Errorf("set %s does not exist", name)
+	}
+	if s[ip] {
+		return fmt.Errorf("%s already in %s", ip, name)
+	}
+	k.Ops++
+	s[ip] = true
+	return nil
+}
+
+func (k *FakeKernel) Del(_ context.Context, name string, ip netip.Addr) error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	s, ok := k.sets[name]
+	if !ok || !s[ip] {
+		return fmt.Errorf("%s not in %s", ip, name)
+	}
+	k.Ops++
+	delete(s, ip)
+	return nil
+}
+
+func (k *FakeKernel) Destroy(_ context.Context, name string) error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.Foreign[name] {
+		return fmt.Errorf("destroyed foreign set %s", name)
+	}
+	if _, ok := k.sets[name]; !ok {
+		return fmt.Errorf("set %s does not exist", name)
+	}
+	for _, r := range k.chain {
+		if strings.Contains(r, "--match-set "+name+" ") {
+			return fmt.Errorf("destroying %s: %w", name, errBusy)
+		}
+	}
+	k.Ops++
+	delete(k.sets, name)
+	return nil
+}
+
+// String renders the fake's state: jumps, chain rules, then our sets with
+// members, all sorted. An empty string means nothing of ours is installed.
+func (k *FakeKernel) String() string {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	var b strings.Builder
+	if k.jumps > 0 {
+		fmt.Fprintf(&b, "-A %s -j %s (x%d)\n", hook, Chain, k.jumps)
+	}
+	if k.chain != nil {
+		fmt.Fprintf(&b, ":%s\n", Chain)
+		for _, r := range k.chain {
+			b.WriteString(r + "\n")
+		}
+	}
+	names := make([]string, 0, len(k.sets))
+	for n := range k.sets {
+		if !k.Foreign[n] {
+			names = append(names, n)
+		}
+	}
+	slices.Sort(names)
+	for _, n := range names {
+		fmt.Fprintf(&b, "set %s:", n)
+		for _, a := range sortedAddrs(k.sets[n]) {
+			fmt.Fprintf(&b, " %s", a)
+		}
+		b.WriteByte('\n')
+	}
+	return b.String()
+}

@@ -1,0 +1,196 @@
+package throttle
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os/exec"
+	"strings"
+
+	"github.com/vishvananda/netlink"
+)
+
+// Kernel objects owned by this package. Everything carries the sanqos
+// prefix so that a crashed run's leftovers can be found and removed at the
+// next start without touching anything else.
+const (
+	// Chain is our chain in the mangle table; POSTROUTING jumps to it once.
+	// mangle/POSTROUTING sees every packet the target sends, after routing,
+	// which is where NFQUEUE and CLASSIFY must act.
+	Chain = "SANQOS"
+	// SetPrefix starts the name of every ipset we create.
+	SetPrefix = "sanqos-"
+	table     = "mangle"
+	hook      = "POSTROUTING"
+)
+
+// Runner runs a command, feeding it stdin, and returns its combined output.
+// It is the boundary to iptables and tc, so that tests can record the
+// commands instead of running them.
+type Runner interface {
+	Run(ctx context.Context, stdin string, name string, args ...string) (string, error)
+}
+
+// ExecRunner runs commands on this machine. Prefix, if set, is prepended
+// to every command (e.g. "ip netns exec NS").
+type ExecRunner struct{ Prefix []string }
+
+func (r ExecRunner) Run(ctx context.Context, stdin string, name string, args ...string) (string, error) {
+	argv := append(append([]string{}, r.Prefix...), name)
+	argv = append(argv, args...)
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	if stdin != "" {
+		cmd.Stdin = strings.NewReader(stdin)
+	}
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := cmd.Run()
+	if err != nil {
+		return out.String(), fmt.Errorf("%s %s: %w: %s", name, strings.Join(args, " "), err, strings.TrimSpace(out.String()))
+	}
+	return out.String(), nil
+}
+
+// Firewall programs our chain. The rules are iptables-save "-A" lines.
+type Firewall interface {
+	// Replace atomically replaces the rules of our chain and makes sure
+	// POSTROUTING jumps to it exactly once.
+	Replace(ctx context.Context, rules []string) error
+	// Remove deletes the jump and the chain; absent ones are no error.
+	Remove(ctx context.Context) error
+}
+
+// Sets manages our ipsets (hash:ip, IPv4).
+type Sets interface {
+	// List returns every set whose name starts with SetPrefix, with members.
+	List(ctx context.Context) (map[string][]netip.Addr, error)
+	Create(ctx context.Context, name string) error
+	Add(ctx context.Context, name string, ip netip.Addr) error
+	Del(ctx context.Context, name string, ip netip.Addr) error
+	Destroy(ctx context.Context, name string) error
+}
+
+// RestoreText is the iptables-restore input that replaces our chain with
+// rules in one transaction. Declaring the chain flushes it even with
+// --noflush, and nothing outside our chain is touched except, when jump is
+// set, the one jump rule appended to POSTROUTING.
+func RestoreText(rules []string, jump bool) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "*%s\n:%s - [0:0]\n", table, Chain)
+	if jump {
+		fmt.Fprintf(&b, "-A %s -j %s\n", hook, Chain)
+	}
+	for _, r := range rules {
+		b.WriteString(r)
+		b.WriteByte('\n')
+	}
+	b.WriteString("COMMIT\n")
+	return b.String()
+}
+
+// Iptables is the Firewall on iptables (nft or legacy backend alike).
+type Iptables struct {
+	Run    Runner
+	jumped bool
+}
+
+func (f *Iptables) hasJump(ctx context.Context) bool {
+	_, err := f.Run.Run(ctx, "", "iptables", "-w", "-t", table, "-C", hook, "-j", Chain)
+	return err == nil
+}
+
+func (f *Iptables) Replace(ctx context.Context, rules []string) error {
+	jump := !f.jumped && !f.hasJump(ctx)
+	if _, err := f.Run.Run(ctx, RestoreText(rules, jump), "iptables-restore", "-w", "--noflush"); err != nil {
+		return fmt.Errorf("installing chain %s: %w", Chain, err)
+	}
+	f.jumped = true
+	return nil
+}
+
+func (f *Iptables) Remove(ctx context.Context) error {
+	// A crashed run may have left more than one jump; delete them all.
+	for i := 0; i < 64 && f.hasJump(ctx); i++ {
+		if _, err := f.Run.Run(ctx, "", "iptables", "-w", "-t", table, "-D", hook, "-j", Chain); err != nil {
+			return fmt.Errorf("removing jump to %s: %w", Chain, err)
+		}
+	}
+	f.jumped = false
+	if _, err := f.Run.Run(ctx, "", "iptables", "-w", "-t", table, "-S", Chain); err != nil {
+		return nil // no chain: nothing to remove
+	}
+	if _, err := f.Run.Run(ctx, "", "iptables", "-w", "-t", table, "-F", Chain); err != nil {
+		return fmt.Errorf("flushing chain %s: %w", Chain, err)
+	}
+	if _, err := f.Run.Run(ctx, "", "iptables", "-w", "-t", table, "-X", Chain); err != nil {
+		return fmt.Errorf("deleting chain %s: %w", Chain, err)
+	}
+	return nil
+}
+
+// Ipsets is Sets over netlink. Handle may be bound to another network
+// namespace (netlink.NewHandleAt); nil means the current one.
+type Ipsets struct{ Handle *netlink.Handle }
+
+func (s Ipsets) h() *netlink.Handle {
+	if s.Handle != nil {
+		return s.Handle
+	}
+	return &netlink.Handle{}
+}
+
+func (s Ipsets) List(ctx context.Context) (map[string][]netip.Addr, error) {
+	all, err := s.h().IpsetListAll()
+	if err != nil {
+		return nil, fmt.Errorf("listing ipsets: %w", err)
+	}
+	out := map[string][]netip.Addr{}
+	for _, r := range all {
+		if !strings.HasPrefix(r.SetName, SetPrefix) {
+			continue
+		}
+		var ips []netip.Addr
+		for _, e := range r.Entries {
+			if a, ok := netip.AddrFromSlice(e.IP); ok {
+				ips = append(ips, a.Unmap())
+			}
+		}
+		out[r.SetName] = ips
+	}
+	return out, nil
+}
+
+func (s Ipsets) Create(ctx context.Context, name string) error {
+	if err := s.h().IpsetCreate(name, "hash:ip", netlink.IpsetCreateOptions{Replace: true}); err != nil {
+		return fmt.Errorf("creating ipset %s: %w", name, err)
+	}
+	return nil
+}
+
+func (s Ipsets) Add(ctx context.Context, name string, ip netip.Addr) error {
+	if err := s.h().IpsetAdd(name, &netlink.IPSetEntry{IP: net.IP(ip.AsSlice()), Replace: true}); err != nil {
+		return fmt.Errorf("adding %s to ipset %s: %w", ip, name, err)
+	}
+	return nil
+}
+
+func (s Ipsets) Del(ctx context.Context, name string, ip netip.Addr) error {
+	if err := s.h().IpsetDel(name, &netlink.IPSetEntry{IP: net.IP(ip.AsSlice())}); err != nil {
+		return fmt.Errorf("removing %s from ipset %s: %w", ip, name, err)
+	}
+	return nil
+}
+
+func (s Ipsets) Destroy(ctx context.Context, name string) error {
+	if err := s.h().IpsetDestroy(name); err != nil {
+		return fmt.Errorf("destroying ipset %s: %w", name, err)
+	}
+	return nil
+}
+
+// errBusy is what the fake kernel returns when a set still in use by a
+// rule is destroyed, like the real one (EBUSY).
+var errBusy = errors.New("set is in use by a rule")
