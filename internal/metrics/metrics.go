@@ -1,0 +1,175 @@
+// Package metrics exports the daemon's state in the Prometheus text format.
+//
+// Per-resource and per-consumer values are not kept in gauge vectors that
+// the control loop would have to update (and prune) every tick: a collector
+// reads the daemon's latest status snapshot when /metrics is scraped, so a
+// resource that disappears from the topology disappears from the output,
+// and the 100 ms loop pays nothing for metrics but one histogram
+// observation. Units are Prometheus base units (seconds, bytes), unlike the
+// milliseconds and kB/s of /status and the logs, which follow the thesis.
+package metrics
+
+import (
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/sanqos/sanqos/internal/status"
+)
+
+// Metrics holds the daemon's registry and the metrics the loop updates.
+type Metrics struct {
+	reg             *prometheus.Registry
+	tickDuration    prometheus.Histogram
+	ticks           prometheus.Counter
+	applies         prometheus.Counter
+	applyErrors     prometheus.Counter
+	statsErrors     prometheus.Counter
+	discoveryOK     prometheus.Gauge
+	discoveryErrors prometheus.Counter
+}
+
+// New returns metrics registered in a registry of their own (so tests and
+// embedding programs never collide with the global one). snapshot is
+// called at every scrape for the per-resource, per-consumer and data-path
+// values.
+func New(snapshot func() status.Status) *Metrics {
+	m := &Metrics{
+		reg: prometheus.NewRegistry(),
+		tickDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "sanqos_tick_duration_seconds",
+			Help: "Time one control step took: read diskstats, step the engine, apply the throttle state.",
+			// From 50 µs (an idle small target) to 100 ms (the whole tick:
+			// above it the loop cannot keep up).
+			Buckets: []float64{50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3, 25e-3, 50e-3, 100e-3},
+		}),
+		ticks: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sanqos_ticks_total", Help: "Control steps completed.",
+		}),
+		applies: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sanqos_throttle_applies_total", Help: "Throttle states handed to the backend (only when the state changed or a resync was due).",
+		}),
+		applyErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sanqos_throttle_apply_errors_total", Help: "Failed applies of the throttle state; each is retried at the next tick.",
+		}),
+		statsErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sanqos_diskstats_errors_total", Help: "Ticks whose /proc/diskstats read failed, plus malformed lines skipped.",
+		}),
+		discoveryOK: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "sanqos_discovery_success", Help: "1 if the last topology discovery succeeded, 0 if it failed (the last good topology stays in use).",
+		}),
+		discoveryErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sanqos_discovery_errors_total", Help: "Failed topology discoveries.",
+		}),
+	}
+	m.reg.MustRegister(m.tickDuration, m.ticks, m.applies, m.applyErrors, m.statsErrors,
+		m.discoveryOK, m.discoveryErrors, &snapshotCollector{snapshot: snapshot})
+	return m
+}
+
+// Registry is the registry holding the sanqos metrics.
+func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
+
+// Handler serves the metrics in the Prometheus exposition format.
+func (m *Metrics) Handler() http.Handler {
+	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
+}
+
+// ObserveTick records one completed control step and how long it took.
+func (m *Metrics) ObserveTick(d time.Duration) {
+	m.ticks.Inc()
+	m.tickDuration.Observe(d.Seconds())
+}
+
+// Applied records a throttle apply and whether it failed.
+func (m *Metrics) Applied(err error) {
+	m.applies.Inc()
+	if err != nil {
+		m.applyErrors.Inc()
+	}
+}
+
+// StatsErrors adds n diskstats errors.
+func (m *Metrics) StatsErrors(n int) { m.statsErrors.Add(float64(n)) }
+
+// Discovered records the outcome of one discovery.
+func (m *Metrics) Discovered(err error) {
+	if err != nil {
+		m.discoveryOK.Set(0)
+		m.discoveryErrors.Inc()
+		return
+	}
+	m.discoveryOK.Set(1)
+}
+
+var (
+	resLabels = []string{"resource"}
+	conLabels = []string{"resource", "addr", "device"}
+
+	descInfo      = prometheus.NewDesc("sanqos_build_info", "Version and throttle backend of the running daemon; always 1.", []string{"version", "backend"}, nil)
+	descUptime    = prometheus.NewDesc("sanqos_uptime_seconds", "Time since the daemon started.", nil, nil)
+	descSignal    = prometheus.NewDesc("sanqos_resource_read_latency_seconds", "EWMA-filtered read latency (r_await) of the resource: the controlled signal.", resLabels, nil)
+	descRaw       = prometheus.NewDesc("sanqos_resource_read_latency_raw_seconds", "Unfiltered read latency of the last tick (0 when it had no reads).", resLabels, nil)
+	descThreshold = prometheus.NewDesc("sanqos_resource_threshold_seconds", "Read latency the controller keeps the resource under.", resLabels, nil)
+	descDelay     = prometheus.NewDesc("sanqos_resource_throttle_delay_seconds", "Packet delay applied to the resource's throttleable set.", resLabels, nil)
+	descSetSize   = prometheus.NewDesc("sanqos_resource_throttle_members", "Consumers in the resource's throttleable set.", resLabels, nil)
+	descReadBps   = prometheus.NewDesc("sanqos_consumer_read_bytes_per_second", "Consumer's read rate in the last tick.", conLabels, nil)
+	descWriteBps  = prometheus.NewDesc("sanqos_consumer_write_bytes_per_second", "Consumer's write rate in the last tick.", conLabels, nil)
+	descWriteEWMA = prometheus.NewDesc("sanqos_consumer_write_ewma_bytes_per_second", "Filtered write rate that decides membership of the throttleable set.", conLabels, nil)
+	descThrottle  = prometheus.NewDesc("sanqos_consumer_throttleable", "1 if the consumer is in its resource's throttleable set.", conLabels, nil)
+	descHeld      = prometheus.NewDesc("sanqos_datapath_packets_held_total", "Packets the backend delayed.", nil, nil)
+	descPassed    = prometheus.NewDesc("sanqos_datapath_packets_passed_total", "Packets the backend released.", nil, nil)
+	descBacklog   = prometheus.NewDesc("sanqos_datapath_backlog_packets", "Packets held right now.", nil, nil)
+	descErrP50    = prometheus.NewDesc("sanqos_datapath_delay_error_p50_seconds", "Median of actual hold time minus requested delay.", nil, nil)
+	descErrMax    = prometheus.NewDesc("sanqos_datapath_delay_error_max_seconds", "Maximum of actual hold time minus requested delay.", nil, nil)
+)
+
+// snapshotCollector turns the daemon's status snapshot into metrics.
+type snapshotCollector struct {
+	snapshot func() status.Status
+}
+
+func (c *snapshotCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descInfo, descUptime, descSignal, descRaw, descThreshold, descDelay, descSetSize,
+		descReadBps, descWriteBps, descWriteEWMA, descThrottle, descHeld, descPassed, descBacklog, descErrP50, descErrMax} {
+		ch <- d
+	}
+}
+
+const (
+	msToS     = 1e-3
+	kBsToBps  = 1024 // diskstats kB are 1024 bytes (two sectors), as iostat -k
+	gauge     = prometheus.GaugeValue
+	counterVT = prometheus.CounterValue
+)
+
+func (c *snapshotCollector) Collect(ch chan<- prometheus.Metric) {
+	s := c.snapshot()
+	ch <- prometheus.MustNewConstMetric(descInfo, gauge, 1, s.Version, s.Backend)
+	ch <- prometheus.MustNewConstMetric(descUptime, gauge, s.UptimeS)
+	for _, r := range s.Resources {
+		ch <- prometheus.MustNewConstMetric(descSignal, gauge, r.SignalMs*msToS, r.Name)
+		ch <- prometheus.MustNewConstMetric(descRaw, gauge, r.RawMs*msToS, r.Name)
+		ch <- prometheus.MustNewConstMetric(descThreshold, gauge, r.ThresholdMs*msToS, r.Name)
+		ch <- prometheus.MustNewConstMetric(descDelay, gauge, r.DelayMs*msToS, r.Name)
+		ch <- prometheus.MustNewConstMetric(descSetSize, gauge, float64(len(r.Members)), r.Name)
+	}
+	for _, k := range s.Consumers {
+		ch <- prometheus.MustNewConstMetric(descReadBps, gauge, k.ReadKBs*kBsToBps, k.Resource, k.Addr, k.Device)
+		ch <- prometheus.MustNewConstMetric(descWriteBps, gauge, k.WriteKBs*kBsToBps, k.Resource, k.Addr, k.Device)
+		ch <- prometheus.MustNewConstMetric(descWriteEWMA, gauge, k.WriteEWMAKBs*kBsToBps, k.Resource, k.Addr, k.Device)
+		t := 0.0
+		if k.Throttleable {
+			t = 1
+		}
+		ch <- prometheus.MustNewConstMetric(descThrottle, gauge, t, k.Resource, k.Addr, k.Device)
+	}
+	b := s.Throttle
+	ch <- prometheus.MustNewConstMetric(descHeld, counterVT, float64(b.PacketsHeld))
+	ch <- prometheus.MustNewConstMetric(descPassed, counterVT, float64(b.PacketsPassed))
+	ch <- prometheus.MustNewConstMetric(descBacklog, gauge, float64(b.Backlog))
+	ch <- prometheus.MustNewConstMetric(descErrP50, gauge, b.DelayErrorP50Ms*msToS)
+	ch <- prometheus.MustNewConstMetric(descErrMax, gauge, b.DelayErrorMaxMs*msToS)
+}

@@ -1,0 +1,101 @@
+package metrics
+
+import (
+	"errors"
+	"flag"
+	"io"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sanqos/sanqos/internal/status"
+)
+
+var update = flag.Bool("update", false, "rewrite testdata/metrics.golden")
+
+func fixture() status.Status {
+	return status.Status{
+		Version: "v0.1.0", Backend: "nfqueue", UptimeS: 3723.5,
+		Resources: []status.Resource{
+			{Name: "fs-lab", SignalMs: 27.5, RawMs: 31.25, ThresholdMs: 15, DelayMs: 4.5, Members: []string{"10.99.0.3", "10.99.0.4"}},
+			{Name: "vg-data", SignalMs: 3.25, ThresholdMs: 20},
+		},
+		Consumers: []status.Consumer{
+			{Resource: "fs-lab", Device: "loop1", Addr: "10.99.0.2", ReadKBs: 256, RAwaitMs: 31.25},
+			{Resource: "fs-lab", Device: "loop2", Addr: "10.99.0.3", WriteKBs: 18000, WriteEWMAKBs: 17500.5, Throttleable: true},
+		},
+		Throttle: status.BackendStats{PacketsHeld: 1200, PacketsPassed: 1195, Backlog: 5, DelayErrorP50Ms: 0.04, DelayErrorMaxMs: 0.9},
+	}
+}
+
+func scrape(t *testing.T, m *Metrics) string {
+	t.Helper()
+	rec := httptest.NewRecorder()
+	m.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	if rec.Code != 200 {
+		t.Fatalf("GET /metrics: %d %s", rec.Code, rec.Body)
+	}
+	b, _ := io.ReadAll(rec.Body)
+	return string(b)
+}
+
+func TestMetricsGolden(t *testing.T) {
+	m := New(fixture)
+	for _, d := range []time.Duration{80 * time.Microsecond, 200 * time.Microsecond, 3 * time.Millisecond} {
+		m.ObserveTick(d)
+	}
+	m.Applied(nil)
+	m.Applied(errors.New("boom"))
+	m.StatsErrors(2)
+	m.Discovered(errors.New("tgtadm failed"))
+	m.Discovered(nil)
+	got := scrape(t, m)
+	p := filepath.Join("testdata", "metrics.golden")
+	if *update {
+		if err := os.WriteFile(p, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatalf("reading golden file (go test -update creates it): %v", err)
+	}
+	if got != string(want) {
+		t.Errorf("/metrics differs from %s (go test -update if intended)\n--- got\n%s", p, got)
+	}
+}
+
+// A resource that leaves the topology must leave /metrics too.
+func TestMetricsFollowSnapshot(t *testing.T) {
+	s := fixture()
+	m := New(func() status.Status { return s })
+	if out := scrape(t, m); !strings.Contains(out, `sanqos_resource_throttle_delay_seconds{resource="fs-lab"} 0.0045`) {
+		t.Fatalf("delay of fs-lab missing:\n%s", out)
+	}
+	s.Resources = s.Resources[1:]
+	s.Consumers = nil
+	out := scrape(t, m)
+	if strings.Contains(out, `resource="fs-lab"`) {
+		t.Errorf("fs-lab still exported after it left the snapshot:\n%s", out)
+	}
+	if !strings.Contains(out, `sanqos_resource_threshold_seconds{resource="vg-data"} 0.02`) {
+		t.Errorf("vg-data missing:\n%s", out)
+	}
+}
+
+func TestDiscoveryGauge(t *testing.T) {
+	m := New(fixture)
+	m.Discovered(errors.New("x"))
+	out := scrape(t, m)
+	if !strings.Contains(out, "sanqos_discovery_success 0\n") || !strings.Contains(out, "sanqos_discovery_errors_total 1\n") {
+		t.Errorf("failed discovery not visible:\n%s", out)
+	}
+	m.Discovered(nil)
+	out = scrape(t, m)
+	if !strings.Contains(out, "sanqos_discovery_success 1\n") || !strings.Contains(out, "sanqos_discovery_errors_total 1\n") {
+		t.Errorf("recovered discovery not visible:\n%s", out)
+	}
+}
