@@ -1,0 +1,184 @@
+package lab
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// Cleanup removes everything a lab created, whether or not the lab that
+// created it is still running: processes in the lab's namespaces, tgtd,
+// the emulated disk, loop devices over lab images, mounts under the lab's
+// directories, the namespaces themselves (and with them every interface,
+// bridge and iptables rule in them), tgtd's control socket, the images and
+// the state directory. It is idempotent and is what `sanqos lab down` does.
+func Cleanup(ctx context.Context) error {
+	return cleanup(ctx, execRunner{}, nil)
+}
+
+// cleanup is Cleanup with the step that stops an emulated disk served by
+// this process (stopEmu, may be nil) between detaching the loop devices
+// that use it and unmounting it.
+func cleanup(ctx context.Context, r runner, stopEmu func()) error {
+	// Cleanup must finish even when the caller's context was cancelled
+	// (Ctrl-C is the usual reason to clean up).
+	ctx = context.WithoutCancel(ctx)
+	var errs []error
+	st, _ := readState() // best effort: what a crashed run recorded
+
+	// Processes first: they hold loop devices (tgtd) and mounts open.
+	var pids []int
+	for _, ns := range Namespaces() {
+		if !nsExists(ns) {
+			continue
+		}
+		out, err := r.run(ctx, "ip", "netns", "pids", ns)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("listing processes in %s: %w", ns, err))
+			continue
+		}
+		for _, f := range strings.Fields(string(out)) {
+			if pid, err := strconv.Atoi(f); err == nil {
+				pids = append(pids, pid)
+			}
+		}
+	}
+	stopAll(pids, 3*time.Second)
+	if err := stopPid(readPid(tgtdPidFile()), "tgtd", 3*time.Second); err != nil {
+		errs = append(errs, err)
+	}
+	if err := detachLabLoops(ctx, r); err != nil {
+		errs = append(errs, err)
+	}
+	if stopEmu != nil {
+		stopEmu()
+	}
+	if err := stopPid(readPid(emuPidFile()), "diskemu", 5*time.Second); err != nil {
+		errs = append(errs, err)
+	}
+	mounts, err := labMounts()
+	if err != nil {
+		errs = append(errs, err)
+	}
+	for _, m := range mounts {
+		// Lazy: a mount whose server died answers nothing, and a plain
+		// unmount of it would hang or fail with "busy".
+		if err := syscall.Unmount(m, syscall.MNT_DETACH); err != nil {
+			errs = append(errs, fmt.Errorf("unmounting %s: %w", m, err))
+		}
+	}
+	for _, ns := range Namespaces() {
+		if !nsExists(ns) {
+			continue
+		}
+		if _, err := r.run(ctx, "ip", "netns", "del", ns); err != nil {
+			errs = append(errs, fmt.Errorf("deleting namespace: %w", err))
+		}
+	}
+	for _, p := range tgtdSockets() {
+		if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, fmt.Errorf("removing tgtd socket: %w", err))
+		}
+	}
+	if st != nil && st.Storage.Kind == "dir" {
+		for _, in := range st.Initiators {
+			if err := os.Remove(in.Image); err != nil && !errors.Is(err, os.ErrNotExist) {
+				errs = append(errs, fmt.Errorf("removing LUN image: %w", err))
+			}
+		}
+	}
+	for _, d := range []string{StateDir, DataDir} {
+		if err := os.RemoveAll(d); err != nil {
+			errs = append(errs, fmt.Errorf("removing %s: %w", d, err))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("cleaning up the lab: %w", err)
+	}
+	return nil
+}
+
+// stopAll sends SIGTERM to every pid, waits up to grace for all of them,
+// then SIGKILLs those left. These are processes inside the lab's own
+// namespaces, which only the lab and its users start.
+func stopAll(pids []int, grace time.Duration) {
+	for _, pid := range pids {
+		_ = syscall.Kill(pid, syscall.SIGTERM)
+	}
+	deadline := time.Now().Add(grace)
+	for time.Now().Before(deadline) {
+		left := 0
+		for _, pid := range pids {
+			if alive(pid) && !isZombie(pid) {
+				left++
+			}
+		}
+		if left == 0 {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	for _, pid := range pids {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
+	time.Sleep(100 * time.Millisecond)
+}
+
+// labMounts lists mount points under the lab's directories, deepest first.
+func labMounts() ([]string, error) {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return nil, fmt.Errorf("reading mounts: %w", err)
+	}
+	defer f.Close()
+	return parseLabMounts(bufio.NewScanner(f))
+}
+
+func parseLabMounts(sc *bufio.Scanner) ([]string, error) {
+	var out []string
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) < 5 {
+			continue
+		}
+		mp := unescapeMount(fields[4])
+		if under(mp, StateDir) || under(mp, DataDir) {
+			out = append(out, mp)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("reading mounts: %w", err)
+	}
+	// Deepest first, so nested mounts come off before their parents.
+	for i, j := 0, len(out)-1; i < j; i, j = i+1, j-1 {
+		out[i], out[j] = out[j], out[i]
+	}
+	return out, nil
+}
+
+func under(p, dir string) bool { return p == dir || strings.HasPrefix(p, dir+"/") }
+
+// unescapeMount undoes mountinfo's octal escapes (\040 for a space).
+func unescapeMount(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(n))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}

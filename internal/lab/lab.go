@@ -1,0 +1,427 @@
+package lab
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// DefaultSize is each LUN image's size: larger than anything an experiment
+// writes (the thesis's interference jobs wrote 2 GiB per thread, we scale
+// by time instead), sparse so it costs only what is written.
+const DefaultSize = 2 << 30
+
+// DefaultStorage is the emulated disk calibrated to the thesis.
+var DefaultStorage = Storage{Kind: "emu", Profile: "thesis-2010"}
+
+// Options configure Up.
+type Options struct {
+	// Storage is where LUN images live; zero means DefaultStorage.
+	Storage Storage
+	// Size of each LUN image in bytes; 0 means DefaultSize.
+	Size int64
+	// Seed of the emulated disk's random numbers.
+	Seed int64
+	// EmuCommand runs the emulated disk as a process of its own (argv
+	// prefix; --mount, --backing, --profile and --seed are appended), as
+	// `sanqos lab up` must so the lab outlives it. Empty: the disk is
+	// served inside this process and lives as long as the Lab value.
+	EmuCommand []string
+	// Loadgen is the path of sanqos-iscsiload; empty: FindLoadgen.
+	Loadgen string
+	// Progress receives one line per phase; nil discards them.
+	Progress io.Writer
+}
+
+// Initiator is one initiator host of the lab and the LUN it owns.
+type Initiator struct {
+	Name  string     `json:"name"`      // b2 … b5
+	NS    string     `json:"namespace"` // sanqos-b2 …
+	IP    netip.Addr `json:"ip"`
+	IQN   string     `json:"target_iqn"` // the target it may log in to
+	Loop  string     `json:"loop"`       // loop device serving the LUN, e.g. loop3
+	Image string     `json:"image"`      // LUN image the loop device is over
+}
+
+// Target is the iSCSI target of the lab.
+type Target struct {
+	NS          string     `json:"namespace"`
+	IP          netip.Addr `json:"ip"`
+	Port        int        `json:"port"`
+	ControlPort int        `json:"control_port"` // tgtadm -C
+}
+
+// Portal is the target's address:port, as initiators dial it.
+func (t Target) Portal() string { return netip.AddrPortFrom(t.IP, uint16(t.Port)).String() }
+
+// State is what a running lab is made of; Up records it in
+// /run/sanqos-lab/state.json, and Status and Cleanup read it back.
+type State struct {
+	Started    time.Time   `json:"started"`
+	Storage    Storage     `json:"storage"`
+	Size       int64       `json:"size_bytes"`
+	Target     Target      `json:"target"`
+	Initiators []Initiator `json:"initiators"`
+	Bridge     string      `json:"bridge"`
+	MTU        int         `json:"mtu"`
+	Offloads   Offloads    `json:"offloads"`
+	// EmuMount is the emulated disk's mount point ("" for dir storage).
+	EmuMount string `json:"emu_mount,omitempty"`
+}
+
+// Lab is a running lab.
+type Lab struct {
+	st      State
+	loadgen string
+	r       runner
+
+	stopEmuOnce sync.Once
+	stopEmu     func() // stops an emulated disk served in this process
+}
+
+// host is a namespace with an address on the lab network.
+type host struct {
+	ns   string
+	addr netip.Addr
+}
+
+// checkEnv returns the one error a user should see before anything is
+// touched: not root, or a missing tool.
+func checkEnv() error {
+	if os.Geteuid() != 0 {
+		return errors.New("the lab creates network namespaces, loop devices and mounts: run it as root")
+	}
+	return checkTools(exec.LookPath)
+}
+
+// progress prints phase lines with an estimate of the time left.
+type progress struct {
+	w      io.Writer
+	phases []phase
+	i      int
+}
+
+type phase struct {
+	name string
+	est  time.Duration
+}
+
+func (p *progress) next() {
+	if p.w == nil {
+		return
+	}
+	var left time.Duration
+	for _, ph := range p.phases[p.i:] {
+		left += ph.est
+	}
+	fmt.Fprintf(p.w, "lab up: [%d/%d] %s (about %s left)\n", p.i+1, len(p.phases), p.phases[p.i].name, left.Round(time.Second))
+	p.i++
+}
+
+// Up builds the lab after clearing whatever a crashed run left. On error
+// (and on ctx cancellation) it removes what it created.
+func Up(ctx context.Context, opts Options) (l *Lab, err error) {
+	if err := checkEnv(); err != nil {
+		return nil, err
+	}
+	if opts.Storage.Kind == "" {
+		opts.Storage = DefaultStorage
+	}
+	if opts.Size == 0 {
+		opts.Size = DefaultSize
+	}
+	if opts.Storage.Kind == "emu" && len(opts.EmuCommand) == 0 && serveEmu == nil {
+		return nil, errors.New("this build has no emulated disk (internal/diskemu): use --storage dir:PATH")
+	}
+	r := execRunner{}
+	l = &Lab{r: r}
+	pr := &progress{w: opts.Progress, phases: []phase{
+		{"clearing leftovers of earlier runs", time.Second},
+		{"network namespaces and bridge", 2 * time.Second},
+		{"storage " + opts.Storage.String(), time.Second},
+		{"loop devices with direct I/O", time.Second},
+		{"tgtd and targets", time.Second},
+	}}
+
+	pr.next()
+	if err := cleanup(ctx, r, nil); err != nil {
+		return nil, fmt.Errorf("clearing an earlier lab: %w", err)
+	}
+	defer func() {
+		if err == nil {
+			err = ctx.Err()
+		}
+		if err != nil {
+			if cerr := l.Down(); cerr != nil {
+				err = fmt.Errorf("%w (and cleaning up: %v)", err, cerr)
+			}
+			l = nil
+		}
+	}()
+	if err := os.MkdirAll(StateDir, 0o755); err != nil {
+		return l, fmt.Errorf("creating state directory: %w", err)
+	}
+
+	st := &l.st
+	st.Started = time.Now().UTC()
+	st.Storage, st.Size = opts.Storage, opts.Size
+	st.Bridge, st.MTU = bridgeName, MTU
+	st.Target = Target{NS: TargetNS, IP: TargetAddr, Port: ISCSIPort, ControlPort: ControlPort}
+	hosts := []host{{TargetNS, TargetAddr}}
+	for i, n := range initiatorNames {
+		in := Initiator{Name: n, NS: "sanqos-" + n, IP: initiatorAddr(i), IQN: IQNPrefix + n}
+		st.Initiators = append(st.Initiators, in)
+		hosts = append(hosts, host{in.NS, in.IP})
+	}
+	if err := writeState(st); err != nil {
+		return l, err
+	}
+
+	pr.next()
+	if err := setupNetwork(ctx, r, hosts); err != nil {
+		return l, err
+	}
+	if st.Offloads, err = readOffloads(ctx, r, TargetNS, ifName); err != nil {
+		return l, err
+	}
+
+	pr.next()
+	imageDir := opts.Storage.Dir
+	if opts.Storage.Kind == "emu" {
+		for _, in := range st.Initiators {
+			if err := createImage(filepath.Join(emuBackingDir(), imageName(in.Name)), opts.Size); err != nil {
+				return l, err
+			}
+		}
+		if err := l.startEmu(ctx, opts); err != nil {
+			return l, err
+		}
+		st.EmuMount = emuMountpoint()
+		imageDir = st.EmuMount
+	}
+	for i := range st.Initiators {
+		in := &st.Initiators[i]
+		in.Image = filepath.Join(imageDir, imageName(in.Name))
+		if opts.Storage.Kind == "dir" {
+			if err := createImage(in.Image, opts.Size); err != nil {
+				return l, err
+			}
+		}
+	}
+	if err := writeState(st); err != nil { // images recorded before anything can fail on them
+		return l, err
+	}
+
+	pr.next()
+	for i := range st.Initiators {
+		in := &st.Initiators[i]
+		if in.Loop, err = attachLoop(ctx, r, "/sys", in.Image); err != nil {
+			return l, err
+		}
+	}
+
+	pr.next()
+	if err := startTgtd(ctx, r); err != nil {
+		return l, err
+	}
+	if err := configureTargets(ctx, r, st.Initiators); err != nil {
+		return l, err
+	}
+	if err := writeState(st); err != nil {
+		return l, err
+	}
+	l.loadgen = opts.Loadgen
+	if opts.Progress != nil {
+		fmt.Fprintf(opts.Progress, "lab up: ready: target %s, %d initiators, storage %s\n",
+			st.Target.Portal(), len(st.Initiators), st.Storage)
+	}
+	return l, nil
+}
+
+// startEmu serves the emulated disk, as a process of its own or in this
+// one, and waits until it is mounted.
+func (l *Lab) startEmu(ctx context.Context, opts Options) error {
+	mp := emuMountpoint()
+	if err := os.MkdirAll(mp, 0o755); err != nil {
+		return fmt.Errorf("creating emulated disk mount point: %w", err)
+	}
+	var dead func() error
+	if len(opts.EmuCommand) > 0 {
+		argv := append(append([]string{}, opts.EmuCommand...),
+			"--mount", mp, "--backing", emuBackingDir(),
+			"--profile", opts.Storage.Profile, "--seed", strconv.FormatInt(opts.Seed, 10))
+		p, err := startDetached(argv, filepath.Join(StateDir, "diskemu.log"), emuPidFile())
+		if err != nil {
+			return err
+		}
+		dead = func() error {
+			if alive(p.Pid) && !isZombie(p.Pid) {
+				return nil
+			}
+			log, _ := os.ReadFile(filepath.Join(StateDir, "diskemu.log"))
+			return fmt.Errorf("the emulated disk exited: %s", strings.TrimSpace(string(log)))
+		}
+	} else {
+		ectx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+		done := make(chan error, 1)
+		go func() { done <- serveEmu(ectx, mp, emuBackingDir(), opts.Storage.Profile, opts.Seed) }()
+		var serveErr error
+		l.stopEmu = func() {
+			cancel()
+			select {
+			case serveErr = <-done:
+			case <-time.After(10 * time.Second):
+			}
+		}
+		dead = func() error {
+			select {
+			case err := <-done:
+				return fmt.Errorf("the emulated disk stopped: %v", err)
+			default:
+				return nil
+			}
+		}
+		_ = serveErr
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		mounts, err := labMounts()
+		if err != nil {
+			return err
+		}
+		for _, m := range mounts {
+			if m == mp {
+				return nil
+			}
+		}
+		if err := dead(); err != nil {
+			return err
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the emulated disk did not mount %s within 15s", mp)
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// Down removes the lab (see Cleanup).
+func (l *Lab) Down() error {
+	stop := func() {}
+	if l.stopEmu != nil {
+		stop = func() { l.stopEmuOnce.Do(l.stopEmu) }
+	}
+	return cleanup(context.Background(), l.r, stop)
+}
+
+// Initiators are the lab's initiators, b2 first.
+func (l *Lab) Initiators() []Initiator {
+	return append([]Initiator(nil), l.st.Initiators...)
+}
+
+// Initiator returns one initiator by name ("b2" or "sanqos-b2").
+func (l *Lab) Initiator(name string) (Initiator, error) {
+	return findInitiator(l.st.Initiators, name)
+}
+
+func findInitiator(inits []Initiator, name string) (Initiator, error) {
+	var names []string
+	for _, in := range inits {
+		if in.Name == name || in.NS == name {
+			return in, nil
+		}
+		names = append(names, in.Name)
+	}
+	return Initiator{}, fmt.Errorf("no initiator %q in the lab (have %s)", name, strings.Join(names, ", "))
+}
+
+// Target is the lab's iSCSI target.
+func (l *Lab) Target() Target { return l.st.Target }
+
+// State is the complete description of the lab.
+func (l *Lab) State() State { return l.st }
+
+// Command returns a command that runs argv inside a lab namespace.
+func Command(ctx context.Context, ns string, argv ...string) *exec.Cmd {
+	return exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", ns}, argv...)...)
+}
+
+// LoadCommand returns the load generator, ready to start in the
+// initiator's namespace against its own target; args are the load
+// generator's job flags (see sanqos-iscsiload --help).
+func (l *Lab) LoadCommand(ctx context.Context, initiator string, args ...string) (*exec.Cmd, error) {
+	in, err := l.Initiator(initiator)
+	if err != nil {
+		return nil, err
+	}
+	bin := l.loadgen
+	if bin == "" {
+		if bin, err = FindLoadgen(); err != nil {
+			return nil, err
+		}
+	}
+	argv := append([]string{bin, "--portal", l.st.Target.Portal(), "--target", in.IQN}, args...)
+	return Command(ctx, in.NS, argv...), nil
+}
+
+// LoadgenName is the load generator's binary (cmd/sanqos-iscsiload).
+const LoadgenName = "sanqos-iscsiload"
+
+// FindLoadgen looks for sanqos-iscsiload next to the running executable,
+// then in PATH.
+func FindLoadgen() (string, error) {
+	self, err := os.Executable()
+	if err == nil {
+		p := filepath.Join(filepath.Dir(self), LoadgenName)
+		if fi, err := os.Stat(p); err == nil && !fi.IsDir() {
+			return p, nil
+		}
+	}
+	if p, err := exec.LookPath(LoadgenName); err == nil {
+		return p, nil
+	}
+	return "", fmt.Errorf("%s not found next to %s or in PATH: run 'make build'", LoadgenName, self)
+}
+
+func writeState(st *State) error {
+	b, err := json.MarshalIndent(st, "", "  ")
+	if err != nil {
+		return fmt.Errorf("encoding lab state: %w", err)
+	}
+	tmp := stateFile() + ".tmp"
+	if err := os.WriteFile(tmp, append(b, '\n'), 0o644); err != nil {
+		return fmt.Errorf("writing lab state: %w", err)
+	}
+	if err := os.Rename(tmp, stateFile()); err != nil {
+		return fmt.Errorf("writing lab state: %w", err)
+	}
+	return nil
+}
+
+// readState reads the recorded state; nil without error when there is no lab.
+func readState() (*State, error) {
+	b, err := os.ReadFile(stateFile())
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading lab state: %w", err)
+	}
+	var st State
+	if err := json.Unmarshal(b, &st); err != nil {
+		return nil, fmt.Errorf("parsing %s: %w", stateFile(), err)
+	}
+	return &st, nil
+}

@@ -1,0 +1,119 @@
+package lab
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"strings"
+)
+
+// Offloads are the segmentation and receive offloads of the lab's
+// interfaces. The lab turns them on explicitly, as on the thesis's gigabit
+// NICs: with GRO the target sees few large segments and sends few ACKs, so
+// delaying ACKs (how sanqos slows writers) costs little per byte.
+type Offloads struct {
+	TSO bool `json:"tso"`
+	GSO bool `json:"gso"`
+	GRO bool `json:"gro"`
+}
+
+// wantOffloads is what setupNetwork sets on every lab interface.
+var wantOffloads = Offloads{TSO: true, GSO: true, GRO: true}
+
+func onOff(b bool) string {
+	if b {
+		return "on"
+	}
+	return "off"
+}
+
+// nsExists reports whether a named network namespace exists (ip netns
+// add keeps a bind mount of it under /run/netns).
+func nsExists(ns string) bool {
+	_, err := os.Stat("/run/netns/" + ns)
+	return err == nil
+}
+
+// vethName is the switch-side end of a namespace's veth pair.
+func vethName(ns string) string {
+	return "sq-" + strings.TrimPrefix(ns, "sanqos-")
+}
+
+// setupNetwork creates the namespaces, the bridge and one veth pair per
+// host namespace, addresses them and sets MTU and offloads explicitly.
+func setupNetwork(ctx context.Context, r runner, hosts []host) error {
+	for _, ns := range Namespaces() {
+		if _, err := r.run(ctx, "ip", "netns", "add", ns); err != nil {
+			return fmt.Errorf("creating network namespace: %w", err)
+		}
+		if _, err := r.run(ctx, "ip", "-n", ns, "link", "set", "lo", "up"); err != nil {
+			return fmt.Errorf("bringing up loopback in %s: %w", ns, err)
+		}
+	}
+	mtu := fmt.Sprint(MTU)
+	steps := [][]string{
+		{"ip", "-n", SwitchNS, "link", "add", bridgeName, "mtu", mtu, "type", "bridge"},
+		{"ip", "-n", SwitchNS, "link", "set", bridgeName, "up"},
+	}
+	for _, h := range hosts {
+		sw := vethName(h.ns)
+		steps = append(steps,
+			[]string{"ip", "-n", SwitchNS, "link", "add", sw, "mtu", mtu, "type", "veth",
+				"peer", "name", ifName, "mtu", mtu, "netns", h.ns},
+			[]string{"ip", "-n", SwitchNS, "link", "set", sw, "master", bridgeName, "up"},
+			[]string{"ip", "-n", h.ns, "addr", "add", h.addr.String() + "/" + fmt.Sprint(subnet.Bits()), "dev", ifName},
+			[]string{"ip", "-n", h.ns, "link", "set", ifName, "up"},
+			ethtoolK(SwitchNS, sw),
+			ethtoolK(h.ns, ifName),
+		)
+	}
+	for _, s := range steps {
+		if _, err := r.run(ctx, s[0], s[1:]...); err != nil {
+			return fmt.Errorf("setting up the lab network: %w", err)
+		}
+	}
+	return nil
+}
+
+func ethtoolK(ns, dev string) []string {
+	return []string{"ip", "netns", "exec", ns, "ethtool", "-K", dev,
+		"tso", onOff(wantOffloads.TSO), "gso", onOff(wantOffloads.GSO), "gro", onOff(wantOffloads.GRO)}
+}
+
+// readOffloads asks ethtool what an interface really has, so status shows
+// the truth rather than what was asked for.
+func readOffloads(ctx context.Context, r runner, ns, dev string) (Offloads, error) {
+	out, err := inNS(ctx, r, ns, "ethtool", "-k", dev)
+	if err != nil {
+		return Offloads{}, fmt.Errorf("reading offloads of %s in %s: %w", dev, ns, err)
+	}
+	return parseEthtoolK(out)
+}
+
+// parseEthtoolK reads `ethtool -k` output ("tcp-segmentation-offload: on").
+func parseEthtoolK(out []byte) (Offloads, error) {
+	var o Offloads
+	found := 0
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	for sc.Scan() {
+		k, v, ok := strings.Cut(strings.TrimSpace(sc.Text()), ":")
+		if !ok {
+			continue
+		}
+		on := strings.HasPrefix(strings.TrimSpace(v), "on")
+		switch k {
+		case "tcp-segmentation-offload":
+			o.TSO, found = on, found+1
+		case "generic-segmentation-offload":
+			o.GSO, found = on, found+1
+		case "generic-receive-offload":
+			o.GRO, found = on, found+1
+		}
+	}
+	if found != 3 {
+		return o, fmt.Errorf("ethtool -k output has %d of the 3 offload lines (tso, gso, gro)", found)
+	}
+	return o, nil
+}

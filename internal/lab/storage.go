@@ -1,0 +1,162 @@
+package lab
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+)
+
+// Storage says where LUN images live.
+type Storage struct {
+	// Kind is "emu" (the emulated disk, a FUSE file system over a disk
+	// model) or "dir" (a directory on real storage).
+	Kind string `json:"kind"`
+	// Profile is the disk model of "emu" (thesis-2010, ssd, ram).
+	Profile string `json:"profile,omitempty"`
+	// Dir is the directory of "dir".
+	Dir string `json:"dir,omitempty"`
+}
+
+func (s Storage) String() string {
+	if s.Kind == "emu" {
+		return "emu:" + s.Profile
+	}
+	return "dir:" + s.Dir
+}
+
+// ParseStorage reads "emu:PROFILE" or "dir:PATH".
+func ParseStorage(s string) (Storage, error) {
+	kind, arg, ok := strings.Cut(s, ":")
+	switch {
+	case ok && kind == "emu" && arg != "":
+		return Storage{Kind: "emu", Profile: arg}, nil
+	case ok && kind == "dir" && arg != "":
+		abs, err := filepath.Abs(arg)
+		if err != nil {
+			return Storage{}, fmt.Errorf("storage %q: %w", s, err)
+		}
+		return Storage{Kind: "dir", Dir: abs}, nil
+	}
+	return Storage{}, fmt.Errorf("storage %q: want emu:PROFILE (e.g. emu:thesis-2010) or dir:PATH", s)
+}
+
+// ParseSize reads a size such as 2GiB, 512MiB, 1G or a byte count.
+func ParseSize(s string) (int64, error) {
+	units := []struct {
+		suffix string
+		mult   int64
+	}{
+		{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"TiB", 1 << 40},
+		{"K", 1 << 10}, {"M", 1 << 20}, {"G", 1 << 30}, {"T", 1 << 40}, {"B", 1},
+	}
+	num, mult := strings.TrimSpace(s), int64(1)
+	for _, u := range units {
+		if strings.HasSuffix(num, u.suffix) {
+			num, mult = strings.TrimSpace(strings.TrimSuffix(num, u.suffix)), u.mult
+			break
+		}
+	}
+	n, err := strconv.ParseInt(num, 10, 64)
+	if err != nil || n <= 0 || n > (1<<50)/mult {
+		return 0, fmt.Errorf("size %q: want a positive size such as 2GiB, 512MiB or 1073741824", s)
+	}
+	return n * mult, nil
+}
+
+// imageName is the file name of an initiator's LUN image.
+func imageName(initiator string) string { return imagePrefix + initiator + ".img" }
+
+// createImage makes a sparse image of the given size (or keeps an existing
+// one of that size, so a re-run does not rewrite gigabytes).
+func createImage(path string, size int64) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return fmt.Errorf("creating image directory: %w", err)
+	}
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return fmt.Errorf("creating LUN image: %w", err)
+	}
+	if err := f.Truncate(size); err != nil {
+		f.Close()
+		return fmt.Errorf("sizing LUN image %s: %w", path, err)
+	}
+	return f.Close()
+}
+
+// loopDevice is one line of `losetup --json --list`.
+type loopDevice struct {
+	Name     string `json:"name"`
+	BackFile string `json:"back-file"`
+	DIO      bool   `json:"dio"`
+}
+
+// parseLosetupJSON reads `losetup --json --list` (empty output: no loops).
+func parseLosetupJSON(out []byte) ([]loopDevice, error) {
+	if len(strings.TrimSpace(string(out))) == 0 {
+		return nil, nil
+	}
+	var doc struct {
+		Loopdevices []loopDevice `json:"loopdevices"`
+	}
+	if err := json.Unmarshal(out, &doc); err != nil {
+		return nil, fmt.Errorf("parsing losetup --json output: %w", err)
+	}
+	return doc.Loopdevices, nil
+}
+
+// isLabLoop says whether a loop device is one of ours: its backing file is
+// a lab image (the kernel may append " (deleted)" once the file is gone).
+func isLabLoop(d loopDevice) bool {
+	f := strings.TrimSuffix(d.BackFile, " (deleted)")
+	return strings.HasPrefix(filepath.Base(f), imagePrefix) || strings.HasPrefix(f, DataDir+"/") || strings.HasPrefix(f, StateDir+"/")
+}
+
+// attachLoop attaches an image to a free loop device with direct I/O and
+// proves that direct I/O took: without it the page cache would absorb
+// writes and /proc/diskstats would not show the storage's latency.
+func attachLoop(ctx context.Context, r runner, sysRoot, image string) (string, error) {
+	out, err := r.run(ctx, "losetup", "--find", "--show", "--direct-io=on", image)
+	if err != nil {
+		return "", fmt.Errorf("attaching %s to a loop device: %w", image, err)
+	}
+	dev := filepath.Base(strings.TrimSpace(string(out)))
+	if !strings.HasPrefix(dev, "loop") {
+		return "", fmt.Errorf("losetup printed %q, not a loop device", out)
+	}
+	dio, err := os.ReadFile(filepath.Join(sysRoot, "block", dev, "loop", "dio"))
+	if err != nil {
+		return dev, fmt.Errorf("checking direct I/O of %s: %w", dev, err)
+	}
+	if strings.TrimSpace(string(dio)) != "1" {
+		return dev, fmt.Errorf("direct I/O did not take on %s (backing %s): its file system must support O_DIRECT; use another --storage", dev, image)
+	}
+	return dev, nil
+}
+
+// detachLabLoops detaches every loop device whose backing file is a lab
+// image and returns what it could not detach.
+func detachLabLoops(ctx context.Context, r runner) error {
+	out, err := r.run(ctx, "losetup", "--json", "--list")
+	if err != nil {
+		return fmt.Errorf("listing loop devices: %w", err)
+	}
+	devs, err := parseLosetupJSON(out)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, d := range devs {
+		if !isLabLoop(d) {
+			continue
+		}
+		if _, err := r.run(ctx, "losetup", "--detach", d.Name); err != nil {
+			errs = append(errs, fmt.Errorf("detaching %s: %w", d.Name, err))
+		}
+	}
+	return errors.Join(errs...)
+}
