@@ -1,0 +1,480 @@
+// Package diskmodel is a timing model of a striped disk array: it says when
+// a request submitted at some instant completes. The simulator drives it in
+// virtual time and the lab's emulated disk (internal/diskemu) in real time,
+// so that a laptop disk behaves like the ten 10k rpm SCSI disks of the
+// thesis lab, whose queueing is what makes writers hurt readers.
+//
+// # Model
+//
+// The array address space is striped over Spindles disks in units of
+// StripeBytes (RAID 0, like the thesis's LVM volumes striped over ten disks
+// with 64 KiB stripes). A request is split at stripe boundaries; each piece
+// is one operation on one spindle, and the request completes when its last
+// piece does.
+//
+// Each spindle serves its operations first come, first served. FIFO rather
+// than an elevator because completion times are computed when a request is
+// submitted: with FIFO a later arrival never changes an earlier request's
+// completion, so Submit can answer at once and the answer stays true. (The
+// thesis target flushed its write-back data ahead of the reads queued
+// behind it; FIFO is also what makes a read wait behind writes there.)
+//
+// The service time of an operation is
+//
+//	CommandOverheadMs + seek + rotational latency + transfer
+//
+// where seek is zero when the operation starts where the spindle's previous
+// one ended (sequential access, detected per spindle) and otherwise grows
+// with the square root of the distance from TrackToTrackMs to a full-stroke
+// time chosen so that the mean over random distances is AvgSeekMs.
+// Rotational latency is uniform in [0, one revolution) from a seeded random
+// source, except for a sequential operation that starts the moment the
+// previous one finished (the head is already at the sector: streaming).
+// Transfer moves the bytes at TransferMBs (media rate).
+//
+// All transfers also cross one shared channel of BusMBs (the SCSI bus or the
+// controller's host link). The channel is a calendar of busy intervals: a
+// transfer takes the earliest free gap of its length once its spindle has
+// positioned. On the thesis hardware this channel is the bottleneck for
+// writes: ten disks behind one Ultra Wide SCSI adapter (40 MB/s) is why 12
+// sequential writers reach only 37–39 MB/s in aggregate.
+//
+// With CacheBytes > 0 the array has a write-back cache: a write is
+// acknowledged as soon as it fits in the cache (after CacheAckMs) and its
+// destage to the spindles is queued at that moment; when the cache is full a
+// write waits until enough destages complete. Reads bypass the cache and
+// queue behind the destages on their spindle, which is how a few megabytes
+// of dirty data make an 8 KiB random read wait 30–120 ms (thesis Fig. 5.7).
+//
+// Profile "ram" has no service time at all: Submit returns now.
+package diskmodel
+
+import (
+	"container/heap"
+	"fmt"
+	"math"
+	"math/rand"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Op is the direction of a request.
+type Op int
+
+const (
+	Read Op = iota
+	Write
+)
+
+func (o Op) String() string {
+	if o == Write {
+		return "write"
+	}
+	return "read"
+}
+
+// Profile describes an array. Times are in milliseconds, rates in MB/s
+// (10^6 bytes per second), sizes in bytes.
+type Profile struct {
+	Name string
+	// Spindles is the number of disks (or independent channels of an SSD).
+	Spindles int
+	// StripeBytes is the stripe unit: consecutive units go to consecutive
+	// spindles.
+	StripeBytes int64
+	// DiskBytes is the capacity of one spindle; seek distances are taken
+	// relative to it and offsets beyond the array's capacity wrap.
+	DiskBytes int64
+	// RPM is the rotation speed; 0 means no rotational latency (SSD).
+	RPM float64
+	// AvgSeekMs is the mean seek over random distances; TrackToTrackMs the
+	// shortest non-zero seek.
+	AvgSeekMs, TrackToTrackMs float64
+	// TransferMBs is the media rate of one spindle.
+	TransferMBs float64
+	// BusMBs is the rate of the channel shared by all spindles; 0 means no
+	// shared limit.
+	BusMBs float64
+	// CommandOverheadMs is the fixed cost of each operation (controller,
+	// command decode, flash read time for an SSD).
+	CommandOverheadMs float64
+	// WriteOverheadMs is added to CommandOverheadMs for writes (flash
+	// program time); zero for disks.
+	WriteOverheadMs float64
+	// QueueDepth is how many operations a spindle serves at once (tagged
+	// command queueing, flash dies behind one channel). Disks serve one at
+	// a time; an SSD channel overlaps several.
+	QueueDepth int
+	// CacheBytes is the write-back cache; 0 means write-through.
+	CacheBytes int64
+	// CacheAckMs is the latency of a write acknowledged from the cache.
+	CacheAckMs float64
+	// NoLatency makes every request complete at once (profile "ram").
+	NoLatency bool
+}
+
+// Profiles returns the names of the built-in profiles.
+func Profiles() []string { return []string{"thesis-2010", "ssd", "ram"} }
+
+// ProfileByName returns a built-in profile.
+func ProfileByName(name string) (Profile, error) {
+	switch name {
+	case "thesis-2010":
+		// Ten 36 GB 10k rpm SCSI disks (HP SC10 shelf) behind one Ultra
+		// Wide SCSI adapter, striped by LVM in 64 KiB units (thesis §3.1,
+		// Table 3.2). Seek and media figures are those of 10k rpm disks of
+		// that generation (Seagate Cheetah 36LP: 4.9 ms average, 0.5 ms
+		// track to track, ~45 MB/s media). The bus is 40 MB/s nominal;
+		// 38.5 MB/s is what is left after arbitration and command phases
+		// and what makes 12 writers reach 37–39 MB/s (Fig. 5.10, 5.13).
+		// The 2.5 MB write-back cache stands for the target's dirty page
+		// cache; its size is calibrated so that the 8 KiB reader waits
+		// 30–120 ms against 12 writers (Fig. 5.7); internal/sim asserts both
+		// (TestCalibration).
+		return Profile{
+			Name: name, Spindles: 10, StripeBytes: 64 << 10, DiskBytes: 36e9,
+			RPM: 10000, AvgSeekMs: 4.9, TrackToTrackMs: 0.5,
+			TransferMBs: 45, BusMBs: 38.5, CommandOverheadMs: 0.5,
+			QueueDepth: 1, CacheBytes: 2500 << 10, CacheAckMs: 0.2,
+		}, nil
+	case "ssd":
+		// A modern SATA SSD: ~0.1 ms reads, ~500 MB/s on the SATA link,
+		// 8 channels with 4 dies each, a DRAM write cache.
+		return Profile{
+			Name: name, Spindles: 8, StripeBytes: 16 << 10, DiskBytes: 64e9,
+			TransferMBs: 100, BusMBs: 520, CommandOverheadMs: 0.07,
+			WriteOverheadMs: 0.2, QueueDepth: 4,
+			CacheBytes: 64 << 20, CacheAckMs: 0.03,
+		}, nil
+	case "ram":
+		return Profile{Name: name, Spindles: 1, StripeBytes: 1 << 20, DiskBytes: 1 << 40, NoLatency: true}, nil
+	}
+	return Profile{}, fmt.Errorf("unknown disk profile %q (known: %s)", name, strings.Join(Profiles(), ", "))
+}
+
+// Validate says what is wrong with a profile.
+func (p Profile) Validate() error {
+	if p.NoLatency {
+		return nil
+	}
+	switch {
+	case p.Spindles <= 0:
+		return fmt.Errorf("profile %q: spindles must be > 0", p.Name)
+	case p.StripeBytes <= 0:
+		return fmt.Errorf("profile %q: stripe must be > 0 bytes", p.Name)
+	case p.DiskBytes <= 0:
+		return fmt.Errorf("profile %q: disk size must be > 0 bytes", p.Name)
+	case p.TransferMBs <= 0:
+		return fmt.Errorf("profile %q: transfer rate must be > 0 MB/s", p.Name)
+	case p.RPM < 0 || p.AvgSeekMs < 0 || p.TrackToTrackMs < 0 || p.BusMBs < 0 ||
+		p.CommandOverheadMs < 0 || p.WriteOverheadMs < 0 || p.CacheBytes < 0 || p.CacheAckMs < 0:
+		return fmt.Errorf("profile %q: times, rates and sizes must not be negative", p.Name)
+	case p.AvgSeekMs > 0 && p.TrackToTrackMs > p.AvgSeekMs:
+		return fmt.Errorf("profile %q: track-to-track seek exceeds the average seek", p.Name)
+	}
+	return nil
+}
+
+// Capacity is the size of the array's address space in bytes.
+func (p Profile) Capacity() int64 {
+	if p.NoLatency {
+		return p.DiskBytes
+	}
+	return int64(p.Spindles) * p.DiskBytes
+}
+
+// meanSqrtRandomDistance is E[sqrt(X)] for the distance X between two
+// uniformly random positions on [0,1] (density 2(1-x)): 8/15. It turns the
+// average seek into the full-stroke seek of the sqrt curve.
+const meanSqrtRandomDistance = 8.0 / 15.0
+
+// Array is a running model. It is safe for concurrent use; callers should
+// pass non-decreasing times, and a time earlier than one already seen is
+// treated as that later time.
+type Array struct {
+	p          Profile
+	fullSeekMs float64
+	revMs      float64
+
+	mu       sync.Mutex
+	rng      *rand.Rand
+	last     time.Time // latest submission time seen
+	spindles []spindle
+	bus      calendar
+	dirty    int64
+	destage  destageHeap
+	stats    Stats
+}
+
+type spindle struct {
+	// slots[i] is when the i-th of QueueDepth service slots becomes free.
+	slots []time.Time
+	head  int64     // spindle-local byte offset after the last operation
+	idle  time.Time // when the last operation finished
+}
+
+// New returns an array with the given profile; seed makes rotational
+// latencies reproducible. It panics on an invalid profile (check
+// Profile.Validate first for profiles from user input).
+func New(p Profile, seed int64) *Array {
+	if err := p.Validate(); err != nil {
+		panic(err)
+	}
+	a := &Array{p: p, rng: rand.New(rand.NewSource(seed))}
+	if p.NoLatency {
+		return a
+	}
+	qd := max(p.QueueDepth, 1)
+	a.spindles = make([]spindle, p.Spindles)
+	for i := range a.spindles {
+		a.spindles[i].slots = make([]time.Time, qd)
+	}
+	if p.AvgSeekMs > 0 {
+		a.fullSeekMs = p.TrackToTrackMs + (p.AvgSeekMs-p.TrackToTrackMs)/meanSqrtRandomDistance
+	}
+	if p.RPM > 0 {
+		a.revMs = 60000 / p.RPM
+	}
+	return a
+}
+
+// Profile returns the array's profile.
+func (a *Array) Profile() Profile { return a.p }
+
+// Stats counts what the array did, for tests and reports.
+type Stats struct {
+	Reads, Writes           int64
+	ReadBytes, WriteBytes   int64
+	Ops, SequentialOps      int64 // spindle operations; those without seek
+	CacheWaits              int64 // writes that found the cache full
+	BusBusy, SpindleBusySum time.Duration
+}
+
+// Stats returns a copy of the counters.
+func (a *Array) Stats() Stats {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.stats
+}
+
+// Submit schedules one request arriving at now and returns when it
+// completes. offset and length are bytes in the array's address space
+// (callers give each LUN its own region); stream names the requester and is
+// used only for statistics today — sequential detection is per spindle, as
+// a disk sees it.
+func (a *Array) Submit(now time.Time, op Op, offset, length int64, stream uint64) time.Time {
+	_ = stream
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if op == Write {
+		a.stats.Writes++
+		a.stats.WriteBytes += length
+	} else {
+		a.stats.Reads++
+		a.stats.ReadBytes += length
+	}
+	if a.p.NoLatency || length <= 0 {
+		return now
+	}
+	if now.Before(a.last) {
+		now = a.last
+	}
+	a.last = now
+	a.bus.prune(now)
+
+	if op == Write && a.p.CacheBytes > 0 {
+		return a.writeBack(now, offset, length)
+	}
+	return a.schedule(now, op, offset, length, nil)
+}
+
+// writeBack admits a write into the cache, waiting for destages when it is
+// full, and queues its destage.
+func (a *Array) writeBack(now time.Time, offset, length int64) time.Time {
+	for a.destage.Len() > 0 && !a.destage[0].at.After(now) {
+		a.dirty -= heap.Pop(&a.destage).(destageDone).bytes
+	}
+	admit := now
+	if a.dirty+length > a.p.CacheBytes {
+		a.stats.CacheWaits++
+	}
+	for a.dirty+length > a.p.CacheBytes && a.destage.Len() > 0 {
+		d := heap.Pop(&a.destage).(destageDone)
+		a.dirty -= d.bytes
+		if d.at.After(admit) {
+			admit = d.at
+		}
+	}
+	a.dirty += length
+	a.schedule(admit, Write, offset, length, func(done time.Time, n int64) {
+		heap.Push(&a.destage, destageDone{at: done, bytes: n})
+	})
+	return admit.Add(ms(a.p.CacheAckMs))
+}
+
+// schedule splits a request into stripe pieces, books each on its spindle
+// and returns the completion of the last. onPiece, when set, learns each
+// piece's completion.
+func (a *Array) schedule(ready time.Time, op Op, offset, length int64, onPiece func(time.Time, int64)) time.Time {
+	capacity := a.p.Capacity()
+	offset %= capacity
+	if offset < 0 {
+		offset += capacity
+	}
+	done := ready
+	for length > 0 {
+		unit := offset / a.p.StripeBytes
+		within := offset % a.p.StripeBytes
+		n := min(length, a.p.StripeBytes-within)
+		s := int(unit % int64(a.p.Spindles))
+		local := (unit/int64(a.p.Spindles))*a.p.StripeBytes + within
+		end := a.serve(s, ready, op, local, n)
+		if onPiece != nil {
+			onPiece(end, n)
+		}
+		if end.After(done) {
+			done = end
+		}
+		offset = (offset + n) % capacity
+		length -= n
+	}
+	return done
+}
+
+// serve books one operation on spindle s and returns its completion.
+func (a *Array) serve(s int, ready time.Time, op Op, local, n int64) time.Time {
+	sp := &a.spindles[s]
+	slot := 0
+	for i := range sp.slots {
+		if sp.slots[i].Before(sp.slots[slot]) {
+			slot = i
+		}
+	}
+	start := ready
+	if sp.slots[slot].After(start) {
+		start = sp.slots[slot]
+	}
+	a.stats.Ops++
+	pos := a.p.CommandOverheadMs
+	if op == Write {
+		pos += a.p.WriteOverheadMs
+	}
+	sequential := local == sp.head
+	if sequential {
+		a.stats.SequentialOps++
+	} else {
+		pos += a.seekMs(abs64(local - sp.head))
+	}
+	// A sequential operation that starts as the previous one ends finds
+	// its sector under the head; anything else waits for the platter.
+	if a.revMs > 0 && !(sequential && !start.After(sp.idle)) {
+		pos += a.rng.Float64() * a.revMs
+	}
+	positioned := start.Add(ms(pos))
+	end := positioned.Add(ms(float64(n) / (a.p.TransferMBs * 1e3)))
+	if a.p.BusMBs > 0 {
+		// The bytes cross the channel once the head is positioned; the
+		// operation ends when both the media and the channel are done.
+		busD := ms(float64(n) / (a.p.BusMBs * 1e3))
+		if busEnd := a.bus.book(positioned, busD).Add(busD); busEnd.After(end) {
+			end = busEnd
+		}
+		a.stats.BusBusy += busD
+	}
+	a.stats.SpindleBusySum += end.Sub(start)
+	sp.slots[slot] = end
+	sp.head = local + n
+	if end.After(sp.idle) {
+		sp.idle = end
+	}
+	return end
+}
+
+// seekMs is the seek time over d bytes of one spindle.
+func (a *Array) seekMs(d int64) float64 {
+	if a.fullSeekMs == 0 || d == 0 {
+		return 0
+	}
+	f := math.Min(float64(d)/float64(a.p.DiskBytes), 1)
+	return a.p.TrackToTrackMs + (a.fullSeekMs-a.p.TrackToTrackMs)*math.Sqrt(f)
+}
+
+func ms(f float64) time.Duration { return time.Duration(f * float64(time.Millisecond)) }
+
+func abs64(x int64) int64 {
+	if x < 0 {
+		return -x
+	}
+	return x
+}
+
+// destageDone is a cache destage completing: its bytes become free.
+type destageDone struct {
+	at    time.Time
+	bytes int64
+}
+
+type destageHeap []destageDone
+
+func (h destageHeap) Len() int           { return len(h) }
+func (h destageHeap) Less(i, j int) bool { return h[i].at.Before(h[j].at) }
+func (h destageHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *destageHeap) Push(x any)        { *h = append(*h, x.(destageDone)) }
+func (h *destageHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
+}
+
+// calendar is the shared channel: sorted, non-overlapping busy intervals.
+type calendar struct {
+	busy []interval
+}
+
+type interval struct{ from, to time.Time }
+
+// book reserves d at the earliest gap starting at or after at and returns
+// the start of the reservation.
+func (c *calendar) book(at time.Time, d time.Duration) time.Time {
+	// First interval that ends after at.
+	i := sort.Search(len(c.busy), func(i int) bool { return c.busy[i].to.After(at) })
+	start := at
+	for ; i < len(c.busy); i++ {
+		if c.busy[i].from.After(start) && c.busy[i].from.Sub(start) >= d {
+			break
+		}
+		if c.busy[i].to.After(start) {
+			start = c.busy[i].to
+		}
+	}
+	iv := interval{start, start.Add(d)}
+	// Merge with neighbours that touch, to keep the calendar short.
+	if i > 0 && c.busy[i-1].to.Equal(iv.from) {
+		c.busy[i-1].to = iv.to
+		if i < len(c.busy) && c.busy[i].from.Equal(iv.to) {
+			c.busy[i-1].to = c.busy[i].to
+			c.busy = append(c.busy[:i], c.busy[i+1:]...)
+		}
+		return start
+	}
+	if i < len(c.busy) && c.busy[i].from.Equal(iv.to) {
+		c.busy[i].from = iv.from
+		return start
+	}
+	c.busy = append(c.busy, interval{})
+	copy(c.busy[i+1:], c.busy[i:])
+	c.busy[i] = iv
+	return start
+}
+
+// prune forgets intervals that ended before now: no later booking can use
+// time before now.
+func (c *calendar) prune(now time.Time) {
+	i := sort.Search(len(c.busy), func(i int) bool { return c.busy[i].to.After(now) })
+	if i > 0 {
+		c.busy = append(c.busy[:0], c.busy[i:]...)
+	}
+}
