@@ -88,7 +88,7 @@ func TestSharedBusSerialisesTransfers(t *testing.T) {
 	p := plain()
 	p.BusMBs = 65.536 / 2 // 64 KiB takes 2 ms on the bus, slower than the media
 	a := New(p, 1)
-	first := a.Submit(t0, Read, 0, 64<<10, 1)        // spindle 0
+	first := a.Submit(t0, Read, 0, 64<<10, 1)       // spindle 0
 	second := a.Submit(t0, Read, 64<<10, 64<<10, 2) // spindle 1, same instant
 	near(t, "first", first, msd(0.5+2))
 	// Spindle 1 is positioned at 0.5 ms too but the bus is busy until 2.5 ms.
