@@ -1,0 +1,169 @@
+package control
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"sort"
+	"strings"
+	"time"
+)
+
+// Controller turns a resource's read-latency signal into a packet delay.
+// It is called once per tick with the filtered signal and keeps whatever
+// history it needs; it is deterministic and not safe for concurrent use.
+type Controller interface {
+	// Update takes the tick's signal (ms) and returns the delay (ms) to
+	// apply to the resource's throttleable consumers, in [0, UMaxMs].
+	Update(signalMs float64) (delayMs float64)
+	// Reset returns the controller to rest: no delay, no history.
+	Reset()
+	// Name is the name the controller was registered under.
+	Name() string
+}
+
+// Params configure a controller. Durations are time.Duration so that the
+// ratios T/Ti and Td/T cannot be computed in mixed units by mistake.
+type Params struct {
+	// ThresholdMs is the read latency (ms) the resource should stay under;
+	// the controller's set point.
+	ThresholdMs float64
+	// Kp is the proportional gain: ms of added delay per ms of error.
+	Kp float64
+	// Ti is the integral time: the integral term alone adds Kp·e per Ti.
+	Ti time.Duration
+	// Td is the derivative time; 0 disables the D term.
+	Td time.Duration
+	// T is the tick: the time between two Updates.
+	T time.Duration
+	// UMaxMs caps the delay (ms). Past ~20 ms the thesis saw writers stall
+	// and iSCSI timeouts near; it is also the anti-windup clamp.
+	UMaxMs float64
+}
+
+// Default tuning of the pid controller; each value has its reason in
+// doc.go. They are variables of this one function only, so the simulator
+// and flags change them through Params, never globally.
+func DefaultParams() Params {
+	return Params{
+		ThresholdMs: 15,
+		Kp:          0.1,
+		Ti:          500 * time.Millisecond,
+		Td:          0,
+		T:           100 * time.Millisecond,
+		UMaxMs:      20,
+	}
+}
+
+// Validate reports the first parameter that makes no sense, saying what
+// to use instead.
+func (p Params) Validate() error {
+	var errs []error
+	if !(p.ThresholdMs > 0) || math.IsInf(p.ThresholdMs, 0) {
+		errs = append(errs, fmt.Errorf("threshold %v ms: want a positive latency, e.g. 15", p.ThresholdMs))
+	}
+	if !(p.Kp > 0) || math.IsInf(p.Kp, 0) {
+		errs = append(errs, fmt.Errorf("Kp %v: want a positive gain, e.g. %v", p.Kp, DefaultParams().Kp))
+	}
+	if p.Ti <= 0 {
+		errs = append(errs, fmt.Errorf("Ti %v: want a positive integral time, e.g. %v", p.Ti, DefaultParams().Ti))
+	}
+	if p.Td < 0 {
+		errs = append(errs, fmt.Errorf("Td %v: want 0 (no D term) or a positive derivative time", p.Td))
+	}
+	if p.T <= 0 {
+		errs = append(errs, fmt.Errorf("tick %v: want a positive period, e.g. 100ms", p.T))
+	}
+	if !(p.UMaxMs > 0) || math.IsInf(p.UMaxMs, 0) {
+		errs = append(errs, fmt.Errorf("maximum delay %v ms: want a positive delay, e.g. 20", p.UMaxMs))
+	}
+	return errors.Join(errs...)
+}
+
+var registry = map[string]func(Params) Controller{
+	"pid":    func(p Params) Controller { return NewPID(p) },
+	"thesis": func(p Params) Controller { return NewThesis(p) },
+	"none":   func(Params) Controller { return None{} },
+}
+
+// Names lists the registered controllers, sorted.
+func Names() []string {
+	names := make([]string, 0, len(registry))
+	for n := range registry {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// New returns the controller registered as name, configured by p.
+func New(name string, p Params) (Controller, error) {
+	mk, ok := registry[name]
+	if !ok {
+		return nil, fmt.Errorf("unknown controller %q: want one of %s", name, strings.Join(Names(), ", "))
+	}
+	if err := p.Validate(); err != nil {
+		return nil, fmt.Errorf("controller %s: %w", name, err)
+	}
+	return mk(p), nil
+}
+
+func clamp(x, lo, hi float64) float64 {
+	if x < lo || math.IsNaN(x) {
+		return lo
+	}
+	if x > hi {
+		return hi
+	}
+	return x
+}
+
+// PID is the single-sided velocity-form PID controller of doc.go.
+type PID struct {
+	p      Params
+	ti, td float64 // T/Ti and Td/T
+	u      float64 // u_{k−1}
+	e1, e2 float64 // e_{k−1}, e_{k−2}
+}
+
+// NewPID returns a pid controller at rest. p must be valid (see New).
+func NewPID(p Params) *PID {
+	return &PID{p: p, ti: float64(p.T) / float64(p.Ti), td: float64(p.Td) / float64(p.T)}
+}
+
+func (c *PID) Name() string { return "pid" }
+
+func (c *PID) Reset() { c.u, c.e1, c.e2 = 0, 0, 0 }
+
+// Update applies
+//
+//	u_k = clamp(u_{k−1} + Kp·[(e_k − e_{k−1}) + (T/Ti)·e_k + (Td/T)·(e_k − 2e_{k−1} + e_{k−2})], 0, u_max)
+//
+// with e_k = signal − threshold. When the result is clamped at 0 with the
+// signal under threshold the controller is back at rest and its error
+// history is cleared (e_{k−1} = e_{k−2} = 0, as after Reset): how far under
+// the threshold a healthy resource is carries no information, and
+// remembering it, or a stale error of the active phase, would let the Δe
+// and D terms throttle a signal that never crosses the threshold.
+func (c *PID) Update(signalMs float64) float64 {
+	if math.IsNaN(signalMs) {
+		signalMs = 0 // no signal: treat as healthy; fail open
+	}
+	e := signalMs - c.p.ThresholdMs
+	du := c.p.Kp * ((e - c.e1) + c.ti*e + c.td*(e-2*c.e1+c.e2))
+	c.u = clamp(c.u+du, 0, c.p.UMaxMs)
+	if c.u == 0 && e < 0 {
+		// Back at rest: forget the history, as Reset does.
+		c.e1, c.e2 = 0, 0
+		return 0
+	}
+	c.e2, c.e1 = c.e1, e
+	return c.u
+}
+
+// None never throttles: it is the baseline of every comparison.
+type None struct{}
+
+func (None) Update(float64) float64 { return 0 }
+func (None) Reset()                 {}
+func (None) Name() string           { return "none" }

@@ -1,0 +1,332 @@
+package control
+
+import (
+	"math"
+	"math/rand/v2"
+	"strings"
+	"testing"
+	"time"
+)
+
+func mustNew(t *testing.T, name string, p Params) Controller {
+	t.Helper()
+	c, err := New(name, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func TestRegistry(t *testing.T) {
+	for _, name := range []string{"pid", "thesis", "none"} {
+		c := mustNew(t, name, DefaultParams())
+		if c.Name() != name {
+			t.Errorf("New(%q).Name() = %q", name, c.Name())
+		}
+	}
+	_, err := New("bangbang", DefaultParams())
+	if err == nil {
+		t.Fatal("unknown controller accepted")
+	}
+	for _, name := range []string{"none", "pid", "thesis"} {
+		if !strings.Contains(err.Error(), name) {
+			t.Errorf("error %q does not list %q", err, name)
+		}
+	}
+}
+
+func TestParamsValidate(t *testing.T) {
+	tests := []struct {
+		name string
+		mod  func(*Params)
+		want string // substring of the error; "" for valid
+	}{
+		{"defaults", func(*Params) {}, ""},
+		{"zero threshold", func(p *Params) { p.ThresholdMs = 0 }, "threshold"},
+		{"NaN threshold", func(p *Params) { p.ThresholdMs = math.NaN() }, "threshold"},
+		{"negative Kp", func(p *Params) { p.Kp = -1 }, "Kp"},
+		{"zero Ti", func(p *Params) { p.Ti = 0 }, "Ti"},
+		{"negative Td", func(p *Params) { p.Td = -time.Millisecond }, "Td"},
+		{"zero tick", func(p *Params) { p.T = 0 }, "tick"},
+		{"infinite umax", func(p *Params) { p.UMaxMs = math.Inf(1) }, "maximum delay"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := DefaultParams()
+			tt.mod(&p)
+			err := p.Validate()
+			if tt.want == "" {
+				if err != nil {
+					t.Fatalf("valid params rejected: %v", err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("err = %v, want one mentioning %q", err, tt.want)
+			}
+			if _, err := New("pid", p); err == nil {
+				t.Fatal("New accepted invalid params")
+			}
+		})
+	}
+}
+
+// TestPIDExactArithmetic checks the velocity form step by step against the
+// formula evaluated by hand.
+func TestPIDExactArithmetic(t *testing.T) {
+	p := Params{ThresholdMs: 10, Kp: 0.5, Ti: 400 * time.Millisecond, Td: 200 * time.Millisecond, T: 100 * time.Millisecond, UMaxMs: 20}
+	c := NewPID(p)
+	// T/Ti = 0.25, Td/T = 2.
+	steps := []struct{ signal, want float64 }{
+		// e=2, e1=0, e2=0: 0.5·[2 + 0.5 + 2·2] = 3.25
+		{12, 3.25},
+		// e=4, e1=2, e2=0: 0.5·[2 + 1 + 2·(4−4+0)] = 1.5 → 4.75
+		{14, 4.75},
+		// e=4, e1=4, e2=2: 0.5·[0 + 1 + 2·(4−8+2)] = −1.5 → 3.25
+		{14, 3.25},
+		// e=−10, e1=4, e2=4: 0.5·[−14 − 2.5 + 2·(−10−8+4)] = −22.25 → clamp 0
+		{0, 0},
+		// back at rest, history cleared. e=−1: 0.5·[−1 − .25 + 2·(−1)] < 0 → 0
+		{9, 0},
+		// e=3, e1=0, e2=0 (not the stale 4): 0.5·[3 + .75 + 2·3] = 4.875
+		{13, 4.875},
+	}
+	for i, s := range steps {
+		if got := c.Update(s.signal); math.Abs(got-s.want) > 1e-9 {
+			t.Fatalf("step %d: Update(%v) = %v, want %v", i, s.signal, got, s.want)
+		}
+	}
+}
+
+func TestPIDClampsHigh(t *testing.T) {
+	c := NewPID(DefaultParams())
+	var u float64
+	for i := 0; i < 1000; i++ {
+		u = c.Update(1000)
+	}
+	if u != DefaultParams().UMaxMs {
+		t.Fatalf("saturated output %v, want u_max %v", u, DefaultParams().UMaxMs)
+	}
+}
+
+// stepResponse feeds a signal profile and returns the outputs.
+func run(c Controller, signals []float64) []float64 {
+	out := make([]float64, len(signals))
+	for i, s := range signals {
+		out[i] = c.Update(s)
+	}
+	return out
+}
+
+func repeat(v float64, n int) []float64 {
+	s := make([]float64, n)
+	for i := range s {
+		s[i] = v
+	}
+	return s
+}
+
+func concat(parts ...[]float64) []float64 {
+	var s []float64
+	for _, p := range parts {
+		s = append(s, p...)
+	}
+	return s
+}
+
+// The behavioural properties every throttling controller must have.
+func TestControllerBehaviour(t *testing.T) {
+	p := DefaultParams()
+	th := p.ThresholdMs
+	for _, name := range []string{"pid", "thesis"} {
+		t.Run(name, func(t *testing.T) {
+			t.Run("no throttling from rest while under threshold", func(t *testing.T) {
+				c := mustNew(t, name, p)
+				// Climbs from far under to just under, falls, climbs again.
+				sig := concat(repeat(0, 5), repeat(th*0.2, 5), repeat(th*0.99, 20), repeat(0.5, 3), repeat(th-0.01, 20))
+				for i, u := range run(c, sig) {
+					if u != 0 {
+						t.Fatalf("tick %d signal %v under threshold %v: delay %v", i, sig[i], th, u)
+					}
+				}
+			})
+			t.Run("rises while over", func(t *testing.T) {
+				c := mustNew(t, name, p)
+				out := run(c, repeat(th+10, 40))
+				if out[len(out)-1] <= 0 {
+					t.Fatalf("no throttling after 40 ticks 10 ms over threshold: %v", out)
+				}
+				for i := 1; i < len(out); i++ {
+					if out[i] < out[i-1] {
+						t.Fatalf("tick %d: delay fell from %v to %v under constant overload", i, out[i-1], out[i])
+					}
+				}
+			})
+			t.Run("winds down after the signal drops", func(t *testing.T) {
+				c := mustNew(t, name, p)
+				run(c, repeat(th+20, 50))
+				out := run(c, repeat(th/2, 400))
+				if out[len(out)-1] != 0 {
+					t.Fatalf("delay %v after 400 ticks under threshold, want 0", out[len(out)-1])
+				}
+				for i := 1; i < len(out); i++ {
+					if out[i] > out[i-1] {
+						t.Fatalf("tick %d: delay rose from %v to %v while under threshold", i, out[i-1], out[i])
+					}
+				}
+			})
+			t.Run("no windup", func(t *testing.T) {
+				// Recovery after a long saturation takes no longer than after
+				// a short one that also reached u_max.
+				recovery := func(satTicks int) int {
+					c := mustNew(t, name, p)
+					out := run(c, repeat(1000, satTicks))
+					sat := p.UMaxMs
+					if name == "thesis" {
+						sat = MarkDelayMs(-int(ThesisMaxThrottle), p.UMaxMs)
+					}
+					if out[len(out)-1] != sat {
+						t.Fatalf("%d ticks at 1000 ms did not saturate: %v", satTicks, out[len(out)-1])
+					}
+					for i := 1; i <= 10000; i++ {
+						if c.Update(th/2) == 0 {
+							return i
+						}
+					}
+					t.Fatalf("never recovered after %d ticks of saturation", satTicks)
+					return 0
+				}
+				short, long := recovery(100), recovery(20000)
+				if long > short {
+					t.Fatalf("recovery took %d ticks after long saturation vs %d after short: windup", long, short)
+				}
+				if long > 400 {
+					t.Fatalf("recovery took %d ticks (> 40 s)", long)
+				}
+			})
+		})
+	}
+}
+
+// TestPropertyRandomSignals drives every controller with random signals
+// (spiky, NaN, negative, huge) and checks the output range, plus the
+// invariants that hold for any input.
+func TestPropertyRandomSignals(t *testing.T) {
+	r := rand.New(rand.NewPCG(42, 7))
+	for trial := 0; trial < 200; trial++ {
+		p := DefaultParams()
+		p.ThresholdMs = 1 + r.Float64()*50
+		p.Kp = 0.01 + r.Float64()*2
+		p.Ti = time.Duration(10+r.IntN(5000)) * time.Millisecond
+		p.Td = time.Duration(r.IntN(300)) * time.Millisecond
+		p.T = time.Duration(10+r.IntN(1000)) * time.Millisecond
+		p.UMaxMs = 0.5 + r.Float64()*40
+		for _, name := range Names() {
+			c := mustNew(t, name, p)
+			under := true // signal has stayed under threshold since rest
+			for k := 0; k < 500; k++ {
+				var s float64
+				switch r.IntN(10) {
+				case 0:
+					s = math.NaN()
+				case 1:
+					s = -r.Float64() * 10
+				case 2:
+					s = r.Float64() * 1e6
+				default:
+					s = r.Float64() * p.ThresholdMs * 3
+				}
+				if !(s < p.ThresholdMs) && !math.IsNaN(s) {
+					under = false
+				}
+				u := c.Update(s)
+				if !(u >= 0 && u <= p.UMaxMs) {
+					t.Fatalf("%s %+v tick %d: output %v outside [0, %v]", name, p, k, u, p.UMaxMs)
+				}
+				if under && u != 0 {
+					t.Fatalf("%s %+v tick %d: delay %v though never over threshold", name, p, k, u)
+				}
+			}
+			c.Reset()
+			if u := c.Update(0); u != 0 {
+				t.Fatalf("%s: after Reset, idle signal gives %v", name, u)
+			}
+		}
+	}
+}
+
+// TestPropertyPIDUnderThresholdNeverRises: for pid with Td = 0, a tick
+// with the signal under threshold and not above the previous tick's
+// cannot increase the delay (both the P and the I term are ≤ 0).
+func TestPropertyPIDUnderThresholdNeverRises(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	p := DefaultParams()
+	c := NewPID(p)
+	prev, prevS := 0.0, 0.0
+	falls := 0
+	for k := 0; k < 100000; k++ {
+		s := r.Float64() * 3 * p.ThresholdMs
+		u := c.Update(s)
+		if s < p.ThresholdMs && s <= prevS {
+			if u > prev+1e-12 {
+				t.Fatalf("tick %d: signal %v under threshold and falling raised delay %v → %v", k, s, prev, u)
+			}
+			if u < prev {
+				falls++
+			}
+		}
+		prev, prevS = u, s
+	}
+	if falls == 0 {
+		t.Fatal("the delay never fell: the property was not exercised")
+	}
+}
+
+func TestNoneAlwaysZero(t *testing.T) {
+	c := mustNew(t, "none", DefaultParams())
+	for _, s := range []float64{0, 15, 1e9, math.NaN()} {
+		if u := c.Update(s); u != 0 {
+			t.Fatalf("none.Update(%v) = %v", s, u)
+		}
+	}
+}
+
+// TestPropertyPIDRestIsClean: once pid is back at rest (delay 0 with the
+// signal under threshold), no sequence of under-threshold signals throttles,
+// whatever overload came before and whatever the gains (the D term
+// included).
+func TestPropertyPIDRestIsClean(t *testing.T) {
+	r := rand.New(rand.NewPCG(9, 9))
+	rests := 0
+	for trial := 0; trial < 300; trial++ {
+		p := DefaultParams()
+		p.Kp = 0.01 + r.Float64()*2
+		p.Ti = time.Duration(10+r.IntN(5000)) * time.Millisecond
+		p.Td = time.Duration(r.IntN(500)) * time.Millisecond
+		c := NewPID(p)
+		atRest := true
+		for k := 0; k < 400; k++ {
+			var s float64
+			if r.IntN(4) == 0 {
+				s = p.ThresholdMs + r.Float64()*200 // overload burst
+			} else {
+				s = r.Float64() * p.ThresholdMs * 0.999
+			}
+			u := c.Update(s)
+			if atRest && s < p.ThresholdMs && u != 0 {
+				t.Fatalf("%+v tick %d: at rest, signal %v under threshold gave delay %v", p, k, s, u)
+			}
+			if s >= p.ThresholdMs {
+				atRest = false
+			} else if u == 0 {
+				if !atRest {
+					rests++
+				}
+				atRest = true
+			}
+		}
+	}
+	if rests < 100 {
+		t.Fatalf("only %d returns to rest: the property was barely exercised", rests)
+	}
+}

@@ -1,0 +1,98 @@
+// Package control holds the controllers that decide, every tick, how much
+// packet delay a shared storage resource's writers get. They are pure and
+// deterministic: a signal in, a delay out, no clock, no I/O.
+//
+// # What is measured
+//
+// The signal is a resource's read latency: per tick (100 ms) the sum of
+// the milliseconds its consumer devices spent on reads completed in the
+// tick, divided by the number of those reads (iostat's r_await, weighted
+// by requests across the resource's devices), then an EWMA with α = 0.25
+// (package signal). A tick with no reads carries no latency, so the EWMA
+// decays by α toward 0 rather than holding a stale value. Reads are the
+// victims: writes are absorbed by caches and only hurt through the queue
+// they build, so read latency is the symptom we control and writers are
+// the knob. The 100 ms window is short enough to react within a few
+// hundred ms to a saturation (the thesis's writers needed ~1 s to wreck
+// read latency) and long enough to hold several reads of a slow reader.
+//
+// # Control law (pid)
+//
+// A single-sided PID in velocity form. With e_k = signal − threshold (ms)
+// and T the tick:
+//
+//	u_k = clamp(u_{k−1} + Kp·[(e_k − e_{k−1}) + (T/Ti)·e_k + (Td/T)·(e_k − 2e_{k−1} + e_{k−2})], 0, u_max)
+//
+// u is the added packet delay in ms. The velocity form computes the change
+// of the output, so the clamp on u is the whole anti-windup: no integral
+// state exists to pile up while the output is saturated, and the delay
+// starts to fall on the first tick the signal is back under the threshold,
+// however long it was saturated. "Single-sided" means the controller only
+// ever slows writers down; it never speeds anyone up, and whenever the
+// clamp brings u to 0 with the signal under the threshold it returns to
+// rest and clears its error history, so that a latency climbing from far
+// below to just below the threshold (or a stale error of the last
+// overload) cannot throttle a healthy resource through the Δe or D terms.
+//
+// # Actuator and limits
+//
+// The delay is applied by package throttle to the TCP packets the target
+// sends to the resource's throttleable set (consumers writing more than a
+// threshold, package policy): to pure ACKs and iSCSI R2T/response PDUs
+// when writers are slowed (the default), to data segments when readers
+// are. Per-packet delay slows a TCP flow smoothly (the thesis measured
+// throughput ∝ 1/delay for a window-limited flow) without drops, so no
+// retransmission and no iSCSI timeout. The delay is clamped to [0, u_max].
+//
+// # Asymmetry
+//
+// The law itself is symmetric, but the plant is not: a saturated array's
+// latency rises in a few hundred ms and falls as soon as the queue
+// drains, while writers slowed by a large delay recover only as TCP
+// reopens its window. So the delay should rise promptly on a violation
+// and fall steadily, not drop to 0 the moment the EWMA dips under, which
+// would let the writers refill the queue at once and oscillate. The
+// integral term gives exactly that: below the threshold the delay falls at
+// Kp·(T/Ti)·|e| ms per tick, fast when the resource is far under the
+// threshold, slowly near it.
+//
+// # Tuning constants (DefaultParams)
+//
+//	ThresholdMs = 15   the thesis's §5.8 resource-wait threshold; the lab's
+//	                   reader waits 5–10 ms alone and 30–120 ms under load.
+//	Kp = 0.1 ms/ms     a 10 ms overshoot moves the delay 1 ms at once: a
+//	                   1 ms ACK delay already costs a 64 KiB sync writer
+//	                   a large share of its rate, so larger kicks overshoot.
+//	Ti = 500 ms        five ticks: the integral adds Kp·e per 0.5 s, so a
+//	                   20 ms overshoot reaches the 20 ms cap in ~5 s, and
+//	                   recovers as fast; slower lets the thesis's "violent"
+//	                   interference through, faster oscillates on EWMA lag.
+//	Td = 0             the signal is a noisy per-tick mean; differentiating
+//	                   it mostly amplifies noise (the EWMA already damps).
+//	T = 100 ms         the tick; must match the loop, it scales Ti and Td.
+//	u_max = 20 ms      the thesis's delay range (Listing B.2 went to 9.6 ms,
+//	                   Figure 5.3 to 20 ms); beyond that throughput barely
+//	                   drops further while stalls grow toward iSCSI timeouts.
+//	EWMA α = 0.25      the thesis's filter weight (package signal).
+//
+// The simulator tunes these against the disk model; change them through
+// Params, never here alone.
+//
+// # Other controllers
+//
+// "thesis" is a deliberate copy of the buggy arithmetic of thesis Listing
+// A.2 (see Thesis), kept to compare with pid on the same run. "none"
+// always returns 0 and is the baseline.
+//
+// # Monitoring
+//
+// The engine reports per resource and tick: the raw latency, the filtered
+// signal, the threshold, the delay and the throttleable set, e.g. as the
+// daemon logs and exports them:
+//
+//	resource=vg-data raw_ms=41.2 signal_ms=33.9 threshold_ms=15 delay_ms=3.78 members=10.0.0.3,10.0.0.4
+//
+// A resource at rest shows delay_ms=0 and no members; delay_ms pinned at
+// u_max for long means the resource cannot be brought under its threshold
+// by delaying its writers (the threshold is too low, or the load is reads).
+package control
