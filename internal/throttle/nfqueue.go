@@ -205,11 +205,14 @@ func (b *Nfqueue) hook(a nfqueue.Attribute) int {
 // rules renders one NFQUEUE rule per group. --queue-bypass makes the
 // kernel accept packets when no program is bound to the queue, so a dead
 // daemon never blocks storage traffic.
-func (b *Nfqueue) rules(s State) []string {
+func (b *Nfqueue) rules(s State) []string { return NfqueueRules(s, b.cfg.QueueNum) }
+
+// NfqueueRules are the chain rules of the nfqueue backend for s.
+func NfqueueRules(s State, queue uint16) []string {
 	var out []string
 	for _, g := range sortedGroups(s) {
 		out = append(out, fmt.Sprintf("-A %s %s -m set --match-set %s dst -j NFQUEUE --queue-num %d --queue-bypass",
-			Chain, portMatch(g.ports()), SetName(g.Name), b.cfg.QueueNum))
+			Chain, portMatch(g.ports()), SetName(g.Name), queue))
 	}
 	return out
 }

@@ -1,0 +1,222 @@
+package throttle
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Qdisc handles (hex majors) of the tc backends, one each so that a
+// leftover is recognised by its handle: 0x53 is "S" for sanqos, 0x54 the
+// next one.
+const (
+	NetemHandle = 0x53
+	HTBHandle   = 0x54
+	// classBase is the first class minor of a leaf; minor 1 is the default
+	// (unthrottled) class.
+	classBase = 0x10
+	// lineRate is the HTB rate of every class that must not limit
+	// bandwidth: far above what the links here carry.
+	lineRate = "10gbit"
+)
+
+// DefaultNetemSteps are the fixed delays of the netem leaves: 0.1 ms, then
+// 0.5 ms to 20 ms by 0.5 ms, the thesis's controller range and step.
+func DefaultNetemSteps() []time.Duration {
+	s := []time.Duration{100 * time.Microsecond}
+	for d := 500 * time.Microsecond; d <= 20*time.Millisecond; d += 500 * time.Microsecond {
+		s = append(s, d)
+	}
+	return s
+}
+
+// TCConfig configures the tc-based backends (netem, htb).
+type TCConfig struct {
+	// Dev is the interface the target reaches its initiators through.
+	Dev          string
+	Steps        []time.Duration // netem delays; DefaultNetemSteps when empty
+	SmallSegment int
+	Run          Runner   // default: ExecRunner
+	Firewall     Firewall // default: iptables through Run
+	Sets         Sets     // default: ipsets over netlink
+	Logger       *slog.Logger
+}
+
+func (c *TCConfig) defaults(backend string) error {
+	if c.Dev == "" {
+		return fmt.Errorf("the %s backend needs the interface the target reaches its initiators on (--dev)", backend)
+	}
+	if len(c.Steps) == 0 {
+		c.Steps = DefaultNetemSteps()
+	}
+	if c.SmallSegment == 0 {
+		c.SmallSegment = DefaultSmallSegment
+	}
+	if c.Run == nil {
+		c.Run = ExecRunner{}
+	}
+	if c.Firewall == nil {
+		c.Firewall = &Iptables{Run: c.Run}
+	}
+	if c.Sets == nil {
+		c.Sets = Ipsets{}
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return nil
+}
+
+// lengthSplit is the IP total length that separates the two directions in
+// iptables: payload SmallSegment plus up to 100 bytes of IP and TCP
+// headers (20 + 20 + options; a timestamped segment has 52).
+func lengthSplit(small int) int { return small + 100 }
+
+// dirMatch is the iptables length match selecting one direction.
+func dirMatch(d Direction, small int) string {
+	if d == Write {
+		return fmt.Sprintf("-m length --length 0:%d", lengthSplit(small))
+	}
+	return fmt.Sprintf("-m length --length %d:65535", lengthSplit(small)+1)
+}
+
+// classID renders a class as iptables-save prints CLASSIFY targets.
+func classID(major, minor int) string { return fmt.Sprintf("%04x:%04x", major, minor) }
+
+// removeRootQdisc deletes dev's root qdisc if it carries our handle.
+func removeRootQdisc(ctx context.Context, run Runner, dev string, major int) error {
+	out, err := run.Run(ctx, "", "tc", "qdisc", "show", "dev", dev, "root")
+	if err != nil {
+		return fmt.Errorf("reading the qdisc of %s: %w", dev, err)
+	}
+	if !strings.Contains(out, fmt.Sprintf(" %x: root", major)) {
+		return nil
+	}
+	if _, err := run.Run(ctx, "", "tc", "qdisc", "del", "dev", dev, "root", "handle", fmt.Sprintf("%x:", major)); err != nil {
+		return fmt.Errorf("removing the sanqos qdisc of %s: %w", dev, err)
+	}
+	return nil
+}
+
+// Netem is the thesis's kernel data path: an HTB root on Dev with one
+// netem leaf per fixed delay; iptables CLASSIFY sends each group's packets
+// to the leaf nearest its requested delay (cls_fw, the thesis's mark
+// filter, is missing on many kernels; CLASSIFY needs no filter). Netem
+// does not keep a flow's order when its delay drops; nfqueue does.
+type Netem struct {
+	cfg  TCConfig
+	rec  *reconciler
+	log  *slog.Logger
+	mu   sync.Mutex
+	done bool
+}
+
+// NewNetem removes leftovers and builds the qdisc tree. On a kernel
+// without sch_netem it leaves the device as it was and says to use nfqueue.
+func NewNetem(ctx context.Context, cfg TCConfig) (*Netem, error) {
+	if err := cfg.defaults("netem"); err != nil {
+		return nil, err
+	}
+	b := &Netem{cfg: cfg, rec: newReconciler(cfg.Firewall, cfg.Sets), log: cfg.Logger.With("backend", "netem")}
+	if err := b.rec.reset(ctx); err != nil {
+		return nil, fmt.Errorf("removing leftovers of an earlier run: %w", err)
+	}
+	run, dev := cfg.Run, cfg.Dev
+	if err := removeRootQdisc(ctx, run, dev, NetemHandle); err != nil {
+		return nil, err
+	}
+	h := fmt.Sprintf("%x:", NetemHandle)
+	cmds := [][]string{
+		{"qdisc", "add", "dev", dev, "root", "handle", h, "htb", "default", "1"},
+		{"class", "add", "dev", dev, "parent", h, "classid", fmt.Sprintf("%x:1", NetemHandle), "htb", "rate", lineRate},
+	}
+	for i, d := range cfg.Steps {
+		cls := fmt.Sprintf("%x:%x", NetemHandle, classBase+i)
+		cmds = append(cmds,
+			[]string{"class", "add", "dev", dev, "parent", h, "classid", cls, "htb", "rate", lineRate},
+			[]string{"qdisc", "add", "dev", dev, "parent", cls, "handle", fmt.Sprintf("%x:", 0x100+i), "netem", "delay", fmtDelay(d)},
+		)
+	}
+	for _, c := range cmds {
+		if out, err := run.Run(ctx, "", "tc", c...); err != nil {
+			_ = removeRootQdisc(ctx, run, dev, NetemHandle)
+			if c[len(c)-3] == "netem" && strings.Contains(out+err.Error(), "unknown") {
+				return nil, fmt.Errorf("this kernel has no sch_netem, so the netem backend cannot run here; use --backend nfqueue")
+			}
+			return nil, fmt.Errorf("building the netem qdiscs on %s: %w", dev, err)
+		}
+	}
+	return b, nil
+}
+
+// fmtDelay prints a delay for tc in microseconds, which tc parses exactly.
+func fmtDelay(d time.Duration) string { return fmt.Sprintf("%dus", d.Microseconds()) }
+
+// Quantize returns the index of the step nearest d, or -1 when d is closer
+// to zero than to the first step.
+func Quantize(steps []time.Duration, d time.Duration) int {
+	best, bestErr := -1, math.Abs(float64(d))
+	for i, s := range steps {
+		if e := math.Abs(float64(d - s)); e < bestErr {
+			best, bestErr = i, e
+		}
+	}
+	return best
+}
+
+func (b *Netem) Name() string { return "netem" }
+
+// Rules classifies each active group's packets, per direction, into the
+// leaf nearest the requested delay.
+func (b *Netem) Rules(s State) []string {
+	var out []string
+	for _, g := range sortedGroups(s) {
+		for _, dir := range []Direction{Write, Read} {
+			d := g.WriteDelay
+			if dir == Read {
+				d = g.ReadDelay
+			}
+			i := Quantize(b.cfg.Steps, d)
+			if i < 0 {
+				continue
+			}
+			out = append(out, fmt.Sprintf("-A %s %s -m set --match-set %s dst %s -j CLASSIFY --set-class %s",
+				Chain, portMatch(g.ports()), SetName(g.Name), dirMatch(dir, b.cfg.SmallSegment), classID(NetemHandle, classBase+i)))
+		}
+	}
+	return out
+}
+
+func (b *Netem) Apply(ctx context.Context, s State) error {
+	if err := Validate(s); err != nil {
+		return err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.done {
+		return errors.New("backend is closed")
+	}
+	if err := b.rec.apply(ctx, b.Rules(s), wantSets(s)); err != nil {
+		return fmt.Errorf("programming the netem data path: %w", err)
+	}
+	return nil
+}
+
+func (b *Netem) Stats() Stats { return Stats{} }
+
+func (b *Netem) Close() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.done {
+		return nil
+	}
+	b.done = true
+	ctx := context.Background()
+	err := b.rec.reset(ctx)
+	return errors.Join(err, removeRootQdisc(ctx, b.cfg.Run, b.cfg.Dev, NetemHandle))
+}

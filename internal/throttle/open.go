@@ -1,0 +1,35 @@
+package throttle
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+)
+
+// Backends lists the backend names Open accepts, the default first.
+var Backends = []string{"nfqueue", "netem", "htb", "dry-run"}
+
+// Options selects and configures a backend for Open.
+type Options struct {
+	Backend      string // one of Backends; "" means nfqueue
+	Dev          string // netem, htb: interface towards the initiators
+	QueueNum     uint16 // nfqueue
+	SmallSegment int    // payload bytes still counted as write direction
+	Logger       *slog.Logger
+}
+
+// Open starts the named backend in the current network namespace, after
+// removing whatever a crashed earlier run left there.
+func Open(ctx context.Context, o Options) (Backend, error) {
+	switch o.Backend {
+	case "", "nfqueue":
+		return NewNfqueue(ctx, NfqueueConfig{QueueNum: o.QueueNum, SmallSegment: o.SmallSegment, Logger: o.Logger})
+	case "netem":
+		return NewNetem(ctx, TCConfig{Dev: o.Dev, SmallSegment: o.SmallSegment, Logger: o.Logger})
+	case "htb":
+		return NewHTB(ctx, TCConfig{Dev: o.Dev, SmallSegment: o.SmallSegment, Logger: o.Logger})
+	case "dry-run":
+		return NewDryRun(o.Logger), nil
+	}
+	return nil, fmt.Errorf("unknown backend %q: choose one of nfqueue (default), netem, htb, dry-run", o.Backend)
+}

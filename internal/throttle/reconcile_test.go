@@ -1,0 +1,343 @@
+package throttle
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
+
+// golden compares got with testdata/name, or rewrites it with -update.
+func golden(t *testing.T, name, got string) {
+	t.Helper()
+	p := filepath.Join("testdata", name)
+	if *update {
+		if err := os.MkdirAll("testdata", 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatalf("reading golden file (run with -update to create it): %v", err)
+	}
+	if string(want) != got {
+		t.Errorf("%s differs from golden file (run with -update if intended):\n--- got\n%s\n--- want\n%s", name, got, want)
+	}
+}
+
+func ip(s string) netip.Addr { return netip.MustParseAddr(s) }
+
+// expected renders what the fake kernel must hold for s under the nfqueue
+// backend, computed independently of the reconciler.
+func expected(s State, queue uint16) string {
+	rules := NfqueueRules(s, queue)
+	var b strings.Builder
+	if len(rules) > 0 {
+		fmt.Fprintf(&b, "-A POSTROUTING -j SANQOS (x1)\n:SANQOS\n")
+		for _, r := range rules {
+			b.WriteString(r + "\n")
+		}
+	}
+	sets := wantSets(s)
+	for _, n := range sortedKeys(sets) {
+		fmt.Fprintf(&b, "set %s:", n)
+		for _, a := range sortedAddrs(toSet(sets[n])) {
+			fmt.Fprintf(&b, " %s", a)
+		}
+		b.WriteByte('\n')
+	}
+	return b.String()
+}
+
+func toSet(as []netip.Addr) map[netip.Addr]bool {
+	m := map[netip.Addr]bool{}
+	for _, a := range as {
+		m[a] = true
+	}
+	return m
+}
+
+func randomState(r *rand.Rand) State {
+	names := []string{"vg-data", "fs-sda1", "disk/sdb", "a-very-long-resource-name-that-needs-hashing"}
+	addrs := []netip.Addr{ip("10.0.0.2"), ip("10.0.0.3"), ip("10.0.0.4"), ip("10.0.0.5")}
+	var s State
+	for _, n := range names {
+		if r.IntN(3) == 0 {
+			continue
+		}
+		g := Group{Name: n}
+		for _, a := range addrs {
+			if r.IntN(2) == 0 {
+				g.Members = append(g.Members, a)
+			}
+		}
+		if r.IntN(2) == 0 {
+			g.WriteDelay = time.Duration(r.IntN(40)) * 500 * time.Microsecond
+		}
+		if r.IntN(4) == 0 {
+			g.ReadDelay = time.Duration(r.IntN(40)) * 500 * time.Microsecond
+		}
+		if r.IntN(5) == 0 {
+			g.Ports = []uint16{3260, 3261}
+		}
+		s.Groups = append(s.Groups, g)
+	}
+	r.Shuffle(len(s.Groups), func(i, j int) { s.Groups[i], s.Groups[j] = s.Groups[j], s.Groups[i] })
+	return s
+}
+
+// TestReconcileRandomTransitions drives the reconciler through random
+// state sequences on the fake kernel: after every Apply the kernel holds
+// exactly the state, a repeated Apply changes nothing, and a reset leaves
+// nothing of ours but foreign sets untouched.
+func TestReconcileRandomTransitions(t *testing.T) {
+	ctx := context.Background()
+	r := rand.New(rand.NewPCG(1, 2))
+	k := NewFakeKernel()
+	k.Foreign["other-set"] = true
+	k.sets["other-set"] = map[netip.Addr]bool{ip("192.0.2.1"): true}
+	rec := newReconciler(k, k)
+	for i := range 500 {
+		s := randomState(r)
+		if err := rec.apply(ctx, NfqueueRules(s, 7), wantSets(s)); err != nil {
+			t.Fatalf("step %d: apply: %v", i, err)
+		}
+		if got, want := k.String(), expected(s, 7); got != want {
+			t.Fatalf("step %d: kernel holds\n%s\nwant\n%s", i, got, want)
+		}
+		ops := k.Ops
+		if err := rec.apply(ctx, NfqueueRules(s, 7), wantSets(s)); err != nil {
+			t.Fatalf("step %d: second apply: %v", i, err)
+		}
+		if k.Ops != ops {
+			t.Fatalf("step %d: applying the same state again made %d kernel changes", i, k.Ops-ops)
+		}
+	}
+	if err := rec.reset(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := k.String(); got != "" {
+		t.Fatalf("after reset the kernel still holds\n%s", got)
+	}
+	if _, ok := k.sets["other-set"]; !ok {
+		t.Fatal("reset destroyed a set that is not ours")
+	}
+}
+
+// TestReconcileOnlyDifferences checks that a membership change is set
+// operations only, and a delay change on an active group touches nothing.
+func TestReconcileOnlyDifferences(t *testing.T) {
+	ctx := context.Background()
+	k := NewFakeKernel()
+	rec := newReconciler(k, k)
+	s := State{Groups: []Group{{Name: "vg", Members: []netip.Addr{ip("10.0.0.2")}, WriteDelay: time.Millisecond}}}
+	if err := rec.apply(ctx, NfqueueRules(s, 1), wantSets(s)); err != nil {
+		t.Fatal(err)
+	}
+	ops := k.Ops
+	s.Groups[0].WriteDelay = 5 * time.Millisecond
+	if err := rec.apply(ctx, NfqueueRules(s, 1), wantSets(s)); err != nil {
+		t.Fatal(err)
+	}
+	if k.Ops != ops {
+		t.Fatalf("a delay change made %d kernel changes, want 0", k.Ops-ops)
+	}
+	s.Groups[0].Members = append(s.Groups[0].Members, ip("10.0.0.3"))
+	if err := rec.apply(ctx, NfqueueRules(s, 1), wantSets(s)); err != nil {
+		t.Fatal(err)
+	}
+	if k.Ops != ops+1 {
+		t.Fatalf("adding a member made %d kernel changes, want 1 (ipset add)", k.Ops-ops)
+	}
+}
+
+// TestStartupRemovesCrashLeftovers: a crashed run left a doubled jump, a
+// chain and sets; the next start (reset) removes them all.
+func TestStartupRemovesCrashLeftovers(t *testing.T) {
+	k := NewFakeKernel()
+	k.Crash([]string{"-A SANQOS -j NFQUEUE --queue-num 1"}, map[string][]netip.Addr{"sanqos-old": {ip("10.0.0.9")}})
+	rec := newReconciler(k, k)
+	if err := rec.reset(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if got := k.String(); got != "" {
+		t.Fatalf("leftovers survived start-up:\n%s", got)
+	}
+}
+
+// recorder is a Runner that records commands and answers like a machine
+// with no sanqos objects: checks for our jump and chain fail, and the
+// device has its default qdisc.
+type recorder struct {
+	b             strings.Builder
+	jump, chained bool
+	root          string // handle of the root qdisc we added
+}
+
+func (r *recorder) Run(_ context.Context, stdin, name string, args ...string) (string, error) {
+	cmd := name + " " + strings.Join(args, " ")
+	fmt.Fprintf(&r.b, "$ %s\n%s", cmd, stdin)
+	if strings.Contains(stdin, ":SANQOS") {
+		r.chained = true
+	}
+	if strings.Contains(stdin, "-A POSTROUTING -j SANQOS") {
+		r.jump = true
+	}
+	switch {
+	case strings.Contains(cmd, " -C POSTROUTING") && !r.jump, strings.Contains(cmd, " -S SANQOS") && !r.chained:
+		return "", fmt.Errorf("exit status 1")
+	case strings.Contains(cmd, " -D POSTROUTING"):
+		r.jump = false
+	case strings.Contains(cmd, " -X SANQOS"):
+		r.chained = false
+	case strings.HasPrefix(cmd, "tc qdisc add") && args[4] == "root":
+		r.root = args[6]
+	case strings.HasPrefix(cmd, "tc qdisc del") && args[4] == "root":
+		r.root = ""
+	case strings.HasPrefix(cmd, "tc qdisc show") && r.root != "":
+		return "qdisc htb " + r.root + " root refcnt 2 r2q 10 default 0x1\n", nil
+	case strings.HasPrefix(cmd, "tc qdisc show"):
+		return "qdisc noqueue 0: root refcnt 2\n", nil
+	}
+	return "", nil
+}
+
+// goldenStates is a scripted sequence: a group appears, gains members and
+// delays, goes idle, a second one appears, all disappear.
+func goldenStates() []State {
+	a, b := ip("10.0.0.2"), ip("10.0.0.3")
+	return []State{
+		{Groups: []Group{{Name: "vg-data", Members: []netip.Addr{a}, WriteDelay: 4600 * time.Microsecond}}},
+		{Groups: []Group{{Name: "vg-data", Members: []netip.Addr{a, b}, WriteDelay: 5 * time.Millisecond, ReadDelay: 2 * time.Millisecond, ReadRate: 1 << 20}}},
+		{Groups: []Group{{Name: "vg-data", Members: []netip.Addr{a, b}}}},
+		{Groups: []Group{
+			{Name: "vg-data", Members: []netip.Addr{a}, WriteDelay: 20 * time.Millisecond},
+			{Name: "fs/sda1", Members: []netip.Addr{b}, Ports: []uint16{3260, 3261}, ReadDelay: 300 * time.Microsecond, ReadRate: 256000},
+		}},
+		{},
+	}
+}
+
+func TestNfqueueGolden(t *testing.T) {
+	ctx := context.Background()
+	rec := &recorder{}
+	k := NewFakeKernel()
+	rc := newReconciler(&Iptables{Run: rec}, k)
+	if err := rc.reset(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for i, s := range goldenStates() {
+		fmt.Fprintf(&rec.b, "# state %d\n", i)
+		if err := rc.apply(ctx, NfqueueRules(s, DefaultQueueNum), wantSets(s)); err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintf(&rec.b, "# sets\n%s", k.String())
+	}
+	golden(t, "nfqueue.golden", rec.b.String())
+}
+
+func TestNetemGolden(t *testing.T) {
+	ctx := context.Background()
+	rec := &recorder{}
+	k := NewFakeKernel()
+	b, err := NewNetem(ctx, TCConfig{Dev: "veth-t", Run: rec, Sets: k, Steps: []time.Duration{
+		100 * time.Microsecond, 500 * time.Microsecond, time.Millisecond, 5 * time.Millisecond, 20 * time.Millisecond}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, s := range goldenStates() {
+		fmt.Fprintf(&rec.b, "# state %d\n", i)
+		if err := b.Apply(ctx, s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fmt.Fprintf(&rec.b, "# close\n")
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	golden(t, "netem.golden", rec.b.String())
+}
+
+func TestHTBGolden(t *testing.T) {
+	ctx := context.Background()
+	rec := &recorder{}
+	k := NewFakeKernel()
+	b, err := NewHTB(ctx, TCConfig{Dev: "veth-t", Run: rec, Sets: k})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, s := range goldenStates() {
+		fmt.Fprintf(&rec.b, "# state %d\n", i)
+		if err := b.Apply(ctx, s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	golden(t, "htb.golden", rec.b.String())
+}
+
+// netemMissing answers like this machine: no sch_netem.
+type netemMissing struct{ recorder }
+
+func (r *netemMissing) Run(ctx context.Context, stdin, name string, args ...string) (string, error) {
+	if strings.Contains(strings.Join(args, " "), " netem ") {
+		return "Error: Specified qdisc kind is unknown.", fmt.Errorf("exit status 2")
+	}
+	return r.recorder.Run(ctx, stdin, name, args...)
+}
+
+func TestNetemMissingNamesNfqueue(t *testing.T) {
+	_, err := NewNetem(context.Background(), TCConfig{Dev: "veth-t", Run: &netemMissing{}, Sets: NewFakeKernel()})
+	if err == nil || !strings.Contains(err.Error(), "nfqueue") {
+		t.Fatalf("error %v, want one naming the nfqueue backend", err)
+	}
+}
+
+func TestQuantize(t *testing.T) {
+	steps := DefaultNetemSteps()
+	for _, c := range []struct {
+		d    time.Duration
+		want time.Duration // -1: no class
+	}{
+		{0, -1},
+		{40 * time.Microsecond, -1},
+		{60 * time.Microsecond, 100 * time.Microsecond},
+		{4600 * time.Microsecond, 4500 * time.Microsecond},
+		{4800 * time.Microsecond, 5 * time.Millisecond},
+		{time.Second, 20 * time.Millisecond},
+	} {
+		i := Quantize(steps, c.d)
+		got := time.Duration(-1)
+		if i >= 0 {
+			got = steps[i]
+		}
+		if got != c.want {
+			t.Errorf("Quantize(%v) = %v, want %v", c.d, got, c.want)
+		}
+	}
+}
+
+func TestSetName(t *testing.T) {
+	seen := map[string]string{}
+	for _, g := range []string{"vg-data", "fs/sda1", "fs_sda1", "a-very-long-resource-name-that-needs-hashing", "a-very-long-resource-name-that-needs-hashing2"} {
+		n := SetName(g)
+		if len(n) > maxSetName || !strings.HasPrefix(n, SetPrefix) {
+			t.Errorf("SetName(%q) = %q: too long or without prefix", g, n)
+		}
+		if o, dup := seen[n]; dup {
+			t.Errorf("groups %q and %q share set %q", o, g, n)
+		}
+		seen[n] = g
+	}
+}
