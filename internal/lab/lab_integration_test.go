@@ -1,0 +1,343 @@
+package lab
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sanqos/sanqos/internal/iolog"
+)
+
+// The tests in this file build a real lab: they need root, tgt, iproute2,
+// ethtool, libiscsi-bin, fio and the cgo load generator (built here). They
+// run in about two minutes together, most of it measuring latency.
+
+// testStorage is the lab's storage in tests: the emulated thesis disk,
+// unless SANQOS_LAB_STORAGE names another (e.g. dir:/var/tmp/x to check
+// the lab on real storage).
+func testStorage(t *testing.T) Storage {
+	s := os.Getenv("SANQOS_LAB_STORAGE")
+	if s == "" {
+		return DefaultStorage
+	}
+	st, err := ParseStorage(s)
+	if err != nil {
+		t.Fatalf("SANQOS_LAB_STORAGE: %v", err)
+	}
+	return st
+}
+
+// requireLab skips unless the machine can run the lab.
+func requireLab(t *testing.T, extra ...string) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("the lab needs root (network namespaces, loop devices, mounts)")
+	}
+	if err := checkTools(exec.LookPath); err != nil {
+		t.Skipf("lab tools missing: %v", err)
+	}
+	for _, c := range extra {
+		if _, err := exec.LookPath(c); err != nil {
+			t.Skipf("%s is not installed (make deps)", c)
+		}
+	}
+	if _, err := os.Stat("/dev/loop-control"); err != nil {
+		t.Skip("this kernel has no loop devices")
+	}
+}
+
+// buildLoadgen builds cmd/sanqos-iscsiload (cgo, libiscsi) for the test.
+func buildLoadgen(t *testing.T) string {
+	t.Helper()
+	src, err := filepath.Abs("../../cmd/sanqos-iscsiload")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m, _ := filepath.Glob(filepath.Join(src, "*.go")); len(m) == 0 {
+		t.Skip("cmd/sanqos-iscsiload is not in this tree")
+	}
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("the go command is not in PATH to build the load generator")
+	}
+	out := filepath.Join(t.TempDir(), LoadgenName)
+	cmd := exec.Command(goBin, "build", "-o", out, ".")
+	cmd.Dir = src
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("building the load generator: %v\n%s", err, b)
+	}
+	return out
+}
+
+// upForTest brings a lab up and registers its removal, followed by the
+// proof that nothing of it is left.
+func upForTest(t *testing.T, loadgen string) *Lab {
+	t.Helper()
+	ctx := context.Background()
+	st := testStorage(t)
+	if st.Kind == "dir" {
+		st.Dir = filepath.Join(st.Dir, "sanqos-lab-test")
+	}
+	l, err := Up(ctx, Options{Storage: st, Size: 1 << 30, Loadgen: loadgen, Progress: testLog{t}})
+	if err != nil {
+		t.Fatalf("lab up: %v", err)
+	}
+	tgtd := readPid(tgtdPidFile())
+	t.Cleanup(func() {
+		if err := l.Down(); err != nil {
+			t.Errorf("lab down: %v", err)
+		}
+		assertClean(t, tgtd, l.State())
+	})
+	return l
+}
+
+type testLog struct{ t *testing.T }
+
+func (w testLog) Write(b []byte) (int, error) {
+	w.t.Log(strings.TrimSpace(string(b)))
+	return len(b), nil
+}
+
+// assertClean fails for anything of the lab left on the machine.
+func assertClean(t *testing.T, tgtdPid int, st State) {
+	t.Helper()
+	for _, ns := range Namespaces() {
+		if nsExists(ns) {
+			t.Errorf("namespace %s left after down", ns)
+		}
+	}
+	out, err := execRunner{}.run(context.Background(), "losetup", "--json", "--list")
+	if err != nil {
+		t.Errorf("listing loops: %v", err)
+	}
+	devs, err := parseLosetupJSON(out)
+	if err != nil {
+		t.Error(err)
+	}
+	for _, d := range devs {
+		if isLabLoop(d) {
+			t.Errorf("loop device %s (%s) left after down", d.Name, d.BackFile)
+		}
+	}
+	if m, err := labMounts(); err != nil || len(m) > 0 {
+		t.Errorf("mounts left after down: %v %v", m, err)
+	}
+	if tgtdPid == 0 {
+		t.Error("no tgtd pid was recorded")
+	} else if alive(tgtdPid) && !isZombie(tgtdPid) {
+		t.Errorf("tgtd (pid %d) still running after down", tgtdPid)
+	}
+	for _, p := range append([]string{StateDir, DataDir}, tgtdSockets()...) {
+		if _, err := os.Stat(p); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s left after down", p)
+		}
+	}
+	for _, in := range st.Initiators {
+		if _, err := os.Stat(in.Image); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("image %s left after down", in.Image)
+		}
+	}
+}
+
+// runLoad runs the load generator to completion and returns its summary
+// of all threads (the log's last line).
+func runLoad(ctx context.Context, l *Lab, initiator string, args ...string) (iolog.Record, error) {
+	cmd, err := l.LoadCommand(ctx, initiator, args...)
+	if err != nil {
+		return iolog.Record{}, err
+	}
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		return iolog.Record{}, fmt.Errorf("load on %s (%s): %w\n%s", initiator, strings.Join(args, " "), err, stderr.String())
+	}
+	recs, err := iolog.ReadRecords(&stdout)
+	if err != nil {
+		return iolog.Record{}, fmt.Errorf("load log of %s: %w", initiator, err)
+	}
+	for i := len(recs) - 1; i >= 0; i-- {
+		if recs[i].Kind == iolog.KindSummary && recs[i].Thread == 0 {
+			return recs[i], nil
+		}
+	}
+	return iolog.Record{}, fmt.Errorf("load log of %s has no summary:\n%s", initiator, stdout.String())
+}
+
+func TestLabEndToEnd(t *testing.T) {
+	requireLab(t, "iscsi-inq")
+	loadgen := buildLoadgen(t)
+	start := time.Now()
+	l := upForTest(t, loadgen)
+	ctx := context.Background()
+	t.Logf("lab up in %v: %+v", time.Since(start).Round(time.Millisecond), l.State())
+
+	s, err := ReadStatus(ctx)
+	if err != nil || !s.Up || s.Targets != 4 {
+		t.Fatalf("status after up: %+v, %v", s, err)
+	}
+	if s.State.Offloads != wantOffloads || s.State.MTU != MTU {
+		t.Errorf("network: offloads %+v MTU %d, want %+v %d", s.State.Offloads, s.State.MTU, wantOffloads, MTU)
+	}
+
+	t.Run("login", func(t *testing.T) {
+		inits := l.Initiators()
+		for i, in := range inits {
+			url := fmt.Sprintf("iscsi://%s/%s/1", l.Target().Portal(), in.IQN)
+			out, err := Command(ctx, in.NS, "iscsi-inq", url).CombinedOutput()
+			if err != nil || !strings.Contains(string(out), "DIRECT_ACCESS") {
+				t.Errorf("%s cannot log in to %s: %v\n%s", in.Name, in.IQN, err, out)
+			}
+			// The ACL: another initiator's target is refused.
+			other := inits[(i+1)%len(inits)]
+			if out, err := Command(ctx, in.NS, "iscsi-inq", fmt.Sprintf("iscsi://%s/%s/1", l.Target().Portal(), other.IQN)).CombinedOutput(); err == nil {
+				t.Errorf("%s logged in to %s's target:\n%s", in.Name, other.Name, out)
+			}
+		}
+	})
+
+	t.Run("verify", func(t *testing.T) {
+		var wg sync.WaitGroup
+		for _, in := range l.Initiators() {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				sum, err := runLoad(ctx, l, in.Name, "--rw", "write", "--bs", "64k", "--size", "8m", "--verify", "--seed", "7")
+				switch {
+				case err != nil:
+					t.Error(err)
+				case sum.Verified == nil || *sum.Verified == 0:
+					t.Errorf("%s: verify run checked nothing: %+v", in.Name, sum)
+				case sum.Mismatches == nil || *sum.Mismatches != 0 || sum.Errors != 0:
+					t.Errorf("%s: data read back differs: %+v", in.Name, sum)
+				}
+			}()
+		}
+		wg.Wait()
+	})
+
+	t.Run("interference", func(t *testing.T) {
+		if testing.Short() {
+			t.Skip("measures for a minute")
+		}
+		const measure = "20s"
+		alone, err := runLoad(ctx, l, "b2", "--job", "smalljob", "--runtime", measure, "--time-based")
+		if err != nil {
+			t.Fatal(err)
+		}
+		// 12 sequential 64 KiB writer threads spread over b3–b5, started
+		// before smalljob and running past its end.
+		wctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		type res struct {
+			sum iolog.Record
+			err error
+		}
+		writers := make(chan res, 3)
+		for _, n := range []string{"b3", "b4", "b5"} {
+			go func() {
+				sum, err := runLoad(wctx, l, n, "--job", "seqwrite-64k", "--threads", "4", "--runtime", "30s", "--time-based")
+				writers <- res{sum, err}
+			}()
+		}
+		time.Sleep(5 * time.Second)
+		busy, err := runLoad(ctx, l, "b2", "--job", "smalljob", "--runtime", measure, "--time-based")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var agg float64
+		for range 3 {
+			r := <-writers
+			if r.err != nil {
+				t.Fatal(r.err)
+			}
+			agg += r.sum.MBs
+		}
+		ratio := busy.Lat.Mean / alone.Lat.Mean
+		t.Logf("smalljob mean wait alone %.2f ms (p99 %.1f), with 12 writers %.2f ms (p99 %.1f): %.1fx; writers %.1f MB/s aggregate",
+			alone.Lat.Mean, alone.Lat.P99, busy.Lat.Mean, busy.Lat.P99, ratio, agg)
+		if ratio < 3 {
+			t.Errorf("smalljob waits only %.1fx longer against 12 writers (%.2f vs %.2f ms), want at least 3x", ratio, busy.Lat.Mean, alone.Lat.Mean)
+		}
+		if agg <= 0 {
+			t.Errorf("writers moved nothing")
+		}
+	})
+}
+
+// TestLoadgenMatchesFio checks the load generator's latency against fio
+// running the same job directly on the LUN's loop device: the same disk
+// seen through iSCSI must not look slower or faster by more than 10 %.
+func TestLoadgenMatchesFio(t *testing.T) {
+	requireLab(t, "fio")
+	if testing.Short() {
+		t.Skip("measures for 40 s")
+	}
+	loadgen := buildLoadgen(t)
+	if testStorage(t).Kind != "emu" {
+		t.Skip("on real storage the disk is too fast for iSCSI's own latency to be negligible")
+	}
+	l := upForTest(t, loadgen)
+	ctx := context.Background()
+	in, err := l.Initiator("b2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const runtime = 20
+	out, err := exec.CommandContext(ctx, "fio", "--name=cmp", "--filename=/dev/"+in.Loop,
+		"--ioengine=psync", "--direct=1", "--rw=randread", "--bs=8k", "--size=128m", "--rate=256k",
+		fmt.Sprintf("--runtime=%d", runtime), "--time_based", "--randseed=3", "--output-format=json").Output()
+	if err != nil {
+		t.Fatalf("fio: %v\n%s", err, out)
+	}
+	fioMean, n, err := fioReadMeanMs(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lg, err := runLoad(ctx, l, "b2", "--rw", "randread", "--bs", "8k", "--size", "128m", "--rate", "256k",
+		"--runtime", fmt.Sprintf("%ds", runtime), "--time-based", "--seed", "3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	diff := (lg.Lat.Mean - fioMean) / fioMean
+	t.Logf("8 KiB random reads at 256 kB/s for %ds: fio on /dev/%s %.2f ms mean (%d I/Os), load generator via iSCSI %.2f ms (%d I/Os): %+.1f%%",
+		runtime, in.Loop, fioMean, n, lg.Lat.Mean, lg.IOs, 100*diff)
+	if diff > 0.10 || diff < -0.10 {
+		t.Errorf("load generator mean %.2f ms differs from fio's %.2f ms by %+.1f%%, want within 10%%", lg.Lat.Mean, fioMean, 100*diff)
+	}
+}
+
+// fioReadMeanMs reads the mean completion latency of the first job's
+// reads from fio's JSON output.
+func fioReadMeanMs(out []byte) (float64, int64, error) {
+	// fio may print warnings before the JSON document.
+	if i := bytes.IndexByte(out, '{'); i > 0 {
+		out = out[i:]
+	}
+	var doc struct {
+		Jobs []struct {
+			Read struct {
+				TotalIOs int64 `json:"total_ios"`
+				LatNs    struct {
+					Mean float64 `json:"mean"`
+				} `json:"lat_ns"`
+			} `json:"read"`
+		} `json:"jobs"`
+	}
+	if err := json.Unmarshal(out, &doc); err != nil {
+		return 0, 0, fmt.Errorf("parsing fio output: %w", err)
+	}
+	if len(doc.Jobs) == 0 || doc.Jobs[0].Read.TotalIOs == 0 {
+		return 0, 0, errors.New("fio did no reads")
+	}
+	return doc.Jobs[0].Read.LatNs.Mean / 1e6, doc.Jobs[0].Read.TotalIOs, nil
+}
