@@ -1,0 +1,217 @@
+package diskemu
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+	"golang.org/x/sys/unix"
+)
+
+// mountHandle is what Close needs to undo a mount.
+type mountHandle struct {
+	proxy *dioProxy // nil without async DIO
+}
+
+// mountFS mounts the file system itself (open /dev/fuse, mount(2)) instead
+// of letting go-fuse do it, so that the connection can be given
+// FUSE_ASYNC_DIO: go-fuse then serves the /dev/fuse descriptor, or one end
+// of the proxy in front of it, through its "/dev/fd/N" convention.
+func (s *Server) mountFS(root fs.InodeEmbedder) error {
+	o := &s.opts
+	kfd, err := unix.Open("/dev/fuse", unix.O_RDWR|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("opening /dev/fuse (is the fuse module available, are we root?): %w", err)
+	}
+	data := fmt.Sprintf("fd=%d,rootmode=40000,user_id=%d,group_id=%d,allow_other,max_read=%d",
+		kfd, os.Geteuid(), os.Getegid(), o.MaxWrite)
+	if err := unix.Mount(FSType, o.Mountpoint, "fuse."+FSType, unix.MS_NOSUID|unix.MS_NODEV, data); err != nil {
+		unix.Close(kfd)
+		return fmt.Errorf("mounting fuse on %s: %w", o.Mountpoint, err)
+	}
+	serverFd := kfd
+	if !o.SyncDIO {
+		p, fd, err := newDIOProxy(kfd, o.MaxWrite, s.log)
+		if err != nil {
+			unix.Unmount(o.Mountpoint, unix.MNT_DETACH)
+			unix.Close(kfd)
+			return err
+		}
+		s.mount.proxy = p
+		serverFd = fd
+	}
+	one := time.Second
+	fo := &fs.Options{
+		MountOptions: fuse.MountOptions{
+			FsName:        FSType,
+			Name:          FSType,
+			MaxBackground: o.MaxBackground,
+			MaxWrite:      o.MaxWrite,
+			DisableXAttrs: true,
+			// The proxy passes whole messages; splice would bypass it.
+			DisableSplice: true,
+			Logger:        log.New(slogWriter{s.log}, "", 0),
+		},
+		EntryTimeout: &one,
+		AttrTimeout:  &one,
+	}
+	srv, err := fuse.NewServer(fs.NewNodeFS(root, fo), fmt.Sprintf("/dev/fd/%d", serverFd), &fo.MountOptions)
+	if err != nil {
+		s.abortMount(kfd)
+		return fmt.Errorf("starting fuse server: %w", err)
+	}
+	s.fuse = srv
+	go srv.Serve()
+	if err := srv.WaitMount(); err != nil {
+		s.abortMount(kfd)
+		return fmt.Errorf("waiting for the fuse mount: %w", err)
+	}
+	// go-fuse cannot run its poll hack on a /dev/fd/N mount: tell the kernel
+	// now that POLL is not implemented, before any Go code in this process
+	// registers a file of the mount with the netpoller and waits on us.
+	if f, err := unix.Open(filepath.Join(o.Mountpoint, ".go-fuse-epoll-hack"), unix.O_RDONLY, 0); err == nil {
+		unix.Poll([]unix.PollFd{{Fd: int32(f), Events: unix.POLLIN | unix.POLLPRI | unix.POLLOUT}}, 0)
+		unix.Close(f)
+	}
+	if s.mount.proxy != nil {
+		select {
+		case ok := <-s.mount.proxy.initDone:
+			if !ok {
+				s.log.Warn("kernel did not offer FUSE_ASYNC_DIO; loop devices will see queue depth 1")
+			}
+		case <-time.After(5 * time.Second):
+			s.abortMount(kfd)
+			return errors.New("fuse INIT did not complete within 5s")
+		}
+	}
+	return nil
+}
+
+func (s *Server) abortMount(kfd int) {
+	unix.Unmount(s.opts.Mountpoint, unix.MNT_DETACH)
+	if s.mount.proxy != nil {
+		s.mount.proxy.shutdown()
+	}
+}
+
+// unmount tries a clean unmount for a few seconds (a process may be just
+// closing an image), then detaches lazily.
+func (s *Server) unmount() error {
+	mp := s.opts.Mountpoint
+	var err error
+	for i := 0; i < 20; i++ {
+		if err = unix.Unmount(mp, 0); err == nil || !errors.Is(err, unix.EBUSY) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if err != nil && !errors.Is(err, unix.EINVAL) { // EINVAL: no longer mounted
+		if derr := unix.Unmount(mp, unix.MNT_DETACH); derr != nil && !errors.Is(derr, unix.EINVAL) {
+			return fmt.Errorf("unmounting %s: %w (lazy unmount: %v)", mp, err, derr)
+		}
+		return fmt.Errorf("unmounting %s: %w; detached lazily, images still open (loop devices? losetup -j) fail once this process exits", mp, err)
+	}
+	// The proxy ends its side of the socket pair, which is what wakes
+	// go-fuse's readers (they only see ENODEV on a real /dev/fuse).
+	if s.mount.proxy != nil {
+		s.mount.proxy.shutdown()
+	}
+	waitDone := make(chan struct{})
+	go func() { s.fuse.Wait(); close(waitDone) }()
+	select {
+	case <-waitDone:
+	case <-time.After(5 * time.Second):
+		s.log.Warn("fuse server loops did not stop within 5s after unmount")
+	}
+	return nil
+}
+
+// detachStale lazily unmounts a mount of ours left at mp by a crashed server
+// and refuses to mount over anything else.
+func detachStale(mp string, log *slog.Logger) error {
+	mounts, err := readMountinfo("/proc/self/mountinfo")
+	if err != nil {
+		return err
+	}
+	for _, m := range mounts {
+		if m.point != mp {
+			continue
+		}
+		if m.fstype != "fuse."+FSType {
+			return fmt.Errorf("%s already has a %s mount; unmount it or choose another mountpoint", mp, m.fstype)
+		}
+		log.Warn("lazily unmounting a stale emulated disk", "mount", mp)
+		if err := unix.Unmount(mp, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) {
+			return fmt.Errorf("unmounting stale mount %s: %w", mp, err)
+		}
+	}
+	return nil
+}
+
+type mountEntry struct{ point, fstype string }
+
+// readMountinfo returns mount points and types from a mountinfo file.
+func readMountinfo(path string) ([]mountEntry, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("reading %s: %w", path, err)
+	}
+	return parseMountinfo(bytes.NewReader(b))
+}
+
+func parseMountinfo(r io.Reader) ([]mountEntry, error) {
+	var out []mountEntry
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		pre, post, ok := strings.Cut(line, " - ")
+		f, g := strings.Fields(pre), strings.Fields(post)
+		if !ok || len(f) < 5 || len(g) < 1 {
+			continue
+		}
+		out = append(out, mountEntry{point: unescapeMount(f[4]), fstype: g[0]})
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("reading mountinfo: %w", err)
+	}
+	return out, nil
+}
+
+// unescapeMount undoes the kernel's octal escapes (\040 for space …).
+func unescapeMount(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+4 <= len(s) {
+			if v, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(v))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+// slogWriter sends go-fuse's log.Logger output to slog at debug level.
+type slogWriter struct{ l *slog.Logger }
+
+func (w slogWriter) Write(p []byte) (int, error) {
+	w.l.Debug("go-fuse", "msg", strings.TrimSpace(string(p)))
+	return len(p), nil
+}
