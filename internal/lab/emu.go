@@ -2,18 +2,18 @@ package lab
 
 import (
 	"context"
-	"errors"
+
+	"github.com/sanqos/sanqos/internal/diskemu"
 )
 
-// serveEmu serves the emulated disk at mount over the files in backing
-// until ctx is done; nil while internal/diskemu is not in this build.
-var serveEmu func(ctx context.Context, mount, backing, profile string, seed int64) error
+// serveEmu serves the emulated disk at mount over the image files in
+// backing until ctx is done, then unmounts it.
+func serveEmu(ctx context.Context, mount, backing, profile string, seed int64) error {
+	return diskemu.Serve(ctx, diskemu.Options{Mountpoint: mount, BackingDir: backing, Profile: profile, Seed: seed})
+}
 
 // ServeEmu serves the emulated disk until ctx is done (the hidden
-// `sanqos lab diskemu` command).
+// `sanqos lab diskemu` command that `sanqos lab up` runs).
 func ServeEmu(ctx context.Context, mount, backing, profile string, seed int64) error {
-	if serveEmu == nil {
-		return errors.New("this build has no emulated disk (internal/diskemu)")
-	}
 	return serveEmu(ctx, mount, backing, profile, seed)
 }
