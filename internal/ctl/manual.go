@@ -1,0 +1,72 @@
+package ctl
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"sync"
+
+	"github.com/sanqos/sanqos/internal/throttle"
+)
+
+// ManualHandler serves 'sanqos run --manual': the manual throttles are
+// the whole state of the backend.
+type ManualHandler struct {
+	Backend   throttle.Backend
+	Overrides *Overrides
+	mu        sync.Mutex // one Apply at a time, in request order
+}
+
+// NewManualHandler returns a handler applying manual throttles to b.
+func NewManualHandler(b throttle.Backend) *ManualHandler {
+	return &ManualHandler{Backend: b, Overrides: &Overrides{}}
+}
+
+func (h *ManualHandler) apply(ctx context.Context) error {
+	return h.Backend.Apply(ctx, throttle.State{Groups: h.Overrides.Groups()})
+}
+
+// Handle answers one request. A request that fails leaves the throttles
+// as they were.
+func (h *ManualHandler) Handle(ctx context.Context, r Request) Response {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	switch r.Op {
+	case OpThrottle:
+		m, err := ParseManual(r)
+		if err != nil {
+			return Response{Error: err.Error()}
+		}
+		prev, had := h.Overrides.Get(m.IP)
+		h.Overrides.Set(m)
+		if err := h.apply(ctx); err != nil {
+			h.Overrides.Restore(m.IP, prev, had)
+			_ = h.apply(ctx)
+			return Response{Error: fmt.Sprintf("applying the throttle: %v", err)}
+		}
+	case OpFree:
+		a, err := netip.ParseAddr(r.IP)
+		if err != nil {
+			return Response{Error: fmt.Sprintf("--ip %q is not an IP address", r.IP)}
+		}
+		prev, had := h.Overrides.Get(a.Unmap())
+		if !had {
+			return Response{Error: fmt.Sprintf("%s has no manual throttle (see 'sanqos throttle --list')", a)}
+		}
+		h.Overrides.Free(a.Unmap())
+		if err := h.apply(ctx); err != nil {
+			h.Overrides.Set(prev)
+			_ = h.apply(ctx)
+			return Response{Error: fmt.Sprintf("removing the throttle: %v", err)}
+		}
+	case OpList, OpStatus:
+	default:
+		return Response{Error: fmt.Sprintf("unknown operation %q: want throttle, free, list or status", r.Op)}
+	}
+	resp := Response{OK: true, Mode: "manual", Backend: h.Backend.Name(), Throttles: h.Overrides.List()}
+	if r.Op == OpStatus {
+		st := h.Backend.Stats()
+		resp.Stats = &st
+	}
+	return resp
+}
