@@ -3,10 +3,88 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
+	"log/slog"
+	"os"
+	"strings"
+
+	"github.com/sanqos/sanqos/internal/ctl"
+	"github.com/sanqos/sanqos/internal/throttle"
 )
 
-// cmdRun is being built; see the issue that owns 'sanqos run'.
-func cmdRun(_ context.Context, _ []string, _, _ io.Writer) error {
-	return errors.New("'sanqos run' is not available in this build yet")
+// cmdRun is 'sanqos run'. With --manual it only serves manual throttle
+// requests on the control socket; without, it is the autonomic daemon
+// (daemon.go), which serves the same socket.
+func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if !hasManualFlag(args) {
+		return cmdRunAutonomic(ctx, args, stdout, stderr)
+	}
+	return runManual(ctx, args, stdout, stderr)
+}
+
+// hasManualFlag reports whether args ask for manual mode, before the flag
+// sets of the two modes (which differ) parse them.
+func hasManualFlag(args []string) bool {
+	for _, a := range args {
+		if a == "--" {
+			return false
+		}
+		switch strings.TrimLeft(a, "-") {
+		case "manual", "manual=true", "manual=1":
+			return strings.HasPrefix(a, "-")
+		}
+	}
+	return false
+}
+
+func runManual(ctx context.Context, args []string, _, stderr io.Writer) error {
+	fs := newFlagSet("run", "sanqos run --manual [--backend nfqueue] [--socket PATH]",
+		`Serve manual throttles only: no discovery, no controller. Delays are set,
+freed and listed with 'sanqos throttle' through a root-only unix socket.
+
+The nfqueue backend (default) installs an iptables chain SANQOS in the
+mangle table (jumped to from POSTROUTING) and ipsets named sanqos-*, in the
+current network namespace; run it inside the target's namespace with
+'ip netns exec NS sanqos run --manual'. Everything is removed on exit
+(Ctrl-C, SIGTERM); leftovers of a killed run are removed at the next start.
+If the daemon dies, the kernel lets traffic pass (fail open).`, stderr)
+	fs.Bool("manual", true, "serve manual throttles only (this mode)")
+	backend := fs.String("backend", "nfqueue", "data path: "+strings.Join(throttle.Backends, ", "))
+	socket := fs.String("socket", ctl.DefaultSocket, "control socket path")
+	dev := fs.String("dev", "", "interface towards the initiators (netem and htb backends)")
+	queue := fs.Uint("queue-num", throttle.DefaultQueueNum, "NFQUEUE number (nfqueue backend)")
+	small := fs.Int("small-segment", throttle.DefaultSmallSegment, "largest TCP payload in bytes that counts as write-direction traffic (R2T, SCSI response)")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if *queue == 0 || *queue > 65535 {
+		return fmt.Errorf("--queue-num %d: want 1 to 65535", *queue)
+	}
+	if *small < 0 || *small > 65535 {
+		return fmt.Errorf("--small-segment %d: want 0 to 65535 bytes", *small)
+	}
+	if os.Geteuid() != 0 {
+		return errors.New("must run as root: it programs iptables and ipsets and owns a root-only socket")
+	}
+	log := slog.New(slog.NewTextHandler(stderr, nil))
+
+	// The socket first: if another daemon is running, stop here before
+	// touching the kernel objects it owns.
+	srv, err := ctl.Listen(*socket, log)
+	if err != nil {
+		return err
+	}
+	defer srv.Close()
+	b, err := throttle.Open(ctx, throttle.Options{Backend: *backend, Dev: *dev, QueueNum: uint16(*queue), SmallSegment: *small, Logger: log})
+	if err != nil {
+		return fmt.Errorf("starting the %s backend: %w", *backend, err)
+	}
+	log.Info("manual throttling ready", "backend", b.Name(), "socket", *socket)
+	serveErr := srv.Serve(ctx, ctl.NewManualHandler(b))
+	if err := b.Close(); err != nil {
+		return errors.Join(serveErr, fmt.Errorf("removing the data path: %w", err))
+	}
+	log.Info("stopped; data path removed")
+	return serveErr
 }

@@ -3,10 +3,118 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
+	"os"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/sanqos/sanqos/internal/ctl"
 )
 
-// cmdThrottle is being built; see the issue that owns 'sanqos throttle'.
-func cmdThrottle(_ context.Context, _ []string, _, _ io.Writer) error {
-	return errors.New("'sanqos throttle' is not available in this build yet")
+func cmdThrottle(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("throttle", `sanqos throttle --ip IP --delay D [--direction write|read|both] [--port 3260]
+       sanqos throttle --ip IP --free
+       sanqos throttle --list`,
+		`Set, free or list a manual packet delay for one initiator, on the running
+daemon ('sanqos run', manual or autonomic). The delay applies to the TCP
+packets the target sends the initiator from the given ports: write delays
+pure ACKs and small segments (R2T, SCSI response), which slows its writes;
+read delays data segments, which slows its reads. Needs root.`, stderr)
+	ip := fs.String("ip", "", "initiator IPv4 address")
+	delay := fs.String("delay", "", "added delay, e.g. 4.6ms (more than 0, at most 1s)")
+	dir := fs.String("direction", "write", "write, read or both")
+	port := fs.String("port", "3260", "target port(s), comma-separated")
+	free := fs.Bool("free", false, "remove the initiator's manual delay")
+	list := fs.Bool("list", false, "list the throttles in force")
+	socket := fs.String("socket", ctl.DefaultSocket, "control socket of the daemon")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	modes := 0
+	for _, on := range []bool{*delay != "", *free, *list} {
+		if on {
+			modes++
+		}
+	}
+	if modes != 1 {
+		fmt.Fprintln(stderr, "sanqos throttle: give exactly one of --delay, --free or --list")
+		fs.Usage()
+		return errUsage
+	}
+	var req ctl.Request
+	switch {
+	case *list:
+		req = ctl.Request{Op: ctl.OpStatus}
+	case *free:
+		if *ip == "" {
+			return errors.New("--free needs --ip")
+		}
+		req = ctl.Request{Op: ctl.OpFree, IP: *ip}
+	default:
+		ports, err := parsePorts(*port)
+		if err != nil {
+			return err
+		}
+		req = ctl.Request{Op: ctl.OpThrottle, IP: *ip, Delay: *delay, Direction: *dir, Ports: ports}
+		// Reject bad input here too, so the message does not depend on a
+		// daemon being up.
+		if _, err := ctl.ParseManual(req); err != nil {
+			return err
+		}
+	}
+	if os.Geteuid() != 0 {
+		return errors.New("the daemon's control socket is root-only; run as root")
+	}
+	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	resp, err := ctl.Call(ctx, *socket, req)
+	if err != nil {
+		return err
+	}
+	switch req.Op {
+	case ctl.OpThrottle:
+		fmt.Fprintf(stdout, "%s: %s delay %s on port(s) %s\n", *ip, *dir, *delay, *port)
+	case ctl.OpFree:
+		fmt.Fprintf(stdout, "%s: throttle removed\n", *ip)
+	default:
+		printThrottles(stdout, resp)
+	}
+	return nil
+}
+
+func parsePorts(s string) ([]uint16, error) {
+	var ps []uint16
+	for _, f := range strings.Split(s, ",") {
+		p, err := strconv.ParseUint(strings.TrimSpace(f), 10, 16)
+		if err != nil || p == 0 {
+			return nil, fmt.Errorf("--port %q: want TCP port numbers 1-65535, comma-separated", s)
+		}
+		ps = append(ps, uint16(p))
+	}
+	return ps, nil
+}
+
+func printThrottles(w io.Writer, r ctl.Response) {
+	fmt.Fprintf(w, "daemon: %s mode, backend %s\n", r.Mode, r.Backend)
+	if len(r.Throttles) == 0 {
+		fmt.Fprintln(w, "no throttles")
+	} else {
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "IP\tDELAY\tDIRECTION\tPORTS\tSOURCE")
+		for _, t := range r.Throttles {
+			ps := make([]string, len(t.Ports))
+			for i, p := range t.Ports {
+				ps[i] = strconv.Itoa(int(p))
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", t.IP, t.Delay, t.Direction, strings.Join(ps, ","), t.Source)
+		}
+		tw.Flush()
+	}
+	if s := r.Stats; s != nil {
+		fmt.Fprintf(w, "packets held %d, passed %d, backlog %d, bypassed %d, delay error p50 %v max %v\n",
+			s.PacketsHeld, s.PacketsPassed, s.Backlog, s.Bypassed, s.DelayErrorP50, s.DelayErrorMax)
+	}
 }
