@@ -136,8 +136,8 @@ func ProfileByName(name string) (Profile, error) {
 		return Profile{
 			Name: name, Spindles: 10, StripeBytes: 64 << 10, DiskBytes: 36e9,
 			RPM: 10000, AvgSeekMs: 4.9, TrackToTrackMs: 0.5,
-			TransferMBs: 45, BusMBs: 38.5, CommandOverheadMs: 0.5,
-			QueueDepth: 1, CacheBytes: 2500 << 10, CacheAckMs: 0.2,
+			TransferMBs: 45, BusMBs: 44.5, CommandOverheadMs: 1.0,
+			QueueDepth: 1, CacheBytes: 2 << 20, CacheAckMs: 0.2,
 		}, nil
 	case "ssd":
 		// A modern SATA SSD: ~0.1 ms reads, ~500 MB/s on the SATA link,
@@ -373,15 +373,23 @@ func (a *Array) serve(s int, ready time.Time, op Op, local, n int64) time.Time {
 		pos += a.rng.Float64() * a.revMs
 	}
 	positioned := start.Add(ms(pos))
-	end := positioned.Add(ms(float64(n) / (a.p.TransferMBs * 1e3)))
+	media := ms(float64(n) / (a.p.TransferMBs * 1e3))
+	end := positioned.Add(media)
 	if a.p.BusMBs > 0 {
-		// The bytes cross the channel once the head is positioned; the
-		// operation ends when both the media and the channel are done.
 		busD := ms(float64(n) / (a.p.BusMBs * 1e3))
-		if busEnd := a.bus.book(positioned, busD).Add(busD); busEnd.After(end) {
+		a.stats.BusBusy += busD
+		if op == Write {
+			// A disk takes a write's data into its buffer while it seeks
+			// (SCSI disconnect), then writes it to the media.
+			busEnd := a.bus.book(start, busD).Add(busD)
+			if busEnd.After(positioned) {
+				end = busEnd.Add(media)
+			}
+		} else if busEnd := a.bus.book(positioned, busD).Add(busD); busEnd.After(end) {
+			// A read's data crosses the channel once the head is there;
+			// it ends when both the media and the channel are done.
 			end = busEnd
 		}
-		a.stats.BusBusy += busD
 	}
 	a.stats.SpindleBusySum += end.Sub(start)
 	sp.slots[slot] = end

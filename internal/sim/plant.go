@@ -1,0 +1,370 @@
+package sim
+
+import (
+	"container/heap"
+	"fmt"
+	"math/rand"
+	"net/netip"
+	"strings"
+	"time"
+
+	"github.com/sanqos/sanqos/internal/diskmodel"
+)
+
+// Scenario is the workload of one simulated experiment.
+type Scenario struct {
+	Name string
+	// Disk is the disk array (internal/diskmodel).
+	Disk diskmodel.Profile
+	// Devices are the consumers' block devices on the target, each with its
+	// own region of the array (like logical volumes of one volume group).
+	Devices []Device
+	// LUNBytes is each device's size; device i starts at i·LUNStride.
+	LUNBytes, LUNStride int64
+
+	// Writers: sequential sync writes of WriteBytes, each thread writing
+	// BurstBytes, all threads switched on together, PauseAfter once the
+	// last has finished, repeated.
+	WriteBytes, BurstBytes int64
+	Pause                  time.Duration
+	// Reader: random sync reads of ReadBytes over its whole device,
+	// rate-limited to ReaderBps (bytes/s), no catch-up (fio rate= with the
+	// sync engine waits for the I/O before pacing the next).
+	ReadBytes int64
+	ReaderBps float64
+	// Start delays the writers' first burst so the reader's idle latency
+	// is seen first.
+	Start time.Duration
+
+	// Network and initiator cost of one I/O without throttling, before the
+	// target sees it (command + data) and after (response).
+	WriteNetMs, ReadNetMs, ResponseNetMs float64
+	// WriteDelayFactor is how many times the packet delay a throttled sync
+	// write pays: the delayed R2T/ACKs that clock the data in, and the
+	// delayed response. Thesis Fig. 5.6: one 64 KiB sync writer goes from
+	// 15 MB/s (4.4 ms a write) to 2.5 MB/s (26 ms) with 9.6 ms of delay,
+	// (26.2−4.4)/9.6 ≈ 2.3 delays per write.
+	WriteDelayFactor float64
+}
+
+// Device is one consumer: an initiator and the device serving it.
+type Device struct {
+	Name    string // as in /proc/diskstats
+	Addr    netip.Addr
+	Threads int // writer threads (0 for the reader)
+	Reader  bool
+}
+
+// ThesisScenario is thesis §5.7/§5.9 (Fig. 5.9–5.13): on host b2 an 8 KiB
+// random reader limited to 256 kB/s ("smalljob", Listing D.2); on b3–b5
+// four 64 KiB sequential sync writer threads each (Listing D.3), all on
+// one volume group striped over ten disks.
+func ThesisScenario() Scenario {
+	ip := func(s string) netip.Addr { return netip.MustParseAddr(s) }
+	return Scenario{
+		Name:    "thesis",
+		Disk:    mustProfile("thesis-2010"),
+		Devices: []Device{
+			{Name: "dm-0", Addr: ip("10.0.0.242"), Reader: true},
+			{Name: "dm-1", Addr: ip("10.0.0.243"), Threads: 4},
+			{Name: "dm-2", Addr: ip("10.0.0.244"), Threads: 4},
+			{Name: "dm-3", Addr: ip("10.0.0.245"), Threads: 4},
+		},
+		LUNBytes: 8 << 30, LUNStride: 8 << 30,
+		WriteBytes: 64 << 10, BurstBytes: 96 << 20, Pause: 5 * time.Second,
+		ReadBytes: 8 << 10, ReaderBps: 256 << 10,
+		Start:      10 * time.Second,
+		WriteNetMs: 0.7, ReadNetMs: 0.15, ResponseNetMs: 0.1,
+		WriteDelayFactor: 2.3,
+	}
+}
+
+func mustProfile(name string) diskmodel.Profile {
+	p, err := diskmodel.ProfileByName(name)
+	if err != nil {
+		panic(err)
+	}
+	return p
+}
+
+// ScenarioByName returns a built-in scenario.
+func ScenarioByName(name string) (Scenario, error) {
+	switch name {
+	case "thesis":
+		return ThesisScenario(), nil
+	}
+	return Scenario{}, fmt.Errorf("unknown scenario %q (known: thesis)", name)
+}
+
+// counters are one device's cumulative /proc/diskstats counters, kept in
+// float milliseconds and printed rounded down, as the kernel accumulates.
+type counters struct {
+	reads, readSectors   uint64
+	writes, writeSectors uint64
+	readMs, writeMs      float64
+	inFlight             int
+	ioMs, weightedMs     float64
+	busySince            time.Time
+	lastChange           time.Time
+}
+
+// account moves the in-flight based counters (io_ticks, time_in_queue) up
+// to now before the number in flight changes.
+func (c *counters) account(now time.Time) {
+	if c.inFlight > 0 {
+		d := float64(now.Sub(c.lastChange)) / float64(time.Millisecond)
+		c.ioMs += d
+		c.weightedMs += d * float64(c.inFlight)
+	}
+	c.lastChange = now
+}
+
+// event kinds of the plant.
+type kind int
+
+const (
+	evTick      kind = iota // controller tick: snapshot diskstats, step the engine
+	evArrive                // an I/O reaches the target and is submitted to the array
+	evComplete              // the array completes an I/O: device counters move
+	evResponse              // the initiator has the response: issue the next I/O
+	evBurst                 // writers switch on
+	evReadIssue             // the reader's pacing wait is over
+	evEnd                   // end of the run
+)
+
+type event struct {
+	at    time.Time
+	seq   uint64 // FIFO among equal times, for determinism
+	kind  kind
+	actor int // thread index; -1 reader
+	io    io
+}
+
+type io struct {
+	op      diskmodel.Op
+	offset  int64
+	length  int64
+	arrived time.Time
+	issued  time.Time
+	device  int
+}
+
+type eventQueue []event
+
+func (q eventQueue) Len() int { return len(q) }
+func (q eventQueue) Less(i, j int) bool {
+	if !q[i].at.Equal(q[j].at) {
+		return q[i].at.Before(q[j].at)
+	}
+	return q[i].seq < q[j].seq
+}
+func (q eventQueue) Swap(i, j int) { q[i], q[j] = q[j], q[i] }
+func (q *eventQueue) Push(x any)   { *q = append(*q, x.(event)) }
+func (q *eventQueue) Pop() any {
+	old := *q
+	x := old[len(old)-1]
+	*q = old[:len(old)-1]
+	return x
+}
+
+// thread is one writer thread.
+type thread struct {
+	device int
+	base   int64 // start of its region of the array
+	pos    int64 // next offset within the region
+	left   int64 // bytes left in this burst
+	limit  int64 // size of the region: pos wraps here
+}
+
+// plant is the simulated storage system: array, initiators, throttle.
+type plant struct {
+	sc      Scenario
+	start   time.Time
+	array   *diskmodel.Array
+	rng     *rand.Rand
+	q       eventQueue
+	seq     uint64
+	dev     []counters
+	threads []thread
+	running int // writer threads still in their burst
+	active  bool
+	reader  int // device index of the reader
+
+	readerNext time.Time // earliest issue time of the reader's next read
+	delayMs    float64   // current packet delay for throttled consumers
+	throttled  map[netip.Addr]bool
+
+	// Observations for the per-second samples.
+	obs observer
+}
+
+// observer accumulates what the run reports.
+type observer struct {
+	readLatSum   float64 // ms, reads completed this second
+	readCount    int
+	readBytes    int64
+	writeBytes   int64 // acknowledged at the target this second
+	activeSecond bool
+	writeLatSum  float64
+	writeCount   int
+}
+
+func newPlant(sc Scenario, start time.Time, seed int64) (*plant, error) {
+	if err := sc.Disk.Validate(); err != nil {
+		return nil, err
+	}
+	p := &plant{
+		sc: sc, start: start,
+		array:     diskmodel.New(sc.Disk, seed),
+		rng:       rand.New(rand.NewSource(seed ^ 0x5a5a)),
+		dev:       make([]counters, len(sc.Devices)),
+		reader:    -1,
+		throttled: map[netip.Addr]bool{},
+	}
+	for i, d := range sc.Devices {
+		p.dev[i].lastChange = start
+		if d.Reader {
+			if p.reader >= 0 {
+				return nil, fmt.Errorf("scenario %s: more than one reader", sc.Name)
+			}
+			p.reader = i
+		}
+		region := sc.LUNBytes / int64(max(d.Threads, 1))
+		region -= region % sc.WriteBytes
+		for t := range d.Threads {
+			// Each thread writes its own part of the device from a random
+			// block of it, so the threads' stripes fall on spindles at
+			// random rather than in lockstep.
+			th := thread{device: i, base: int64(i)*sc.LUNStride + int64(t)*region, limit: region}
+			th.pos = p.rng.Int63n(region/sc.WriteBytes) * sc.WriteBytes
+			p.threads = append(p.threads, th)
+		}
+	}
+	if p.reader < 0 {
+		return nil, fmt.Errorf("scenario %s: no reader", sc.Name)
+	}
+	p.push(event{at: start.Add(sc.Start), kind: evBurst})
+	p.issueRead(start)
+	return p, nil
+}
+
+func (p *plant) push(e event) {
+	p.seq++
+	e.seq = p.seq
+	heap.Push(&p.q, e)
+}
+
+func msDur(f float64) time.Duration { return time.Duration(f * float64(time.Millisecond)) }
+
+// delayFor is the packet delay a consumer's packets get right now.
+func (p *plant) delayFor(dev int) time.Duration {
+	if p.delayMs <= 0 || !p.throttled[p.sc.Devices[dev].Addr] {
+		return 0
+	}
+	return msDur(p.delayMs)
+}
+
+func (p *plant) issueRead(now time.Time) {
+	sc := p.sc
+	blocks := sc.LUNBytes / sc.ReadBytes
+	off := int64(p.reader)*sc.LUNStride + p.rng.Int63n(blocks)*sc.ReadBytes
+	// Delayed data packets slow a throttled reader by one delay per read.
+	arrive := now.Add(msDur(sc.ReadNetMs))
+	p.push(event{at: arrive, kind: evArrive, actor: -1, io: io{op: diskmodel.Read, offset: off, length: sc.ReadBytes, issued: now, device: p.reader}})
+	p.readerNext = now.Add(time.Duration(float64(sc.ReadBytes) / sc.ReaderBps * float64(time.Second)))
+}
+
+func (p *plant) issueWrite(now time.Time, t int) {
+	sc := p.sc
+	th := &p.threads[t]
+	n := min(sc.WriteBytes, th.left)
+	th.left -= n
+	off := th.base + th.pos
+	th.pos += n
+	if th.pos+sc.WriteBytes > th.limit {
+		th.pos = 0
+	}
+	d := p.delayFor(th.device)
+	arrive := now.Add(msDur(sc.WriteNetMs) + time.Duration((sc.WriteDelayFactor-1)*float64(d)))
+	p.push(event{at: arrive, kind: evArrive, actor: t, io: io{op: diskmodel.Write, offset: off, length: n, issued: now, device: th.device}})
+}
+
+// handle runs one event. Ticks are handled by the caller.
+func (p *plant) handle(e event) {
+	sc := p.sc
+	switch e.kind {
+	case evBurst:
+		p.active = true
+		p.obs.activeSecond = true
+		p.running = len(p.threads)
+		for i := range p.threads {
+			p.threads[i].left = sc.BurstBytes
+			p.issueWrite(e.at, i)
+		}
+	case evReadIssue:
+		p.issueRead(e.at)
+	case evArrive:
+		c := &p.dev[e.io.device]
+		c.account(e.at)
+		c.inFlight++
+		e.io.arrived = e.at
+		done := p.array.Submit(e.at, e.io.op, e.io.offset, e.io.length, uint64(e.io.device))
+		p.push(event{at: done, kind: evComplete, actor: e.actor, io: e.io})
+	case evComplete:
+		c := &p.dev[e.io.device]
+		c.account(e.at)
+		c.inFlight--
+		lat := float64(e.at.Sub(e.io.arrived)) / float64(time.Millisecond)
+		sectors := uint64(e.io.length / 512)
+		if e.io.op == diskmodel.Read {
+			c.reads++
+			c.readSectors += sectors
+			c.readMs += lat
+			p.obs.readLatSum += lat
+			p.obs.readCount++
+			p.obs.readBytes += e.io.length
+		} else {
+			c.writes++
+			c.writeSectors += sectors
+			c.writeMs += lat
+			p.obs.writeBytes += e.io.length
+			p.obs.writeLatSum += lat
+			p.obs.writeCount++
+		}
+		resp := msDur(sc.ResponseNetMs) + p.delayFor(e.io.device)
+		p.push(event{at: e.at.Add(resp), kind: evResponse, actor: e.actor, io: e.io})
+	case evResponse:
+		if e.actor < 0 {
+			next := e.at
+			if p.readerNext.After(next) {
+				next = p.readerNext
+			}
+			p.push(event{at: next, kind: evReadIssue, actor: -1})
+			return
+		}
+		if p.threads[e.actor].left > 0 {
+			p.issueWrite(e.at, e.actor)
+			return
+		}
+		p.running--
+		if p.running == 0 {
+			p.active = false
+			p.push(event{at: e.at.Add(sc.Pause), kind: evBurst})
+		}
+	}
+}
+
+// snapshot renders the devices' counters as /proc/diskstats text (the
+// 20-field format of kernel 5.5+).
+func (p *plant) snapshot(now time.Time, b *strings.Builder) {
+	b.Reset()
+	for i, d := range p.sc.Devices {
+		c := &p.dev[i]
+		c.account(now)
+		fmt.Fprintf(b, " 253 %7d %s %d 0 %d %d %d 0 %d %d %d %d %d 0 0 0 0 0 0\n",
+			i, d.Name,
+			c.reads, c.readSectors, uint64(c.readMs),
+			c.writes, c.writeSectors, uint64(c.writeMs),
+			c.inFlight, uint64(c.ioMs), uint64(c.weightedMs))
+	}
+}

@@ -1,0 +1,315 @@
+// Package sim is a deterministic, event-driven model of the thesis
+// experiment (Fig. 5.9–5.13): twelve sequential sync writers on three
+// consumers and one rate-limited random reader share a striped disk array,
+// and sanqos's real control path keeps the reader's latency under a
+// threshold by delaying the writers' packets.
+//
+// The plant (array, initiators, throttle) runs in virtual time. Every tick
+// it renders the consumer devices' counters as /proc/diskstats text, which
+// goes through the production parser (internal/diskstats) into the
+// production engine (internal/engine: signal, policy, controller). The
+// delay the engine decides is applied to the I/O of the consumers in the
+// throttled set, in proportion to how many delayed packets each I/O waits
+// for (Scenario.WriteDelayFactor). Same seed, same result, bit for bit;
+// 300 s of virtual time take well under a second.
+package sim
+
+import (
+	"container/heap"
+	"fmt"
+	"math"
+	"net/netip"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/sanqos/sanqos/internal/diskstats"
+)
+
+// Config is one simulation run.
+type Config struct {
+	Scenario    Scenario
+	Controller  string // pid, thesis, none
+	ThresholdMs float64
+	Duration    time.Duration
+	Seed        int64
+	Tick        time.Duration
+	// Gains, when non-zero, override the pid controller's defaults.
+	Gains Gains
+}
+
+// Gains are the PID tuning the run uses.
+type Gains struct {
+	Kp     float64 `json:"kp"`
+	TiMs   float64 `json:"ti_ms"`
+	TdMs   float64 `json:"td_ms"`
+	UMaxMs float64 `json:"umax_ms"`
+}
+
+// DefaultConfig is the thesis scenario under pid at 15 ms for 300 s.
+func DefaultConfig() Config {
+	return Config{
+		Scenario:    ThesisScenario(),
+		Controller:  "pid",
+		ThresholdMs: 15,
+		Duration:    300 * time.Second,
+		Seed:        1,
+		Tick:        100 * time.Millisecond,
+		Gains:       SimGains(),
+	}
+}
+
+// Stepper is the control path the plant drives once per tick: it gets the
+// devices' diskstats and returns the delay for the throttled consumers.
+// engineStepper is the production one.
+type Stepper interface {
+	Step(now time.Time, snap []diskstats.Stat) Decision
+}
+
+// Decision is what a Stepper decided for the (single) resource.
+type Decision struct {
+	SignalMs, RawMs, DelayMs float64
+	Members                  []netip.Addr
+}
+
+// Summary is the result of a run in the shape `sanqos sim --json` prints.
+type Summary struct {
+	Scenario         string  `json:"scenario"`
+	Controller       string  `json:"controller"`
+	ThresholdMs      float64 `json:"threshold_ms"`
+	Seed             int64   `json:"seed"`
+	DurationS        float64 `json:"duration_s"`
+	Gains            *Gains  `json:"gains,omitempty"`
+	ReadLatencyMs    Dist    `json:"read_latency_ms"`
+	OverThresholdPct float64 `json:"over_threshold_pct"`
+	WriteMBs         float64 `json:"write_mb_s"`
+	ThrottleMs       MeanMax `json:"throttle_ms"`
+	ReaderKBs        float64 `json:"reader_kb_s"`
+	ReaderIdleMs     float64 `json:"reader_idle_latency_ms"`
+	ActiveSamples    int     `json:"active_samples"`
+}
+
+// Dist summarises the 1-second samples of the reader's mean wait.
+type Dist struct {
+	Mean float64 `json:"mean"`
+	P50  float64 `json:"p50"`
+	P95  float64 `json:"p95"`
+	P99  float64 `json:"p99"`
+	Max  float64 `json:"max"`
+}
+
+// MeanMax summarises the throttle delay over the active seconds.
+type MeanMax struct {
+	Mean float64 `json:"mean"`
+	Max  float64 `json:"max"`
+}
+
+// Second is one 1-second sample.
+type Second struct {
+	T            float64 // seconds since start, end of the sample
+	ReadMs       float64 // reader's mean wait; NaN when no read completed
+	Reads        int
+	WriteMBs     float64
+	ReaderKBs    float64
+	DelayMs      float64 // mean over the second's ticks
+	WritersOn    bool
+	WriteAwaitMs float64
+}
+
+// Tick is one controller step.
+type Tick struct {
+	T                        float64
+	SignalMs, RawMs, DelayMs float64
+	Members                  int
+}
+
+// Result is a finished run.
+type Result struct {
+	Config  Config
+	Summary Summary
+	Seconds []Second
+	Ticks   []Tick
+}
+
+// epoch is the virtual start time; fixed so runs are reproducible.
+var epoch = time.Date(2010, 5, 1, 12, 0, 0, 0, time.UTC)
+
+// Run runs the simulation with the production engine.
+func Run(cfg Config) (*Result, error) {
+	st, err := newEngineStepper(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return RunWith(cfg, st)
+}
+
+// RunWith runs the simulation with the given control path.
+func RunWith(cfg Config, st Stepper) (*Result, error) {
+	if cfg.Tick <= 0 {
+		cfg.Tick = 100 * time.Millisecond
+	}
+	if cfg.Duration <= 0 {
+		return nil, fmt.Errorf("duration %v: want a positive virtual time, e.g. 300s", cfg.Duration)
+	}
+	p, err := newPlant(cfg.Scenario, epoch, cfg.Seed)
+	if err != nil {
+		return nil, err
+	}
+	res := &Result{Config: cfg}
+	end := epoch.Add(cfg.Duration)
+	nextTick := epoch.Add(cfg.Tick)
+	nextSecond := epoch.Add(time.Second)
+	var (
+		sb       strings.Builder
+		parser   diskstats.Parser
+		snap     []diskstats.Stat
+		delaySum float64
+		delayN   int
+	)
+	for {
+		// Ticks and second boundaries are processed before plant events at
+		// the same instant: the controller sees what completed before it.
+		at := nextTick
+		if nextSecond.Before(at) {
+			at = nextSecond
+		}
+		if p.q.Len() > 0 && p.q[0].at.Before(at) {
+			p.handle(heap.Pop(&p.q).(event))
+			continue
+		}
+		if at.After(end) {
+			break
+		}
+		if at.Equal(nextTick) {
+			p.snapshot(at, &sb)
+			var bad []diskstats.LineError
+			snap, bad = parser.Parse(snap[:0], []byte(sb.String()))
+			if len(bad) > 0 {
+				return nil, fmt.Errorf("parsing the simulated diskstats: %v", bad[0])
+			}
+			d := st.Step(at, snap)
+			p.delayMs = d.DelayMs
+			clear(p.throttled)
+			for _, a := range d.Members {
+				p.throttled[a] = true
+			}
+			res.Ticks = append(res.Ticks, Tick{
+				T: at.Sub(epoch).Seconds(), SignalMs: d.SignalMs, RawMs: d.RawMs,
+				DelayMs: d.DelayMs, Members: len(d.Members),
+			})
+			delaySum += d.DelayMs
+			delayN++
+			nextTick = nextTick.Add(cfg.Tick)
+		}
+		if at.Equal(nextSecond) {
+			o := &p.obs
+			s := Second{
+				T: at.Sub(epoch).Seconds(), ReadMs: math.NaN(), Reads: o.readCount,
+				WriteMBs:  float64(o.writeBytes) / 1e6,
+				ReaderKBs: float64(o.readBytes) / 1024,
+				WritersOn: o.activeSecond, WriteAwaitMs: math.NaN(),
+			}
+			if o.readCount > 0 {
+				s.ReadMs = o.readLatSum / float64(o.readCount)
+			}
+			if o.writeCount > 0 {
+				s.WriteAwaitMs = o.writeLatSum / float64(o.writeCount)
+			}
+			if delayN > 0 {
+				s.DelayMs = delaySum / float64(delayN)
+			}
+			res.Seconds = append(res.Seconds, s)
+			*o = observer{activeSecond: p.active}
+			delaySum, delayN = 0, 0
+			nextSecond = nextSecond.Add(time.Second)
+		}
+	}
+	res.Summary = summarize(cfg, res.Seconds)
+	return res, nil
+}
+
+// summarize computes the figures of merit over the seconds in which the
+// writers were on (the reader alone is not what is being controlled).
+func summarize(cfg Config, secs []Second) Summary {
+	s := Summary{
+		Scenario: cfg.Scenario.Name, Controller: cfg.Controller,
+		ThresholdMs: cfg.ThresholdMs, Seed: cfg.Seed,
+		DurationS: cfg.Duration.Seconds(),
+	}
+	if cfg.Controller == "pid" {
+		g := cfg.Gains
+		s.Gains = &g
+	}
+	var lat []float64
+	var writeSum, delaySum, readKB float64
+	var active, over, idleN int
+	var idleSum float64
+	for _, x := range secs {
+		readKB += x.ReaderKBs
+		if !x.WritersOn {
+			if !math.IsNaN(x.ReadMs) && x.T <= cfg.Scenario.Start.Seconds() {
+				idleSum += x.ReadMs
+				idleN++
+			}
+			continue
+		}
+		active++
+		writeSum += x.WriteMBs
+		delaySum += x.DelayMs
+		s.ThrottleMs.Max = math.Max(s.ThrottleMs.Max, x.DelayMs)
+		if math.IsNaN(x.ReadMs) {
+			continue
+		}
+		lat = append(lat, x.ReadMs)
+		if x.ReadMs > 1.2*cfg.ThresholdMs {
+			over++
+		}
+	}
+	s.ActiveSamples = active
+	if len(secs) > 0 {
+		s.ReaderKBs = round(readKB/float64(len(secs)), 1)
+	}
+	if idleN > 0 {
+		s.ReaderIdleMs = round(idleSum/float64(idleN), 2)
+	}
+	if active > 0 {
+		s.WriteMBs = round(writeSum/float64(active), 2)
+		s.ThrottleMs.Mean = round(delaySum/float64(active), 2)
+	}
+	s.ThrottleMs.Max = round(s.ThrottleMs.Max, 2)
+	if len(lat) > 0 {
+		s.OverThresholdPct = round(100*float64(over)/float64(len(lat)), 1)
+		sort.Float64s(lat)
+		var sum float64
+		for _, v := range lat {
+			sum += v
+		}
+		s.ReadLatencyMs = Dist{
+			Mean: round(sum/float64(len(lat)), 2),
+			P50:  round(quantile(lat, 0.50), 2),
+			P95:  round(quantile(lat, 0.95), 2),
+			P99:  round(quantile(lat, 0.99), 2),
+			Max:  round(lat[len(lat)-1], 2),
+		}
+	}
+	return s
+}
+
+// quantile of sorted values, linear interpolation between closest ranks.
+func quantile(sorted []float64, q float64) float64 {
+	if len(sorted) == 1 {
+		return sorted[0]
+	}
+	pos := q * float64(len(sorted)-1)
+	i := int(pos)
+	if i >= len(sorted)-1 {
+		return sorted[len(sorted)-1]
+	}
+	f := pos - float64(i)
+	return sorted[i]*(1-f) + sorted[i+1]*f
+}
+
+func round(x float64, digits int) float64 {
+	p := math.Pow(10, float64(digits))
+	return math.Round(x*p) / p
+}
