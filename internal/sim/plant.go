@@ -62,8 +62,8 @@ type Device struct {
 func ThesisScenario() Scenario {
 	ip := func(s string) netip.Addr { return netip.MustParseAddr(s) }
 	return Scenario{
-		Name:    "thesis",
-		Disk:    mustProfile("thesis-2010"),
+		Name: "thesis",
+		Disk: mustProfile("thesis-2010"),
 		Devices: []Device{
 			{Name: "dm-0", Addr: ip("10.0.0.242"), Reader: true},
 			{Name: "dm-1", Addr: ip("10.0.0.243"), Threads: 4},
