@@ -183,3 +183,16 @@ func (h *Histogram) Latency() Latency {
 		Max:  Round3(h.maxUs / 1000),
 	}
 }
+
+// Merge adds every latency of src to h.
+func (h *Histogram) Merge(src *Histogram) {
+	if len(src.counts) > len(h.counts) {
+		h.counts = append(h.counts, make([]int64, len(src.counts)-len(h.counts))...)
+	}
+	for i, n := range src.counts {
+		h.counts[i] += n
+	}
+	h.n += src.n
+	h.sumUs += src.sumUs
+	h.maxUs = max(h.maxUs, src.maxUs)
+}

@@ -1,0 +1,250 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"runtime"
+	"sync"
+	"time"
+
+	"github.com/sanqos/sanqos/internal/clock"
+	"github.com/sanqos/sanqos/internal/iolog"
+	"github.com/sanqos/sanqos/internal/loadspec"
+)
+
+// Device is one thread's connection to the LUN: an iSCSI session in the
+// binary, memory in tests. It is used from the OS thread that opened it
+// only (libiscsi contexts are not thread-safe).
+type Device interface {
+	// Capacity is the LUN size in bytes and BlockSize its logical block.
+	Capacity() int64
+	BlockSize() int64
+	ReadAt(p []byte, off int64) error
+	WriteAt(p []byte, off int64) error
+	// Close logs out and frees the session.
+	Close() error
+}
+
+// Engine runs one job: it opens a device per thread, starts all threads
+// together, and reports per-second and summary lines.
+type Engine struct {
+	Job   loadspec.Job
+	Clock clock.Clock
+	// Open connects thread n (1-based); it is called on the OS thread that
+	// will do all of that thread's I/O.
+	Open func(thread int) (Device, error)
+	// Out receives the per-second and summary lines; IOLog, if set, one
+	// line per I/O.
+	Out       *iolog.Writer
+	IOLog     *iolog.Writer
+	PerThread bool
+	// StartAt delays the first I/O until then (zero: at once), so that
+	// load generators in several namespaces start together.
+	StartAt time.Time
+	// Progress, if set, receives a one-line progress report every
+	// ProgressEvery.
+	Progress      io.Writer
+	ProgressEvery time.Duration
+	Log           *slog.Logger
+}
+
+// Result is what Run reports beyond the log lines.
+type Result struct {
+	totals
+	Interrupted bool // stopped by ctx (a signal) before the job was done
+}
+
+// worker is one I/O thread.
+type worker struct {
+	id     int
+	dev    Device
+	region loadspec.Region
+	stats  *threadStats
+}
+
+type opened struct {
+	w   *worker
+	err error
+}
+
+// Run runs the job until it is done, its runtime is over, ctx ends, or a
+// thread fails. Every session is logged out on every path.
+func (e *Engine) Run(ctx context.Context) (Result, error) {
+	job := e.Job
+	n := job.Threads
+	// Each worker goroutine keeps its OS thread from opening the session to
+	// its logout; it reports once opened and then waits for go (or abort).
+	openedCh := make(chan opened, n)
+	start := make(chan time.Time)
+	abort := make(chan struct{})
+	runCtx, cancelRun := context.WithCancel(context.Background())
+	defer cancelRun()
+	workers := make([]*worker, n)
+	errs := make([]error, n)
+	// sched is set before start is sent, which orders it before the reads.
+	var sched *loadspec.Schedule
+	var wg sync.WaitGroup
+	for i := range n {
+		w := &worker{id: i + 1, stats: &threadStats{}}
+		workers[i] = w
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			runtime.LockOSThread()
+			defer runtime.UnlockOSThread()
+			dev, err := e.Open(w.id)
+			if err != nil {
+				openedCh <- opened{w, fmt.Errorf("thread %d: %w", w.id, err)}
+				return
+			}
+			w.dev = dev
+			defer func() {
+				if err := dev.Close(); err != nil {
+					e.Log.Warn("logout failed", "thread", w.id, "err", err)
+				}
+			}()
+			openedCh <- opened{w, nil}
+			select {
+			case t0 := <-start:
+				errs[w.id-1] = e.work(runCtx, w, t0, sched)
+			case <-abort:
+			}
+		}()
+	}
+
+	// Wait for every session; the first failure aborts the others.
+	var openErr error
+	for range n {
+		select {
+		case o := <-openedCh:
+			if o.err != nil && openErr == nil {
+				openErr = o.err
+			}
+		case <-ctx.Done():
+			if openErr == nil {
+				openErr = fmt.Errorf("interrupted while logging in: %w", ctx.Err())
+			}
+		}
+		if openErr != nil {
+			break
+		}
+	}
+	if openErr == nil {
+		openErr = e.layout(workers)
+	}
+	if openErr == nil && !e.StartAt.IsZero() {
+		if d := e.StartAt.Sub(e.Clock.Now()); d > 0 {
+			e.Log.Info("waiting for --start-at", "in", d.Round(time.Millisecond))
+			if err := loadspec.Sleep(ctx, e.Clock, d); err != nil {
+				openErr = fmt.Errorf("interrupted while waiting for --start-at: %w", err)
+			}
+		}
+	}
+	if openErr != nil {
+		close(abort)
+		wg.Wait()
+		return Result{}, openErr
+	}
+
+	t0 := e.Clock.Now()
+	rep := &reporter{job: job.Name, primary: opRead, perThread: e.PerThread, out: e.Out}
+	if job.Mode.IsWrite() {
+		rep.primary = opWrite
+	}
+	for _, w := range workers {
+		rep.threads = append(rep.threads, w.stats)
+	}
+	if job.OnSize > 0 {
+		sched = loadspec.NewSchedule(e.Clock, n, job.OffTime, t0.Add(job.Runtime))
+	}
+	for range n {
+		start <- t0
+	}
+
+	// Stop on the runtime, a signal, or when every worker is done.
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	var runtimeOver <-chan time.Time
+	if job.Runtime > 0 {
+		runtimeOver = e.Clock.After(job.Runtime)
+	}
+	tick := e.Clock.NewTicker(time.Second)
+	defer tick.Stop()
+	var progress <-chan time.Time
+	if e.Progress != nil && e.ProgressEvery > 0 {
+		pt := e.Clock.NewTicker(e.ProgressEvery)
+		defer pt.Stop()
+		progress = pt.C()
+	}
+	interrupted := false
+	var outErr error
+	sigCh := ctx.Done()
+loop:
+	for {
+		select {
+		case now := <-tick.C():
+			if err := rep.interval(now.Sub(t0).Seconds()); err != nil && outErr == nil {
+				outErr = err
+				cancelRun()
+			}
+		case now := <-progress:
+			e.progress(now.Sub(t0), workers)
+		case <-runtimeOver:
+			cancelRun()
+		case <-sigCh:
+			interrupted = true
+			sigCh = nil
+			cancelRun()
+		case <-done:
+			break loop
+		}
+	}
+	elapsed := e.Clock.Now().Sub(t0).Seconds()
+	// The last, partial interval is worth a line if it saw I/O or is long
+	// enough for its rate to mean something.
+	if elapsed-rep.last > 0.05 || rep.pending() {
+		if err := rep.interval(elapsed); err != nil && outErr == nil {
+			outErr = err
+		}
+	}
+	tot, err := rep.summary(elapsed, job.Verify)
+	if outErr == nil {
+		outErr = err
+	}
+	res := Result{totals: tot, Interrupted: interrupted}
+	if err := errors.Join(errs...); err != nil {
+		return res, err
+	}
+	return res, outErr
+}
+
+// layout checks the LUN against the job and gives each thread its region.
+func (e *Engine) layout(workers []*worker) error {
+	dev := workers[0].dev
+	if bs := dev.BlockSize(); bs <= 0 || e.Job.BlockSize%bs != 0 || e.Job.Offset%bs != 0 {
+		return fmt.Errorf("--bs %s and --offset %s must be multiples of the LUN's %d-byte blocks",
+			loadspec.FormatSize(e.Job.BlockSize), loadspec.FormatSize(e.Job.Offset), bs)
+	}
+	rs, err := e.Job.Regions(dev.Capacity())
+	if err != nil {
+		return err
+	}
+	for i, w := range workers {
+		w.region = rs[i]
+	}
+	return nil
+}
+
+func (e *Engine) progress(el time.Duration, workers []*worker) {
+	var b int64
+	for _, w := range workers {
+		w.stats.mu.Lock()
+		b += w.stats.ops[opRead].bytes + w.stats.ops[opWrite].bytes
+		w.stats.mu.Unlock()
+	}
+	fmt.Fprintf(e.Progress, "sanqos-iscsiload: %s %s: %.1f MiB moved, %.2f MB/s on average\n",
+		e.Job.Name, el.Round(time.Second), float64(b)/(1<<20), float64(b)/el.Seconds()/1e6)
+}
