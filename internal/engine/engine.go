@@ -1,0 +1,475 @@
+// Package engine is the pure per-tick step of sanqos: a diskstats snapshot
+// in, a decision out (each resource's signal and delay, and who is in its
+// throttleable set). The daemon calls it every tick with /proc/diskstats;
+// the simulator calls it with the snapshots of its disk model, so the
+// simulator exercises exactly the production decision code.
+//
+// The engine does no I/O and reads no clock: the caller passes the time of
+// the snapshot, and rates use the real time elapsed between snapshots, not
+// the nominal tick, so a late tick does not look like a burst.
+package engine
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"net/netip"
+	"time"
+
+	"github.com/sanqos/sanqos/internal/control"
+	"github.com/sanqos/sanqos/internal/diskstats"
+	"github.com/sanqos/sanqos/internal/policy"
+	"github.com/sanqos/sanqos/internal/signal"
+	"github.com/sanqos/sanqos/internal/throttle"
+	"github.com/sanqos/sanqos/internal/topology"
+)
+
+// ManualConfig names the consumers of the manual policy (see policy).
+type ManualConfig = policy.ManualConfig
+
+// Config is the engine's configuration.
+type Config struct {
+	// Tick is the nominal period of Step; it is the controller's T
+	// (Control.T is overwritten with it).
+	Tick time.Duration
+	// Alpha weighs the read-latency EWMA (thesis: 0.25).
+	Alpha float64
+	// WriteAlpha weighs each consumer's write-rate EWMA (thesis: 0.25).
+	WriteAlpha float64
+	// Controller is a name registered in package control: pid, thesis, none.
+	Controller string
+	// Control configures the controller; Control.ThresholdMs is the default
+	// threshold, overridden per resource by topology.Resource.ThresholdMs.
+	Control control.Params
+	// JoinKBs and LeaveKBs are the read-over-write policy's write-rate
+	// thresholds (kB/s); LeaveKBs 0 means JoinKBs/2.
+	JoinKBs, LeaveKBs float64
+	// Policy is "read-over-write" or "manual".
+	Policy string
+	Manual ManualConfig
+	// Direction is what the delay slows: throttle.Write (default) delays
+	// the ACKs and R2Ts of the set's writes.
+	Direction throttle.Direction
+}
+
+// DefaultConfig is the configuration of the thesis's experiments with the
+// pid controller.
+func DefaultConfig() Config {
+	return Config{
+		Tick:       100 * time.Millisecond,
+		Alpha:      signal.ThesisAlpha,
+		WriteAlpha: signal.ThesisAlpha,
+		Controller: "pid",
+		Control:    control.DefaultParams(),
+		JoinKBs:    policy.DefaultJoinKBs,
+		LeaveKBs:   policy.DefaultJoinKBs / 2,
+		Policy:     policy.ReadOverWrite,
+		Direction:  throttle.Write,
+	}
+}
+
+// Decision is the outcome of one Step.
+type Decision struct {
+	At        time.Time
+	Resources []ResourceDecision
+	Consumers []ConsumerRates
+	// MissingDevices counts topology devices absent from the snapshot
+	// (skipped this tick).
+	MissingDevices int
+}
+
+// ResourceDecision is one resource's signal and throttle for a tick.
+type ResourceDecision struct {
+	Name string
+	// SignalMs is the filtered read latency the controller saw; RawMs the
+	// tick's unfiltered Σ read ms / Σ reads (0 when Reads is 0).
+	SignalMs, RawMs float64
+	ThresholdMs     float64
+	DelayMs         float64
+	Reads           uint64
+	// Members is the throttleable set (whether or not DelayMs is 0).
+	Members   []netip.Addr
+	Direction throttle.Direction
+	// MissingDevices counts this resource's devices absent from the
+	// snapshot.
+	MissingDevices int
+}
+
+// ConsumerRates is one consumer's measured rates for a tick. Consumers
+// sharing a device each see the whole device's rates.
+type ConsumerRates struct {
+	Resource, Device                          string
+	Addr                                      netip.Addr
+	ReadKBs, WriteKBs, WriteEWMAKBs, RAwaitMs float64
+	Throttleable                              bool
+}
+
+// ThrottleState is the throttle state the decision asks for: one group
+// per resource. A resource with no delay or an empty set gets a group with
+// no members and no delay, so a backend removes what it had installed.
+func (d Decision) ThrottleState(ports []uint16) throttle.State {
+	s := throttle.State{Groups: make([]throttle.Group, len(d.Resources))}
+	for i, r := range d.Resources {
+		g := throttle.Group{Name: r.Name, Ports: ports}
+		if r.DelayMs > 0 && len(r.Members) > 0 {
+			g.Members = r.Members
+			delay := time.Duration(math.Round(r.DelayMs * float64(time.Millisecond)))
+			if r.Direction&throttle.Write != 0 {
+				g.WriteDelay = delay
+			}
+			if r.Direction&throttle.Read != 0 {
+				g.ReadDelay = delay
+			}
+		}
+		s.Groups[i] = g
+	}
+	return s
+}
+
+// device is the per-device memory: the last snapshot's counters and the
+// interval values of the current Step.
+type device struct {
+	name    string
+	cur     diskstats.Stat
+	seenGen uint64 // Step in which cur was filled
+	prev    diskstats.Stat
+	prevAt  time.Time
+	hasPrev bool
+	// valid: rates below hold this Step's interval values.
+	valid bool
+	rates diskstats.Rates
+}
+
+type consumer struct {
+	c   topology.Consumer
+	dev int // index into Engine.devs, -1 without a device
+	st  policy.State
+}
+
+type resource struct {
+	name      string
+	threshold float64
+	ctrl      control.Controller
+	ewma      *signal.EWMA
+	signalMs  float64
+	// started: the resource has been measured at least once; from then on
+	// a tick without measurements counts as a tick without reads.
+	started   bool
+	consumers []int // indices into Engine.cons
+	devs      []int // distinct devices of all consumers
+	sigDevs   []int // distinct devices whose reads are the signal
+}
+
+// Engine holds the state of every resource between Steps. It is not safe
+// for concurrent use.
+type Engine struct {
+	cfg    Config
+	pol    policy.Policy
+	devIdx map[string]int
+	devs   []device
+	cons   []consumer
+	res    []resource
+	gen    uint64
+}
+
+// New validates cfg and topo and returns an engine at rest.
+func New(cfg Config, topo topology.Topology) (*Engine, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	cfg.Control.T = cfg.Tick
+	var pol policy.Policy
+	var err error
+	switch cfg.Policy {
+	case policy.ReadOverWrite:
+		pol, err = policy.NewReadOverWrite(cfg.WriteAlpha, cfg.JoinKBs, cfg.LeaveKBs)
+	case policy.ManualName:
+		pol, err = policy.NewManual(cfg.WriteAlpha, cfg.Manual)
+	default:
+		err = fmt.Errorf("policy %q: want %s or %s", cfg.Policy, policy.ReadOverWrite, policy.ManualName)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if err := ValidateTopology(topo, cfg); err != nil {
+		return nil, err
+	}
+	e := &Engine{cfg: cfg, pol: pol}
+	e.SetTopology(topo)
+	return e, nil
+}
+
+func (cfg Config) validate() error {
+	var errs []error
+	if cfg.Tick <= 0 {
+		errs = append(errs, fmt.Errorf("tick %v: want a positive period, e.g. 100ms", cfg.Tick))
+	}
+	if err := signal.CheckAlpha(cfg.Alpha); err != nil {
+		errs = append(errs, fmt.Errorf("read-latency %w", err))
+	}
+	if err := signal.CheckAlpha(cfg.WriteAlpha); err != nil {
+		errs = append(errs, fmt.Errorf("write-rate %w", err))
+	}
+	switch cfg.Direction {
+	case throttle.Write, throttle.Read, throttle.Both:
+	default:
+		errs = append(errs, fmt.Errorf("direction %v: want write, read or both", cfg.Direction))
+	}
+	p := cfg.Control
+	p.T = cfg.Tick
+	if p.T <= 0 {
+		p.T = time.Millisecond // already reported above
+	}
+	if _, err := control.New(cfg.Controller, p); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// ValidateTopology reports what in topo the engine cannot work with:
+// unnamed or duplicate resources, invalid per-resource thresholds, and
+// consumers without an address or device. SetTopology tolerates these
+// (duplicates get separate state, consumers without a device are never
+// measured); New rejects them.
+func ValidateTopology(topo topology.Topology, cfg Config) error {
+	var errs []error
+	seen := make(map[string]bool, len(topo.Resources))
+	for i, r := range topo.Resources {
+		if r.Name == "" {
+			errs = append(errs, fmt.Errorf("resource #%d has no name", i))
+		} else if seen[r.Name] {
+			errs = append(errs, fmt.Errorf("resource %q appears twice; resource names must be unique", r.Name))
+		}
+		seen[r.Name] = true
+		if r.ThresholdMs < 0 || math.IsNaN(r.ThresholdMs) || math.IsInf(r.ThresholdMs, 0) {
+			errs = append(errs, fmt.Errorf("resource %q: threshold %v ms: want a positive latency, or 0 for the default", r.Name, r.ThresholdMs))
+		}
+		for _, c := range r.Consumers {
+			if !c.Addr.IsValid() {
+				errs = append(errs, fmt.Errorf("resource %q: consumer on device %q has no IP address", r.Name, c.Device))
+			}
+			if c.Device == "" {
+				errs = append(errs, fmt.Errorf("resource %q: consumer %v has no block device to measure", r.Name, c.Addr))
+			}
+		}
+	}
+	if m, ok := policyManual(cfg); ok {
+		if un := m.Unmatched(topo); len(un) > 0 {
+			errs = append(errs, fmt.Errorf("manual policy: %v match no consumer of the topology (use an IP, IQN or device name)", un))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func policyManual(cfg Config) (*policy.Manual, bool) {
+	if cfg.Policy != policy.ManualName {
+		return nil, false
+	}
+	m, err := policy.NewManual(signal.ThesisAlpha, cfg.Manual)
+	return m, err == nil
+}
+
+// Config returns the engine's configuration (with Control.T = Tick).
+func (e *Engine) Config() Config { return e.cfg }
+
+// SetTopology replaces the topology. Resources (by name), consumers (by
+// resource, address and device) and devices (by name) that persist keep
+// their state: EWMAs, controller history, set membership, last counters.
+// New ones start at rest; a new device is measured from its second
+// snapshot on.
+func (e *Engine) SetTopology(topo topology.Topology) {
+	oldDevs := make(map[string]int, len(e.devs))
+	for i, d := range e.devs {
+		oldDevs[d.name] = i
+	}
+	type consKey struct {
+		res, dev string
+		addr     netip.Addr
+	}
+	oldCons := make(map[consKey]int, len(e.cons))
+	for _, r := range e.res {
+		for _, ci := range r.consumers {
+			c := e.cons[ci].c
+			oldCons[consKey{r.name, c.Device, c.Addr}] = ci
+		}
+	}
+	oldRes := make(map[string]int, len(e.res))
+	for i, r := range e.res {
+		oldRes[r.name] = i
+	}
+	usedRes := make(map[int]bool)
+
+	devIdx := make(map[string]int)
+	var devs []device
+	devOf := func(name string) int {
+		if name == "" {
+			return -1
+		}
+		if i, ok := devIdx[name]; ok {
+			return i
+		}
+		d := device{name: name}
+		if oi, ok := oldDevs[name]; ok {
+			d = e.devs[oi]
+		}
+		devIdx[name] = len(devs)
+		devs = append(devs, d)
+		return len(devs) - 1
+	}
+	var cons []consumer
+	res := make([]resource, 0, len(topo.Resources))
+	for _, tr := range topo.Resources {
+		r := resource{name: tr.Name, threshold: e.cfg.Control.ThresholdMs}
+		if tr.ThresholdMs > 0 {
+			r.threshold = tr.ThresholdMs
+		}
+		if oi, ok := oldRes[tr.Name]; ok && !usedRes[oi] {
+			usedRes[oi] = true
+			old := e.res[oi]
+			r.ewma, r.signalMs, r.started = old.ewma, old.signalMs, old.started
+			if old.threshold == r.threshold {
+				r.ctrl = old.ctrl
+			}
+		}
+		if r.ewma == nil {
+			r.ewma, _ = signal.NewEWMA(e.cfg.Alpha) // alpha validated in New
+		}
+		if r.ctrl == nil {
+			// A new resource, or a new threshold: the controller starts at
+			// rest (its history was about another set point).
+			p := e.cfg.Control
+			p.ThresholdMs = r.threshold
+			r.ctrl, _ = control.New(e.cfg.Controller, p) // validated in New
+		}
+		seenDev := make(map[int]bool)
+		seenSig := make(map[int]bool)
+		for _, tc := range tr.Consumers {
+			c := consumer{c: tc, dev: devOf(tc.Device)}
+			if oi, ok := oldCons[consKey{tr.Name, tc.Device, tc.Addr}]; ok {
+				c.st = e.cons[oi].st
+				delete(oldCons, consKey{tr.Name, tc.Device, tc.Addr})
+			}
+			r.consumers = append(r.consumers, len(cons))
+			cons = append(cons, c)
+			if c.dev < 0 {
+				continue
+			}
+			if !seenDev[c.dev] {
+				seenDev[c.dev] = true
+				r.devs = append(r.devs, c.dev)
+			}
+			if e.pol.Counts(tc) && !seenSig[c.dev] {
+				seenSig[c.dev] = true
+				r.sigDevs = append(r.sigDevs, c.dev)
+			}
+		}
+		res = append(res, r)
+	}
+	e.devIdx, e.devs, e.cons, e.res = devIdx, devs, cons, res
+}
+
+// Step takes the snapshot taken at now and returns the decision. The first
+// Step (and the first Step that sees a device) only records counters: with
+// no interval there is nothing to measure, so nothing is throttled.
+func (e *Engine) Step(now time.Time, snap []diskstats.Stat) Decision {
+	e.gen++
+	for i := range snap {
+		if di, ok := e.devIdx[snap[i].Device]; ok {
+			d := &e.devs[di]
+			d.cur = snap[i]
+			d.seenGen = e.gen
+		}
+	}
+	missing := 0
+	for i := range e.devs {
+		d := &e.devs[i]
+		d.valid = false
+		if d.seenGen != e.gen {
+			missing++
+			continue
+		}
+		if d.hasPrev && now.After(d.prevAt) {
+			d.rates = diskstats.Sub(&d.cur, &d.prev).Rates(now.Sub(d.prevAt))
+			d.valid = true
+		}
+		d.prev, d.prevAt, d.hasPrev = d.cur, now, true
+	}
+
+	dec := Decision{At: now, MissingDevices: missing,
+		Resources: make([]ResourceDecision, len(e.res)),
+		Consumers: make([]ConsumerRates, len(e.cons)),
+	}
+	// One backing array for every resource's members: one allocation.
+	members := make([]netip.Addr, 0, len(e.cons))
+	for ri := range e.res {
+		r := &e.res[ri]
+		rd := ResourceDecision{Name: r.name, ThresholdMs: r.threshold, Direction: e.cfg.Direction}
+		measured := false
+		for _, di := range r.devs {
+			d := &e.devs[di]
+			if d.seenGen != e.gen {
+				rd.MissingDevices++
+			}
+			if d.valid {
+				measured = true
+			}
+		}
+		var agg signal.ReadLatency
+		for _, di := range r.sigDevs {
+			if d := &e.devs[di]; d.valid {
+				agg.Add(d.rates.Reads, d.rates.ReadMs)
+			}
+		}
+		rd.Reads = agg.Reads()
+		if measured || r.started {
+			// A resource whose devices all vanished from the snapshot is
+			// treated as idle: its signal decays and the throttle winds
+			// down (fail open) rather than holding the last delay.
+			r.started = true
+			if raw, ok := agg.Value(); ok {
+				rd.RawMs = raw
+				r.signalMs = r.ewma.Update(raw)
+			} else {
+				r.signalMs = r.ewma.Decay()
+			}
+			rd.DelayMs = r.ctrl.Update(r.signalMs)
+		}
+		rd.SignalMs = r.signalMs
+
+		start := len(members)
+		for _, ci := range r.consumers {
+			c := &e.cons[ci]
+			cr := ConsumerRates{Resource: r.name, Device: c.c.Device, Addr: c.c.Addr,
+				WriteEWMAKBs: c.st.WriteEWMAKBs, Throttleable: c.st.Member}
+			if c.dev >= 0 && e.devs[c.dev].valid {
+				rt := &e.devs[c.dev].rates
+				cr.ReadKBs, cr.WriteKBs, cr.RAwaitMs = rt.ReadKBs, rt.WriteKBs, rt.RAwaitMs
+				cr.Throttleable = e.pol.Update(&c.st, c.c, rt.WriteKBs)
+				cr.WriteEWMAKBs = c.st.WriteEWMAKBs
+			}
+			if !r.started {
+				// Nothing measured on this resource yet (first Step): no
+				// one is throttled.
+				cr.Throttleable = false
+			}
+			if cr.Throttleable && !containsAddr(members[start:], c.c.Addr) {
+				members = append(members, c.c.Addr)
+			}
+			dec.Consumers[ci] = cr
+		}
+		if len(members) > start {
+			rd.Members = members[start:len(members):len(members)]
+		}
+		dec.Resources[ri] = rd
+	}
+	return dec
+}
+
+func containsAddr(s []netip.Addr, a netip.Addr) bool {
+	for _, x := range s {
+		if x == a {
+			return true
+		}
+	}
+	return false
+}
