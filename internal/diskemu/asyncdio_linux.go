@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -166,8 +167,16 @@ func (p *dioProxy) patchInit(msg []byte) {
 func (p *dioProxy) shutdown() {
 	p.once.Do(func() {
 		unix.Shutdown(p.sock, unix.SHUT_RDWR)
-		p.wg.Wait()
-		unix.Close(p.sock)
-		unix.Close(p.kfd)
+		done := make(chan struct{})
+		go func() { p.wg.Wait(); close(done) }()
+		select {
+		case <-done:
+			unix.Close(p.sock)
+			unix.Close(p.kfd)
+		case <-time.After(2 * time.Second):
+			// The kernel connection is still alive (a lazily detached
+			// mount with open files): leave it to process exit.
+			p.log.Warn("fuse connection still open after shutdown; leaving it to process exit")
+		}
 	})
 }

@@ -5,22 +5,18 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/sanqos/sanqos/internal/diskmodel"
 )
 
-// Op is the direction of one request submitted to a Model.
-type Op int
+// Op is the direction of one request submitted to a Model; it is
+// internal/diskmodel's, so *diskmodel.Array is a Model as it is.
+type Op = diskmodel.Op
 
 const (
-	Read Op = iota
-	Write
+	Read  = diskmodel.Read
+	Write = diskmodel.Write
 )
-
-func (o Op) String() string {
-	if o == Write {
-		return "write"
-	}
-	return "read"
-}
 
 // Model decides when a request submitted at now completes. offset is in the
 // array's address space (file region base + file offset); stream identifies

@@ -22,6 +22,20 @@ import (
 // mountHandle is what Close needs to undo a mount.
 type mountHandle struct {
 	proxy *dioProxy // nil without async DIO
+	dev   string    // "major:minor" of the mount, to recognise it in mountinfo
+	id    uint64    // statx unique mount id (never reused, unlike dev); 0 if unknown
+}
+
+// uniqueMountID returns the never-reused id of the mount at mp (Linux 6.8+).
+func uniqueMountID(mp string) (uint64, error) {
+	var stx unix.Statx_t
+	if err := unix.Statx(unix.AT_FDCWD, mp, unix.AT_STATX_DONT_SYNC, unix.STATX_MNT_ID_UNIQUE, &stx); err != nil {
+		return 0, err
+	}
+	if stx.Mask&unix.STATX_MNT_ID_UNIQUE == 0 {
+		return 0, errors.New("kernel has no unique mount ids")
+	}
+	return stx.Mnt_id, nil
 }
 
 // mountFS mounts the file system itself (open /dev/fuse, mount(2)) instead
@@ -84,6 +98,13 @@ func (s *Server) mountFS(root fs.InodeEmbedder) error {
 		unix.Poll([]unix.PollFd{{Fd: int32(f), Events: unix.POLLIN | unix.POLLPRI | unix.POLLOUT}}, 0)
 		unix.Close(f)
 	}
+	var st unix.Stat_t
+	if err := unix.Stat(o.Mountpoint, &st); err != nil {
+		s.abortMount(kfd)
+		return fmt.Errorf("checking the new mount %s: %w", o.Mountpoint, err)
+	}
+	s.mount.dev = fmt.Sprintf("%d:%d", unix.Major(st.Dev), unix.Minor(st.Dev))
+	s.mount.id, _ = uniqueMountID(o.Mountpoint) // 0: fall back to dev
 	if s.mount.proxy != nil {
 		select {
 		case ok := <-s.mount.proxy.initDone:
@@ -109,6 +130,15 @@ func (s *Server) abortMount(kfd int) {
 // closing an image), then detaches lazily.
 func (s *Server) unmount() error {
 	mp := s.opts.Mountpoint
+	if !s.mounted() {
+		// Detached or aborted from outside; what is at mp now (if
+		// anything) is not ours to unmount.
+		s.log.Warn("mount already gone")
+		if s.mount.proxy != nil {
+			s.mount.proxy.shutdown()
+		}
+		return nil
+	}
 	var err error
 	for i := 0; i < 20; i++ {
 		if err = unix.Unmount(mp, 0); err == nil || !errors.Is(err, unix.EBUSY) {
@@ -137,6 +167,28 @@ func (s *Server) unmount() error {
 	return nil
 }
 
+// mounted reports whether our mount (same device) is still at the mountpoint.
+func (s *Server) mounted() bool {
+	if s.mount.id != 0 {
+		// A dead FUSE mount answers ENOTCONN; then only the device tells.
+		if id, err := uniqueMountID(s.opts.Mountpoint); err == nil {
+			return id == s.mount.id
+		}
+	}
+	// Device numbers are reused once a mount is gone, so this can mistake
+	// a newer mount for ours; the unique id above avoids that.
+	ms, err := readMountinfo("/proc/self/mountinfo")
+	if err != nil {
+		return true // cannot tell: try to unmount
+	}
+	for _, m := range ms {
+		if m.point == s.opts.Mountpoint && m.dev == s.mount.dev {
+			return true
+		}
+	}
+	return false
+}
+
 // detachStale lazily unmounts a mount of ours left at mp by a crashed server
 // and refuses to mount over anything else.
 func detachStale(mp string, log *slog.Logger) error {
@@ -159,7 +211,7 @@ func detachStale(mp string, log *slog.Logger) error {
 	return nil
 }
 
-type mountEntry struct{ point, fstype string }
+type mountEntry struct{ dev, point, fstype string }
 
 // readMountinfo returns mount points and types from a mountinfo file.
 func readMountinfo(path string) ([]mountEntry, error) {
@@ -181,7 +233,7 @@ func parseMountinfo(r io.Reader) ([]mountEntry, error) {
 		if !ok || len(f) < 5 || len(g) < 1 {
 			continue
 		}
-		out = append(out, mountEntry{point: unescapeMount(f[4]), fstype: g[0]})
+		out = append(out, mountEntry{dev: f[2], point: unescapeMount(f[4]), fstype: g[0]})
 	}
 	if err := sc.Err(); err != nil {
 		return nil, fmt.Errorf("reading mountinfo: %w", err)

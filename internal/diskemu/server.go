@@ -32,8 +32,8 @@ type Options struct {
 	// Model, when set, is used instead of Profile.
 	Model Model
 	// RegionBytes is the size of each file's region of the model's address
-	// space. Default 64 GiB: larger than any lab image, so regions never
-	// overlap, and they are spread over the array like LVs of one VG.
+	// space, like LVs laid out one after another on one VG. Default: 64 GiB
+	// or an eighth of the array, whichever is smaller (see regionFor).
 	RegionBytes int64
 	// StatsPath receives the Stats JSON every StatsInterval. Default
 	// BackingDir/.sanqos-diskemu-stats.json; "-" disables the file.
@@ -53,7 +53,6 @@ type Options struct {
 }
 
 const (
-	defaultRegionBytes   = 64 << 30
 	defaultMaxBackground = 128
 	defaultMaxWrite      = 1 << 20
 )
@@ -78,9 +77,6 @@ func (o *Options) fill() error {
 	if o.Clock == nil {
 		o.Clock = clock.Real{}
 	}
-	if o.RegionBytes <= 0 {
-		o.RegionBytes = defaultRegionBytes
-	}
 	if o.StatsPath == "" {
 		o.StatsPath = filepath.Join(o.BackingDir, ".sanqos-diskemu-stats.json")
 	}
@@ -95,7 +91,7 @@ func (o *Options) fill() error {
 	}
 	if o.Model == nil {
 		if o.Profile == "" {
-			return errors.New("diskemu: no disk profile given; use thesis-2010, ssd, ram or fixed:DURATION")
+			return fmt.Errorf("diskemu: no disk profile given; use one of %s", ProfileNames())
 		}
 		m, err := NewModel(o.Profile, o.Seed)
 		if err != nil {
@@ -104,6 +100,9 @@ func (o *Options) fill() error {
 		o.Model = m
 	} else if o.Profile == "" {
 		o.Profile = fmt.Sprintf("%T", o.Model)
+	}
+	if o.RegionBytes <= 0 {
+		o.RegionBytes = regionFor(o.Model)
 	}
 	return nil
 }
@@ -129,13 +128,14 @@ func Mount(opts Options) (*Server, error) {
 		return nil, err
 	}
 	log := opts.Logger.With("component", "diskemu", "mount", opts.Mountpoint)
+	// Before mkdir: a stale FUSE mount answers ENOTCONN to everything.
+	if err := detachStale(opts.Mountpoint, log); err != nil {
+		return nil, err
+	}
 	for _, d := range []string{opts.BackingDir, opts.Mountpoint} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return nil, fmt.Errorf("creating %s: %w", d, err)
 		}
-	}
-	if err := detachStale(opts.Mountpoint, log); err != nil {
-		return nil, err
 	}
 	vol, err := newVolume(opts.BackingDir, opts.Model, opts.Clock, opts.RegionBytes, log)
 	if err != nil {
