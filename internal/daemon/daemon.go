@@ -63,6 +63,11 @@ type StatsSource interface {
 	Read() ([]diskstats.Stat, []diskstats.LineError, error)
 }
 
+// Overrides supplies manual throttle groups (*ctl.Overrides).
+type Overrides interface {
+	Groups() []throttle.Group
+}
+
 // Options configure a Daemon. Clock, Engine, Stats and Backend are required.
 type Options struct {
 	Clock clock.Clock
@@ -85,6 +90,10 @@ type Options struct {
 	Recorder io.Writer
 	// Version is reported in /status and sanqos_build_info.
 	Version string
+	// Overrides, when set, are manual throttles (from the control socket)
+	// merged into every tick's state. They win: an initiator with a manual
+	// throttle is taken out of the controller's groups.
+	Overrides Overrides
 	// StatsFailRelease is how many consecutive failed diskstats reads the
 	// daemon tolerates before it releases all throttling (fail open: a
 	// daemon that cannot see the disks must not keep slowing anyone down).
@@ -110,9 +119,10 @@ type Daemon struct {
 	statsFailing int // consecutive failed reads
 	recordFailed bool
 
-	mu   sync.Mutex // guards snap and disc
-	snap status.Status
-	disc status.Discovery
+	mu          sync.Mutex // guards snap, disc and appliedView
+	snap        status.Status
+	disc        status.Discovery
+	appliedView throttle.State // applied, for the control socket
 }
 
 type topoChange struct {
@@ -333,7 +343,11 @@ func (d *Daemon) tick(ctx context.Context, now time.Time) {
 
 	dec := d.o.Engine.Step(now, snap)
 	d.logTransitions(dec.Resources)
-	applyErr := d.apply(ctx, dec.State)
+	state := dec.State
+	if d.o.Overrides != nil {
+		state = mergeOverrides(state, d.o.Overrides.Groups())
+	}
+	applyErr := d.apply(ctx, state)
 
 	elapsed := time.Since(began)
 	d.metrics.ObserveTick(elapsed)
@@ -369,9 +383,13 @@ func (d *Daemon) statsFailed(ctx context.Context, err error) {
 		d.log.Warn("diskstats still unreadable; releasing all throttling until they are back", "failed_ticks", d.statsFailing)
 	}
 	if d.statsFailing >= d.o.StatsFailRelease {
+		// Manual throttles were asked for by a person and stay.
 		var empty throttle.State
 		for _, g := range d.applied.Groups {
 			empty.Groups = append(empty.Groups, throttle.Group{Name: g.Name, Ports: g.Ports})
+		}
+		if d.o.Overrides != nil {
+			empty = mergeOverrides(empty, d.o.Overrides.Groups())
 		}
 		d.apply(ctx, empty)
 	}
@@ -399,6 +417,9 @@ func (d *Daemon) apply(ctx context.Context, s throttle.State) error {
 	d.applyFailing = false
 	d.needsResync = false
 	d.applied = cloneState(s)
+	d.mu.Lock()
+	d.appliedView = d.applied
+	d.mu.Unlock()
 	return nil
 }
 
@@ -461,6 +482,35 @@ func (d *Daemon) record(now time.Time, dec Decision) {
 		d.recordFailed = true
 		d.log.Error("writing the record failed; recording stops, control goes on", "err", err)
 	}
+}
+
+// mergeOverrides returns s with the manual groups added and their members
+// taken out of s's groups, so no initiator is in two groups.
+func mergeOverrides(s throttle.State, manual []throttle.Group) throttle.State {
+	if len(manual) == 0 {
+		return s
+	}
+	taken := make(map[netip.Addr]bool, len(manual))
+	names := make(map[string]bool, len(manual))
+	for _, g := range manual {
+		names[g.Name] = true
+		for _, m := range g.Members {
+			taken[m] = true
+		}
+	}
+	out := throttle.State{Groups: make([]throttle.Group, 0, len(s.Groups)+len(manual))}
+	for _, g := range s.Groups {
+		if names[g.Name] {
+			// A manual group of the same name replaces it (a stale group of
+			// a freed override in the release state, say).
+			continue
+		}
+		if slices.ContainsFunc(g.Members, func(a netip.Addr) bool { return taken[a] }) {
+			g.Members = slices.DeleteFunc(slices.Clone(g.Members), func(a netip.Addr) bool { return taken[a] })
+		}
+		out.Groups = append(out.Groups, g)
+	}
+	return throttle.State{Groups: append(out.Groups, manual...)}
 }
 
 // stateEqual compares two throttle states exactly (order included: the
