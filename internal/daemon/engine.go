@@ -1,0 +1,46 @@
+package daemon
+
+import (
+	"time"
+
+	"github.com/sanqos/sanqos/internal/diskstats"
+	"github.com/sanqos/sanqos/internal/engine"
+	"github.com/sanqos/sanqos/internal/status"
+	"github.com/sanqos/sanqos/internal/topology"
+)
+
+// FromEngine adapts the production engine to the daemon: its decisions are
+// turned into the status shape (strings, ms) and the throttle state for
+// the given target ports (throttle.DefaultPorts when empty).
+func FromEngine(e *engine.Engine, ports []uint16) Engine {
+	return &engineAdapter{e: e, ports: ports}
+}
+
+type engineAdapter struct {
+	e     *engine.Engine
+	ports []uint16
+}
+
+func (a *engineAdapter) SetTopology(t topology.Topology) { a.e.SetTopology(t) }
+
+func (a *engineAdapter) Step(now time.Time, snap []diskstats.Stat) Decision {
+	d := a.e.Step(now, snap)
+	out := Decision{
+		Resources: make([]status.Resource, len(d.Resources)),
+		Consumers: make([]status.Consumer, len(d.Consumers)),
+		State:     d.ThrottleState(a.ports),
+	}
+	for i, r := range d.Resources {
+		out.Resources[i] = status.Resource{
+			Name: r.Name, SignalMs: r.SignalMs, RawMs: r.RawMs, ThresholdMs: r.ThresholdMs,
+			DelayMs: r.DelayMs, Reads: r.Reads, Direction: r.Direction.String(), Members: addrStrings(r.Members),
+		}
+	}
+	for i, c := range d.Consumers {
+		out.Consumers[i] = status.Consumer{
+			Resource: c.Resource, Device: c.Device, Addr: c.Addr.String(), ReadKBs: c.ReadKBs,
+			WriteKBs: c.WriteKBs, WriteEWMAKBs: c.WriteEWMAKBs, RAwaitMs: c.RAwaitMs, Throttleable: c.Throttleable,
+		}
+	}
+	return out
+}

@@ -1,0 +1,86 @@
+package daemon
+
+import (
+	"context"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/sanqos/sanqos/internal/clock"
+	"github.com/sanqos/sanqos/internal/diskstats"
+	"github.com/sanqos/sanqos/internal/engine"
+	"github.com/sanqos/sanqos/internal/topology"
+)
+
+// loadStats makes counters as a disk would see them: loop1 serves a reader
+// whose reads take readMs each, loop2 a writer at writeKBs.
+type loadStats struct {
+	r1, rt1, ws2 uint64
+	readMs       uint64
+	writeKBs     uint64
+}
+
+func (s *loadStats) Read() ([]diskstats.Stat, []diskstats.LineError, error) {
+	s.r1 += 10
+	s.rt1 += 10 * s.readMs
+	s.ws2 += s.writeKBs * 2 / 10 // sectors per 100 ms tick
+	return []diskstats.Stat{
+		{Major: 7, Minor: 1, Device: "loop1", Fields: 20, ReadIOs: s.r1, ReadTicks: s.rt1},
+		{Major: 7, Minor: 2, Device: "loop2", Fields: 20, WriteSectors: s.ws2, WriteIOs: s.ws2 / 128},
+	}, nil, nil
+}
+
+// With the real engine: a slow reader and a heavy writer on one resource
+// make the daemon throttle the writer; a fast reader releases it.
+func TestRealEngineThrottlesWriter(t *testing.T) {
+	reader, writer := netip.MustParseAddr("10.99.0.2"), netip.MustParseAddr("10.99.0.3")
+	topo := topology.Topology{Resources: []topology.Resource{{Name: "fs-lab", Consumers: []topology.Consumer{
+		{Addr: reader, Device: "loop1"}, {Addr: writer, Device: "loop2"},
+	}}}}
+	e, err := engine.New(engine.DefaultConfig(), topo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stats := &loadStats{readMs: 60, writeKBs: 20000}
+	be := &fakeBackend{}
+	logs := &logBuf{}
+	d, err := New(Options{Clock: clock.NewFake(t0), Engine: FromEngine(e, []uint16{3260}), Stats: stats, Backend: be,
+		Logger: newLogger(logs), Topology: topo})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := t0
+	run := func(n int) {
+		for range n {
+			now = now.Add(100 * time.Millisecond)
+			d.tick(context.Background(), now)
+		}
+	}
+	run(50)
+	s := d.Status()
+	if len(s.Resources) != 1 || !s.Resources[0].Throttling() {
+		t.Fatalf("after 5 s of 60 ms reads against a 20 MB/s writer, not throttling: %+v", s.Resources)
+	}
+	if m := s.Resources[0].Members; len(m) != 1 || m[0] != writer.String() {
+		t.Errorf("members = %v, want only the writer %v", m, writer)
+	}
+	last := be.applied[len(be.applied)-1].Groups[0]
+	if len(last.Members) != 1 || last.Members[0] != writer || last.WriteDelay <= 0 || last.Ports[0] != 3260 {
+		t.Errorf("applied group = %+v", last)
+	}
+	if logs.count("throttling engaged", "resource=fs-lab") != 1 {
+		t.Errorf("engagement not logged once:\n%s", logs)
+	}
+
+	stats.readMs = 1
+	run(300)
+	if s := d.Status(); s.Resources[0].Throttling() {
+		t.Errorf("after 30 s of 1 ms reads still throttling: %+v", s.Resources[0])
+	}
+	if logs.count("throttling released", "resource=fs-lab") != 1 {
+		t.Errorf("release not logged once:\n%s", logs)
+	}
+	if g := be.applied[len(be.applied)-1].Groups[0]; len(g.Members) != 0 || g.WriteDelay != 0 {
+		t.Errorf("last applied group = %+v, want empty", g)
+	}
+}
