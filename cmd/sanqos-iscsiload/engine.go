@@ -179,10 +179,9 @@ func (e *Engine) Run(ctx context.Context) (Result, error) {
 		defer pt.Stop()
 		progress = pt.C()
 	}
-	interrupted := false
+	interrupted, timeUp, workersDone := false, false, false
 	var outErr error
 	sigCh := ctx.Done()
-loop:
 	for {
 		select {
 		case now := <-tick.C():
@@ -193,13 +192,21 @@ loop:
 		case now := <-progress:
 			e.progress(now.Sub(t0), workers)
 		case <-runtimeOver:
+			timeUp = true
+			runtimeOver = nil
 			cancelRun()
 		case <-sigCh:
 			interrupted = true
 			sigCh = nil
 			cancelRun()
 		case <-done:
-			break loop
+			workersDone = true
+			done = nil
+		}
+		// An on/off run lasts its runtime even when no further burst fits
+		// in it: the last pause is part of the schedule the lab plots.
+		if workersDone && (timeUp || interrupted || job.OnSize == 0) {
+			break
 		}
 	}
 	elapsed := e.Clock.Now().Sub(t0).Seconds()
