@@ -1,0 +1,222 @@
+// Package plot draws the time-series figures of sanqos reports (the
+// simulator's and the lab's): panels stacked vertically over one shared X
+// axis, like thesis Fig. 5.13 (read latency with its threshold, throttle
+// delay, write rate). It is a thin layer over gonum.org/v1/plot that fixes
+// the look (size, colours, legends) so every report figure reads the same.
+package plot
+
+import (
+	"errors"
+	"fmt"
+	"image/color"
+	"math"
+	"os"
+	"path/filepath"
+
+	gplot "gonum.org/v1/plot"
+	gfont "gonum.org/v1/plot/font"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
+	"gonum.org/v1/plot/vg/vgimg"
+)
+
+// Series is one line. NaN in Y leaves a gap (no sample there).
+type Series struct {
+	Name string
+	X, Y []float64
+}
+
+// HLine is a horizontal reference line, such as a threshold.
+type HLine struct {
+	Y     float64
+	Label string
+}
+
+// Panel is one plot of the stack.
+type Panel struct {
+	Title, YLabel string
+	Series        []Series
+	HLines        []HLine
+}
+
+// Size of the PNG: readable on a screen and in a report at 100 %.
+const (
+	widthPx, heightPx = 1200, 900
+	dpi               = 96
+)
+
+// palette: distinct, colour-blind-friendly (Okabe–Ito), in series order.
+var palette = []color.Color{
+	color.RGBA{0, 114, 178, 255},   // blue
+	color.RGBA{213, 94, 0, 255},    // vermillion
+	color.RGBA{0, 158, 115, 255},   // bluish green
+	color.RGBA{204, 121, 167, 255}, // reddish purple
+	color.RGBA{230, 159, 0, 255},   // orange
+	color.RGBA{86, 180, 233, 255},  // sky blue
+	color.RGBA{0, 0, 0, 255},       // black
+	color.RGBA{240, 228, 66, 255},  // yellow
+}
+
+// Color returns the colour of the i-th series, for callers that draw
+// something matching.
+func Color(i int) color.Color { return palette[i%len(palette)] }
+
+// Stacked writes a PNG to path with the panels stacked top to bottom over
+// one X range; only the bottom panel carries the X label.
+func Stacked(path, title, xlabel string, panels []Panel) error {
+	if len(panels) == 0 {
+		return errors.New("plot: no panels to draw")
+	}
+	xmin, xmax := math.Inf(1), math.Inf(-1)
+	for _, p := range panels {
+		for _, s := range p.Series {
+			if len(s.X) != len(s.Y) {
+				return fmt.Errorf("plot: series %q has %d x and %d y values", s.Name, len(s.X), len(s.Y))
+			}
+			for _, x := range s.X {
+				if !math.IsNaN(x) && !math.IsInf(x, 0) {
+					xmin, xmax = math.Min(xmin, x), math.Max(xmax, x)
+				}
+			}
+		}
+	}
+	rows := make([][]*gplot.Plot, len(panels))
+	for i, pn := range panels {
+		p, err := panel(pn, i == len(panels)-1, xlabel)
+		if err != nil {
+			return fmt.Errorf("plot: panel %q: %w", pn.Title, err)
+		}
+		if xmin <= xmax {
+			p.X.Min, p.X.Max = xmin, xmax
+		}
+		rows[i] = []*gplot.Plot{p}
+	}
+
+	w := vg.Length(widthPx) * vg.Inch / dpi
+	h := vg.Length(heightPx) * vg.Inch / dpi
+	img := vgimg.NewWith(vgimg.UseWH(w, h), vgimg.UseDPI(dpi), vgimg.UseBackgroundColor(color.White))
+	dc := draw.New(img)
+	titleH := vg.Points(0)
+	if title != "" {
+		titleH = vg.Points(28)
+		sty := draw.TextStyle{
+			Color: color.Black, Font: titleFont(), XAlign: draw.XCenter, YAlign: draw.YTop,
+			Handler: gplot.DefaultTextHandler,
+		}
+		dc.FillText(sty, vg.Point{X: w / 2, Y: h - vg.Points(6)}, title)
+	}
+	tiles := draw.Tiles{
+		Rows: len(panels), Cols: 1,
+		PadX: vg.Points(4), PadY: vg.Points(10),
+		PadTop: titleH + vg.Points(4), PadBottom: vg.Points(6),
+		PadLeft: vg.Points(6), PadRight: vg.Points(12),
+	}
+	canvases := gplot.Align(rows, tiles, dc)
+	for i := range rows {
+		rows[i][0].Draw(canvases[i][0])
+	}
+
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return fmt.Errorf("plot: creating the directory of %s: %w", path, err)
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("plot: %w", err)
+	}
+	if _, err := (vgimg.PngCanvas{Canvas: img}).WriteTo(f); err != nil {
+		f.Close()
+		return fmt.Errorf("plot: writing %s: %w", path, err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("plot: writing %s: %w", path, err)
+	}
+	return nil
+}
+
+func titleFont() gfont.Font {
+	f := gplot.DefaultFont
+	f.Size = vg.Points(16)
+	return f
+}
+
+func panel(pn Panel, bottom bool, xlabel string) (*gplot.Plot, error) {
+	p := gplot.New()
+	p.Title.Text = pn.Title
+	p.Title.TextStyle.Font.Size = vg.Points(13)
+	p.Y.Label.Text = pn.YLabel
+	p.Y.Label.TextStyle.Font.Size = vg.Points(12)
+	p.Y.Tick.Label.Font.Size = vg.Points(11)
+	p.X.Tick.Label.Font.Size = vg.Points(11)
+	if bottom {
+		p.X.Label.Text = xlabel
+		p.X.Label.TextStyle.Font.Size = vg.Points(12)
+	}
+	p.Add(plotter.NewGrid())
+	p.Legend.Top = true
+	p.Legend.Left = false
+	p.Legend.TextStyle.Font.Size = vg.Points(11)
+	p.Y.Min = 0
+
+	ymax := 0.0
+	for i, s := range pn.Series {
+		col := Color(i)
+		first := true
+		for _, seg := range segments(s.X, s.Y) {
+			l, err := plotter.NewLine(seg)
+			if err != nil {
+				return nil, fmt.Errorf("series %q: %w", s.Name, err)
+			}
+			l.Color = col
+			l.Width = vg.Points(1.6)
+			p.Add(l)
+			if first && s.Name != "" {
+				p.Legend.Add(s.Name, l)
+				first = false
+			}
+			for _, pt := range seg {
+				ymax = math.Max(ymax, pt.Y)
+			}
+		}
+	}
+	for i, hl := range pn.HLines {
+		y := hl.Y
+		f := plotter.NewFunction(func(float64) float64 { return y })
+		f.Color = color.RGBA{60, 60, 60, 255}
+		f.Width = vg.Points(1.4)
+		f.Dashes = []vg.Length{vg.Points(6), vg.Points(4 + float64(i)*2)}
+		p.Add(f)
+		if hl.Label != "" {
+			p.Legend.Add(hl.Label, f)
+		}
+		ymax = math.Max(ymax, hl.Y)
+	}
+	// Headroom above the highest point so the legend does not cover data.
+	if ymax > 0 {
+		p.Y.Max = ymax * 1.25
+	} else {
+		p.Y.Max = 1
+	}
+	return p, nil
+}
+
+// segments splits a series at NaN or infinite Y values.
+func segments(xs, ys []float64) []plotter.XYs {
+	var out []plotter.XYs
+	var cur plotter.XYs
+	for i := range xs {
+		x, y := xs[i], ys[i]
+		if math.IsNaN(y) || math.IsInf(y, 0) || math.IsNaN(x) || math.IsInf(x, 0) {
+			if len(cur) > 0 {
+				out = append(out, cur)
+				cur = nil
+			}
+			continue
+		}
+		cur = append(cur, plotter.XY{X: x, Y: y})
+	}
+	if len(cur) > 0 {
+		out = append(out, cur)
+	}
+	return out
+}

@@ -1,0 +1,73 @@
+package plot
+
+import (
+	"bytes"
+	"image/png"
+	"math"
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+func TestStackedWritesReadablePNG(t *testing.T) {
+	var x, lat, sig, d []float64
+	for i := range 600 {
+		v := float64(i) / 10
+		x = append(x, v)
+		lat = append(lat, 15+10*math.Sin(v/5))
+		sig = append(sig, 15+8*math.Sin(v/5-0.3))
+		d = append(d, math.Max(0, 5*math.Sin(v/5)))
+	}
+	lat[100] = math.NaN() // a gap must not fail the plot
+	path := filepath.Join(t.TempDir(), "sub", "fig.png")
+	err := Stacked(path, "sanqos test figure", "time (s)", []Panel{
+		{Title: "read latency", YLabel: "ms", Series: []Series{{"1 s mean", x, lat}, {"EWMA", x, sig}}, HLines: []HLine{{15, "threshold 15 ms"}}},
+		{Title: "throttle", YLabel: "delay (ms)", Series: []Series{{"delay", x, d}}},
+		{Title: "writes", YLabel: "MB/s", Series: []Series{{"aggregate", x, d}}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err := png.Decode(bytes.NewReader(b))
+	if err != nil {
+		t.Fatalf("not a PNG: %v", err)
+	}
+	if w, h := img.Bounds().Dx(), img.Bounds().Dy(); w != 1200 || h != 900 {
+		t.Errorf("PNG is %dx%d, want 1200x900", w, h)
+	}
+	// The first two series must be drawn in different colours: count pixels
+	// of each palette colour.
+	counts := map[int]int{}
+	for y := 0; y < 900; y += 1 {
+		for x := 0; x < 1200; x += 1 {
+			r, g, b, _ := img.At(x, y).RGBA()
+			for i := 0; i < 2; i++ {
+				pr, pg, pb, _ := Color(i).RGBA()
+				if r == pr && g == pg && b == pb {
+					counts[i]++
+				}
+			}
+		}
+	}
+	if counts[0] < 500 || counts[1] < 500 {
+		t.Errorf("series colours barely drawn: %v pixels", counts)
+	}
+	if os.Getenv("SANQOS_PLOT_KEEP") != "" {
+		os.WriteFile(os.Getenv("SANQOS_PLOT_KEEP"), b, 0o644)
+	}
+}
+
+func TestStackedRejectsBadInput(t *testing.T) {
+	dir := t.TempDir()
+	if err := Stacked(filepath.Join(dir, "a.png"), "", "x", nil); err == nil {
+		t.Error("no panels accepted")
+	}
+	err := Stacked(filepath.Join(dir, "b.png"), "", "x", []Panel{{Series: []Series{{"s", []float64{1, 2}, []float64{1}}}}})
+	if err == nil {
+		t.Error("series with mismatched lengths accepted")
+	}
+}
