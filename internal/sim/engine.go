@@ -2,70 +2,81 @@ package sim
 
 import (
 	"fmt"
-	"net/netip"
 	"time"
 
 	"github.com/sanqos/sanqos/internal/control"
 	"github.com/sanqos/sanqos/internal/diskstats"
-	"github.com/sanqos/sanqos/internal/signal"
+	"github.com/sanqos/sanqos/internal/engine"
+	"github.com/sanqos/sanqos/internal/topology"
 )
 
-// SimGains is the pid tuning found against this simulator.
+// SimGains is the pid tuning found against this simulator (see
+// TestPIDHoldsThresholds and the report of `sanqos sim`).
 func SimGains() Gains {
 	d := control.DefaultParams()
 	return Gains{Kp: d.Kp, TiMs: float64(d.Ti.Milliseconds()), TdMs: float64(d.Td.Milliseconds()), UMaxMs: d.UMaxMs}
 }
 
-// interimStepper is the control path until internal/engine lands: the
-// production signal and control packages, wired the way the engine does.
-type interimStepper struct {
-	ewma    *signal.EWMA
-	ctl     control.Controller
-	prev    map[string]diskstats.Stat
-	addr    map[string]netip.Addr
-	readers map[string]bool
+// engineStepper drives the production engine: the simulated diskstats
+// text was already parsed by the production parser.
+type engineStepper struct {
+	e *engine.Engine
+}
+
+// resourceName is the shared resource of the scenario (the thesis's
+// volume group was "vg_aic").
+const resourceName = "vg-sim"
+
+// Topology is the scenario as discovery would report it: one resource,
+// one consumer per device.
+func (sc Scenario) Topology() topology.Topology {
+	r := topology.Resource{Name: resourceName}
+	for i := range sc.Disk.Spindles {
+		r.Leaves = append(r.Leaves, fmt.Sprintf("sim%d", i))
+	}
+	for _, d := range sc.Devices {
+		r.Consumers = append(r.Consumers, topology.Consumer{
+			Addr: d.Addr, Device: d.Name, IQN: "iqn.2010-05.sim:" + d.Name,
+			Target: "iqn.2010-05.sim:target", Backing: "/dev/vg-sim/" + d.Name,
+		})
+	}
+	return topology.Topology{Resources: []topology.Resource{r}}
+}
+
+// EngineConfig is the engine configuration a run uses.
+func (cfg Config) EngineConfig() engine.Config {
+	ec := engine.DefaultConfig()
+	ec.Tick = cfg.Tick
+	ec.Controller = cfg.Controller
+	ec.Control.ThresholdMs = cfg.ThresholdMs
+	if g := cfg.Gains; g.Kp > 0 {
+		ec.Control.Kp = g.Kp
+		ec.Control.Ti = time.Duration(g.TiMs * float64(time.Millisecond))
+		ec.Control.Td = time.Duration(g.TdMs * float64(time.Millisecond))
+		if g.UMaxMs > 0 {
+			ec.Control.UMaxMs = g.UMaxMs
+		}
+	}
+	return ec
 }
 
 func newEngineStepper(cfg Config) (Stepper, error) {
-	p := control.DefaultParams()
-	p.ThresholdMs = cfg.ThresholdMs
-	p.T = cfg.Tick
-	if g := cfg.Gains; g.Kp > 0 {
-		p.Kp, p.Ti, p.Td, p.UMaxMs = g.Kp, time.Duration(g.TiMs*float64(time.Millisecond)), time.Duration(g.TdMs*float64(time.Millisecond)), g.UMaxMs
+	if cfg.Tick <= 0 {
+		cfg.Tick = 100 * time.Millisecond
 	}
-	ctl, err := control.New(cfg.Controller, p)
+	e, err := engine.New(cfg.EngineConfig(), cfg.Scenario.Topology())
 	if err != nil {
-		return nil, fmt.Errorf("setting up the %s controller: %w", cfg.Controller, err)
+		return nil, fmt.Errorf("setting up the engine: %w", err)
 	}
-	e, _ := signal.NewEWMA(signal.ThesisAlpha)
-	st := &interimStepper{ewma: e, ctl: ctl, prev: map[string]diskstats.Stat{}, addr: map[string]netip.Addr{}}
-	for _, d := range cfg.Scenario.Devices {
-		st.addr[d.Name] = d.Addr
-	}
-	return st, nil
+	return engineStepper{e}, nil
 }
 
-func (s *interimStepper) Step(now time.Time, snap []diskstats.Stat) Decision {
-	var rl signal.ReadLatency
-	var members []netip.Addr
-	for _, st := range snap {
-		prev, ok := s.prev[st.Device]
-		s.prev[st.Device] = st
-		if !ok {
-			continue
-		}
-		d := diskstats.Sub(&st, &prev)
-		rl.Add(d.ReadIOs, d.ReadTicks)
-		if d.WriteSectors > 0 {
-			members = append(members, s.addr[st.Device])
+func (s engineStepper) Step(now time.Time, snap []diskstats.Stat) Decision {
+	d := s.e.Step(now, snap)
+	for _, r := range d.Resources {
+		if r.Name == resourceName {
+			return Decision{SignalMs: r.SignalMs, RawMs: r.RawMs, DelayMs: r.DelayMs, Members: r.Members}
 		}
 	}
-	raw, ok := rl.Value()
-	var sig float64
-	if ok {
-		sig = s.ewma.Update(raw)
-	} else {
-		sig = s.ewma.Decay()
-	}
-	return Decision{SignalMs: sig, RawMs: raw, DelayMs: s.ctl.Update(sig), Members: members}
+	return Decision{}
 }
