@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -109,7 +108,11 @@ func (e *Engine) Run(ctx context.Context) (Result, error) {
 			openedCh <- opened{w, nil}
 			select {
 			case t0 := <-start:
-				errs[w.id-1] = e.work(runCtx, w, t0, sched)
+				// One failed thread ends the run: its numbers would be
+				// missing from every later second.
+				if errs[w.id-1] = e.work(runCtx, w, t0, sched); errs[w.id-1] != nil {
+					cancelRun()
+				}
 			case <-abort:
 			}
 		}()
@@ -222,8 +225,12 @@ func (e *Engine) Run(ctx context.Context) (Result, error) {
 		outErr = err
 	}
 	res := Result{totals: tot, Interrupted: interrupted}
-	if err := errors.Join(errs...); err != nil {
-		return res, err
+	// The first failure is the one to report (one line); the others
+	// usually follow from it.
+	for _, err := range errs {
+		if err != nil {
+			return res, err
+		}
 	}
 	return res, outErr
 }

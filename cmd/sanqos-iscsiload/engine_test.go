@@ -1,0 +1,205 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sanqos/sanqos/internal/clock"
+	"github.com/sanqos/sanqos/internal/iolog"
+	"github.com/sanqos/sanqos/internal/loadspec"
+)
+
+// memLUN is an in-memory LUN shared by the sessions of one test.
+type memLUN struct {
+	mu       sync.Mutex
+	data     []byte
+	opened   int
+	closed   int
+	corrupt  int64 // flip a byte when reading the block at this offset (-1: never)
+	failAt   int64 // fail I/O at this offset (-1: never)
+	openFail int   // thread whose login fails (0: none)
+}
+
+func newMemLUN(size int64) *memLUN { return &memLUN{data: make([]byte, size), corrupt: -1, failAt: -1} }
+
+type memDev struct{ l *memLUN }
+
+func (l *memLUN) open(thread int) (Device, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if thread == l.openFail {
+		return nil, errors.New("login refused")
+	}
+	l.opened++
+	return memDev{l}, nil
+}
+
+func (d memDev) Capacity() int64  { return int64(len(d.l.data)) }
+func (d memDev) BlockSize() int64 { return 512 }
+func (d memDev) Close() error {
+	d.l.mu.Lock()
+	d.l.closed++
+	d.l.mu.Unlock()
+	return nil
+}
+
+func (d memDev) ReadAt(p []byte, off int64) error {
+	d.l.mu.Lock()
+	defer d.l.mu.Unlock()
+	if off == d.l.failAt {
+		return errors.New("check condition")
+	}
+	copy(p, d.l.data[off:])
+	if off == d.l.corrupt {
+		p[100] ^= 0xff
+	}
+	return nil
+}
+
+func (d memDev) WriteAt(p []byte, off int64) error {
+	d.l.mu.Lock()
+	defer d.l.mu.Unlock()
+	if off == d.l.failAt {
+		return errors.New("check condition")
+	}
+	copy(d.l.data[off:], p)
+	return nil
+}
+
+func runEngine(t *testing.T, ctx context.Context, l *memLUN, job loadspec.Job) (Result, []iolog.Record, error) {
+	t.Helper()
+	var out bytes.Buffer
+	e := &Engine{Job: job, Clock: clock.Real{}, Open: l.open, Out: iolog.NewWriter(&out), PerThread: true,
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	res, err := e.Run(ctx)
+	recs, rerr := iolog.ReadRecords(&out)
+	if rerr != nil {
+		t.Fatalf("output does not parse: %v\n%s", rerr, out.String())
+	}
+	if l.closed != l.opened {
+		t.Errorf("%d sessions opened, %d closed", l.opened, l.closed)
+	}
+	return res, recs, err
+}
+
+func TestVerifyFindsCorruption(t *testing.T) {
+	job := loadspec.Job{Name: "v", Mode: loadspec.RandWrite, BlockSize: 4096, Size: 256 << 10, Threads: 3, Verify: true, Seed: 5}
+	l := newMemLUN(1 << 20)
+	res, recs, err := runEngine(t, context.Background(), l, job)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.verified != 3*64 || res.mismatches != 0 {
+		t.Fatalf("clean run: verified %d, mismatches %d", res.verified, res.mismatches)
+	}
+	s, _ := iolog.Summary(recs, "")
+	if s.Op != iolog.OpRead || *s.Verified != 192 || *s.Mismatches != 0 {
+		t.Fatalf("last line %+v", s)
+	}
+	// The pattern stays on the LUN: a read-only verify run checks it, and
+	// finds the one block the device damages on the way back.
+	l.corrupt = 256<<10 + 8*4096 // thread 2's ninth block
+	job.Mode = loadspec.Read
+	res, _, err = runEngine(t, context.Background(), l, job)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.verified != 192 || res.mismatches != 1 || !strings.Contains(res.firstMismatch, "checksum mismatch") {
+		t.Fatalf("verified %d, mismatches %d, first %q", res.verified, res.mismatches, res.firstMismatch)
+	}
+	// A different seed is someone else's data.
+	l.corrupt = -1
+	job.Seed = 6
+	if res, _, _ = runEngine(t, context.Background(), l, job); res.mismatches != 192 {
+		t.Fatalf("wrong seed: %d mismatches, want all 192", res.mismatches)
+	}
+}
+
+func TestSizeBasedRunMovesSizePerThread(t *testing.T) {
+	job := loadspec.Job{Name: "s", Mode: loadspec.Write, BlockSize: 8192, Size: 512 << 10, Threads: 2, Seed: 1}
+	l := newMemLUN(2 << 20)
+	res, recs, err := runEngine(t, context.Background(), l, job)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.bytes != 2*512<<10 || res.ios != 128 {
+		t.Fatalf("moved %d bytes in %d I/Os", res.bytes, res.ios)
+	}
+	for th := 1; th <= 2; th++ {
+		if s := iolog.Select(recs, iolog.KindSummary, th, iolog.OpWrite); len(s) != 1 || s[0].Bytes != 512<<10 {
+			t.Errorf("thread %d summary %+v", th, s)
+		}
+	}
+	// Each thread wrote its own region and nothing beyond.
+	if !bytes.Equal(l.data[1<<20:], make([]byte, 1<<20)) || bytes.Equal(l.data[:4096], make([]byte, 4096)) {
+		t.Error("writes landed outside the threads' regions")
+	}
+}
+
+func TestFailuresStopTheRun(t *testing.T) {
+	job := loadspec.Job{Name: "f", Mode: loadspec.Read, BlockSize: 4096, Threads: 3, Seed: 1}
+	l := newMemLUN(1 << 20)
+	l.openFail = 2
+	if _, err := (&Engine{Job: job, Clock: clock.Real{}, Open: l.open, Out: iolog.NewWriter(io.Discard),
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil))}).Run(context.Background()); err == nil ||
+		!strings.Contains(err.Error(), "thread 2: login refused") {
+		t.Fatalf("login failure: %v", err)
+	}
+	if l.opened != l.closed {
+		t.Fatalf("after a failed login %d sessions opened, %d closed", l.opened, l.closed)
+	}
+
+	// A failing thread also stops the others of a long time-based run.
+	l = newMemLUN(1 << 20)
+	l.failAt = 12288
+	job.Runtime, job.TimeBased = time.Hour, true
+	begin := time.Now()
+	_, _, err := runEngine(t, context.Background(), l, job)
+	if time.Since(begin) > 10*time.Second {
+		t.Fatalf("the run went on for %v after a thread failed", time.Since(begin))
+	}
+	if err == nil || !strings.Contains(err.Error(), "thread 1: read of 4096 bytes at offset 12288") {
+		t.Fatalf("I/O failure: %v", err)
+	}
+
+	job.Runtime, job.TimeBased = 0, false
+	job.Size = 1 << 20 // three threads cannot have 1 MiB each
+	if _, _, err := runEngine(t, context.Background(), newMemLUN(1<<20), job); err == nil ||
+		!strings.Contains(err.Error(), "lower --size or --threads") {
+		t.Fatalf("oversized job: %v", err)
+	}
+}
+
+func TestInterruptStopsCleanly(t *testing.T) {
+	job := loadspec.Job{Name: "i", Mode: loadspec.RandRead, BlockSize: 4096, Threads: 2, Rate: 400 << 10,
+		Runtime: time.Hour, TimeBased: true, Seed: 1}
+	ctx, cancel := context.WithTimeout(context.Background(), 1300*time.Millisecond)
+	defer cancel()
+	begin := time.Now()
+	res, recs, err := runEngine(t, ctx, newMemLUN(1<<20), job)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(begin); !res.Interrupted || took > 3*time.Second {
+		t.Fatalf("interrupted=%v after %v", res.Interrupted, took)
+	}
+	// One full second was reported, and the rest in a last short interval.
+	iv := iolog.Select(recs, iolog.KindInterval, 0, iolog.OpRead)
+	if len(iv) != 2 || iv[0].Dur != 1 || iv[1].Dur < 0.2 || iv[1].Dur > 0.5 {
+		t.Fatalf("intervals %+v", iv)
+	}
+	// Pacing: 2 threads × 100 I/Os per second.
+	if r := iv[0].IOPS; r < 180 || r > 220 {
+		t.Errorf("first second had %v IOPS, want about 200", r)
+	}
+	if s, _ := iolog.Summary(recs, ""); s.IOs != iv[0].IOs+iv[1].IOs {
+		t.Errorf("summary has %d I/Os, intervals %d", s.IOs, iv[0].IOs+iv[1].IOs)
+	}
+}
