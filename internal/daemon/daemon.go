@@ -171,8 +171,9 @@ func New(o Options) (*Daemon, error) {
 		Version: o.Version, Backend: o.Backend.Name(), StartedAt: d.started,
 		TickMs: float64(o.Tick) / float64(time.Millisecond),
 	}
-	d.disc = status.Discovery{OK: o.Discoverer == nil}
 	if o.Discoverer == nil {
+		// A fixed topology: "discovered" once, at start.
+		d.disc = status.Discovery{OK: true, LastSuccess: d.started}
 		d.metrics.Discovered(nil)
 	}
 	return d, nil
