@@ -204,6 +204,9 @@ func parseRunOptions(args []string, stderr io.Writer) (runOptions, error) {
 	if *threshold <= 0 {
 		errs = append(errs, fmt.Errorf("--threshold %v: want a positive number of ms, e.g. 15", *threshold))
 	}
+	if *umax <= 0 {
+		errs = append(errs, fmt.Errorf("--u-max %v: want a positive number of ms, e.g. 20", *umax))
+	}
 	if *leave > *join {
 		errs = append(errs, fmt.Errorf("--write-leave %v is above --write-threshold %v: a consumer would leave the set before joining it", *leave, *join))
 	}
@@ -218,7 +221,7 @@ func parseRunOptions(args []string, stderr io.Writer) (runOptions, error) {
 	if err := engine.ValidateTopology(topo, cfg); err != nil {
 		errs = append(errs, fmt.Errorf("--consumer: %w", err))
 	}
-	if _, err := engine.New(cfg, topo); err != nil && len(errs) == 0 {
+	if _, err := engine.New(cfg, topology.Topology{}); err != nil {
 		errs = append(errs, err)
 	}
 	if len(errs) > 0 {

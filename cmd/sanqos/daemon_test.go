@@ -1,0 +1,134 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sanqos/sanqos/internal/ctl"
+	"github.com/sanqos/sanqos/internal/status"
+)
+
+func TestRunBadConfigOneError(t *testing.T) {
+	addr := freeAddr(t)
+	var out, errb bytes.Buffer
+	code := dispatch([]string{"run", "--backend", "dry-run", "--listen", addr, "--threshold", "-1", "--ports", "0",
+		"--controller", "bang-bang"}, &out, &errb)
+	if code != 1 {
+		t.Fatalf("exit %d, want 1", code)
+	}
+	msg := errb.String()
+	for _, want := range []string{"nothing was started", "--threshold -1", "--ports \"0\"", "bang-bang"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("error lacks %q:\n%s", want, msg)
+		}
+	}
+	if _, err := (status.Client{Addr: addr}).Get(context.Background()); err == nil {
+		t.Error("something is listening after a refused start")
+	}
+}
+
+func TestRunBadConsumer(t *testing.T) {
+	var out, errb bytes.Buffer
+	if code := dispatch([]string{"run", "--backend", "dry-run", "--consumer", "fs,not-an-ip,loop1"}, &out, &errb); code != 2 {
+		t.Fatalf("exit %d, want 2 (usage)", code)
+	}
+	if !strings.Contains(errb.String(), "not-an-ip") {
+		t.Errorf("error does not name the bad address:\n%s", errb.String())
+	}
+}
+
+// The whole daemon in-process with the dry-run backend, on a fixture
+// /proc: it serves /status, the control socket and the record, and stops
+// cleanly on cancel.
+func TestRunDryRunEndToEnd(t *testing.T) {
+	dir := t.TempDir()
+	proc := filepath.Join(dir, "proc")
+	os.Mkdir(proc, 0o755)
+	diskstats := "   7       1 loop1 100 0 800 50 10 0 80 5 0 60 55 0 0 0 0 0 0\n   7       2 loop2 5 0 40 1 900 0 7200 400 0 300 401 0 0 0 0 0 0\n"
+	if err := os.WriteFile(filepath.Join(proc, "diskstats"), []byte(diskstats), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	addr := freeAddr(t)
+	sock := filepath.Join(dir, "sanqos.sock")
+	rec := filepath.Join(dir, "rec.jsonl")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var errb bytes.Buffer
+	done := make(chan error, 1)
+	go func() {
+		done <- cmdRunAutonomic(ctx, []string{"--backend", "dry-run", "--listen", addr, "--socket", sock, "--record", rec,
+			"--proc", proc, "--tick", "20ms", "--consumer", "fs-lab,10.99.0.2,loop1", "--consumer", "fs-lab,10.99.0.3,loop2"},
+			&bytes.Buffer{}, &syncWriter{w: &errb})
+	}()
+	var s status.Status
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var err error
+		s, err = status.Client{Addr: addr}.Get(ctx)
+		if err == nil && s.Ticks >= 3 {
+			break
+		}
+		if time.Now().After(deadline) {
+			cancel()
+			t.Fatalf("no status with 3 ticks in 10 s (last error %v); daemon said:\n%s", err, <-done)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if s.Backend != "dry-run" || len(s.Resources) != 1 || s.Resources[0].Name != "fs-lab" || len(s.Consumers) != 2 || s.TickMs != 20 {
+		t.Errorf("status = %+v", s)
+	}
+	if os.Geteuid() == 0 { // the control socket serves root only
+		resp, err := ctl.Call(ctx, sock, ctl.Request{Op: ctl.OpList})
+		if err != nil || !resp.OK || resp.Mode != "autonomic" {
+			t.Errorf("control socket list: %+v, %v", resp, err)
+		}
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("run returned %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("run did not stop within 10 s of cancel")
+	}
+	if _, err := os.Stat(sock); !os.IsNotExist(err) {
+		t.Errorf("control socket left behind: %v", err)
+	}
+	f, err := os.Open(rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	lines := 0
+	for sc := bufio.NewScanner(f); sc.Scan(); lines++ {
+		var r status.Record
+		if err := json.Unmarshal(sc.Bytes(), &r); err != nil || len(r.Resources) != 1 {
+			t.Fatalf("record line %d: %v %q", lines+1, err, sc.Text())
+		}
+	}
+	if lines < 3 {
+		t.Errorf("%d record lines, want ≥ 3", lines)
+	}
+}
+
+// syncWriter lets the daemon's goroutines log into one buffer.
+type syncWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (s *syncWriter) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.Write(p)
+}
