@@ -284,4 +284,3 @@ func (f consumerFlag) topology() topology.Topology {
 	}
 	return t
 }
-
