@@ -594,15 +594,3 @@ func topologyEqual(a, b topology.Topology) bool {
 			slices.Equal(x.Consumers, y.Consumers)
 	})
 }
-
-// addrStrings formats addresses for status and logs.
-func addrStrings(as []netip.Addr) []string {
-	if len(as) == 0 {
-		return nil
-	}
-	s := make([]string, len(as))
-	for i, a := range as {
-		s[i] = a.String()
-	}
-	return s
-}

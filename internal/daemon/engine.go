@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"net/netip"
 	"time"
 
 	"github.com/sanqos/sanqos/internal/diskstats"
@@ -13,15 +14,41 @@ import (
 // turned into the status shape (strings, ms) and the throttle state for
 // the given target ports (throttle.DefaultPorts when empty).
 func FromEngine(e *engine.Engine, ports []uint16) Engine {
-	return &engineAdapter{e: e, ports: ports}
+	return &engineAdapter{e: e, ports: ports, names: map[netip.Addr]string{}}
 }
 
 type engineAdapter struct {
 	e     *engine.Engine
 	ports []uint16
+	// names caches the text of each consumer address: formatting them
+	// anew was most of the adapter's allocations per tick.
+	names map[netip.Addr]string
 }
 
-func (a *engineAdapter) SetTopology(t topology.Topology) { a.e.SetTopology(t) }
+func (a *engineAdapter) SetTopology(t topology.Topology) {
+	clear(a.names) // forget addresses that left
+	a.e.SetTopology(t)
+}
+
+func (a *engineAdapter) name(ip netip.Addr) string {
+	s, ok := a.names[ip]
+	if !ok {
+		s = ip.String()
+		a.names[ip] = s
+	}
+	return s
+}
+
+func (a *engineAdapter) addrNames(as []netip.Addr) []string {
+	if len(as) == 0 {
+		return nil
+	}
+	s := make([]string, len(as))
+	for i, ip := range as {
+		s[i] = a.name(ip)
+	}
+	return s
+}
 
 func (a *engineAdapter) Step(now time.Time, snap []diskstats.Stat) Decision {
 	d := a.e.Step(now, snap)
@@ -33,12 +60,12 @@ func (a *engineAdapter) Step(now time.Time, snap []diskstats.Stat) Decision {
 	for i, r := range d.Resources {
 		out.Resources[i] = status.Resource{
 			Name: r.Name, SignalMs: r.SignalMs, RawMs: r.RawMs, ThresholdMs: r.ThresholdMs,
-			DelayMs: r.DelayMs, Reads: r.Reads, Direction: r.Direction.String(), Members: addrStrings(r.Members),
+			DelayMs: r.DelayMs, Reads: r.Reads, Direction: r.Direction.String(), Members: a.addrNames(r.Members),
 		}
 	}
 	for i, c := range d.Consumers {
 		out.Consumers[i] = status.Consumer{
-			Resource: c.Resource, Device: c.Device, Addr: c.Addr.String(), ReadKBs: c.ReadKBs,
+			Resource: c.Resource, Device: c.Device, Addr: a.name(c.Addr), ReadKBs: c.ReadKBs,
 			WriteKBs: c.WriteKBs, WriteEWMAKBs: c.WriteEWMAKBs, RAwaitMs: c.RAwaitMs, Throttleable: c.Throttleable,
 		}
 	}
