@@ -396,12 +396,20 @@ func (d *Daemon) statsFailed(ctx context.Context, err error) {
 	}
 }
 
+// applyTimeout bounds one Apply: iptables waits up to a few seconds for
+// the xtables lock; beyond 5 s something is wrong and the next tick retries.
+const applyTimeout = 5 * time.Second
+
 // apply hands s to the backend unless it is what the backend already has.
 func (d *Daemon) apply(ctx context.Context, s throttle.State) error {
 	if !d.needsResync && stateEqual(s, d.applied) {
 		return nil
 	}
-	err := d.o.Backend.Apply(ctx, s)
+	// A hung kernel call (a held xtables lock, say) must not stall the
+	// loop for good: give up after applyTimeout and retry at the next tick.
+	actx, cancel := context.WithTimeout(ctx, applyTimeout)
+	err := d.o.Backend.Apply(actx, s)
+	cancel()
 	d.metrics.Applied(err)
 	if err != nil {
 		d.needsResync = true
