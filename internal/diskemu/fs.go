@@ -26,6 +26,7 @@ type volume struct {
 	clk     clock.Clock
 	region  int64
 	log     *slog.Logger
+	waker   *waker // precise real-time waits; nil with a non-real clock
 
 	total       counters
 	maxInFlight atomic.Int64
@@ -327,6 +328,7 @@ func (h *handle) io(ctx context.Context, op Op, buf []byte, off int64) (int, err
 
 	var n int
 	var err error
+	t0 := v.clk.Now()
 	if op == Read {
 		n, err = h.f.ReadAt(buf, off)
 		if errors.Is(err, io.EOF) {
@@ -335,16 +337,20 @@ func (h *handle) io(ctx context.Context, op Op, buf []byte, off int64) (int, err
 	} else {
 		n, err = h.f.WriteAt(buf, off)
 	}
-	if d := done.Sub(v.clk.Now()); d > 0 {
+	backing := v.clk.Now().Sub(t0)
+	// Interrupted (ctx done): answer now rather than hold the caller.
+	if v.waker != nil {
+		v.waker.wait(ctx, done)
+	} else if d := done.Sub(v.clk.Now()); d > 0 {
 		select {
 		case <-v.clk.After(d):
-		case <-ctx.Done(): // interrupted: answer now rather than hold the caller
+		case <-ctx.Done():
 		}
 	}
 	lat := v.clk.Now().Sub(arrive)
 	svc := done.Sub(arrive)
-	v.total.end(op, n, svc, lat)
-	h.file.c.end(op, n, svc, lat)
+	v.total.end(op, n, svc, lat, backing)
+	h.file.c.end(op, n, svc, lat, backing)
 	return n, err
 }
 

@@ -47,6 +47,10 @@ type Options struct {
 	// MaxWrite is the largest READ/WRITE the kernel sends. Default 1 MiB,
 	// the kernel's maximum, so a large request reaches the model whole.
 	MaxWrite int
+	// Nice, when non-zero, is set on every thread of the process (root
+	// only for negative values). The lab runs the server at -10 so the
+	// emulated latency does not grow with the CPU load of the experiment.
+	Nice int
 	// SyncDIO disables FUSE_ASYNC_DIO (see asyncdio_linux.go): the kernel
 	// then sends each loop device's direct I/O one request at a time.
 	SyncDIO bool
@@ -141,8 +145,21 @@ func Mount(opts Options) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("reading backing directory %s: %w", opts.BackingDir, err)
 	}
+	if opts.Nice != 0 {
+		if err := renice(opts.Nice); err != nil {
+			return nil, err
+		}
+	}
+	if _, real := opts.Clock.(clock.Real); real {
+		if vol.waker, err = newWaker(); err != nil {
+			return nil, err
+		}
+	}
 	s := &Server{opts: opts, vol: vol, log: log, stop: make(chan struct{}), done: make(chan struct{})}
 	if err := s.mountFS(&rootNode{vol: vol}); err != nil {
+		if vol.waker != nil {
+			vol.waker.close()
+		}
 		return nil, err
 	}
 	go s.statsLoop()
@@ -217,6 +234,10 @@ func (s *Server) Close() error {
 		close(s.stop)
 		<-s.done
 		s.err = s.unmount()
+		if s.vol.waker != nil && s.err == nil {
+			// Not after a lazy detach: the kernel may still send I/O.
+			s.vol.waker.close()
+		}
 		if s.err == nil {
 			s.log.Info("emulated disk unmounted")
 		}

@@ -38,6 +38,9 @@ type IOStats struct {
 	WriteServiceMs float64 `json:"write_service_ms"`
 	ReadLatencyMs  float64 `json:"read_latency_ms"`
 	WriteLatencyMs float64 `json:"write_latency_ms"`
+	// BackingMs is the mean time of the real pread/pwrite on the backing
+	// file; a request replies late when this exceeds its service time.
+	BackingMs float64 `json:"backing_ms"`
 }
 
 // FileStats are the counters of one file (one LUN image).
@@ -50,15 +53,16 @@ type FileStats struct {
 
 // counters are updated lock-free on the I/O path.
 type counters struct {
-	reads, writes, readBytes, writeBytes, fsyncs atomic.Uint64
-	readSvc, writeSvc, readLat, writeLat         atomic.Int64 // sums in ns
-	inFlight                                     atomic.Int64
+	reads, writes, readBytes, writeBytes, fsyncs  atomic.Uint64
+	readSvc, writeSvc, readLat, writeLat, backing atomic.Int64 // sums in ns
+	inFlight                                      atomic.Int64
 }
 
 func (c *counters) begin() { c.inFlight.Add(1) }
 
-func (c *counters) end(op Op, n int, svc, lat time.Duration) {
+func (c *counters) end(op Op, n int, svc, lat, backing time.Duration) {
 	c.inFlight.Add(-1)
+	c.backing.Add(int64(backing))
 	if op == Write {
 		c.writes.Add(1)
 		c.writeBytes.Add(uint64(n))
@@ -92,6 +96,7 @@ func (c *counters) snapshot() IOStats {
 	s.WriteServiceMs = meanMs(c.writeSvc.Load(), s.Writes)
 	s.ReadLatencyMs = meanMs(c.readLat.Load(), s.Reads)
 	s.WriteLatencyMs = meanMs(c.writeLat.Load(), s.Writes)
+	s.BackingMs = meanMs(c.backing.Load(), s.Reads+s.Writes)
 	return s
 }
 
