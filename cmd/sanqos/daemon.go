@@ -186,7 +186,7 @@ func parseRunOptions(args []string, stderr io.Writer) (runOptions, error) {
 	proc := fs.String("proc", "/proc", "proc file system to read diskstats from")
 	cleanup := fs.Bool("cleanup-only", false, "remove the kernel objects a sanqos daemon left behind, then exit")
 	var consumers consumerFlag
-	fs.Var(&consumers, "consumer", "a consumer `RESOURCE,ADDR,DEVICE` (e.g. fs-lab,10.0.0.3,loop1); repeat for each")
+	fs.Var(&consumers, "consumer", "add a static `RESOURCE,ADDR,DEVICE` consumer (e.g. fs-lab,10.0.0.3,loop1); repeat for each")
 	if err := parseFlags(fs, args); err != nil {
 		return runOptions{}, err
 	}
