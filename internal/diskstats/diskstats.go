@@ -128,6 +128,10 @@ func parse(r io.Reader) ([]Stat, []LineError, error) {
 // to use. Not safe for concurrent use.
 type Parser struct {
 	names map[string]string
+	// last holds the device names of the previous Parse in line order:
+	// the kernel lists devices in a stable order, so comparing with the
+	// name at the same position avoids most map lookups.
+	last []string
 }
 
 // maxFields is the most numbers a line carries after the device name.
@@ -142,6 +146,21 @@ func (p *Parser) Parse(dst []Stat, data []byte) ([]Stat, []LineError) {
 	var bad []LineError
 	var nums [maxFields]uint64
 	line := 0
+	first := len(dst)
+	defer func() {
+		if len(p.names) > 2*(len(dst)-first)+1024 {
+			// Devices come and go (loop devices, dm): drop the names of
+			// devices no longer listed so the table stays bounded.
+			clear(p.names)
+			for i := first; i < len(dst); i++ {
+				p.names[dst[i].Device] = dst[i].Device
+			}
+		}
+		p.last = p.last[:0]
+		for i := first; i < len(dst); i++ {
+			p.last = append(p.last, dst[i].Device)
+		}
+	}()
 	for len(data) > 0 {
 		line++
 		var l []byte
@@ -150,7 +169,7 @@ func (p *Parser) Parse(dst []Stat, data []byte) ([]Stat, []LineError) {
 		} else {
 			l, data = data, nil
 		}
-		s, err := p.parseLine(l, &nums)
+		s, err := p.parseLine(l, &nums, len(dst)-first)
 		if err == errEmpty {
 			continue
 		}
@@ -173,47 +192,54 @@ func truncate(l []byte) string {
 }
 
 // parseLine parses "major minor name n1 … nk" with k = 11, 15 or 17.
-func (p *Parser) parseLine(l []byte, nums *[maxFields]uint64) (Stat, error) {
+func (p *Parser) parseLine(l []byte, nums *[maxFields]uint64, pos int) (Stat, error) {
 	var s Stat
 	field := 0 // index of the field being read
 	var name []byte
 	for {
 		// Skip blanks.
-		for len(l) > 0 && (l[0] == ' ' || l[0] == '\t' || l[0] == '\r') {
+		for len(l) > 0 && isBlank(l[0]) {
 			l = l[1:]
 		}
 		if len(l) == 0 {
 			break
 		}
-		end := 0
-		for end < len(l) && l[end] != ' ' && l[end] != '\t' && l[end] != '\r' {
-			end++
+		if field == 2 {
+			end := 0
+			for end < len(l) && !isBlank(l[end]) {
+				end++
+			}
+			name, l = l[:end], l[end:]
+			field++
+			continue
 		}
-		tok := l[:end]
-		l = l[end:]
-		switch {
-		case field == 0 || field == 1:
-			v, ok := parseUint(tok)
-			if !ok || v > 1<<32-1 {
-				return s, fmt.Errorf("device number %q is not a 32-bit unsigned integer", tok)
+		if field-3 >= maxFields {
+			return s, fmt.Errorf("more than %d fields", maxFields+3)
+		}
+		// One pass: accumulate digits up to the next blank. Up to 19
+		// digits cannot overflow; a 20th is checked.
+		var v uint64
+		j := 0
+		for ; j < len(l) && !isBlank(l[j]); j++ {
+			d := uint64(l[j]) - '0'
+			if d > 9 || (j >= 19 && (j > 19 || v > (1<<64-1-d)/10)) {
+				return s, fmt.Errorf("field %d %q is not a 64-bit unsigned integer", field+1, token(l))
+			}
+			v = v*10 + d
+		}
+		l = l[j:]
+		switch field {
+		case 0, 1:
+			if v > 1<<32-1 {
+				return s, fmt.Errorf("device number %d does not fit in 32 bits", v)
 			}
 			if field == 0 {
 				s.Major = uint32(v)
 			} else {
 				s.Minor = uint32(v)
 			}
-		case field == 2:
-			name = tok
 		default:
-			i := field - 3
-			if i >= maxFields {
-				return s, fmt.Errorf("more than %d fields", maxFields+3)
-			}
-			v, ok := parseUint(tok)
-			if !ok {
-				return s, fmt.Errorf("field %d %q is not an unsigned integer", field+1, tok)
-			}
-			nums[i] = v
+			nums[field-3] = v
 		}
 		field++
 	}
@@ -225,7 +251,9 @@ func (p *Parser) parseLine(l []byte, nums *[maxFields]uint64) (Stat, error) {
 		return s, fmt.Errorf("%d fields, want 14, 18 or 20", field)
 	}
 	s.Fields = field
-	if n, ok := p.names[string(name)]; ok {
+	if pos < len(p.last) && p.last[pos] == string(name) {
+		s.Device = p.last[pos]
+	} else if n, ok := p.names[string(name)]; ok {
 		s.Device = n
 	} else {
 		n := string(name)
@@ -244,21 +272,14 @@ func (p *Parser) parseLine(l []byte, nums *[maxFields]uint64) (Stat, error) {
 	return s, nil
 }
 
-// parseUint parses a decimal uint64 without allocating.
-func parseUint(b []byte) (uint64, bool) {
-	if len(b) == 0 || len(b) > 20 {
-		return 0, false
-	}
-	var v uint64
-	for _, c := range b {
-		if c < '0' || c > '9' {
-			return 0, false
+func isBlank(c byte) bool { return c == ' ' || c == '\t' || c == '\r' }
+
+// token is l up to its first blank, for error messages.
+func token(l []byte) []byte {
+	for i, c := range l {
+		if isBlank(c) {
+			return l[:i]
 		}
-		d := uint64(c - '0')
-		if v > (1<<64-1-d)/10 {
-			return 0, false
-		}
-		v = v*10 + d
 	}
-	return v, true
+	return l
 }

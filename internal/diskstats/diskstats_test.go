@@ -3,6 +3,7 @@ package diskstats
 import (
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -268,10 +269,53 @@ func FuzzParse(f *testing.F) {
 				t.Fatalf("accepted a line with %d fields", s.Fields)
 			}
 		}
+		// Differential check against the obvious strconv parser.
+		var want []Stat
+		for _, l := range strings.Split(string(data), "\n") {
+			if s, ok := slowParse(l); ok {
+				want = append(want, s)
+			}
+		}
+		if len(want) != len(stats) {
+			t.Fatalf("parsed %d lines, strconv parser %d", len(stats), len(want))
+		}
+		for i := range want {
+			if want[i] != stats[i] {
+				t.Fatalf("line %d:\n got %+v\nwant %+v", i, stats[i], want[i])
+			}
+		}
 		for _, b := range bad {
 			if b.Line < 1 || b.Line > lines {
 				t.Fatalf("error at line %d of %d", b.Line, lines)
 			}
 		}
 	})
+}
+
+// slowParse is the reference parser of FuzzParse.
+func slowParse(l string) (Stat, bool) {
+	f := strings.FieldsFunc(l, func(r rune) bool { return r == ' ' || r == '\t' || r == '\r' })
+	if len(f) != 14 && len(f) != 18 && len(f) != 20 {
+		return Stat{}, false
+	}
+	var n [20]uint64
+	for i, x := range f {
+		if i == 2 {
+			continue
+		}
+		if x[0] == '+' || x[0] == '-' {
+			return Stat{}, false
+		}
+		v, err := strconv.ParseUint(x, 10, 64)
+		if err != nil || (i < 2 && v > 1<<32-1) {
+			return Stat{}, false
+		}
+		n[i] = v
+	}
+	return Stat{Major: uint32(n[0]), Minor: uint32(n[1]), Device: f[2], Fields: len(f),
+		ReadIOs: n[3], ReadMerges: n[4], ReadSectors: n[5], ReadTicks: n[6],
+		WriteIOs: n[7], WriteMerges: n[8], WriteSectors: n[9], WriteTicks: n[10],
+		InProgress: n[11], IOTicks: n[12], WeightedIOTicks: n[13],
+		DiscardIOs: n[14], DiscardMerges: n[15], DiscardSectors: n[16], DiscardTicks: n[17],
+		FlushIOs: n[18], FlushTicks: n[19]}, true
 }

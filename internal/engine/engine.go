@@ -170,6 +170,12 @@ type Engine struct {
 	cons   []consumer
 	res    []resource
 	gen    uint64
+	// hintName/hintDev remember, per position in the previous snapshot,
+	// the device name and its index in devs (-1: not in the topology).
+	// Snapshots list devices in a stable order, so this saves a map
+	// lookup per line on most ticks.
+	hintName []string
+	hintDev  []int
 }
 
 // New validates cfg and topo and returns an engine at rest.
@@ -366,6 +372,7 @@ func (e *Engine) SetTopology(topo topology.Topology) {
 		res = append(res, r)
 	}
 	e.devIdx, e.devs, e.cons, e.res = devIdx, devs, cons, res
+	clear(e.hintName) // device indices changed
 }
 
 // Step takes the snapshot taken at now and returns the decision. The first
@@ -373,8 +380,21 @@ func (e *Engine) SetTopology(topo topology.Topology) {
 // no interval there is nothing to measure, so nothing is throttled.
 func (e *Engine) Step(now time.Time, snap []diskstats.Stat) Decision {
 	e.gen++
+	if len(e.hintDev) != len(snap) {
+		e.hintName = make([]string, len(snap))
+		e.hintDev = make([]int, len(snap))
+	}
 	for i := range snap {
-		if di, ok := e.devIdx[snap[i].Device]; ok {
+		name := snap[i].Device
+		di := e.hintDev[i]
+		if name == "" || e.hintName[i] != name {
+			var ok bool
+			if di, ok = e.devIdx[name]; !ok {
+				di = -1
+			}
+			e.hintName[i], e.hintDev[i] = name, di
+		}
+		if di >= 0 {
 			d := &e.devs[di]
 			d.cur = snap[i]
 			d.seenGen = e.gen
