@@ -150,27 +150,13 @@ func assertClean(t *testing.T, tgtdPid int, st State) {
 }
 
 // runLoad runs the load generator to completion and returns its summary
-// of all threads (the log's last line).
+// of all threads.
 func runLoad(ctx context.Context, l *Lab, initiator string, args ...string) (iolog.Record, error) {
-	cmd, err := l.LoadCommand(ctx, initiator, args...)
+	ld, err := l.RunLoad(ctx, initiator, args...)
 	if err != nil {
 		return iolog.Record{}, err
 	}
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		return iolog.Record{}, fmt.Errorf("load on %s (%s): %w\n%s", initiator, strings.Join(args, " "), err, stderr.String())
-	}
-	recs, err := iolog.ReadRecords(&stdout)
-	if err != nil {
-		return iolog.Record{}, fmt.Errorf("load log of %s: %w", initiator, err)
-	}
-	for i := len(recs) - 1; i >= 0; i-- {
-		if recs[i].Kind == iolog.KindSummary && recs[i].Thread == 0 {
-			return recs[i], nil
-		}
-	}
-	return iolog.Record{}, fmt.Errorf("load log of %s has no summary:\n%s", initiator, stdout.String())
+	return ld.Summary, nil
 }
 
 func TestLabEndToEnd(t *testing.T) {
