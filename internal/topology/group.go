@@ -1,0 +1,152 @@
+package topology
+
+import (
+	"sort"
+)
+
+// Placed is a consumer together with where its device lands.
+type Placed struct {
+	Consumer   Consumer
+	Resolution Resolution
+	// Resource, when set, names the resource outright (static
+	// configuration) instead of deriving it from the leaves.
+	Resource string
+}
+
+// Group builds the topology: consumers whose leaf sets intersect share a
+// resource (union-find over leaves), and consumers given an explicit
+// resource name join that one. Names are sanitized with SanitizeName and
+// made unique; the result is sorted by name so it is stable across
+// discoveries.
+func Group(items []Placed) Topology {
+	parent := make([]int, len(items))
+	for i := range parent {
+		parent[i] = i
+	}
+	var find func(int) int
+	find = func(i int) int {
+		for parent[i] != i {
+			parent[i] = parent[parent[i]]
+			i = parent[i]
+		}
+		return i
+	}
+	union := func(a, b int) {
+		ra, rb := find(a), find(b)
+		if ra != rb {
+			if ra < rb {
+				parent[rb] = ra
+			} else {
+				parent[ra] = rb
+			}
+		}
+	}
+	byLeaf := map[string]int{}
+	byName := map[string]int{}
+	for i, it := range items {
+		if it.Resource != "" {
+			if j, ok := byName[it.Resource]; ok {
+				union(i, j)
+			} else {
+				byName[it.Resource] = i
+			}
+		}
+		for _, l := range it.Resolution.Leaves {
+			if j, ok := byLeaf[l]; ok {
+				union(i, j)
+			} else {
+				byLeaf[l] = i
+			}
+		}
+	}
+	groups := map[int][]int{}
+	var roots []int
+	for i := range items {
+		r := find(i)
+		if _, ok := groups[r]; !ok {
+			roots = append(roots, r)
+		}
+		groups[r] = append(groups[r], i)
+	}
+	var t Topology
+	used := map[string]bool{}
+	for _, r := range roots {
+		var res Resource
+		leaves := map[string]bool{}
+		name := ""
+		for _, i := range groups[r] {
+			it := items[i]
+			res.Consumers = append(res.Consumers, it.Consumer)
+			for _, l := range it.Resolution.Leaves {
+				leaves[l] = true
+			}
+			cand := it.Resource
+			if cand == "" {
+				cand = it.Resolution.Name
+			}
+			if better(cand, name) {
+				name = cand
+			}
+		}
+		if name == "" {
+			name = "res"
+		}
+		res.Leaves = sortedKeys(leaves)
+		name = SanitizeName(name)
+		// Two groups suggesting the same name (two disks named after
+		// one VG cannot happen, but two FUSE mounts "a/b" and "a-b" can):
+		// disambiguate by the smallest leaf, which is stable.
+		if used[name] {
+			key := name
+			if len(res.Leaves) > 0 {
+				key = name + "-" + res.Leaves[0]
+			}
+			name = SanitizeName(key)
+			for n := 2; used[name]; n++ {
+				name = SanitizeName(key + "-" + string(rune('0'+n%10)))
+			}
+		}
+		used[name] = true
+		res.Name = name
+		sort.Slice(res.Consumers, func(a, b int) bool {
+			ca, cb := res.Consumers[a], res.Consumers[b]
+			if ca.Device != cb.Device {
+				return ca.Device < cb.Device
+			}
+			if ca.Addr != cb.Addr {
+				return ca.Addr.Less(cb.Addr)
+			}
+			return ca.IQN < cb.IQN
+		})
+		t.Resources = append(t.Resources, res)
+	}
+	sort.Slice(t.Resources, func(a, b int) bool { return t.Resources[a].Name < t.Resources[b].Name })
+	return t
+}
+
+// better reports whether name candidate a beats b: an explicit or LVM
+// name over a file system over a disk, then the lexically smaller, so
+// the choice does not depend on discovery order.
+func better(a, b string) bool {
+	if a == "" {
+		return false
+	}
+	if b == "" {
+		return true
+	}
+	ra, rb := rank(a), rank(b)
+	if ra != rb {
+		return ra < rb
+	}
+	return a < b
+}
+
+func rank(n string) int {
+	switch {
+	case len(n) > 5 && n[:5] == "disk-":
+		return 2
+	case len(n) > 3 && n[:3] == "fs-":
+		return 1
+	}
+	return 0
+}
