@@ -101,7 +101,9 @@ func (e *Engine) Run(ctx context.Context) (Result, error) {
 			}
 			w.dev = dev
 			defer func() {
-				if err := dev.Close(); err != nil {
+				// After a failed I/O the logout usually fails too; that
+				// adds nothing to the error already reported.
+				if err := dev.Close(); err != nil && errs[w.id-1] == nil {
 					e.Log.Warn("logout failed", "thread", w.id, "err", err)
 				}
 			}()

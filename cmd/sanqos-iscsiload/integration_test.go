@@ -91,6 +91,26 @@ func TestAgainstTgtd(t *testing.T) {
 		}
 	})
 
+	// Several sessions busy for seconds: libiscsi's sync calls must
+	// survive the signals the Go runtime sends its threads.
+	t.Run("threads-sustained", func(t *testing.T) {
+		out, stderr, err := l.run("--rw", "write", "--bs", "64k", "--size", "8m", "--threads", "4",
+			"--runtime", "2s", "--time-based", "--per-thread")
+		if err != nil {
+			t.Fatalf("%v: %s", err, stderr)
+		}
+		recs, err := iolog.ReadRecords(strings.NewReader(out))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for th := 1; th <= 4; th++ {
+			s := iolog.Select(recs, iolog.KindSummary, th, iolog.OpWrite)
+			if len(s) != 1 || s[0].Bytes == 0 || s[0].Errors != 0 {
+				t.Errorf("thread %d summary %+v", th, s)
+			}
+		}
+	})
+
 	t.Run("interrupt-logs-out", func(t *testing.T) {
 		cmd := l.command("--quiet=false", "--rw", "randread", "--bs", "8k", "--threads", "3", "--runtime", "1h", "--time-based", "--rate", "1m")
 		var out, stderr bytes.Buffer

@@ -4,8 +4,58 @@ package main
 #cgo pkg-config: libiscsi
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
+#include <pthread.h>
 #include <iscsi/iscsi.h>
 #include <iscsi/scsi-lowlevel.h>
+
+// libiscsi's synchronous calls wait in poll() and give up on EINTR ("Poll
+// failed"), leaving the session unusable. The Go runtime signals its threads
+// (SIGURG for preemption, and others), so every sync call runs with the
+// asynchronous signals blocked on its thread and the mask restored after.
+// Process-directed signals (SIGINT, SIGTERM) go to another thread; the
+// synchronous fault signals stay unblocked so that crashes are reported.
+static void sq_block(sigset_t *old) {
+	sigset_t all;
+	sigfillset(&all);
+	sigdelset(&all, SIGSEGV);
+	sigdelset(&all, SIGBUS);
+	sigdelset(&all, SIGFPE);
+	sigdelset(&all, SIGILL);
+	pthread_sigmask(SIG_BLOCK, &all, old);
+}
+static void sq_restore(sigset_t *old) { pthread_sigmask(SIG_SETMASK, old, NULL); }
+
+static int sq_full_connect(struct iscsi_context *c, const char *portal, int lun) {
+	sigset_t old; sq_block(&old);
+	int r = iscsi_full_connect_sync(c, portal, lun);
+	sq_restore(&old);
+	return r;
+}
+static struct scsi_task *sq_readcapacity16(struct iscsi_context *c, int lun) {
+	sigset_t old; sq_block(&old);
+	struct scsi_task *t = iscsi_readcapacity16_sync(c, lun);
+	sq_restore(&old);
+	return t;
+}
+static struct scsi_task *sq_read16(struct iscsi_context *c, int lun, uint64_t lba, uint32_t len, int bs) {
+	sigset_t old; sq_block(&old);
+	struct scsi_task *t = iscsi_read16_sync(c, lun, lba, len, bs, 0, 0, 0, 0, 0);
+	sq_restore(&old);
+	return t;
+}
+static struct scsi_task *sq_write16(struct iscsi_context *c, int lun, uint64_t lba, unsigned char *data, uint32_t len, int bs) {
+	sigset_t old; sq_block(&old);
+	struct scsi_task *t = iscsi_write16_sync(c, lun, lba, data, len, bs, 0, 0, 0, 0, 0);
+	sq_restore(&old);
+	return t;
+}
+static int sq_logout(struct iscsi_context *c) {
+	sigset_t old; sq_block(&old);
+	int r = iscsi_logout_sync(c);
+	sq_restore(&old);
+	return r;
+}
 
 // Accessors, because cgo cannot reach into these structs portably.
 static int task_status(struct scsi_task *t) { return t->status; }
@@ -39,6 +89,10 @@ type session struct {
 	lun      C.int
 	blockLen int64
 	blocks   int64
+	timeout  int // seconds, for messages
+	// broken is set when the session failed under an I/O; logging out
+	// of it would only wait (or, in libiscsi 1.19, crash).
+	broken bool
 }
 
 // sessionConfig names what a session logs in to.
@@ -57,7 +111,7 @@ func openSession(c sessionConfig) (*session, error) {
 	if ctx == nil {
 		return nil, fmt.Errorf("creating an iSCSI context for initiator %q failed (out of memory?)", c.Initiator)
 	}
-	s := &session{ctx: ctx, lun: C.int(c.LUN)}
+	s := &session{ctx: ctx, lun: C.int(c.LUN), timeout: c.Timeout}
 	ok := false
 	defer func() {
 		if !ok {
@@ -81,10 +135,10 @@ func openSession(c sessionConfig) (*session, error) {
 	C.iscsi_set_timeout(ctx, C.int(c.Timeout))
 	cPortal := C.CString(c.Portal)
 	defer C.free(unsafe.Pointer(cPortal))
-	if C.iscsi_full_connect_sync(ctx, cPortal, s.lun) != 0 {
+	if C.sq_full_connect(ctx, cPortal, s.lun) != 0 {
 		return nil, loginError(c, s.errText())
 	}
-	task := C.iscsi_readcapacity16_sync(ctx, s.lun)
+	task := C.sq_readcapacity16(ctx, s.lun)
 	if task == nil {
 		s.logout()
 		return nil, fmt.Errorf("reading the capacity of LUN %d: %s", c.LUN, s.errText())
@@ -109,8 +163,9 @@ func (s *session) BlockSize() int64 { return s.blockLen }
 
 // ReadAt reads len(p) bytes at byte offset off with READ(16).
 func (s *session) ReadAt(p []byte, off int64) error {
-	task := C.iscsi_read16_sync(s.ctx, s.lun, C.uint64_t(off/s.blockLen), C.uint32_t(len(p)), C.int(s.blockLen), 0, 0, 0, 0, 0)
+	task := C.sq_read16(s.ctx, s.lun, C.uint64_t(off/s.blockLen), C.uint32_t(len(p)), C.int(s.blockLen))
 	if task == nil {
+		s.broken = true
 		return fmt.Errorf("READ(16): %s", s.errText())
 	}
 	defer C.scsi_free_scsi_task(task)
@@ -126,8 +181,9 @@ func (s *session) ReadAt(p []byte, off int64) error {
 // WriteAt writes p at byte offset off with WRITE(16). The buffer is only
 // used for the duration of the synchronous call.
 func (s *session) WriteAt(p []byte, off int64) error {
-	task := C.iscsi_write16_sync(s.ctx, s.lun, C.uint64_t(off/s.blockLen), (*C.uchar)(unsafe.Pointer(&p[0])), C.uint32_t(len(p)), C.int(s.blockLen), 0, 0, 0, 0, 0)
+	task := C.sq_write16(s.ctx, s.lun, C.uint64_t(off/s.blockLen), (*C.uchar)(unsafe.Pointer(&p[0])), C.uint32_t(len(p)), C.int(s.blockLen))
 	if task == nil {
+		s.broken = true
 		return fmt.Errorf("WRITE(16): %s", s.errText())
 	}
 	defer C.scsi_free_scsi_task(task)
@@ -139,23 +195,37 @@ func (s *session) WriteAt(p []byte, off int64) error {
 
 // Close logs out and frees the context.
 func (s *session) Close() error {
-	err := s.logout()
+	var err error
+	if !s.broken {
+		err = s.logout()
+	}
 	C.iscsi_destroy_context(s.ctx)
 	s.ctx = nil
 	return err
 }
 
 func (s *session) logout() error {
-	if C.iscsi_logout_sync(s.ctx) != 0 {
+	if C.sq_logout(s.ctx) != 0 {
 		return fmt.Errorf("logout: %s", s.errText())
 	}
 	return nil
 }
 
+// taskError describes a failed task; a transport failure marks the
+// session broken.
 func taskError(task *C.struct_scsi_task, s *session) string {
-	if st := C.task_status(task); st == C.SCSI_STATUS_CHECK_CONDITION {
+	st := C.task_status(task)
+	if st == C.SCSI_STATUS_TIMEOUT || st == C.SCSI_STATUS_ERROR || st == C.SCSI_STATUS_CANCELLED {
+		s.broken = true
+	}
+	switch st {
+	case C.SCSI_STATUS_CHECK_CONDITION:
 		return fmt.Sprintf("check condition, sense key 0x%x ascq 0x%04x (%s)", int(C.task_sense_key(task)), int(C.task_sense_ascq(task)), s.errText())
-	} else {
+	case C.SCSI_STATUS_TIMEOUT:
+		return fmt.Sprintf("no answer within --io-timeout %ds — the target stopped answering", s.timeout)
+	case C.SCSI_STATUS_ERROR, C.SCSI_STATUS_CANCELLED:
+		return fmt.Sprintf("the session failed: %s", s.errText())
+	default:
 		return fmt.Sprintf("SCSI status 0x%x (%s)", int(st), s.errText())
 	}
 }
