@@ -22,7 +22,8 @@ import (
 // a crashed run are found and removed, and nothing of other areas is
 // touched.
 const (
-	testNS      = "sanqos-lg-t"
+	nsPrefix    = "sanqos-lg-"
+	testNS      = nsPrefix + "t"
 	controlPort = "2602" // tgtd management port reserved for this area
 	portal      = "127.0.0.1:3260"
 	iqnOK       = "iqn.2010-05.sanqos.lg:ok"
@@ -299,23 +300,33 @@ func (l *lab) cleanLeftovers() {
 		}
 		exec.Command("tgtadm", "-C", controlPort, "--op", "delete", "--mode", "system").Run()
 	}
-	if out, err := exec.Command("ip", "netns", "pids", testNS).Output(); err == nil {
-		for _, f := range strings.Fields(string(out)) {
-			if pid, err := strconv.Atoi(f); err == nil {
-				syscall.Kill(pid, syscall.SIGTERM)
-				l.waitGone(pid)
+	// Every namespace of this area's prefix: a crashed run may have left
+	// one under an older name.
+	list, _ := exec.Command("ip", "netns", "list").Output()
+	for _, line := range strings.Split(string(list), "\n") {
+		f := strings.Fields(line)
+		if len(f) == 0 || !strings.HasPrefix(f[0], nsPrefix) {
+			continue
+		}
+		ns := f[0]
+		if out, err := exec.Command("ip", "netns", "pids", ns).Output(); err == nil {
+			for _, f := range strings.Fields(string(out)) {
+				if pid, err := strconv.Atoi(f); err == nil {
+					syscall.Kill(pid, syscall.SIGTERM)
+					l.waitGone(pid, ns)
+				}
 			}
 		}
-		exec.Command("ip", "netns", "del", testNS).Run()
+		exec.Command("ip", "netns", "del", ns).Run()
 	}
-	matches, _ := filepath.Glob(filepath.Join(shmOrTemp(), "sanqos-lg-*"))
+	matches, _ := filepath.Glob(filepath.Join(shmOrTemp(), nsPrefix+"*"))
 	for _, m := range matches {
 		os.RemoveAll(m)
 	}
 }
 
 // waitGone waits for pid to exit, killing it if SIGTERM was not enough.
-func (l *lab) waitGone(pid int) {
+func (l *lab) waitGone(pid int, ns string) {
 	for i := 0; i < 60; i++ {
 		if syscall.Kill(pid, 0) != nil {
 			return
@@ -325,7 +336,7 @@ func (l *lab) waitGone(pid int) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	l.t.Logf("process %d in %s did not exit", pid, testNS)
+	l.t.Logf("process %d in %s did not exit", pid, ns)
 }
 
 // shmOrTemp is where LUN images go: tmpfs when there is one, so the test
