@@ -232,12 +232,8 @@ func newPlant(sc Scenario, start time.Time, seed int64) (*plant, error) {
 		region := sc.LUNBytes / int64(max(d.Threads, 1))
 		region -= region % sc.WriteBytes
 		for t := range d.Threads {
-			// Each thread writes its own part of the device from a random
-			// block of it, so the threads' stripes fall on spindles at
-			// random rather than in lockstep.
-			th := thread{device: i, base: int64(i)*sc.LUNStride + int64(t)*region, limit: region}
-			th.pos = p.rng.Int63n(region/sc.WriteBytes) * sc.WriteBytes
-			p.threads = append(p.threads, th)
+			// Each thread writes its own part of the device.
+			p.threads = append(p.threads, thread{device: i, base: int64(i)*sc.LUNStride + int64(t)*region, limit: region})
 		}
 	}
 	if p.reader < 0 {
@@ -298,7 +294,13 @@ func (p *plant) handle(e event) {
 		p.obs.activeSecond = true
 		p.running = len(p.threads)
 		for i := range p.threads {
-			p.threads[i].left = sc.BurstBytes
+			// Each burst is a new run of the job: every thread starts at a
+			// fresh random block of its region, so which threads collide
+			// on a spindle changes from burst to burst instead of being
+			// fixed by the seed for the whole run.
+			th := &p.threads[i]
+			th.left = sc.BurstBytes
+			th.pos = p.rng.Int63n(th.limit/sc.WriteBytes) * sc.WriteBytes
 			p.issueWrite(e.at, i)
 		}
 	case evReadIssue:
