@@ -80,19 +80,22 @@ t --op new --mode logicalunit --tid 3 --lun 1 -b "$work/lun-shared.img"
 t --op bind --mode target --tid 3 -I ALL
 
 # Hold sessions open: slow, tiny I/O for longer than the capture takes.
+# One at a time, so nexus numbers (and the fixture) are the same each run.
+sessions=0
 hold() { # ns initiator-iqn url
 	ip netns exec "$1" iscsi-perf -i "$2" -m 1 -b 1 -t 60 "$3" >/dev/null 2>&1 &
+	sessions=$((sessions + 1))
+	for _ in $(seq 100); do
+		n=$(t --op show --mode target | grep -c 'I_T nexus:' || true)
+		[ "$n" -ge "$sessions" ] && return 0
+		sleep 0.1
+	done
+	echo "session $sessions ($2 to $3) did not log in within 10 s" >&2
+	exit 1
 }
 hold sanqos-dc-a iqn.2026-11.org.sanqos:init-a iscsi://10.206.1.1/iqn.2026-11.org.sanqos:two-luns/1
 hold sanqos-dc-a iqn.2026-11.org.sanqos:init-a iscsi://10.206.1.1/iqn.2026-11.org.sanqos:shared/1
 hold sanqos-dc-b iqn.2026-11.org.sanqos:init-b iscsi://10.206.2.1/iqn.2026-11.org.sanqos:shared/1
 hold sanqos-dc-b iqn.2026-11.org.sanqos:init-b2 iscsi://10.206.2.1/iqn.2026-11.org.sanqos:shared/1
-
-# Wait until all four sessions are logged in.
-for _ in $(seq 100); do
-	n=$(t --op show --mode target | grep -c 'I_T nexus:' || true)
-	[ "$n" -ge 4 ] && break
-	sleep 0.1
-done
 t --op show --mode target | sed "s#$work#/srv/sanqos#g" >"$out/show-target.txt"
 echo "captured $(grep -c 'I_T nexus:' "$out/show-target.txt") sessions into $out" >&2
