@@ -36,14 +36,14 @@ type Params struct {
 	Td time.Duration
 	// T is the tick: the time between two Updates.
 	T time.Duration
-	// UMaxMs caps the delay (ms). Past ~20 ms the thesis saw writers stall
-	// and iSCSI timeouts near; it is also the anti-windup clamp.
+	// UMaxMs caps the delay (ms); the thesis's range ended at 20 ms. It is
+	// also the anti-windup clamp.
 	UMaxMs float64
 }
 
-// Default tuning of the pid controller; each value has its reason in
-// doc.go. They are variables of this one function only, so the simulator
-// and flags change them through Params, never globally.
+// DefaultParams is the default tuning of the pid controller; each value
+// has its reason in doc.go. Callers (flags, the simulator) change a copy,
+// never a global.
 func DefaultParams() Params {
 	return Params{
 		ThresholdMs: 15,

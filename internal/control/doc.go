@@ -12,9 +12,10 @@
 // decays by α toward 0 rather than holding a stale value. Reads are the
 // victims: writes are absorbed by caches and only hurt through the queue
 // they build, so read latency is the symptom we control and writers are
-// the knob. The 100 ms window is short enough to react within a few
-// hundred ms to a saturation (the thesis's writers needed ~1 s to wreck
-// read latency) and long enough to hold several reads of a slow reader.
+// the knob. The 100 ms window is the thesis's sampling period (Listings
+// A.2, C.3): short enough to react within a few hundred ms to a
+// saturation, long enough to hold several reads of a slow reader (an
+// 8 KiB reader at 256 kB/s completes about three per tick).
 //
 // # Control law (pid)
 //
@@ -40,9 +41,10 @@
 // sends to the resource's throttleable set (consumers writing more than a
 // threshold, package policy): to pure ACKs and iSCSI R2T/response PDUs
 // when writers are slowed (the default), to data segments when readers
-// are. Per-packet delay slows a TCP flow smoothly (the thesis measured
-// throughput ∝ 1/delay for a window-limited flow) without drops, so no
-// retransmission and no iSCSI timeout. The delay is clamped to [0, u_max].
+// are. Per-packet delay slows a TCP flow smoothly without drops, so
+// nothing is retransmitted; the thesis found a stable relation between
+// delay and rate (Figures 5.5, 5.6) and delays of typically 0.5–20 ms
+// enough to throttle (§5.7). The delay is clamped to [0, u_max].
 //
 // # Asymmetry
 //
@@ -60,9 +62,10 @@
 //
 //	ThresholdMs = 15   the thesis's §5.8 resource-wait threshold; the lab's
 //	                   reader waits 5–10 ms alone and 30–120 ms under load.
-//	Kp = 0.1 ms/ms     a 10 ms overshoot moves the delay 1 ms at once: a
-//	                   1 ms ACK delay already costs a 64 KiB sync writer
-//	                   a large share of its rate, so larger kicks overshoot.
+//	Kp = 0.1 ms/ms     a 10 ms overshoot moves the delay 1 ms at once; a
+//	                   sync writer's I/O takes a few ms (0.5 ms of it is
+//	                   moving 64 KiB over 1 Gb/s), so 1 ms more per I/O
+//	                   is already a large cut: larger kicks overshoot.
 //	Ti = 500 ms        five ticks: the integral adds Kp·e per 0.5 s, so a
 //	                   20 ms overshoot reaches the 20 ms cap in ~5 s, and
 //	                   recovers as fast; slower lets the thesis's "violent"
@@ -70,9 +73,10 @@
 //	Td = 0             the signal is a noisy per-tick mean; differentiating
 //	                   it mostly amplifies noise (the EWMA already damps).
 //	T = 100 ms         the tick; must match the loop, it scales Ti and Td.
-//	u_max = 20 ms      the thesis's delay range (Listing B.2 went to 9.6 ms,
-//	                   Figure 5.3 to 20 ms); beyond that throughput barely
-//	                   drops further while stalls grow toward iSCSI timeouts.
+//	u_max = 20 ms      the top of the thesis's delay range (§4.4: 21 steps
+//	                   of 0.5 ms up to 20 ms; §5.7: typically 0.5–20 ms);
+//	                   each step costs ever less rate while a writer's
+//	                   per-I/O stall keeps growing.
 //	EWMA α = 0.25      the thesis's filter weight (package signal).
 //
 // The simulator tunes these against the disk model; change them through
