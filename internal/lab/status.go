@@ -74,6 +74,17 @@ func readStatus(ctx context.Context, r runner, sysRoot string) (*Status, error) 
 			problem("loop device %s of %s lost direct I/O", in.Loop, in.Name)
 		}
 	}
+	if st.EmuMount != "" {
+		mounts, err := labMounts()
+		if err != nil {
+			problem("%v", err)
+		} else if !contains(mounts, st.EmuMount) {
+			problem("the emulated disk is not mounted at %s", st.EmuMount)
+		}
+		if pid := readPid(emuPidFile()); pid != 0 && (!alive(pid) || isZombie(pid)) {
+			problem("the emulated disk's process (pid %d) is gone", pid)
+		}
+	}
 	if nsExists(TargetNS) {
 		if o, err := readOffloads(ctx, r, TargetNS, ifName); err == nil {
 			st.Offloads = o
@@ -94,4 +105,13 @@ func countTargets(out []byte) int {
 		}
 	}
 	return n
+}
+
+func contains(xs []string, x string) bool {
+	for _, y := range xs {
+		if y == x {
+			return true
+		}
+	}
+	return false
 }
