@@ -2,11 +2,154 @@ package main
 
 import (
 	"context"
-	"errors"
+	"encoding/json"
+	"fmt"
 	"io"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sanqos/sanqos/internal/control"
+	"github.com/sanqos/sanqos/internal/diskmodel"
+	"github.com/sanqos/sanqos/internal/sim"
 )
 
-// cmdSim is being built; see the issue that owns 'sanqos sim'.
-func cmdSim(_ context.Context, _ []string, _, _ io.Writer) error {
-	return errors.New("'sanqos sim' is not available in this build yet")
+// msFlag is a latency flag that takes a duration ("15ms") or a plain
+// number of milliseconds ("15").
+type msFlag float64
+
+func (m *msFlag) String() string { return strconv.FormatFloat(float64(*m), 'g', -1, 64) + "ms" }
+func (m *msFlag) Set(s string) error {
+	if f, err := strconv.ParseFloat(s, 64); err == nil {
+		*m = msFlag(f)
+		return nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return fmt.Errorf("want a latency such as 15ms or 15")
+	}
+	*m = msFlag(float64(d) / float64(time.Millisecond))
+	return nil
+}
+
+func cmdSim(_ context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("sim", "sanqos sim [--scenario thesis] [--controller pid|thesis|none] [--threshold 15ms] [--duration 300s] [--seed 1] [--json] [--plot FILE.png] [--csv FILE] | --report DIR",
+		`Run the deterministic simulation of the thesis experiment (Fig. 5.9–5.13).
+
+Twelve sequential 64 KiB sync writer threads on three consumers are switched
+on together, write a fixed amount each, pause 5 s and start again; one 8 KiB
+random reader limited to 256 kB/s shares the same disk array (a model of the
+thesis's ten 10k rpm disks). Every 100 ms of virtual time the simulated
+/proc/diskstats goes through sanqos's real parser and engine, whose packet
+delay slows the writers. The same seed gives the same result.
+
+Without --json a short summary is printed. Latency figures are over the
+1-second samples of the reader's mean wait while the writers are on.
+--report DIR runs none, pid and thesis at 15 ms and pid at 10 and 20 ms and
+writes DIR/sim/ (figures, summary.json, index.html).`, stderr)
+	scenario := fs.String("scenario", "thesis", "workload to simulate (thesis)")
+	ctl := fs.String("controller", "pid", "controller: "+strings.Join(control.Names(), ", "))
+	threshold := msFlag(15)
+	fs.Var(&threshold, "threshold", "read latency to hold the resource under (e.g. 15ms)")
+	duration := fs.Duration("duration", 300*time.Second, "virtual time to simulate")
+	seed := fs.Int64("seed", 1, "random seed (same seed, same result)")
+	asJSON := fs.Bool("json", false, "print the summary as one JSON object")
+	plotPath := fs.String("plot", "", "write a PNG of latency, delay and write rate over time to `FILE`")
+	csvPath := fs.String("csv", "", "write the 1-second samples as CSV to `FILE`")
+	report := fs.String("report", "", "write the demo report's sim section to `DIR`/sim and exit")
+	profile := fs.String("profile", "thesis-2010", "disk array model: "+strings.Join(diskmodel.Profiles(), ", "))
+	g := sim.SimGains()
+	kp := fs.Float64("kp", g.Kp, "pid proportional gain (ms of delay per ms of error)")
+	ti := fs.Duration("ti", time.Duration(g.TiMs*float64(time.Millisecond)), "pid integral time")
+	td := fs.Duration("td", time.Duration(g.TdMs*float64(time.Millisecond)), "pid derivative time")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	bad := func(format string, a ...any) error {
+		fmt.Fprintf(stderr, "sanqos sim: "+format+"\n", a...)
+		fs.Usage()
+		return errUsage
+	}
+
+	if *report != "" {
+		if err := sim.Report(*report, *seed); err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "wrote %s\n", strings.TrimRight(*report, "/")+"/sim/")
+		return nil
+	}
+
+	cfg := sim.DefaultConfig()
+	sc, err := sim.ScenarioByName(*scenario)
+	if err != nil {
+		return bad("%v", err)
+	}
+	prof, err := diskmodel.ProfileByName(*profile)
+	if err != nil {
+		return bad("%v", err)
+	}
+	sc.Disk = prof
+	cfg.Scenario = sc
+	cfg.Controller = *ctl
+	cfg.ThresholdMs = float64(threshold)
+	cfg.Duration = *duration
+	cfg.Seed = *seed
+	cfg.Gains.Kp = *kp
+	cfg.Gains.TiMs = float64(*ti) / float64(time.Millisecond)
+	cfg.Gains.TdMs = float64(*td) / float64(time.Millisecond)
+	switch {
+	case cfg.Duration <= 0 || cfg.Duration > 24*time.Hour:
+		return bad("--duration %v: want between 1s and 24h of virtual time, e.g. 300s", cfg.Duration)
+	case cfg.ThresholdMs <= 0:
+		return bad("--threshold %v: want a positive latency, e.g. 15ms", threshold.String())
+	}
+	res, err := sim.Run(cfg)
+	if err != nil {
+		return bad("%v", err)
+	}
+	if *plotPath != "" {
+		if err := res.Plot(*plotPath); err != nil {
+			return err
+		}
+	}
+	if *csvPath != "" {
+		if err := writeFileWith(*csvPath, res.WriteCSV); err != nil {
+			return err
+		}
+	}
+	s := res.Summary
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(s)
+	}
+	fmt.Fprintf(stdout, "scenario %s on %s, controller %s, threshold %g ms, %v virtual, seed %d\n",
+		s.Scenario, prof.Name, s.Controller, s.ThresholdMs, cfg.Duration, s.Seed)
+	if s.Gains != nil {
+		fmt.Fprintf(stdout, "  pid gains        Kp %g, Ti %g ms, Td %g ms, max delay %g ms\n", s.Gains.Kp, s.Gains.TiMs, s.Gains.TdMs, s.Gains.UMaxMs)
+	}
+	fmt.Fprintf(stdout, "  reader latency   mean %.1f ms, p50 %.1f, p95 %.1f, p99 %.1f, max %.1f (alone: %.1f ms)\n",
+		s.ReadLatencyMs.Mean, s.ReadLatencyMs.P50, s.ReadLatencyMs.P95, s.ReadLatencyMs.P99, s.ReadLatencyMs.Max, s.ReaderIdleMs)
+	fmt.Fprintf(stdout, "  over 1.2×thresh. %.1f %% of %d seconds with writers on\n", s.OverThresholdPct, s.ActiveSamples)
+	fmt.Fprintf(stdout, "  writers          %.1f MB/s aggregate while on\n", s.WriteMBs)
+	fmt.Fprintf(stdout, "  throttle delay   mean %.1f ms, max %.1f ms\n", s.ThrottleMs.Mean, s.ThrottleMs.Max)
+	fmt.Fprintf(stdout, "  reader achieved  %.0f kB/s (asks for 256)\n", s.ReaderKBs)
+	return nil
+}
+
+// writeFileWith creates path and fills it with write.
+func writeFileWith(path string, write func(io.Writer) error) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := write(f); err != nil {
+		f.Close()
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	return nil
 }

@@ -137,10 +137,10 @@ type event struct {
 	seq   uint64 // FIFO among equal times, for determinism
 	kind  kind
 	actor int // thread index; -1 reader
-	io    io
+	io    ioReq
 }
 
-type io struct {
+type ioReq struct {
 	op      diskmodel.Op
 	offset  int64
 	length  int64
@@ -266,7 +266,7 @@ func (p *plant) issueRead(now time.Time) {
 	off := int64(p.reader)*sc.LUNStride + p.rng.Int63n(blocks)*sc.ReadBytes
 	// Delayed data packets slow a throttled reader by one delay per read.
 	arrive := now.Add(msDur(sc.ReadNetMs))
-	p.push(event{at: arrive, kind: evArrive, actor: -1, io: io{op: diskmodel.Read, offset: off, length: sc.ReadBytes, issued: now, device: p.reader}})
+	p.push(event{at: arrive, kind: evArrive, actor: -1, io: ioReq{op: diskmodel.Read, offset: off, length: sc.ReadBytes, issued: now, device: p.reader}})
 	p.readerNext = now.Add(time.Duration(float64(sc.ReadBytes) / sc.ReaderBps * float64(time.Second)))
 }
 
@@ -282,7 +282,7 @@ func (p *plant) issueWrite(now time.Time, t int) {
 	}
 	d := p.delayFor(th.device)
 	arrive := now.Add(msDur(sc.WriteNetMs) + time.Duration((sc.WriteDelayFactor-1)*float64(d)))
-	p.push(event{at: arrive, kind: evArrive, actor: t, io: io{op: diskmodel.Write, offset: off, length: n, issued: now, device: th.device}})
+	p.push(event{at: arrive, kind: evArrive, actor: t, io: ioReq{op: diskmodel.Write, offset: off, length: n, issued: now, device: th.device}})
 }
 
 // handle runs one event. Ticks are handled by the caller.
