@@ -4,179 +4,129 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"log/slog"
-	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
 )
 
-// Why a proxy: a loop device with direct I/O submits each request to the
-// backing file as asynchronous direct I/O. FUSE keeps such a request
+// Why this exists: a loop device with direct I/O submits each request to
+// the backing file as asynchronous direct I/O. FUSE keeps such a request
 // asynchronous only if the server accepted FUSE_ASYNC_DIO at INIT; otherwise
 // fuse_direct_IO() waits for the reply before the loop worker can submit the
 // next request, so each loop device (one LUN) has at most one request in the
-// array model, and a reader never queues behind a writer LUN's 4-12
-// outstanding writes as it would on the thesis's RAID array. go-fuse v2.7.2
-// masks FUSE_ASYNC_DIO out of its INIT reply and has no option for it.
+// array model, and a reader never queues behind a writer LUN's several
+// outstanding writes as it would on the thesis's RAID array
+// (TestLoopQueueDepth shows both cases). go-fuse v2.7.2 masks
+// FUSE_ASYNC_DIO out of its INIT reply and has no option for it.
 //
-// dioProxy sits between /dev/fuse and go-fuse: go-fuse serves one end of a
-// SOCK_SEQPACKET socket pair (which, like /dev/fuse, keeps one message per
-// read and write), the proxy copies messages both ways and sets the
-// FUSE_ASYNC_DIO bit in the INIT reply when the kernel offered it. Cost: one
-// extra copy of each message (measured in the package's benchmark test).
-type dioProxy struct {
-	kfd, sock int // /dev/fuse and the proxy's end of the socket pair
-	log       *slog.Logger
-	bufSize   int
+// initShim handles only the INIT handshake: go-fuse's NewServer reads INIT
+// and writes its reply synchronously, before any other reader exists, from
+// "/dev/fd/N" where N is one end of a SOCK_SEQPACKET socket pair (one
+// message per read/write, like /dev/fuse). The shim passes INIT through, sets
+// FUSE_ASYNC_DIO in the reply if the kernel offered it, and then, before
+// Serve starts, dup3()s /dev/fuse over N. From then on go-fuse talks to the
+// kernel directly: no per-request cost. (A proxy for every message cost
+// 3-4x the FUSE path's latency.)
+type initShim struct {
+	kfd, mine, theirs int
+	result            chan initResult
+}
 
-	initDone chan bool // receives whether ASYNC_DIO was granted
-	initMu   sync.Mutex
-	initID   uint64 // unique of the INIT request, 0 until seen
-	offered  bool
-
-	wg   sync.WaitGroup
-	once sync.Once
+type initResult struct {
+	granted bool
+	err     error
 }
 
 // FUSE wire constants (include/uapi/linux/fuse.h).
 const (
-	fuseOpInit     = 26
-	fuseAsyncDIO   = 1 << 15
-	inHeaderLen    = 40 // len u32, opcode u32, unique u64, nodeid u64, uid, gid, pid u32, total_extlen u16, padding u16
-	outHeaderLen   = 16 // len u32, error i32, unique u64
-	initFlagsOff   = 12 // flags u32 after major, minor, max_readahead in fuse_init_in/out
-	maxHeaderSlack = 8192
+	fuseOpInit   = 26
+	fuseAsyncDIO = 1 << 15
+	inHeaderLen  = 40 // len u32, opcode u32, unique u64, nodeid u64, uid, gid, pid u32, total_extlen u16, padding u16
+	outHeaderLen = 16 // len u32, error i32, unique u64
+	initFlagsOff = 12 // flags u32 after major, minor, max_readahead in fuse_init_in/out
+	initBufSize  = 1<<20 + 8192
 )
 
-// newDIOProxy starts the proxy for kfd and returns the descriptor go-fuse
-// must serve.
-func newDIOProxy(kfd, maxWrite int, log *slog.Logger) (*dioProxy, int, error) {
+// startInitShim returns the shim; go-fuse must serve "/dev/fd/<theirs>".
+func startInitShim(kfd int) (*initShim, error) {
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
-		return nil, -1, fmt.Errorf("creating the async-DIO proxy socket pair: %w", err)
+		return nil, fmt.Errorf("creating the INIT socket pair: %w", err)
 	}
-	p := &dioProxy{kfd: kfd, sock: fds[0], log: log, bufSize: maxWrite + maxHeaderSlack, initDone: make(chan bool, 1)}
-	// A WRITE request carries up to maxWrite bytes in one message; the
-	// default socket buffer (~200 KiB) would refuse it with EMSGSIZE.
-	for _, fd := range fds {
-		for _, opt := range []int{unix.SO_SNDBUFFORCE, unix.SO_RCVBUFFORCE} {
-			if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, opt, 4*p.bufSize); err != nil {
-				unix.Close(fds[0])
-				unix.Close(fds[1])
-				return nil, -1, fmt.Errorf("sizing the async-DIO proxy socket buffers: %w", err)
-			}
-		}
-	}
-	p.wg.Add(2)
-	go p.toServer()
-	go p.toKernel()
-	return p, fds[1], nil
+	s := &initShim{kfd: kfd, mine: fds[0], theirs: fds[1], result: make(chan initResult, 1)}
+	go func() { s.result <- s.run() }()
+	return s, nil
 }
 
-// toServer copies requests from the kernel to go-fuse until the connection
-// ends (ENODEV after unmount).
-func (p *dioProxy) toServer() {
-	defer p.wg.Done()
-	// The kernel needs room for a whole WRITE in every read.
-	buf := make([]byte, p.bufSize)
-	for {
-		n, err := unix.Read(p.kfd, buf)
-		if err != nil {
-			if errors.Is(err, unix.EINTR) || errors.Is(err, unix.EAGAIN) || errors.Is(err, unix.ENOENT) {
-				continue // ENOENT: the request was interrupted before we read it
-			}
-			if !errors.Is(err, unix.ENODEV) {
-				p.log.Warn("reading /dev/fuse", "err", err)
-			}
-			break
-		}
-		msg := buf[:n]
-		if n >= inHeaderLen && binary.LittleEndian.Uint32(msg[4:]) == fuseOpInit {
-			p.initMu.Lock()
-			p.initID = binary.LittleEndian.Uint64(msg[8:])
-			if n >= inHeaderLen+initFlagsOff+4 {
-				p.offered = binary.LittleEndian.Uint32(msg[inHeaderLen+initFlagsOff:])&fuseAsyncDIO != 0
-			}
-			p.initMu.Unlock()
-		}
-		if _, err := unix.Write(p.sock, msg); err != nil {
-			p.log.Warn("passing a fuse request to the server", "err", err)
-			break
-		}
+func (s *initShim) run() initResult {
+	// The kernel refuses reads smaller than a whole request may be.
+	buf := make([]byte, initBufSize)
+	n, err := readRetry(s.kfd, buf)
+	if err != nil {
+		return initResult{err: fmt.Errorf("reading INIT from /dev/fuse: %w", err)}
 	}
-	// Wake go-fuse's readers (they read 0 bytes and stop) and toKernel.
-	unix.Shutdown(p.sock, unix.SHUT_RDWR)
-}
-
-// toKernel copies replies and notifications from go-fuse to the kernel.
-func (p *dioProxy) toKernel() {
-	defer p.wg.Done()
-	buf := make([]byte, p.bufSize)
-	for {
-		n, err := unix.Read(p.sock, buf)
-		if err != nil {
-			if errors.Is(err, unix.EINTR) {
-				continue
-			}
-			p.log.Warn("reading a fuse reply from the server", "err", err)
-			return
-		}
-		if n == 0 {
-			return // shut down
-		}
-		msg := buf[:n]
-		p.patchInit(msg)
-		if _, err := unix.Write(p.kfd, msg); err != nil {
-			switch {
-			case errors.Is(err, unix.ENOENT):
-				// The request was interrupted and is gone; go-fuse ignores this too.
-			case errors.Is(err, unix.ENODEV), errors.Is(err, unix.EBADF):
-				return
-			default:
-				p.log.Warn("writing a fuse reply to the kernel", "err", err)
-			}
-		}
+	req := buf[:n]
+	if n < inHeaderLen+initFlagsOff+4 || binary.LittleEndian.Uint32(req[4:]) != fuseOpInit {
+		return initResult{err: fmt.Errorf("first fuse request is not INIT (%d bytes)", n)}
 	}
-}
-
-// patchInit sets FUSE_ASYNC_DIO in the reply to INIT, if the kernel offered it.
-func (p *dioProxy) patchInit(msg []byte) {
-	if len(msg) < outHeaderLen {
-		return
+	unique := binary.LittleEndian.Uint64(req[8:])
+	offered := binary.LittleEndian.Uint32(req[inHeaderLen+initFlagsOff:])&fuseAsyncDIO != 0
+	if _, err := unix.Write(s.mine, req); err != nil {
+		return initResult{err: fmt.Errorf("passing INIT to go-fuse: %w", err)}
 	}
-	p.initMu.Lock()
-	id, offered := p.initID, p.offered
-	p.initMu.Unlock()
-	if id == 0 || binary.LittleEndian.Uint64(msg[8:]) != id {
-		return
+	n, err = readRetry(s.mine, buf)
+	if err != nil || n < outHeaderLen {
+		return initResult{err: fmt.Errorf("reading go-fuse's INIT reply (%d bytes): %v", n, err)}
 	}
-	p.initMu.Lock()
-	p.initID = 0
-	p.initMu.Unlock()
+	rep := buf[:n]
+	if binary.LittleEndian.Uint64(rep[8:]) != unique {
+		return initResult{err: errors.New("go-fuse's first reply is not to INIT")}
+	}
 	granted := false
-	if offered && len(msg) >= outHeaderLen+initFlagsOff+4 && int32(binary.LittleEndian.Uint32(msg[4:])) == 0 {
-		f := msg[outHeaderLen+initFlagsOff:]
+	if offered && n >= outHeaderLen+initFlagsOff+4 && int32(binary.LittleEndian.Uint32(rep[4:])) == 0 {
+		f := rep[outHeaderLen+initFlagsOff:]
 		binary.LittleEndian.PutUint32(f, binary.LittleEndian.Uint32(f)|fuseAsyncDIO)
 		granted = true
 	}
-	p.initDone <- granted
+	if _, err := unix.Write(s.kfd, rep); err != nil {
+		return initResult{err: fmt.Errorf("writing the INIT reply to /dev/fuse: %w", err)}
+	}
+	return initResult{granted: granted}
 }
 
-// shutdown stops both directions and waits for them.
-func (p *dioProxy) shutdown() {
-	p.once.Do(func() {
-		unix.Shutdown(p.sock, unix.SHUT_RDWR)
-		done := make(chan struct{})
-		go func() { p.wg.Wait(); close(done) }()
-		select {
-		case <-done:
-			unix.Close(p.sock)
-			unix.Close(p.kfd)
-		case <-time.After(2 * time.Second):
-			// The kernel connection is still alive (a lazily detached
-			// mount with open files): leave it to process exit.
-			p.log.Warn("fuse connection still open after shutdown; leaving it to process exit")
+func readRetry(fd int, buf []byte) (int, error) {
+	for {
+		n, err := unix.Read(fd, buf)
+		if err == unix.EINTR {
+			continue
 		}
-	})
+		return n, err
+	}
+}
+
+// finish waits for the handshake, then puts /dev/fuse where go-fuse
+// expects its descriptor. Call it after fuse.NewServer returned and before
+// Serve. It reports whether FUSE_ASYNC_DIO was granted.
+func (s *initShim) finish() (bool, error) {
+	defer unix.Close(s.mine)
+	var r initResult
+	select {
+	case r = <-s.result:
+	case <-time.After(5 * time.Second):
+		return false, errors.New("fuse INIT handshake did not finish within 5s")
+	}
+	if r.err != nil {
+		return false, r.err
+	}
+	if err := unix.Dup3(s.kfd, s.theirs, unix.O_CLOEXEC); err != nil {
+		return false, fmt.Errorf("handing /dev/fuse to go-fuse: %w", err)
+	}
+	unix.Close(s.kfd) // go-fuse's descriptor is now the only one
+	return r.granted, nil
+}
+
+// abort closes the shim's descriptors after a failed mount.
+func (s *initShim) abort() {
+	unix.Close(s.mine)
+	unix.Close(s.theirs)
 }

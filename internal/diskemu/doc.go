@@ -17,7 +17,7 @@
 // device with direct I/O (losetup --direct-io=on), which makes /proc/diskstats
 // report the emulated per-LUN latency. Go-fuse v2.7.2 does not negotiate
 // FUSE_ASYNC_DIO, without which the kernel sends a loop device's direct I/O to
-// FUSE one request at a time; see asyncdio_linux.go for how the mount gets it.
+// FUSE one request at a time; asyncdio_linux.go grants it at INIT.
 //
 // Counters (requests, bytes, queue depth, mean service and latency) are
 // available from (*Server).Stats and are rewritten once a second as JSON to

@@ -82,7 +82,7 @@ func loopRAwait(t *testing.T, profile string, runtime time.Duration) (float64, S
 // image on the emulated disk attached to a loop device with direct I/O
 // shows the model's service time as r_await in /proc/diskstats.
 //
-// The kernel path (loop worker, FUSE, proxy, wake-ups) adds 0.1 ms on an
+// The kernel path (loop worker, FUSE, wake-ups) adds 0.1 ms on an
 // idle machine and 0.6-1.3 ms at load 8-11 on 2 cores, hence a 10 ms
 // calibration service (a ±20% band of 2 ms). The thesis profile is then
 // checked against its own model service plus that same overhead, measured
@@ -112,7 +112,7 @@ func TestLoopDirectIOLatency(t *testing.T) {
 
 // TestLoopQueueDepth: with FUSE_ASYNC_DIO a loop device passes its queue to
 // the model (fio iodepth 8 puts ~8 requests in flight); without it the
-// kernel serialises them (at most 1), which is why the proxy exists.
+// kernel serialises them (at most 1), which is why the INIT shim exists.
 func TestLoopQueueDepth(t *testing.T) {
 	needFUSE(t)
 	needFio(t)

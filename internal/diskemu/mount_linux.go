@@ -21,9 +21,8 @@ import (
 
 // mountHandle is what Close needs to undo a mount.
 type mountHandle struct {
-	proxy *dioProxy // nil without async DIO
-	dev   string    // "major:minor" of the mount, to recognise it in mountinfo
-	id    uint64    // statx unique mount id (never reused, unlike dev); 0 if unknown
+	dev string // "major:minor" of the mount, to recognise it in mountinfo
+	id  uint64 // statx unique mount id (never reused, unlike dev); 0 if unknown
 }
 
 // uniqueMountID returns the never-reused id of the mount at mp (Linux 6.8+).
@@ -39,9 +38,9 @@ func uniqueMountID(mp string) (uint64, error) {
 }
 
 // mountFS mounts the file system itself (open /dev/fuse, mount(2)) instead
-// of letting go-fuse do it, so that the connection can be given
-// FUSE_ASYNC_DIO: go-fuse then serves the /dev/fuse descriptor, or one end
-// of the proxy in front of it, through its "/dev/fd/N" convention.
+// of letting go-fuse do it, so that the INIT handshake can grant
+// FUSE_ASYNC_DIO (see asyncdio_linux.go); go-fuse serves the descriptor
+// through its "/dev/fd/N" convention.
 func (s *Server) mountFS(root fs.InodeEmbedder) error {
 	o := &s.opts
 	kfd, err := unix.Open("/dev/fuse", unix.O_RDWR|unix.O_CLOEXEC, 0)
@@ -55,15 +54,22 @@ func (s *Server) mountFS(root fs.InodeEmbedder) error {
 		return fmt.Errorf("mounting fuse on %s: %w", o.Mountpoint, err)
 	}
 	serverFd := kfd
+	var shim *initShim
 	if !o.SyncDIO {
-		p, fd, err := newDIOProxy(kfd, o.MaxWrite, s.log)
-		if err != nil {
+		if shim, err = startInitShim(kfd); err != nil {
 			unix.Unmount(o.Mountpoint, unix.MNT_DETACH)
 			unix.Close(kfd)
 			return err
 		}
-		s.mount.proxy = p
-		serverFd = fd
+		serverFd = shim.theirs
+	}
+	fail := func(err error) error {
+		unix.Unmount(o.Mountpoint, unix.MNT_DETACH)
+		if shim != nil {
+			shim.abort()
+		}
+		unix.Close(kfd)
+		return err
 	}
 	one := time.Second
 	fo := &fs.Options{
@@ -73,22 +79,29 @@ func (s *Server) mountFS(root fs.InodeEmbedder) error {
 			MaxBackground: o.MaxBackground,
 			MaxWrite:      o.MaxWrite,
 			DisableXAttrs: true,
-			// The proxy passes whole messages; splice would bypass it.
-			DisableSplice: true,
 			Logger:        log.New(slogWriter{s.log}, "", 0),
 		},
 		EntryTimeout: &one,
 		AttrTimeout:  &one,
 	}
+	// NewServer does the INIT handshake before it returns.
 	srv, err := fuse.NewServer(fs.NewNodeFS(root, fo), fmt.Sprintf("/dev/fd/%d", serverFd), &fo.MountOptions)
 	if err != nil {
-		s.abortMount(kfd)
-		return fmt.Errorf("starting fuse server: %w", err)
+		return fail(fmt.Errorf("starting fuse server: %w", err))
+	}
+	if shim != nil {
+		granted, err := shim.finish()
+		if err != nil {
+			return fail(err)
+		}
+		if !granted {
+			s.log.Warn("kernel did not offer FUSE_ASYNC_DIO; loop devices will see queue depth 1")
+		}
 	}
 	s.fuse = srv
 	go srv.Serve()
 	if err := srv.WaitMount(); err != nil {
-		s.abortMount(kfd)
+		unix.Unmount(o.Mountpoint, unix.MNT_DETACH)
 		return fmt.Errorf("waiting for the fuse mount: %w", err)
 	}
 	// go-fuse cannot run its poll hack on a /dev/fd/N mount: tell the kernel
@@ -100,30 +113,12 @@ func (s *Server) mountFS(root fs.InodeEmbedder) error {
 	}
 	var st unix.Stat_t
 	if err := unix.Stat(o.Mountpoint, &st); err != nil {
-		s.abortMount(kfd)
+		unix.Unmount(o.Mountpoint, unix.MNT_DETACH)
 		return fmt.Errorf("checking the new mount %s: %w", o.Mountpoint, err)
 	}
 	s.mount.dev = fmt.Sprintf("%d:%d", unix.Major(st.Dev), unix.Minor(st.Dev))
 	s.mount.id, _ = uniqueMountID(o.Mountpoint) // 0: fall back to dev
-	if s.mount.proxy != nil {
-		select {
-		case ok := <-s.mount.proxy.initDone:
-			if !ok {
-				s.log.Warn("kernel did not offer FUSE_ASYNC_DIO; loop devices will see queue depth 1")
-			}
-		case <-time.After(5 * time.Second):
-			s.abortMount(kfd)
-			return errors.New("fuse INIT did not complete within 5s")
-		}
-	}
 	return nil
-}
-
-func (s *Server) abortMount(kfd int) {
-	unix.Unmount(s.opts.Mountpoint, unix.MNT_DETACH)
-	if s.mount.proxy != nil {
-		s.mount.proxy.shutdown()
-	}
 }
 
 // unmount tries a clean unmount for a few seconds (a process may be just
@@ -134,9 +129,6 @@ func (s *Server) unmount() error {
 		// Detached or aborted from outside; what is at mp now (if
 		// anything) is not ours to unmount.
 		s.log.Warn("mount already gone")
-		if s.mount.proxy != nil {
-			s.mount.proxy.shutdown()
-		}
 		return nil
 	}
 	var err error
@@ -151,11 +143,6 @@ func (s *Server) unmount() error {
 			return fmt.Errorf("unmounting %s: %w (lazy unmount: %v)", mp, err, derr)
 		}
 		return fmt.Errorf("unmounting %s: %w; detached lazily, images still open (loop devices? losetup -j) fail once this process exits", mp, err)
-	}
-	// The proxy ends its side of the socket pair, which is what wakes
-	// go-fuse's readers (they only see ENODEV on a real /dev/fuse).
-	if s.mount.proxy != nil {
-		s.mount.proxy.shutdown()
 	}
 	waitDone := make(chan struct{})
 	go func() { s.fuse.Wait(); close(waitDone) }()
