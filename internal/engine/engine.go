@@ -408,7 +408,12 @@ func (e *Engine) Step(now time.Time, snap []diskstats.Stat) Decision {
 			missing++
 			continue
 		}
-		if d.hasPrev && now.After(d.prevAt) {
+		if d.hasPrev {
+			if !now.After(d.prevAt) {
+				// No time passed (or the caller's clock stepped back): keep
+				// the older snapshot so the growth is measured next Step.
+				continue
+			}
 			d.rates = diskstats.Sub(&d.cur, &d.prev).Rates(now.Sub(d.prevAt))
 			d.valid = true
 		}

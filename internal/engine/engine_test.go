@@ -438,3 +438,70 @@ func TestThesisControllerThroughEngine(t *testing.T) {
 		t.Fatalf("thesis controller delay %v, want in (0, %v]", r.DelayMs, cfg.Control.UMaxMs)
 	}
 }
+
+func TestRepeatedTimestampKeepsGrowth(t *testing.T) {
+	d := newDisk("loop0", "loop1")
+	e := mustEngine(t, DefaultConfig(), oneResource(0))
+	now := time.Unix(0, 0)
+	e.Step(now, d.snap())
+	now = now.Add(100 * time.Millisecond)
+	d.io("loop1", 0, 0, 1000)
+	e.Step(now, d.snap())
+	d.io("loop1", 0, 0, 1000)
+	dec := e.Step(now, d.snap()) // same timestamp: nothing measurable
+	if dec.Consumers[1].WriteKBs != 0 {
+		t.Fatalf("zero-length interval gave %v kB/s", dec.Consumers[1].WriteKBs)
+	}
+	now = now.Add(100 * time.Millisecond)
+	d.io("loop1", 0, 0, 1000)
+	dec = e.Step(now, d.snap())
+	// 2000 kB since the last measured snapshot, 100 ms ago.
+	if got := dec.Consumers[1].WriteKBs; math.Abs(got-20000) > 1e-6 {
+		t.Fatalf("write rate %v kB/s after a repeated timestamp, want 20000", got)
+	}
+}
+
+// TestSignalAggregationTable: one measured tick per case, after a first
+// Step at zero counters; the EWMA starts at 0 so SignalMs = α·RawMs.
+func TestSignalAggregationTable(t *testing.T) {
+	type ioOp struct {
+		dev           string
+		reads, msEach uint64
+		writeKB       uint64
+	}
+	tests := []struct {
+		name      string
+		ops       []ioOp
+		wantReads uint64
+		wantRaw   float64
+		members   int
+	}{
+		{"idle", nil, 0, 0, 0},
+		{"one device", []ioOp{{"loop0", 4, 10, 0}}, 4, 10, 0},
+		{"request-weighted over devices", []ioOp{{"loop0", 1, 100, 0}, {"loop1", 9, 10, 0}}, 10, 19, 0},
+		{"writer only", []ioOp{{"loop1", 0, 0, 100000}}, 0, 0, 1},
+		{"both", []ioOp{{"loop0", 2, 30, 0}, {"loop1", 0, 0, 100000}}, 2, 30, 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := DefaultConfig()
+			cfg.WriteAlpha = 1 // membership from this tick's rate alone
+			d := newDisk("loop0", "loop1")
+			e := mustEngine(t, cfg, oneResource(0))
+			e.Step(time.Unix(0, 0), d.snap())
+			for _, op := range tt.ops {
+				d.io(op.dev, op.reads, op.msEach, op.writeKB)
+			}
+			r := e.Step(time.Unix(0, int64(100*time.Millisecond)), d.snap()).Resources[0]
+			if r.Reads != tt.wantReads || math.Abs(r.RawMs-tt.wantRaw) > 1e-9 {
+				t.Errorf("reads %d raw %v, want %d and %v", r.Reads, r.RawMs, tt.wantReads, tt.wantRaw)
+			}
+			if want := cfg.Alpha * tt.wantRaw; math.Abs(r.SignalMs-want) > 1e-9 {
+				t.Errorf("signal %v, want α·raw = %v", r.SignalMs, want)
+			}
+			if len(r.Members) != tt.members {
+				t.Errorf("members %v, want %d", r.Members, tt.members)
+			}
+		})
+	}
+}
