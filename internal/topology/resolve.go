@@ -77,7 +77,8 @@ func (r *Resolver) Resolve(backing string) (Resolution, error) {
 		return Resolution{}, err
 	}
 	var res Resolution
-	if name == "" {
+	isFile := name == ""
+	if isFile {
 		// A regular file: served by the file system that holds it.
 		m, ok := mountFor(mounts, backing)
 		if !ok {
@@ -94,6 +95,10 @@ func (r *Resolver) Resolve(backing string) (Resolution, error) {
 	hint, err := r.walk(name, mounts, leaves, 0)
 	if err != nil {
 		return Resolution{}, fmt.Errorf("resolving %s: %w", backing, err)
+	}
+	if isFile && hint.fs == "" {
+		// Images on one file system share it: name it after that.
+		hint.fs = name
 	}
 	res.Leaves = sortedKeys(leaves)
 	res.Name = hint.name()

@@ -28,7 +28,7 @@ func TestResolve(t *testing.T) {
 		{"/dev/loop2", Resolution{Device: "loop2", Leaves: []string{"fs:/mnt/sanqos disk"}, Name: "fs-mnt/sanqos disk"}},
 		{"/dev/disk/by-id/wwn-0x5000c500a1b2c3d4", Resolution{Device: "sde", Leaves: []string{"sde"}, Name: "disk-sde"}},
 		// An image file served directly: the partition holding it.
-		{"/srv/images/direct.img", Resolution{Device: "sda2", Leaves: []string{"sda"}, Name: "disk-sda"}},
+		{"/srv/images/direct.img", Resolution{Device: "sda2", Leaves: []string{"sda"}, Name: "fs-sda2"}},
 	}
 	for _, tt := range tests {
 		got, err := r.Resolve(tt.backing)

@@ -1,0 +1,217 @@
+package discover
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+)
+
+// LIO discovers through the kernel target's configfs tree, normally
+// /sys/kernel/config/target. What it relies on (drivers/target/
+// target_core_configfs.c and iscsi/iscsi_target_configfs.c):
+//
+//   - iscsi/<target-iqn>/tpgt_N/enable: "1" when the portal group serves;
+//   - iscsi/<target-iqn>/tpgt_N/lun/lun_M/<link> -> ../../../../../../
+//     target/core/<hba>_K/<device>: the storage object of each LUN;
+//   - core/<hba>_K/<device>/udev_path: the block device (iblock) or file
+//     (fileio) behind it, as configured;
+//   - iscsi/<target-iqn>/tpgt_N/acls/<initiator-iqn>/info: the session of
+//     that initiator, with one "Address <ip> TCP ..." line per connection,
+//     or "No active iSCSI Session for Initiator Endpoint: <iqn>".
+//
+// Sessions of initiators without a node ACL (demo mode,
+// generate_node_acls=1) have no info file and are not seen. Every LUN of
+// a portal group is taken to be used by every session of it; mapped LUN
+// subsets per ACL (acls/<iqn>/lun_*) are not read.
+//
+// prometheus/procfs's iscsi package reads the LUN links and udev_path
+// too, but not ACL sessions, and it drops read errors; this reader reports
+// them.
+type LIO struct {
+	root string
+}
+
+// NewLIO returns the adapter over a configfs target root.
+func NewLIO(root string) *LIO { return &LIO{root: root} }
+
+// Name implements Adapter.
+func (l *LIO) Name() string { return "lio" }
+
+// LIOSession is one initiator's session on a portal group.
+type LIOSession struct {
+	Initiator string
+	Addrs     []netip.Addr
+}
+
+// LIOGroup is one enabled target portal group.
+type LIOGroup struct {
+	Target   string
+	TPGT     string
+	Backings []string // udev_path of each LUN's storage object
+	Sessions []LIOSession
+}
+
+// Groups reads every enabled portal group of every iSCSI target.
+func (l *LIO) Groups() ([]LIOGroup, error) {
+	iscsi := filepath.Join(l.root, "iscsi")
+	targets, err := os.ReadDir(iscsi)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, fmt.Errorf("reading LIO configfs: %s does not exist: is configfs mounted and iscsi_target_mod loaded? (or set discovery.lio_root)", iscsi)
+		}
+		return nil, fmt.Errorf("reading LIO configfs: %w", err)
+	}
+	var out []LIOGroup
+	for _, t := range targets {
+		if !t.IsDir() || t.Name() == "discovery_auth" {
+			continue
+		}
+		tpgs, err := filepath.Glob(filepath.Join(iscsi, t.Name(), "tpgt_*"))
+		if err != nil {
+			return nil, err
+		}
+		sort.Strings(tpgs)
+		for _, tpg := range tpgs {
+			en, err := os.ReadFile(filepath.Join(tpg, "enable"))
+			if err != nil {
+				return nil, fmt.Errorf("reading %s: %w", filepath.Join(tpg, "enable"), err)
+			}
+			if strings.TrimSpace(string(en)) != "1" {
+				continue
+			}
+			g := LIOGroup{Target: t.Name(), TPGT: filepath.Base(tpg)}
+			if g.Backings, err = l.lunBackings(tpg); err != nil {
+				return nil, err
+			}
+			if g.Sessions, err = l.sessions(tpg); err != nil {
+				return nil, err
+			}
+			out = append(out, g)
+		}
+	}
+	return out, nil
+}
+
+func (l *LIO) lunBackings(tpg string) ([]string, error) {
+	luns, err := filepath.Glob(filepath.Join(tpg, "lun", "lun_*"))
+	if err != nil {
+		return nil, err
+	}
+	sort.Strings(luns)
+	var out []string
+	for _, lun := range luns {
+		ents, err := os.ReadDir(lun)
+		if err != nil {
+			return nil, fmt.Errorf("reading %s: %w", lun, err)
+		}
+		found := false
+		for _, e := range ents {
+			if e.Type()&fs.ModeSymlink == 0 {
+				continue
+			}
+			obj, err := filepath.EvalSymlinks(filepath.Join(lun, e.Name()))
+			if err != nil {
+				return nil, fmt.Errorf("following storage object link %s: %w", filepath.Join(lun, e.Name()), err)
+			}
+			b, err := os.ReadFile(filepath.Join(obj, "udev_path"))
+			if err != nil {
+				return nil, fmt.Errorf("reading the backing store of %s: %w", lun, err)
+			}
+			p := strings.TrimSpace(string(b))
+			if p == "" {
+				return nil, fmt.Errorf("reading the backing store of %s: %s is empty (a ramdisk or user backstore has no device to measure)", lun, filepath.Join(obj, "udev_path"))
+			}
+			out = append(out, p)
+			found = true
+			break
+		}
+		if !found {
+			return nil, fmt.Errorf("reading %s: no storage object link in it", lun)
+		}
+	}
+	return out, nil
+}
+
+func (l *LIO) sessions(tpg string) ([]LIOSession, error) {
+	infos, err := filepath.Glob(filepath.Join(tpg, "acls", "*", "info"))
+	if err != nil {
+		return nil, err
+	}
+	sort.Strings(infos)
+	var out []LIOSession
+	for _, p := range infos {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return nil, fmt.Errorf("reading %s: %w", p, err)
+		}
+		s, active, err := ParseLIOInfo(b)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", p, err)
+		}
+		if active {
+			if s.Initiator == "" {
+				s.Initiator = filepath.Base(filepath.Dir(p))
+			}
+			out = append(out, s)
+		}
+	}
+	return out, nil
+}
+
+// ParseLIOInfo parses an acls/<iqn>/info file; active is false when the
+// initiator has no session.
+func ParseLIOInfo(b []byte) (s LIOSession, active bool, err error) {
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	n := 0
+	for sc.Scan() {
+		n++
+		line := strings.TrimSpace(sc.Text())
+		switch {
+		case strings.HasPrefix(line, "No active iSCSI Session"):
+			return LIOSession{}, false, nil
+		case strings.HasPrefix(line, "InitiatorName:"):
+			s.Initiator = strings.TrimSpace(strings.TrimPrefix(line, "InitiatorName:"))
+			active = true
+		case strings.HasPrefix(line, "Address "):
+			// "Address 192.168.69.3 TCP  StatSN: 0x1a00d3e6"
+			f := strings.Fields(line)
+			a, perr := netip.ParseAddr(strings.Trim(f[1], "[]"))
+			if perr != nil {
+				return LIOSession{}, false, fmt.Errorf("line %d: %q: expected \"Address <IP> TCP ...\"", n, line)
+			}
+			s.Addrs = append(s.Addrs, a.Unmap())
+			active = true
+		}
+	}
+	if active && len(s.Addrs) == 0 {
+		return LIOSession{}, false, fmt.Errorf("a session without any \"Address <IP>\" connection line")
+	}
+	return s, active, sc.Err()
+}
+
+// Attachments implements Adapter.
+func (l *LIO) Attachments(context.Context) ([]Attachment, error) {
+	groups, err := l.Groups()
+	if err != nil {
+		return nil, err
+	}
+	var out []Attachment
+	for _, g := range groups {
+		for _, s := range g.Sessions {
+			for _, a := range s.Addrs {
+				for _, b := range g.Backings {
+					out = append(out, Attachment{Target: g.Target, IQN: s.Initiator, Addr: a, Backing: b})
+				}
+			}
+		}
+	}
+	return out, nil
+}
