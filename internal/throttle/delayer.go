@@ -112,7 +112,23 @@ type Delayer struct {
 	errs    [512]time.Duration // ring of recent delay errors
 	nerr    int
 	scratch []held
+
+	// FineSleep, if set, sleeps precisely (nanosleep) and is used for the
+	// last fineWindow before a release. Go timers wake up to 1 ms late
+	// (epoll's millisecond timeout), which would add ~0.5 ms to every
+	// delay on average; short precise sleeps remove that bias. Leave it
+	// nil with a fake clock.
+	FineSleep func(time.Duration)
 }
+
+// fineWindow is how long before a release Run switches from a Go timer to
+// FineSleep: a little more than the timer's 1 ms granularity. fineStep
+// bounds each precise sleep so that a newly arrived packet due sooner is
+// noticed within it.
+const (
+	fineWindow = 1500 * time.Microsecond
+	fineStep   = 250 * time.Microsecond
+)
 
 // NewDelayer returns a delayer that calls release with the ids of due
 // packets. maxBacklog bounds memory: beyond it packets are accepted at
@@ -220,6 +236,15 @@ func (d *Delayer) Run(ctx context.Context) {
 			if wait <= 0 {
 				d.ReleaseDue(d.clk.Now())
 				continue
+			}
+			if d.FineSleep != nil {
+				if wait <= fineWindow {
+					d.FineSleep(min(wait, fineStep))
+					if ctx.Err() == nil {
+						continue
+					}
+				}
+				wait -= fineWindow
 			}
 			timer = d.clk.After(wait)
 		}

@@ -6,6 +6,9 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
+	"runtime"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -40,7 +43,28 @@ const (
 	// backlog, since held packets stay in the kernel until their verdict.
 	// Beyond it the kernel accepts packets itself (fail-open flag).
 	kernelQueueLen = 4 * DefaultMaxBacklog
+	// netlinkBuffer is the receive buffer of the queue socket. When it is
+	// full the kernel fails open and accepts packets itself, and those
+	// overtake packets we hold: a burst at line rate must fit. Each queued
+	// packet costs about 500 bytes of buffer; 16 MiB holds ~30k.
+	netlinkBuffer = 16 << 20
 )
+
+// forceReadBuffer sets the socket's receive buffer beyond rmem_max
+// (SO_RCVBUFFORCE; we are root).
+func forceReadBuffer(c *netlink.Conn, size int) error {
+	raw, err := c.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var serr error
+	if err := raw.Control(func(fd uintptr) {
+		serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, size)
+	}); err != nil {
+		return err
+	}
+	return serr
+}
 
 // NfqueueConfig configures the nfqueue backend. Zero values take defaults.
 type NfqueueConfig struct {
@@ -75,11 +99,20 @@ type Nfqueue struct {
 	nf    *nfqueue.Nfqueue
 	log   *slog.Logger
 
-	mu     sync.Mutex
+	mu      sync.Mutex
+	last    State
+	active  map[memberKey]membership // active memberships of the last state
+	linger  map[memberKey]membership // left recently; still queued, delay 0
+	waiting bool                     // a re-sync for lingering members is scheduled
+	stop    chan struct{}
+
 	cancel context.CancelFunc
 	done   sync.WaitGroup
 	closed bool
 	errs   atomic.Uint64 // verdict and parse failures
+
+	hookBoosted bool
+	cpu         int // the packet path's CPU
 }
 
 // NewNfqueue removes what a crashed run left, binds the queue and starts
@@ -106,7 +139,8 @@ func NewNfqueue(ctx context.Context, cfg NfqueueConfig) (*Nfqueue, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	b := &Nfqueue{cfg: cfg, rec: newReconciler(cfg.Firewall, cfg.Sets), log: cfg.Logger.With("backend", "nfqueue")}
+	b := &Nfqueue{cfg: cfg, rec: newReconciler(cfg.Firewall, cfg.Sets), log: cfg.Logger.With("backend", "nfqueue"),
+		active: map[memberKey]membership{}, linger: map[memberKey]membership{}, stop: make(chan struct{}), cpu: packetCPU()}
 	b.table.Store(&delays{})
 	if err := b.rec.reset(ctx); err != nil {
 		return nil, fmt.Errorf("removing leftovers of an earlier run: %w", err)
@@ -131,8 +165,18 @@ func NewNfqueue(ctx context.Context, cfg NfqueueConfig) (*Nfqueue, error) {
 		nf.Close()
 		return nil, fmt.Errorf("configuring NFQUEUE socket: %w", err)
 	}
+	if err := forceReadBuffer(nf.Con, netlinkBuffer); err != nil {
+		nf.Close()
+		return nil, fmt.Errorf("sizing the NFQUEUE socket buffer: %w", err)
+	}
 	b.nf = nf
 	b.del = NewDelayer(cfg.Clock, cfg.MaxBacklog, b.accept)
+	if _, real := cfg.Clock.(clock.Real); real {
+		b.del.FineSleep = func(d time.Duration) {
+			ts := unix.NsecToTimespec(d.Nanoseconds())
+			_ = unix.Nanosleep(&ts, nil)
+		}
+	}
 	rctx, cancel := context.WithCancel(context.Background())
 	b.cancel = cancel
 	if err := nf.RegisterWithErrorFunc(rctx, b.hook, b.onError); err != nil {
@@ -143,6 +187,7 @@ func NewNfqueue(ctx context.Context, cfg NfqueueConfig) (*Nfqueue, error) {
 	b.done.Add(1)
 	go func() {
 		defer b.done.Done()
+		b.boost()
 		b.del.Run(rctx)
 	}()
 	return b, nil
@@ -170,7 +215,55 @@ func (b *Nfqueue) onError(err error) int {
 	return 0
 }
 
+// rtPriority is the SCHED_FIFO priority of the two packet-path threads
+// (queue reader, release loop). TCP sends a loss probe when an ACK is
+// late by about two RTTs; on a busy target a normal-priority thread can
+// wait that long for a CPU, and every such stall is a retransmission. Both
+// threads sleep between packets, and the kernel's RT throttling caps them
+// anyway. 10 is low among RT priorities: kernel threads and anything the
+// operator made real-time still come first.
+const rtPriority = 10
+
+// boost locks the calling goroutine to its thread for good, makes the
+// thread real-time and pins it to the packet-path CPU. Both threads that
+// hand verdicts to the kernel share that CPU because an accepted packet is
+// transmitted from the thread that accepted it: on a veth (and any device
+// without a queue) it lands in that CPU's backlog, so verdicts for one flow
+// issued from two CPUs could leave in the wrong order. Failures only cost
+// latency or order under load, so they are logged, not fatal.
+func (b *Nfqueue) boost() {
+	runtime.LockOSThread()
+	if err := unix.SchedSetAttr(0, &unix.SchedAttr{Policy: unix.SCHED_FIFO, Priority: rtPriority}, 0); err != nil {
+		b.log.Warn("packet path runs at normal priority; delays may stretch under CPU load", "err", err)
+	}
+	var set unix.CPUSet
+	set.Set(b.cpu)
+	if err := unix.SchedSetaffinity(0, &set); err != nil {
+		b.log.Warn("packet path not pinned to one CPU", "cpu", b.cpu, "err", err)
+	}
+}
+
+// packetCPU is the CPU the packet path is pinned to: the last one this
+// process may use (CPU 0 usually takes most device interrupts).
+func packetCPU() int {
+	var set unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &set); err != nil {
+		return 0
+	}
+	cpu := 0
+	for i := range 1024 {
+		if set.IsSet(i) {
+			cpu = i
+		}
+	}
+	return cpu
+}
+
 func (b *Nfqueue) hook(a nfqueue.Attribute) int {
+	if !b.hookBoosted { // only the queue's reader goroutine runs hook
+		b.hookBoosted = true
+		b.boost()
+	}
 	if a.PacketID == nil {
 		return 0
 	}
@@ -217,6 +310,24 @@ func NfqueueRules(s State, queue uint16) []string {
 	return out
 }
 
+// memberKey is one consumer in one group.
+type memberKey struct {
+	group string
+	ip    netip.Addr
+}
+
+// membership is what a member leaving a group needs to keep being queued
+// until its held packets are out.
+type membership struct {
+	ports []uint16
+	delay time.Duration // largest delay it had
+	until time.Time     // lingering: stays queued until then
+}
+
+// lingerMargin is added to a departing member's delay before it leaves
+// the set: time for the release loop to hand out its last held packets.
+const lingerMargin = 100 * time.Millisecond
+
 func (b *Nfqueue) Apply(ctx context.Context, s State) error {
 	if err := Validate(s); err != nil {
 		return err
@@ -227,23 +338,105 @@ func (b *Nfqueue) Apply(ctx context.Context, s State) error {
 		return errors.New("backend is closed")
 	}
 	t := delays{}
+	cur := map[memberKey]membership{}
 	for _, g := range s.Groups {
 		if !g.Active() {
 			continue
 		}
 		for _, m := range g.Members {
-			d := t[m.Unmap()]
+			m = m.Unmap()
+			d := t[m]
 			d.write, d.read = max(d.write, g.WriteDelay), max(d.read, g.ReadDelay)
-			t[m.Unmap()] = d
+			t[m] = d
+			cur[memberKey{g.Name, m}] = membership{ports: g.ports(), delay: max(g.WriteDelay, g.ReadDelay)}
 		}
 	}
-	// Delays first: a consumer leaving the set must not find a stale delay
-	// on packets still in flight, and one joining should find its delay.
+	// A member that stops being throttled stays in its set (with delay 0)
+	// until what it has held is out: if its packets bypassed the queue at
+	// once they would overtake the held ones and reorder the flow.
+	now := b.cfg.Clock.Now()
+	for k, m := range b.active {
+		if _, ok := cur[k]; !ok {
+			m.until = now.Add(m.delay + lingerMargin)
+			b.linger[k] = m
+		}
+	}
+	for k := range cur {
+		delete(b.linger, k)
+	}
+	b.active, b.last = cur, s
+	// Delays first: a consumer joining finds its delay on its first packet.
 	b.table.Store(&t)
-	if err := b.rec.apply(ctx, b.rules(s), wantSets(s)); err != nil {
+	return b.program(ctx)
+}
+
+// program reconciles the kernel with the last state plus the lingering
+// members, and schedules the next look at the lingering ones. b.mu held.
+func (b *Nfqueue) program(ctx context.Context) error {
+	now := b.cfg.Clock.Now()
+	rules := NfqueueRules(b.last, b.cfg.QueueNum)
+	sets := wantSets(b.last)
+	var ghosts []Group
+	var next time.Time
+	for _, k := range sortedMemberKeys(b.linger) {
+		m := b.linger[k]
+		if !now.Before(m.until) {
+			delete(b.linger, k)
+			continue
+		}
+		if next.IsZero() || m.until.Before(next) {
+			next = m.until
+		}
+		n := SetName(k.group)
+		if _, ok := sets[n]; !ok {
+			ghosts = append(ghosts, Group{Name: k.group, Ports: m.ports})
+		}
+		if !slices.Contains(sets[n], k.ip) {
+			sets[n] = append(sets[n], k.ip)
+		}
+	}
+	if len(ghosts) > 0 {
+		ghosts = slices.CompactFunc(ghosts, func(a, b Group) bool { return a.Name == b.Name })
+		rules = NfqueueRules(State{Groups: append(slices.Clone(b.last.Groups), ghosts...)}, b.cfg.QueueNum)
+	}
+	if err := b.rec.apply(ctx, rules, sets); err != nil {
 		return fmt.Errorf("programming the nfqueue data path: %w", err)
 	}
+	if !next.IsZero() && !b.waiting {
+		b.waiting = true
+		wait := next.Sub(now)
+		go func() {
+			select {
+			case <-b.cfg.Clock.After(wait):
+			case <-b.stop:
+				return
+			}
+			b.mu.Lock()
+			defer b.mu.Unlock()
+			b.waiting = false
+			if b.closed {
+				return
+			}
+			if err := b.program(context.Background()); err != nil {
+				b.log.Error("removing members whose throttle ended", "err", err)
+			}
+		}()
+	}
 	return nil
+}
+
+func sortedMemberKeys(m map[memberKey]membership) []memberKey {
+	out := make([]memberKey, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.SortFunc(out, func(a, b memberKey) int {
+		if c := strings.Compare(a.group, b.group); c != 0 {
+			return c
+		}
+		return a.ip.Compare(b.ip)
+	})
+	return out
 }
 
 func (b *Nfqueue) Stats() Stats {
@@ -259,6 +452,7 @@ func (b *Nfqueue) Close() error {
 		return nil
 	}
 	b.closed = true
+	close(b.stop)
 	err := b.rec.reset(context.Background())
 	b.cancel()
 	b.done.Wait()
