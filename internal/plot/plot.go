@@ -12,6 +12,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"strconv"
 
 	gplot "gonum.org/v1/plot"
 	gfont "gonum.org/v1/plot/font"
@@ -152,6 +153,8 @@ func panel(pn Panel, bottom bool, xlabel string) (*gplot.Plot, error) {
 		p.X.Label.Text = xlabel
 		p.X.Label.TextStyle.Font.Size = vg.Points(12)
 	}
+	p.X.Tick.Marker = niceTicks{}
+	p.Y.Tick.Marker = niceTicks{}
 	p.Add(plotter.NewGrid())
 	p.Legend.Top = true
 	p.Legend.Left = false
@@ -193,7 +196,7 @@ func panel(pn Panel, bottom bool, xlabel string) (*gplot.Plot, error) {
 	}
 	// Headroom above the highest point so the legend does not cover data.
 	if ymax > 0 {
-		p.Y.Max = ymax * 1.25
+		p.Y.Max = ymax * 1.35
 	} else {
 		p.Y.Max = 1
 	}
@@ -219,4 +222,34 @@ func segments(xs, ys []float64) []plotter.XYs {
 		out = append(out, cur)
 	}
 	return out
+}
+
+// niceTicks labels about eight round values (1, 2 or 5 × 10^k apart) with
+// no trailing zeros; gonum's default picks few, oddly placed labels for
+// time axes.
+type niceTicks struct{}
+
+func (niceTicks) Ticks(lo, hi float64) []gplot.Tick {
+	if !(hi > lo) || math.IsInf(hi-lo, 0) {
+		return gplot.DefaultTicks{}.Ticks(lo, hi)
+	}
+	raw := (hi - lo) / 8
+	mag := math.Pow(10, math.Floor(math.Log10(raw)))
+	step := mag
+	for _, m := range []float64{1, 2, 5, 10} {
+		if m*mag >= raw {
+			step = m * mag
+			break
+		}
+	}
+	var ticks []gplot.Tick
+	for v := math.Ceil(lo/step) * step; v <= hi+step*1e-9; v += step {
+		r := math.Round(v/step) * step
+		ticks = append(ticks, gplot.Tick{Value: r, Label: strconv.FormatFloat(r, 'f', -1, 64)})
+		// One unlabelled minor tick halfway.
+		if m := r + step/2; m <= hi {
+			ticks = append(ticks, gplot.Tick{Value: m})
+		}
+	}
+	return ticks
 }

@@ -58,8 +58,10 @@ func (r *Result) Plot(path string) error {
 		{
 			Title: "read latency of the shared resource", YLabel: "wait (ms)",
 			Series: []plot.Series{
-				{Name: "reader's mean wait per second", X: ts, Y: rd},
+				// The per-tick signal first, so the per-second line is
+				// drawn over it.
 				{Name: "controller signal (EWMA, per tick)", X: tt, Y: sig},
+				{Name: "reader's mean wait per second", X: ts, Y: rd},
 			},
 			HLines: []plot.HLine{{Y: c.ThresholdMs, Label: fmt.Sprintf("threshold %g ms", c.ThresholdMs)}},
 		},
