@@ -47,9 +47,9 @@ type Params struct {
 func DefaultParams() Params {
 	return Params{
 		ThresholdMs: 15,
-		Kp:          0.1,
+		Kp:          0.6,
 		Ti:          500 * time.Millisecond,
-		Td:          0,
+		Td:          50 * time.Millisecond,
 		T:           100 * time.Millisecond,
 		UMaxMs:      20,
 	}

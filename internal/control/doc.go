@@ -62,16 +62,18 @@
 //
 //	ThresholdMs = 15   the thesis's §5.8 resource-wait threshold; the lab's
 //	                   reader waits 5–10 ms alone and 30–120 ms under load.
-//	Kp = 0.1 ms/ms     a 10 ms overshoot moves the delay 1 ms at once; a
-//	                   sync writer's I/O takes a few ms (0.5 ms of it is
-//	                   moving 64 KiB over 1 Gb/s), so 1 ms more per I/O
-//	                   is already a large cut: larger kicks overshoot.
-//	Ti = 500 ms        five ticks: the integral adds Kp·e per 0.5 s, so a
-//	                   20 ms overshoot reaches the 20 ms cap in ~5 s, and
-//	                   recovers as fast; slower lets the thesis's "violent"
-//	                   interference through, faster oscillates on EWMA lag.
-//	Td = 0             the signal is a noisy per-tick mean; differentiating
-//	                   it mostly amplifies noise (the EWMA already damps).
+//	Kp = 0.6 ms/ms     a 10 ms overshoot moves the delay 6 ms at once, so
+//	                   a violent burst of writers is met within a tick or
+//	                   two; found by the simulator's sweep (Kp 0.3–0.8,
+//	                   Ti 200–500 ms, Td 0–50 ms, thresholds 10/15/20 ms):
+//	                   lowest worst-case p95/threshold, while higher Kp
+//	                   cost write throughput for no gain (sim.SimGains).
+//	Ti = 500 ms        five ticks: the integral adds Kp·e per 0.5 s, which
+//	                   removes the steady-state error of P alone without
+//	                   racing the EWMA's ~0.35 s lag into oscillation.
+//	Td = 50 ms         Td/T = 0.5: a small D term damps the overshoot the
+//	                   EWMA's lag causes; larger amplifies the per-tick
+//	                   noise of a mean over a few reads.
 //	T = 100 ms         the tick; must match the loop, it scales Ti and Td.
 //	u_max = 20 ms      the top of the thesis's delay range (§4.4: 21 steps
 //	                   of 0.5 ms up to 20 ms; §5.7: typically 0.5–20 ms);
