@@ -117,12 +117,15 @@ func PresetHelp() string {
 		}
 		b.WriteString("\n")
 	}
-	return b.String()
+	return strings.TrimSuffix(b.String(), "\n")
 }
 
 // Validate checks the job on its own, before the LUN size is known.
 func (j Job) Validate() error {
 	var errs []error
+	if j.Name == "" {
+		errs = append(errs, fmt.Errorf("--name cannot be empty"))
+	}
 	if !j.Mode.valid() {
 		errs = append(errs, fmt.Errorf("--rw %q: use read, write, randread or randwrite", j.Mode))
 	}
@@ -216,7 +219,7 @@ func (j Job) String() string {
 // command line override a preset applied afterwards with ApplyFlags.
 type Flags struct {
 	fs                         *flag.FlagSet
-	job                        string
+	job, name                  string
 	mode                       string
 	bs, size, offset, rate, on sizeFlag
 	threads                    int
@@ -229,6 +232,7 @@ type Flags struct {
 func BindFlags(fs *flag.FlagSet) *Flags {
 	f := &Flags{fs: fs}
 	fs.StringVar(&f.job, "job", "", "start from a preset (thesis Appendix D); other flags override its fields:\n"+PresetHelp())
+	fs.StringVar(&f.name, "name", "", "job name in the output lines (default: the preset's name, or \"job\")")
 	fs.StringVar(&f.mode, "rw", string(Default.Mode), "access pattern: read, write, randread or randwrite")
 	fs.Var(&f.bs, "bs", "block size of each I/O, e.g. 8k, 64k (k, m, g are powers of 1024 as in fio) (default 64k)")
 	fs.Var(&f.size, "size", "bytes each thread moves per pass, e.g. 128m, 2g; each thread gets its own region of this size (default: the LUN split among threads)")
@@ -257,6 +261,8 @@ func (f *Flags) Job() (Job, error) {
 	}
 	f.fs.Visit(func(fl *flag.Flag) {
 		switch fl.Name {
+		case "name":
+			j.Name = f.name
 		case "rw":
 			j.Mode = Mode(f.mode)
 		case "bs":

@@ -73,7 +73,7 @@ func TestFlagsOverridePreset(t *testing.T) {
 	if j.Mode != Write || j.BlockSize != 64*KiB || j.Size != 2048*MiB {
 		t.Fatalf("seqwrite-64k = %+v", j)
 	}
-	if j, _ := parseJob(t, "--job", "seqread-32k", "--bs", "4k"); j.BlockSize != 4096 || j.Mode != Read {
+	if j, _ := parseJob(t, "--job", "seqread-32k", "--bs", "4k", "--name", "b2-reader"); j.BlockSize != 4096 || j.Mode != Read || j.Name != "b2-reader" {
 		t.Fatalf("--bs did not override the preset: %+v", j)
 	}
 }
