@@ -203,3 +203,53 @@ func TestInterruptStopsCleanly(t *testing.T) {
 		t.Errorf("summary has %d I/Os, intervals %d", s.IOs, iv[0].IOs+iv[1].IOs)
 	}
 }
+
+func TestOnOffBurstsStartTogether(t *testing.T) {
+	job := loadspec.Job{Name: "o", Mode: loadspec.Write, BlockSize: 4096, Size: 256 << 10, Threads: 2,
+		OnSize: 64 << 10, OffTime: 300 * time.Millisecond, Runtime: 1150 * time.Millisecond, Seed: 1}
+	l := newMemLUN(1 << 20)
+	var out, ioLog bytes.Buffer
+	e := &Engine{Job: job, Clock: clock.Real{}, Open: l.open, Out: iolog.NewWriter(&out), IOLog: iolog.NewWriter(&ioLog),
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	res, err := e.Run(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.IOLog.Flush()
+	ios, err := iolog.ReadIOs(&ioLog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Bursts start at about 0, 0.3, 0.6 and 0.9 s; the next would start
+	// after the runtime. Each burst moves 64 KiB per thread.
+	if want := int64(4 * 2 * 64 << 10); res.bytes != want {
+		t.Fatalf("moved %d bytes, want %d (4 bursts × 2 threads × 64 KiB)", res.bytes, want)
+	}
+	if res.elapsed < 1.15 {
+		t.Errorf("run ended after %.3f s, before its runtime", res.elapsed)
+	}
+	// Group I/Os into bursts by the gaps between them; both threads take
+	// part in every burst, and bursts are at least the off time apart.
+	var starts []float64
+	threads := map[int]map[int]bool{}
+	last := -1.0
+	for _, x := range ios {
+		if last < 0 || x.T-last > 0.2 {
+			starts = append(starts, x.T)
+			threads[len(starts)-1] = map[int]bool{}
+		}
+		threads[len(starts)-1][x.Thread] = true
+		last = x.T
+	}
+	if len(starts) != 4 {
+		t.Fatalf("%d bursts at %v, want 4", len(starts), starts)
+	}
+	for i := range starts {
+		if len(threads[i]) != 2 {
+			t.Errorf("burst %d ran on threads %v, want both", i, threads[i])
+		}
+		if i > 0 && starts[i]-starts[i-1] < 0.3 {
+			t.Errorf("burst %d started %.3f s after the previous one, less than the off time", i, starts[i]-starts[i-1])
+		}
+	}
+}
