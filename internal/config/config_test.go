@@ -1,0 +1,204 @@
+package config
+
+import (
+	"flag"
+	"io"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+)
+
+func write(t *testing.T, text string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "sanqos.toml")
+	if err := os.WriteFile(p, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestDefaultIsValid(t *testing.T) {
+	c := Default()
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestExampleFile(t *testing.T) {
+	c, err := Load("../../deploy/sanqos.example.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The example documents the defaults: apart from its marked example
+	// sections it must equal Default().
+	d := Default()
+	c.Resources, c.Manual = nil, Manual{}
+	if !reflect.DeepEqual(c, d) {
+		t.Errorf("example file differs from the defaults:\n%+v\n%+v", c, d)
+	}
+	full, _ := Load("../../deploy/sanqos.example.toml")
+	if got := full.ThresholdFor("vg-data"); got != 20*time.Millisecond {
+		t.Errorf("ThresholdFor(vg-data) = %v, want 20ms", got)
+	}
+	if got := full.ThresholdFor("other"); got != 15*time.Millisecond {
+		t.Errorf("ThresholdFor(other) = %v, want the default 15ms", got)
+	}
+}
+
+func TestLoadGood(t *testing.T) {
+	tests := []struct {
+		name, text string
+		check      func(c Config) bool
+	}{
+		{"empty keeps defaults", "", func(c Config) bool { return reflect.DeepEqual(c, Default()) }},
+		{"tick", `tick = "50ms"`, func(c Config) bool { return c.Tick.Duration == 50*time.Millisecond }},
+		{"rate units", "write_threshold = \"2MB/s\"\nwrite_leave = \"512KiB/s\"", func(c Config) bool {
+			return c.WriteThreshold == 2e6 && c.WriteLeave == 512*1024
+		}},
+		{"rate number", "write_threshold = 800000\nwrite_leave = 1e5", func(c Config) bool {
+			return c.WriteThreshold == 800000 && c.WriteLeave == 100000
+		}},
+		{"ports replace", "ports = [3260, 3261]", func(c Config) bool { return reflect.DeepEqual(c.Ports, []int{3260, 3261}) }},
+		{"static", `[discovery]
+adapter = "static"
+[[static.consumers]]
+resource = "pool"
+addr = "192.0.2.1"
+device = "/dev/loop0"
+[[static.consumers]]
+resource = "pool"
+addr = "2001:db8::2"
+device = "dm-1"`, func(c Config) bool { return len(c.Static.Consumers) == 2 && c.Static.Consumers[1].Device == "dm-1" }},
+		{"manual", "policy = \"manual\"\n[manual]\nthrottle = [\"192.0.2.5\", \"iqn.2026-11.x:y\"]", func(c Config) bool { return len(c.Manual.Throttle) == 2 }},
+		{"listen disabled", `listen = ""`, func(c Config) bool { return c.Listen == "" }},
+		{"pid", "[pid]\nkp = 1.5\nti = \"2s\"\ntd = \"0s\"\nu_max = \"40ms\"", func(c Config) bool {
+			return c.PID == PID{Kp: 1.5, Ti: Duration{2 * time.Second}, UMax: Duration{40 * time.Millisecond}}
+		}},
+	}
+	for _, tt := range tests {
+		c, err := Load(write(t, tt.text))
+		if err != nil {
+			t.Errorf("%s: %v", tt.name, err)
+			continue
+		}
+		if !tt.check(c) {
+			t.Errorf("%s: wrong result %+v", tt.name, c)
+		}
+	}
+}
+
+func TestLoadBad(t *testing.T) {
+	tests := []struct {
+		name, text string
+		want       []string // all must appear in the error
+	}{
+		{"negative kp", "[pid]\nkp = -1", []string{"pid.kp = -1: must be > 0"}},
+		{"zero alpha", "ewma_alpha = 0", []string{"ewma_alpha = 0", "> 0 and <= 1"}},
+		{"alpha too big", "ewma_alpha = 1.5", []string{"ewma_alpha = 1.5"}},
+		{"tick too short", `tick = "1ms"`, []string{"tick = 1ms", "between 10ms and 10s"}},
+		{"tick not a duration", `tick = "fast"`, []string{"tick", `"fast"`, "duration"}},
+		{"tick bare number", `tick = 100`, []string{"tick", "unit"}},
+		{"unknown key", `tikc = "100ms"`, []string{"unknown key tikc"}},
+		{"unknown nested key", "[pid]\nkd = 1", []string{"unknown key pid.kd"}},
+		{"unknown resource key", "[resources.\"a\"]\nthreshhold = \"1ms\"", []string{"resources.a.threshhold"}},
+		{"bad resource threshold", "[resources.\"vg-a\"]\nthreshold = \"0s\"", []string{`resources."vg-a".threshold = 0s`}},
+		{"controller", `controller = "lqr"`, []string{`controller = "lqr"`, `"pid", "thesis", "none"`}},
+		{"backend", `backend = "tc"`, []string{`backend = "tc"`, `"dry-run"`}},
+		{"direction", `direction = "up"`, []string{"direction"}},
+		{"ports empty", "ports = []", []string{"ports", "at least one"}},
+		{"port range", "ports = [70000]", []string{"70000", "between 1 and 65535"}},
+		{"leave above enter", "write_leave = \"1MB/s\"", []string{"write_leave = 1MB/s", "write_threshold (500kB/s)"}},
+		{"rate garbage", `write_threshold = "fast"`, []string{"write_threshold", "rate"}},
+		{"adapter", "[discovery]\nadapter = \"iet\"", []string{"discovery.adapter"}},
+		{"tgt port", "[discovery]\ntgt_control_port = -2", []string{"discovery.tgt_control_port = -2"}},
+		{"lio root relative", "[discovery]\nlio_root = \"sys/kernel\"", []string{"discovery.lio_root", "absolute"}},
+		{"static without adapter", "[[static.consumers]]\nresource = \"p\"\naddr = \"192.0.2.1\"\ndevice = \"sda\"", []string{"static.consumers", `adapter = "static"`}},
+		{"static empty", "[discovery]\nadapter = \"static\"", []string{"static.consumers = []"}},
+		{"static bad addr", "[discovery]\nadapter = \"static\"\n[[static.consumers]]\nresource = \"p\"\naddr = \"host1\"\ndevice = \"sda\"", []string{`static.consumers[0].addr = "host1"`}},
+		{"static no device", "[discovery]\nadapter = \"static\"\n[[static.consumers]]\nresource = \"p\"\naddr = \"192.0.2.1\"", []string{"static.consumers[0].device"}},
+		{"manual empty", `policy = "manual"`, []string{"manual.throttle = []"}},
+		{"manual bad entry", "[manual]\nprotected = [\"bob\"]", []string{`manual.protected = "bob"`}},
+		{"listen", `listen = "9469"`, []string{`listen = "9469"`, "HOST:PORT"}},
+		{"socket", `socket = "sanqos.sock"`, []string{"socket", "absolute"}},
+		{"syntax", "tick = \"100ms\"\nthreshold = 15 ms\n", []string{"line 2"}},
+		{"wrong type", `ports = "3260"`, []string{"ports"}},
+	}
+	for _, tt := range tests {
+		p := write(t, tt.text)
+		_, err := Load(p)
+		if err == nil {
+			t.Errorf("%s: loaded without error", tt.name)
+			continue
+		}
+		msg := err.Error()
+		if !strings.HasPrefix(msg, "config "+p+": ") {
+			t.Errorf("%s: error %q does not start with the file name", tt.name, msg)
+		}
+		for _, w := range tt.want {
+			if !strings.Contains(msg, w) {
+				t.Errorf("%s: error %q does not contain %q", tt.name, msg, w)
+			}
+		}
+	}
+	if _, err := Load(filepath.Join(t.TempDir(), "nosuch.toml")); err == nil || !strings.Contains(err.Error(), "nosuch.toml") {
+		t.Errorf("missing file: err = %v", err)
+	}
+}
+
+func TestFlagsOverrideFile(t *testing.T) {
+	p := write(t, "tick = \"50ms\"\nthreshold = \"30ms\"\n[pid]\nkp = 2.0")
+	def := Default()
+	fs := flag.NewFlagSet("run", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	def.RegisterFlags(fs)
+	// Flags are parsed before the file is read (the file's path is a flag
+	// itself), and must still win over it.
+	if err := fs.Parse([]string{"--threshold", "25ms", "--ports", "3260,3261", "--write-threshold", "1MB/s", "--adapter", "lio"}); err != nil {
+		t.Fatal(err)
+	}
+	c, err := Load(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.ApplyFlags(fs); err != nil {
+		t.Fatal(err)
+	}
+	if c.Tick.Duration != 50*time.Millisecond || c.PID.Kp != 2 {
+		t.Errorf("file values lost: tick %v kp %v", c.Tick, c.PID.Kp)
+	}
+	if c.Threshold.Duration != 25*time.Millisecond || !reflect.DeepEqual(c.Ports, []int{3260, 3261}) || c.WriteThreshold != 1e6 || c.Discovery.Adapter != "lio" {
+		t.Errorf("flags did not override: %+v", c)
+	}
+	// Help shows defaults.
+	if f := fs.Lookup("tick"); f.DefValue != "100ms" {
+		t.Errorf("--tick default shown as %q", f.DefValue)
+	}
+}
+
+func TestFlagErrors(t *testing.T) {
+	def := Default()
+	// Syntax errors are caught at parse time.
+	for _, args := range [][]string{{"--tick", "soon"}, {"--kp", "x"}, {"--ports", "a,b"}, {"--write-leave", "lots"}} {
+		fs := flag.NewFlagSet("run", flag.ContinueOnError)
+		fs.SetOutput(io.Discard)
+		def.RegisterFlags(fs)
+		if err := fs.Parse(args); err == nil {
+			t.Errorf("%v parsed without error", args)
+		}
+	}
+	// Range errors name the flag and the key.
+	fs := flag.NewFlagSet("run", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	def.RegisterFlags(fs)
+	if err := fs.Parse([]string{"--kp", "-1"}); err != nil {
+		t.Fatal(err)
+	}
+	c := Default()
+	err := c.ApplyFlags(fs)
+	if err == nil || !strings.Contains(err.Error(), "--kp (pid.kp) = -1: must be > 0") {
+		t.Errorf("err = %v, want one naming --kp and pid.kp", err)
+	}
+}

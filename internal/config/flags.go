@@ -1,0 +1,141 @@
+package config
+
+import (
+	"flag"
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// flagValue is a registered override: it checks its syntax when parsed
+// and is applied to a Config only after the file is loaded, so a flag
+// wins over the file whatever their order.
+type flagValue struct {
+	key   string
+	value string
+	set   func(c *Config, s string) error
+}
+
+func (f *flagValue) String() string { return f.value }
+
+func (f *flagValue) Set(s string) error {
+	scratch := Default()
+	if err := f.set(&scratch, s); err != nil {
+		return err
+	}
+	f.value = s
+	return nil
+}
+
+type flagDef struct {
+	name, key, usage string
+	get              func(c *Config) string
+	set              func(c *Config, s string) error
+}
+
+func setDuration(p func(c *Config) *Duration) func(*Config, string) error {
+	return func(c *Config, s string) error { return p(c).UnmarshalText([]byte(s)) }
+}
+
+func setRate(p func(c *Config) *Rate) func(*Config, string) error {
+	return func(c *Config, s string) error { return p(c).UnmarshalText([]byte(s)) }
+}
+
+func setString(p func(c *Config) *string) func(*Config, string) error {
+	return func(c *Config, s string) error { *p(c) = s; return nil }
+}
+
+func setFloat(p func(c *Config) *float64) func(*Config, string) error {
+	return func(c *Config, s string) error {
+		v, err := strconv.ParseFloat(s, 64)
+		if err != nil {
+			return fmt.Errorf("%q: must be a number", s)
+		}
+		*p(c) = v
+		return nil
+	}
+}
+
+var flagDefs = []flagDef{
+	{"tick", "tick", "sampling and control period", func(c *Config) string { return c.Tick.String() }, setDuration(func(c *Config) *Duration { return &c.Tick })},
+	{"ewma-alpha", "ewma_alpha", "weight of the newest latency sample (0-1]", func(c *Config) string { return fmt.Sprint(c.EWMAAlpha) }, setFloat(func(c *Config) *float64 { return &c.EWMAAlpha })},
+	{"threshold", "threshold", "read latency above which a resource is protected", func(c *Config) string { return c.Threshold.String() }, setDuration(func(c *Config) *Duration { return &c.Threshold })},
+	{"controller", "controller", "pid, thesis or none", func(c *Config) string { return c.Controller }, setString(func(c *Config) *string { return &c.Controller })},
+	{"kp", "pid.kp", "PID proportional gain (ms of delay per ms of latency error)", func(c *Config) string { return fmt.Sprint(c.PID.Kp) }, setFloat(func(c *Config) *float64 { return &c.PID.Kp })},
+	{"ti", "pid.ti", "PID integral time", func(c *Config) string { return c.PID.Ti.String() }, setDuration(func(c *Config) *Duration { return &c.PID.Ti })},
+	{"td", "pid.td", "PID derivative time", func(c *Config) string { return c.PID.Td.String() }, setDuration(func(c *Config) *Duration { return &c.PID.Td })},
+	{"u-max", "pid.u_max", "largest packet delay", func(c *Config) string { return c.PID.UMax.String() }, setDuration(func(c *Config) *Duration { return &c.PID.UMax })},
+	{"write-threshold", "write_threshold", "write rate above which a consumer becomes throttleable", func(c *Config) string { return c.WriteThreshold.String() }, setRate(func(c *Config) *Rate { return &c.WriteThreshold })},
+	{"write-leave", "write_leave", "write rate below which it stops being throttleable", func(c *Config) string { return c.WriteLeave.String() }, setRate(func(c *Config) *Rate { return &c.WriteLeave })},
+	{"backend", "backend", "data path: nfqueue, netem, htb or dry-run", func(c *Config) string { return c.Backend }, setString(func(c *Config) *string { return &c.Backend })},
+	{"direction", "direction", "what to delay: write, read or both", func(c *Config) string { return c.Direction }, setString(func(c *Config) *string { return &c.Direction })},
+	{"ports", "ports", "comma-separated target TCP ports", func(c *Config) string { return joinInts(c.Ports) }, func(c *Config, s string) error {
+		var ports []int
+		for _, f := range strings.Split(s, ",") {
+			p, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil {
+				return fmt.Errorf("%q: must be comma-separated port numbers like 3260,3261", s)
+			}
+			ports = append(ports, p)
+		}
+		c.Ports = ports
+		return nil
+	}},
+	{"adapter", "discovery.adapter", "discovery: tgt, lio or static", func(c *Config) string { return c.Discovery.Adapter }, setString(func(c *Config) *string { return &c.Discovery.Adapter })},
+	{"discovery-interval", "discovery.interval", "time between discoveries", func(c *Config) string { return c.Discovery.Interval.String() }, setDuration(func(c *Config) *Duration { return &c.Discovery.Interval })},
+	{"tgt-control-port", "discovery.tgt_control_port", "tgtd management port (tgtadm -C); 0 = default", func(c *Config) string { return strconv.Itoa(c.Discovery.TgtControlPort) }, func(c *Config, s string) error {
+		p, err := strconv.Atoi(s)
+		if err != nil {
+			return fmt.Errorf("%q: must be a port number", s)
+		}
+		c.Discovery.TgtControlPort = p
+		return nil
+	}},
+	{"lio-root", "discovery.lio_root", "LIO configfs root", func(c *Config) string { return c.Discovery.LIORoot }, setString(func(c *Config) *string { return &c.Discovery.LIORoot })},
+	{"policy", "policy", "who is throttled: read-over-write or manual", func(c *Config) string { return c.Policy }, setString(func(c *Config) *string { return &c.Policy })},
+	{"listen", "listen", `metrics address HOST:PORT ("" disables)`, func(c *Config) string { return c.Listen }, setString(func(c *Config) *string { return &c.Listen })},
+	{"socket", "socket", "control socket path", func(c *Config) string { return c.Socket }, setString(func(c *Config) *string { return &c.Socket })},
+	{"record", "record", `record every tick to this file ("" disables)`, func(c *Config) string { return c.Record }, setString(func(c *Config) *string { return &c.Record })},
+}
+
+func joinInts(v []int) string {
+	s := make([]string, len(v))
+	for i, p := range v {
+		s[i] = strconv.Itoa(p)
+	}
+	return strings.Join(s, ",")
+}
+
+// RegisterFlags adds one flag per scalar setting to fs, each showing
+// c's value as its default (so --help shows the defaults). Call
+// ApplyFlags after loading the file to let the flags that were given
+// override it.
+func (c *Config) RegisterFlags(fs *flag.FlagSet) {
+	for _, d := range flagDefs {
+		fs.Var(&flagValue{key: d.key, value: d.get(c), set: d.set}, d.name, d.usage+" (config key "+d.key+")")
+	}
+}
+
+// ApplyFlags copies the flags of fs that were set on the command line
+// into c and validates the result; an error names the flag.
+func (c *Config) ApplyFlags(fs *flag.FlagSet) error {
+	var err error
+	fs.Visit(func(f *flag.Flag) {
+		v, ok := f.Value.(*flagValue)
+		if !ok || err != nil {
+			return
+		}
+		if e := v.set(c, v.value); e != nil {
+			err = fmt.Errorf("flag --%s: %w", f.Name, e)
+			return
+		}
+		if c.origin == nil {
+			c.origin = map[string]string{}
+		}
+		c.origin[v.key] = "--" + f.Name
+	})
+	if err != nil {
+		return err
+	}
+	return c.Validate()
+}

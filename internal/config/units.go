@@ -1,0 +1,91 @@
+package config
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Duration is a time.Duration written as a Go duration string in TOML
+// ("100ms", "1.5s").
+type Duration struct{ time.Duration }
+
+// UnmarshalTOML accepts a duration string; a bare number is rejected
+// because its unit would be a guess.
+func (d *Duration) UnmarshalTOML(v any) error {
+	s, ok := v.(string)
+	if !ok {
+		return fmt.Errorf("%v: must be a duration string with a unit, like \"100ms\"", v)
+	}
+	return d.UnmarshalText([]byte(s))
+}
+
+// UnmarshalText parses a Go duration string.
+func (d *Duration) UnmarshalText(b []byte) error {
+	v, err := time.ParseDuration(strings.TrimSpace(string(b)))
+	if err != nil {
+		return fmt.Errorf("%q: must be a duration like \"100ms\" or \"1.5s\"", b)
+	}
+	d.Duration = v
+	return nil
+}
+
+// MarshalText writes the duration string.
+func (d Duration) MarshalText() ([]byte, error) { return []byte(d.String()), nil }
+
+// Rate is a data rate in bytes per second, written "500kB/s", "1.5MB/s",
+// "512KiB/s" or as a bare number of bytes per second.
+type Rate float64
+
+var rateUnits = []struct {
+	suffix string
+	mult   float64
+}{
+	{"KiB/s", 1 << 10}, {"MiB/s", 1 << 20}, {"GiB/s", 1 << 30},
+	{"kB/s", 1e3}, {"KB/s", 1e3}, {"MB/s", 1e6}, {"GB/s", 1e9}, {"B/s", 1},
+}
+
+// UnmarshalTOML accepts a number (bytes/s) or a string with a unit.
+func (r *Rate) UnmarshalTOML(v any) error {
+	switch x := v.(type) {
+	case int64:
+		*r = Rate(x)
+		return nil
+	case float64:
+		*r = Rate(x)
+		return nil
+	case string:
+		return r.UnmarshalText([]byte(x))
+	}
+	return fmt.Errorf("%v: must be a rate like \"500kB/s\"", v)
+}
+
+// UnmarshalText parses a rate string.
+func (r *Rate) UnmarshalText(b []byte) error {
+	s := strings.TrimSpace(string(b))
+	mult := 1.0
+	for _, u := range rateUnits {
+		if strings.HasSuffix(s, u.suffix) {
+			s, mult = strings.TrimSpace(strings.TrimSuffix(s, u.suffix)), u.mult
+			break
+		}
+	}
+	f, err := strconv.ParseFloat(s, 64)
+	if err != nil {
+		return fmt.Errorf("%q: must be a rate like \"500kB/s\", \"2MB/s\", \"512KiB/s\" or a number of bytes/s", b)
+	}
+	*r = Rate(f * mult)
+	return nil
+}
+
+// String writes the rate in kB/s or MB/s.
+func (r Rate) String() string {
+	if r >= 1e6 {
+		return strconv.FormatFloat(float64(r)/1e6, 'g', -1, 64) + "MB/s"
+	}
+	return strconv.FormatFloat(float64(r)/1e3, 'g', -1, 64) + "kB/s"
+}
+
+// MarshalText writes the rate string.
+func (r Rate) MarshalText() ([]byte, error) { return []byte(r.String()), nil }
