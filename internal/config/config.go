@@ -272,7 +272,9 @@ func (c *Config) Validate() error {
 			return nil
 		},
 		func() error { return oneOf("discovery.adapter", c.Discovery.Adapter, "tgt", "lio", "static") },
-		func() error { return durIn("discovery.interval", c.Discovery.Interval, 100*time.Millisecond, time.Hour) },
+		func() error {
+			return durIn("discovery.interval", c.Discovery.Interval, 100*time.Millisecond, time.Hour)
+		},
 		func() error {
 			if p := c.Discovery.TgtControlPort; p < 0 || p > 65535 {
 				return bad("discovery.tgt_control_port", p, "must be between 0 (tgtadm's default) and 65535")
