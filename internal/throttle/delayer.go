@@ -104,6 +104,7 @@ type Delayer struct {
 	mu      sync.Mutex
 	heap    heldHeap
 	flows   map[flowKey]*flowState
+	seen    map[netip.Addr]time.Time // last packet per destination
 	seq     uint64
 	wake    chan struct{}
 	held    uint64
@@ -137,6 +138,7 @@ func NewDelayer(clk clock.Clock, maxBacklog int, release func(ids []uint32)) *De
 	return &Delayer{
 		clk: clk, release: release, maxBacklog: maxBacklog,
 		flows: map[flowKey]*flowState{},
+		seen:  map[netip.Addr]time.Time{},
 		wake:  make(chan struct{}, 1),
 	}
 }
@@ -146,6 +148,7 @@ func NewDelayer(clk clock.Clock, maxBacklog int, release func(ids []uint32)) *De
 // once: no delay and nothing of its flow waiting, or the backlog is full.
 func (d *Delayer) Submit(id uint32, f flowKey, delay time.Duration, now time.Time) bool {
 	d.mu.Lock()
+	d.seen[f.dst] = now
 	fs := d.flows[f]
 	if fs == nil && delay <= 0 {
 		d.passed++
@@ -214,6 +217,33 @@ func (d *Delayer) ReleaseDue(now time.Time) int {
 	d.passed += uint64(len(due))
 	d.mu.Unlock()
 	return len(due)
+}
+
+// Quiet reports whether nothing for dst has arrived since before now -
+// gap and nothing for it is held.
+func (d *Delayer) Quiet(dst netip.Addr, now time.Time, gap time.Duration) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if t, ok := d.seen[dst]; ok && now.Sub(t) < gap {
+		return false
+	}
+	for f := range d.flows {
+		if f.dst == dst {
+			return false
+		}
+	}
+	return true
+}
+
+// Forget drops the arrival times of destinations not in keep.
+func (d *Delayer) Forget(keep func(netip.Addr) bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for a := range d.seen {
+		if !keep(a) {
+			delete(d.seen, a)
+		}
+	}
 }
 
 // next returns the earliest release time.

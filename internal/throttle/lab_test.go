@@ -19,8 +19,8 @@ import (
 	"time"
 
 	"github.com/vishvananda/netlink"
-	"golang.org/x/sys/unix"
 	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
 )
 
 // Live tests run in a pair of network namespaces joined by a veth: the

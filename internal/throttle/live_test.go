@@ -1,6 +1,7 @@
 package throttle
 
 import (
+	"context"
 	"fmt"
 	"net/netip"
 	"strings"
@@ -151,6 +152,8 @@ func TestLiveLowerDelayMidTransfer(t *testing.T) {
 		set(0)
 		rate := <-done
 		checkRetrans(t, fmt.Sprintf("%s, delay lowered 20ms → 0 mid-transfer", dir), sender, c0, base)
+		q, _ := l.targetRunner.Run(context.Background(), "", "cat", "/proc/net/netfilter/nfnetlink_queue")
+		t.Logf("%s: kernel queue (num portid total mode range dropped user_dropped seq): %s; stats %+v", dir, strings.TrimSpace(q), b.Stats())
 		(<-stop)()
 		t.Logf("%s: %.1f MB/s across the change", dir, rate/1e6)
 	}

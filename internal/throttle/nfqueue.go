@@ -321,12 +321,20 @@ type memberKey struct {
 type membership struct {
 	ports []uint16
 	delay time.Duration // largest delay it had
-	until time.Time     // lingering: stays queued until then
+	left  time.Time     // lingering: when it stopped being throttled
 }
 
-// lingerMargin is added to a departing member's delay before it leaves
-// the set: time for the release loop to hand out its last held packets.
-const lingerMargin = 100 * time.Millisecond
+// A member that stops being throttled leaves its set only once its
+// traffic has paused: a packet already on its way through the queue when
+// the member leaves would be overtaken by the next one, which no longer
+// goes through the queue. So it lingers (queued, delay 0) until nothing
+// arrived for it for lingerQuiet, and at most lingerMax, after which
+// we accept that one packet might be overtaken rather than keep a busy
+// unthrottled consumer in user space for good.
+const (
+	lingerQuiet = 20 * time.Millisecond
+	lingerMax   = 10 * time.Second
+)
 
 func (b *Nfqueue) Apply(ctx context.Context, s State) error {
 	if err := Validate(s); err != nil {
@@ -357,7 +365,7 @@ func (b *Nfqueue) Apply(ctx context.Context, s State) error {
 	now := b.cfg.Clock.Now()
 	for k, m := range b.active {
 		if _, ok := cur[k]; !ok {
-			m.until = now.Add(m.delay + lingerMargin)
+			m.left = now
 			b.linger[k] = m
 		}
 	}
@@ -377,16 +385,14 @@ func (b *Nfqueue) program(ctx context.Context) error {
 	rules := NfqueueRules(b.last, b.cfg.QueueNum)
 	sets := wantSets(b.last)
 	var ghosts []Group
-	var next time.Time
+	lingering := false
 	for _, k := range sortedMemberKeys(b.linger) {
 		m := b.linger[k]
-		if !now.Before(m.until) {
+		if now.Sub(m.left) >= m.delay && b.del.Quiet(k.ip, now, lingerQuiet) || now.Sub(m.left) >= lingerMax {
 			delete(b.linger, k)
 			continue
 		}
-		if next.IsZero() || m.until.Before(next) {
-			next = m.until
-		}
+		lingering = true
 		n := SetName(k.group)
 		if _, ok := sets[n]; !ok {
 			ghosts = append(ghosts, Group{Name: k.group, Ports: m.ports})
@@ -402,9 +408,20 @@ func (b *Nfqueue) program(ctx context.Context) error {
 	if err := b.rec.apply(ctx, rules, sets); err != nil {
 		return fmt.Errorf("programming the nfqueue data path: %w", err)
 	}
-	if !next.IsZero() && !b.waiting {
+	b.del.Forget(func(a netip.Addr) bool {
+		if _, ok := (*b.table.Load())[a]; ok {
+			return true
+		}
+		for k := range b.linger {
+			if k.ip == a {
+				return true
+			}
+		}
+		return false
+	})
+	if lingering && !b.waiting {
 		b.waiting = true
-		wait := next.Sub(now)
+		wait := lingerQuiet
 		go func() {
 			select {
 			case <-b.cfg.Clock.After(wait):
