@@ -136,10 +136,16 @@ func Report(dir string, seed int64) error {
 			s.ReadLatencyMs.Mean, s.ReadLatencyMs.P50, s.ReadLatencyMs.P95, s.ReadLatencyMs.P99,
 			s.OverThresholdPct, s.WriteMBs, s.ThrottleMs.Mean, s.ThrottleMs.Max, s.ReaderKBs)
 	}
+	// Fig. 5.9's order: no control, then the thresholds from high to low.
 	var fig59 []*Result
-	for _, r := range runs {
-		if r.Config.Controller != "thesis" {
-			fig59 = append(fig59, r)
+	for _, want := range []struct {
+		c  string
+		th float64
+	}{{"none", 15}, {"pid", 20}, {"pid", 15}, {"pid", 10}} {
+		for _, r := range runs {
+			if r.Config.Controller == want.c && r.Config.ThresholdMs == want.th {
+				fig59 = append(fig59, r)
+			}
 		}
 	}
 	if err := Compare(filepath.Join(out, "compare.png"), "sanqos sim: no control vs pid at 20, 15, 10 ms", fig59); err != nil {
@@ -162,7 +168,7 @@ the reader's mean wait while the writers are on; "over" is the share of
 those samples above 1.2 × threshold.</p>
 <img src="compare.png" alt="reader latency and write rate, none vs pid" width="900">
 <table>
-<tr><th>run</th><th>controller</th><th>threshold ms</th><th>mean ms</th><th>p50 ms</th><th>p95 ms</th><th>p99 ms</th><th>over %%</th><th>write MB/s</th><th>delay mean / max ms</th><th>reader kB/s</th></tr>
+<tr><th>controller (figure)</th><th>threshold ms</th><th>mean ms</th><th>p50 ms</th><th>p95 ms</th><th>p99 ms</th><th>over %%</th><th>write MB/s</th><th>delay mean / max ms</th><th>reader kB/s</th></tr>
 %s</table>
 </section>
 `, seed, rows.String())

@@ -264,7 +264,8 @@ func (p *plant) issueRead(now time.Time) {
 	sc := p.sc
 	blocks := sc.LUNBytes / sc.ReadBytes
 	off := int64(p.reader)*sc.LUNStride + p.rng.Int63n(blocks)*sc.ReadBytes
-	// Delayed data packets slow a throttled reader by one delay per read.
+	// A throttled consumer's reads pay one delay, on the response (see
+	// evComplete): its data packets are the delayed ones.
 	arrive := now.Add(msDur(sc.ReadNetMs))
 	p.push(event{at: arrive, kind: evArrive, actor: -1, io: ioReq{op: diskmodel.Read, offset: off, length: sc.ReadBytes, issued: now, device: p.reader}})
 	p.readerNext = now.Add(time.Duration(float64(sc.ReadBytes) / sc.ReaderBps * float64(time.Second)))
