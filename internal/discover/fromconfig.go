@@ -1,0 +1,58 @@
+package discover
+
+import (
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/sanqos/sanqos/internal/config"
+	"github.com/sanqos/sanqos/internal/topology"
+)
+
+// NewAdapter builds the adapter the configuration names.
+func NewAdapter(c config.Config) (Adapter, error) {
+	switch c.Discovery.Adapter {
+	case "tgt":
+		return NewTgt(ExecRunner{Path: "tgtadm", Timeout: 5 * time.Second}, c.Discovery.TgtControlPort), nil
+	case "lio":
+		return NewLIO(c.Discovery.LIORoot), nil
+	case "static":
+		list := make([]StaticConsumer, len(c.Static.Consumers))
+		for i, s := range c.Static.Consumers {
+			list[i] = StaticConsumer{Resource: s.Resource, Addr: s.Addr, Device: s.Device}
+		}
+		return NewStatic(list)
+	}
+	return nil, fmt.Errorf("discovery.adapter = %q: must be one of \"tgt\", \"lio\", \"static\"", c.Discovery.Adapter)
+}
+
+// FromConfig returns a Discoverer for the running system as configured,
+// with per-resource thresholds from the configuration filled in by
+// ApplyThresholds.
+func FromConfig(c config.Config, logger *slog.Logger) (*Discoverer, error) {
+	a, err := NewAdapter(c)
+	if err != nil {
+		return nil, err
+	}
+	return New(a, topology.DefaultResolver(), logger), nil
+}
+
+// ApplyThresholds sets each resource's ThresholdMs from the
+// configuration's [resources."name"] sections (0 = use the default). A
+// key matches the resource name as shown, or after the same sanitizing
+// (so [resources."Gold Pool"] matches resource "gold-pool").
+func ApplyThresholds(t topology.Topology, c config.Config) topology.Topology {
+	byName := map[string]time.Duration{}
+	for k, r := range c.Resources {
+		byName[topology.SanitizeName(k)] = r.Threshold.Duration
+	}
+	for k, r := range c.Resources {
+		byName[k] = r.Threshold.Duration // exact keys win
+	}
+	for i := range t.Resources {
+		if d := byName[t.Resources[i].Name]; d > 0 {
+			t.Resources[i].ThresholdMs = float64(d) / float64(time.Millisecond)
+		}
+	}
+	return t
+}
