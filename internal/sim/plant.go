@@ -74,7 +74,7 @@ func ThesisScenario() Scenario {
 		WriteBytes: 64 << 10, BurstBytes: 96 << 20, Pause: 5 * time.Second,
 		ReadBytes: 8 << 10, ReaderBps: 256 << 10,
 		Start:      10 * time.Second,
-		WriteNetMs: 0.7, ReadNetMs: 0.15, ResponseNetMs: 0.1,
+		WriteNetMs: 4.0, ReadNetMs: 0.15, ResponseNetMs: 0.1,
 		WriteDelayFactor: 2.3,
 	}
 }
