@@ -182,17 +182,22 @@ func (l *lab) in(ns netns.NsHandle, f func()) {
 
 func quietLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
-// backend starts the nfqueue backend in the target namespace.
-func (l *lab) backend(t *testing.T) *Nfqueue {
+// sets returns ipset access in the target namespace.
+func (l *lab) sets(t *testing.T) Ipsets {
 	h, err := netlink.NewHandleAt(l.tnsH)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(h.Close)
+	return Ipsets{Handle: h}
+}
+
+// backend starts the nfqueue backend in the target namespace.
+func (l *lab) backend(t *testing.T) *Nfqueue {
 	b, err := NewNfqueue(context.Background(), NfqueueConfig{
 		NetNS:    int(l.tnsH),
 		Firewall: &Iptables{Run: l.targetRunner},
-		Sets:     Ipsets{Handle: h},
+		Sets:     l.sets(t),
 		Logger:   quietLog(),
 	})
 	if err != nil {
