@@ -144,6 +144,7 @@ func (s *Server) unmount() error {
 		}
 		return fmt.Errorf("unmounting %s: %w; detached lazily, images still open (loop devices? losetup -j) fail once this process exits", mp, err)
 	}
+	s.log.Info("emulated disk unmounted")
 	waitDone := make(chan struct{})
 	go func() { s.fuse.Wait(); close(waitDone) }()
 	select {
