@@ -2,6 +2,7 @@ package topology
 
 import (
 	"sort"
+	"strconv"
 )
 
 // Placed is a consumer together with where its device lands.
@@ -103,7 +104,7 @@ func Group(items []Placed) Topology {
 			}
 			name = SanitizeName(key)
 			for n := 2; used[name]; n++ {
-				name = SanitizeName(key + "-" + string(rune('0'+n%10)))
+				name = SanitizeName(key + "-" + strconv.Itoa(n))
 			}
 		}
 		used[name] = true
@@ -148,5 +149,6 @@ func rank(n string) int {
 	case len(n) > 3 && n[:3] == "fs-":
 		return 1
 	}
+	// Explicit names, "vg-" and "md-".
 	return 0
 }

@@ -30,7 +30,8 @@ type Resolution struct {
 	// ("sda") or, for files on a file system without a block device
 	// (FUSE, tmpfs), "fs:" + its mount point.
 	Leaves []string
-	// Name is the suggested resource name: "vg-<VG>" for LVM, "fs-<dev>"
+	// Name is the suggested resource name: "vg-<VG>" for LVM, "md-<md>"
+	// for software RAID, "fs-<dev>"
 	// or "fs-<mount point>" for files, "disk-<disk>" otherwise.
 	Name string
 }
@@ -175,6 +176,7 @@ func (r *Resolver) readTrim(p string) (string, error) {
 // hint collects naming evidence seen during a walk, strongest first.
 type hint struct {
 	vg   string // LVM volume group
+	md   string // software RAID array
 	fs   string // file system holding an image file
 	disk string // first whole disk reached
 }
@@ -183,6 +185,8 @@ func (h hint) name() string {
 	switch {
 	case h.vg != "":
 		return "vg-" + h.vg
+	case h.md != "":
+		return "md-" + h.md
 	case h.fs != "":
 		return "fs-" + h.fs
 	case h.disk != "":
@@ -218,6 +222,10 @@ func (r *Resolver) walk(name string, mounts []mount, leaves map[string]bool, dep
 				h.vg = lvmVG(dmName)
 			}
 		}
+	}
+	// Software RAID: the array is what its members share.
+	if r.exists(filepath.Join(dir, "md")) {
+		h.md = name
 	}
 	slaves, err := os.ReadDir(filepath.Join(dir, "slaves"))
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
@@ -267,6 +275,9 @@ func (r *Resolver) walk(name string, mounts []mount, leaves map[string]bool, dep
 func merge(a, b hint) hint {
 	if a.vg == "" {
 		a.vg = b.vg
+	}
+	if a.md == "" {
+		a.md = b.md
 	}
 	if a.fs == "" {
 		a.fs = b.fs

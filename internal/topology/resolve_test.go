@@ -26,6 +26,7 @@ func TestResolve(t *testing.T) {
 		{"/dev/loop0", Resolution{Device: "loop0", Leaves: []string{"sda"}, Name: "fs-sda2"}},
 		{"/dev/loop1", Resolution{Device: "loop1", Leaves: []string{"sda"}, Name: "fs-sda2"}},
 		{"/dev/loop2", Resolution{Device: "loop2", Leaves: []string{"fs:/mnt/sanqos disk"}, Name: "fs-mnt/sanqos disk"}},
+		{"/dev/md0", Resolution{Device: "md0", Leaves: []string{"sdf", "sdg"}, Name: "md-md0"}},
 		{"/dev/disk/by-id/wwn-0x5000c500a1b2c3d4", Resolution{Device: "sde", Leaves: []string{"sde"}, Name: "disk-sde"}},
 		// An image file served directly: the partition holding it.
 		{"/srv/images/direct.img", Resolution{Device: "sda2", Leaves: []string{"sda"}, Name: "fs-sda2"}},

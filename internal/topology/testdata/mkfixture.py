@@ -83,6 +83,16 @@ loop("loop1", "7:1", "/srv/images/b.img (deleted)")
 # Loop devices over image files on a FUSE mount (the lab's emulated disk).
 loop("loop2", "7:2", "/mnt/sanqos disk/c.img")
 loop("loop3", "7:3", "/mnt/sanqos disk/d.img")
+# Software RAID md0 over partitions of two disks; an LV-less export of it.
+disk("sdf", "8:80")
+part("sdf", "sdf1", "8:81", 1)
+disk("sdg", "8:96")
+part("sdg", "sdg1", "8:97", 1)
+d = block("md0", f"{virt}/md0", "9:0")
+write(os.path.join(d, "md/level"), "raid1\n")
+os.makedirs(os.path.join(d, "slaves"))
+for s in ("sdf1", "sdg1"):
+    os.symlink(os.path.relpath(os.path.join(sys_, devices[s][0]), os.path.join(d, "slaves")), os.path.join(d, "slaves", s))
 # A disk nobody shares with, exported whole.
 disk("sde", "8:64")
 
