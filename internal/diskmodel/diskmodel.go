@@ -246,6 +246,11 @@ func New(p Profile, seed int64) *Array {
 // Profile returns the array's profile.
 func (a *Array) Profile() Profile { return a.p }
 
+// Capacity is the size of the array's address space: give each LUN its own
+// region of it (e.g. region i of n starts at i·Capacity()/n, rounded to the
+// stripe) so LUNs seek against each other like LVs of one volume group.
+func (a *Array) Capacity() int64 { return a.p.Capacity() }
+
 // Stats counts what the array did, for tests and reports.
 type Stats struct {
 	Reads, Writes           int64

@@ -211,3 +211,42 @@ func TestDeterministicAndConcurrencySafe(t *testing.T) {
 		t.Errorf("counted %d requests, want 1600", s.Reads+s.Writes)
 	}
 }
+
+func TestQueueDepthOverlapsOperations(t *testing.T) {
+	p := plain()
+	p.AvgSeekMs, p.TrackToTrackMs = 0, 0 // service = 0.5 + 1 ms, whatever the offset
+	p.Spindles = 1
+	p.QueueDepth = 2
+	a := New(p, 1)
+	var got []time.Time
+	for i := range 3 {
+		got = append(got, a.Submit(t0, Read, int64(i)*(64<<10), 64<<10, 1))
+	}
+	near(t, "first slot", got[0], msd(1.5))
+	near(t, "second slot, in parallel", got[1], msd(1.5))
+	near(t, "third waits for a slot", got[2], msd(3))
+}
+
+func TestRotationalLatencyIsUniformOverARevolution(t *testing.T) {
+	p := plain()
+	p.AvgSeekMs, p.TrackToTrackMs = 0, 0
+	p.RPM = 10000 // 6 ms a revolution
+	a := New(p, 7)
+	var sum float64
+	const n = 4000
+	now := t0
+	for i := range n {
+		// Far apart in time and never sequential: every read waits for
+		// the platter.
+		now = now.Add(time.Second)
+		lat := a.Submit(now, Read, int64(2*i+1)*(128<<10), 64<<10, 1).Sub(now)
+		rot := float64(lat-msd(1.5)) / float64(time.Millisecond)
+		if rot < 0 || rot >= 6 {
+			t.Fatalf("rotational latency %.3f ms outside [0, 6)", rot)
+		}
+		sum += rot
+	}
+	if mean := sum / n; mean < 2.8 || mean > 3.2 {
+		t.Errorf("mean rotational latency %.2f ms, want about 3 (half a revolution)", mean)
+	}
+}
