@@ -10,6 +10,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 )
 
 var updateFixtures = flag.Bool("update-fixtures", false, "recapture testdata/tgt from a real tgtd (root, tgt and libiscsi-bin installed)")
@@ -156,7 +157,7 @@ func TestExecRunner(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "oops") {
 		t.Errorf("failing command: err = %v, want stderr quoted", err)
 	}
-	_, err = ExecRunner{Path: "sleep", Timeout: 50e6}.Run(context.Background(), "5")
+	_, err = ExecRunner{Path: "sleep", Timeout: 50 * time.Millisecond}.Run(context.Background(), "5")
 	if err == nil {
 		t.Error("timeout did not stop a hung command")
 	}
