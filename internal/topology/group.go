@@ -1,8 +1,10 @@
 package topology
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"sort"
-	"strconv"
+	"strings"
 )
 
 // Placed is a consumer together with where its device lands.
@@ -70,7 +72,7 @@ func Group(items []Placed) Topology {
 		groups[r] = append(groups[r], i)
 	}
 	var t Topology
-	used := map[string]bool{}
+	count := map[string]int{}
 	for _, r := range roots {
 		var res Resource
 		leaves := map[string]bool{}
@@ -93,22 +95,8 @@ func Group(items []Placed) Topology {
 			name = "res"
 		}
 		res.Leaves = sortedKeys(leaves)
-		name = SanitizeName(name)
-		// Two groups suggesting the same name (two disks named after
-		// one VG cannot happen, but two FUSE mounts "a/b" and "a-b" can):
-		// disambiguate by the smallest leaf, which is stable.
-		if used[name] {
-			key := name
-			if len(res.Leaves) > 0 {
-				key = name + "-" + res.Leaves[0]
-			}
-			name = SanitizeName(key)
-			for n := 2; used[name]; n++ {
-				name = SanitizeName(key + "-" + strconv.Itoa(n))
-			}
-		}
-		used[name] = true
-		res.Name = name
+		res.Name = SanitizeName(name)
+		count[res.Name]++
 		sort.Slice(res.Consumers, func(a, b int) bool {
 			ca, cb := res.Consumers[a], res.Consumers[b]
 			if ca.Device != cb.Device {
@@ -121,8 +109,29 @@ func Group(items []Placed) Topology {
 		})
 		t.Resources = append(t.Resources, res)
 	}
+	// Groups suggesting the same name (mounts "/a b" and "/a-b" sanitize
+	// alike) all get a hash of their smallest leaf appended. Leaf sets of
+	// groups are disjoint, so the results differ, and a name never depends
+	// on which group was found first (it is an ipset and metrics name).
+	for i := range t.Resources {
+		r := &t.Resources[i]
+		if count[r.Name] > 1 && len(r.Leaves) > 0 {
+			r.Name = withHash(r.Name, r.Leaves[0])
+		}
+	}
 	sort.Slice(t.Resources, func(a, b int) bool { return t.Resources[a].Name < t.Resources[b].Name })
 	return t
+}
+
+// withHash shortens name so that "-" and 6 hex digits of key's hash fit
+// in MaxNameLen, and appends them.
+func withHash(name, key string) string {
+	sum := sha256.Sum256([]byte(key))
+	h := hex.EncodeToString(sum[:])[:6]
+	if len(name) > MaxNameLen-len(h)-1 {
+		name = strings.TrimRight(name[:MaxNameLen-len(h)-1], "-")
+	}
+	return name + "-" + h
 }
 
 // better reports whether name candidate a beats b: an explicit or LVM

@@ -304,14 +304,36 @@ func lvmVG(dmName string) string {
 	return strings.ReplaceAll(dmName, "--", "-")
 }
 
-// mountName turns a mount point into a name part: "/srv/lab fuse" ->
-// "srv-lab-fuse", "/" -> "root".
+// mountName turns a mount point into a name part that fits a resource
+// name: the whole path when "fs-" + it fits ("/mnt/sanqos disk" ->
+// "mnt/sanqos disk", sanitized later), else its last components that fit
+// and a hash of the whole path, so two mounts with the same tail
+// ("/a/mnt", "/b/mnt") never share a name: "/run/sanqos-lab/emu" ->
+// "emu-<hash6>".
 func mountName(point string) string {
 	s := strings.Trim(point, "/")
 	if s == "" {
 		return "root"
 	}
-	return s
+	const room = MaxNameLen - len("fs-")
+	if len(SanitizeName(s)) <= room {
+		return s
+	}
+	parts := strings.Split(s, "/")
+	tail := ""
+	for i := len(parts) - 1; i >= 0; i-- {
+		cand := strings.Join(parts[i:], "/")
+		if len(SanitizeName(cand)) > room-7 {
+			break
+		}
+		tail = cand
+	}
+	sum := sha256.Sum256([]byte(point))
+	h := hex.EncodeToString(sum[:])[:6]
+	if tail == "" {
+		return h
+	}
+	return tail + "-" + h
 }
 
 // mountDevice returns the block device of a mount, if it has one.

@@ -76,6 +76,45 @@ func TestParseMountinfoMalformed(t *testing.T) {
 	}
 }
 
+func TestMountName(t *testing.T) {
+	a, b := mountName("/export/a/images/mnt"), mountName("/export/b/images/mnt")
+	for _, tt := range []struct{ in, want string }{
+		{"/", "root"},
+		{"/mnt/sanqos disk", "mnt/sanqos disk"},
+		{"/run/sanqos-lab/emu", "emu-"},
+		{"/tmp/sanqos-emu-1480536830/mnt", "mnt-"},
+		{"/export/a/images/mnt", "images/mnt-"},
+		{"/srv/a/images/mnt", "srv/a/images/mnt"},
+	} {
+		got := mountName(tt.in)
+		if !strings.HasPrefix(got, tt.want) || len(SanitizeName("fs-"+got)) > MaxNameLen {
+			t.Errorf("mountName(%q) = %q, want prefix %q within %d bytes with fs-", tt.in, got, tt.want, MaxNameLen)
+		}
+		if SanitizeName("fs-"+got) != "fs-"+strings.NewReplacer("/", "-", " ", "-").Replace(got) {
+			t.Errorf("mountName(%q) = %q is altered by sanitizing: %q", tt.in, got, SanitizeName("fs-"+got))
+		}
+	}
+	if a == b {
+		t.Errorf("mounts with the same tail share name %q", a)
+	}
+}
+
+func TestGroupNameCollision(t *testing.T) {
+	mk := func(addr, leaf, name string) Placed {
+		return Placed{Consumer: Consumer{Addr: netip.MustParseAddr(addr)}, Resolution: Resolution{Leaves: []string{leaf}, Name: name}}
+	}
+	x, y := mk("10.0.0.1", "fs:/a b", "fs-a b"), mk("10.0.0.2", "fs:/a-b", "fs-a-b")
+	n1 := Group([]Placed{x, y})
+	n2 := Group([]Placed{y, x})
+	if !reflect.DeepEqual(n1, n2) || n1.Resources[0].Name == n1.Resources[1].Name {
+		t.Errorf("colliding names not resolved stably: %+v / %+v", n1, n2)
+	}
+	// Alone, a group keeps its plain name.
+	if n := Group([]Placed{x}).Resources[0].Name; n != "fs-a-b" {
+		t.Errorf("single group named %q", n)
+	}
+}
+
 func TestLVMVG(t *testing.T) {
 	for in, want := range map[string]string{
 		"data-lun1":         "data",
