@@ -44,7 +44,8 @@ type Resolver interface {
 	Resolve(backing string) (topology.Resolution, error)
 }
 
-// Discoverer turns an adapter's attachments into a topology.
+// Discoverer turns an adapter's attachments into a topology. It is meant
+// for one discovery loop: Discover is not safe for concurrent use.
 type Discoverer struct {
 	adapter  Adapter
 	resolver Resolver

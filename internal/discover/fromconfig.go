@@ -26,9 +26,9 @@ func NewAdapter(c config.Config) (Adapter, error) {
 	return nil, fmt.Errorf("discovery.adapter = %q: must be one of \"tgt\", \"lio\", \"static\"", c.Discovery.Adapter)
 }
 
-// FromConfig returns a Discoverer for the running system as configured,
-// with per-resource thresholds from the configuration filled in by
-// ApplyThresholds.
+// FromConfig returns a Discoverer for the running system as configured
+// (real sysfs, /dev and mountinfo). Per-resource thresholds are not part
+// of discovery: pass each topology through ApplyThresholds.
 func FromConfig(c config.Config, logger *slog.Logger) (*Discoverer, error) {
 	a, err := NewAdapter(c)
 	if err != nil {
