@@ -1,0 +1,110 @@
+package throttle
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// rtThreadTicks sums the CPU time (clock ticks) of this process's
+// real-time threads: the packet path (queue reader and release loop),
+// including the kernel work done in their system calls (reinjection).
+func rtThreadTicks(t *testing.T) int {
+	tasks, err := filepath.Glob("/proc/self/task/*/stat")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := 0
+	for _, p := range tasks {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			continue
+		}
+		f := strings.Fields(string(b)[strings.LastIndexByte(string(b), ')')+2:])
+		// after the command: state is field 3, utime 14, stime 15, policy 41
+		if len(f) < 39 || f[38] != "1" { // SCHED_FIFO
+			continue
+		}
+		u, _ := strconv.Atoi(f[11])
+		s, _ := strconv.Atoi(f[12])
+		sum += u + s
+	}
+	return sum
+}
+
+const ticksPerSecond = 100 // USER_HZ
+
+// TestLiveMeasure logs the numbers of the report: overhead of an idle
+// sanqos on bulk throughput (interleaved with no sanqos), the packet
+// path's CPU share at a 40 MB/s write stream, and its capacity. It asserts
+// only what must hold: an idle sanqos sends no packet to user space.
+func TestLiveMeasure(t *testing.T) {
+	if testing.Short() {
+		t.Skip("measurement run; skipped with -short")
+	}
+	l := newLab(t)
+	l.rcvbuf = 0 // kernel defaults: bulk TCP as fast as the veth goes
+	b := l.backend(t)
+	idle := State{Groups: []Group{{Name: "tt", Members: []netipAddr{mustAddr(clientIP)}}}}
+	var with, without []float64
+	for range 5 {
+		if err := b.Apply(t.Context(), State{}); err != nil {
+			t.Fatal(err)
+		}
+		r, done := l.upload(300 * time.Millisecond)
+		done()
+		without = append(without, r)
+		if err := b.Apply(t.Context(), idle); err != nil {
+			t.Fatal(err)
+		}
+		r, done = l.upload(300 * time.Millisecond)
+		done()
+		with = append(with, r)
+	}
+	slices.Sort(with)
+	slices.Sort(without)
+	t.Logf("overhead: bulk upload, 5 interleaved runs, median MB/s: no sanqos %.0f, idle sanqos (rule installed, set empty) %.0f, ratio %.3f",
+		without[2]/1e6, with[2]/1e6, with[2]/without[2])
+	if s := b.Stats(); s.PacketsPassed != 0 {
+		t.Errorf("idle sanqos passed %d packets through user space, want 0", s.PacketsPassed)
+	}
+
+	// A 40 MB/s write stream, ACKs per segment as on a real NIC (no
+	// GSO/GRO on the veth), write delay 1 ms.
+	for _, c := range []struct {
+		r   ExecRunner
+		dev string
+	}{{l.targetRunner, "sqtt0"}, {l.clientRunner, "sqtt1"}} {
+		if _, err := c.r.Run(t.Context(), "", "ethtool", "-K", c.dev, "tso", "off", "gso", "off", "gro", "off"); err != nil {
+			t.Logf("ethtool: %v (ACK rate may be lower than on a NIC)", err)
+		}
+	}
+	l.throttle(t, b, time.Millisecond, 0)
+	s0, k0, t0 := b.Stats(), rtThreadTicks(t), time.Now()
+	rate, done := l.uploadPaced(3*time.Second, 40e6)
+	s1, k1, t1 := b.Stats(), rtThreadTicks(t), time.Now()
+	done()
+	el := t1.Sub(t0).Seconds()
+	pps := float64(s1.PacketsPassed-s0.PacketsPassed) / el
+	cpu := float64(k1-k0) / ticksPerSecond / el
+	t.Logf("40 MB/s write stream (measured %.1f MB/s), write delay 1ms: %.0f packets/s through the delayer, packet-path CPU %.1f%% of one core, delay error p50 %v max %v",
+		rate/1e6, pps, 100*cpu, s1.DelayErrorP50, s1.DelayErrorMax)
+
+	// Capacity: unpaced upload, ACKs per segment, write delay 0.5 ms.
+	l.throttle(t, b, 500*time.Microsecond, 0)
+	s0, k0, t0 = b.Stats(), rtThreadTicks(t), time.Now()
+	rate, done = l.upload(3 * time.Second)
+	s1, k1, t1 = b.Stats(), rtThreadTicks(t), time.Now()
+	done()
+	el = t1.Sub(t0).Seconds()
+	pps = float64(s1.PacketsPassed-s0.PacketsPassed) / el
+	cpu = float64(k1-k0) / ticksPerSecond / el
+	t.Logf("unpaced upload (%.1f MB/s), write delay 0.5ms: %.0f packets/s held and released, packet-path CPU %.1f%% of one core → about %.0f packets/s per core; bypassed %d",
+		rate/1e6, pps, 100*cpu, pps/max(cpu, 0.01), s1.Bypassed)
+	fmt.Fprint(os.Stderr)
+}
