@@ -121,7 +121,7 @@ func printLab(w io.Writer, st lab.State) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "target\t%s\t%s\tcontrol port %d\n", st.Target.NS, st.Target.Portal(), st.Target.ControlPort)
 	fmt.Fprintf(tw, "storage\t%s\t%s per LUN\t\n", st.Storage, humanBytes(st.Size))
-	fmt.Fprintf(tw, "network\tbridge %s\tMTU %d\ttso %v gso %v gro %v\n", st.Bridge, st.MTU, st.Offloads.TSO, st.Offloads.GSO, st.Offloads.GRO)
+	fmt.Fprintf(tw, "network\tbridge %s\tMTU %d\ttso %v gso %v gro %v, tcp %s\n", st.Bridge, st.MTU, st.Offloads.TSO, st.Offloads.GSO, st.Offloads.GRO, st.TCPCongestionControl)
 	fmt.Fprintf(tw, "\nINITIATOR\tNAMESPACE\tIP\tTARGET\tLOOP\tIMAGE\n")
 	for _, in := range st.Initiators {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", in.Name, in.NS, in.IP, in.IQN, in.Loop, in.Image)

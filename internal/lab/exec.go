@@ -46,6 +46,7 @@ var requiredTools = []struct{ cmd, pkg string }{
 	{"tgtd", "tgt"},
 	{"tgtadm", "tgt"},
 	{"ethtool", "ethtool"},
+	{"sysctl", "procps"},
 }
 
 // checkTools returns one error naming every missing tool and its package.

@@ -75,6 +75,8 @@ type State struct {
 	Bridge     string      `json:"bridge"`
 	MTU        int         `json:"mtu"`
 	Offloads   Offloads    `json:"offloads"`
+	// TCPCongestionControl is what every lab host's TCP uses.
+	TCPCongestionControl string `json:"tcp_congestion_control"`
 	// EmuMount is the emulated disk's mount point ("" for dir storage).
 	EmuMount string `json:"emu_mount,omitempty"`
 }
@@ -189,6 +191,9 @@ func Up(ctx context.Context, opts Options) (l *Lab, err error) {
 		return l, err
 	}
 	if st.Offloads, err = readOffloads(ctx, r, TargetNS, ifName); err != nil {
+		return l, err
+	}
+	if st.TCPCongestionControl, err = readCongestionControl(ctx, r, TargetNS); err != nil {
 		return l, err
 	}
 

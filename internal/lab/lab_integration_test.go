@@ -171,8 +171,9 @@ func TestLabEndToEnd(t *testing.T) {
 	if err != nil || !s.Up || s.Targets != 4 {
 		t.Fatalf("status after up: %+v, %v", s, err)
 	}
-	if s.State.Offloads != wantOffloads || s.State.MTU != MTU {
-		t.Errorf("network: offloads %+v MTU %d, want %+v %d", s.State.Offloads, s.State.MTU, wantOffloads, MTU)
+	if s.State.Offloads != wantOffloads || s.State.MTU != MTU || s.State.TCPCongestionControl != CongestionControl {
+		t.Errorf("network: offloads %+v MTU %d TCP %s, want %+v %d %s", s.State.Offloads, s.State.MTU,
+			s.State.TCPCongestionControl, wantOffloads, MTU, CongestionControl)
 	}
 
 	t.Run("login", func(t *testing.T) {

@@ -204,6 +204,7 @@ func TestSetupNetworkCommands(t *testing.T) {
 		"ip -n sanqos-bm addr add 10.213.0.253/24 dev eth0",
 		"ip -n sanqos-b2 addr add 10.213.0.242/24 dev eth0",
 		"ip netns exec sanqos-b2 ethtool -K eth0 tso on gso on gro on",
+		"ip netns exec sanqos-bm sysctl -q -w net.ipv4.tcp_congestion_control=reno",
 		"ip netns exec sanqos-sw ethtool -K sq-b2 tso on gso on gro on",
 	} {
 		if !strings.Contains(all, want) {

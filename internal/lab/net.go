@@ -22,6 +22,21 @@ type Offloads struct {
 // wantOffloads is what setupNetwork sets on every lab interface.
 var wantOffloads = Offloads{TSO: true, GSO: true, GRO: true}
 
+// CongestionControl is the TCP congestion control of every lab host. It is
+// set explicitly because the machine's default may be BBR, whose PROBE_RTT
+// phase cuts the window to 4 packets for 200 ms every 10 s: an 8 KiB read
+// response (6 segments) then waits for the initiator's delayed ACK, and
+// about 4 % of smalljob's reads took 100 ms longer (measured: mean 10.1 ms
+// with bbr, 5.9 ms with reno, on a fixed 5 ms disk). The thesis's hosts ran
+// loss-based CUBIC, clocked by ACKs, which is what delaying ACKs relies on;
+// reno is the loss-based algorithm every kernel allows in a namespace
+// (cubic may be missing from net.ipv4.tcp_allowed_congestion_control, a
+// host-wide setting the lab does not touch), and on a loss-free LAN the two
+// behave the same.
+const CongestionControl = "reno"
+
+const ccSysctl = "net.ipv4.tcp_congestion_control"
+
 func onOff(b bool) string {
 	if b {
 		return "on"
@@ -60,6 +75,7 @@ func setupNetwork(ctx context.Context, r runner, hosts []host) error {
 	for _, h := range hosts {
 		sw := vethName(h.ns)
 		steps = append(steps,
+			[]string{"ip", "netns", "exec", h.ns, "sysctl", "-q", "-w", ccSysctl + "=" + CongestionControl},
 			[]string{"ip", "-n", SwitchNS, "link", "add", sw, "mtu", mtu, "type", "veth",
 				"peer", "name", ifName, "mtu", mtu, "netns", h.ns},
 			[]string{"ip", "-n", SwitchNS, "link", "set", sw, "master", bridgeName, "up"},
@@ -116,4 +132,13 @@ func parseEthtoolK(out []byte) (Offloads, error) {
 		return o, fmt.Errorf("ethtool -k output has %d of the 3 offload lines (tso, gso, gro)", found)
 	}
 	return o, nil
+}
+
+// readCongestionControl reads a namespace's TCP congestion control.
+func readCongestionControl(ctx context.Context, r runner, ns string) (string, error) {
+	out, err := inNS(ctx, r, ns, "sysctl", "-n", ccSysctl)
+	if err != nil {
+		return "", fmt.Errorf("reading TCP congestion control in %s: %w", ns, err)
+	}
+	return strings.TrimSpace(string(out)), nil
 }

@@ -91,6 +91,11 @@ func readStatus(ctx context.Context, r runner, sysRoot string) (*Status, error) 
 		} else {
 			problem("%v", err)
 		}
+		if cc, err := readCongestionControl(ctx, r, TargetNS); err == nil {
+			st.TCPCongestionControl = cc
+		} else {
+			problem("%v", err)
+		}
 	}
 	s.Up = len(s.Problems) == 0
 	return s, nil

@@ -1,0 +1,305 @@
+package experiments
+
+import (
+	"math"
+	"slices"
+
+	"github.com/sanqos/sanqos/internal/iolog"
+	"github.com/sanqos/sanqos/internal/status"
+)
+
+// Windows and limits of the analysis; each has its reason.
+const (
+	// ActiveMBs: a second in which the writers together moved more than
+	// this counts as "writers active". 12 sync writers, even under the
+	// largest delay, move several MB/s; 0.5 MB/s is far below that and
+	// far above nothing.
+	ActiveMBs = 0.5
+	// onKBs: a daemon tick whose consumers wrote more than this (kB/s) has
+	// writers on; it is the read-over-write policy's default join rate.
+	onKBs = 500
+	// minOffS: a pause of the writers shorter than this is a hiccup, not a
+	// stop (the on/off schedule pauses 5 s).
+	minOffS = 1.5
+	// ReleaseLimitS: nothing may be throttled this long after the writers
+	// stop (the issue's requirement).
+	ReleaseLimitS = 2.0
+	// OverFactor: a second "over threshold" is above this × threshold
+	// (the issue's 18 ms at 15 ms).
+	OverFactor = 1.2
+)
+
+// Stats summarises 1-second samples (ms).
+type Stats struct {
+	Mean float64 `json:"mean"`
+	P50  float64 `json:"p50"`
+	P95  float64 `json:"p95"`
+	Max  float64 `json:"max"`
+	N    int     `json:"n"`
+}
+
+func statsOf(xs []float64) Stats {
+	if len(xs) == 0 {
+		return Stats{}
+	}
+	return Stats{
+		Mean: iolog.Round3(iolog.Mean(xs)),
+		P50:  iolog.Round3(iolog.Percentile(xs, 50)),
+		P95:  iolog.Round3(iolog.Percentile(xs, 95)),
+		Max:  iolog.Round3(slices.Max(xs)),
+		N:    len(xs),
+	}
+}
+
+// WriterLog is the per-second log of one writer host, started Offset
+// seconds after the reader.
+type WriterLog struct {
+	Host    string
+	Offset  float64
+	Records []iolog.Record
+}
+
+// Timeline is one run on the common time axis: second k (1-based) is the
+// interval ending k seconds after the reader started.
+type Timeline struct {
+	T         []float64 // k
+	WaitMs    []float64 // reader's mean wait; NaN when it had no sample
+	ReaderKBs []float64 // reader's throughput, kB/s (10^3 B/s)
+	WriteMBs  []float64 // writers' aggregate MB/s (10^6 B/s)
+	Active    []bool    // WriteMBs > ActiveMBs
+	// HostMBs is each writer host's MB/s (key: host).
+	HostMBs map[string][]float64
+}
+
+// secondOf maps an interval's end time to its second on the common axis.
+// Intervals are whole seconds from the job's start except the last, which
+// may be shorter; rounding puts a 59.9996 s end in second 60.
+func secondOf(t, offset float64) int { return int(math.Round(t + offset)) }
+
+// buildTimeline lines up the reader's and writers' per-second records.
+// reader may be nil (an experiment of writers only).
+func buildTimeline(reader []iolog.Record, writers []WriterLog) Timeline {
+	n := 0
+	rd := map[int]iolog.Record{}
+	for _, r := range iolog.Select(reader, iolog.KindInterval, 0, iolog.OpRead) {
+		k := secondOf(r.T, 0)
+		if old, ok := rd[k]; !ok || r.Dur > old.Dur {
+			rd[k] = r
+		}
+		n = max(n, k)
+	}
+	hosts := map[string]map[int]iolog.Record{}
+	for _, w := range writers {
+		m := map[int]iolog.Record{}
+		for _, r := range iolog.Select(w.Records, iolog.KindInterval, 0, "") {
+			k := secondOf(r.T, w.Offset)
+			if old, ok := m[k]; !ok || r.Dur > old.Dur {
+				m[k] = r
+			}
+			n = max(n, k)
+		}
+		hosts[w.Host] = m
+	}
+	tl := Timeline{HostMBs: map[string][]float64{}}
+	for k := 1; k <= n; k++ {
+		tl.T = append(tl.T, float64(k))
+		if r, ok := rd[k]; ok && r.IOs > 0 {
+			tl.WaitMs = append(tl.WaitMs, r.Lat.Mean)
+		} else {
+			tl.WaitMs = append(tl.WaitMs, math.NaN())
+		}
+		if r, ok := rd[k]; ok {
+			tl.ReaderKBs = append(tl.ReaderKBs, r.MBs*1000)
+		} else {
+			tl.ReaderKBs = append(tl.ReaderKBs, 0)
+		}
+		var sum float64
+		for _, w := range writers {
+			v := hosts[w.Host][k].MBs
+			tl.HostMBs[w.Host] = append(tl.HostMBs[w.Host], v)
+			sum += v
+		}
+		tl.WriteMBs = append(tl.WriteMBs, sum)
+		tl.Active = append(tl.Active, sum > ActiveMBs)
+	}
+	return tl
+}
+
+// activeWaits are the reader's samples in seconds with writers active.
+func (tl Timeline) activeWaits() []float64 {
+	var out []float64
+	for i, a := range tl.Active {
+		if a && !math.IsNaN(tl.WaitMs[i]) {
+			out = append(out, tl.WaitMs[i])
+		}
+	}
+	return out
+}
+
+// activeMean is the mean of xs over the seconds with writers active.
+func (tl Timeline) activeMean(xs []float64) float64 {
+	var v []float64
+	for i, a := range tl.Active {
+		if a {
+			v = append(v, xs[i])
+		}
+	}
+	return iolog.Mean(v)
+}
+
+// overPct is the share (%) of samples above limit.
+func overPct(xs []float64, limit float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	n := 0
+	for _, x := range xs {
+		if x > limit {
+			n++
+		}
+	}
+	return 100 * float64(n) / float64(len(xs))
+}
+
+// Tick is one line of the daemon's --record, reduced to what the
+// experiments use, on the common time axis.
+type Tick struct {
+	T        float64 // seconds since the reader started
+	SignalMs float64 // largest resource signal
+	DelayMs  float64 // largest resource delay
+	Members  int     // members of every throttleable set together
+	WriteKBs float64 // every consumer's write rate together
+}
+
+// Throttling reports whether any packet can be held in this tick: a delay
+// with somebody to apply it to.
+func (t Tick) Throttling() bool { return t.DelayMs > 0 && t.Members > 0 }
+
+// ticksOf reduces record lines; t0 is the reader's start (Unix seconds).
+func ticksOf(recs []status.Record, t0 float64) []Tick {
+	out := make([]Tick, 0, len(recs))
+	for _, r := range recs {
+		t := Tick{T: r.TS - t0}
+		for _, res := range r.Resources {
+			t.SignalMs = max(t.SignalMs, res.SignalMs)
+			t.DelayMs = max(t.DelayMs, res.DelayMs)
+			t.Members += res.Members
+		}
+		for _, c := range r.Consumers {
+			t.WriteKBs += c.WriteKBs
+		}
+		out = append(out, t)
+	}
+	return out
+}
+
+// Release is what happened after one stop of the writers.
+type Release struct {
+	// StopS is the last tick with writers on (the writers stopped after it).
+	StopS float64 `json:"stop_s"`
+	// ClearS is how long after StopS the record first showed delay 0 and
+	// every set empty; -1 when it never did before the writers resumed.
+	ClearS float64 `json:"clear_s"`
+	// UnthrottledS is how long after StopS nothing could be held any more
+	// (delay 0 or sets empty); -1 when never.
+	UnthrottledS float64 `json:"unthrottled_s"`
+}
+
+// releases finds every stop of the writers in the record (an on tick
+// followed by at least minOffS of off ticks) and how long the throttle
+// lingered after it. A stop too close to the end of the record to judge
+// is left out.
+func releases(ticks []Tick) []Release {
+	var out []Release
+	for i := 1; i < len(ticks); i++ {
+		if !(ticks[i-1].WriteKBs > onKBs && ticks[i].WriteKBs <= onKBs) {
+			continue
+		}
+		stop := ticks[i-1].T
+		j := i
+		for j < len(ticks) && ticks[j].WriteKBs <= onKBs {
+			j++
+		}
+		offEnd := ticks[j-1].T
+		if offEnd-stop < minOffS {
+			continue // a hiccup, or the record ends too soon to judge
+		}
+		r := Release{StopS: stop, ClearS: -1, UnthrottledS: -1}
+		for k := i; k < j; k++ {
+			t := ticks[k]
+			if r.UnthrottledS < 0 && !t.Throttling() {
+				r.UnthrottledS = iolog.Round3(t.T - stop)
+			}
+			if t.DelayMs == 0 && t.Members == 0 {
+				r.ClearS = iolog.Round3(t.T - stop)
+				break
+			}
+		}
+		out = append(out, r)
+		i = j - 1
+	}
+	return out
+}
+
+// ReleaseSummary condenses the releases of a run.
+type ReleaseSummary struct {
+	Stops int `json:"stops"`
+	// MaxClearS is the longest time to delay 0 and empty sets (-1: some
+	// stop never cleared).
+	MaxClearS float64 `json:"max_clear_s"`
+	// MaxUnthrottledS is the longest time until nothing could be held.
+	MaxUnthrottledS float64 `json:"max_unthrottled_s"`
+	// WithinLimit: every stop cleared within ReleaseLimitS.
+	WithinLimit bool      `json:"within_limit"`
+	Events      []Release `json:"events"`
+}
+
+func summarizeReleases(rs []Release) ReleaseSummary {
+	s := ReleaseSummary{Stops: len(rs), WithinLimit: true, Events: rs}
+	for _, r := range rs {
+		if r.ClearS < 0 || s.MaxClearS < 0 {
+			s.MaxClearS = -1
+		} else {
+			s.MaxClearS = max(s.MaxClearS, r.ClearS)
+		}
+		if r.UnthrottledS < 0 || s.MaxUnthrottledS < 0 {
+			s.MaxUnthrottledS = -1
+		} else {
+			s.MaxUnthrottledS = max(s.MaxUnthrottledS, r.UnthrottledS)
+		}
+		if r.ClearS < 0 || r.ClearS > ReleaseLimitS {
+			s.WithinLimit = false
+		}
+	}
+	return s
+}
+
+// DelayStats summarise the daemon's delay while the writers were on.
+type DelayStats struct {
+	Mean float64 `json:"mean"`
+	Max  float64 `json:"max"`
+	// ThrottledPct is the share of on ticks in which packets could be held.
+	ThrottledPct float64 `json:"throttled_pct"`
+}
+
+func delayStats(ticks []Tick) DelayStats {
+	var ds []float64
+	n := 0
+	for _, t := range ticks {
+		if t.WriteKBs <= onKBs {
+			continue
+		}
+		ds = append(ds, t.DelayMs)
+		if t.Throttling() {
+			n++
+		}
+	}
+	if len(ds) == 0 {
+		return DelayStats{}
+	}
+	return DelayStats{
+		Mean:         iolog.Round3(iolog.Mean(ds)),
+		Max:          iolog.Round3(slices.Max(ds)),
+		ThrottledPct: iolog.Round3(100 * float64(n) / float64(len(ds))),
+	}
+}

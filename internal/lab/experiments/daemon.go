@@ -1,0 +1,292 @@
+package experiments
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/sanqos/sanqos/internal/control"
+	"github.com/sanqos/sanqos/internal/lab"
+	"github.com/sanqos/sanqos/internal/status"
+)
+
+// Control is how a run is controlled.
+type Control struct {
+	// Controller is "" for no daemon at all, "none" for a daemon that only
+	// observes and records, else a controller (pid, thesis).
+	Controller string `json:"controller"`
+	// ThresholdMs is the daemon's threshold (0 with no daemon).
+	ThresholdMs float64 `json:"threshold_ms"`
+	// Policy is "read-over-write" (default) or "manual" (protected b2,
+	// throttle b3, b4, b5).
+	Policy string `json:"policy,omitempty"`
+}
+
+// Gains are the pid controller's gains the experiment passes in the
+// daemon's configuration; zero fields keep control.DefaultParams.
+type Gains struct {
+	Kp     float64       `json:"kp"`
+	Ti     time.Duration `json:"ti"`
+	Td     time.Duration `json:"td"`
+	UMaxMs float64       `json:"u_max_ms"`
+}
+
+func (g Gains) withDefaults() Gains {
+	d := control.DefaultParams()
+	if g.Kp == 0 {
+		g.Kp = d.Kp
+	}
+	if g.Ti == 0 {
+		g.Ti = d.Ti
+	}
+	if g.Td == 0 {
+		g.Td = d.Td
+	}
+	if g.UMaxMs == 0 {
+		g.UMaxMs = d.UMaxMs
+	}
+	return g
+}
+
+// label names a control for file names and legends.
+func (c Control) label() string {
+	switch c.Controller {
+	case "":
+		return "nodaemon"
+	case "none":
+		return "none"
+	}
+	s := fmt.Sprintf("%s-%gms", c.Controller, c.ThresholdMs)
+	if c.Policy == "manual" {
+		s = "manual-" + s
+	}
+	return s
+}
+
+// ctlSocketDir holds the daemon's control socket during a run (a short
+// path: unix socket paths are limited to 108 bytes, the output directory
+// may be long). It carries this package's prefix and is removed after
+// every run.
+const ctlSocketDir = "/run/sanqos-exp"
+
+// resourceName is the one shared resource of the lab when the daemon is
+// given its consumers as flags.
+const resourceName = "lab-emu"
+
+// daemonConfig is the TOML configuration of the daemon for a run:
+// discovery through the lab's tgtd, the nfqueue backend, the thesis's
+// tick and EWMA, and the experiment's controller and gains.
+func daemonConfig(c Control, g Gains, l labView, record string) string {
+	g = g.withDefaults()
+	policy := c.Policy
+	if policy == "" {
+		policy = "read-over-write"
+	}
+	controller := c.Controller
+	threshold := c.ThresholdMs
+	if threshold == 0 {
+		threshold = 15 // unused by controller none, still validated
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, `# sanqos configuration written by the lab experiment for one run.
+tick = "100ms"
+ewma_alpha = 0.25
+threshold = "%s"
+controller = %q
+backend = "nfqueue"
+direction = "write"
+ports = [%d]
+policy = %q
+listen = "127.0.0.1:9469"
+socket = %q
+record = %q
+
+[pid]
+kp = %g
+ti = "%s"
+td = "%s"
+u_max = "%s"
+
+[discovery]
+adapter = "tgt"
+interval = "5s"
+tgt_control_port = %d
+`, msDuration(threshold), controller, l.port, policy, filepath.Join(ctlSocketDir, "ctl.sock"), record,
+		g.Kp, g.Ti, g.Td, msDuration(g.UMaxMs), l.controlPort)
+	if policy == "manual" {
+		fmt.Fprintf(&b, "\n[manual]\nprotected = [%q]\nthrottle = [%s]\n", l.reader.addr, quoteList(l.writerAddrs()))
+	}
+	return b.String()
+}
+
+func msDuration(ms float64) time.Duration { return time.Duration(ms * float64(time.Millisecond)) }
+
+func quoteList(xs []string) string {
+	q := make([]string, len(xs))
+	for i, x := range xs {
+		q[i] = fmt.Sprintf("%q", x)
+	}
+	return strings.Join(q, ", ")
+}
+
+// daemonArgs are the arguments of `sanqos run` for a run. A daemon that
+// reads --config gets the configuration file (tgt discovery); one that
+// does not yet gets the same settings as flags, with the lab's consumers
+// listed statically (the manual policy and pid gains need --config).
+func daemonArgs(c Control, g Gains, l labView, cfgPath, record string, hasConfig bool) ([]string, error) {
+	if hasConfig {
+		return []string{"run", "--config", cfgPath, "--record", record}, nil
+	}
+	if c.Policy == "manual" {
+		return nil, errors.New("the manual policy needs 'sanqos run --config', which this sanqos does not have")
+	}
+	if g != (Gains{}) {
+		return nil, errors.New("pid gains need 'sanqos run --config', which this sanqos does not have")
+	}
+	threshold := c.ThresholdMs
+	if threshold == 0 {
+		threshold = 15
+	}
+	args := []string{"run", "--backend", "nfqueue", "--controller", c.Controller,
+		"--threshold", fmt.Sprint(threshold), "--ports", fmt.Sprint(l.port),
+		"--listen", "127.0.0.1:9469", "--socket=", "--record", record}
+	for _, h := range l.hosts {
+		args = append(args, "--consumer", fmt.Sprintf("%s,%s,%s", resourceName, h.addr, h.loop))
+	}
+	return args, nil
+}
+
+// supportsConfig asks the sanqos binary whether 'run' takes --config.
+func supportsConfig(ctx context.Context, sanqos string) bool {
+	out, _ := exec.CommandContext(ctx, sanqos, "run", "--help").CombinedOutput()
+	return strings.Contains(string(out), "-config")
+}
+
+// daemon is a sanqos daemon running in the target namespace.
+type daemon struct {
+	cmd    *exec.Cmd
+	done   chan error
+	record string
+	argv   []string
+}
+
+// startDaemon starts `ip netns exec <target> sanqos …args` and waits until
+// it records its first ticks, so the run's load meets a working daemon.
+func startDaemon(ctx context.Context, sanqos string, args []string, record, logPath string) (*daemon, error) {
+	if err := os.MkdirAll(ctlSocketDir, 0o755); err != nil {
+		return nil, fmt.Errorf("creating %s: %w", ctlSocketDir, err)
+	}
+	logf, err := os.Create(logPath)
+	if err != nil {
+		return nil, fmt.Errorf("creating the daemon's log: %w", err)
+	}
+	argv := append([]string{sanqos}, args...)
+	cmd := lab.Command(context.WithoutCancel(ctx), lab.TargetNS, argv...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		return nil, fmt.Errorf("starting the daemon: %w", err)
+	}
+	d := &daemon{cmd: cmd, done: make(chan error, 1), record: record, argv: cmd.Args}
+	go func() { d.done <- cmd.Wait(); logf.Close() }()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		select {
+		case err := <-d.done:
+			d.done <- err
+			log, _ := os.ReadFile(logPath)
+			return nil, fmt.Errorf("the daemon exited at start (%v): %s", err, lastLines(string(log), 5))
+		case <-ctx.Done():
+			d.stop()
+			return nil, ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+		if n, _ := countLines(record); n >= 3 {
+			return d, nil
+		}
+		if time.Now().After(deadline) {
+			d.stop()
+			log, _ := os.ReadFile(logPath)
+			return nil, fmt.Errorf("the daemon recorded no ticks within 15s: %s", lastLines(string(log), 5))
+		}
+	}
+}
+
+// stop asks the daemon to exit (it removes its chain, sets and queue) and
+// kills it if it has not within 10 s. It returns the daemon's exit error
+// unless that was the interrupt itself.
+func (d *daemon) stop() error {
+	_ = d.cmd.Process.Signal(syscall.SIGINT)
+	select {
+	case err := <-d.done:
+		d.done <- err
+		var ee *exec.ExitError
+		if errors.As(err, &ee) && ee.ExitCode() == 130 {
+			return nil
+		}
+		return err
+	case <-time.After(10 * time.Second):
+		_ = d.cmd.Process.Kill()
+		err := <-d.done
+		d.done <- err
+		return fmt.Errorf("the daemon did not stop within 10s on SIGINT and was killed")
+	}
+}
+
+func countLines(path string) (int, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	n := 0
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64*1024), 4<<20)
+	for sc.Scan() {
+		n++
+	}
+	return n, sc.Err()
+}
+
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, " | ")
+}
+
+// readRecord parses the daemon's --record file.
+func readRecord(path string) ([]status.Record, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("reading the daemon's record: %w", err)
+	}
+	defer f.Close()
+	var out []status.Record
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64*1024), 4<<20)
+	for n := 1; sc.Scan(); n++ {
+		if len(sc.Bytes()) == 0 {
+			continue
+		}
+		var r status.Record
+		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
+			// A daemon killed mid-line leaves a torn last line.
+			return out, nil
+		}
+		out = append(out, r)
+	}
+	if err := sc.Err(); err != nil {
+		return out, fmt.Errorf("reading %s: %w", path, err)
+	}
+	return out, nil
+}
