@@ -54,7 +54,7 @@ type Config struct {
 	Manual Manual `toml:"manual"`
 	// Listen is the metrics/HTTP address; "" disables it.
 	Listen string `toml:"listen"`
-	// Socket is the control socket for sanqos status/throttle/top.
+	// Socket is the control socket for sanqos throttle; "" for none.
 	Socket string `toml:"socket"`
 	// Record is a file to record every tick to; "" disables recording.
 	Record string `toml:"record"`
@@ -301,8 +301,8 @@ func (c *Config) Validate() error {
 			return nil
 		},
 		func() error {
-			if !filepath.IsAbs(c.Socket) {
-				return bad("socket", strconv.Quote(c.Socket), "must be an absolute path, like /run/sanqos/sanqos.sock")
+			if c.Socket != "" && !filepath.IsAbs(c.Socket) {
+				return bad("socket", strconv.Quote(c.Socket), `must be an absolute path, like /run/sanqos/sanqos.sock, or "" for none`)
 			}
 			return nil
 		},

@@ -58,8 +58,11 @@ func TestLoadGood(t *testing.T) {
 		{"rate units", "write_threshold = \"2MB/s\"\nwrite_leave = \"512KiB/s\"", func(c Config) bool {
 			return c.WriteThreshold == 2e6 && c.WriteLeave == 512*1024
 		}},
-		{"rate number", "write_threshold = 800000\nwrite_leave = 1e5", func(c Config) bool {
-			return c.WriteThreshold == 800000 && c.WriteLeave == 100000
+		{"rate number is kB/s", "write_threshold = 800\nwrite_leave = 100.5", func(c Config) bool {
+			return c.WriteThreshold == 800e3 && c.WriteLeave == 100500
+		}},
+		{"rate bytes", "write_threshold = \"900000B/s\"\nwrite_leave = \"256 KiB/s\"", func(c Config) bool {
+			return c.WriteThreshold == 900000 && c.WriteLeave == 256*1024
 		}},
 		{"ports replace", "ports = [3260, 3261]", func(c Config) bool { return reflect.DeepEqual(c.Ports, []int{3260, 3261}) }},
 		{"static", `[discovery]
@@ -74,6 +77,7 @@ addr = "2001:db8::2"
 device = "dm-1"`, func(c Config) bool { return len(c.Static.Consumers) == 2 && c.Static.Consumers[1].Device == "dm-1" }},
 		{"manual", "policy = \"manual\"\n[manual]\nthrottle = [\"192.0.2.5\", \"iqn.2026-11.x:y\"]", func(c Config) bool { return len(c.Manual.Throttle) == 2 }},
 		{"listen disabled", `listen = ""`, func(c Config) bool { return c.Listen == "" }},
+		{"socket disabled", `socket = ""`, func(c Config) bool { return c.Socket == "" }},
 		{"pid", "[pid]\nkp = 1.5\nti = \"2s\"\ntd = \"0s\"\nu_max = \"40ms\"", func(c Config) bool {
 			return c.PID == PID{Kp: 1.5, Ti: Duration{2 * time.Second}, UMax: Duration{40 * time.Millisecond}}
 		}},

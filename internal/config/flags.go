@@ -65,7 +65,7 @@ var flagDefs = []flagDef{
 	{"ti", "pid.ti", "PID integral time", func(c *Config) string { return c.PID.Ti.String() }, setDuration(func(c *Config) *Duration { return &c.PID.Ti })},
 	{"td", "pid.td", "PID derivative time", func(c *Config) string { return c.PID.Td.String() }, setDuration(func(c *Config) *Duration { return &c.PID.Td })},
 	{"u-max", "pid.u_max", "largest packet delay", func(c *Config) string { return c.PID.UMax.String() }, setDuration(func(c *Config) *Duration { return &c.PID.UMax })},
-	{"write-threshold", "write_threshold", "write rate above which a consumer becomes throttleable", func(c *Config) string { return c.WriteThreshold.String() }, setRate(func(c *Config) *Rate { return &c.WriteThreshold })},
+	{"write-threshold", "write_threshold", "write rate above which a consumer becomes throttleable (a bare number is kB/s)", func(c *Config) string { return c.WriteThreshold.String() }, setRate(func(c *Config) *Rate { return &c.WriteThreshold })},
 	{"write-leave", "write_leave", "write rate below which it stops being throttleable", func(c *Config) string { return c.WriteLeave.String() }, setRate(func(c *Config) *Rate { return &c.WriteLeave })},
 	{"backend", "backend", "data path: nfqueue, netem, htb or dry-run", func(c *Config) string { return c.Backend }, setString(func(c *Config) *string { return &c.Backend })},
 	{"direction", "direction", "what to delay: write, read or both", func(c *Config) string { return c.Direction }, setString(func(c *Config) *string { return &c.Direction })},
@@ -94,7 +94,7 @@ var flagDefs = []flagDef{
 	{"lio-root", "discovery.lio_root", "LIO configfs root", func(c *Config) string { return c.Discovery.LIORoot }, setString(func(c *Config) *string { return &c.Discovery.LIORoot })},
 	{"policy", "policy", "who is throttled: read-over-write or manual", func(c *Config) string { return c.Policy }, setString(func(c *Config) *string { return &c.Policy })},
 	{"listen", "listen", `metrics address HOST:PORT ("" disables)`, func(c *Config) string { return c.Listen }, setString(func(c *Config) *string { return &c.Listen })},
-	{"socket", "socket", "control socket path", func(c *Config) string { return c.Socket }, setString(func(c *Config) *string { return &c.Socket })},
+	{"socket", "socket", `control socket path ("" for none)`, func(c *Config) string { return c.Socket }, setString(func(c *Config) *string { return &c.Socket })},
 	{"record", "record", `record every tick to this file ("" disables)`, func(c *Config) string { return c.Record }, setString(func(c *Config) *string { return &c.Record })},
 }
 

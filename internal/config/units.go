@@ -35,7 +35,8 @@ func (d *Duration) UnmarshalText(b []byte) error {
 func (d Duration) MarshalText() ([]byte, error) { return []byte(d.String()), nil }
 
 // Rate is a data rate in bytes per second, written "500kB/s", "1.5MB/s",
-// "512KiB/s" or as a bare number of bytes per second.
+// "512KiB/s", "800B/s", or as a bare number of kB/s (iostat's unit, and
+// what 'sanqos run --write-threshold 500' has always meant).
 type Rate float64
 
 var rateUnits = []struct {
@@ -46,14 +47,14 @@ var rateUnits = []struct {
 	{"kB/s", 1e3}, {"KB/s", 1e3}, {"MB/s", 1e6}, {"GB/s", 1e9}, {"B/s", 1},
 }
 
-// UnmarshalTOML accepts a number (bytes/s) or a string with a unit.
+// UnmarshalTOML accepts a number (kB/s) or a string with a unit.
 func (r *Rate) UnmarshalTOML(v any) error {
 	switch x := v.(type) {
 	case int64:
-		*r = Rate(x)
+		*r = Rate(x) * 1e3
 		return nil
 	case float64:
-		*r = Rate(x)
+		*r = Rate(x * 1e3)
 		return nil
 	case string:
 		return r.UnmarshalText([]byte(x))
@@ -64,7 +65,7 @@ func (r *Rate) UnmarshalTOML(v any) error {
 // UnmarshalText parses a rate string.
 func (r *Rate) UnmarshalText(b []byte) error {
 	s := strings.TrimSpace(string(b))
-	mult := 1.0
+	mult := 1e3 // a bare number is kB/s
 	for _, u := range rateUnits {
 		if strings.HasSuffix(s, u.suffix) {
 			s, mult = strings.TrimSpace(strings.TrimSuffix(s, u.suffix)), u.mult
@@ -73,7 +74,7 @@ func (r *Rate) UnmarshalText(b []byte) error {
 	}
 	f, err := strconv.ParseFloat(s, 64)
 	if err != nil {
-		return fmt.Errorf("%q: must be a rate like \"500kB/s\", \"2MB/s\", \"512KiB/s\" or a number of bytes/s", b)
+		return fmt.Errorf("%q: must be a rate like \"500kB/s\", \"2MB/s\", \"512KiB/s\" or a bare number of kB/s", b)
 	}
 	*r = Rate(f * mult)
 	return nil
