@@ -6,18 +6,20 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/netip"
 	"os"
-	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/sanqos/sanqos/internal/clock"
+	"github.com/sanqos/sanqos/internal/config"
 	"github.com/sanqos/sanqos/internal/ctl"
 	"github.com/sanqos/sanqos/internal/daemon"
+	"github.com/sanqos/sanqos/internal/discover"
 	"github.com/sanqos/sanqos/internal/diskstats"
 	"github.com/sanqos/sanqos/internal/engine"
-	"github.com/sanqos/sanqos/internal/status"
 	"github.com/sanqos/sanqos/internal/throttle"
 	"github.com/sanqos/sanqos/internal/topology"
 )
@@ -25,7 +27,9 @@ import (
 // runOptions is everything 'sanqos run' (autonomic) needs, after parsing
 // and validation.
 type runOptions struct {
+	config      config.Config
 	engine      engine.Config
+	fixed       bool // topo is given (--consumer): no discovery
 	topo        topology.Topology
 	backend     throttle.Options
 	ports       []uint16
@@ -93,27 +97,39 @@ func runDaemon(ctx context.Context, o runOptions, log *slog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("configuration: %w", err)
 	}
+	dopts := daemon.Options{
+		Clock: clock.Real{}, Tick: o.engine.Tick, Engine: daemon.FromEngine(eng, o.ports), Stats: stats,
+		Topology: o.topo, Logger: log, Version: version, DiscoveryInterval: o.config.Discovery.Interval.Duration,
+	}
+	if !o.fixed {
+		d, err := discover.FromConfig(o.config, log)
+		if err != nil {
+			return fmt.Errorf("discovery: %w", err)
+		}
+		dopts.Discoverer = withThresholds{d: d, c: o.config}
+	}
 
 	// Everything that can collide with another daemon comes before the
 	// kernel is touched: the HTTP address and the control socket.
-	l, err := daemon.Listen(o.listen)
+	var l net.Listener
+	if o.listen != "" {
+		if l, err = daemon.Listen(o.listen); err != nil {
+			return err
+		}
+		defer l.Close()
+	}
+	srv, err := ctl.Listen(o.socket, log)
 	if err != nil {
 		return err
 	}
-	defer l.Close()
-	var srv *ctl.Server
-	if o.socket != "" {
-		if srv, err = ctl.Listen(o.socket, log); err != nil {
-			return err
-		}
-		defer srv.Close()
-	}
-	var rec *os.File
+	defer srv.Close()
 	if o.record != "" {
-		if rec, err = os.Create(o.record); err != nil {
-			return fmt.Errorf("--record: %w", err)
+		rec, err := os.Create(o.record)
+		if err != nil {
+			return fmt.Errorf("record: %w", err)
 		}
 		defer rec.Close()
+		dopts.Recorder = rec
 	}
 
 	b, err := throttle.Open(ctx, o.backend)
@@ -121,130 +137,145 @@ func runDaemon(ctx context.Context, o runOptions, log *slog.Logger) error {
 		return fmt.Errorf("starting the %s backend: %w", o.backend.Backend, err)
 	}
 	overrides := &ctl.Overrides{}
-	dopts := daemon.Options{
-		Clock: clock.Real{}, Tick: o.engine.Tick, Engine: daemon.FromEngine(eng, o.ports), Stats: stats,
-		Backend: b, Topology: o.topo, Logger: log, Version: version, Overrides: overrides,
-	}
-	if rec != nil {
-		dopts.Recorder = rec
-	}
+	dopts.Backend, dopts.Overrides = b, overrides
 	d, err := daemon.New(dopts)
 	if err != nil {
-		b.Close()
-		return err
+		return errors.Join(err, b.Close())
 	}
 
 	sctx, stop := context.WithCancel(ctx)
 	var wg sync.WaitGroup
-	var serveErr error
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		if err := daemon.Serve(sctx, l, d.Handler()); err != nil {
-			serveErr = err
-			log.Error("HTTP listener failed; /metrics and /status are gone, control goes on", "err", err)
-		}
-	}()
-	if srv != nil {
+	if l != nil {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := srv.Serve(sctx, d.CtlHandler(overrides)); err != nil && sctx.Err() == nil {
-				log.Error("control socket failed; manual overrides unavailable, control goes on", "err", err)
+			if err := daemon.Serve(sctx, l, d.Handler()); err != nil {
+				log.Error("HTTP listener failed; /metrics and /status are gone, control goes on", "err", err)
 			}
 		}()
+		log.Info("serving HTTP", "metrics", "http://"+l.Addr().String()+"/metrics", "status", "http://"+l.Addr().String()+"/status")
 	}
-	log.Info("serving", "metrics", "http://"+l.Addr().String()+"/metrics", "status", "http://"+l.Addr().String()+"/status",
-		"socket", o.socket, "record", o.record)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		if err := srv.Serve(sctx, d.CtlHandler(overrides)); err != nil && sctx.Err() == nil {
+			log.Error("control socket failed; manual overrides unavailable, control goes on", "err", err)
+		}
+	}()
+	log.Info("control socket ready", "socket", o.socket, "record", o.record)
 	runErr := d.Run(ctx)
 	stop()
 	wg.Wait()
-	_ = serveErr // already logged; the daemon's own exit status is what matters
 	return runErr
 }
 
-// parseRunOptions parses and validates the flags of autonomic mode. Every
-// problem is reported at once, before anything is started.
+// withThresholds fills in the configured per-resource thresholds of every
+// discovered topology.
+type withThresholds struct {
+	d *discover.Discoverer
+	c config.Config
+}
+
+func (w withThresholds) Discover(ctx context.Context) (topology.Topology, error) {
+	t, err := w.d.Discover(ctx)
+	if err != nil {
+		return t, err
+	}
+	return discover.ApplyThresholds(t, w.c), nil
+}
+
+// parseRunOptions reads the configuration file (--config), lets the flags
+// override it and validates the result. Every problem is reported before
+// anything is started.
 func parseRunOptions(args []string, stderr io.Writer) (runOptions, error) {
-	fs := newFlagSet("run", "sanqos run [flags]", runDescription, stderr)
-	def := engine.DefaultConfig()
-	tick := fs.Duration("tick", def.Tick, "control period")
-	alpha := fs.Float64("ewma-alpha", def.Alpha, "weight of the newest sample in the read-latency EWMA (0 < α ≤ 1)")
-	threshold := fs.Float64("threshold", def.Control.ThresholdMs, "read latency (ms) to keep each resource under")
-	controller := fs.String("controller", def.Controller, "controller: pid, thesis or none")
-	umax := fs.Float64("u-max", def.Control.UMaxMs, "largest packet delay (ms)")
-	join := fs.Float64("write-threshold", def.JoinKBs, "write rate (kB/s, EWMA) over which a consumer joins the throttleable set")
-	leave := fs.Float64("write-leave", def.LeaveKBs, "write rate (kB/s) under which it leaves again")
-	direction := fs.String("direction", def.Direction.String(), "what the delay slows: write, read or both")
-	backend := fs.String("backend", "nfqueue", "data path: "+strings.Join(throttle.Backends, ", "))
+	fs := newFlagSet("run", "sanqos run [--config FILE] [flags]", runDescription, stderr)
+	c := config.Default()
+	configPath := fs.String("config", "", "TOML configuration `file` (see deploy/sanqos.example.toml); flags override it")
+	c.RegisterFlags(fs)
+	proc := fs.String("proc", "/proc", "proc file system to read diskstats from")
 	dev := fs.String("dev", "", "interface towards the initiators (netem and htb backends)")
 	queue := fs.Uint("queue-num", uint(throttle.DefaultQueueNum), "NFQUEUE number (nfqueue backend)")
-	ports := fs.String("ports", "3260", "comma-separated target TCP ports to throttle")
-	listen := fs.String("listen", status.DefaultAddr, "address of the /metrics and /status HTTP listener")
-	socket := fs.String("socket", ctl.DefaultSocket, "control socket path for 'sanqos throttle' (empty: none)")
-	record := fs.String("record", "", "write one JSON line per tick (signals, delays, rates) to this file")
-	proc := fs.String("proc", "/proc", "proc file system to read diskstats from")
+	small := fs.Int("small-segment", throttle.DefaultSmallSegment, "largest TCP payload in bytes that counts as write-direction traffic (R2T, SCSI response)")
 	cleanup := fs.Bool("cleanup-only", false, "remove the kernel objects a sanqos daemon left behind, then exit")
 	var consumers consumerFlag
-	fs.Var(&consumers, "consumer", "add a static `RESOURCE,ADDR,DEVICE` consumer (e.g. fs-lab,10.0.0.3,loop1); repeat for each")
+	fs.Var(&consumers, "consumer", "add a fixed `RESOURCE,ADDR,DEVICE` consumer (e.g. fs-lab,10.0.0.3,loop1), device taken as its kernel name; repeat for each; replaces discovery")
 	if err := parseFlags(fs, args); err != nil {
 		return runOptions{}, err
 	}
-
-	cfg := def
-	cfg.Tick, cfg.Alpha, cfg.Controller = *tick, *alpha, *controller
-	cfg.Control.ThresholdMs, cfg.Control.UMaxMs = *threshold, *umax
-	cfg.JoinKBs, cfg.LeaveKBs = *join, *leave
+	if *configPath != "" {
+		var err error
+		if c, err = config.Load(*configPath); err != nil {
+			return runOptions{}, fmt.Errorf("%w; nothing was started", err)
+		}
+	}
 	var errs []error
-	d, err := throttle.ParseDirection(*direction)
-	if err != nil {
-		errs = append(errs, fmt.Errorf("--direction: %w", err))
-	}
-	cfg.Direction = d
-	if *threshold <= 0 {
-		errs = append(errs, fmt.Errorf("--threshold %v: want a positive number of ms, e.g. 15", *threshold))
-	}
-	if *umax <= 0 {
-		errs = append(errs, fmt.Errorf("--u-max %v: want a positive number of ms, e.g. 20", *umax))
-	}
-	if *leave > *join {
-		errs = append(errs, fmt.Errorf("--write-leave %v is above --write-threshold %v: a consumer would leave the set before joining it", *leave, *join))
+	flagsErr := c.ApplyFlags(fs)
+	if flagsErr != nil {
+		errs = append(errs, flagsErr)
 	}
 	if *queue == 0 || *queue > 65535 {
 		errs = append(errs, fmt.Errorf("--queue-num %d: want 1 to 65535", *queue))
 	}
-	ps, err := parseRunPorts(*ports)
+	if *small < 0 || *small > 65535 {
+		errs = append(errs, fmt.Errorf("--small-segment %d: want 0 to 65535 bytes", *small))
+	}
+	cfg, err := engineConfig(c)
 	if err != nil {
 		errs = append(errs, err)
+	} else if _, err := engine.New(cfg, topology.Topology{}); err != nil && flagsErr == nil {
+		// (After a config error the engine would repeat it.)
+		errs = append(errs, err)
 	}
-	topo := consumers.topology()
-	if err := engine.ValidateTopology(topo, cfg); err != nil {
-		errs = append(errs, fmt.Errorf("--consumer: %w", err))
+	o := runOptions{
+		config: c, engine: cfg, listen: c.Listen, socket: c.Socket, record: c.Record, procRoot: *proc,
+		cleanupOnly: *cleanup,
+		backend:     throttle.Options{Backend: c.Backend, Dev: *dev, QueueNum: uint16(*queue), SmallSegment: *small},
 	}
-	if _, err := engine.New(cfg, topology.Topology{}); err != nil {
+	for _, p := range c.Ports {
+		o.ports = append(o.ports, uint16(p)) // validated: 1-65535
+	}
+	if len(consumers) > 0 {
+		o.fixed = true
+		o.topo = discover.ApplyThresholds(consumers.topology(), c)
+		if err := engine.ValidateTopology(o.topo, cfg); err != nil {
+			errs = append(errs, fmt.Errorf("--consumer: %w", err))
+		}
+	} else if _, err := discover.NewAdapter(c); err != nil {
 		errs = append(errs, err)
 	}
 	if len(errs) > 0 {
 		return runOptions{}, fmt.Errorf("bad configuration, nothing was started: %w", errors.Join(errs...))
 	}
-	return runOptions{
-		engine: cfg, topo: topo, ports: ps, listen: *listen, socket: *socket, record: *record, procRoot: *proc,
-		cleanupOnly: *cleanup,
-		backend:     throttle.Options{Backend: *backend, Dev: *dev, QueueNum: uint16(*queue)},
-	}, nil
+	return o, nil
 }
 
-func parseRunPorts(s string) ([]uint16, error) {
-	var ps []uint16
-	for _, f := range strings.Split(s, ",") {
-		p, err := strconv.ParseUint(strings.TrimSpace(f), 10, 16)
-		if err != nil || p == 0 {
-			return nil, fmt.Errorf("--ports %q: want comma-separated TCP ports 1-65535, e.g. 3260", s)
-		}
-		ps = append(ps, uint16(p))
+// engineConfig maps the configuration onto the engine's.
+func engineConfig(c config.Config) (engine.Config, error) {
+	cfg := engine.DefaultConfig()
+	cfg.Tick = c.Tick.Duration
+	cfg.Alpha = c.EWMAAlpha
+	cfg.Controller = c.Controller
+	cfg.Control.ThresholdMs = durMs(c.Threshold.Duration)
+	cfg.Control.Kp = c.PID.Kp
+	cfg.Control.Ti = c.PID.Ti.Duration
+	cfg.Control.Td = c.PID.Td.Duration
+	cfg.Control.T = c.Tick.Duration
+	cfg.Control.UMaxMs = durMs(c.PID.UMax.Duration)
+	// The config's rates are bytes/s; the engine's kB are diskstats' (1024
+	// bytes, two sectors).
+	cfg.JoinKBs = float64(c.WriteThreshold) / 1024
+	cfg.LeaveKBs = float64(c.WriteLeave) / 1024
+	cfg.Policy = c.Policy
+	cfg.Manual = engine.ManualConfig{Protected: c.Manual.Protected, Throttle: c.Manual.Throttle}
+	d, err := throttle.ParseDirection(c.Direction)
+	if err != nil {
+		return cfg, fmt.Errorf("direction: %w", err)
 	}
-	return ps, nil
+	cfg.Direction = d
+	return cfg, nil
 }
+
+func durMs(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
 // consumerFlag collects --consumer RESOURCE,ADDR,DEVICE.
 type consumerFlag []struct {

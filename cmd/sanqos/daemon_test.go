@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -20,19 +21,31 @@ import (
 func TestRunBadConfigOneError(t *testing.T) {
 	addr := freeAddr(t)
 	var out, errb bytes.Buffer
-	code := dispatch([]string{"run", "--backend", "dry-run", "--listen", addr, "--threshold", "-1", "--ports", "0",
-		"--controller", "bang-bang"}, &out, &errb)
+	code := dispatch([]string{"run", "--backend", "dry-run", "--listen", addr, "--controller", "bang-bang",
+		"--queue-num", "0"}, &out, &errb)
 	if code != 1 {
 		t.Fatalf("exit %d, want 1", code)
 	}
 	msg := errb.String()
-	for _, want := range []string{"nothing was started", "--threshold -1", "--ports \"0\"", "bang-bang"} {
+	for _, want := range []string{"nothing was started", "--queue-num 0", "bang-bang"} {
 		if !strings.Contains(msg, want) {
 			t.Errorf("error lacks %q:\n%s", want, msg)
 		}
 	}
 	if _, err := (status.Client{Addr: addr}).Get(context.Background()); err == nil {
 		t.Error("something is listening after a refused start")
+	}
+}
+
+func TestRunBadConfigFile(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "sanqos.toml")
+	os.WriteFile(p, []byte("tick = \"100ms\"\ntreshold = \"15ms\"\n"), 0o644)
+	var out, errb bytes.Buffer
+	if code := dispatch([]string{"run", "--config", p}, &out, &errb); code != 1 {
+		t.Fatalf("exit %d, want 1", code)
+	}
+	if msg := errb.String(); !strings.Contains(msg, p) || !strings.Contains(msg, "treshold") || !strings.Contains(msg, "nothing was started") {
+		t.Errorf("error should name the file and the unknown key:\n%s", msg)
 	}
 }
 
@@ -64,9 +77,17 @@ func TestRunDryRunEndToEnd(t *testing.T) {
 	defer cancel()
 	var errb bytes.Buffer
 	done := make(chan error, 1)
+	// The file sets most things; the flags override the default threshold
+	// and the per-resource one from the file stays.
+	cfg := filepath.Join(dir, "sanqos.toml")
+	toml := fmt.Sprintf("backend = \"dry-run\"\ntick = \"20ms\"\nthreshold = \"15ms\"\nlisten = %q\nsocket = %q\nrecord = %q\n"+
+		"[resources.\"fs-lab\"]\nthreshold = \"30ms\"\n", addr, sock, rec)
+	if err := os.WriteFile(cfg, []byte(toml), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	go func() {
-		done <- cmdRunAutonomic(ctx, []string{"--backend", "dry-run", "--listen", addr, "--socket", sock, "--record", rec,
-			"--proc", proc, "--tick", "20ms", "--consumer", "fs-lab,10.99.0.2,loop1", "--consumer", "fs-lab,10.99.0.3,loop2"},
+		done <- cmdRunAutonomic(ctx, []string{"--config", cfg, "--threshold", "25ms", "--proc", proc,
+			"--consumer", "fs-lab,10.99.0.2,loop1", "--consumer", "fs-b,10.99.0.3,loop2"},
 			&bytes.Buffer{}, &syncWriter{w: &errb})
 	}()
 	var s status.Status
@@ -83,8 +104,13 @@ func TestRunDryRunEndToEnd(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	if s.Backend != "dry-run" || len(s.Resources) != 1 || s.Resources[0].Name != "fs-lab" || len(s.Consumers) != 2 || s.TickMs != 20 {
+	if s.Backend != "dry-run" || len(s.Resources) != 2 || len(s.Consumers) != 2 || s.TickMs != 20 {
 		t.Errorf("status = %+v", s)
+	}
+	for _, r := range s.Resources {
+		if want := map[string]float64{"fs-lab": 30, "fs-b": 25}[r.Name]; r.ThresholdMs != want {
+			t.Errorf("%s threshold %v ms, want %v (file per resource, else the flag)", r.Name, r.ThresholdMs, want)
+		}
 	}
 	if os.Geteuid() == 0 { // the control socket serves root only
 		resp, err := ctl.Call(ctx, sock, ctl.Request{Op: ctl.OpList})
@@ -112,7 +138,7 @@ func TestRunDryRunEndToEnd(t *testing.T) {
 	lines := 0
 	for sc := bufio.NewScanner(f); sc.Scan(); lines++ {
 		var r status.Record
-		if err := json.Unmarshal(sc.Bytes(), &r); err != nil || len(r.Resources) != 1 {
+		if err := json.Unmarshal(sc.Bytes(), &r); err != nil || len(r.Resources) != 2 {
 			t.Fatalf("record line %d: %v %q", lines+1, err, sc.Text())
 		}
 	}
