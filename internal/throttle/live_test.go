@@ -33,7 +33,7 @@ func TestLiveDelayAccuracy(t *testing.T) {
 		l.throttle(t, b, d, d)
 		got := median(l.rtts(c, n)) - base
 		t.Logf("delay %v: RTT rise %v (base %v)", d, got, base)
-		if diff := got - d; diff > 500*time.Microsecond || diff < -500*time.Microsecond {
+		if diff := got - d; !raceEnabled && (diff > 500*time.Microsecond || diff < -500*time.Microsecond) {
 			t.Errorf("delay %v: RTT rose by %v, want within ±0.5ms", d, got)
 		}
 	}
@@ -94,7 +94,7 @@ func sweep(t *testing.T, dir Direction) {
 		fmt.Fprintf(&table, "  %-8v %7.1f   %s\n", d, rates[i]/1e6, notes[i])
 	}
 	t.Log(table.String())
-	for i := 1; i < len(rates); i++ {
+	for i := 1; i < len(rates) && !raceEnabled; i++ {
 		if rates[i] >= rates[i-1] {
 			t.Errorf("rate did not fall from delay %v (%.1f MB/s) to %v (%.1f MB/s)", delays[i-1], rates[i-1]/1e6, delays[i], rates[i]/1e6)
 		}
