@@ -256,7 +256,7 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 func (d *Daemon) discoveryLoop(ctx context.Context, last topology.Topology, haveLast bool) {
 	t := d.o.Clock.NewTicker(d.o.DiscoveryInterval)
 	defer t.Stop()
-	failing := false
+	failing := !haveLast // the first discovery, in Run, failed and said so
 	for {
 		select {
 		case <-ctx.Done():

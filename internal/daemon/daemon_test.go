@@ -295,6 +295,28 @@ func TestRunDiscoveryFailureKeepsLastTopology(t *testing.T) {
 	}
 }
 
+func TestRunDiscoveryFailingAtStart(t *testing.T) {
+	disc := &fakeDiscoverer{results: []discResult{{err: io.ErrUnexpectedEOF}, {err: io.ErrUnexpectedEOF}, {topo: topo("fs-lab")}}}
+	logs := &logBuf{}
+	eng := &fakeEngine{decisions: []Decision{dec(5, 0)}}
+	clk := clock.NewFake(t0)
+	d, _ := New(Options{Clock: clk, DiscoveryInterval: time.Second, Engine: eng, Stats: &fakeStats{},
+		Backend: &fakeBackend{}, Discoverer: disc, Logger: newLogger(logs)})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+	eventually(t, "the topology after two failures", func() { clk.Advance(100 * time.Millisecond) },
+		func() bool { return len(eng.topologies()) == 1 })
+	cancel()
+	<-done
+	if n := logs.count("discovery failed"); n != 1 {
+		t.Errorf("failure at start logged %d times for one streak, want 1:\n%s", n, logs)
+	}
+	if n := logs.count("discovery recovered"); n != 1 {
+		t.Errorf("recovery logged %d times, want 1", n)
+	}
+}
+
 func TestRunShutdownClosesBackend(t *testing.T) {
 	be := &fakeBackend{}
 	clk := clock.NewFake(t0)
