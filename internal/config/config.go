@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"github.com/BurntSushi/toml"
+
+	"github.com/sanqos/sanqos/internal/control"
 )
 
 // Config is the complete configuration. Field names follow the TOML keys.
@@ -109,16 +111,22 @@ type Manual struct {
 	Throttle  []string `toml:"throttle"`
 }
 
-// Default returns the built-in configuration. The PID gains are the
-// thesis's (Kp 0.3, Ti 500 and Td 1 at T 16: T/Ti = 0.032, Td/T = 1/16),
-// rescaled to a 100 ms tick.
+// Default returns the built-in configuration. The PID gains are
+// control.DefaultParams: tuned against the simulated thesis array (see
+// internal/control/doc.go), so a config file and the library agree.
 func Default() Config {
+	pid := control.DefaultParams()
 	return Config{
-		Tick:           Duration{100 * time.Millisecond},
-		EWMAAlpha:      0.25,
-		Threshold:      Duration{15 * time.Millisecond},
-		Controller:     "pid",
-		PID:            PID{Kp: 0.3, Ti: Duration{3125 * time.Millisecond}, Td: Duration{6250 * time.Microsecond}, UMax: Duration{20 * time.Millisecond}},
+		Tick:       Duration{100 * time.Millisecond},
+		EWMAAlpha:  0.25,
+		Threshold:  Duration{15 * time.Millisecond},
+		Controller: "pid",
+		PID: PID{
+			Kp:   pid.Kp,
+			Ti:   Duration{pid.Ti},
+			Td:   Duration{pid.Td},
+			UMax: Duration{time.Duration(pid.UMaxMs * float64(time.Millisecond))},
+		},
 		WriteThreshold: 500e3,
 		WriteLeave:     250e3,
 		Backend:        "nfqueue",
