@@ -447,6 +447,10 @@ func (d *Daemon) logTransitions(rs []status.Resource) {
 			d.log.Info("throttling released", "resource", r.Name, "signal_ms", round2(r.SignalMs),
 				"threshold_ms", r.ThresholdMs)
 		}
+		if r.MissingDevices > 0 && (!had || p.MissingDevices == 0) {
+			d.log.Warn("devices of a resource are missing from diskstats; measuring without them",
+				"resource", r.Name, "missing", r.MissingDevices)
+		}
 		if slices.Equal(p.Members, r.Members) {
 			// The common case, and the only one every tick: no allocation.
 		} else if added, removed := diffStrings(p.Members, r.Members); len(added)+len(removed) > 0 {

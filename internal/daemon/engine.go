@@ -61,6 +61,7 @@ func (a *engineAdapter) Step(now time.Time, snap []diskstats.Stat) Decision {
 		out.Resources[i] = status.Resource{
 			Name: r.Name, SignalMs: r.SignalMs, RawMs: r.RawMs, ThresholdMs: r.ThresholdMs,
 			DelayMs: r.DelayMs, Reads: r.Reads, Direction: r.Direction.String(), Members: a.addrNames(r.Members),
+			MissingDevices: r.MissingDevices,
 		}
 	}
 	for i, c := range d.Consumers {

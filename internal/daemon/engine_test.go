@@ -19,16 +19,21 @@ type loadStats struct {
 	r1, rt1, ws2 uint64
 	readMs       uint64
 	writeKBs     uint64
+	dropLoop2    bool
 }
 
 func (s *loadStats) Read() ([]diskstats.Stat, []diskstats.LineError, error) {
 	s.r1 += 10
 	s.rt1 += 10 * s.readMs
 	s.ws2 += s.writeKBs * 2 / 10 // sectors per 100 ms tick
-	return []diskstats.Stat{
+	st := []diskstats.Stat{
 		{Major: 7, Minor: 1, Device: "loop1", Fields: 20, ReadIOs: s.r1, ReadTicks: s.rt1},
 		{Major: 7, Minor: 2, Device: "loop2", Fields: 20, WriteSectors: s.ws2, WriteIOs: s.ws2 / 128},
-	}, nil, nil
+	}
+	if s.dropLoop2 {
+		st = st[:1]
+	}
+	return st, nil, nil
 }
 
 // With the real engine: a slow reader and a heavy writer on one resource
@@ -73,6 +78,10 @@ func TestRealEngineThrottlesWriter(t *testing.T) {
 		t.Errorf("engagement not logged once:\n%s", logs)
 	}
 
+	if logs.count("missing from diskstats") != 0 {
+		t.Errorf("missing devices reported while all are present:\n%s", logs)
+	}
+
 	stats.readMs = 1
 	run(300)
 	if s := d.Status(); s.Resources[0].Throttling() {
@@ -83,6 +92,15 @@ func TestRealEngineThrottlesWriter(t *testing.T) {
 	}
 	if g := be.applied[len(be.applied)-1].Groups[0]; len(g.Members) != 0 || g.WriteDelay != 0 {
 		t.Errorf("last applied group = %+v, want empty", g)
+	}
+
+	stats.dropLoop2 = true
+	run(3)
+	if s := d.Status(); s.Resources[0].MissingDevices != 1 {
+		t.Errorf("missing devices = %d, want 1 (loop2 left diskstats)", s.Resources[0].MissingDevices)
+	}
+	if n := logs.count("missing from diskstats", "resource=fs-lab", "missing=1"); n != 1 {
+		t.Errorf("missing device logged %d times over 3 ticks, want 1", n)
 	}
 }
 

@@ -25,6 +25,11 @@ func WriteTable(w io.Writer, s Status) error {
 			r.Name, r.SignalMs, r.RawMs, r.ThresholdMs, r.DelayMs, r.Direction, members(r.Members))
 	}
 	tw.Flush()
+	for _, r := range s.Resources {
+		if r.MissingDevices > 0 {
+			fmt.Fprintf(&b, "note: %d device(s) of %s missing from /proc/diskstats; measured without them\n", r.MissingDevices, r.Name)
+		}
+	}
 	b.WriteString("\n")
 	tw = tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "CONSUMER\tRESOURCE\tDEVICE\tREAD kB/s\tWRITE kB/s\tWRITE EWMA kB/s\tR_AWAIT ms\tTHROTTLEABLE")

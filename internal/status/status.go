@@ -53,6 +53,10 @@ type Resource struct {
 	Reads     uint64   `json:"reads"`
 	Direction string   `json:"direction"`
 	Members   []string `json:"members"`
+	// MissingDevices counts the resource's devices absent from
+	// /proc/diskstats at the last tick (a stale topology, or a LUN whose
+	// device went away); they are skipped, not fatal.
+	MissingDevices int `json:"missing_devices,omitempty"`
 }
 
 // Throttling reports whether the resource's members are being delayed.

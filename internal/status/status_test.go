@@ -97,6 +97,16 @@ func TestRenderTopFailingDiscovery(t *testing.T) {
 	}
 }
 
+func TestWriteTableMissingDevices(t *testing.T) {
+	s := fixture()
+	s.Resources[1].MissingDevices = 2
+	var b strings.Builder
+	WriteTable(&b, s)
+	if !strings.Contains(b.String(), "note: 2 device(s) of vg-data missing") {
+		t.Errorf("missing devices not shown:\n%s", b.String())
+	}
+}
+
 func TestBar(t *testing.T) {
 	tests := []struct {
 		signal, threshold float64
