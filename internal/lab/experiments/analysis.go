@@ -136,6 +136,28 @@ func (tl Timeline) activeWaits() []float64 {
 	return out
 }
 
+// windowWaits are the reader's samples of the seconds ending in (from, to].
+func (tl Timeline) windowWaits(from, to float64) []float64 {
+	var out []float64
+	for i, t := range tl.T {
+		if t > from && t <= to && !math.IsNaN(tl.WaitMs[i]) {
+			out = append(out, tl.WaitMs[i])
+		}
+	}
+	return out
+}
+
+// windowMean is the mean of xs over the seconds ending in (from, to].
+func (tl Timeline) windowMean(xs []float64, from, to float64) float64 {
+	var v []float64
+	for i, t := range tl.T {
+		if t > from && t <= to {
+			v = append(v, xs[i])
+		}
+	}
+	return iolog.Mean(v)
+}
+
 // activeMean is the mean of xs over the seconds with writers active.
 func (tl Timeline) activeMean(xs []float64) float64 {
 	var v []float64

@@ -1,0 +1,123 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/sanqos/sanqos/internal/lab"
+	"github.com/sanqos/sanqos/internal/lab/experiments"
+)
+
+// labExperimentsHelp lists the experiments for --help.
+func labExperimentsHelp() string {
+	var b strings.Builder
+	for _, n := range experiments.Names() {
+		x, _ := experiments.Lookup(n)
+		fmt.Fprintf(&b, "  %-8s %s (about %s; --short %s)\n", n, x.Title,
+			x.Estimate(false).Round(time.Minute), x.Estimate(true).Round(time.Minute))
+	}
+	return b.String()
+}
+
+// labRun is 'sanqos lab run EXPERIMENT --out DIR [--short]'.
+func labRun(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("lab run", "sanqos lab run EXPERIMENT --out DIR [--short] [--kp K --ti D --td D]",
+		`Run one experiment of the thesis in a fresh lab (waiting up to 10 minutes
+if another lab is up) and write to DIR: summary.json, report.html, PNG plots
+and, per run, the raw JSON-lines logs of the load generators and of the
+daemon's --record. The lab is taken down at the end, on error and on Ctrl-C.
+
+Experiments:
+`+labExperimentsHelp(), stderr)
+	out := fs.String("out", "", "directory for the results (required)")
+	short := fs.Bool("short", false, "run the shortened version")
+	kp := fs.Float64("kp", 0, "pid gain Kp in the daemon's configuration (0: the default)")
+	ti := fs.Duration("ti", 0, "pid integral time Ti (0: the default)")
+	td := fs.Duration("td", 0, "pid derivative time Td (0: the default)")
+	storage := fs.String("storage", "", "where LUN images live: emu:PROFILE or dir:PATH (default emu:thesis-2010)")
+	seed := fs.Int64("seed", 1, "seed of the emulated disk's random numbers")
+	// The experiment's name comes first; flags follow it.
+	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
+		if err := parseFlags(fs, args); err != nil {
+			return err
+		}
+		fmt.Fprintf(stderr, "sanqos lab run: name an experiment: %s\n", strings.Join(experiments.Names(), ", "))
+		return errUsage
+	}
+	name := args[0]
+	if err := parseFlags(fs, args[1:]); err != nil {
+		return err
+	}
+	if _, err := experiments.Lookup(name); err != nil {
+		fmt.Fprintf(stderr, "sanqos lab run: %v\n", err)
+		return errUsage
+	}
+	if *out == "" {
+		fmt.Fprintf(stderr, "sanqos lab run: --out DIR is required\n")
+		return errUsage
+	}
+	if *kp < 0 || *ti < 0 || *td < 0 {
+		fmt.Fprintf(stderr, "sanqos lab run: --kp, --ti and --td must not be negative\n")
+		return errUsage
+	}
+	lo, err := labOptions(lab.DefaultStorage.Profile, *storage, "2GiB", *seed, stdout)
+	if err != nil {
+		fmt.Fprintf(stderr, "sanqos lab run: %v\n", err)
+		return errUsage
+	}
+	o := experiments.Options{Out: *out, Short: *short, Progress: stdout,
+		Gains: experiments.Gains{Kp: *kp, Ti: *ti, Td: *td}}
+	s, err := experiments.Run(ctx, name, o, lo)
+	if err != nil {
+		return err
+	}
+	printChecks(stdout, s)
+	fmt.Fprintf(stdout, "wrote %s/summary.json and %s/report.html\n", *out, *out)
+	return nil
+}
+
+// labDemo is 'sanqos lab demo --out DIR'.
+func labDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("lab demo", "sanqos lab demo --out DIR",
+		`Write the demonstration report to DIR (about 10 minutes, as root): the
+simulator's section, then a fresh lab (emu:thesis-2010) running fig5.11
+--short — smalljob against 12 on/off sequential writers, once uncontrolled
+and once with sanqos holding the reader at 15 ms — then DIR/report.html
+(runs, targets, plots, lab settings, simulation) and DIR/summary.json. The
+lab is taken down at the end, on error and on Ctrl-C.`, stderr)
+	out := fs.String("out", "", "directory for the report (required)")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if *out == "" {
+		fmt.Fprintf(stderr, "sanqos lab demo: --out DIR is required\n")
+		return errUsage
+	}
+	lo, err := labOptions(lab.DefaultStorage.Profile, "", "2GiB", 1, stdout)
+	if err != nil {
+		return err
+	}
+	s, err := experiments.Demo(ctx, experiments.Options{Out: *out, Progress: stdout}, lo)
+	if err != nil {
+		return err
+	}
+	printChecks(stdout, s)
+	return nil
+}
+
+func printChecks(w io.Writer, s *experiments.Summary) {
+	for _, r := range s.Runs {
+		fmt.Fprintf(w, "%-16s wait p95 %6.1f ms (mean %5.1f), write %5.1f MB/s, reader %5.1f kB/s, retransmits %d\n",
+			r.Name, r.WaitMs.P95, r.WaitMs.Mean, r.WriteMBs, r.ReaderKBs, r.Retransmits)
+	}
+	for _, c := range s.Checks {
+		mark := "met   "
+		if !c.OK {
+			mark = "MISSED"
+		}
+		fmt.Fprintf(w, "%s %s: %s: want %s, got %s\n", mark, c.Run, c.What, c.Want, c.Got)
+	}
+}

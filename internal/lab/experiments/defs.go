@@ -1,0 +1,139 @@
+package experiments
+
+import (
+	"fmt"
+	"time"
+)
+
+// The interference workload of Fig. 5.9-5.13: 12 sequential 64 KiB writer
+// threads on b3-b5, switched on together, each moving burstBytes per
+// burst, then a 5 s pause. 32 MiB per thread is about 10 s of writing for
+// the 12 at the thesis disk's 37-39 MB/s and longer while throttled, so a
+// run sees many switch-ons and stops, each a step the controller must
+// follow.
+const (
+	burstBytes = "32m"
+	burstOff   = 5 * time.Second
+	// leadTime lets the reader settle alone before the writers start;
+	// tailTime lets the record show the release after the last stop.
+	leadTime = 10 * time.Second
+	tailTime = 10 * time.Second
+)
+
+// interference is the on/off workload of the given total length.
+func interference(total time.Duration) Workload {
+	return Workload{Total: total, Lead: leadTime, WriterTime: total - leadTime - tailTime,
+		Writers: 12, On: burstBytes, Off: burstOff}
+}
+
+// controlledRuns are fig5.9's and fig5.11's runs: uncontrolled (the daemon
+// only records), pid at 20, 15 and 10 ms, thesis at 15 ms.
+func controlledRuns(policy string, short bool, total time.Duration) []plannedRun {
+	w := interference(total)
+	runs := []plannedRun{{"none", w, Control{Controller: "none", Policy: policy}}}
+	ths := []float64{20, 15, 10}
+	if short {
+		ths = []float64{15}
+	}
+	for _, th := range ths {
+		c := Control{Controller: "pid", ThresholdMs: th, Policy: policy}
+		runs = append(runs, plannedRun{c.label(), w, c})
+	}
+	if !short {
+		c := Control{Controller: "thesis", ThresholdMs: 15, Policy: policy}
+		runs = append(runs, plannedRun{c.label(), w, c})
+	}
+	return runs
+}
+
+func registry() []Experiment {
+	return []Experiment{
+		{
+			Name:  "fig5.1",
+			Title: "Four equal sequential readers share the disk (thesis Fig. 5.1)",
+			Describe: "seqread-32k (sequential 32 KiB reads, one thread) on each of b2-b5, started together; " +
+				"each initiator's MB/s over time and Jain's index over them.",
+			plan: func(short bool) []plannedRun {
+				total := 120 * time.Second
+				if short {
+					total = 40 * time.Second
+				}
+				return []plannedRun{{"readers", Workload{Total: total, Reader: "seqread-32k", Readers: 4}, Control{}}}
+			},
+			plots: plotFig51,
+		},
+		{
+			Name:  "fig5.7",
+			Title: "A small reader against 0, 1, 3 and 12 sequential writers (thesis Fig. 5.7)",
+			Describe: "smalljob (8 KiB random reads at 256 kB/s) on b2 alone, and with 1, 3 and 12 sequential 64 KiB " +
+				"writer threads spread over b3-b5 started after it; no sanqos. Wait statistics are over the " +
+				"interference window (while the writers run).",
+			refMs: 15,
+			plan: func(short bool) []plannedRun {
+				lead, wt := 60*time.Second, 60*time.Second
+				if short {
+					lead, wt = 15*time.Second, 30*time.Second
+				}
+				var out []plannedRun
+				for _, n := range []int{0, 1, 3, 12} {
+					out = append(out, plannedRun{fmt.Sprintf("writers-%d", n),
+						Workload{Total: lead + wt + 5*time.Second, Lead: lead, WriterTime: wt, Writers: n}, Control{}})
+				}
+				return out
+			},
+			plots: plotFig57,
+		},
+		{
+			Name:  "fig5.9",
+			Title: "Manual policy: protect b2, throttle b3-b5 (thesis Fig. 5.9/5.10)",
+			Describe: "smalljob on b2; 12 sequential 64 KiB writer threads on b3-b5 switched on together, " +
+				"32 MiB per thread per burst, 5 s pause; sanqos with policy manual (protected b2, throttle b3, b4, b5), " +
+				"uncontrolled and at 20, 15, 10 ms, and the thesis controller at 15 ms.",
+			refMs: 15,
+			plan: func(short bool) []plannedRun {
+				if short {
+					return controlledRuns("manual", true, 120*time.Second)
+				}
+				return controlledRuns("manual", false, 300*time.Second)
+			},
+			plots: plotInterference,
+		},
+		{
+			Name:  "fig5.11",
+			Title: "Autonomic read-over-write control (thesis Fig. 5.11-5.13)",
+			Describe: "smalljob on b2; 12 sequential 64 KiB writer threads on b3-b5 switched on together, " +
+				"32 MiB per thread per burst, 5 s pause; sanqos (read-over-write, tgt discovery, nfqueue) " +
+				"uncontrolled and at 20, 15, 10 ms, and the thesis controller at 15 ms.",
+			refMs: 15,
+			plan: func(short bool) []plannedRun {
+				if short {
+					return controlledRuns("", true, 120*time.Second)
+				}
+				return controlledRuns("", false, 300*time.Second)
+			},
+			plots: plotInterference,
+		},
+	}
+}
+
+// Custom is an experiment of the interference workload with the given runs,
+// for tests and tuning (e.g. the end-to-end test's short version).
+func Custom(name string, refMs float64, w Workload, controls []Control) Experiment {
+	return Experiment{
+		Name: name, Title: "Interference workload, " + name,
+		Describe: "smalljob on b2 against on/off sequential writers on b3-b5 (custom length).",
+		refMs:    refMs,
+		plan: func(bool) []plannedRun {
+			var out []plannedRun
+			for _, c := range controls {
+				out = append(out, plannedRun{c.label(), w, c})
+			}
+			return out
+		},
+		plots: plotInterference,
+	}
+}
+
+// Interference returns the on/off interference workload of the given total
+// length (writers from 10 s in until 10 s before the end).
+func Interference(total time.Duration) Workload { return interference(total) }

@@ -1,0 +1,347 @@
+package experiments
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/sanqos/sanqos/internal/lab"
+)
+
+// Options configure an experiment.
+type Options struct {
+	// Out is the directory of the results (created if missing).
+	Out string
+	// Short runs the shortened version.
+	Short bool
+	// Sanqos is the sanqos binary the daemon runs from; "" is the running
+	// executable (right for the sanqos command, not for a test binary).
+	Sanqos string
+	// Gains override the pid controller's gains in the daemon's
+	// configuration (zero fields: control.DefaultParams).
+	Gains Gains
+	// Progress receives one line per phase and one every 10 s.
+	Progress io.Writer
+	// LabWait is how long to wait for somebody else's lab to go away
+	// before giving up; 0 means 10 minutes.
+	LabWait time.Duration
+}
+
+// Experiment is one experiment of the thesis.
+type Experiment struct {
+	Name, Title string
+	// Describe says what is run, for --help and the report.
+	Describe string
+	plan     func(short bool) []plannedRun
+	// refMs is the threshold an uncontrolled run's over-threshold share
+	// is measured against.
+	refMs float64
+	plots func(s *Summary, runs []*RunResult) ([]string, error)
+}
+
+// plannedRun is one run of an experiment.
+type plannedRun struct {
+	name string
+	w    Workload
+	c    Control
+}
+
+// Summary is summary.json.
+type Summary struct {
+	Experiment string        `json:"experiment"`
+	Title      string        `json:"title"`
+	Describe   string        `json:"describe"`
+	Short      bool          `json:"short"`
+	Started    time.Time     `json:"started"`
+	Finished   time.Time     `json:"finished"`
+	Lab        LabInfo       `json:"lab"`
+	Gains      Gains         `json:"pid_gains"`
+	Runs       []*RunResult  `json:"runs"`
+	Plots      []string      `json:"plots"`
+	Checks     []Check       `json:"checks,omitempty"`
+	Sim        *SimReference `json:"sim,omitempty"`
+}
+
+// SimReference points at the simulator's section of a demo report.
+type SimReference struct {
+	Dir string `json:"dir"`
+}
+
+// LabInfo is what the report says of the lab.
+type LabInfo struct {
+	Storage  string       `json:"storage"`
+	LUNBytes int64        `json:"lun_bytes"`
+	MTU      int          `json:"mtu"`
+	Offloads lab.Offloads `json:"offloads"`
+	Portal   string       `json:"portal"`
+	Loadgen  string       `json:"loadgen,omitempty"`
+}
+
+// Names lists the experiments.
+func Names() []string {
+	var out []string
+	for _, e := range registry() {
+		out = append(out, e.Name)
+	}
+	return out
+}
+
+// Lookup finds an experiment by name.
+func Lookup(name string) (Experiment, error) {
+	for _, e := range registry() {
+		if e.Name == name {
+			return e, nil
+		}
+	}
+	return Experiment{}, fmt.Errorf("no experiment %q (have %s)", name, strings.Join(Names(), ", "))
+}
+
+// Estimate is roughly how long the experiment takes, lab up included.
+func (x Experiment) Estimate(short bool) time.Duration {
+	d := 20 * time.Second
+	for _, r := range x.plan(short) {
+		d += r.w.Total + loginSlack + 3*time.Second
+	}
+	return d
+}
+
+// Run brings up a lab (after waiting for any other to go away), runs the
+// experiment, writes its results to o.Out and takes the lab down on every
+// path, Ctrl-C included.
+func Run(ctx context.Context, name string, o Options, lo lab.Options) (*Summary, error) {
+	x, err := Lookup(name)
+	if err != nil {
+		return nil, err
+	}
+	var s *Summary
+	err = WithLab(ctx, o, lo, func(l *lab.Lab) error {
+		var err error
+		s, err = x.RunOn(ctx, l, o)
+		return err
+	})
+	return s, err
+}
+
+// WithLab checks what a run needs, waits until no lab is up, brings one
+// up, calls f and takes the lab down whatever happens.
+func WithLab(ctx context.Context, o Options, lo lab.Options, f func(*lab.Lab) error) (err error) {
+	if os.Geteuid() != 0 {
+		return errors.New("the lab experiments create namespaces, loop devices and iptables rules: run as root")
+	}
+	if o.Out == "" {
+		return errors.New("no output directory: give --out DIR")
+	}
+	if _, err := sanqosBinary(o); err != nil {
+		return err
+	}
+	if lo.Loadgen == "" {
+		if lo.Loadgen, err = lab.FindLoadgen(); err != nil {
+			return err
+		}
+	}
+	if err := os.MkdirAll(o.Out, 0o755); err != nil {
+		return fmt.Errorf("creating %s: %w", o.Out, err)
+	}
+	if err := waitForFreeLab(ctx, o); err != nil {
+		return err
+	}
+	if lo.Progress == nil {
+		lo.Progress = o.Progress
+	}
+	l, err := lab.Up(ctx, lo)
+	if err != nil {
+		return fmt.Errorf("bringing up the lab: %w", err)
+	}
+	defer func() {
+		if o.Progress != nil {
+			fmt.Fprintln(o.Progress, "lab down: removing everything the lab created")
+		}
+		if derr := l.Down(); derr != nil {
+			err = errors.Join(err, fmt.Errorf("taking the lab down: %w", derr))
+		}
+	}()
+	return f(l)
+}
+
+func sanqosBinary(o Options) (string, error) {
+	if o.Sanqos != "" {
+		if _, err := os.Stat(o.Sanqos); err != nil {
+			return "", fmt.Errorf("the sanqos binary for the daemon: %w", err)
+		}
+		return o.Sanqos, nil
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return "", fmt.Errorf("finding the sanqos executable for the daemon: %w", err)
+	}
+	return self, nil
+}
+
+// waitForFreeLab waits, polling every 20 s, while another lab is up: only
+// one can exist, and it is somebody else's to take down.
+func waitForFreeLab(ctx context.Context, o Options) error {
+	limit := o.LabWait
+	if limit == 0 {
+		limit = 10 * time.Minute
+	}
+	state := filepath.Join(lab.StateDir, "state.json")
+	deadline := time.Now().Add(limit)
+	for {
+		if _, err := os.Stat(state); errors.Is(err, os.ErrNotExist) {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("a lab is still up after waiting %s (%s exists): if nobody is using it, remove it with 'sanqos lab down' and retry", limit, state)
+		}
+		if o.Progress != nil {
+			fmt.Fprintf(o.Progress, "waiting: another lab is up (%s); checking again in 20s, giving up in %s\n",
+				state, time.Until(deadline).Round(time.Second))
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(20 * time.Second):
+		}
+	}
+}
+
+// RunOn runs the experiment on a lab that is up and writes summary.json,
+// the plots and report.html to o.Out.
+func (x Experiment) RunOn(ctx context.Context, l *lab.Lab, o Options) (*Summary, error) {
+	sanqos, err := sanqosBinary(o)
+	if err != nil {
+		return nil, err
+	}
+	o.Sanqos = sanqos
+	v, err := viewOf(l)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(o.Out, 0o755); err != nil {
+		return nil, fmt.Errorf("creating %s: %w", o.Out, err)
+	}
+	plan := x.plan(o.Short)
+	st := l.State()
+	s := &Summary{Experiment: x.Name, Title: x.Title, Describe: x.Describe, Short: o.Short, Started: time.Now().UTC(),
+		Lab:   LabInfo{Storage: st.Storage.String(), LUNBytes: st.Size, MTU: st.MTU, Offloads: st.Offloads, Portal: st.Target.Portal()},
+		Gains: o.Gains.withDefaults()}
+	e := &env{l: l, v: v, o: o, count: nstatCounter{run: runInNS}, prog: newProgress(o.Progress, x, plan)}
+	for _, r := range plan {
+		if r.c.Controller != "" {
+			e.hasConfig = supportsConfig(ctx, sanqos)
+			break
+		}
+	}
+	for i, r := range plan {
+		e.prog.startRun(i)
+		res, err := e.runOne(ctx, r.name, r.w, r.c, x.refMs)
+		if err != nil {
+			return s, fmt.Errorf("%s, run %s: %w", x.Name, r.name, err)
+		}
+		s.Runs = append(s.Runs, res)
+		e.prog.doneRun(res)
+	}
+	s.Finished = time.Now().UTC()
+	if s.Plots, err = x.plots(s, s.Runs); err != nil {
+		return s, err
+	}
+	s.Checks = checks(s)
+	if err := writeJSON(filepath.Join(o.Out, "summary.json"), s); err != nil {
+		return s, err
+	}
+	if err := WriteHTML(filepath.Join(o.Out, "report.html"), s, ""); err != nil {
+		return s, err
+	}
+	return s, nil
+}
+
+func runInNS(ctx context.Context, ns string, argv ...string) ([]byte, error) {
+	out, err := lab.Command(ctx, ns, argv...).Output()
+	if err != nil {
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			return out, fmt.Errorf("%s in %s: %w: %s", strings.Join(argv, " "), ns, err, strings.TrimSpace(string(ee.Stderr)))
+		}
+		return out, fmt.Errorf("%s in %s: %w", strings.Join(argv, " "), ns, err)
+	}
+	return out, nil
+}
+
+func writeJSON(path string, v any) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return fmt.Errorf("encoding %s: %w", path, err)
+	}
+	if err := os.WriteFile(path, append(b, '\n'), 0o644); err != nil {
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	return nil
+}
+
+// progress prints what runs and how long is left.
+type progress struct {
+	w     io.Writer
+	x     Experiment
+	plan  []plannedRun
+	i     int
+	start time.Time
+}
+
+func newProgress(w io.Writer, x Experiment, plan []plannedRun) *progress {
+	return &progress{w: w, x: x, plan: plan}
+}
+
+func (p *progress) left(inRun time.Duration) time.Duration {
+	d := max(inRun, 0)
+	for _, r := range p.plan[p.i+1:] {
+		d += r.w.Total + loginSlack + 3*time.Second
+	}
+	return d
+}
+
+func (p *progress) startRun(i int) {
+	p.i, p.start = i, time.Now()
+	if p.w == nil {
+		return
+	}
+	r := p.plan[i]
+	fmt.Fprintf(p.w, "%s: run %d/%d %s (%s): about %s left in all\n", p.x.Name, i+1, len(p.plan), r.name,
+		r.c.describe(), p.left(r.w.Total+loginSlack).Round(time.Second))
+}
+
+func (p *progress) update(runLeft time.Duration) {
+	if p.w == nil {
+		return
+	}
+	fmt.Fprintf(p.w, "%s: run %d/%d %s: %s left in this run, %s in all\n", p.x.Name, p.i+1, len(p.plan), p.plan[p.i].name,
+		max(runLeft, 0).Round(time.Second), p.left(runLeft).Round(time.Second))
+}
+
+func (p *progress) doneRun(r *RunResult) {
+	if p.w == nil {
+		return
+	}
+	fmt.Fprintf(p.w, "%s: run %s done: wait p95 %.1f ms, write %.1f MB/s, retransmits %d\n",
+		p.x.Name, r.Name, r.WaitMs.P95, r.WriteMBs, r.Retransmits)
+}
+
+func (c Control) describe() string {
+	switch c.Controller {
+	case "":
+		return "no daemon"
+	case "none":
+		return "uncontrolled, daemon observing"
+	}
+	pol := c.Policy
+	if pol == "" {
+		pol = "read-over-write"
+	}
+	return fmt.Sprintf("%s at %g ms, %s", c.Controller, c.ThresholdMs, pol)
+}

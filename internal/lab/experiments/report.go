@@ -1,0 +1,167 @@
+package experiments
+
+import (
+	"fmt"
+	"html/template"
+	"math"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+)
+
+// Check is one of the issue's targets measured on a run.
+type Check struct {
+	Run  string `json:"run"`
+	What string `json:"what"`
+	Want string `json:"want"`
+	Got  string `json:"got"`
+	OK   bool   `json:"ok"`
+}
+
+// checks compares the runs with the issue's targets: a controlled run at
+// T ms keeps smalljob's p95 ≤ 1.2 T with ≤ 5 % of seconds above 1.2 T, no
+// TCP retransmissions, smalljob within 5 % of its rate, nothing throttled
+// 2 s after the writers stop; the uncontrolled p95 is ≥ 2 × the reference
+// threshold.
+func checks(s *Summary) []Check {
+	var out []Check
+	for _, r := range s.Runs {
+		if r.Workload.On == "" {
+			continue // only the on/off interference experiments have targets
+		}
+		if r.ThresholdMs == nil {
+			want := 2 * r.OverRefMs
+			out = append(out, Check{r.Name, "uncontrolled p95 wait", fmt.Sprintf("≥ %g ms", want),
+				fmt.Sprintf("%.1f ms", r.WaitMs.P95), r.WaitMs.P95 >= want})
+			continue
+		}
+		th := *r.ThresholdMs
+		lim := OverFactor * th
+		out = append(out,
+			Check{r.Name, "p95 wait", fmt.Sprintf("≤ %g ms", lim), fmt.Sprintf("%.1f ms", r.WaitMs.P95), r.WaitMs.P95 <= lim},
+			Check{r.Name, fmt.Sprintf("seconds above %g ms", lim), "≤ 5 %", fmt.Sprintf("%.1f %%", r.OverThresholdPct), r.OverThresholdPct <= 5},
+			Check{r.Name, "TCP retransmissions (initiators)", "0", fmt.Sprint(r.Retransmits), r.Retransmits == 0},
+		)
+		if r.ReaderGoalKBs > 0 {
+			dev := math.Abs(r.ReaderKBs-r.ReaderGoalKBs) / r.ReaderGoalKBs * 100
+			out = append(out, Check{r.Name, "smalljob throughput", fmt.Sprintf("%.0f kB/s ± 5 %%", r.ReaderGoalKBs),
+				fmt.Sprintf("%.1f kB/s (%.1f %% off)", r.ReaderKBs, dev), dev <= 5})
+		}
+		if r.Release != nil {
+			got := fmt.Sprintf("max %.1f s over %d stops", r.Release.MaxClearS, r.Release.Stops)
+			if r.Release.MaxClearS < 0 {
+				got = fmt.Sprintf("a stop never cleared (%d stops)", r.Release.Stops)
+			}
+			out = append(out, Check{r.Name, "throttle cleared after writers stop", fmt.Sprintf("≤ %g s", ReleaseLimitS),
+				got, r.Release.WithinLimit && r.Release.Stops > 0})
+		}
+	}
+	return out
+}
+
+var page = template.Must(template.New("report").Funcs(template.FuncMap{
+	"f1": func(x float64) string { return fmt.Sprintf("%.1f", x) },
+	"f2": func(x float64) string { return fmt.Sprintf("%.2f", x) },
+	"th": func(p *float64) string {
+		if p == nil {
+			return "–"
+		}
+		return fmt.Sprintf("%g", *p)
+	},
+	"rel": func(r *RunResult) string {
+		if r.Release == nil {
+			return "–"
+		}
+		if r.Release.MaxClearS < 0 {
+			return "never"
+		}
+		return fmt.Sprintf("%.1f s (%d)", r.Release.MaxClearS, r.Release.Stops)
+	},
+	"delay": func(r *RunResult) string {
+		if r.Delay == nil {
+			return "–"
+		}
+		return fmt.Sprintf("%.1f / %.1f", r.Delay.Mean, r.Delay.Max)
+	},
+	"base": filepath.Base,
+	"join": func(xs []string) string { return strings.Join(xs, "\n") },
+}).Parse(`<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8">
+<title>sanqos lab: {{.S.Experiment}}</title>
+<style>
+body { font-family: sans-serif; max-width: 1250px; margin: 1em auto; color: #222; }
+table { border-collapse: collapse; margin: 0.5em 0 1.5em; }
+th, td { border: 1px solid #bbb; padding: 3px 7px; text-align: right; }
+th { background: #eee; } td:first-child, th:first-child { text-align: left; }
+.ok { color: #070; } .bad { color: #b00; font-weight: bold; }
+pre { background: #f6f6f6; padding: 0.5em; overflow-x: auto; font-size: 85%; }
+img { max-width: 100%; border: 1px solid #ddd; margin: 0.5em 0; }
+</style></head><body>
+<h1>sanqos lab: {{.S.Title}}</h1>
+<p>{{.S.Describe}}</p>
+<p>Run {{.S.Started.Format "2006-01-02 15:04 MST"}} – {{.S.Finished.Format "15:04 MST"}}{{if .S.Short}}, short version{{end}}.
+Lab: storage {{.S.Lab.Storage}}, LUNs of {{.S.Lab.LUNBytes}} bytes, portal {{.S.Lab.Portal}},
+MTU {{.S.Lab.MTU}}, offloads TSO {{.S.Lab.Offloads.TSO}}, GSO {{.S.Lab.Offloads.GSO}}, GRO {{.S.Lab.Offloads.GRO}}.
+pid gains in the daemon's configuration: Kp {{.S.Gains.Kp}}, Ti {{.S.Gains.Ti}}, Td {{.S.Gains.Td}}, u_max {{.S.Gains.UMaxMs}} ms.</p>
+
+<h2>Runs</h2>
+<p>Wait: smalljob's per-second mean latency as the initiator b2 sees it, over the
+seconds the writers were active (fig5.7: the interference window). "Over" is the
+share of those seconds above 1.2 × threshold (uncontrolled runs: 1.2 × the
+reference threshold). Write MB/s: the writers' aggregate while active.
+Retransmits: TCP retransmitted segments in all initiator namespaces
+(target's in parentheses). Jain: over each writer thread's MB/s (fig5.1: over the readers).
+Released: longest time from a stop of the writers to delay 0 and empty sets (number of stops).</p>
+<table>
+<tr><th>run</th><th>controller</th><th>threshold ms</th><th>writers</th><th>wait mean</th><th>p50</th><th>p95</th><th>max</th><th>over %</th>
+<th>write MB/s</th><th>reader kB/s</th><th>retransmits</th><th>Jain</th><th>max write I/O ms</th><th>delay mean / max ms</th><th>released</th></tr>
+{{range .S.Runs}}<tr><td>{{.Name}}</td><td>{{.Controller}}{{if .Policy}} ({{.Policy}}){{end}}</td><td>{{th .ThresholdMs}}</td><td>{{.Writers}}</td>
+<td>{{f1 .WaitMs.Mean}}</td><td>{{f1 .WaitMs.P50}}</td><td>{{f1 .WaitMs.P95}}</td><td>{{f1 .WaitMs.Max}}</td><td>{{f1 .OverThresholdPct}}</td>
+<td>{{f1 .WriteMBs}}</td><td>{{f1 .ReaderKBs}}</td><td>{{.Retransmits}} ({{index .RetransmitsBy "sanqos-bm"}})</td><td>{{f2 .Jain}}</td><td>{{f1 .MaxWriteIOMs}}</td>
+<td>{{delay .}}</td><td>{{rel .}}</td></tr>
+{{end}}</table>
+{{if .S.Checks}}<h2>Targets</h2>
+<table><tr><th>run</th><th>what</th><th>want</th><th>got</th><th></th></tr>
+{{range .S.Checks}}<tr><td>{{.Run}}</td><td>{{.What}}</td><td>{{.Want}}</td><td>{{.Got}}</td>{{if .OK}}<td class="ok">met</td>{{else}}<td class="bad">missed</td>{{end}}</tr>
+{{end}}</table>{{end}}
+
+<h2>Plots</h2>
+{{range .S.Plots}}<p><img src="{{.}}" alt="{{.}}"></p>
+{{end}}
+
+<h2>What was run</h2>
+{{range .S.Runs}}<p>{{.Name}} (logs in <code>{{base .Dir}}/</code>):</p>
+<pre>{{join .Commands}}</pre>
+{{end}}
+{{.Sim}}
+</body></html>
+`))
+
+// WriteHTML writes the report page; simHTML, when not empty, is the
+// simulator's section (sim.Report's index.html) with its links made
+// relative to the page.
+func WriteHTML(path string, s *Summary, simHTML string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("writing the report: %w", err)
+	}
+	err = page.Execute(f, struct {
+		S   *Summary
+		Sim template.HTML
+	}{s, template.HTML(simHTML)})
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("writing the report %s: %w", path, err)
+	}
+	return nil
+}
+
+var linkAttr = regexp.MustCompile(`(src|href)="([^":#/][^"]*)"`)
+
+// rebase prefixes the relative links of an HTML fragment with dir/.
+func rebase(fragment, dir string) string {
+	return linkAttr.ReplaceAllString(fragment, `$1="`+dir+`/$2"`)
+}

@@ -1,0 +1,461 @@
+package experiments
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sanqos/sanqos/internal/iolog"
+	"github.com/sanqos/sanqos/internal/lab"
+)
+
+// labHost is one initiator of the lab as a run sees it.
+type labHost struct {
+	name, ns, addr, loop, iqn string
+}
+
+// labView is what a run needs to know of the lab: the target's ports, the
+// reader (b2) and the writer hosts (b3–b5).
+type labView struct {
+	port, controlPort int
+	reader            labHost
+	writers           []labHost
+	hosts             []labHost // every initiator, b2 first
+}
+
+func viewOf(l *lab.Lab) (labView, error) {
+	v := labView{port: l.Target().Port, controlPort: l.Target().ControlPort}
+	for _, in := range l.Initiators() {
+		h := labHost{name: in.Name, ns: in.NS, addr: in.IP.String(), loop: in.Loop, iqn: in.IQN}
+		v.hosts = append(v.hosts, h)
+	}
+	if len(v.hosts) < 4 {
+		return v, fmt.Errorf("the lab has %d initiators; the experiments need b2 to b5", len(v.hosts))
+	}
+	v.reader, v.writers = v.hosts[0], v.hosts[1:]
+	return v, nil
+}
+
+func (v labView) writerAddrs() []string {
+	var out []string
+	for _, w := range v.writers {
+		out = append(out, w.addr)
+	}
+	return out
+}
+
+// Workload is the load of one run: smalljob on b2 for Total, and Writers
+// sequential 64 KiB writer threads spread over b3–b5 from Lead on for
+// WriterTime, continuously or, with On, in bursts of On bytes per thread
+// separated by Off.
+type Workload struct {
+	Total      time.Duration `json:"total"`
+	Lead       time.Duration `json:"lead"`
+	WriterTime time.Duration `json:"writer_time"`
+	Writers    int           `json:"writers"`
+	On         string        `json:"on,omitempty"`
+	Off        time.Duration `json:"off,omitempty"`
+	// Reader is the reader's preset; "" is smalljob. Readers > 1 runs
+	// it on that many hosts from b2 on (fig5.1), with no writers.
+	Reader  string `json:"reader,omitempty"`
+	Readers int    `json:"readers,omitempty"`
+}
+
+// spread splits n writer threads over hosts as evenly as possible, the
+// first hosts getting the remainder (1 → b3; 3 → one each; 12 → four each).
+func spread(n, hosts int) []int {
+	out := make([]int, hosts)
+	for i := range out {
+		out[i] = n / hosts
+		if i < n%hosts {
+			out[i]++
+		}
+	}
+	return out
+}
+
+// RunResult is one run of an experiment; the JSON field names are the
+// schema of summary.json's runs.
+type RunResult struct {
+	Name        string   `json:"name"`
+	Controller  string   `json:"controller"`
+	Policy      string   `json:"policy,omitempty"`
+	ThresholdMs *float64 `json:"threshold_ms"`
+	Writers     int      `json:"writers"`
+	Workload    Workload `json:"workload"`
+	// WaitMs summarises smalljob's 1-second mean wait over the seconds
+	// with writers active.
+	WaitMs        Stats `json:"wait_ms"`
+	ActiveSeconds int   `json:"active_seconds"`
+	// OverThresholdPct is the share of those seconds above OverFactor ×
+	// OverRefMs: the run's threshold, or for an uncontrolled run the
+	// experiment's reference threshold.
+	OverThresholdPct float64 `json:"over_threshold_pct"`
+	OverRefMs        float64 `json:"over_threshold_ref_ms"`
+	// WriteMBs is the writers' aggregate MB/s averaged over the seconds
+	// they were active.
+	WriteMBs float64 `json:"write_mb_s"`
+	// Retransmits is TcpRetransSegs over every initiator namespace;
+	// RetransmitsBy has each namespace, the target's too.
+	Retransmits   int64            `json:"retransmits"`
+	RetransmitsBy map[string]int64 `json:"retransmits_by_namespace"`
+	// ReaderKBs is smalljob's kB/s over the active seconds; ReaderGoalKBs
+	// what it asks for.
+	ReaderKBs     float64 `json:"reader_kb_s"`
+	ReaderGoalKBs float64 `json:"reader_goal_kb_s"`
+	// WriterMBs is each writer thread's MB/s over its whole run
+	// (WriterUnit "thread"), named in WriterNames (host/thread).
+	WriterMBs   []float64 `json:"writer_mb_s"`
+	WriterUnit  string    `json:"writer_unit"`
+	WriterNames []string  `json:"writer_names"`
+	Jain        float64   `json:"jain"`
+	// MaxWriteIOMs is the longest single write I/O of any writer.
+	MaxWriteIOMs float64 `json:"max_write_io_ms"`
+	// Delay and Release come from the daemon's record.
+	Delay   *DelayStats     `json:"delay_ms,omitempty"`
+	Release *ReleaseSummary `json:"release,omitempty"`
+	// ReadersMBs is each reader's MB/s (fig5.1).
+	ReadersMBs map[string]float64 `json:"readers_mb_s,omitempty"`
+	// Dir holds the run's raw logs; Commands are what was run.
+	Dir      string   `json:"dir"`
+	Commands []string `json:"commands"`
+
+	timeline Timeline
+	ticks    []Tick
+}
+
+// env is one experiment in progress on a lab.
+type env struct {
+	l         *lab.Lab
+	v         labView
+	o         Options
+	count     retransCounter
+	hasConfig bool
+	prog      *progress
+}
+
+// loadProc is one load generator writing its log to a file.
+type loadProc struct {
+	host string
+	cmd  *exec.Cmd
+	log  string
+	errf string
+	done chan error
+}
+
+func (e *env) startLoad(ctx context.Context, host labHost, logPath string, args ...string) (*loadProc, error) {
+	cmd, err := e.l.LoadCommand(context.WithoutCancel(ctx), host.name, args...)
+	if err != nil {
+		return nil, err
+	}
+	out, err := os.Create(logPath)
+	if err != nil {
+		return nil, fmt.Errorf("creating %s: %w", logPath, err)
+	}
+	errPath := strings.TrimSuffix(logPath, ".jsonl") + ".stderr"
+	errf, err := os.Create(errPath)
+	if err != nil {
+		out.Close()
+		return nil, fmt.Errorf("creating %s: %w", errPath, err)
+	}
+	cmd.Stdout, cmd.Stderr = out, errf
+	if err := cmd.Start(); err != nil {
+		out.Close()
+		errf.Close()
+		return nil, fmt.Errorf("starting load on %s: %w", host.name, err)
+	}
+	p := &loadProc{host: host.name, cmd: cmd, log: logPath, errf: errPath, done: make(chan error, 1)}
+	go func() { p.done <- cmd.Wait(); out.Close(); errf.Close() }()
+	return p, nil
+}
+
+// wait waits for the load to end; on ctx cancellation it asks for a clean
+// stop (sessions log out) with SIGINT, as lab.RunLoad does.
+func (p *loadProc) wait(ctx context.Context) error {
+	var err error
+	select {
+	case err = <-p.done:
+	case <-ctx.Done():
+		_ = p.cmd.Process.Signal(os.Interrupt)
+		select {
+		case err = <-p.done:
+		case <-time.After(15 * time.Second):
+			_ = p.cmd.Process.Kill()
+			err = <-p.done
+		}
+		return ctx.Err()
+	}
+	if err != nil {
+		msg, _ := os.ReadFile(p.errf)
+		return fmt.Errorf("load on %s: %w: %s", p.host, err, lastLines(string(msg), 3))
+	}
+	return nil
+}
+
+func (p *loadProc) records() ([]iolog.Record, error) {
+	f, err := os.Open(p.log)
+	if err != nil {
+		return nil, fmt.Errorf("reading the log of %s: %w", p.host, err)
+	}
+	defer f.Close()
+	recs, err := iolog.ReadRecords(bufio.NewReader(f))
+	if err != nil {
+		return nil, fmt.Errorf("reading the log of %s: %w", p.host, err)
+	}
+	return recs, nil
+}
+
+// loginSlack is how long the load generators get to log in (one session
+// per thread) before the common start.
+const loginSlack = 4 * time.Second
+
+// runOne runs a workload under a control and analyses it. refMs is the
+// threshold an uncontrolled run's over_threshold_pct is measured against.
+func (e *env) runOne(ctx context.Context, name string, w Workload, c Control, refMs float64) (res *RunResult, err error) {
+	dir := filepath.Join(e.o.Out, name)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("creating %s: %w", dir, err)
+	}
+	res = &RunResult{Name: name, Controller: c.Controller, Policy: c.Policy, Writers: w.Writers, Workload: w,
+		Dir: dir, OverRefMs: refMs, WriterUnit: "thread"}
+	if c.Controller == "" {
+		res.Controller = "none"
+	}
+	if c.Controller != "" && c.Controller != "none" {
+		th := c.ThresholdMs
+		res.ThresholdMs = &th
+		res.OverRefMs = th
+	}
+
+	// The daemon first, so the load meets it working.
+	var d *daemon
+	record := filepath.Join(dir, "daemon-record.jsonl")
+	if c.Controller != "" {
+		cfgPath := filepath.Join(dir, "sanqos.toml")
+		if err := os.WriteFile(cfgPath, []byte(daemonConfig(c, e.o.Gains, e.v, record)), 0o644); err != nil {
+			return nil, fmt.Errorf("writing the daemon's configuration: %w", err)
+		}
+		args, err := daemonArgs(c, e.o.Gains, e.v, cfgPath, record, e.hasConfig)
+		if err != nil {
+			return nil, err
+		}
+		if d, err = startDaemon(ctx, e.o.Sanqos, args, record, filepath.Join(dir, "daemon.log")); err != nil {
+			return nil, err
+		}
+		res.Commands = append(res.Commands, strings.Join(d.argv, " "))
+		defer func() {
+			if serr := d.stop(); serr != nil && err == nil {
+				err = fmt.Errorf("stopping the daemon: %w", serr)
+			}
+			os.RemoveAll(ctlSocketDir)
+		}()
+	}
+
+	namespaces := []string{lab.TargetNS}
+	for _, h := range e.v.hosts {
+		namespaces = append(namespaces, h.ns)
+	}
+	before, err := e.count.Retrans(ctx, namespaces)
+	if err != nil {
+		return nil, err
+	}
+
+	t0 := time.Now().Add(loginSlack).Truncate(time.Second).Add(time.Second)
+	startAt := func(off time.Duration) string {
+		return strconv.FormatFloat(float64(t0.Add(off).UnixNano())/1e9, 'f', 3, 64)
+	}
+	var procs []*loadProc
+	defer func() {
+		// On any error, stop what still runs; the lab's Down would
+		// kill them anyway, but a clean logout keeps tgtd tidy.
+		for _, p := range procs {
+			select {
+			case err := <-p.done:
+				p.done <- err
+			default:
+				_ = p.cmd.Process.Signal(os.Interrupt)
+			}
+		}
+	}()
+	start := func(h labHost, file string, args ...string) error {
+		p, err := e.startLoad(ctx, h, filepath.Join(dir, file), args...)
+		if err != nil {
+			return err
+		}
+		procs = append(procs, p)
+		res.Commands = append(res.Commands, strings.Join(p.cmd.Args, " "))
+		return nil
+	}
+	lunSize := e.l.State().Size
+	readers := max(w.Readers, 1)
+	preset := w.Reader
+	if preset == "" {
+		preset = "smalljob"
+	}
+	for i := 0; i < readers; i++ {
+		h := e.v.hosts[i]
+		if err := start(h, "reader-"+h.name+".jsonl", "--job", preset, "--name", "reader-"+h.name,
+			"--runtime", w.Total.String(), "--start-at", startAt(0), "--quiet"); err != nil {
+			return nil, err
+		}
+	}
+	if w.Writers > 0 {
+		for i, n := range spread(w.Writers, len(e.v.writers)) {
+			if n == 0 {
+				continue
+			}
+			h := e.v.writers[i]
+			args := []string{"--job", "seqwrite-64k", "--name", "writers-" + h.name, "--threads", strconv.Itoa(n),
+				"--size", strconv.FormatInt(lunSize/int64(n)/(1<<20), 10) + "m", "--per-thread",
+				"--runtime", w.WriterTime.String(), "--start-at", startAt(w.Lead), "--quiet"}
+			if w.On != "" {
+				args = append(args, "--on", w.On, "--off", w.Off.String())
+			}
+			if err := start(h, "writers-"+h.name+".jsonl", args...); err != nil {
+				return nil, err
+			}
+		}
+	}
+
+	// Wait for every load, showing progress.
+	end := t0.Add(w.Total)
+	tick := time.NewTicker(10 * time.Second)
+	defer tick.Stop()
+	waitErr := make(chan error, 1)
+	go func() {
+		var errs []error
+		for _, p := range procs {
+			if err := p.wait(ctx); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		waitErr <- errors.Join(errs...)
+	}()
+	for done := false; !done; {
+		select {
+		case err := <-waitErr:
+			if err != nil {
+				return nil, err
+			}
+			done = true
+		case <-tick.C:
+			e.prog.update(time.Until(end))
+		}
+	}
+	// The daemon records the release after the writers' last stop: the
+	// reader ran on after them, so the record already covers it.
+	after, err := e.count.Retrans(ctx, namespaces)
+	if err != nil {
+		return nil, err
+	}
+	res.RetransmitsBy = retransDiff(before, after)
+	for ns, n := range res.RetransmitsBy {
+		if ns != lab.TargetNS {
+			res.Retransmits += n
+		}
+	}
+
+	// Analysis, from the logs alone.
+	var readerRecs []iolog.Record
+	res.ReadersMBs = map[string]float64{}
+	var wlogs []WriterLog
+	for _, p := range procs {
+		recs, err := p.records()
+		if err != nil {
+			return nil, err
+		}
+		if strings.HasPrefix(filepath.Base(p.log), "reader-") {
+			if p.host == e.v.reader.name {
+				readerRecs = recs
+			}
+			if s, ok := iolog.Summary(recs, ""); ok {
+				res.ReadersMBs[p.host] = s.MBs
+			}
+			if readers > 1 {
+				// fig5.1: the readers' per-second MB/s is the plot.
+				wlogs = append(wlogs, WriterLog{Host: p.host, Records: recs})
+			}
+			continue
+		}
+		wlogs = append(wlogs, WriterLog{Host: p.host, Offset: w.Lead.Seconds(), Records: recs})
+		for th := 1; ; th++ {
+			s := iolog.Select(recs, iolog.KindSummary, th, iolog.OpWrite)
+			if len(s) == 0 {
+				break
+			}
+			res.WriterMBs = append(res.WriterMBs, s[len(s)-1].MBs)
+			res.WriterNames = append(res.WriterNames, fmt.Sprintf("%s/%d", p.host, th))
+		}
+		if s, ok := iolog.Summary(recs, iolog.OpWrite); ok {
+			res.MaxWriteIOMs = max(res.MaxWriteIOMs, s.Lat.Max)
+		}
+	}
+	if readers > 1 {
+		readerRecs = nil // fig5.1 has no wait to judge
+	} else {
+		res.ReadersMBs = nil
+	}
+	res.timeline = buildTimeline(readerRecs, wlogs)
+	// Continuous writers (fig5.7, and its run with none): the window is
+	// the writers' time; on/off writers: the seconds they were active.
+	tl := res.timeline
+	waits := tl.activeWaits()
+	res.WriteMBs = iolog.Round3(tl.activeMean(tl.WriteMBs))
+	res.ReaderKBs = iolog.Round3(tl.activeMean(tl.ReaderKBs))
+	if w.On == "" && w.WriterTime > 0 {
+		from, to := w.Lead.Seconds(), (w.Lead + w.WriterTime).Seconds()
+		waits = tl.windowWaits(from, to)
+		res.WriteMBs = iolog.Round3(tl.windowMean(tl.WriteMBs, from, to))
+		res.ReaderKBs = iolog.Round3(tl.windowMean(tl.ReaderKBs, from, to))
+	}
+	res.WaitMs = statsOf(waits)
+	res.ActiveSeconds = len(waits)
+	if refMs > 0 {
+		res.OverThresholdPct = iolog.Round3(overPct(waits, OverFactor*res.OverRefMs))
+	}
+	if readers > 1 {
+		var mbs []float64
+		for _, v := range res.ReadersMBs {
+			mbs = append(mbs, v)
+		}
+		res.Jain = iolog.Round3(iolog.JainIndex(mbs))
+	}
+	if preset == "smalljob" {
+		res.ReaderGoalKBs = 256 * 1024 / 1000.0
+	}
+	if len(res.WriterMBs) > 0 {
+		res.Jain = iolog.Round3(iolog.JainIndex(res.WriterMBs))
+	}
+
+	if d != nil {
+		// Stop the daemon before reading its record so the file is
+		// complete; the deferred stop is then a no-op.
+		if err := d.stop(); err != nil {
+			return nil, fmt.Errorf("stopping the daemon: %w", err)
+		}
+		recs, err := readRecord(record)
+		if err != nil {
+			return nil, err
+		}
+		res.ticks = ticksOf(recs, float64(t0.UnixNano())/1e9)
+		ds := delayStats(res.ticks)
+		res.Delay = &ds
+		rs := summarizeReleases(releases(res.ticks))
+		res.Release = &rs
+	}
+	if err := writeJSON(filepath.Join(dir, "result.json"), res); err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+// round1 rounds for display.
+func round1(x float64) float64 { return math.Round(x*10) / 10 }
