@@ -7,8 +7,6 @@ import (
 	"log/slog"
 	"net/netip"
 	"runtime"
-	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -100,10 +98,8 @@ type Nfqueue struct {
 	log   *slog.Logger
 
 	mu      sync.Mutex
-	last    State
-	active  map[memberKey]membership // active memberships of the last state
-	linger  map[memberKey]membership // left recently; still queued, delay 0
-	waiting bool                     // a re-sync for lingering members is scheduled
+	members members
+	waiting bool // a re-sync for lingering members is scheduled
 	stop    chan struct{}
 
 	cancel context.CancelFunc
@@ -140,7 +136,7 @@ func NewNfqueue(ctx context.Context, cfg NfqueueConfig) (*Nfqueue, error) {
 		cfg.Logger = slog.Default()
 	}
 	b := &Nfqueue{cfg: cfg, rec: newReconciler(cfg.Firewall, cfg.Sets), log: cfg.Logger.With("backend", "nfqueue"),
-		active: map[memberKey]membership{}, linger: map[memberKey]membership{}, stop: make(chan struct{}), cpu: packetCPU()}
+		stop: make(chan struct{}), cpu: packetCPU()}
 	b.table.Store(&delays{})
 	if err := b.rec.reset(ctx); err != nil {
 		return nil, fmt.Errorf("removing leftovers of an earlier run: %w", err)
@@ -310,32 +306,6 @@ func NfqueueRules(s State, queue uint16) []string {
 	return out
 }
 
-// memberKey is one consumer in one group.
-type memberKey struct {
-	group string
-	ip    netip.Addr
-}
-
-// membership is what a member leaving a group needs to keep being queued
-// until its held packets are out.
-type membership struct {
-	ports []uint16
-	delay time.Duration // largest delay it had
-	left  time.Time     // lingering: when it stopped being throttled
-}
-
-// A member that stops being throttled leaves its set only once its
-// traffic has paused: a packet already on its way through the queue when
-// the member leaves would be overtaken by the next one, which no longer
-// goes through the queue. So it lingers (queued, delay 0) until nothing
-// arrived for it for lingerQuiet, and at most lingerMax, after which
-// we accept that one packet might be overtaken rather than keep a busy
-// unthrottled consumer in user space for good.
-const (
-	lingerQuiet = 20 * time.Millisecond
-	lingerMax   = 10 * time.Second
-)
-
 func (b *Nfqueue) Apply(ctx context.Context, s State) error {
 	if err := Validate(s); err != nil {
 		return err
@@ -345,34 +315,7 @@ func (b *Nfqueue) Apply(ctx context.Context, s State) error {
 	if b.closed {
 		return errors.New("backend is closed")
 	}
-	t := delays{}
-	cur := map[memberKey]membership{}
-	for _, g := range s.Groups {
-		if !g.Active() {
-			continue
-		}
-		for _, m := range g.Members {
-			m = m.Unmap()
-			d := t[m]
-			d.write, d.read = max(d.write, g.WriteDelay), max(d.read, g.ReadDelay)
-			t[m] = d
-			cur[memberKey{g.Name, m}] = membership{ports: g.ports(), delay: max(g.WriteDelay, g.ReadDelay)}
-		}
-	}
-	// A member that stops being throttled stays in its set (with delay 0)
-	// until what it has held is out: if its packets bypassed the queue at
-	// once they would overtake the held ones and reorder the flow.
-	now := b.cfg.Clock.Now()
-	for k, m := range b.active {
-		if _, ok := cur[k]; !ok {
-			m.left = now
-			b.linger[k] = m
-		}
-	}
-	for k := range cur {
-		delete(b.linger, k)
-	}
-	b.active, b.last = cur, s
+	t := b.members.update(s, b.cfg.Clock.Now())
 	// Delays first: a consumer joining finds its delay on its first packet.
 	b.table.Store(&t)
 	return b.program(ctx)
@@ -382,49 +325,18 @@ func (b *Nfqueue) Apply(ctx context.Context, s State) error {
 // members, and schedules the next look at the lingering ones. b.mu held.
 func (b *Nfqueue) program(ctx context.Context) error {
 	now := b.cfg.Clock.Now()
-	rules := NfqueueRules(b.last, b.cfg.QueueNum)
-	sets := wantSets(b.last)
-	var ghosts []Group
-	lingering := false
-	for _, k := range sortedMemberKeys(b.linger) {
-		m := b.linger[k]
-		if now.Sub(m.left) >= m.delay && b.del.Quiet(k.ip, now, lingerQuiet) || now.Sub(m.left) >= lingerMax {
-			delete(b.linger, k)
-			continue
-		}
-		lingering = true
-		n := SetName(k.group)
-		if _, ok := sets[n]; !ok {
-			ghosts = append(ghosts, Group{Name: k.group, Ports: m.ports})
-		}
-		if !slices.Contains(sets[n], k.ip) {
-			sets[n] = append(sets[n], k.ip)
-		}
-	}
-	if len(ghosts) > 0 {
-		ghosts = slices.CompactFunc(ghosts, func(a, b Group) bool { return a.Name == b.Name })
-		rules = NfqueueRules(State{Groups: append(slices.Clone(b.last.Groups), ghosts...)}, b.cfg.QueueNum)
-	}
+	rules, sets, lingering := b.members.plan(now, b.cfg.QueueNum, func(a netip.Addr) bool {
+		return b.del.Quiet(a, now, lingerQuiet)
+	})
 	if err := b.rec.apply(ctx, rules, sets); err != nil {
 		return fmt.Errorf("programming the nfqueue data path: %w", err)
 	}
-	b.del.Forget(func(a netip.Addr) bool {
-		if _, ok := (*b.table.Load())[a]; ok {
-			return true
-		}
-		for k := range b.linger {
-			if k.ip == a {
-				return true
-			}
-		}
-		return false
-	})
+	b.del.Forget(b.members.keep)
 	if lingering && !b.waiting {
 		b.waiting = true
-		wait := lingerQuiet
 		go func() {
 			select {
-			case <-b.cfg.Clock.After(wait):
+			case <-b.cfg.Clock.After(lingerQuiet):
 			case <-b.stop:
 				return
 			}
@@ -440,20 +352,6 @@ func (b *Nfqueue) program(ctx context.Context) error {
 		}()
 	}
 	return nil
-}
-
-func sortedMemberKeys(m map[memberKey]membership) []memberKey {
-	out := make([]memberKey, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	slices.SortFunc(out, func(a, b memberKey) int {
-		if c := strings.Compare(a.group, b.group); c != 0 {
-			return c
-		}
-		return a.ip.Compare(b.ip)
-	})
-	return out
 }
 
 func (b *Nfqueue) Stats() Stats {

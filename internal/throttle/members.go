@@ -1,0 +1,129 @@
+package throttle
+
+import (
+	"net/netip"
+	"slices"
+	"strings"
+	"time"
+)
+
+// memberKey is one consumer in one group.
+type memberKey struct {
+	group string
+	ip    netip.Addr
+}
+
+// membership is what a member leaving a group needs to keep being queued
+// until its held packets are out.
+type membership struct {
+	ports []uint16
+	delay time.Duration // largest delay it had
+	left  time.Time     // lingering: when it stopped being throttled
+}
+
+// A member that stops being throttled leaves its set only once its
+// traffic has paused: a packet already on its way through the queue when
+// the member leaves would be overtaken by the next one, which no longer
+// goes through the queue. So it lingers (queued, delay 0) until nothing
+// arrived for it for lingerQuiet, and at most lingerMax, after which
+// we accept that one packet might be overtaken rather than keep a busy
+// unthrottled consumer in user space for good.
+const (
+	lingerQuiet = 20 * time.Millisecond
+	lingerMax   = 10 * time.Second
+)
+
+// members tracks which consumers are throttled and which recently were,
+// and renders the rules and sets that keep both in the queue.
+type members struct {
+	last   State
+	active map[memberKey]membership // active memberships of the last state
+	linger map[memberKey]membership // left recently; still queued, delay 0
+}
+
+// update takes a new state at now and returns the delay table for it.
+func (ms *members) update(s State, now time.Time) delays {
+	if ms.linger == nil {
+		ms.linger = map[memberKey]membership{}
+	}
+	t := delays{}
+	cur := map[memberKey]membership{}
+	for _, g := range s.Groups {
+		if !g.Active() {
+			continue
+		}
+		for _, m := range g.Members {
+			m = m.Unmap()
+			d := t[m]
+			d.write, d.read = max(d.write, g.WriteDelay), max(d.read, g.ReadDelay)
+			t[m] = d
+			cur[memberKey{g.Name, m}] = membership{ports: g.ports(), delay: max(g.WriteDelay, g.ReadDelay)}
+		}
+	}
+	for k, m := range ms.active {
+		if _, ok := cur[k]; !ok {
+			m.left = now
+			ms.linger[k] = m
+		}
+	}
+	for k := range cur {
+		delete(ms.linger, k)
+	}
+	ms.active, ms.last = cur, s
+	return t
+}
+
+// plan drops the lingering members whose traffic paused (quiet) and
+// returns the rules and sets for the rest: the last state's, plus each
+// lingering member in its group's set, with a rule for groups that are
+// gone. lingering reports whether any member still lingers.
+func (ms *members) plan(now time.Time, queue uint16, quiet func(netip.Addr) bool) (rules []string, sets map[string][]netip.Addr, lingering bool) {
+	sets = wantSets(ms.last)
+	var ghosts []Group
+	for _, k := range sortedMemberKeys(ms.linger) {
+		m := ms.linger[k]
+		if now.Sub(m.left) >= m.delay && quiet(k.ip) || now.Sub(m.left) >= lingerMax {
+			delete(ms.linger, k)
+			continue
+		}
+		lingering = true
+		n := SetName(k.group)
+		if _, ok := sets[n]; !ok {
+			ghosts = append(ghosts, Group{Name: k.group, Ports: m.ports})
+		}
+		if !slices.Contains(sets[n], k.ip) {
+			sets[n] = append(sets[n], k.ip)
+		}
+	}
+	ghosts = slices.CompactFunc(ghosts, func(a, b Group) bool { return a.Name == b.Name })
+	return NfqueueRules(State{Groups: append(slices.Clone(ms.last.Groups), ghosts...)}, queue), sets, lingering
+}
+
+// keep reports whether a destination is throttled or lingering.
+func (ms *members) keep(a netip.Addr) bool {
+	for k := range ms.active {
+		if k.ip == a {
+			return true
+		}
+	}
+	for k := range ms.linger {
+		if k.ip == a {
+			return true
+		}
+	}
+	return false
+}
+
+func sortedMemberKeys(m map[memberKey]membership) []memberKey {
+	out := make([]memberKey, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.SortFunc(out, func(a, b memberKey) int {
+		if c := strings.Compare(a.group, b.group); c != 0 {
+			return c
+		}
+		return a.ip.Compare(b.ip)
+	})
+	return out
+}
