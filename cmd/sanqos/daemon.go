@@ -208,6 +208,12 @@ func parseRunOptions(args []string, stderr io.Writer) (runOptions, error) {
 			return runOptions{}, fmt.Errorf("%w; nothing was started", err)
 		}
 	}
+	// --consumer lists count as static consumers for validation (an
+	// --adapter static without a file is fine then); they are used as
+	// given, without device resolution.
+	for _, k := range consumers {
+		c.Static.Consumers = append(c.Static.Consumers, config.StaticConsumer{Resource: k.resource, Addr: k.c.Addr.String(), Device: k.c.Device})
+	}
 	var errs []error
 	flagsErr := c.ApplyFlags(fs)
 	if flagsErr != nil {
