@@ -214,3 +214,44 @@ func TestLiveNetem(t *testing.T) {
 		t.Fatalf("Close left:\n%s", left)
 	}
 }
+
+// TestLiveHTB: a read rate caps a download to about that rate while an
+// upload (the write direction) is not capped; Close removes everything.
+func TestLiveHTB(t *testing.T) {
+	l := newLab(t)
+	before, err := l.targetRunner.Run(t.Context(), "", "tc", "qdisc", "show", "dev", "sqtt0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := NewHTB(t.Context(), TCConfig{Dev: "sqtt0", Run: l.targetRunner, Firewall: &Iptables{Run: l.targetRunner}, Sets: l.sets(t), Logger: quietLog()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	const rate = 4e6
+	s := State{Groups: []Group{{Name: "tt", Members: []netipAddr{mustAddr(clientIP)}, ReadRate: rate}}}
+	if err := b.Apply(t.Context(), s); err != nil {
+		t.Fatal(err)
+	}
+	down, done := l.download(time.Second)
+	done()
+	up, done := l.upload(500 * time.Millisecond)
+	done()
+	t.Logf("htb read rate %.0f MB/s: download %.2f MB/s, upload %.1f MB/s", rate/1e6, down/1e6, up/1e6)
+	if !raceEnabled && (down > 1.3*rate || down < 0.7*rate) {
+		t.Errorf("download %.2f MB/s under a %.0f MB/s read rate", down/1e6, rate/1e6)
+	}
+	if up < 5*rate {
+		t.Errorf("upload %.1f MB/s: the write direction was capped too", up/1e6)
+	}
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	after, err := l.targetRunner.Run(t.Context(), "", "tc", "qdisc", "show", "dev", "sqtt0")
+	if err != nil || after != before {
+		t.Fatalf("qdiscs after Close %q, before %q (%v)", after, before, err)
+	}
+	if left := l.ours(t); left != "" {
+		t.Fatalf("Close left:\n%s", left)
+	}
+}
