@@ -6,6 +6,27 @@
 // A Backend reconciles a desired State: the daemon hands over the complete
 // state it wants every tick, and the backend changes the kernel only where
 // that state differs from what it installed last.
+//
+// Directions. A synchronous iSCSI writer is not clocked by pure ACKs
+// alone: with InitialR2T each 64 KiB write waits for an R2T and a SCSI
+// Response PDU, small data-bearing segments. So the write direction is
+// pure ACKs and segments with at most SmallSegment payload bytes (default
+// 128); the read direction is the larger data segments. (The thesis's
+// autonomic run delayed everything sent to the writers.)
+//
+// Kernel objects, all in the current network namespace and all removed by
+// Close and, after a crash, by the next start:
+//   - iptables chain SANQOS in the mangle table, and one rule
+//     "-A POSTROUTING -j SANQOS";
+//   - ipsets named sanqos-<group> (hash:ip), see SetName;
+//   - nfqueue backend: NFQUEUE number 3260 (DefaultQueueNum);
+//   - netem backend: root qdisc handle 53: on the given device, classes
+//     53:1 (default) and 53:10 upwards with netem leaves 100: upwards;
+//   - htb backend: root qdisc handle 54:, classes 54:1 and 54:10 upwards.
+//
+// Backends: nfqueue (default; per-flow FIFO delays in user space, fail
+// open), netem (the thesis's kernel path, where sch_netem exists), htb
+// (read bandwidth caps) and dry-run (logs only). See Open.
 package throttle
 
 import (
