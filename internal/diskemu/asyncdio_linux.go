@@ -108,7 +108,7 @@ func readRetry(fd int, buf []byte) (int, error) {
 // expects its descriptor. Call it after fuse.NewServer returned and before
 // Serve. It reports whether FUSE_ASYNC_DIO was granted.
 func (s *initShim) finish() (bool, error) {
-	defer unix.Close(s.mine)
+	defer closeFd(&s.mine)
 	var r initResult
 	select {
 	case r = <-s.result:
@@ -121,12 +121,24 @@ func (s *initShim) finish() (bool, error) {
 	if err := unix.Dup3(s.kfd, s.theirs, unix.O_CLOEXEC); err != nil {
 		return false, fmt.Errorf("handing /dev/fuse to go-fuse: %w", err)
 	}
-	unix.Close(s.kfd) // go-fuse's descriptor is now the only one
+	closeFd(&s.kfd) // go-fuse's descriptor is now the only one
 	return r.granted, nil
 }
 
-// abort closes the shim's descriptors after a failed mount.
-func (s *initShim) abort() {
-	unix.Close(s.mine)
-	unix.Close(s.theirs)
+// abort closes the shim's descriptors after a failed mount, except theirs
+// when go-fuse owns (and has closed) it. The caller still owns kfd unless
+// finish succeeded.
+func (s *initShim) abort(closeTheirs bool) {
+	closeFd(&s.mine)
+	if closeTheirs {
+		closeFd(&s.theirs)
+	}
+}
+
+// closeFd closes *fd once.
+func closeFd(fd *int) {
+	if *fd >= 0 {
+		unix.Close(*fd)
+		*fd = -1
+	}
 }

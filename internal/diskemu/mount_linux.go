@@ -63,12 +63,16 @@ func (s *Server) mountFS(root fs.InodeEmbedder) error {
 		}
 		serverFd = shim.theirs
 	}
-	fail := func(err error) error {
+	// fail undoes the mount; goFuseOwns says go-fuse already closed its
+	// descriptor (NewServer does when INIT fails).
+	fail := func(err error, goFuseOwns bool) error {
 		unix.Unmount(o.Mountpoint, unix.MNT_DETACH)
 		if shim != nil {
-			shim.abort()
+			shim.abort(!goFuseOwns)
+			closeFd(&shim.kfd)
+		} else if !goFuseOwns {
+			unix.Close(kfd)
 		}
-		unix.Close(kfd)
 		return err
 	}
 	one := time.Second
@@ -87,12 +91,13 @@ func (s *Server) mountFS(root fs.InodeEmbedder) error {
 	// NewServer does the INIT handshake before it returns.
 	srv, err := fuse.NewServer(fs.NewNodeFS(root, fo), fmt.Sprintf("/dev/fd/%d", serverFd), &fo.MountOptions)
 	if err != nil {
-		return fail(fmt.Errorf("starting fuse server: %w", err))
+		return fail(fmt.Errorf("starting fuse server: %w", err), true)
 	}
 	if shim != nil {
 		granted, err := shim.finish()
 		if err != nil {
-			return fail(err)
+			// go-fuse is not serving yet: its descriptor is ours to close.
+			return fail(err, false)
 		}
 		if !granted {
 			s.log.Warn("kernel did not offer FUSE_ASYNC_DIO; loop devices will see queue depth 1")
