@@ -208,9 +208,13 @@ func parseRunOptions(args []string, stderr io.Writer) (runOptions, error) {
 			return runOptions{}, fmt.Errorf("%w; nothing was started", err)
 		}
 	}
-	// --consumer lists count as static consumers for validation (an
-	// --adapter static without a file is fine then); they are used as
-	// given, without device resolution.
+	// --consumer lists replace discovery: they count as the static adapter's
+	// consumers for validation, and are used as given, without device
+	// resolution.
+	if len(consumers) > 0 {
+		c.Static.Consumers = nil
+		c.Discovery.Adapter = "static"
+	}
 	for _, k := range consumers {
 		c.Static.Consumers = append(c.Static.Consumers, config.StaticConsumer{Resource: k.resource, Addr: k.c.Addr.String(), Device: k.c.Device})
 	}

@@ -100,9 +100,13 @@ func TestRunDryRunEndToEnd(t *testing.T) {
 		}
 		if time.Now().After(deadline) {
 			cancel()
-			t.Fatalf("no status with 3 ticks in 10 s (last error %v); daemon said:\n%s", err, <-done)
+			t.Fatalf("no status with 3 ticks in 10 s (last error %v); daemon said:\n%v", err, <-done)
 		}
-		time.Sleep(20 * time.Millisecond)
+		select {
+		case err := <-done:
+			t.Fatalf("daemon stopped early: %v", err)
+		case <-time.After(20 * time.Millisecond):
+		}
 	}
 	if s.Backend != "dry-run" || len(s.Resources) != 2 || len(s.Consumers) != 2 || s.TickMs != 20 {
 		t.Errorf("status = %+v", s)
