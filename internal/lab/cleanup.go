@@ -77,7 +77,9 @@ func cleanup(ctx context.Context, r runner, stopEmu func()) error {
 		if !nsExists(ns) {
 			continue
 		}
-		if _, err := r.run(ctx, "ip", "netns", "del", ns); err != nil {
+		// A namespace that vanished meanwhile (an interrupted `ip netns
+		// add` removes its own) is as good as deleted.
+		if _, err := r.run(ctx, "ip", "netns", "del", ns); err != nil && nsExists(ns) {
 			errs = append(errs, fmt.Errorf("deleting namespace: %w", err))
 		}
 	}

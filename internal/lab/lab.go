@@ -161,6 +161,9 @@ func Up(ctx context.Context, opts Options) (l *Lab, err error) {
 			err = ctx.Err()
 		}
 		if err != nil {
+			if ctx.Err() != nil {
+				err = fmt.Errorf("interrupted while bringing the lab up (%w); what it had created is removed", ctx.Err())
+			}
 			if cerr := l.Down(); cerr != nil {
 				err = fmt.Errorf("%w (and cleaning up: %v)", err, cerr)
 			}

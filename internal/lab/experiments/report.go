@@ -159,9 +159,16 @@ func WriteHTML(path string, s *Summary, simHTML string) error {
 	return nil
 }
 
-var linkAttr = regexp.MustCompile(`(src|href)="([^":#/][^"]*)"`)
+var linkAttr = regexp.MustCompile(`(src|href)="([^"]*)"`)
 
 // rebase prefixes the relative links of an HTML fragment with dir/.
 func rebase(fragment, dir string) string {
-	return linkAttr.ReplaceAllString(fragment, `$1="`+dir+`/$2"`)
+	return linkAttr.ReplaceAllStringFunc(fragment, func(m string) string {
+		sub := linkAttr.FindStringSubmatch(m)
+		u := sub[2]
+		if u == "" || strings.HasPrefix(u, "#") || strings.HasPrefix(u, "/") || strings.Contains(u, ":") {
+			return m
+		}
+		return sub[1] + `="` + dir + "/" + u + `"`
+	})
 }

@@ -1,0 +1,364 @@
+package experiments
+
+import (
+	"context"
+	"errors"
+	"math"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sanqos/sanqos/internal/config"
+	"github.com/sanqos/sanqos/internal/iolog"
+	"github.com/sanqos/sanqos/internal/status"
+)
+
+func TestSpread(t *testing.T) {
+	for _, tc := range []struct {
+		n    int
+		want []int
+	}{
+		{0, []int{0, 0, 0}},
+		{1, []int{1, 0, 0}},
+		{3, []int{1, 1, 1}},
+		{4, []int{2, 1, 1}},
+		{12, []int{4, 4, 4}},
+	} {
+		if got := spread(tc.n, 3); !reflect.DeepEqual(got, tc.want) {
+			t.Errorf("spread(%d, 3) = %v, want %v", tc.n, got, tc.want)
+		}
+	}
+}
+
+func TestStatsOf(t *testing.T) {
+	if got := statsOf(nil); got != (Stats{}) {
+		t.Errorf("statsOf(nil) = %+v, want zero", got)
+	}
+	xs := []float64{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 100}
+	got := statsOf(xs)
+	want := Stats{Mean: 14.5, P50: 10, P95: 19, Max: 100, N: 20}
+	if got != want {
+		t.Errorf("statsOf = %+v, want %+v", got, want)
+	}
+}
+
+func interval(t, dur, mbs, lat float64, ios int64, op string) iolog.Record {
+	return iolog.Record{Kind: iolog.KindInterval, T: t, Dur: dur, Op: op, MBs: mbs, IOs: ios, Lat: iolog.Latency{Mean: lat}}
+}
+
+func TestBuildTimelineAlignsWritersStartedLater(t *testing.T) {
+	reader := []iolog.Record{
+		interval(1.0004, 1, 0.26, 8, 32, iolog.OpRead),
+		interval(2.0003, 1, 0.26, 9, 32, iolog.OpRead),
+		interval(3.0002, 1, 0.26, 40, 32, iolog.OpRead),
+		interval(4.0001, 1, 0, 0, 0, iolog.OpRead), // no I/O this second
+		interval(5.0002, 1, 0.26, 50, 32, iolog.OpRead),
+		{Kind: iolog.KindSummary, T: 5, Op: iolog.OpRead},
+	}
+	// Writers started 2 s after the reader: their second 1 is second 3.
+	b3 := []iolog.Record{
+		interval(1.0001, 1, 10, 20, 150, iolog.OpWrite),
+		interval(2.0001, 1, 12, 20, 180, iolog.OpWrite),
+		interval(2.4, 0.4, 0.2, 20, 1, iolog.OpWrite), // the short last interval
+	}
+	b4 := []iolog.Record{interval(1.0002, 1, 5, 20, 80, iolog.OpWrite)}
+	tl := buildTimeline(reader, []WriterLog{{"b3", 2, b3}, {"b4", 2, b4}})
+	if want := []float64{1, 2, 3, 4, 5}; !reflect.DeepEqual(tl.T, want) {
+		t.Fatalf("T = %v, want %v", tl.T, want)
+	}
+	if want := []float64{0, 0, 15, 12, 0}; !reflect.DeepEqual(tl.WriteMBs, want) {
+		t.Errorf("WriteMBs = %v, want %v", tl.WriteMBs, want)
+	}
+	if want := []bool{false, false, true, true, false}; !reflect.DeepEqual(tl.Active, want) {
+		t.Errorf("Active = %v, want %v", tl.Active, want)
+	}
+	if !math.IsNaN(tl.WaitMs[3]) {
+		t.Errorf("a second without reads has wait %v, want NaN (a gap, not 0)", tl.WaitMs[3])
+	}
+	if got := tl.activeWaits(); !reflect.DeepEqual(got, []float64{40}) {
+		t.Errorf("activeWaits = %v, want [40]: second 4 had writers but no reads", got)
+	}
+	if got := tl.windowWaits(2, 5); !reflect.DeepEqual(got, []float64{40, 50}) {
+		t.Errorf("windowWaits(2,5) = %v, want [40 50]", got)
+	}
+	if got := tl.HostMBs["b4"]; !reflect.DeepEqual(got, []float64{0, 0, 5, 0, 0}) {
+		t.Errorf("b4 = %v", got)
+	}
+}
+
+func TestOverPct(t *testing.T) {
+	if got := overPct([]float64{10, 18, 18.1, 30}, 18); got != 50 {
+		t.Errorf("overPct = %v, want 50 (18 itself is not over)", got)
+	}
+	if got := overPct(nil, 18); got != 0 {
+		t.Errorf("overPct(nil) = %v", got)
+	}
+}
+
+// ticks builds a record at 100 ms from a compact description: per tick
+// the write rate (kB/s), the delay and the set size.
+func mkTicks(rows [][3]float64) []Tick {
+	out := make([]Tick, len(rows))
+	for i, r := range rows {
+		out[i] = Tick{T: float64(i) / 10, WriteKBs: r[0], DelayMs: r[1], Members: int(r[2])}
+	}
+	return out
+}
+
+func repeat(row [3]float64, n int) [][3]float64 {
+	out := make([][3]float64, n)
+	for i := range out {
+		out[i] = row
+	}
+	return out
+}
+
+func TestReleases(t *testing.T) {
+	on := [3]float64{30000, 8, 3}
+	cat := func(parts ...[][3]float64) [][3]float64 {
+		var out [][3]float64
+		for _, p := range parts {
+			out = append(out, p...)
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		name string
+		rows [][3]float64
+		want []Release
+	}{
+		{"clears at once", cat(repeat(on, 10), repeat([3]float64{0, 0, 0}, 30)),
+			[]Release{{StopS: 0.9, ClearS: 0.1, UnthrottledS: 0.1}}},
+		{"delay decays, set leaves later", cat(repeat(on, 10), repeat([3]float64{0, 0, 3}, 5), repeat([3]float64{0, 0, 0}, 25)),
+			[]Release{{StopS: 0.9, ClearS: 0.6, UnthrottledS: 0.1}}},
+		{"lingers 3 s", cat(repeat(on, 10), repeat([3]float64{0, 5, 3}, 30), repeat([3]float64{0, 0, 0}, 5)),
+			[]Release{{StopS: 0.9, ClearS: 3.1, UnthrottledS: 3.1}}},
+		{"never clears before writers resume", cat(repeat(on, 10), repeat([3]float64{0, 5, 3}, 30), repeat(on, 5)),
+			[]Release{{StopS: 0.9, ClearS: -1, UnthrottledS: -1}}},
+		{"a hiccup is no stop", cat(repeat(on, 10), repeat([3]float64{0, 5, 3}, 3), repeat(on, 10)), nil},
+		{"a stop at the very end cannot be judged", cat(repeat(on, 10), repeat([3]float64{0, 5, 3}, 5)), nil},
+		{"two stops", cat(repeat(on, 5), repeat([3]float64{0, 0, 0}, 20), repeat(on, 5), repeat([3]float64{0, 2, 1}, 4), repeat([3]float64{0, 0, 0}, 20)),
+			[]Release{{StopS: 0.4, ClearS: 0.1, UnthrottledS: 0.1}, {StopS: 2.9, ClearS: 0.5, UnthrottledS: 0.5}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := releases(mkTicks(tc.rows))
+			if len(got) != len(tc.want) {
+				t.Fatalf("releases = %+v, want %+v", got, tc.want)
+			}
+			for i := range got {
+				if math.Abs(got[i].StopS-tc.want[i].StopS) > 1e-9 || got[i].ClearS != tc.want[i].ClearS || got[i].UnthrottledS != tc.want[i].UnthrottledS {
+					t.Errorf("release %d = %+v, want %+v", i, got[i], tc.want[i])
+				}
+			}
+		})
+	}
+}
+
+func TestSummarizeReleases(t *testing.T) {
+	s := summarizeReleases([]Release{{ClearS: 0.5, UnthrottledS: 0.2}, {ClearS: 1.9, UnthrottledS: 0.3}})
+	if !s.WithinLimit || s.MaxClearS != 1.9 || s.MaxUnthrottledS != 0.3 || s.Stops != 2 {
+		t.Errorf("summary = %+v", s)
+	}
+	s = summarizeReleases([]Release{{ClearS: 0.5}, {ClearS: 2.1}})
+	if s.WithinLimit {
+		t.Errorf("2.1 s is over the %g s limit: %+v", ReleaseLimitS, s)
+	}
+	s = summarizeReleases([]Release{{ClearS: -1, UnthrottledS: -1}, {ClearS: 0.5, UnthrottledS: 0.5}})
+	if s.WithinLimit || s.MaxClearS != -1 {
+		t.Errorf("a stop that never cleared must fail: %+v", s)
+	}
+}
+
+func TestTicksOfAndDelayStats(t *testing.T) {
+	t0 := 1000.0
+	recs := []status.Record{
+		{TS: 999.9, Resources: []status.RecordResource{{SignalMs: 5}}},
+		{TS: 1000.1, Resources: []status.RecordResource{{SignalMs: 20, DelayMs: 4, Members: 3}},
+			Consumers: []status.Consumer{{WriteKBs: 10000}, {WriteKBs: 20000}, {WriteKBs: 0}}},
+		{TS: 1000.2, Resources: []status.RecordResource{{SignalMs: 18, DelayMs: 0, Members: 3}},
+			Consumers: []status.Consumer{{WriteKBs: 15000}}},
+	}
+	ts := ticksOf(recs, t0)
+	if len(ts) != 3 || math.Abs(ts[0].T+0.1) > 1e-9 || ts[1].WriteKBs != 30000 || ts[1].DelayMs != 4 || ts[1].Members != 3 {
+		t.Fatalf("ticks = %+v", ts)
+	}
+	ds := delayStats(ts)
+	if ds.Mean != 2 || ds.Max != 4 || ds.ThrottledPct != 50 {
+		t.Errorf("delayStats = %+v, want mean 2, max 4, throttled 50 %% of the 2 on ticks", ds)
+	}
+}
+
+func TestParseNstatRetrans(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("testdata", "nstat-b2.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, err := parseNstatRetrans(b); err != nil || n != 0 {
+		t.Errorf("fixture: %d, %v", n, err)
+	}
+	if n, err := parseNstatRetrans([]byte(`{"kernel":{"TcpRetransSegs":17}}`)); err != nil || n != 17 {
+		t.Errorf("17: %d, %v", n, err)
+	}
+	for _, bad := range []string{"", "#kernel\nTcpRetransSegs 0 0.0\n", `{"kernel":{}}`} {
+		if _, err := parseNstatRetrans([]byte(bad)); err == nil {
+			t.Errorf("parseNstatRetrans(%q) accepted bad output", bad)
+		}
+	}
+}
+
+type fakeCounter struct {
+	calls int
+	vals  []map[string]int64
+	err   error
+}
+
+func (f *fakeCounter) Retrans(context.Context, []string) (map[string]int64, error) {
+	if f.err != nil {
+		return nil, f.err
+	}
+	v := f.vals[f.calls]
+	f.calls++
+	return v, nil
+}
+
+func TestNstatCounterAndDiff(t *testing.T) {
+	c := nstatCounter{run: func(_ context.Context, ns string, argv ...string) ([]byte, error) {
+		if strings.Join(argv, " ") != "nstat -asz -j TcpRetransSegs" {
+			t.Errorf("argv = %v", argv)
+		}
+		if ns == "sanqos-b3" {
+			return []byte(`{"kernel":{"TcpRetransSegs":5}}`), nil
+		}
+		return []byte(`{"kernel":{"TcpRetransSegs":1}}`), nil
+	}}
+	got, err := c.Retrans(context.Background(), []string{"sanqos-b2", "sanqos-b3"})
+	if err != nil || got["sanqos-b2"] != 1 || got["sanqos-b3"] != 5 {
+		t.Fatalf("Retrans = %v, %v", got, err)
+	}
+	failing := nstatCounter{run: func(context.Context, string, ...string) ([]byte, error) {
+		return nil, errors.New("exit status 1")
+	}}
+	if _, err := failing.Retrans(context.Background(), []string{"sanqos-b2"}); err == nil || !strings.Contains(err.Error(), "sanqos-b2") {
+		t.Errorf("a failing nstat must be an error naming the namespace: %v", err)
+	}
+	d := retransDiff(map[string]int64{"a": 3, "b": 10}, map[string]int64{"a": 3, "b": 14})
+	if d["a"] != 0 || d["b"] != 4 {
+		t.Errorf("diff = %v", d)
+	}
+	_ = &fakeCounter{}
+}
+
+func testView() labView {
+	hs := []labHost{
+		{name: "b2", ns: "sanqos-b2", addr: "10.213.0.242", loop: "loop3"},
+		{name: "b3", ns: "sanqos-b3", addr: "10.213.0.243", loop: "loop4"},
+		{name: "b4", ns: "sanqos-b4", addr: "10.213.0.244", loop: "loop5"},
+		{name: "b5", ns: "sanqos-b5", addr: "10.213.0.245", loop: "loop6"},
+	}
+	return labView{port: 3260, controlPort: 2601, reader: hs[0], writers: hs[1:], hosts: hs}
+}
+
+// The configuration the experiments write must be one the daemon's own
+// loader accepts, with the values the run asked for.
+func TestDaemonConfigLoads(t *testing.T) {
+	for _, c := range []Control{
+		{Controller: "none"},
+		{Controller: "pid", ThresholdMs: 10},
+		{Controller: "thesis", ThresholdMs: 15},
+		{Controller: "pid", ThresholdMs: 20, Policy: "manual"},
+	} {
+		t.Run(c.label(), func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "sanqos.toml")
+			g := Gains{Kp: 0.4, Ti: 800 * time.Millisecond}
+			if err := os.WriteFile(path, []byte(daemonConfig(c, g, testView(), "/tmp/rec.jsonl")), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			cfg, err := config.Load(path)
+			if err != nil {
+				t.Fatalf("the daemon would refuse the experiment's configuration: %v", err)
+			}
+			if cfg.Controller != c.Controller || cfg.Backend != "nfqueue" || cfg.Discovery.Adapter != "tgt" ||
+				cfg.Discovery.TgtControlPort != 2601 || cfg.Record != "/tmp/rec.jsonl" {
+				t.Errorf("config = %+v", cfg)
+			}
+			if cfg.PID.Kp != 0.4 || cfg.PID.Ti.Duration != 800*time.Millisecond || cfg.PID.Td.Duration == 0 {
+				t.Errorf("gains = %+v, want Kp 0.4, Ti 800ms and the default Td", cfg.PID)
+			}
+			if c.ThresholdMs > 0 && cfg.Threshold.Duration != time.Duration(c.ThresholdMs*float64(time.Millisecond)) {
+				t.Errorf("threshold = %v, want %g ms", cfg.Threshold, c.ThresholdMs)
+			}
+			if c.Policy == "manual" {
+				if cfg.Policy != "manual" || !reflect.DeepEqual(cfg.Manual.Protected, []string{"10.213.0.242"}) ||
+					!reflect.DeepEqual(cfg.Manual.Throttle, []string{"10.213.0.243", "10.213.0.244", "10.213.0.245"}) {
+					t.Errorf("manual = %q %+v", cfg.Policy, cfg.Manual)
+				}
+			} else if cfg.Policy != "read-over-write" {
+				t.Errorf("policy = %q", cfg.Policy)
+			}
+		})
+	}
+}
+
+func TestDaemonArgs(t *testing.T) {
+	v := testView()
+	args, err := daemonArgs(Control{Controller: "pid", ThresholdMs: 15}, Gains{}, v, "/x/sanqos.toml", "/x/rec", true)
+	if err != nil || strings.Join(args, " ") != "run --config /x/sanqos.toml --record /x/rec" {
+		t.Errorf("with --config: %v, %v", args, err)
+	}
+	args, err = daemonArgs(Control{Controller: "pid", ThresholdMs: 15}, Gains{}, v, "/x/sanqos.toml", "/x/rec", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := strings.Join(args, " ")
+	for _, want := range []string{"--controller pid", "--threshold 15", "--backend nfqueue", "--record /x/rec",
+		"--consumer lab-emu,10.213.0.242,loop3", "--consumer lab-emu,10.213.0.245,loop6", "--socket="} {
+		if !strings.Contains(got, want) {
+			t.Errorf("flags %q lack %q", got, want)
+		}
+	}
+	if _, err := daemonArgs(Control{Controller: "pid", ThresholdMs: 15, Policy: "manual"}, Gains{}, v, "", "", false); err == nil {
+		t.Error("the manual policy without --config must be an error, not a silent read-over-write run")
+	}
+	if _, err := daemonArgs(Control{Controller: "pid", ThresholdMs: 15}, Gains{Kp: 1}, v, "", "", false); err == nil {
+		t.Error("gains without --config must be an error, not silently ignored")
+	}
+}
+
+func TestChecks(t *testing.T) {
+	th := 15.0
+	on := Workload{On: "32m"}
+	s := &Summary{Runs: []*RunResult{
+		{Name: "none", Workload: on, OverRefMs: 15, WaitMs: Stats{P95: 45}},
+		{Name: "pid-15ms", Workload: on, ThresholdMs: &th, OverRefMs: 15, WaitMs: Stats{P95: 17.5}, OverThresholdPct: 4,
+			ReaderKBs: 255, ReaderGoalKBs: 262.144, Retransmits: 0,
+			Release: &ReleaseSummary{Stops: 5, MaxClearS: 1.2, WithinLimit: true}},
+		{Name: "pid-10ms", Workload: on, ThresholdMs: &[]float64{10}[0], OverRefMs: 10, WaitMs: Stats{P95: 14}, OverThresholdPct: 20,
+			ReaderKBs: 200, ReaderGoalKBs: 262.144, Retransmits: 3,
+			Release: &ReleaseSummary{Stops: 5, MaxClearS: -1}},
+	}}
+	got := map[string]bool{}
+	for _, c := range checks(s) {
+		got[c.Run+"/"+c.What] = c.OK
+	}
+	want := map[string]bool{
+		"none/uncontrolled p95 wait": true,
+		"pid-15ms/p95 wait":          true, "pid-15ms/seconds above 18 ms": true, "pid-15ms/TCP retransmissions (initiators)": true,
+		"pid-15ms/smalljob throughput": true, "pid-15ms/throttle cleared after writers stop": true,
+		"pid-10ms/p95 wait": false, "pid-10ms/seconds above 12 ms": false, "pid-10ms/TCP retransmissions (initiators)": false,
+		"pid-10ms/smalljob throughput": false, "pid-10ms/throttle cleared after writers stop": false,
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("checks = %v\nwant %v", got, want)
+	}
+}
+
+func TestRebase(t *testing.T) {
+	in := `<img src="compare.png"><a href="pid-15ms.png">x</a><a href="#sim">y</a><a href="/abs">z</a><a href="http://e">w</a>`
+	want := `<img src="sim/compare.png"><a href="sim/pid-15ms.png">x</a><a href="#sim">y</a><a href="/abs">z</a><a href="http://e">w</a>`
+	if got := rebase(in, "sim"); got != want {
+		t.Errorf("rebase = %s\nwant %s", got, want)
+	}
+}

@@ -1,0 +1,106 @@
+package experiments
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/sanqos/sanqos/internal/lab"
+)
+
+// buildBinaries builds sanqos (the daemon) and sanqos-iscsiload (the load
+// generator) into dir, as 'make build' does.
+func buildBinaries(t *testing.T, dir string) (sanqos, loadgen string) {
+	t.Helper()
+	_, file, _, _ := runtime.Caller(0)
+	root := filepath.Join(filepath.Dir(file), "..", "..", "..")
+	sanqos, loadgen = filepath.Join(dir, "sanqos"), filepath.Join(dir, lab.LoadgenName)
+	for _, b := range []struct{ out, pkg string }{{sanqos, "./cmd/sanqos"}, {loadgen, "./cmd/sanqos-iscsiload"}} {
+		cmd := exec.Command("go", "build", "-o", b.out, b.pkg)
+		cmd.Dir = root
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("building %s: %v\n%s", b.pkg, err, out)
+		}
+	}
+	return sanqos, loadgen
+}
+
+// TestControlledEndToEnd is the controlled experiment in short: smalljob
+// on b2 against 12 on/off sequential writers on b3-b5, once with the daemon
+// only observing and once with pid at 15 ms. It checks what sanqos
+// promises: the controlled p95 wait stays under 1.3 × threshold where the
+// uncontrolled one is over 2 ×, TCP never retransmits in the controlled
+// run, and nothing is throttled 2 s after the writers stop. About 4
+// minutes, as root.
+func TestControlledEndToEnd(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: builds the lab (namespaces, loop devices, tgtd) and runs the daemon's nfqueue backend")
+	}
+	for _, tool := range []string{"tgtd", "tgtadm", "nstat", "iptables", "ipset", "go"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("needs %s (make deps): %v", tool, err)
+		}
+	}
+	if testing.Short() {
+		t.Skip("takes about 4 minutes; not in -short")
+	}
+	bin := t.TempDir()
+	sanqos, loadgen := buildBinaries(t, bin)
+	out := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+
+	const th = 15.0
+	x := Custom("e2e", th, Interference(80*time.Second), []Control{
+		{Controller: "none"},
+		{Controller: "pid", ThresholdMs: th},
+	})
+	var s *Summary
+	err := WithLab(ctx, Options{Out: out, Sanqos: sanqos, Progress: testWriter{t}},
+		lab.Options{Loadgen: loadgen, Progress: testWriter{t}}, func(l *lab.Lab) error {
+			var err error
+			s, err = x.RunOn(ctx, l, Options{Out: out, Sanqos: sanqos, Progress: testWriter{t}})
+			return err
+		})
+	if err != nil {
+		t.Fatal(err)
+	}
+	none, pid := s.Runs[0], s.Runs[1]
+	for _, r := range s.Runs {
+		t.Logf("%s: wait %+v over %.1f%%, write %.1f MB/s, reader %.1f kB/s, retrans %v, jain %.2f, max write %.0f ms, delay %+v, release %+v",
+			r.Name, r.WaitMs, r.OverThresholdPct, r.WriteMBs, r.ReaderKBs, r.RetransmitsBy, r.Jain, r.MaxWriteIOMs, r.Delay, r.Release)
+	}
+	if none.ActiveSeconds < 30 || pid.ActiveSeconds < 30 {
+		t.Fatalf("too few seconds with writers active (none %d, pid %d): the workload did not run", none.ActiveSeconds, pid.ActiveSeconds)
+	}
+	if none.WaitMs.P95 <= 2*th {
+		t.Errorf("uncontrolled p95 wait %.1f ms is not over 2 × %g ms: the lab does not interfere enough to judge control", none.WaitMs.P95, th)
+	}
+	if pid.WaitMs.P95 >= 1.3*th {
+		t.Errorf("controlled p95 wait %.1f ms, want < %.1f ms (1.3 × threshold)", pid.WaitMs.P95, 1.3*th)
+	}
+	if pid.Retransmits != 0 || pid.RetransmitsBy[lab.TargetNS] != 0 {
+		t.Errorf("controlled run retransmitted: %v", pid.RetransmitsBy)
+	}
+	if pid.Release == nil || pid.Release.Stops == 0 {
+		t.Fatalf("the record shows no stop of the writers to judge the release on: %+v", pid.Release)
+	}
+	if !pid.Release.WithinLimit {
+		t.Errorf("throttle lingered after the writers stopped: %+v", pid.Release.Events)
+	}
+	if pid.Delay == nil || pid.Delay.Max == 0 {
+		t.Errorf("the controlled run never delayed a packet (%+v): the comparison proves nothing", pid.Delay)
+	}
+}
+
+// testWriter sends progress lines to the test log.
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(string(p))
+	return len(p), nil
+}
