@@ -162,7 +162,7 @@ func (r *rootNode) Create(ctx context.Context, name string, flags, mode uint32, 
 		// Dot names are reserved for the server's own files.
 		return nil, nil, 0, syscall.EPERM
 	}
-	f, err := os.OpenFile(r.vol.path(name), backingFlags(flags)|os.O_CREATE, os.FileMode(mode&0o7777))
+	f, err := os.OpenFile(r.vol.path(name), backingFlags(flags)|int(flags)&syscall.O_EXCL|os.O_CREATE, os.FileMode(mode&0o7777))
 	if err != nil {
 		return nil, nil, 0, fs.ToErrno(err)
 	}
