@@ -65,6 +65,10 @@ func checkTools(lookPath func(string) (string, error)) error {
 	if len(missing) == 0 {
 		return nil
 	}
-	return fmt.Errorf("the lab needs %s, which is not installed: run 'apt-get install %s' (or 'make deps')",
-		strings.Join(missing, ", "), strings.Join(pkgs, " "))
+	verb := "is"
+	if len(missing) > 1 {
+		verb = "are"
+	}
+	return fmt.Errorf("the lab needs %s, which %s not installed: run 'apt-get install %s' (or 'make deps')",
+		strings.Join(missing, ", "), verb, strings.Join(pkgs, " "))
 }
