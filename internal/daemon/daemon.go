@@ -113,6 +113,7 @@ type Daemon struct {
 	// Owned by the tick loop.
 	topo         topology.Topology
 	prev         map[string]status.Resource // last tick's resources by name
+	seen         map[string]bool            // scratch of logTransitions, reused
 	applied      throttle.State             // last state applied successfully
 	needsResync  bool                       // applied is not known to be in the kernel
 	applyFailing bool
@@ -435,7 +436,11 @@ func (d *Daemon) apply(ctx context.Context, s throttle.State) error {
 // logTransitions logs, per resource, throttling engaged and released and
 // changes of the throttleable set.
 func (d *Daemon) logTransitions(rs []status.Resource) {
-	seen := make(map[string]bool, len(rs))
+	if d.seen == nil {
+		d.seen = make(map[string]bool, len(rs))
+	}
+	seen := d.seen
+	clear(seen)
 	for _, r := range rs {
 		seen[r.Name] = true
 		p, had := d.prev[r.Name]
