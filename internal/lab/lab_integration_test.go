@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"os"
 	"os/exec"
@@ -20,6 +21,8 @@ import (
 // The tests in this file build a real lab: they need root, tgt, iproute2,
 // ethtool, libiscsi-bin, fio and the cgo load generator (built here). They
 // run in about two minutes together, most of it measuring latency.
+
+var updateFixtures = flag.Bool("update-fixtures", false, "recapture testdata/ from the live lab")
 
 // testStorage is the lab's storage in tests: the emulated thesis disk,
 // unless SANQOS_LAB_STORAGE names another (e.g. dir:/var/tmp/x to check
@@ -210,6 +213,13 @@ func TestLabEndToEnd(t *testing.T) {
 			}()
 		}
 		wg.Wait()
+		if *updateFixtures {
+			captureFixtures(t)
+		}
+		tcp, err := l.TCPStats(ctx, TargetNS)
+		if err != nil || tcp.OutSegs == 0 {
+			t.Errorf("target's TCP counters after the verify runs: %+v, %v", tcp, err)
+		}
 	})
 
 	t.Run("interference", func(t *testing.T) {
@@ -341,4 +351,25 @@ func fioReadMeanMs(out []byte) (float64, int64, error) {
 		return 0, 0, errors.New("fio did no reads")
 	}
 	return doc.Jobs[0].Read.LatNs.Mean / 1e6, doc.Jobs[0].Read.TotalIOs, nil
+}
+
+// captureFixtures refreshes testdata/ from the live lab (go test -run
+// TestLabEndToEnd -short -update-fixtures), after the verify runs so the
+// TCP counters are not zero.
+func captureFixtures(t *testing.T) {
+	ctx := context.Background()
+	for file, argv := range map[string][]string{
+		"proc-net-snmp.txt":      {"ip", "netns", "exec", TargetNS, "cat", "/proc/net/snmp"},
+		"ethtool-k-veth.txt":     {"ip", "netns", "exec", TargetNS, "ethtool", "-k", ifName},
+		"tgtadm-target-show.txt": {"tgtadm", "-C", fmt.Sprint(ControlPort), "--lld", "iscsi", "--mode", "target", "--op", "show"},
+		"losetup-list.json":      {"losetup", "--json", "--list"},
+	} {
+		out, err := exec.CommandContext(ctx, argv[0], argv[1:]...).Output()
+		if err != nil {
+			t.Fatalf("capturing %s: %v", file, err)
+		}
+		if err := os.WriteFile(filepath.Join("testdata", file), out, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
 }
