@@ -103,6 +103,9 @@ func TestInterference(t *testing.T) {
 	st := s.Stats()
 	t.Logf("reader alone: %v mean over %d reads; with %d writers: %v over %d reads (x%.1f); writers %.1f MB/s; max in flight %d",
 		alone, nAlone, writers, loaded, nLoaded, float64(loaded)/float64(alone), float64(total)/window.Seconds()/1e6, st.MaxInFlight)
+	if st.Model == nil || st.Model.Reads != int64(st.Reads) {
+		t.Errorf("model stats %+v do not count the mount's %d reads", st.Model, st.Reads)
+	}
 	if nAlone < 20 || nLoaded < 5 {
 		t.Fatalf("too few reads to compare (%d alone, %d loaded)", nAlone, nLoaded)
 	}

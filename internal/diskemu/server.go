@@ -13,6 +13,7 @@ import (
 	"github.com/hanwen/go-fuse/v2/fuse"
 
 	"github.com/sanqos/sanqos/internal/clock"
+	"github.com/sanqos/sanqos/internal/diskmodel"
 )
 
 // FSType is the file system type the mount shows in /proc/self/mountinfo
@@ -207,6 +208,10 @@ func (s *Server) Stats() Stats {
 		st.Files = append(st.Files, FileStats{Name: f.name, RegionOffset: f.slot * s.vol.region, IOStats: f.c.snapshot()})
 	}
 	s.vol.mu.Unlock()
+	if m, ok := s.vol.model.(interface{ Stats() diskmodel.Stats }); ok {
+		ms := m.Stats()
+		st.Model = &ms
+	}
 	return st
 }
 

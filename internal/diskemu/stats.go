@@ -8,6 +8,8 @@ import (
 	"sort"
 	"sync/atomic"
 	"time"
+
+	"github.com/sanqos/sanqos/internal/diskmodel"
 )
 
 // Stats is a snapshot of the server's counters since mount. It is also the
@@ -19,6 +21,9 @@ type Stats struct {
 	// MaxInFlight is the deepest queue seen since mount.
 	MaxInFlight int64       `json:"max_in_flight"`
 	Files       []FileStats `json:"files"`
+	// Model is the array model's own view (spindle operations, sequential
+	// share, writes that found the cache full, bus time), when it has one.
+	Model *diskmodel.Stats `json:"model,omitempty"`
 }
 
 // IOStats are the counters kept for the mount and for each file.
