@@ -176,3 +176,15 @@ func BenchmarkDelayer(b *testing.B) {
 	}
 	d.ReleaseDue(now.Add(time.Second))
 }
+
+func TestDirectionOfSegment(t *testing.T) {
+	d := dirDelays{write: 3 * time.Millisecond, read: 7 * time.Millisecond}
+	for _, c := range []struct {
+		payload int
+		want    time.Duration
+	}{{0, d.write}, {48, d.write}, {48 + 80, d.write}, {129, d.read}, {1448, d.read}, {65000, d.read}} {
+		if got := d.of(c.payload, DefaultSmallSegment); got != c.want {
+			t.Errorf("payload %d: delay %v, want %v", c.payload, got, c.want)
+		}
+	}
+}

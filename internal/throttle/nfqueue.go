@@ -88,7 +88,19 @@ type NfqueueConfig struct {
 }
 
 // delays is the per-consumer delay table the packet path reads.
-type delays map[netip.Addr]struct{ write, read time.Duration }
+type delays map[netip.Addr]dirDelays
+
+type dirDelays struct{ write, read time.Duration }
+
+// of returns the delay of a segment with payload bytes: pure ACKs and
+// small segments (R2T, SCSI Response) clock writes, larger ones carry
+// reads.
+func (d dirDelays) of(payload, small int) time.Duration {
+	if payload <= small {
+		return d.write
+	}
+	return d.read
+}
 
 // Nfqueue is the default backend: iptables sends the packets a throttled
 // consumer receives from the target ports to an NFQUEUE, and the Delayer
@@ -288,11 +300,7 @@ func (b *Nfqueue) hook(a nfqueue.Attribute) int {
 		b.accept([]uint32{id})
 		return 0
 	}
-	d := (*b.table.Load())[p.flow.dst]
-	delay := d.read
-	if p.payload <= b.cfg.SmallSegment {
-		delay = d.write
-	}
+	delay := (*b.table.Load())[p.flow.dst].of(p.payload, b.cfg.SmallSegment)
 	if b.del.Submit(id, p.flow, delay, b.cfg.Clock.Now()) {
 		b.accept([]uint32{id})
 	}
