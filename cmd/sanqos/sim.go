@@ -66,11 +66,7 @@ writes DIR/sim/ (figures, summary.json, index.html).`, stderr)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	bad := func(format string, a ...any) error {
-		fmt.Fprintf(stderr, "sanqos sim: "+format+"\n", a...)
-		fs.Usage()
-		return errUsage
-	}
+	bad := func(format string, a ...any) error { return usageError(fs, format, a...) }
 
 	if *report != "" {
 		if err := sim.Report(*report, *seed); err != nil {
