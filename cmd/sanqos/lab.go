@@ -88,6 +88,7 @@ support O_DIRECT). The lab stays up until 'sanqos lab down'.`, stderr)
 	if err != nil {
 		return err
 	}
+	l.Release() // the lab stays up after this command
 	printLab(stdout, l.State())
 	fmt.Fprintf(stdout, "\nRemove it with 'sanqos lab down'.\n")
 	return nil

@@ -18,7 +18,15 @@ import (
 // directories, the namespaces themselves (and with them every interface,
 // bridge and iptables rule in them), tgtd's control socket, the images and
 // the state directory. It is idempotent and is what `sanqos lab down` does.
+//
+// It refuses, without touching anything, while another process's Lab is
+// up: that lab is removed by its owner.
 func Cleanup(ctx context.Context) error {
+	lk, err := tryLock()
+	if err != nil {
+		return err
+	}
+	defer lk.release()
 	return cleanup(ctx, execRunner{}, nil)
 }
 

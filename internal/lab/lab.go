@@ -89,6 +89,8 @@ type Lab struct {
 
 	stopEmuOnce sync.Once
 	stopEmu     func() // stops an emulated disk served in this process
+
+	lock *labLock // held until Down
 }
 
 // host is a namespace with an address on the lab network.
@@ -142,8 +144,12 @@ func Up(ctx context.Context, opts Options) (l *Lab, err error) {
 	if opts.Size == 0 {
 		opts.Size = DefaultSize
 	}
+	lk, err := lock(ctx, opts.Progress)
+	if err != nil {
+		return nil, err
+	}
 	r := execRunner{}
-	l = &Lab{r: r}
+	l = &Lab{r: r, lock: lk}
 	pr := &progress{w: opts.Progress, phases: []phase{
 		{"clearing leftovers of earlier runs", time.Second},
 		{"network namespaces and bridge", 2 * time.Second},
@@ -154,6 +160,7 @@ func Up(ctx context.Context, opts Options) (l *Lab, err error) {
 
 	pr.next()
 	if err := cleanup(ctx, r, nil); err != nil {
+		lk.release()
 		return nil, fmt.Errorf("clearing an earlier lab: %w", err)
 	}
 	defer func() {
@@ -322,14 +329,20 @@ func (l *Lab) startEmu(ctx context.Context, opts Options) error {
 	}
 }
 
-// Down removes the lab (see Cleanup).
+// Down removes the lab (see Cleanup) and lets others use the machine's lab.
 func (l *Lab) Down() error {
 	stop := func() {}
 	if l.stopEmu != nil {
 		stop = func() { l.stopEmuOnce.Do(l.stopEmu) }
 	}
-	return cleanup(context.Background(), l.r, stop)
+	err := cleanup(context.Background(), l.r, stop)
+	l.lock.release()
+	return err
 }
+
+// Release lets go of the lab without removing it, so that it outlives
+// this process (`sanqos lab up`); the next Up or Cleanup removes it.
+func (l *Lab) Release() { l.lock.release() }
 
 // Initiators are the lab's initiators, b2 first.
 func (l *Lab) Initiators() []Initiator {

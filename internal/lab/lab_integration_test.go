@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -95,11 +96,20 @@ func upForTest(t *testing.T, loadgen string) *Lab {
 		t.Fatalf("lab up: %v", err)
 	}
 	tgtd := readPid(tgtdPidFile())
+	nets := map[uint64]string{}
+	for _, ns := range Namespaces() {
+		var st syscall.Stat_t
+		if err := syscall.Stat("/run/netns/"+ns, &st); err != nil {
+			t.Fatalf("namespace %s after up: %v", ns, err)
+		}
+		nets[st.Ino] = ns
+	}
 	t.Cleanup(func() {
 		if err := l.Down(); err != nil {
 			t.Errorf("lab down: %v", err)
 		}
 		assertClean(t, tgtd, l.State())
+		assertNoProcessIn(t, nets)
 	})
 	return l
 }
@@ -148,6 +158,28 @@ func assertClean(t *testing.T, tgtdPid int, st State) {
 	for _, in := range st.Initiators {
 		if _, err := os.Stat(in.Image); !errors.Is(err, os.ErrNotExist) {
 			t.Errorf("image %s left after down", in.Image)
+		}
+	}
+}
+
+// assertNoProcessIn fails for any process still in one of the lab's
+// network namespaces (by inode): `ip netns del` only drops the name, and
+// a process left inside would keep the namespace, its interfaces and its
+// rules alive.
+func assertNoProcessIn(t *testing.T, nets map[uint64]string) {
+	t.Helper()
+	links, err := filepath.Glob("/proc/[0-9]*/ns/net")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range links {
+		var st syscall.Stat_t
+		if syscall.Stat(p, &st) != nil {
+			continue // the process ended meanwhile
+		}
+		if ns, ok := nets[st.Ino]; ok {
+			cmd, _ := os.ReadFile(filepath.Join(filepath.Dir(filepath.Dir(p)), "cmdline"))
+			t.Errorf("process %s (%q) still in namespace %s after down", p, bytes.ReplaceAll(cmd, []byte{0}, []byte{' '}), ns)
 		}
 	}
 }

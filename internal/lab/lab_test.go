@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestParseStorage(t *testing.T) {
@@ -325,4 +326,32 @@ func TestParseSNMP(t *testing.T) {
 	if got, err := parseSNMP([]byte("Ip: a\nIp: 1\nTcp: RetransSegs InSegs OutSegs\nTcp: 3 1 2\n")); err != nil || got != (TCPStats{1, 2, 3}) {
 		t.Errorf("columns by name: %+v, %v", got, err)
 	}
+}
+
+func TestLockIsExclusiveAndReleased(t *testing.T) {
+	a, err := tryLock()
+	if errors.Is(err, errInUse) {
+		t.Skip("a lab is in use on this machine right now")
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tryLock(); !errors.Is(err, errInUse) {
+		t.Fatalf("second lock: %v, want errInUse", err)
+	}
+	if err := Cleanup(context.Background()); !errors.Is(err, errInUse) {
+		t.Fatalf("Cleanup while the lab is held: %v, want errInUse", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 700*time.Millisecond)
+	defer cancel()
+	var msg strings.Builder
+	if _, err := lock(ctx, &msg); !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(msg.String(), "waiting") {
+		t.Fatalf("lock while held: %v (said %q), want to wait and say so", err, msg.String())
+	}
+	a.release()
+	b, err := tryLock()
+	if err != nil {
+		t.Fatalf("lock after release: %v", err)
+	}
+	b.release()
 }
