@@ -7,12 +7,10 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"strings"
 	"text/tabwriter"
 
 	"github.com/sanqos/sanqos/internal/lab"
-	"github.com/sanqos/sanqos/internal/sim"
 )
 
 // labCommands are the subcommands of 'sanqos lab'; diskemu is hidden: lab
@@ -24,8 +22,8 @@ var labCommands = []struct {
 	{"up", "build the lab: namespaces, bridge, LUN images, loop devices, tgtd", cmdLabUp},
 	{"status", "show the lab and whether anything is missing", cmdLabStatus},
 	{"down", "remove everything the lab created (safe to repeat)", cmdLabDown},
-	{"run", "run one experiment in a fresh lab and write its report", cmdLabRun},
-	{"demo", "write the demonstration report", cmdLabDemo},
+	{"run", "run one experiment in a fresh lab and write its report", labRun}, // labexp.go
+	{"demo", "write the demonstration report (simulation and lab)", labDemo},  // labexp.go
 }
 
 func labUsage(w io.Writer) {
@@ -188,52 +186,6 @@ and rules), LUN images and `+lab.StateDir+`. Safe to repeat.`, stderr)
 		return err
 	}
 	fmt.Fprintln(stdout, "lab down: nothing of the lab is left")
-	return nil
-}
-
-func cmdLabRun(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("lab run", "sanqos lab run EXPERIMENT --out DIR [--short]",
-		"Run one experiment of the thesis in a fresh lab and write its report to DIR.", stderr)
-	out := fs.String("out", "", "directory for the report (required)")
-	_ = fs.Bool("short", false, "run a shortened version")
-	// The experiment name comes first; flags follow it.
-	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
-		if err := parseFlags(fs, args); err != nil {
-			return err
-		}
-		fmt.Fprintf(stderr, "sanqos lab run: name an experiment\n")
-		fs.Usage()
-		return errUsage
-	}
-	name := args[0]
-	if err := parseFlags(fs, args[1:]); err != nil {
-		return err
-	}
-	if *out == "" {
-		fmt.Fprintf(stderr, "sanqos lab run: --out DIR is required\n")
-		return errUsage
-	}
-	return fmt.Errorf("no experiment %q: this build has no lab experiments yet", name)
-}
-
-func cmdLabDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("lab demo", "sanqos lab demo --out DIR",
-		`Write the demonstration report to DIR. For now it holds the deterministic
-simulation of the thesis experiment (DIR/sim/index.html); the lab's own
-experiments will join it.`, stderr)
-	out := fs.String("out", "", "directory for the report (required)")
-	if err := parseFlags(fs, args); err != nil {
-		return err
-	}
-	if *out == "" {
-		fmt.Fprintf(stderr, "sanqos lab demo: --out DIR is required\n")
-		return errUsage
-	}
-	fmt.Fprintf(stdout, "lab demo: simulating the thesis experiment into %s …\n", filepath.Join(*out, "sim"))
-	if err := sim.Report(*out, 1); err != nil {
-		return fmt.Errorf("writing the simulation report: %w", err)
-	}
-	fmt.Fprintf(stdout, "lab demo: report written: %s\n", filepath.Join(*out, "sim", "index.html"))
 	return nil
 }
 

@@ -330,17 +330,17 @@ func TestParseSNMP(t *testing.T) {
 
 func TestLockIsExclusiveAndReleased(t *testing.T) {
 	a, err := tryLock()
-	if errors.Is(err, errInUse) {
+	if errors.Is(err, ErrInUse) {
 		t.Skip("a lab is in use on this machine right now")
 	}
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := tryLock(); !errors.Is(err, errInUse) {
-		t.Fatalf("second lock: %v, want errInUse", err)
+	if _, err := tryLock(); !errors.Is(err, ErrInUse) {
+		t.Fatalf("second lock: %v, want ErrInUse", err)
 	}
-	if err := Cleanup(context.Background()); !errors.Is(err, errInUse) {
-		t.Fatalf("Cleanup while the lab is held: %v, want errInUse", err)
+	if err := Cleanup(context.Background()); !errors.Is(err, ErrInUse) {
+		t.Fatalf("Cleanup while the lab is held: %v, want ErrInUse", err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 700*time.Millisecond)
 	defer cancel()

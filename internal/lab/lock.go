@@ -18,8 +18,8 @@ import (
 // kernel when its holder dies, and leaves no file behind.
 const lockName = "@sanqos-lab"
 
-// errInUse says another process holds the lab.
-var errInUse = errors.New("the lab is in use by another process (a test or experiment); it removes the lab itself when it ends")
+// ErrInUse says another process holds the lab (Cleanup returns it then).
+var ErrInUse = errors.New("the lab is in use by another process (a test or experiment); it removes the lab itself when it ends")
 
 // labLock is held for as long as a Lab value lives (or, for `sanqos lab
 // up`, while the lab is being built).
@@ -28,7 +28,7 @@ type labLock struct{ l *net.UnixListener }
 func tryLock() (*labLock, error) {
 	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: lockName, Net: "unix"})
 	if errors.Is(err, syscall.EADDRINUSE) {
-		return nil, errInUse
+		return nil, ErrInUse
 	}
 	if err != nil {
 		return nil, fmt.Errorf("taking the lab lock: %w", err)
@@ -41,7 +41,7 @@ func lock(ctx context.Context, progress io.Writer) (*labLock, error) {
 	said := false
 	for {
 		lk, err := tryLock()
-		if !errors.Is(err, errInUse) {
+		if !errors.Is(err, ErrInUse) {
 			return lk, err
 		}
 		if !said && progress != nil {
