@@ -4,8 +4,10 @@ import (
 	"context"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"runtime"
+	"syscall"
 	"testing"
 	"time"
 
@@ -51,7 +53,10 @@ func TestControlledEndToEnd(t *testing.T) {
 	bin := t.TempDir()
 	sanqos, loadgen := buildBinaries(t, bin)
 	out := t.TempDir()
-	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	// Ctrl-C or SIGTERM still takes the lab down.
+	sctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	ctx, cancel := context.WithTimeout(sctx, 12*time.Minute)
 	defer cancel()
 
 	const th = 15.0

@@ -363,6 +363,23 @@ func (e *env) runOne(ctx context.Context, name string, w Workload, c Control, re
 		}
 	}
 
+	// A run that was cut short (a load generator killed from outside,
+	// the lab taken down under it) must not pass for a measurement.
+	for _, p := range procs {
+		recs, err := p.records()
+		if err != nil {
+			return nil, err
+		}
+		want := w.Total
+		if !strings.HasPrefix(filepath.Base(p.log), "reader-") {
+			want = w.WriterTime
+		}
+		if s, ok := iolog.Summary(recs, ""); !ok || s.T < 0.95*want.Seconds() {
+			return nil, fmt.Errorf("the load on %s ran %.0f s of %s: it was stopped from outside (was the lab taken down?); see %s",
+				p.host, s.T, want, p.errf)
+		}
+	}
+
 	// Analysis, from the logs alone.
 	var readerRecs []iolog.Record
 	res.ReadersMBs = map[string]float64{}
