@@ -61,8 +61,8 @@ If the daemon dies, the kernel lets traffic pass (fail open).`, stderr)
 	if *queue == 0 || *queue > 65535 {
 		return fmt.Errorf("--queue-num %d: want 1 to 65535", *queue)
 	}
-	if *small < 0 || *small > 65535 {
-		return fmt.Errorf("--small-segment %d: want 0 to 65535 bytes", *small)
+	if *small < 1 || *small > 65535 {
+		return fmt.Errorf("--small-segment %d: want 1 to 65535 bytes", *small)
 	}
 	if os.Geteuid() != 0 {
 		return errors.New("must run as root: it programs iptables and ipsets and owns a root-only socket")

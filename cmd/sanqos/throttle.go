@@ -114,7 +114,7 @@ func printThrottles(w io.Writer, r ctl.Response) {
 		tw.Flush()
 	}
 	if s := r.Stats; s != nil {
-		fmt.Fprintf(w, "packets held %d, passed %d, backlog %d, bypassed %d, delay error p50 %v max %v\n",
-			s.PacketsHeld, s.PacketsPassed, s.Backlog, s.Bypassed, s.DelayErrorP50, s.DelayErrorMax)
+		fmt.Fprintf(w, "packets held %d, passed %d, backlog %d, bypassed %d, errors %d, delay error p50 %v max %v\n",
+			s.PacketsHeld, s.PacketsPassed, s.Backlog, s.Bypassed, s.Errors, s.DelayErrorP50, s.DelayErrorMax)
 	}
 }

@@ -371,7 +371,9 @@ func (b *Nfqueue) program(ctx context.Context) error {
 }
 
 func (b *Nfqueue) Stats() Stats {
-	return b.del.Stats()
+	s := b.del.Stats()
+	s.Errors = b.errs.Load()
+	return s
 }
 
 // Close removes the rules and sets, then unbinds the queue (releasing

@@ -123,6 +123,9 @@ type Stats struct {
 	// Bypassed counts packets accepted at once because the backlog was over
 	// its limit (fail open rather than hold unbounded memory).
 	Bypassed uint64
+	// Errors counts packets that could not be parsed or whose verdict
+	// could not be sent (the kernel then lets them pass: fail open).
+	Errors uint64
 }
 
 // Backend applies throttle state to the data path.
