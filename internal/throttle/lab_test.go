@@ -283,6 +283,26 @@ func (l *lab) serve(c net.Conn) {
 				return
 			}
 		}
+	case 'w': // iSCSI-like sync writes: 64 KiB in, a 48-byte response out
+		buf := make([]byte, 64<<10)
+		for {
+			if _, err := io.ReadFull(c, buf); err != nil {
+				return
+			}
+			if _, err := c.Write(buf[:48]); err != nil {
+				return
+			}
+		}
+	case 'r': // iSCSI-like sync reads: a 48-byte command in, 64 KiB out
+		buf := make([]byte, 64<<10)
+		for {
+			if _, err := io.ReadFull(c, buf[:48]); err != nil {
+				return
+			}
+			if _, err := c.Write(buf); err != nil {
+				return
+			}
+		}
 	case 'p': // paced download, 64 KiB reads of an initiator
 		buf := make([]byte, 64<<10)
 		start, sent := time.Now(), 0
@@ -326,6 +346,28 @@ func (l *lab) rtts(c net.Conn, n int) []time.Duration {
 			l.t.Fatal(err)
 		}
 		if _, err := io.ReadFull(c, b[:]); err != nil {
+			l.t.Fatal(err)
+		}
+		out = append(out, time.Since(start))
+	}
+	return out
+}
+
+// ios runs n synchronous iSCSI-like I/Os on a 'w' or 'r' connection and
+// returns their durations.
+func (l *lab) ios(c net.Conn, kind byte, n int) []time.Duration {
+	buf := make([]byte, 64<<10)
+	out := make([]time.Duration, 0, n)
+	for range n {
+		start := time.Now()
+		send, recv := buf, buf[:48]
+		if kind == 'r' {
+			send, recv = buf[:48], buf
+		}
+		if _, err := c.Write(send); err != nil {
+			l.t.Fatal(err)
+		}
+		if _, err := io.ReadFull(c, recv); err != nil {
 			l.t.Fatal(err)
 		}
 		out = append(out, time.Since(start))
