@@ -48,7 +48,11 @@ mangle table (jumped to from POSTROUTING) and ipsets named sanqos-*, in the
 current network namespace; run it inside the target's namespace with
 'ip netns exec NS sanqos run --manual'. Everything is removed on exit
 (Ctrl-C, SIGTERM); leftovers of a killed run are removed at the next start.
-If the daemon dies, the kernel lets traffic pass (fail open).`, stderr)
+If the daemon dies, the kernel lets traffic pass (fail open).
+
+Read delays are exact only with TCP autocorking off on the target
+(sysctl net.ipv4.tcp_autocorking=0): otherwise the tail of a reply waits
+for its held first part and a 64 KiB read is delayed twice.`, stderr)
 	fs.Bool("manual", true, "serve manual throttles only (this mode)")
 	backend := fs.String("backend", "nfqueue", "data path: "+strings.Join(throttle.Backends, ", "))
 	socket := fs.String("socket", ctl.DefaultSocket, "control socket path")

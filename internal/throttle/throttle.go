@@ -14,6 +14,13 @@
 // 128); the read direction is the larger data segments. (The thesis's
 // autonomic run delayed everything sent to the writers.)
 //
+// A held packet still counts against its socket's bytes below TCP, so TCP
+// autocorking holds a reply's sub-MSS tail until the held first part is
+// released, and the tail is then delayed again: with autocorking on, a
+// 64 KiB read is delayed 2d. Targets that throttle reads should run with
+// net.ipv4.tcp_autocorking=0. Small write-direction segments are sent
+// one at a time by a synchronous writer and are not affected.
+//
 // Kernel objects, all in the current network namespace and all removed by
 // Close and, after a crash, by the next start:
 //   - iptables chain SANQOS in the mangle table, and one rule
