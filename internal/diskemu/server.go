@@ -34,7 +34,9 @@ type Options struct {
 	Model Model
 	// RegionBytes is the size of each file's region of the model's address
 	// space, like LVs laid out one after another on one VG. Default: 64 GiB
-	// or an eighth of the array, whichever is smaller (see regionFor).
+	// or an eighth of the array, whichever is smaller (see regionFor). A
+	// file larger than its region runs into the next region's addresses,
+	// which only changes seek distances in the model.
 	RegionBytes int64
 	// StatsPath receives the Stats JSON every StatsInterval. Default
 	// BackingDir/.sanqos-diskemu-stats.json; "-" disables the file.
@@ -201,7 +203,7 @@ func (s *Server) Mountpoint() string { return s.opts.Mountpoint }
 
 // Stats returns the counters since mount.
 func (s *Server) Stats() Stats {
-	st := Stats{Time: time.Now(), Profile: s.opts.Profile, IOStats: s.vol.total.snapshot(),
+	st := Stats{Time: s.opts.Clock.Now(), Profile: s.opts.Profile, IOStats: s.vol.total.snapshot(),
 		MaxInFlight: s.vol.maxInFlight.Load()}
 	s.vol.mu.Lock()
 	for _, f := range s.vol.files {
@@ -243,7 +245,8 @@ func (s *Server) statsLoop() {
 
 // Close unmounts and stops serving. If the mount is busy (a loop device
 // still holds an image) it is detached lazily and an error says so; the
-// kernel then fails further I/O on it.
+// server then keeps answering the remaining users until they let go or the
+// process exits (after which their I/O fails).
 func (s *Server) Close() error {
 	s.once.Do(func() {
 		close(s.stop)
