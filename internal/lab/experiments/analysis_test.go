@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -305,7 +306,7 @@ func TestDaemonConfigLoads(t *testing.T) {
 func TestDaemonArgs(t *testing.T) {
 	v := testView()
 	args, err := daemonArgs(Control{Controller: "pid", ThresholdMs: 15}, Gains{}, v, "/x/sanqos.toml", "/x/rec", true)
-	if err != nil || strings.Join(args, " ") != "run --config /x/sanqos.toml --record /x/rec" {
+	if err != nil || strings.Join(args, " ") != "run --config /x/sanqos.toml --socket /run/sanqos-exp/ctl.sock --record /x/rec" {
 		t.Errorf("with --config: %v, %v", args, err)
 	}
 	args, err = daemonArgs(Control{Controller: "pid", ThresholdMs: 15}, Gains{}, v, "/x/sanqos.toml", "/x/rec", false)
@@ -314,7 +315,7 @@ func TestDaemonArgs(t *testing.T) {
 	}
 	got := strings.Join(args, " ")
 	for _, want := range []string{"--controller pid", "--threshold 15", "--backend nfqueue", "--record /x/rec",
-		"--consumer lab-emu,10.213.0.242,loop3", "--consumer lab-emu,10.213.0.245,loop6", "--socket="} {
+		"--consumer lab-emu,10.213.0.242,loop3", "--consumer lab-emu,10.213.0.245,loop6", "--socket /run/sanqos-exp/ctl.sock"} {
 		if !strings.Contains(got, want) {
 			t.Errorf("flags %q lack %q", got, want)
 		}
@@ -360,5 +361,32 @@ func TestRebase(t *testing.T) {
 	want := `<img src="sim/compare.png"><a href="sim/pid-15ms.png">x</a><a href="#sim">y</a><a href="/abs">z</a><a href="http://e">w</a>`
 	if got := rebase(in, "sim"); got != want {
 		t.Errorf("rebase = %s\nwant %s", got, want)
+	}
+}
+
+func TestLeftoverDaemons(t *testing.T) {
+	root := t.TempDir()
+	procs := map[string]string{
+		"101":  "/usr/bin/sanqos\x00run\x00--config\x00/x.toml\x00--socket\x00/run/sanqos-exp/ctl.sock\x00",
+		"102":  "sanqos\x00run\x00--socket=/run/sanqos-exp/ctl.sock\x00",
+		"103":  "sanqos\x00run\x00--socket\x00/run/sanqos/sanqos.sock\x00", // somebody else's daemon
+		"104":  "vim\x00/run/sanqos-exp/ctl.sock\x00",
+		"self": "x",
+	}
+	for pid, cl := range procs {
+		if err := os.MkdirAll(filepath.Join(root, pid), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(root, pid, "cmdline"), []byte(cl), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := leftoverDaemons(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(got)
+	if !reflect.DeepEqual(got, []int{101, 102}) {
+		t.Errorf("leftoverDaemons = %v, want [101 102]", got)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -142,8 +143,11 @@ func quoteList(xs []string) string {
 // does not yet gets the same settings as flags, with the lab's consumers
 // listed statically (the manual policy and pid gains need --config).
 func daemonArgs(c Control, g Gains, l labView, cfgPath, record string, hasConfig bool) ([]string, error) {
+	sock := filepath.Join(ctlSocketDir, "ctl.sock")
 	if hasConfig {
-		return []string{"run", "--config", cfgPath, "--record", record}, nil
+		// --socket repeats the file's value so that the command line
+		// shows the daemon is ours (see stopLeftoverDaemons).
+		return []string{"run", "--config", cfgPath, "--socket", sock, "--record", record}, nil
 	}
 	if c.Policy == "manual" {
 		return nil, errors.New("the manual policy needs 'sanqos run --config', which this sanqos does not have")
@@ -157,7 +161,7 @@ func daemonArgs(c Control, g Gains, l labView, cfgPath, record string, hasConfig
 	}
 	args := []string{"run", "--backend", "nfqueue", "--controller", c.Controller,
 		"--threshold", fmt.Sprint(threshold), "--ports", fmt.Sprint(l.port),
-		"--listen", "127.0.0.1:9469", "--socket=", "--record", record}
+		"--listen", "127.0.0.1:9469", "--socket", sock, "--record", record}
 	for _, h := range l.hosts {
 		args = append(args, "--consumer", fmt.Sprintf("%s,%s,%s", resourceName, h.addr, h.loop))
 	}
@@ -289,4 +293,68 @@ func readRecord(path string) ([]status.Record, error) {
 		return out, fmt.Errorf("reading %s: %w", path, err)
 	}
 	return out, nil
+}
+
+// stopLeftoverDaemons stops daemons an earlier, crashed experiment left
+// running (a daemon whose namespace was deleted under it lives on): they
+// are recognised by their control socket in ctlSocketDir. The caller
+// holds the lab, so no other experiment's daemon can be running.
+func stopLeftoverDaemons(procRoot string) error {
+	pids, err := leftoverDaemons(procRoot)
+	if err != nil {
+		return err
+	}
+	for _, pid := range pids {
+		_ = syscall.Kill(pid, syscall.SIGINT)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for _, pid := range pids {
+		for syscall.Kill(pid, 0) == nil && time.Now().Before(deadline) {
+			time.Sleep(100 * time.Millisecond)
+		}
+		if syscall.Kill(pid, 0) == nil {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
+	if err := os.RemoveAll(ctlSocketDir); err != nil {
+		return fmt.Errorf("removing %s: %w", ctlSocketDir, err)
+	}
+	return nil
+}
+
+// leftoverDaemons lists processes whose command line has a --socket in
+// ctlSocketDir.
+func leftoverDaemons(procRoot string) ([]int, error) {
+	dirs, err := os.ReadDir(procRoot)
+	if err != nil {
+		return nil, fmt.Errorf("listing processes: %w", err)
+	}
+	var out []int
+	for _, d := range dirs {
+		pid, err := strconv.Atoi(d.Name())
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(procRoot, d.Name(), "cmdline"))
+		if err != nil {
+			continue // gone, or not ours to read
+		}
+		if isOurDaemon(strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")) {
+			out = append(out, pid)
+		}
+	}
+	return out, nil
+}
+
+func isOurDaemon(argv []string) bool {
+	for i, a := range argv {
+		v, ok := strings.CutPrefix(a, "--socket=")
+		if !ok && a == "--socket" && i+1 < len(argv) {
+			v, ok = argv[i+1], true
+		}
+		if ok && strings.HasPrefix(v, ctlSocketDir+"/") {
+			return true
+		}
+	}
+	return false
 }

@@ -232,6 +232,9 @@ func (x Experiment) RunOn(ctx context.Context, l *lab.Lab, o Options) (*Summary,
 	s := &Summary{Experiment: x.Name, Title: x.Title, Describe: x.Describe, Short: o.Short, Started: time.Now().UTC(),
 		Lab:   LabInfo{Storage: st.Storage.String(), LUNBytes: st.Size, MTU: st.MTU, Offloads: st.Offloads, Portal: st.Target.Portal()},
 		Gains: o.Gains.withDefaults()}
+	if err := stopLeftoverDaemons("/proc"); err != nil {
+		return nil, err
+	}
 	e := &env{l: l, v: v, o: o, count: nstatCounter{run: runInNS}, prog: newProgress(o.Progress, x, plan)}
 	for _, r := range plan {
 		if r.c.Controller != "" {
