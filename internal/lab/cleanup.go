@@ -41,7 +41,11 @@ func cleanup(ctx context.Context, r runner, stopEmu func()) error {
 	st, _ := readState() // best effort: what a crashed run recorded
 
 	// Processes first: they hold loop devices (tgtd) and mounts open.
-	var pids []int
+	// Initiators first, so that load generators log out while the target
+	// still answers; then the rest (a daemon under test gets a chance to
+	// remove its rules); tgtd last and killed outright, as it ignores
+	// SIGTERM while it has targets and waiting for it would only cost time.
+	var initiators, others, tgtds []int
 	for _, ns := range Namespaces() {
 		if !nsExists(ns) {
 			continue
@@ -52,15 +56,29 @@ func cleanup(ctx context.Context, r runner, stopEmu func()) error {
 			continue
 		}
 		for _, f := range strings.Fields(string(out)) {
-			if pid, err := strconv.Atoi(f); err == nil {
-				pids = append(pids, pid)
+			pid, err := strconv.Atoi(f)
+			if err != nil {
+				continue
+			}
+			comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
+			switch {
+			case strings.TrimSpace(string(comm)) == "tgtd":
+				tgtds = append(tgtds, pid)
+			case ns == TargetNS || ns == SwitchNS:
+				others = append(others, pid)
+			default:
+				initiators = append(initiators, pid)
 			}
 		}
 	}
-	stopAll(pids, 3*time.Second)
-	if err := stopPid(readPid(tgtdPidFile()), "tgtd", 3*time.Second); err != nil {
-		errs = append(errs, err)
+	if pid := readPid(tgtdPidFile()); pid != 0 {
+		if comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid)); strings.TrimSpace(string(comm)) == "tgtd" {
+			tgtds = append(tgtds, pid)
+		}
 	}
+	stopAll(initiators, syscall.SIGTERM, 3*time.Second)
+	stopAll(others, syscall.SIGTERM, 3*time.Second)
+	stopAll(tgtds, syscall.SIGKILL, 2*time.Second)
 	if err := detachLabLoops(ctx, r); err != nil {
 		errs = append(errs, err)
 	}
@@ -114,12 +132,16 @@ func cleanup(ctx context.Context, r runner, stopEmu func()) error {
 	return nil
 }
 
-// stopAll sends SIGTERM to every pid, waits up to grace for all of them,
-// then SIGKILLs those left. These are processes inside the lab's own
-// namespaces, which only the lab and its users start.
-func stopAll(pids []int, grace time.Duration) {
+// stopAll sends sig to every pid, waits up to grace for all of them, then
+// SIGKILLs those left. These are processes inside the lab's own
+// namespaces (or tgtd, which the lab started), which only the lab and its
+// users start.
+func stopAll(pids []int, sig syscall.Signal, grace time.Duration) {
+	if len(pids) == 0 {
+		return
+	}
 	for _, pid := range pids {
-		_ = syscall.Kill(pid, syscall.SIGTERM)
+		_ = syscall.Kill(pid, sig)
 	}
 	deadline := time.Now().Add(grace)
 	for time.Now().Before(deadline) {

@@ -301,6 +301,20 @@ func TestLabEndToEnd(t *testing.T) {
 			t.Errorf("writers moved nothing")
 		}
 	})
+
+	// Last, as it breaks the lab: status must notice a dead tgtd.
+	t.Run("status-sees-damage", func(t *testing.T) {
+		if err := stopPid(readPid(tgtdPidFile()), "tgtd", 3*time.Second); err != nil {
+			t.Fatal(err)
+		}
+		s, err := ReadStatus(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.Up || !strings.Contains(strings.Join(s.Problems, "\n"), "tgtd is not running") {
+			t.Errorf("status with tgtd stopped: up=%v problems=%q", s.Up, s.Problems)
+		}
+	})
 }
 
 // TestLoadgenMatchesFio checks the load generator's latency against fio
