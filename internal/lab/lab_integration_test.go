@@ -304,9 +304,7 @@ func TestLabEndToEnd(t *testing.T) {
 
 	// Last, as it breaks the lab: status must notice a dead tgtd.
 	t.Run("status-sees-damage", func(t *testing.T) {
-		if err := stopPid(readPid(tgtdPidFile()), "tgtd", 3*time.Second); err != nil {
-			t.Fatal(err)
-		}
+		stopAll([]int{readPid(tgtdPidFile())}, syscall.SIGKILL, 2*time.Second)
 		s, err := ReadStatus(ctx)
 		if err != nil {
 			t.Fatal(err)
