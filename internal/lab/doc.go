@@ -9,5 +9,16 @@
 // Everything the lab creates carries a sanqos-lab / sanqos-b* prefix and is
 // recorded in /run/sanqos-lab; Cleanup removes it whether or not the lab
 // that created it is still running, so a crashed run never leaves the
-// machine dirty.
+// machine dirty. There is one lab per machine: a Lab holds a lock until
+// Down, so tests of several packages wait for each other instead of
+// clearing each other's lab.
+//
+// Go callers (experiments, end-to-end tests):
+//
+//	l, err := lab.Up(ctx, lab.Options{Storage: lab.DefaultStorage, Loadgen: path})
+//	if err != nil { … }
+//	defer l.Down()
+//	for _, in := range l.Initiators() { … in.NS, in.IP, in.IQN, in.Loop … }
+//	ld, err := l.RunLoad(ctx, "b2", "--job", "smalljob", "--runtime", "20s", "--time-based")
+//	// ld.Summary.Lat.Mean; lab.Command(ctx, lab.TargetNS, "sanqos", "run", …)
 package lab
