@@ -45,7 +45,6 @@ func TestReadCapture(t *testing.T) {
 	}
 }
 
-
 func TestParseLines(t *testing.T) {
 	for _, tc := range []struct {
 		name, in string

@@ -1,7 +1,6 @@
 package topology
 
 import (
-	"bufio"
 	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
@@ -11,8 +10,9 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
-	"strconv"
 	"strings"
+
+	"github.com/sanqos/sanqos/internal/mountinfo"
 )
 
 // maxDepth bounds the walk down the device stack: real stacks are 3-4
@@ -56,14 +56,6 @@ func DefaultResolver() *Resolver {
 	return NewResolver("/sys", "/dev", "/proc/self/mountinfo")
 }
 
-// mount is one line of mountinfo that matters to us.
-type mount struct {
-	major, minor int
-	point        string
-	fstype       string
-	source       string
-}
-
 // Resolve finds the device serving backing and what it lands on. backing
 // is a block device path (/dev/loop3, /dev/mapper/vg-lv, /dev/sdb1), a
 // kernel device name ("dm-0"), or a regular file (an image tgt serves
@@ -87,7 +79,7 @@ func (r *Resolver) Resolve(backing string) (Resolution, error) {
 		}
 		dev, ok := r.mountDevice(m)
 		if !ok {
-			return Resolution{}, fmt.Errorf("resolving %s: it is a file on %s (%s), which has no block device whose latency could be measured; attach it to a loop device and export that", backing, m.point, m.fstype)
+			return Resolution{}, fmt.Errorf("resolving %s: it is a file on %s (%s), which has no block device whose latency could be measured; attach it to a loop device and export that", backing, m.Point, m.FSType)
 		}
 		name = dev
 	}
@@ -196,7 +188,7 @@ func (h hint) name() string {
 }
 
 // walk descends from block device name to its leaves.
-func (r *Resolver) walk(name string, mounts []mount, leaves map[string]bool, depth int) (hint, error) {
+func (r *Resolver) walk(name string, mounts []mountinfo.Mount, leaves map[string]bool, depth int) (hint, error) {
 	var h hint
 	if depth > maxDepth {
 		return h, fmt.Errorf("device stack deeper than %d at %s (a cycle?)", maxDepth, name)
@@ -257,8 +249,8 @@ func (r *Resolver) walk(name string, mounts []mount, leaves map[string]bool, dep
 		if !ok {
 			// FUSE, tmpfs, NFS: no block device below; the file system
 			// itself is what the loop devices share.
-			leaves["fs:"+m.point] = true
-			h.fs = mountName(m.point)
+			leaves["fs:"+m.Point] = true
+			h.fs = mountName(m.Point)
 			return h, nil
 		}
 		sub, err := r.walk(dev, mounts, leaves, depth+1)
@@ -339,11 +331,11 @@ func mountName(point string) string {
 // mountDevice returns the block device of a mount, if it has one.
 // Anonymous devices (major 0: FUSE, tmpfs, overlay, btrfs subvolumes) have
 // no /proc/diskstats line.
-func (r *Resolver) mountDevice(m mount) (string, bool) {
-	if m.major == 0 {
+func (r *Resolver) mountDevice(m mountinfo.Mount) (string, bool) {
+	if m.Major == 0 {
 		return "", false
 	}
-	return r.nameByNumber(m.major, m.minor)
+	return r.nameByNumber(m.Major, m.Minor)
 }
 
 // nameByNumber maps MAJ:MIN to a kernel name via /sys/dev/block.
@@ -356,78 +348,21 @@ func (r *Resolver) nameByNumber(major, minor int) (string, bool) {
 	return filepath.Base(real), true
 }
 
-// readMounts parses mountinfo (proc(5)): "36 35 98:0 /mnt1 /mnt2 rw,noatime
-// master:1 - ext3 /dev/root rw,errors=continue".
-func (r *Resolver) readMounts() ([]mount, error) {
-	b, err := os.ReadFile(r.mountinfo)
-	if err != nil {
-		return nil, fmt.Errorf("reading mounts: %w", err)
-	}
-	return parseMountinfo(b, r.mountinfo)
-}
-
-func parseMountinfo(b []byte, name string) ([]mount, error) {
-	var out []mount
-	sc := bufio.NewScanner(bytes.NewReader(b))
-	sc.Buffer(make([]byte, 64*1024), 1024*1024)
-	n := 0
-	for sc.Scan() {
-		n++
-		line := sc.Text()
-		if strings.TrimSpace(line) == "" {
-			continue
-		}
-		f := strings.Fields(line)
-		sep := -1
-		for i := 6; i < len(f); i++ {
-			if f[i] == "-" {
-				sep = i
-				break
-			}
-		}
-		if len(f) < 5 || sep < 0 || sep+2 >= len(f) {
-			return nil, fmt.Errorf("%s line %d: expected \"ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTS ... - FSTYPE SOURCE OPTS\", got %q", name, n, line)
-		}
-		maj, min, ok := strings.Cut(f[2], ":")
-		ma, err1 := strconv.Atoi(maj)
-		mi, err2 := strconv.Atoi(min)
-		if !ok || err1 != nil || err2 != nil {
-			return nil, fmt.Errorf("%s line %d: expected MAJ:MIN in field 3, got %q", name, n, f[2])
-		}
-		out = append(out, mount{major: ma, minor: mi, point: unescapeOctal(f[4]), fstype: f[sep+1], source: f[sep+2]})
-	}
-	return out, sc.Err()
-}
-
-// unescapeOctal undoes mountinfo's \040-style escapes of spaces etc.
-func unescapeOctal(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if v, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(v))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
+// readMounts reads the mount table the resolver was built with.
+func (r *Resolver) readMounts() ([]mountinfo.Mount, error) {
+	return mountinfo.Read(r.mountinfo)
 }
 
 // mountFor returns the mount holding path: the longest mount point that
 // is a prefix of it, the last such mount winning (it is on top).
-func mountFor(mounts []mount, path string) (mount, bool) {
+func mountFor(mounts []mountinfo.Mount, path string) (mountinfo.Mount, bool) {
 	path = filepath.Clean(path)
-	best, found := mount{}, false
+	best, found := mountinfo.Mount{}, false
 	for _, m := range mounts {
-		if m.point != "/" && path != m.point && !strings.HasPrefix(path, m.point+"/") {
+		if m.Point != "/" && path != m.Point && !strings.HasPrefix(path, m.Point+"/") {
 			continue
 		}
-		if !found || len(m.point) >= len(best.point) {
+		if !found || len(m.Point) >= len(best.Point) {
 			best, found = m, true
 		}
 	}

@@ -2,6 +2,8 @@ package topology
 
 import (
 	"net/netip"
+	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -63,16 +65,16 @@ func TestResolveErrors(t *testing.T) {
 	}
 }
 
-func TestParseMountinfoMalformed(t *testing.T) {
-	for _, in := range []string{
-		"28 1 8:1 / / rw,relatime shared:1 ext4 /dev/sda1 rw\n", // no separator
-		"28 1 x:1 / / rw - ext4 /dev/sda1 rw\n",
-		"28 1\n",
-	} {
-		_, err := parseMountinfo([]byte("22 28 0:21 / /sys rw - sysfs sysfs rw\n"+in), "mi")
-		if err == nil || !strings.Contains(err.Error(), "mi line 2") {
-			t.Errorf("parseMountinfo(%q) error = %v, want one naming line 2", in, err)
-		}
+// A malformed mount table is an error that names the file and line (the
+// parser itself is tested in internal/mountinfo).
+func TestResolveMalformedMountinfo(t *testing.T) {
+	mi := filepath.Join(t.TempDir(), "mountinfo")
+	if err := os.WriteFile(mi, []byte("22 28 0:21 / /sys rw - sysfs sysfs rw\n28 1 x:1 / / rw - ext4 /dev/sda1 rw\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r := NewResolver("testdata/sys", "testdata/dev", mi)
+	if _, err := r.Resolve("/dev/sda1"); err == nil || !strings.Contains(err.Error(), mi+" line 2") {
+		t.Errorf("Resolve with a malformed mountinfo: error %v, want one naming %s line 2", err, mi)
 	}
 }
 
