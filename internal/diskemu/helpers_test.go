@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sanqos/sanqos/internal/mountinfo"
 	"golang.org/x/sys/unix"
 )
 
@@ -50,11 +51,11 @@ func cleanLeftovers(t testing.TB) {
 			exec.Command("losetup", "-d", dev).Run()
 		}
 	}
-	if ms, err := readMountinfo("/proc/self/mountinfo"); err == nil {
+	if ms, err := mountinfo.Read(mountinfo.Self); err == nil {
 		for i := len(ms) - 1; i >= 0; i-- {
-			if strings.HasPrefix(ms[i].point, root) {
-				t.Logf("unmounting leftover %s", ms[i].point)
-				unix.Unmount(ms[i].point, unix.MNT_DETACH)
+			if strings.HasPrefix(ms[i].Point, root) {
+				t.Logf("unmounting leftover %s", ms[i].Point)
+				unix.Unmount(ms[i].Point, unix.MNT_DETACH)
 			}
 		}
 	}

@@ -1,21 +1,18 @@
 package diskemu
 
 import (
-	"bufio"
-	"bytes"
 	"errors"
 	"fmt"
-	"io"
 	"log"
 	"log/slog"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
+	"github.com/sanqos/sanqos/internal/mountinfo"
 	"golang.org/x/sys/unix"
 )
 
@@ -170,12 +167,12 @@ func (s *Server) mounted() bool {
 	}
 	// Device numbers are reused once a mount is gone, so this can mistake
 	// a newer mount for ours; the unique id above avoids that.
-	ms, err := readMountinfo("/proc/self/mountinfo")
+	ms, err := mountinfo.Read(mountinfo.Self)
 	if err != nil {
 		return true // cannot tell: try to unmount
 	}
 	for _, m := range ms {
-		if m.point == s.opts.Mountpoint && m.dev == s.mount.dev {
+		if m.Point == s.opts.Mountpoint && m.Dev() == s.mount.dev {
 			return true
 		}
 	}
@@ -185,16 +182,16 @@ func (s *Server) mounted() bool {
 // detachStale lazily unmounts a mount of ours left at mp by a crashed server
 // and refuses to mount over anything else.
 func detachStale(mp string, log *slog.Logger) error {
-	mounts, err := readMountinfo("/proc/self/mountinfo")
+	mounts, err := mountinfo.Read(mountinfo.Self)
 	if err != nil {
 		return err
 	}
 	for _, m := range mounts {
-		if m.point != mp {
+		if m.Point != mp {
 			continue
 		}
-		if m.fstype != "fuse."+FSType {
-			return fmt.Errorf("%s already has a %s mount; unmount it or choose another mountpoint", mp, m.fstype)
+		if m.FSType != "fuse."+FSType {
+			return fmt.Errorf("%s already has a %s mount; unmount it or choose another mountpoint", mp, m.FSType)
 		}
 		log.Warn("lazily unmounting a stale emulated disk", "mount", mp)
 		if err := unix.Unmount(mp, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) {
@@ -202,55 +199,6 @@ func detachStale(mp string, log *slog.Logger) error {
 		}
 	}
 	return nil
-}
-
-type mountEntry struct{ dev, point, fstype string }
-
-// readMountinfo returns mount points and types from a mountinfo file.
-func readMountinfo(path string) ([]mountEntry, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("reading %s: %w", path, err)
-	}
-	return parseMountinfo(bytes.NewReader(b))
-}
-
-func parseMountinfo(r io.Reader) ([]mountEntry, error) {
-	var out []mountEntry
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		pre, post, ok := strings.Cut(line, " - ")
-		f, g := strings.Fields(pre), strings.Fields(post)
-		if !ok || len(f) < 5 || len(g) < 1 {
-			continue
-		}
-		out = append(out, mountEntry{dev: f[2], point: unescapeMount(f[4]), fstype: g[0]})
-	}
-	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("reading mountinfo: %w", err)
-	}
-	return out, nil
-}
-
-// unescapeMount undoes the kernel's octal escapes (\040 for space …).
-func unescapeMount(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+4 <= len(s) {
-			if v, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(v))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }
 
 // slogWriter sends go-fuse's log.Logger output to slog at debug level.

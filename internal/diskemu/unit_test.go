@@ -10,43 +10,6 @@ import (
 	"github.com/sanqos/sanqos/internal/diskmodel"
 )
 
-func TestParseMountinfo(t *testing.T) {
-	f, err := os.Open("testdata/mountinfo")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	ms, err := parseMountinfo(f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(ms) != 12 {
-		t.Fatalf("got %d entries, want 12 (the garbage line skipped): %+v", len(ms), ms)
-	}
-	last := ms[len(ms)-1]
-	want := mountEntry{dev: "0:77", point: "/tmp/sanqos-emu-1/mnt with space", fstype: "fuse." + FSType}
-	if last != want {
-		t.Errorf("last entry %+v, want %+v", last, want)
-	}
-	if ms[0] != (mountEntry{dev: "0:21", point: "/proc", fstype: "proc"}) {
-		t.Errorf("first entry %+v", ms[0])
-	}
-}
-
-func TestUnescapeMount(t *testing.T) {
-	for in, want := range map[string]string{
-		`/a/b`:          "/a/b",
-		`/a\040b`:       "/a b",
-		`/tab\011x\134`: "/tab\tx\\",
-		`/short\04`:     `/short\04`, // truncated escape kept as is
-		`/bad\09x`:      `/bad\09x`,
-	} {
-		if got := unescapeMount(in); got != want {
-			t.Errorf("unescapeMount(%q) = %q, want %q", in, got, want)
-		}
-	}
-}
-
 func TestFixedModelQueuesFIFO(t *testing.T) {
 	m := &FixedModel{Service: 5 * time.Millisecond}
 	t0 := time.Unix(1000, 0)
