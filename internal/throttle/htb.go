@@ -2,12 +2,9 @@ package throttle
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"log/slog"
 	"net/netip"
 	"slices"
-	"sync"
 )
 
 // HTB throttles the read direction by bandwidth instead of delay (thesis
@@ -17,14 +14,10 @@ import (
 // ports to it. ACKs and small segments stay in the default class, so
 // writes are not slowed. Delays in the state are ignored.
 type HTB struct {
-	cfg     TCConfig
-	rec     *reconciler
-	log     *slog.Logger
-	mu      sync.Mutex
+	tcRoot
 	minor   map[netip.Addr]int // class minor per member, stable while present
 	next    int
 	classes map[int]uint64 // installed classes and their rates
-	done    bool
 }
 
 // NewHTB removes leftovers and installs the HTB root on cfg.Dev.
@@ -32,23 +25,10 @@ func NewHTB(ctx context.Context, cfg TCConfig) (*HTB, error) {
 	if err := cfg.defaults("htb"); err != nil {
 		return nil, err
 	}
-	b := &HTB{cfg: cfg, rec: newReconciler(cfg.Firewall, cfg.Sets), log: cfg.Logger.With("backend", "htb"),
+	b := &HTB{tcRoot: newTCRoot(cfg, "htb", HTBHandle),
 		minor: map[netip.Addr]int{}, next: classBase, classes: map[int]uint64{}}
-	if err := b.rec.reset(ctx); err != nil {
-		return nil, fmt.Errorf("removing leftovers of an earlier run: %w", err)
-	}
-	if err := removeRootQdisc(ctx, cfg.Run, cfg.Dev, HTBHandle); err != nil {
-		return nil, err
-	}
-	h := fmt.Sprintf("%x:", HTBHandle)
-	for _, c := range [][]string{
-		{"qdisc", "add", "dev", cfg.Dev, "root", "handle", h, "htb", "default", "1"},
-		{"class", "add", "dev", cfg.Dev, "parent", h, "classid", fmt.Sprintf("%x:1", HTBHandle), "htb", "rate", lineRate},
-	} {
-		if _, err := cfg.Run.Run(ctx, "", "tc", c...); err != nil {
-			_ = removeRootQdisc(ctx, cfg.Run, cfg.Dev, HTBHandle)
-			return nil, fmt.Errorf("building the htb qdiscs on %s: %w", cfg.Dev, err)
-		}
+	if _, _, err := b.build(ctx, nil); err != nil {
+		return nil, fmt.Errorf("building the htb qdiscs on %s: %w", cfg.Dev, err)
 	}
 	return b, nil
 }
@@ -115,11 +95,10 @@ func (b *HTB) Apply(ctx context.Context, s State) error {
 	if err := Validate(s); err != nil {
 		return err
 	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.done {
-		return errors.New("backend is closed")
+	if err := b.lock(); err != nil {
+		return err
 	}
+	defer b.mu.Unlock()
 	classes, rules := b.plan(s)
 	h := fmt.Sprintf("%x:", HTBHandle)
 	for _, mi := range sortedInts(classes) {
@@ -156,18 +135,4 @@ func sortedInts[V any](m map[int]V) []int {
 	}
 	slices.Sort(out)
 	return out
-}
-
-func (b *HTB) Stats() Stats { return Stats{} }
-
-func (b *HTB) Close() error {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.done {
-		return nil
-	}
-	b.done = true
-	ctx := context.Background()
-	err := b.rec.reset(ctx)
-	return errors.Join(err, removeRootQdisc(ctx, b.cfg.Run, b.cfg.Dev, HTBHandle))
 }

@@ -2,12 +2,11 @@ package throttle
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"math"
+	"slices"
 	"strings"
-	"sync"
 	"time"
 )
 
@@ -20,6 +19,9 @@ const (
 	// classBase is the first class minor of a leaf; minor 1 is the default
 	// (unthrottled) class.
 	classBase = 0x10
+	// netemLeafBase is the handle major of the first netem leaf qdisc:
+	// above both root handles, so leaves never collide with a root.
+	netemLeafBase = 0x100
 	// lineRate is the HTB rate of every class that must not limit
 	// bandwidth: far above what the links here carry.
 	lineRate = "10gbit"
@@ -108,13 +110,7 @@ func removeRootQdisc(ctx context.Context, run Runner, dev string, major int) err
 // to the leaf nearest its requested delay (cls_fw, the thesis's mark
 // filter, is missing on many kernels; CLASSIFY needs no filter). Netem
 // does not keep a flow's order when its delay drops; nfqueue does.
-type Netem struct {
-	cfg  TCConfig
-	rec  *reconciler
-	log  *slog.Logger
-	mu   sync.Mutex
-	done bool
-}
+type Netem struct{ tcRoot }
 
 // NewNetem removes leftovers and builds the qdisc tree. On a kernel
 // without sch_netem it leaves the device as it was and says to use nfqueue.
@@ -122,34 +118,21 @@ func NewNetem(ctx context.Context, cfg TCConfig) (*Netem, error) {
 	if err := cfg.defaults("netem"); err != nil {
 		return nil, err
 	}
-	b := &Netem{cfg: cfg, rec: newReconciler(cfg.Firewall, cfg.Sets), log: cfg.Logger.With("backend", "netem")}
-	if err := b.rec.reset(ctx); err != nil {
-		return nil, fmt.Errorf("removing leftovers of an earlier run: %w", err)
-	}
-	run, dev := cfg.Run, cfg.Dev
-	if err := removeRootQdisc(ctx, run, dev, NetemHandle); err != nil {
-		return nil, err
-	}
+	b := &Netem{newTCRoot(cfg, "netem", NetemHandle)}
 	h := fmt.Sprintf("%x:", NetemHandle)
-	cmds := [][]string{
-		{"qdisc", "add", "dev", dev, "root", "handle", h, "htb", "default", "1"},
-		{"class", "add", "dev", dev, "parent", h, "classid", fmt.Sprintf("%x:1", NetemHandle), "htb", "rate", lineRate},
-	}
+	var leaves [][]string
 	for i, d := range cfg.Steps {
 		cls := fmt.Sprintf("%x:%x", NetemHandle, classBase+i)
-		cmds = append(cmds,
-			[]string{"class", "add", "dev", dev, "parent", h, "classid", cls, "htb", "rate", lineRate},
-			[]string{"qdisc", "add", "dev", dev, "parent", cls, "handle", fmt.Sprintf("%x:", 0x100+i), "netem", "delay", fmtDelay(d)},
+		leaves = append(leaves,
+			[]string{"class", "add", "dev", cfg.Dev, "parent", h, "classid", cls, "htb", "rate", lineRate},
+			[]string{"qdisc", "add", "dev", cfg.Dev, "parent", cls, "handle", fmt.Sprintf("%x:", netemLeafBase+i), "netem", "delay", fmtDelay(d)},
 		)
 	}
-	for _, c := range cmds {
-		if out, err := run.Run(ctx, "", "tc", c...); err != nil {
-			_ = removeRootQdisc(ctx, run, dev, NetemHandle)
-			if c[len(c)-3] == "netem" && strings.Contains(out+err.Error(), "unknown") {
-				return nil, fmt.Errorf("this kernel has no sch_netem, so the netem backend cannot run here; use --backend nfqueue")
-			}
-			return nil, fmt.Errorf("building the netem qdiscs on %s: %w", dev, err)
+	if failed, out, err := b.build(ctx, leaves); err != nil {
+		if slices.Contains(failed, "netem") && strings.Contains(out+err.Error(), "unknown") {
+			return nil, fmt.Errorf("this kernel has no sch_netem, so the netem backend cannot run here; use --backend nfqueue")
 		}
+		return nil, fmt.Errorf("building the netem qdiscs on %s: %w", cfg.Dev, err)
 	}
 	return b, nil
 }
@@ -196,27 +179,12 @@ func (b *Netem) Apply(ctx context.Context, s State) error {
 	if err := Validate(s); err != nil {
 		return err
 	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.done {
-		return errors.New("backend is closed")
+	if err := b.lock(); err != nil {
+		return err
 	}
+	defer b.mu.Unlock()
 	if err := b.rec.apply(ctx, b.Rules(s), wantSets(s)); err != nil {
 		return fmt.Errorf("programming the netem data path: %w", err)
 	}
 	return nil
-}
-
-func (b *Netem) Stats() Stats { return Stats{} }
-
-func (b *Netem) Close() error {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.done {
-		return nil
-	}
-	b.done = true
-	ctx := context.Background()
-	err := b.rec.reset(ctx)
-	return errors.Join(err, removeRootQdisc(ctx, b.cfg.Run, b.cfg.Dev, NetemHandle))
 }

@@ -1,0 +1,83 @@
+package throttle
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+)
+
+// tcRoot is what the two tc backends (netem, htb) share: an HTB root qdisc
+// of our own handle on Dev whose class 1 carries unthrottled traffic, the
+// chain and ipsets that classify packets into its other classes, and
+// tearing both down exactly once.
+type tcRoot struct {
+	cfg    TCConfig
+	handle int // NetemHandle or HTBHandle
+	rec    *reconciler
+	log    *slog.Logger
+	mu     sync.Mutex // serialises Apply and Close
+	done   bool       // Close has run; Apply refuses
+}
+
+func newTCRoot(cfg TCConfig, name string, handle int) tcRoot {
+	return tcRoot{cfg: cfg, handle: handle, rec: newReconciler(cfg.Firewall, cfg.Sets), log: cfg.Logger.With("backend", name)}
+}
+
+// build removes what an earlier run left (our chain, sets and root qdisc),
+// installs the root with its default class and then the backend's leaves.
+// When a tc command fails it removes the root again and returns that
+// command and its output too, so the backend can explain the failure.
+func (t *tcRoot) build(ctx context.Context, leaves [][]string) (failed []string, out string, err error) {
+	if err := t.rec.reset(ctx); err != nil {
+		return nil, "", fmt.Errorf("removing leftovers of an earlier run: %w", err)
+	}
+	run, dev := t.cfg.Run, t.cfg.Dev
+	if err := removeRootQdisc(ctx, run, dev, t.handle); err != nil {
+		return nil, "", err
+	}
+	h := fmt.Sprintf("%x:", t.handle)
+	cmds := append([][]string{
+		{"qdisc", "add", "dev", dev, "root", "handle", h, "htb", "default", "1"},
+		{"class", "add", "dev", dev, "parent", h, "classid", fmt.Sprintf("%x:1", t.handle), "htb", "rate", lineRate},
+	}, leaves...)
+	for _, c := range cmds {
+		if out, err := run.Run(ctx, "", "tc", c...); err != nil {
+			if rerr := removeRootQdisc(ctx, run, dev, t.handle); rerr != nil {
+				err = errors.Join(err, fmt.Errorf("undoing the partial tree: %w", rerr))
+			}
+			return c, out, err
+		}
+	}
+	return nil, "", nil
+}
+
+// lock takes the mutex for an Apply; it fails, unlocked, once Close ran.
+func (t *tcRoot) lock() error {
+	t.mu.Lock()
+	if t.done {
+		t.mu.Unlock()
+		return errors.New("backend is closed")
+	}
+	return nil
+}
+
+// Close removes our chain, sets and root qdisc; later calls do nothing.
+func (t *tcRoot) Close() error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.done {
+		return nil
+	}
+	t.done = true
+	// Close runs at shutdown, often after the daemon's context is
+	// cancelled, and must still clean up.
+	ctx := context.Background()
+	err := t.rec.reset(ctx)
+	return errors.Join(err, removeRootQdisc(ctx, t.cfg.Run, t.cfg.Dev, t.handle))
+}
+
+// Stats is empty: the kernel holds and releases the packets, and tc's
+// own counters are the place to look.
+func (t *tcRoot) Stats() Stats { return Stats{} }
