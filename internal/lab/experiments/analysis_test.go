@@ -178,7 +178,8 @@ func TestTicksOfAndDelayStats(t *testing.T) {
 	recs := []status.Record{
 		{TS: 999.9, Resources: []status.RecordResource{{SignalMs: 5}}},
 		{TS: 1000.1, Resources: []status.RecordResource{{SignalMs: 20, DelayMs: 4, Members: 3}},
-			Consumers: []status.Consumer{{WriteKBs: 10000}, {WriteKBs: 20000}, {WriteKBs: 0}}},
+			Consumers: []status.Consumer{{Device: "loop1", Addr: "a", WriteKBs: 10000}, {Device: "loop2", Addr: "b", WriteKBs: 20000},
+				{Device: "loop2", Addr: "b", WriteKBs: 20000}, {WriteKBs: 0}}},
 		{TS: 1000.2, Resources: []status.RecordResource{{SignalMs: 18, DelayMs: 0, Members: 3}},
 			Consumers: []status.Consumer{{WriteKBs: 15000}}},
 	}
@@ -192,64 +193,57 @@ func TestTicksOfAndDelayStats(t *testing.T) {
 	}
 }
 
-func TestParseNstatRetrans(t *testing.T) {
-	b, err := os.ReadFile(filepath.Join("testdata", "nstat-b2.json"))
+func TestParseNstat(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("testdata", "nstat-b3.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n, err := parseNstatRetrans(b); err != nil || n != 0 {
-		t.Errorf("fixture: %d, %v", n, err)
+	m, err := parseNstat(b)
+	if err != nil {
+		t.Fatalf("fixture: %v", err)
 	}
-	if n, err := parseNstatRetrans([]byte(`{"kernel":{"TcpRetransSegs":17}}`)); err != nil || n != 17 {
-		t.Errorf("17: %d, %v", n, err)
+	if _, ok := m["TcpExtTCPLossProbes"]; !ok || m["TcpOutSegs"] == 0 {
+		t.Errorf("fixture lacks counters: %v", m)
+	}
+	if m, err := parseNstat([]byte(`{"kernel":{"TcpRetransSegs":17}}`)); err != nil || m["TcpRetransSegs"] != 17 {
+		t.Errorf("17: %v, %v", m, err)
 	}
 	for _, bad := range []string{"", "#kernel\nTcpRetransSegs 0 0.0\n", `{"kernel":{}}`} {
-		if _, err := parseNstatRetrans([]byte(bad)); err == nil {
-			t.Errorf("parseNstatRetrans(%q) accepted bad output", bad)
+		if _, err := parseNstat([]byte(bad)); err == nil {
+			t.Errorf("parseNstat(%q) accepted bad output", bad)
 		}
 	}
-}
-
-type fakeCounter struct {
-	calls int
-	vals  []map[string]int64
-	err   error
-}
-
-func (f *fakeCounter) Retrans(context.Context, []string) (map[string]int64, error) {
-	if f.err != nil {
-		return nil, f.err
-	}
-	v := f.vals[f.calls]
-	f.calls++
-	return v, nil
 }
 
 func TestNstatCounterAndDiff(t *testing.T) {
 	c := nstatCounter{run: func(_ context.Context, ns string, argv ...string) ([]byte, error) {
-		if strings.Join(argv, " ") != "nstat -asz -j TcpRetransSegs" {
+		if strings.Join(argv, " ") != "nstat -asz -j" {
 			t.Errorf("argv = %v", argv)
 		}
 		if ns == "sanqos-b3" {
-			return []byte(`{"kernel":{"TcpRetransSegs":5}}`), nil
+			return []byte(`{"kernel":{"TcpRetransSegs":5,"TcpExtTCPLossProbes":4}}`), nil
 		}
 		return []byte(`{"kernel":{"TcpRetransSegs":1}}`), nil
 	}}
-	got, err := c.Retrans(context.Background(), []string{"sanqos-b2", "sanqos-b3"})
-	if err != nil || got["sanqos-b2"] != 1 || got["sanqos-b3"] != 5 {
-		t.Fatalf("Retrans = %v, %v", got, err)
+	got, err := c.Counters(context.Background(), []string{"sanqos-b2", "sanqos-b3"})
+	if err != nil || got["sanqos-b2"]["TcpRetransSegs"] != 1 || got["sanqos-b3"]["TcpExtTCPLossProbes"] != 4 {
+		t.Fatalf("Counters = %v, %v", got, err)
 	}
 	failing := nstatCounter{run: func(context.Context, string, ...string) ([]byte, error) {
 		return nil, errors.New("exit status 1")
 	}}
-	if _, err := failing.Retrans(context.Background(), []string{"sanqos-b2"}); err == nil || !strings.Contains(err.Error(), "sanqos-b2") {
+	if _, err := failing.Counters(context.Background(), []string{"sanqos-b2"}); err == nil || !strings.Contains(err.Error(), "sanqos-b2") {
 		t.Errorf("a failing nstat must be an error naming the namespace: %v", err)
 	}
-	d := retransDiff(map[string]int64{"a": 3, "b": 10}, map[string]int64{"a": 3, "b": 14})
-	if d["a"] != 0 || d["b"] != 4 {
-		t.Errorf("diff = %v", d)
+	d := counterDiff(map[string]map[string]int64{"a": {"TcpRetransSegs": 3, "X": 1}, "b": {"TcpRetransSegs": 10}},
+		map[string]map[string]int64{"a": {"TcpRetransSegs": 3, "X": 2}, "b": {"TcpRetransSegs": 14, "Y": 2}})
+	want := map[string]map[string]int64{"a": {"X": 1}, "b": {"TcpRetransSegs": 4, "Y": 2}}
+	if !reflect.DeepEqual(d, want) {
+		t.Errorf("diff = %v, want %v", d, want)
 	}
-	_ = &fakeCounter{}
+	if r := counter(d, "TcpRetransSegs"); r["a"] != 0 || r["b"] != 4 {
+		t.Errorf("counter = %v", r)
+	}
 }
 
 func testView() labView {

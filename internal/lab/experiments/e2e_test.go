@@ -52,7 +52,11 @@ func TestControlledEndToEnd(t *testing.T) {
 	}
 	bin := t.TempDir()
 	sanqos, loadgen := buildBinaries(t, bin)
-	out := t.TempDir()
+	// SANQOS_E2E_OUT keeps the logs, plots and report for a look.
+	out := os.Getenv("SANQOS_E2E_OUT")
+	if out == "" {
+		out = t.TempDir()
+	}
 	// Ctrl-C or SIGTERM still takes the lab down.
 	sctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -76,8 +80,8 @@ func TestControlledEndToEnd(t *testing.T) {
 	}
 	none, pid := s.Runs[0], s.Runs[1]
 	for _, r := range s.Runs {
-		t.Logf("%s: wait %+v over %.1f%%, write %.1f MB/s, reader %.1f kB/s, retrans %v, jain %.2f, max write %.0f ms, delay %+v, release %+v",
-			r.Name, r.WaitMs, r.OverThresholdPct, r.WriteMBs, r.ReaderKBs, r.RetransmitsBy, r.Jain, r.MaxWriteIOMs, r.Delay, r.Release)
+		t.Logf("%s: wait %+v over %.1f%%, write %.1f MB/s, reader %.1f kB/s, retrans %v (loss probes %v, RTOs %v), jain %.2f, max write %.0f ms, delay %+v, release %+v",
+			r.Name, r.WaitMs, r.OverThresholdPct, r.WriteMBs, r.ReaderKBs, r.RetransmitsBy, r.LossProbesBy, r.RTOsBy, r.Jain, r.MaxWriteIOMs, r.Delay, r.Release)
 	}
 	if none.ActiveSeconds < 30 || pid.ActiveSeconds < 30 {
 		t.Fatalf("too few seconds with writers active (none %d, pid %d): the workload did not run", none.ActiveSeconds, pid.ActiveSeconds)

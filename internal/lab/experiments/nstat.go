@@ -6,12 +6,13 @@ import (
 	"fmt"
 )
 
-// retransCounter is the TCP retransmit counter of the namespaces of a run:
-// TcpRetransSegs, which the kernel keeps per network namespace. It is an
-// interface so the arithmetic of a run is tested without namespaces.
+// retransCounter reads the TCP counters of the namespaces of a run
+// (TcpRetransSegs and the rest of nstat's, which the kernel keeps per
+// network namespace). It is an interface so the arithmetic of a run is
+// tested without namespaces.
 type retransCounter interface {
-	// Retrans returns each namespace's TcpRetransSegs now.
-	Retrans(ctx context.Context, namespaces []string) (map[string]int64, error)
+	// Counters returns each namespace's counters now.
+	Counters(ctx context.Context, namespaces []string) (map[string]map[string]int64, error)
 }
 
 // nstatCounter asks nstat inside each namespace. Absolute values (-a, no
@@ -22,42 +23,56 @@ type nstatCounter struct {
 	run func(ctx context.Context, ns string, argv ...string) ([]byte, error)
 }
 
-func (c nstatCounter) Retrans(ctx context.Context, namespaces []string) (map[string]int64, error) {
-	out := map[string]int64{}
+func (c nstatCounter) Counters(ctx context.Context, namespaces []string) (map[string]map[string]int64, error) {
+	out := map[string]map[string]int64{}
 	for _, ns := range namespaces {
-		b, err := c.run(ctx, ns, "nstat", "-asz", "-j", "TcpRetransSegs")
+		b, err := c.run(ctx, ns, "nstat", "-asz", "-j")
 		if err != nil {
-			return nil, fmt.Errorf("counting retransmissions in %s: %w", ns, err)
+			return nil, fmt.Errorf("reading TCP counters in %s: %w", ns, err)
 		}
-		n, err := parseNstatRetrans(b)
+		m, err := parseNstat(b)
 		if err != nil {
-			return nil, fmt.Errorf("counting retransmissions in %s: %w", ns, err)
+			return nil, fmt.Errorf("reading TCP counters in %s: %w", ns, err)
 		}
-		out[ns] = n
+		out[ns] = m
 	}
 	return out, nil
 }
 
-// parseNstatRetrans reads `nstat -j` output: {"kernel":{"TcpRetransSegs":N}}.
-func parseNstatRetrans(b []byte) (int64, error) {
+// parseNstat reads `nstat -j` output: {"kernel":{"TcpRetransSegs":N,…}}.
+func parseNstat(b []byte) (map[string]int64, error) {
 	var doc struct {
 		Kernel map[string]int64 `json:"kernel"`
 	}
 	if err := json.Unmarshal(b, &doc); err != nil {
-		return 0, fmt.Errorf("parsing nstat output %q: %w", b, err)
+		return nil, fmt.Errorf("parsing nstat output %q: %w", b, err)
 	}
-	n, ok := doc.Kernel["TcpRetransSegs"]
-	if !ok {
-		return 0, fmt.Errorf("nstat output has no TcpRetransSegs: %q", b)
+	if _, ok := doc.Kernel["TcpRetransSegs"]; !ok {
+		return nil, fmt.Errorf("nstat output has no TcpRetransSegs: %q", b)
 	}
-	return n, nil
+	return doc.Kernel, nil
 }
 
-// retransDiff is after − before per namespace.
-func retransDiff(before, after map[string]int64) map[string]int64 {
-	d := map[string]int64{}
+// counterDiff is after − before per namespace, of the counters that moved.
+func counterDiff(before, after map[string]map[string]int64) map[string]map[string]int64 {
+	d := map[string]map[string]int64{}
 	for ns, a := range after {
-		d[ns] = a - before[ns]
+		m := map[string]int64{}
+		for k, v := range a {
+			if v != before[ns][k] {
+				m[k] = v - before[ns][k]
+			}
+		}
+		d[ns] = m
 	}
 	return d
+}
+
+// counter picks one counter of every namespace.
+func counter(d map[string]map[string]int64, name string) map[string]int64 {
+	out := map[string]int64{}
+	for ns, m := range d {
+		out[ns] = m[name]
+	}
+	return out
 }

@@ -107,6 +107,12 @@ type RunResult struct {
 	// RetransmitsBy has each namespace, the target's too.
 	Retransmits   int64            `json:"retransmits"`
 	RetransmitsBy map[string]int64 `json:"retransmits_by_namespace"`
+	// LossProbesBy (TcpExtTCPLossProbes) and RTOsBy (TcpExtTCPTimeouts)
+	// say which timer sent the retransmissions: a tail loss probe fires
+	// after about 2 × SRTT without an ACK, an RTO after 200 ms or more.
+	// Every counter that moved is in the run's tcp-counters.json.
+	LossProbesBy map[string]int64 `json:"loss_probes_by_namespace"`
+	RTOsBy       map[string]int64 `json:"rtos_by_namespace"`
 	// ReaderKBs is smalljob's kB/s over the active seconds; ReaderGoalKBs
 	// what it asks for.
 	ReaderKBs     float64 `json:"reader_kb_s"`
@@ -263,7 +269,7 @@ func (e *env) runOne(ctx context.Context, name string, w Workload, c Control, re
 	for _, h := range e.v.hosts {
 		namespaces = append(namespaces, h.ns)
 	}
-	before, err := e.count.Retrans(ctx, namespaces)
+	before, err := e.count.Counters(ctx, namespaces)
 	if err != nil {
 		return nil, err
 	}
@@ -352,11 +358,17 @@ func (e *env) runOne(ctx context.Context, name string, w Workload, c Control, re
 	}
 	// The daemon records the release after the writers' last stop: the
 	// reader ran on after them, so the record already covers it.
-	after, err := e.count.Retrans(ctx, namespaces)
+	after, err := e.count.Counters(ctx, namespaces)
 	if err != nil {
 		return nil, err
 	}
-	res.RetransmitsBy = retransDiff(before, after)
+	diff := counterDiff(before, after)
+	if err := writeJSON(filepath.Join(dir, "tcp-counters.json"), diff); err != nil {
+		return nil, err
+	}
+	res.RetransmitsBy = counter(diff, "TcpRetransSegs")
+	res.LossProbesBy = counter(diff, "TcpExtTCPLossProbes")
+	res.RTOsBy = counter(diff, "TcpExtTCPTimeouts")
 	for ns, n := range res.RetransmitsBy {
 		if ns != lab.TargetNS {
 			res.Retransmits += n
