@@ -95,8 +95,12 @@ func TestServeManual(t *testing.T) {
 		t.Fatal("absurd delay accepted")
 	}
 	b.fail = true
+	// The backend fails the apply and the rollback: the answer must say
+	// that the data path may not match the list.
 	if _, err := Call(ctx, path, Request{Op: OpThrottle, IP: "10.0.0.4", Delay: "1ms"}); err == nil {
 		t.Fatal("failed apply reported success")
+	} else if !strings.Contains(err.Error(), "restoring the previous throttles failed too") {
+		t.Errorf("failed apply and rollback: error %q does not say the rollback failed", err)
 	}
 	b.fail = false
 	resp, err := Call(ctx, path, Request{Op: OpStatus})

@@ -41,8 +41,7 @@ func (h *ManualHandler) Handle(ctx context.Context, r Request) Response {
 		h.Overrides.Set(m)
 		if err := h.apply(ctx); err != nil {
 			h.Overrides.Restore(m.IP, prev, had)
-			_ = h.apply(ctx)
-			return Response{Error: fmt.Sprintf("applying the throttle: %v", err)}
+			return Response{Error: rollbackMessage("applying the throttle", err, h.apply(ctx))}
 		}
 	case OpFree:
 		a, err := netip.ParseAddr(r.IP)
@@ -56,8 +55,7 @@ func (h *ManualHandler) Handle(ctx context.Context, r Request) Response {
 		h.Overrides.Free(a.Unmap())
 		if err := h.apply(ctx); err != nil {
 			h.Overrides.Set(prev)
-			_ = h.apply(ctx)
-			return Response{Error: fmt.Sprintf("removing the throttle: %v", err)}
+			return Response{Error: rollbackMessage("removing the throttle", err, h.apply(ctx))}
 		}
 	case OpList, OpStatus:
 	default:
@@ -69,4 +67,14 @@ func (h *ManualHandler) Handle(ctx context.Context, r Request) Response {
 		resp.Stats = &st
 	}
 	return resp
+}
+
+// rollbackMessage says what failed and, if putting the previous throttles
+// back failed as well, that the data path may now differ from the list, so
+// the administrator knows to look (and that stopping sanqos clears it).
+func rollbackMessage(doing string, err, rollbackErr error) string {
+	if rollbackErr == nil {
+		return fmt.Sprintf("%s: %v", doing, err)
+	}
+	return fmt.Sprintf("%s: %v; restoring the previous throttles failed too (%v), so the data path may not match 'sanqos throttle --list': stop sanqos to remove every throttle", doing, err, rollbackErr)
 }
