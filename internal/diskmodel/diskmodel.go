@@ -269,11 +269,10 @@ func (a *Array) Stats() Stats {
 
 // Submit schedules one request arriving at now and returns when it
 // completes. offset and length are bytes in the array's address space
-// (callers give each LUN its own region); stream names the requester and is
-// used only for statistics today — sequential detection is per spindle, as
-// a disk sees it.
+// (callers give each LUN its own region). stream names the requester; the
+// model ignores it on purpose, since sequential detection is per spindle,
+// as a disk sees it, not per stream.
 func (a *Array) Submit(now time.Time, op Op, offset, length int64, stream uint64) time.Time {
-	_ = stream
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if op == Write {
