@@ -40,9 +40,7 @@ read delays data segments, which slows its reads. Needs root.`, stderr)
 		}
 	}
 	if modes != 1 {
-		fmt.Fprintln(stderr, "sanqos throttle: give exactly one of --delay, --free or --list")
-		fs.Usage()
-		return errUsage
+		return usageError(fs, "give exactly one of --delay D (set a delay), --free (remove it) or --list")
 	}
 	var req ctl.Request
 	switch {
@@ -50,7 +48,7 @@ read delays data segments, which slows its reads. Needs root.`, stderr)
 		req = ctl.Request{Op: ctl.OpStatus}
 	case *free:
 		if *ip == "" {
-			return errors.New("--free needs --ip")
+			return usageError(fs, "--free needs the --ip of the initiator to free")
 		}
 		req = ctl.Request{Op: ctl.OpFree, IP: *ip}
 	default:
@@ -68,6 +66,9 @@ read delays data segments, which slows its reads. Needs root.`, stderr)
 	if os.Geteuid() != 0 {
 		return errors.New("the daemon's control socket is root-only; run as root")
 	}
+	// A daemon answers in milliseconds; applying a throttle through iptables
+	// can take a second or two on a busy target. Past 15 s it is hung, and
+	// the administrator should hear so rather than wait.
 	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
 	resp, err := ctl.Call(ctx, *socket, req)
