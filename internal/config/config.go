@@ -7,6 +7,7 @@ package config
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"net/netip"
 	"os"
@@ -149,6 +150,9 @@ func Default() Config {
 func Load(path string) (Config, error) {
 	c := Default()
 	b, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return Config{}, fmt.Errorf("reading config: %s does not exist; give the path of a TOML file (deploy/sanqos.example.toml is a start) or leave --config out to use the defaults", path)
+	}
 	if err != nil {
 		return Config{}, fmt.Errorf("reading config: %w", err)
 	}

@@ -147,8 +147,8 @@ func TestLoadBad(t *testing.T) {
 			}
 		}
 	}
-	if _, err := Load(filepath.Join(t.TempDir(), "nosuch.toml")); err == nil || !strings.Contains(err.Error(), "nosuch.toml") {
-		t.Errorf("missing file: err = %v", err)
+	if _, err := Load(filepath.Join(t.TempDir(), "nosuch.toml")); err == nil || !strings.Contains(err.Error(), "nosuch.toml") || !strings.Contains(err.Error(), "leave --config out") {
+		t.Errorf("missing file: err = %v, want one naming the file and saying what to do", err)
 	}
 }
 

@@ -60,13 +60,13 @@ var flagDefs = []flagDef{
 	{"tick", "tick", "sampling and control period", func(c *Config) string { return c.Tick.String() }, setDuration(func(c *Config) *Duration { return &c.Tick })},
 	{"ewma-alpha", "ewma_alpha", "weight of the newest latency sample (0-1]", func(c *Config) string { return fmt.Sprint(c.EWMAAlpha) }, setFloat(func(c *Config) *float64 { return &c.EWMAAlpha })},
 	{"threshold", "threshold", "read latency above which a resource is protected", func(c *Config) string { return c.Threshold.String() }, setDuration(func(c *Config) *Duration { return &c.Threshold })},
-	{"controller", "controller", "pid, thesis or none", func(c *Config) string { return c.Controller }, setString(func(c *Config) *string { return &c.Controller })},
+	{"controller", "controller", "pid, thesis (the thesis's own arithmetic, to compare) or none (measure only, never throttle)", func(c *Config) string { return c.Controller }, setString(func(c *Config) *string { return &c.Controller })},
 	{"kp", "pid.kp", "PID proportional gain (ms of delay per ms of latency error)", func(c *Config) string { return fmt.Sprint(c.PID.Kp) }, setFloat(func(c *Config) *float64 { return &c.PID.Kp })},
 	{"ti", "pid.ti", "PID integral time", func(c *Config) string { return c.PID.Ti.String() }, setDuration(func(c *Config) *Duration { return &c.PID.Ti })},
 	{"td", "pid.td", "PID derivative time", func(c *Config) string { return c.PID.Td.String() }, setDuration(func(c *Config) *Duration { return &c.PID.Td })},
-	{"u-max", "pid.u_max", "largest packet delay", func(c *Config) string { return c.PID.UMax.String() }, setDuration(func(c *Config) *Duration { return &c.PID.UMax })},
+	{"u-max", "pid.u_max", "largest packet delay the controller may add", func(c *Config) string { return c.PID.UMax.String() }, setDuration(func(c *Config) *Duration { return &c.PID.UMax })},
 	{"write-threshold", "write_threshold", "write rate above which a consumer becomes throttleable (a bare number is kB/s)", func(c *Config) string { return c.WriteThreshold.String() }, setRate(func(c *Config) *Rate { return &c.WriteThreshold })},
-	{"write-leave", "write_leave", "write rate below which it stops being throttleable", func(c *Config) string { return c.WriteLeave.String() }, setRate(func(c *Config) *Rate { return &c.WriteLeave })},
+	{"write-leave", "write_leave", "write rate below which a throttleable consumer is released again (keep it under --write-threshold)", func(c *Config) string { return c.WriteLeave.String() }, setRate(func(c *Config) *Rate { return &c.WriteLeave })},
 	{"backend", "backend", "data path: nfqueue, netem, htb or dry-run", func(c *Config) string { return c.Backend }, setString(func(c *Config) *string { return &c.Backend })},
 	{"direction", "direction", "what to delay: write, read or both", func(c *Config) string { return c.Direction }, setString(func(c *Config) *string { return &c.Direction })},
 	{"ports", "ports", "comma-separated target TCP ports", func(c *Config) string { return joinInts(c.Ports) }, func(c *Config, s string) error {
@@ -83,7 +83,7 @@ var flagDefs = []flagDef{
 	}},
 	{"adapter", "discovery.adapter", "discovery: tgt, lio or static", func(c *Config) string { return c.Discovery.Adapter }, setString(func(c *Config) *string { return &c.Discovery.Adapter })},
 	{"discovery-interval", "discovery.interval", "time between discoveries", func(c *Config) string { return c.Discovery.Interval.String() }, setDuration(func(c *Config) *Duration { return &c.Discovery.Interval })},
-	{"tgt-control-port", "discovery.tgt_control_port", "tgtd management port (tgtadm -C); 0 = default", func(c *Config) string { return strconv.Itoa(c.Discovery.TgtControlPort) }, func(c *Config, s string) error {
+	{"tgt-control-port", "discovery.tgt_control_port", "tgtd management port (tgtadm -C); 0 uses tgtadm's own default", func(c *Config) string { return strconv.Itoa(c.Discovery.TgtControlPort) }, func(c *Config, s string) error {
 		p, err := strconv.Atoi(s)
 		if err != nil {
 			return fmt.Errorf("%q: must be a port number", s)
@@ -93,9 +93,9 @@ var flagDefs = []flagDef{
 	}},
 	{"lio-root", "discovery.lio_root", "LIO configfs root", func(c *Config) string { return c.Discovery.LIORoot }, setString(func(c *Config) *string { return &c.Discovery.LIORoot })},
 	{"policy", "policy", "who is throttled: read-over-write or manual", func(c *Config) string { return c.Policy }, setString(func(c *Config) *string { return &c.Policy })},
-	{"listen", "listen", `metrics address HOST:PORT ("" disables)`, func(c *Config) string { return c.Listen }, setString(func(c *Config) *string { return &c.Listen })},
-	{"socket", "socket", `control socket path ("" for none)`, func(c *Config) string { return c.Socket }, setString(func(c *Config) *string { return &c.Socket })},
-	{"record", "record", `record every tick to this file ("" disables)`, func(c *Config) string { return c.Record }, setString(func(c *Config) *string { return &c.Record })},
+	{"listen", "listen", `HTTP address HOST:PORT of /metrics and /status ("" disables both)`, func(c *Config) string { return c.Listen }, setString(func(c *Config) *string { return &c.Listen })},
+	{"socket", "socket", `control socket of 'sanqos throttle' ("" for none)`, func(c *Config) string { return c.Socket }, setString(func(c *Config) *string { return &c.Socket })},
+	{"record", "record", `write one JSON line per tick to this file, replacing it ("" disables)`, func(c *Config) string { return c.Record }, setString(func(c *Config) *string { return &c.Record })},
 }
 
 func joinInts(v []int) string {
