@@ -13,6 +13,7 @@ import (
 // internal/diskmodel's, so *diskmodel.Array is a Model as it is.
 type Op = diskmodel.Op
 
+// The two directions, re-exported so that callers need not import diskmodel.
 const (
 	Read  = diskmodel.Read
 	Write = diskmodel.Write

@@ -63,6 +63,7 @@ import (
 // Op is the direction of a request.
 type Op int
 
+// The two directions a request can have.
 const (
 	Read Op = iota
 	Write
