@@ -126,7 +126,7 @@ func runDaemon(ctx context.Context, o runOptions, log *slog.Logger) error {
 	if o.record != "" {
 		rec, err := os.Create(o.record)
 		if err != nil {
-			return fmt.Errorf("record: %w", err)
+			return fmt.Errorf("creating the --record file (check its directory exists and is writable, or leave --record out): %w", err)
 		}
 		defer rec.Close()
 		dopts.Recorder = rec
