@@ -28,12 +28,10 @@ Press q or Ctrl-C to quit.`, stderr)
 		return err
 	}
 	if *interval < 10*time.Millisecond {
-		fmt.Fprintf(stderr, "sanqos top: --interval %v is too short: use 10ms or more\n", *interval)
-		return errUsage
+		return usageError(fs, "--interval %v is too short: use 10ms or more", *interval)
 	}
 	if *iterations < 0 || *consumers < 1 {
-		fmt.Fprintf(stderr, "sanqos top: --iterations must be ≥ 0 and --consumers ≥ 1\n")
-		return errUsage
+		return usageError(fs, "--iterations must be ≥ 0 and --consumers ≥ 1")
 	}
 	client := status.Client{Addr: *addr}
 	// Fail at once, with the daemon hint, if nothing is listening.
