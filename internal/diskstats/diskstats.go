@@ -94,6 +94,8 @@ func (fs *FS) load() error {
 	}
 	defer f.Close()
 	if cap(fs.buf) == 0 {
+		// About 100 bytes a device: 64 KiB holds some 600 devices in one
+		// read; the buffer grows (once) on bigger machines.
 		fs.buf = make([]byte, 0, 64<<10)
 	}
 	fs.buf = fs.buf[:0]
@@ -148,6 +150,8 @@ func (p *Parser) Parse(dst []Stat, data []byte) ([]Stat, []LineError) {
 	line := 0
 	first := len(dst)
 	defer func() {
+		// Twice the devices listed plus 1024 lets loop and dm devices come
+		// and go for a long while before the table is rebuilt.
 		if len(p.names) > 2*(len(dst)-first)+1024 {
 			// Devices come and go (loop devices, dm): drop the names of
 			// devices no longer listed so the table stays bounded.
@@ -184,6 +188,8 @@ func (p *Parser) Parse(dst []Stat, data []byte) ([]Stat, []LineError) {
 
 var errEmpty = errors.New("empty line")
 
+// truncate shortens a bad line for an error message: 120 bytes show a
+// diskstats line's name and first fields without flooding the log.
 func truncate(l []byte) string {
 	if len(l) > 120 {
 		l = l[:120]

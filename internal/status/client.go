@@ -33,6 +33,8 @@ type Client struct {
 func (c Client) Get(ctx context.Context) (Status, error) {
 	hc := c.HTTP
 	if hc == nil {
+		// The daemon answers /status from memory in microseconds; 5 s
+		// means it is hung, which the administrator should hear.
 		hc = &http.Client{Timeout: 5 * time.Second}
 	}
 	url := "http://" + c.Addr + "/status"

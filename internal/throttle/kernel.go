@@ -113,6 +113,8 @@ func (f *Iptables) Replace(ctx context.Context, rules []string) error {
 
 func (f *Iptables) Remove(ctx context.Context) error {
 	// A crashed run may have left more than one jump; delete them all.
+	// 64 bounds the loop should a jump refuse to go, far above the one
+	// jump a run adds.
 	for i := 0; i < 64 && f.hasJump(ctx); i++ {
 		if _, err := f.Run.Run(ctx, "", "iptables", "-w", "-t", table, "-D", hook, "-j", Chain); err != nil {
 			return fmt.Errorf("removing jump to %s: %w", Chain, err)

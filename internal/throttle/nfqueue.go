@@ -175,6 +175,9 @@ func NewNfqueue(ctx context.Context, cfg NfqueueConfig) (*Nfqueue, error) {
 		// dropping; GSO: take super-packets whole instead of having the
 		// kernel segment them for us.
 		Flags:        nfqueue.NfQaCfgFlagFailOpen | nfqueue.NfQaCfgFlagGSO,
+		// A verdict that cannot be sent in 50 ms finds the socket stuck;
+		// failing it (and counting the error) beats stalling every flow,
+		// and the fail-open flag lets the kernel pass what overflows.
 		WriteTimeout: 50 * time.Millisecond,
 	})
 	if err != nil {
@@ -267,7 +270,7 @@ func packetCPU() int {
 		return 0
 	}
 	cpu := 0
-	for i := range 1024 {
+	for i := range 1024 { // CPU_SETSIZE, the CPUs a unix.CPUSet can hold
 		if set.IsSet(i) {
 			cpu = i
 		}
