@@ -174,7 +174,7 @@ func NewNfqueue(ctx context.Context, cfg NfqueueConfig) (*Nfqueue, error) {
 		// Fail open: when our queue is full the kernel accepts instead of
 		// dropping; GSO: take super-packets whole instead of having the
 		// kernel segment them for us.
-		Flags:        nfqueue.NfQaCfgFlagFailOpen | nfqueue.NfQaCfgFlagGSO,
+		Flags: nfqueue.NfQaCfgFlagFailOpen | nfqueue.NfQaCfgFlagGSO,
 		// A verdict that cannot be sent in 50 ms finds the socket stuck;
 		// failing it (and counting the error) beats stalling every flow,
 		// and the fail-open flag lets the kernel pass what overflows.
