@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -153,4 +154,35 @@ func TestListenReplacesStaleSocket(t *testing.T) {
 		t.Fatalf("Listen over a stale socket: %v", err)
 	}
 	srv2.Close()
+}
+
+// TestServeStopsWithIdleClient: a client that connects and says nothing
+// must not keep Serve (and so the daemon's shutdown) waiting.
+func TestServeStopsWithIdleClient(t *testing.T) {
+	path := socketPath(t)
+	srv, err := Listen(path, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ctx, NewManualHandler(&recBackend{})) }()
+	c, err := net.Dial("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	// A byte without a newline: the server has accepted and is reading.
+	if _, err := c.Write([]byte("{")); err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Serve still waiting for an idle client 10 s after its context ended")
+	}
 }

@@ -79,10 +79,8 @@ func (s *Server) Path() string { return s.path }
 
 // Serve answers connections until ctx ends or the server is closed.
 func (s *Server) Serve(ctx context.Context, h Handler) error {
-	go func() {
-		<-ctx.Done()
-		s.Close()
-	}()
+	// Closing the listener is what ends AcceptUnix.
+	defer context.AfterFunc(ctx, func() { s.Close() })()
 	for {
 		c, err := s.ln.AcceptUnix()
 		if err != nil {
@@ -120,6 +118,10 @@ func peerUID(c *net.UnixConn) (uint32, error) {
 
 func (s *Server) serveConn(ctx context.Context, c *net.UnixConn, h Handler) {
 	defer c.Close()
+	// Serve waits for every connection before it returns, so an idle
+	// client must not hold the daemon's shutdown: closing the connection
+	// ends the blocked read.
+	defer context.AfterFunc(ctx, func() { c.Close() })()
 	enc := json.NewEncoder(c)
 	uid, err := peerUID(c)
 	if err != nil || !s.allowed(uid) {
