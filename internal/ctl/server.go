@@ -124,7 +124,12 @@ func (s *Server) serveConn(ctx context.Context, c *net.UnixConn, h Handler) {
 	defer context.AfterFunc(ctx, func() { c.Close() })()
 	enc := json.NewEncoder(c)
 	uid, err := peerUID(c)
+	if err != nil {
+		// Without the peer's credentials nobody can be trusted.
+		s.log.Warn("refusing a control connection: cannot read its credentials", "err", err)
+	}
 	if err != nil || !s.allowed(uid) {
+		// The peer may already be gone; there is no one to tell.
 		_ = enc.Encode(Response{Error: "the sanqos control socket is root-only; run as root"})
 		return
 	}
