@@ -53,7 +53,14 @@ throttle' on --socket (manual overrides win over the controller).
 Kernel objects (nfqueue backend): iptables chain SANQOS in the mangle table
 and ipsets sanqos-*, in the current network namespace; all removed on exit
 (Ctrl-C, SIGTERM) and at the next start after a crash. --cleanup-only removes
-them and exits. The dry-run backend only logs and needs no root.`
+them and exits. The dry-run backend only logs and needs no root.
+
+Read delays (--direction read or both) are exact only with TCP autocorking
+off on the target (sysctl net.ipv4.tcp_autocorking=0): otherwise the tail of
+a reply waits for its held first part and a 64 KiB read is delayed twice.
+
+With --manual, sanqos serves manual throttles only: no discovery, no
+controller (see 'sanqos run --manual --help').`
 
 // cmdRunAutonomic is 'sanqos run' without --manual: the control loop and
 // the data path. run.go delegates here.
@@ -197,6 +204,9 @@ func parseRunOptions(args []string, stderr io.Writer) (runOptions, error) {
 	queue := fs.Uint("queue-num", uint(throttle.DefaultQueueNum), "NFQUEUE number (nfqueue backend)")
 	small := fs.Int("small-segment", throttle.DefaultSmallSegment, "largest TCP payload in bytes that counts as write-direction traffic (R2T, SCSI response)")
 	cleanup := fs.Bool("cleanup-only", false, "remove the kernel objects a sanqos daemon left behind, then exit")
+	// Parsed only so that --help lists it and --manual=false is accepted:
+	// cmdRun has already sent --manual to runManual.
+	fs.Bool("manual", false, "serve manual throttles only, no controller (see 'sanqos run --manual --help')")
 	var consumers consumerFlag
 	fs.Var(&consumers, "consumer", "add a fixed `RESOURCE,ADDR,DEVICE` consumer (e.g. fs-lab,10.0.0.3,loop1), device taken as its kernel name; repeat for each; replaces discovery")
 	if err := parseFlags(fs, args); err != nil {

@@ -63,10 +63,10 @@ for its held first part and a 64 KiB read is delayed twice.`, stderr)
 		return err
 	}
 	if *queue == 0 || *queue > 65535 {
-		return fmt.Errorf("--queue-num %d: want 1 to 65535", *queue)
+		return usageError(fs, "--queue-num %d: want 1 to 65535", *queue)
 	}
 	if *small < 1 || *small > 65535 {
-		return fmt.Errorf("--small-segment %d: want 1 to 65535 bytes", *small)
+		return usageError(fs, "--small-segment %d: want 1 to 65535 bytes", *small)
 	}
 	if os.Geteuid() != 0 {
 		return errors.New("must run as root: it programs iptables and ipsets and owns a root-only socket")
