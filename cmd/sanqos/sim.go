@@ -95,7 +95,7 @@ writes DIR/sim/ (figures, summary.json, index.html).`, stderr)
 	cfg.Gains.TiMs = float64(*ti) / float64(time.Millisecond)
 	cfg.Gains.TdMs = float64(*td) / float64(time.Millisecond)
 	switch {
-	case cfg.Duration <= 0 || cfg.Duration > 24*time.Hour:
+	case cfg.Duration < time.Second || cfg.Duration > 24*time.Hour:
 		return bad("--duration %v: want between 1s and 24h of virtual time, e.g. 300s", cfg.Duration)
 	case cfg.ThresholdMs <= 0:
 		return bad("--threshold %v: want a positive latency, e.g. 15ms", threshold.String())
