@@ -1,8 +1,10 @@
 package experiments
 
 import (
+	"compress/gzip"
 	"context"
 	"errors"
+	"io"
 	"math"
 	"os"
 	"path/filepath"
@@ -383,4 +385,97 @@ func TestLeftoverDaemons(t *testing.T) {
 	if !reflect.DeepEqual(got, []int{101, 102}) {
 		t.Errorf("leftoverDaemons = %v, want [101 102]", got)
 	}
+}
+
+// readFixture reads a captured per-second log.
+func readFixture(t *testing.T, name string) []iolog.Record {
+	t.Helper()
+	f, err := os.Open(filepath.Join("testdata", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	recs, err := iolog.ReadRecords(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return recs
+}
+
+// TestAnalysisOfARealRun analyses the logs of a real fig5.11 --short run
+// at pid 15 ms (reader started at Unix 1795291208, writers 10 s later) and
+// checks that the two independent sources agree: the stops of the writers
+// the daemon's record shows are the ends of the bursts in the load
+// generators' logs.
+func TestAnalysisOfARealRun(t *testing.T) {
+	const t0 = 1795291208.0
+	var ws []WriterLog
+	for _, h := range []string{"b3", "b4", "b5"} {
+		ws = append(ws, WriterLog{Host: h, Offset: 10, Records: readFixture(t, "pid15-writers-"+h+".jsonl")})
+	}
+	tl := buildTimeline(readFixture(t, "pid15-reader-b2.jsonl"), ws)
+	if len(tl.T) < 115 || len(tl.T) > 125 {
+		t.Fatalf("timeline has %d seconds, the run had 120", len(tl.T))
+	}
+	// Ends of bursts in the load generators' logs.
+	var ends []float64
+	for i := 1; i < len(tl.Active); i++ {
+		if tl.Active[i-1] && !tl.Active[i] {
+			ends = append(ends, tl.T[i-1])
+		}
+	}
+	recs := readGzipRecord(t, "pid15-record.jsonl.gz")
+	rs := releases(ticksOf(recs, t0))
+	if len(rs) != len(ends) {
+		t.Fatalf("the record shows %d stops %v, the load generators %d burst ends %v", len(rs), rs, len(ends), ends)
+	}
+	for i, r := range rs {
+		// A burst's last active second ends within a second after the
+		// last on tick (the second is counted active if any of it was).
+		if d := ends[i] - r.StopS; d < -0.2 || d > 1.5 {
+			t.Errorf("stop %d: record %.1f s, logs %.0f s", i, r.StopS, ends[i])
+		}
+	}
+	waits := tl.activeWaits()
+	if len(waits) < 60 {
+		t.Errorf("only %d seconds with writers active", len(waits))
+	}
+	// The reader was held near the threshold while writers were active,
+	// and was fast while they were not.
+	var idle []float64
+	for i, a := range tl.Active {
+		if !a && tl.T[i] > 1 && !math.IsNaN(tl.WaitMs[i]) {
+			idle = append(idle, tl.WaitMs[i])
+		}
+	}
+	if s, q := statsOf(waits), statsOf(idle); !(s.P50 > 12 && s.P50 < 18 && q.P50 < 10) {
+		t.Errorf("wait p50 %.1f ms with writers, %.1f ms without: not the run captured", s.P50, q.P50)
+	}
+}
+
+func readGzipRecord(t *testing.T, name string) []status.Record {
+	t.Helper()
+	f, err := os.Open(filepath.Join("testdata", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	zr, err := gzip.NewReader(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmp := filepath.Join(t.TempDir(), "record.jsonl")
+	out, err := os.Create(tmp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.Copy(out, zr); err != nil {
+		t.Fatal(err)
+	}
+	out.Close()
+	recs, err := readRecord(tmp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return recs
 }

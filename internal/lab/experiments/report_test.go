@@ -1,0 +1,56 @@
+package experiments
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+// TestReportOfARealRun renders the summary of a real fig5.11 --short run:
+// the checks recomputed from its runs are the ones it recorded, and the
+// page has a row per run, a verdict per check and every plot.
+func TestReportOfARealRun(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("testdata", "fig511-short-summary.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var s Summary
+	if err := json.Unmarshal(b, &s); err != nil {
+		t.Fatal(err)
+	}
+	if got := checks(&s); !reflect.DeepEqual(got, s.Checks) {
+		t.Errorf("checks recomputed from the runs:\n%+v\nrecorded:\n%+v", got, s.Checks)
+	}
+	path := filepath.Join(t.TempDir(), "report.html")
+	if err := WriteHTML(path, &s, rebase(`<section><img src="compare.png"></section>`, "sim")); err != nil {
+		t.Fatal(err)
+	}
+	page, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	html := string(page)
+	for _, r := range s.Runs {
+		if !strings.Contains(html, "<tr><td>"+r.Name+"</td>") {
+			t.Errorf("no table row for run %s", r.Name)
+		}
+	}
+	for _, p := range s.Plots {
+		if !strings.Contains(html, `<img src="`+p+`"`) {
+			t.Errorf("plot %s not on the page", p)
+		}
+	}
+	verdicts := strings.Count(html, `class="ok">met`) + strings.Count(html, `class="bad">missed`)
+	if verdicts != len(s.Checks) {
+		t.Errorf("%d verdicts on the page, %d checks", verdicts, len(s.Checks))
+	}
+	if !strings.Contains(html, `<img src="sim/compare.png">`) {
+		t.Error("the sim section is missing or its links were not made relative to the page")
+	}
+	if !strings.Contains(html, "MTU 1500") || !strings.Contains(html, "GRO true") {
+		t.Error("the lab's MTU and offloads are not on the page")
+	}
+}
