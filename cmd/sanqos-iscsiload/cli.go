@@ -54,7 +54,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(fs.Output(), "Usage: sanqos-iscsiload --portal HOST[:PORT] --target IQN [flags]\n\n%s\n\nFlags:\n", description)
 		fs.PrintDefaults()
 	}
-	host, _ := os.Hostname()
+	// The host name only makes the default initiator name unique per
+	// machine; without one a fixed word keeps the IQN well formed.
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "sanqos"
+	}
 	var (
 		portal        = fs.String("portal", "", "target portal, HOST or HOST:PORT (port 3260 when left out) (required)")
 		target        = fs.String("target", "", "target IQN, e.g. iqn.2010-05.sanqos:lun1 (required)")
