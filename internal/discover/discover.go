@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
+	"slices"
 	"sort"
 
 	"github.com/sanqos/sanqos/internal/topology"
@@ -53,6 +54,9 @@ type Discoverer struct {
 	// reported remembers backing stores already logged as unresolvable,
 	// so a daemon rediscovering every few seconds says it once.
 	reported map[string]string
+	// unresolved are the backing stores the last Discover left out; the
+	// log says so once, this keeps it visible in /status and /metrics.
+	unresolved []string
 }
 
 // New returns a Discoverer reading adapter and resolving with resolver.
@@ -78,6 +82,7 @@ func (d *Discoverer) Discover(ctx context.Context) (topology.Topology, error) {
 	}
 	cache := map[string]topology.Resolution{}
 	failed := map[string]bool{}
+	d.unresolved = d.unresolved[:0]
 	seen := map[string]bool{}
 	var items []topology.Placed
 	for _, a := range atts {
@@ -86,6 +91,7 @@ func (d *Discoverer) Discover(ctx context.Context) (topology.Topology, error) {
 			r, err := d.resolver.Resolve(a.Backing)
 			if err != nil {
 				failed[a.Backing] = true
+				d.unresolved = append(d.unresolved, a.Backing)
 				if d.reported[a.Backing] != err.Error() {
 					d.reported[a.Backing] = err.Error()
 					d.log.Warn("skipping LUN whose device cannot be resolved", "target", a.Target, "backing", a.Backing, "err", err)
@@ -116,4 +122,13 @@ func (d *Discoverer) Discover(ctx context.Context) (topology.Topology, error) {
 	}
 	sort.SliceStable(items, func(i, j int) bool { return items[i].Consumer.Backing < items[j].Consumer.Backing })
 	return topology.Group(items), nil
+}
+
+// Unresolved returns the backing stores the last Discover left out because
+// their device could not be resolved, sorted; their initiators are not
+// measured or throttled until that is fixed.
+func (d *Discoverer) Unresolved() []string {
+	out := slices.Clone(d.unresolved)
+	slices.Sort(out)
+	return out
 }

@@ -83,6 +83,17 @@ func TestDiscoverTgt(t *testing.T) {
 	if n := strings.Count(logs.String(), "lun-a2.img"); n != 1 {
 		t.Errorf("unresolvable LUN logged %d times over two discoveries, want once:\n%s", n, logs.String())
 	}
+	// Logged once, but still listed after every discovery.
+	if got := d.Unresolved(); len(got) != 1 || got[0] != "/srv/sanqos/lun-a2.img" {
+		t.Errorf("Unresolved() = %q after two discoveries, want [/srv/sanqos/lun-a2.img]", got)
+	}
+	fr["/srv/sanqos/lun-a2.img"] = topology.Resolution{Device: "loop3", Leaves: []string{"fs:/srv/sanqos"}, Name: "fs-srv/sanqos"}
+	if _, err := d.Discover(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if got := d.Unresolved(); len(got) != 0 {
+		t.Errorf("Unresolved() = %q once the LUN resolves, want none", got)
+	}
 	// A failing adapter is an error, so the caller keeps its last topology.
 	bad := New(NewTgt(&fileRunner{err: errors.New("connection refused")}, 2603), fr, nil)
 	if _, err := bad.Discover(context.Background()); err == nil || !strings.Contains(err.Error(), "tgt") {
