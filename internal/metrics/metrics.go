@@ -108,22 +108,23 @@ var (
 	resLabels = []string{"resource"}
 	conLabels = []string{"resource", "addr", "device"}
 
-	descInfo      = prometheus.NewDesc("sanqos_build_info", "Version and throttle backend of the running daemon; always 1.", []string{"version", "backend"}, nil)
-	descUptime    = prometheus.NewDesc("sanqos_uptime_seconds", "Time since the daemon started.", nil, nil)
-	descSignal    = prometheus.NewDesc("sanqos_resource_read_latency_seconds", "EWMA-filtered read latency (r_await) of the resource: the controlled signal.", resLabels, nil)
-	descRaw       = prometheus.NewDesc("sanqos_resource_read_latency_raw_seconds", "Unfiltered read latency of the last tick (0 when it had no reads).", resLabels, nil)
-	descThreshold = prometheus.NewDesc("sanqos_resource_threshold_seconds", "Read latency the controller keeps the resource under.", resLabels, nil)
-	descDelay     = prometheus.NewDesc("sanqos_resource_throttle_delay_seconds", "Packet delay applied to the resource's throttleable set.", resLabels, nil)
-	descSetSize   = prometheus.NewDesc("sanqos_resource_throttle_members", "Consumers in the resource's throttleable set.", resLabels, nil)
-	descReadBps   = prometheus.NewDesc("sanqos_consumer_read_bytes_per_second", "Consumer's read rate in the last tick.", conLabels, nil)
-	descWriteBps  = prometheus.NewDesc("sanqos_consumer_write_bytes_per_second", "Consumer's write rate in the last tick.", conLabels, nil)
-	descWriteEWMA = prometheus.NewDesc("sanqos_consumer_write_ewma_bytes_per_second", "Filtered write rate that decides membership of the throttleable set.", conLabels, nil)
-	descThrottle  = prometheus.NewDesc("sanqos_consumer_throttleable", "1 if the consumer is in its resource's throttleable set.", conLabels, nil)
-	descHeld      = prometheus.NewDesc("sanqos_datapath_packets_held_total", "Packets the backend delayed.", nil, nil)
-	descPassed    = prometheus.NewDesc("sanqos_datapath_packets_passed_total", "Packets the backend released.", nil, nil)
-	descBacklog   = prometheus.NewDesc("sanqos_datapath_backlog_packets", "Packets held right now.", nil, nil)
-	descErrP50    = prometheus.NewDesc("sanqos_datapath_delay_error_p50_seconds", "Median of actual hold time minus requested delay.", nil, nil)
-	descErrMax    = prometheus.NewDesc("sanqos_datapath_delay_error_max_seconds", "Maximum of actual hold time minus requested delay.", nil, nil)
+	descInfo       = prometheus.NewDesc("sanqos_build_info", "Version and throttle backend of the running daemon; always 1.", []string{"version", "backend"}, nil)
+	descUptime     = prometheus.NewDesc("sanqos_uptime_seconds", "Time since the daemon started.", nil, nil)
+	descSignal     = prometheus.NewDesc("sanqos_resource_read_latency_seconds", "EWMA-filtered read latency (r_await) of the resource: the controlled signal.", resLabels, nil)
+	descRaw        = prometheus.NewDesc("sanqos_resource_read_latency_raw_seconds", "Unfiltered read latency of the last tick (0 when it had no reads).", resLabels, nil)
+	descThreshold  = prometheus.NewDesc("sanqos_resource_threshold_seconds", "Read latency the controller keeps the resource under.", resLabels, nil)
+	descDelay      = prometheus.NewDesc("sanqos_resource_throttle_delay_seconds", "Packet delay applied to the resource's throttleable set.", resLabels, nil)
+	descSetSize    = prometheus.NewDesc("sanqos_resource_throttle_members", "Consumers in the resource's throttleable set.", resLabels, nil)
+	descReadBps    = prometheus.NewDesc("sanqos_consumer_read_bytes_per_second", "Consumer's read rate in the last tick.", conLabels, nil)
+	descWriteBps   = prometheus.NewDesc("sanqos_consumer_write_bytes_per_second", "Consumer's write rate in the last tick.", conLabels, nil)
+	descWriteEWMA  = prometheus.NewDesc("sanqos_consumer_write_ewma_bytes_per_second", "Filtered write rate that decides membership of the throttleable set.", conLabels, nil)
+	descThrottle   = prometheus.NewDesc("sanqos_consumer_throttleable", "1 if the consumer is in its resource's throttleable set.", conLabels, nil)
+	descHeld       = prometheus.NewDesc("sanqos_datapath_packets_held_total", "Packets the backend delayed.", nil, nil)
+	descPassed     = prometheus.NewDesc("sanqos_datapath_packets_passed_total", "Packets the backend released.", nil, nil)
+	descBacklog    = prometheus.NewDesc("sanqos_datapath_backlog_packets", "Packets held right now.", nil, nil)
+	descErrP50     = prometheus.NewDesc("sanqos_datapath_delay_error_p50_seconds", "Median of actual hold time minus requested delay.", nil, nil)
+	descErrMax     = prometheus.NewDesc("sanqos_datapath_delay_error_max_seconds", "Maximum of actual hold time minus requested delay.", nil, nil)
+	descUnresolved = prometheus.NewDesc("sanqos_discovery_unresolved_luns", "LUNs the last discovery left out because their backing device could not be resolved: their initiators are neither measured nor throttled.", nil, nil)
 )
 
 // snapshotCollector turns the daemon's status snapshot into metrics.
@@ -133,7 +134,7 @@ type snapshotCollector struct {
 
 func (c *snapshotCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descInfo, descUptime, descSignal, descRaw, descThreshold, descDelay, descSetSize,
-		descReadBps, descWriteBps, descWriteEWMA, descThrottle, descHeld, descPassed, descBacklog, descErrP50, descErrMax} {
+		descReadBps, descWriteBps, descWriteEWMA, descThrottle, descHeld, descPassed, descBacklog, descErrP50, descErrMax, descUnresolved} {
 		ch <- d
 	}
 }
@@ -172,4 +173,5 @@ func (c *snapshotCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descBacklog, gauge, float64(b.Backlog))
 	ch <- prometheus.MustNewConstMetric(descErrP50, gauge, b.DelayErrorP50Ms*msToS)
 	ch <- prometheus.MustNewConstMetric(descErrMax, gauge, b.DelayErrorMaxMs*msToS)
+	ch <- prometheus.MustNewConstMetric(descUnresolved, gauge, float64(len(s.Discovery.Unresolved)))
 }

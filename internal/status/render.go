@@ -53,6 +53,10 @@ func writeHeader(b *strings.Builder, s Status) {
 		fmt.Fprintf(b, "discovery FAILING: %s (last good %s; keeping the last good topology)\n",
 			s.Discovery.LastError, fmtTime(s.Discovery.LastSuccess))
 	}
+	if n := len(s.Discovery.Unresolved); n > 0 {
+		fmt.Fprintf(b, "discovery left out %d LUN(s) whose device could not be resolved (see the log): %s\n",
+			n, strings.Join(s.Discovery.Unresolved, ", "))
+	}
 	if s.ApplyError != "" {
 		fmt.Fprintf(b, "throttle apply FAILING (retrying every tick): %s\n", s.ApplyError)
 	}

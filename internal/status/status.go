@@ -91,6 +91,10 @@ type Discovery struct {
 	LastSuccess time.Time `json:"last_success"`
 	LastError   string    `json:"last_error,omitempty"`
 	Errors      uint64    `json:"errors"`
+	// Unresolved lists the backing stores of LUNs left out of the last
+	// successful discovery because their device could not be resolved:
+	// their initiators are neither measured nor throttled.
+	Unresolved []string `json:"unresolved,omitempty"`
 }
 
 // Record is one line of the --record file: the time series of one tick.

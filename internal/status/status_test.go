@@ -97,6 +97,20 @@ func TestRenderTopFailingDiscovery(t *testing.T) {
 	}
 }
 
+// LUNs discovery had to leave out are shown, by backing store, because
+// their initiators go unprotected and unthrottled.
+func TestRenderTopUnresolved(t *testing.T) {
+	s := fixture()
+	s.Discovery.Unresolved = []string{"/srv/a.img", "/srv/b.img"}
+	out := RenderTop(s, TopOptions{})
+	if want := "left out 2 LUN(s) whose device could not be resolved (see the log): /srv/a.img, /srv/b.img"; !strings.Contains(out, want) {
+		t.Errorf("frame lacks %q:\n%s", want, out)
+	}
+	if strings.Contains(RenderTop(fixture(), TopOptions{}), "left out") {
+		t.Error("a discovery with nothing left out still says so")
+	}
+}
+
 func TestWriteTableMissingDevices(t *testing.T) {
 	s := fixture()
 	s.Resources[1].MissingDevices = 2
