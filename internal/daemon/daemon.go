@@ -57,6 +57,13 @@ type Discoverer interface {
 	Discover(ctx context.Context) (topology.Topology, error)
 }
 
+// UnresolvedReporter is implemented by discoverers (*discover.Discoverer)
+// that can say which backing stores their last discovery left out; the
+// daemon then shows them in /status and /metrics.
+type UnresolvedReporter interface {
+	Unresolved() []string
+}
+
 // StatsSource reads the block device counters once per tick
 // (*diskstats.FS). Malformed lines are skipped and counted, not fatal.
 type StatsSource interface {
@@ -285,6 +292,10 @@ func (d *Daemon) discover(ctx context.Context, last topology.Topology, failing b
 	topo, err := d.o.Discoverer.Discover(ctx)
 	d.metrics.Discovered(err)
 	now := d.o.Clock.Now()
+	var unresolved []string
+	if ur, ok := d.o.Discoverer.(UnresolvedReporter); ok && err == nil {
+		unresolved = ur.Unresolved()
+	}
 	d.mu.Lock()
 	if err != nil {
 		d.disc.OK = false
@@ -294,6 +305,7 @@ func (d *Daemon) discover(ctx context.Context, last topology.Topology, failing b
 		d.disc.OK = true
 		d.disc.LastError = ""
 		d.disc.LastSuccess = now
+		d.disc.Unresolved = unresolved
 	}
 	d.mu.Unlock()
 	switch {

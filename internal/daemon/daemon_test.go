@@ -241,10 +241,10 @@ func topo(names ...string) topology.Topology {
 func TestRunDiscoveryFailureKeepsLastTopology(t *testing.T) {
 	a, b := topo("fs-lab"), topo("fs-lab", "vg-data")
 	disc := &fakeDiscoverer{results: []discResult{
-		{topo: a},                  // at start
-		{err: io.ErrUnexpectedEOF}, // failing…
-		{err: io.ErrUnexpectedEOF}, // …twice
-		{topo: b},                  // recovered, with a new resource
+		{topo: a, unresolved: []string{"/srv/x.img"}}, // at start, one LUN left out
+		{err: io.ErrUnexpectedEOF},                    // failing…
+		{err: io.ErrUnexpectedEOF},                    // …twice
+		{topo: b},                                     // recovered, with a new resource
 	}}
 	logs := &logBuf{}
 	eng := &fakeEngine{decisions: []Decision{dec(5, 0)}}
@@ -261,6 +261,10 @@ func TestRunDiscoveryFailureKeepsLastTopology(t *testing.T) {
 
 	step := func() { clk.Advance(100 * time.Millisecond) }
 	eventually(t, "a failed discovery", step, func() bool { return d.Status().Discovery.Errors > 0 })
+	// A failed discovery says nothing new about LUNs: the last good list stays.
+	if got := d.Status().Discovery.Unresolved; len(got) != 1 || got[0] != "/srv/x.img" {
+		t.Errorf("during the failure Unresolved = %q, want the last good discovery's [/srv/x.img]", got)
+	}
 	if got := eng.topologies(); len(got) != 1 || len(got[0].Resources) != 1 {
 		t.Fatalf("during the failure the engine has topologies %v, want only the first", got)
 	}
@@ -287,8 +291,8 @@ func TestRunDiscoveryFailureKeepsLastTopology(t *testing.T) {
 	if n := logs.count("topology changed", "resources_added=[vg-data]", "consumers_added=[10.99.0.3/loop2@vg-data]"); n != 1 {
 		t.Errorf("topology change logged %d times, want 1:\n%s", n, logs)
 	}
-	if s := d.Status(); !s.Discovery.OK || s.Discovery.Errors != 2 {
-		t.Errorf("discovery status = %+v, want ok after 2 errors", s.Discovery)
+	if s := d.Status(); !s.Discovery.OK || s.Discovery.Errors != 2 || len(s.Discovery.Unresolved) != 0 {
+		t.Errorf("discovery status = %+v, want ok after 2 errors, nothing left out", s.Discovery)
 	}
 	if _, _, closed := be.counts(); closed != 1 {
 		t.Errorf("backend closed %d times, want 1", closed)

@@ -98,14 +98,16 @@ func (b *fakeBackend) counts() (calls, ok, closed int) {
 
 // fakeDiscoverer returns scripted results, one per call; the last repeats.
 type fakeDiscoverer struct {
-	mu      sync.Mutex
-	results []discResult
-	calls   int
+	mu         sync.Mutex
+	results    []discResult
+	calls      int
+	unresolved []string
 }
 
 type discResult struct {
-	topo topology.Topology
-	err  error
+	topo       topology.Topology
+	err        error
+	unresolved []string // backing stores this discovery left out
 }
 
 func (f *fakeDiscoverer) Discover(context.Context) (topology.Topology, error) {
@@ -113,7 +115,14 @@ func (f *fakeDiscoverer) Discover(context.Context) (topology.Topology, error) {
 	defer f.mu.Unlock()
 	r := f.results[min(f.calls, len(f.results)-1)]
 	f.calls++
+	f.unresolved = r.unresolved
 	return r.topo, r.err
+}
+
+func (f *fakeDiscoverer) Unresolved() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.unresolved
 }
 
 // logBuf collects slog text output from several goroutines.
