@@ -191,6 +191,9 @@ func (w withThresholds) Discover(ctx context.Context) (topology.Topology, error)
 	return discover.ApplyThresholds(t, w.c), nil
 }
 
+// Unresolved passes on the LUNs discovery left out (daemon.UnresolvedReporter).
+func (w withThresholds) Unresolved() []string { return w.d.Unresolved() }
+
 // parseRunOptions reads the configuration file (--config), lets the flags
 // override it and validates the result. Every problem is reported before
 // anything is started.
@@ -335,3 +338,5 @@ func (f consumerFlag) topology() topology.Topology {
 	}
 	return t
 }
+
+var _ daemon.UnresolvedReporter = withThresholds{}
