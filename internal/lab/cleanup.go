@@ -1,7 +1,6 @@
 package lab
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -10,6 +9,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/sanqos/sanqos/internal/mountinfo"
 )
 
 // Cleanup removes everything a lab created, whether or not the lab that
@@ -164,53 +165,24 @@ func stopAll(pids []int, sig syscall.Signal, grace time.Duration) {
 
 // labMounts lists mount points under the lab's directories, deepest first.
 func labMounts() ([]string, error) {
-	f, err := os.Open("/proc/self/mountinfo")
+	mounts, err := mountinfo.Read(mountinfo.Self)
 	if err != nil {
 		return nil, fmt.Errorf("reading mounts: %w", err)
 	}
-	defer f.Close()
-	return parseLabMounts(bufio.NewScanner(f))
+	return labMountPoints(mounts), nil
 }
 
-func parseLabMounts(sc *bufio.Scanner) ([]string, error) {
+// labMountPoints picks the lab's mount points out of mounts, deepest
+// first (mountinfo lists parents before children), so nested mounts come
+// off before their parents.
+func labMountPoints(mounts []mountinfo.Mount) []string {
 	var out []string
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) < 5 {
-			continue
-		}
-		mp := unescapeMount(fields[4])
-		if under(mp, StateDir) || under(mp, DataDir) {
+	for i := len(mounts) - 1; i >= 0; i-- {
+		if mp := mounts[i].Point; under(mp, StateDir) || under(mp, DataDir) {
 			out = append(out, mp)
 		}
 	}
-	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("reading mounts: %w", err)
-	}
-	// Deepest first, so nested mounts come off before their parents.
-	for i, j := 0, len(out)-1; i < j; i, j = i+1, j-1 {
-		out[i], out[j] = out[j], out[i]
-	}
-	return out, nil
+	return out
 }
 
 func under(p, dir string) bool { return p == dir || strings.HasPrefix(p, dir+"/") }
-
-// unescapeMount undoes mountinfo's octal escapes (\040 for a space).
-func unescapeMount(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
-}

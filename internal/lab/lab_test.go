@@ -1,7 +1,6 @@
 package lab
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -10,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sanqos/sanqos/internal/mountinfo"
 )
 
 func TestParseStorage(t *testing.T) {
@@ -155,15 +156,15 @@ func TestParseLabMounts(t *testing.T) {
 96 95 0:49 / /run/sanqos-lab/emu/sub\040dir rw - tmpfs tmpfs rw
 97 22 0:50 / /run/sanqos-lab-other rw - tmpfs tmpfs rw
 98 1 0:51 / /var/tmp/sanqos-lab/backing rw - tmpfs tmpfs rw
-bad line
 `
-	got, err := parseLabMounts(bufio.NewScanner(strings.NewReader(in)))
+	mounts, err := mountinfo.Parse(strings.NewReader(in), "fixture")
 	if err != nil {
 		t.Fatal(err)
 	}
+	got := labMountPoints(mounts)
 	want := []string{"/var/tmp/sanqos-lab/backing", "/run/sanqos-lab/emu/sub dir", "/run/sanqos-lab/emu"}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
-		t.Errorf("parseLabMounts = %q, want %q", got, want)
+		t.Errorf("labMountPoints = %q, want %q", got, want)
 	}
 }
 
