@@ -477,8 +477,12 @@ func (e *env) runOne(ctx context.Context, name string, w Workload, c Control, re
 		res.ticks = ticksOf(recs, float64(t0.UnixNano())/1e9)
 		ds := delayStats(res.ticks)
 		res.Delay = &ds
-		rs := summarizeReleases(releases(res.ticks))
-		res.Release = &rs
+		if c.Controller != "none" {
+			// An observing daemon never delays; its set lingers by
+			// design and says nothing about release.
+			rs := summarizeReleases(releases(res.ticks))
+			res.Release = &rs
+		}
 	}
 	if err := writeJSON(filepath.Join(dir, "result.json"), res); err != nil {
 		return nil, err
