@@ -279,6 +279,7 @@ func engineConfig(c config.Config) (engine.Config, error) {
 	cfg.Alpha = c.EWMAAlpha
 	cfg.Controller = c.Controller
 	cfg.Control.ThresholdMs = durMs(c.Threshold.Duration)
+	cfg.Headroom = c.Headroom
 	cfg.Control.Kp = c.PID.Kp
 	cfg.Control.Ti = c.PID.Ti.Duration
 	cfg.Control.Td = c.PID.Td.Duration

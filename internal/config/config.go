@@ -20,6 +20,7 @@ import (
 	"github.com/BurntSushi/toml"
 
 	"github.com/sanqos/sanqos/internal/control"
+	"github.com/sanqos/sanqos/internal/engine"
 )
 
 // Config is the complete configuration. Field names follow the TOML keys.
@@ -31,6 +32,9 @@ type Config struct {
 	// Threshold is the read latency (r_await) above which a resource is
 	// protected, unless Resources overrides it.
 	Threshold Duration `toml:"threshold"`
+	// Headroom is the fraction of the threshold the controller aims below
+	// it, so that single seconds stay under the threshold's promise.
+	Headroom float64 `toml:"headroom"`
 	// Resources holds per-resource settings, keyed by resource name as
 	// discovery reports it (sanitized: lower case, [a-z0-9._-]).
 	Resources map[string]Resource `toml:"resources"`
@@ -120,6 +124,7 @@ func Default() Config {
 	return Config{
 		Tick:       Duration{100 * time.Millisecond},
 		EWMAAlpha:  0.25,
+		Headroom:   engine.DefaultHeadroom,
 		Threshold:  Duration{15 * time.Millisecond},
 		Controller: "pid",
 		PID: PID{
@@ -191,7 +196,7 @@ func (c *Config) decode(text string) error {
 }
 
 var knownKeys = []string{
-	"tick", "ewma_alpha", "threshold", "resources.<name>.threshold",
+	"tick", "ewma_alpha", "threshold", "headroom", "resources.<name>.threshold",
 	"controller", "pid.kp", "pid.ti", "pid.td", "pid.u_max",
 	"write_threshold", "write_leave", "backend", "direction", "ports",
 	"discovery.adapter", "discovery.interval", "discovery.tgt_control_port",
@@ -238,6 +243,12 @@ func (c *Config) Validate() error {
 			return nil
 		},
 		func() error { return durIn("threshold", c.Threshold, 100*time.Microsecond, 10*time.Second) },
+		func() error {
+			if !(c.Headroom >= 0 && c.Headroom < 0.5) {
+				return bad("headroom", c.Headroom, "must be >= 0 and < 0.5")
+			}
+			return nil
+		},
 		func() error {
 			names := make([]string, 0, len(c.Resources))
 			for n := range c.Resources {

@@ -60,6 +60,7 @@ var flagDefs = []flagDef{
 	{"tick", "tick", "sampling and control period", func(c *Config) string { return c.Tick.String() }, setDuration(func(c *Config) *Duration { return &c.Tick })},
 	{"ewma-alpha", "ewma_alpha", "weight of the newest latency sample (0-1]", func(c *Config) string { return fmt.Sprint(c.EWMAAlpha) }, setFloat(func(c *Config) *float64 { return &c.EWMAAlpha })},
 	{"threshold", "threshold", "read latency above which a resource is protected", func(c *Config) string { return c.Threshold.String() }, setDuration(func(c *Config) *Duration { return &c.Threshold })},
+	{"headroom", "headroom", "fraction of the threshold the controller aims below it [0-0.5)", func(c *Config) string { return fmt.Sprint(c.Headroom) }, setFloat(func(c *Config) *float64 { return &c.Headroom })},
 	{"controller", "controller", "pid, thesis (the thesis's own arithmetic, to compare) or none (measure only, never throttle)", func(c *Config) string { return c.Controller }, setString(func(c *Config) *string { return &c.Controller })},
 	{"kp", "pid.kp", "PID proportional gain (ms of delay per ms of latency error)", func(c *Config) string { return fmt.Sprint(c.PID.Kp) }, setFloat(func(c *Config) *float64 { return &c.PID.Kp })},
 	{"ti", "pid.ti", "PID integral time", func(c *Config) string { return c.PID.Ti.String() }, setDuration(func(c *Config) *Duration { return &c.PID.Ti })},
