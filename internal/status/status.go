@@ -48,6 +48,9 @@ type Resource struct {
 	SignalMs    float64 `json:"signal_ms"`
 	RawMs       float64 `json:"raw_ms"`
 	ThresholdMs float64 `json:"threshold_ms"`
+	// TargetMs is the controller's set point: the threshold less the
+	// configured headroom.
+	TargetMs float64 `json:"target_ms"`
 	// DelayMs is the packet delay applied to the members.
 	DelayMs   float64  `json:"delay_ms"`
 	Reads     uint64   `json:"reads"`
@@ -112,6 +115,7 @@ type RecordResource struct {
 	SignalMs    float64 `json:"signal_ms"`
 	RawMs       float64 `json:"raw_ms"`
 	ThresholdMs float64 `json:"threshold_ms"`
+	TargetMs    float64 `json:"target_ms"`
 	DelayMs     float64 `json:"delay_ms"`
 	Reads       uint64  `json:"reads"`
 	Members     int     `json:"members"`
