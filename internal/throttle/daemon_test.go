@@ -104,6 +104,7 @@ func TestDaemonKillAndRestart(t *testing.T) {
 	}
 	c := l.dial('e')
 	defer c.Close()
+	l.pastRamp(c)
 	if rtt := median(l.rtts(c, 5)); rtt < 19*time.Millisecond {
 		t.Fatalf("RTT %v under a 20ms throttle", rtt)
 	}

@@ -68,6 +68,10 @@ func run(t *testing.T, name string, args ...string) string {
 	return string(out)
 }
 
+// liveNamespaces holds the names of the namespaces of this process's labs
+// still in use: a test may run two labs side by side.
+var liveNamespaces sync.Map
+
 // removeLeftoverNamespaces deletes namespaces of our prefix that no live
 // process of ours is using (a crashed test run's).
 func removeLeftoverNamespaces(t *testing.T) {
@@ -75,6 +79,9 @@ func removeLeftoverNamespaces(t *testing.T) {
 	for _, l := range strings.Split(string(out), "\n") {
 		f := strings.Fields(l)
 		if len(f) == 0 || !strings.HasPrefix(f[0], nsPrefix) {
+			continue
+		}
+		if _, live := liveNamespaces.Load(f[0]); live {
 			continue
 		}
 		// names are sanqos-tt-<pid>-<role>: keep those of live processes.
@@ -135,7 +142,11 @@ func newLab(t *testing.T) *lab {
 		}
 		_ = exec.Command("ip", "netns", "del", l.tns).Run()
 		_ = exec.Command("ip", "netns", "del", l.cns).Run()
+		liveNamespaces.Delete(l.tns)
+		liveNamespaces.Delete(l.cns)
 	})
+	liveNamespaces.Store(l.tns, true)
+	liveNamespaces.Store(l.cns, true)
 	run(t, "ip", "netns", "add", l.tns)
 	run(t, "ip", "netns", "add", l.cns)
 	run(t, "ip", "-n", l.tns, "link", "add", "sqtt0", "type", "veth", "peer", "name", "sqtt1", "netns", l.cns)
@@ -193,13 +204,16 @@ func (l *lab) sets(t *testing.T) Ipsets {
 }
 
 // backend starts the nfqueue backend in the target namespace.
-func (l *lab) backend(t *testing.T) *Nfqueue {
-	b, err := NewNfqueue(context.Background(), NfqueueConfig{
-		NetNS:    int(l.tnsH),
-		Firewall: &Iptables{Run: l.targetRunner},
-		Sets:     l.sets(t),
-		Logger:   quietLog(),
-	})
+func (l *lab) backend(t *testing.T) *Nfqueue { return l.backendWith(t, NfqueueConfig{}) }
+
+// backendWith starts the nfqueue backend in the target namespace with
+// cfg's options (its namespace, firewall, sets and logger are the lab's).
+func (l *lab) backendWith(t *testing.T, cfg NfqueueConfig) *Nfqueue {
+	cfg.NetNS = int(l.tnsH)
+	cfg.Firewall = &Iptables{Run: l.targetRunner}
+	cfg.Sets = l.sets(t)
+	cfg.Logger = quietLog()
+	b, err := NewNfqueue(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -352,6 +366,15 @@ func (l *lab) rtts(c net.Conn, n int) []time.Duration {
 	}
 	return out
 }
+
+// pastRamp runs enough echo round trips on c for the rise limit to bring
+// the flow's delay up to the one asked for: with DefaultRiseLimit 0 → 20
+// ms takes 31 packets, and each round trip is at least one.
+func (l *lab) pastRamp(c net.Conn) { l.rtts(c, 40) }
+
+// pastRampIOs is pastRamp for a 'w' or 'r' connection: each I/O brings
+// at least one packet of its direction (0 → 5 ms takes 17).
+func (l *lab) pastRampIOs(c net.Conn, kind byte) { l.ios(c, kind, 25) }
 
 // ios runs n synchronous iSCSI-like I/Os on a 'w' or 'r' connection and
 // returns their durations.

@@ -3,8 +3,12 @@ package throttle
 import (
 	"context"
 	"fmt"
+	"io"
 	"net/netip"
+	"runtime"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -31,6 +35,7 @@ func TestLiveDelayAccuracy(t *testing.T) {
 		time.Sleep(60 * time.Millisecond) // quiet: the client leaves the set
 		base := median(l.rtts(c, n))
 		l.throttle(t, b, d, d)
+		l.pastRamp(c)
 		got := median(l.rtts(c, n)) - base
 		t.Logf("delay %v: RTT rise %v (base %v)", d, got, base)
 		if diff := got - d; !raceEnabled && (diff > 500*time.Microsecond || diff < -500*time.Microsecond) {
@@ -191,8 +196,10 @@ func TestLiveIscsiLikeDirections(t *testing.T) {
 		time.Sleep(60 * time.Millisecond)
 		base := median(l.ios(c, kind, n))
 		l.throttle(t, b, d, 0)
+		l.pastRampIOs(c, kind)
 		withWrite := median(l.ios(c, kind, n)) - base
 		l.throttle(t, b, 0, d)
+		l.pastRampIOs(c, kind)
 		withRead := median(l.ios(c, kind, n)) - base
 		c.Close()
 		name := map[byte]string{'w': "64 KiB write", 'r': "64 KiB read"}[kind]
@@ -207,5 +214,112 @@ func TestLiveIscsiLikeDirections(t *testing.T) {
 		if !raceEnabled && spared > time.Millisecond {
 			t.Errorf("%s: rose by %v under the other direction's %v delay, want < 1ms", name, spared, d)
 		}
+	}
+}
+
+// jitterySteps is a write-delay sequence like the PID controller's in the
+// lab's fig5.11 runs: a new value every 100 ms, jumping up and down by
+// several milliseconds, and now and then back to 0 (throttle off).
+var jitterySteps = []time.Duration{0, 5, 2, 12, 6, 15, 3, 20, 8, 0, 4, 10, 1, 18, 7, 14, 0, 9, 16, 5, 11, 2, 13, 6}
+
+// TestLiveJitteryDelayNoLossProbes: while the write delay steps every
+// 100 ms through jitterySteps, 64 KiB synchronous writes answered by a
+// 48-byte response (like iSCSI) and a paced bulk upload see no TCP
+// retransmission at all, and in particular no tail loss probe, because
+// the rise limit keeps every ACK within the sender's PTO. The same run
+// without the rise limit, side by side in a second pair of namespaces
+// with the same steps at the same instants, does send loss probes: the
+// test can fail.
+func TestLiveJitteryDelayNoLossProbes(t *testing.T) {
+	dur := 10 * time.Second
+	if testing.Short() {
+		dur = 4 * time.Second
+	}
+	type side struct {
+		name string
+		l    *lab
+		b    *Nfqueue
+		c0   map[string]int
+		ios  atomic.Int64
+		rate float64
+	}
+	sides := []*side{{name: "with rise limit"}, {name: "without rise limit"}}
+	for i, s := range sides {
+		s.l = newLab(t)
+		s.b = s.l.backendWith(t, NfqueueConfig{NoRiseLimit: i == 1})
+	}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for _, s := range sides {
+		s.c0 = counters(t, s.l.clientRunner)
+		w := s.l.dial('w')
+		defer w.Close()
+		wg.Add(2)
+		go func() { // synchronous 64 KiB writes
+			defer wg.Done()
+			buf := make([]byte, 64<<10)
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				w.SetDeadline(time.Now().Add(5 * time.Second))
+				if _, err := w.Write(buf); err != nil {
+					return
+				}
+				if _, err := io.ReadFull(w, buf[:48]); err != nil {
+					return
+				}
+				s.ios.Add(1)
+			}
+		}()
+		go func() { // bulk upload, 40 MB/s offered, in 64 KiB writes
+			defer wg.Done()
+			rate, done := s.l.uploadPaced(dur, 40e6)
+			s.rate = rate
+			<-stop
+			done()
+		}()
+	}
+	start := time.Now()
+	for i := 0; time.Since(start) < dur+200*time.Millisecond; i++ {
+		d := jitterySteps[i%len(jitterySteps)] * time.Millisecond
+		for _, s := range sides {
+			s.l.throttle(t, s.b, d, 0)
+		}
+		time.Sleep(100*time.Millisecond - time.Since(start)%(100*time.Millisecond))
+	}
+	// Counters before the flows stop: closing them is not ours to judge.
+	retrans := make([]int, len(sides))
+	probes := make([]int, len(sides))
+	notes := make([]string, len(sides))
+	for i, s := range sides {
+		c1 := counters(t, s.l.clientRunner)
+		retrans[i] = c1["TcpRetransSegs"] - s.c0["TcpRetransSegs"]
+		probes[i] = c1["TcpExtTCPLossProbes"] - s.c0["TcpExtTCPLossProbes"]
+		_, notes[i] = retransSince(t, s.l.clientRunner, s.c0)
+	}
+	close(stop)
+	wg.Wait()
+	for i, s := range sides {
+		t.Logf("%s: %v of steps: %d sync 64 KiB writes, upload %.1f MB/s; sender retransmitted %d segments, %d loss probes (%s); stats %+v; rise %+v",
+			s.name, dur, s.ios.Load(), s.rate/1e6, retrans[i], probes[i], notes[i], s.b.Stats(), s.b.RiseStats())
+	}
+	if raceEnabled {
+		return // timing is judged by the normal run
+	}
+	if probes[1] == 0 {
+		t.Errorf("without the rise limit the sender sent no loss probe: the steps do not provoke them, so this test proves nothing")
+	}
+	if busy, load := loaded(); retrans[0] > 0 || probes[0] > 0 {
+		if busy && retrans[0] < retrans[1] {
+			t.Logf("with rise limit: %d retransmissions tolerated: load average %s on %d CPUs (without the limit: %d)", retrans[0], load, runtime.NumCPU(), retrans[1])
+		} else {
+			t.Errorf("with rise limit: %d retransmitted segments, %d loss probes (%s), want 0 (without the limit: %d, %d)", retrans[0], probes[0], notes[0], retrans[1], probes[1])
+		}
+	}
+	if s := sides[0].b.RiseStats(); s.Limited == 0 {
+		t.Errorf("rise stats %+v: the limit never held a delay back", s)
 	}
 }
