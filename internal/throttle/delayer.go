@@ -85,6 +85,102 @@ func (h *heldHeap) Pop() any {
 	return x
 }
 
+// RiseLimit bounds how fast the delay applied to one flow may rise, so
+// that the flow's sender never sends a TCP tail loss probe because of us.
+//
+// Why. Linux arms a loss probe (RACK-TLP, tcp_schedule_loss_probe) at
+// PTO = 2·SRTT + 2 ms after the last send or ACK whenever more than one
+// segment is in flight, and SRTT follows the RTT samples slowly: srtt ←
+// 7/8·srtt + 1/8·sample per ACK. When the delay of a flow's ACKs jumps
+// (2 → 12 ms from one controller tick to the next, or 0 → 5 ms when
+// throttling engages on a link whose SRTT is 0.05 ms), the next ACK
+// arrives after the PTO and the sender resends its tail: a spurious
+// retransmission (the receiver reports it with a DSACK). The lab counted
+// 60–90 of them per writer per 4-minute run before this limit.
+//
+// The law. The delay applied to a flow's next packet is
+//
+//	applied = min(requested, max(prev·(1+Factor), prev+Step))
+//
+// where prev is the delay applied to the flow's previous packet of the
+// same direction (0 for a new flow). Lowering is applied at once: a lower
+// RTT sample never brings an ACK past the PTO.
+//
+// Why these values (checked by TestRiseLimitKeepsPTOAboveDelay, which
+// runs the srtt recurrence over step changes). Assume, pessimistically,
+// that every packet is an RTT sample and the base RTT is 0.
+//   - Multiplicative phase: for samples growing by (1+g) per ACK, srtt
+//     after a sample tends to r·sample, r = (1/8)/(1 − (7/8)/(1+g)). The
+//     probe a packet races was armed with the srtt before its own sample,
+//     r·sample/(1+g), so the PTO stays above the sample while
+//     2r/(1+g) = 1/(4g + 1/2) > 1: g < 1/8 (the 2 ms helps only at small
+//     delays). g = 0.1 gives 1.11: the PTO is 1.11·sample plus 2 ms.
+//     (Comparing with the srtt after the sample, as one might, gives the
+//     wrong bound 1/6; the simulation finds 0.125.)
+//   - Additive phase (small delays, where prev·g < Step): a ramp of c per
+//     sample makes srtt lag by at most 7c, while the PTO has 2·srtt: the
+//     simulation's closest approach with c = 0.25 ms is 1.55 ms under the
+//     PTO, and steps up to 0.88 ms stay under it with g = 0.1.
+//
+// Cost: from 0 to 10 ms the ramp takes about 25 packets (10 additive steps
+// to 2.5 ms, then 15 of 10 %): the ACKs of one 64 KiB write, a few
+// milliseconds at the rates sanqos throttles, against the controller's
+// 100 ms tick. The controller does not notice.
+//
+// Jiffies. The probe timer runs in jiffies: with HZ=250 it may fire up to
+// one 4 ms tick earlier than the PTO. That tick is inside the margin above
+// from a few milliseconds of delay on; below, ACKs that arrive within the
+// first tick after the send rarely meet a tick boundary. The live test
+// (TestLiveJitteryDelayNoLossProbes) counts probes on the real kernel.
+type RiseLimit struct {
+	Factor float64       // g: relative rise per packet
+	Step   time.Duration // c: absolute rise per packet, for small delays
+}
+
+// DefaultRiseLimit is the limit the nfqueue backend uses; see RiseLimit
+// for why these values.
+var DefaultRiseLimit = RiseLimit{Factor: 0.1, Step: 250 * time.Microsecond}
+
+// next returns the delay to apply to a packet whose flow had prev and
+// which is asked to get target. The zero RiseLimit does not limit.
+func (r RiseLimit) next(prev, target time.Duration) time.Duration {
+	if r == (RiseLimit{}) || target <= prev {
+		return target
+	}
+	up := max(prev+time.Duration(float64(prev)*r.Factor), prev+r.Step)
+	return min(target, up)
+}
+
+// riseForget is how long a flow's last applied delay is remembered while
+// the flow is idle. SRTT does not decay while a flow is idle, so the
+// ramp carries on from where it was; after this long we forget the flow
+// (bounded memory) and its ramp restarts from 0, which is only slower.
+const riseForget = 10 * time.Second
+
+// riseKey is one direction of one flow: the write-direction packets
+// (ACKs, small segments) are the RTT samples of the initiator's SRTT, the
+// read-direction data segments those of the target's, so each direction
+// ramps on its own.
+type riseKey struct {
+	flow flowKey
+	dir  Direction
+}
+
+type riseState struct {
+	prev time.Duration // delay applied to the previous packet
+	seen time.Time     // that packet's arrival
+}
+
+// RiseStats say how much the rise limit held delays below the requested
+// ones, apart from the delay errors of Stats (which compare a packet's
+// release with the delay it was given).
+type RiseStats struct {
+	Limited      uint64        // packets given less delay than requested
+	ShortfallP50 time.Duration // requested minus applied, of recent limited packets
+	ShortfallMax time.Duration
+	Flows        int // flow directions whose last delay is remembered
+}
+
 // flowState tracks the packets of one flow still in the delayer.
 type flowState struct {
 	last    time.Time // release time of the flow's newest held packet
@@ -114,6 +210,17 @@ type Delayer struct {
 	nerr    int
 	scratch []held
 
+	rise      map[riseKey]riseState
+	riseSweep time.Time // last time idle flows were forgotten
+	limited   uint64
+	shorts    [512]time.Duration // ring of recent rise shortfalls
+	nshort    int
+
+	// Rise limits how fast a flow's delay rises; NewDelayer sets
+	// DefaultRiseLimit, the zero RiseLimit turns the limit off. Set it
+	// before the first Submit.
+	Rise RiseLimit
+
 	// FineSleep, if set, sleeps precisely (nanosleep) and is used for the
 	// last fineWindow before a release. Go timers wake up to 1 ms late
 	// (epoll's millisecond timeout), which would add ~0.5 ms to every
@@ -139,16 +246,50 @@ func NewDelayer(clk clock.Clock, maxBacklog int, release func(ids []uint32)) *De
 		clk: clk, release: release, maxBacklog: maxBacklog,
 		flows: map[flowKey]*flowState{},
 		seen:  map[netip.Addr]time.Time{},
+		rise:  map[riseKey]riseState{},
 		wake:  make(chan struct{}, 1),
+		Rise:  DefaultRiseLimit,
 	}
 }
 
-// Submit takes one packet that arrived at now and should be delayed by
-// delay. It returns true when the caller must accept the packet itself at
-// once: no delay and nothing of its flow waiting, or the backlog is full.
-func (d *Delayer) Submit(id uint32, f flowKey, delay time.Duration, now time.Time) bool {
+// limitRise returns the delay to apply to a packet of f in direction dir
+// asked to get delay, and remembers it as the flow's last. d.mu held.
+func (d *Delayer) limitRise(f flowKey, dir Direction, delay time.Duration, now time.Time) time.Duration {
+	if now.Sub(d.riseSweep) >= riseForget {
+		for k, st := range d.rise {
+			if now.Sub(st.seen) >= riseForget {
+				delete(d.rise, k)
+			}
+		}
+		d.riseSweep = now
+	}
+	k := riseKey{f, dir}
+	delay = max(delay, 0)
+	st := d.rise[k]
+	applied := d.Rise.next(st.prev, delay)
+	if applied < delay {
+		d.limited++
+		d.shorts[d.nshort%len(d.shorts)] = delay - applied
+		d.nshort++
+	}
+	if applied == 0 {
+		// Absent means 0: a flow that is not delayed costs no memory.
+		delete(d.rise, k)
+	} else {
+		d.rise[k] = riseState{prev: applied, seen: now}
+	}
+	return applied
+}
+
+// Submit takes one packet of direction dir that arrived at now and should
+// be delayed by delay; the delay it gets may be less while the flow's
+// delay is rising (see RiseLimit). It returns true when the caller must
+// accept the packet itself at once: no delay and nothing of its flow
+// waiting, or the backlog is full.
+func (d *Delayer) Submit(id uint32, f flowKey, dir Direction, delay time.Duration, now time.Time) bool {
 	d.mu.Lock()
 	d.seen[f.dst] = now
+	delay = d.limitRise(f, dir, delay, now)
 	fs := d.flows[f]
 	if fs == nil && delay <= 0 {
 		d.passed++
@@ -156,12 +297,16 @@ func (d *Delayer) Submit(id uint32, f flowKey, delay time.Duration, now time.Tim
 		return true
 	}
 	if len(d.heap) >= d.maxBacklog {
+		// It leaves at once: its RTT sample is low, so the ramp of its
+		// flow restarts from 0 (slower, never faster, than the sender's
+		// SRTT can follow).
+		delete(d.rise, riseKey{f, dir})
 		d.bypass++
 		d.passed++
 		d.mu.Unlock()
 		return true
 	}
-	at := now.Add(max(delay, 0))
+	at := now.Add(delay)
 	if fs == nil {
 		fs = &flowState{}
 		d.flows[f] = fs
@@ -235,13 +380,21 @@ func (d *Delayer) Quiet(dst netip.Addr, now time.Time, gap time.Duration) bool {
 	return true
 }
 
-// Forget drops the arrival times of destinations not in keep.
+// Forget drops the arrival times and remembered delays of destinations
+// not in keep. A destination that left the queue's set may go on sending
+// unseen and undelayed, its SRTT falling: when it comes back its ramp
+// must start again from 0.
 func (d *Delayer) Forget(keep func(netip.Addr) bool) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	for a := range d.seen {
 		if !keep(a) {
 			delete(d.seen, a)
+		}
+	}
+	for k := range d.rise {
+		if !keep(k.flow.dst) {
+			delete(d.rise, k)
 		}
 	}
 }
@@ -300,6 +453,21 @@ func (d *Delayer) Stats() Stats {
 		slices.Sort(e)
 		s.DelayErrorP50 = e[n/2]
 		s.DelayErrorMax = e[n-1]
+	}
+	return s
+}
+
+// RiseStats returns the rise limit's counters.
+func (d *Delayer) RiseStats() RiseStats {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	s := RiseStats{Limited: d.limited, Flows: len(d.rise)}
+	n := min(d.nshort, len(d.shorts))
+	if n > 0 {
+		e := slices.Clone(d.shorts[:n])
+		slices.Sort(e)
+		s.ShortfallP50 = e[n/2]
+		s.ShortfallMax = e[n-1]
 	}
 	return s
 }

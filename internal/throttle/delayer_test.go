@@ -3,6 +3,7 @@ package throttle
 import (
 	"context"
 	"encoding/binary"
+	"net/netip"
 	"slices"
 	"sync"
 	"testing"
@@ -33,17 +34,18 @@ func TestDelayerLoweringDelayKeepsFlowOrder(t *testing.T) {
 	var log releaseLog
 	clk := clock.NewFake(t0)
 	d := NewDelayer(clk, 100, log.add)
+	d.Rise = RiseLimit{} // release mechanics only: full delays at once
 	now := t0
 	for id := uint32(1); id <= 3; id++ {
-		if d.Submit(id, flow(1), 20*time.Millisecond, now) {
+		if d.Submit(id, flow(1), Write, 20*time.Millisecond, now) {
 			t.Fatalf("packet %d accepted at once under 20ms delay", id)
 		}
 		now = now.Add(time.Millisecond)
 	}
-	if d.Submit(4, flow(1), 0, now) {
+	if d.Submit(4, flow(1), Write, 0, now) {
 		t.Fatal("packet 4 (delay now 0) was accepted at once and would overtake 1-3")
 	}
-	if !d.Submit(5, flow(2), 0, now) {
+	if !d.Submit(5, flow(2), Write, 0, now) {
 		t.Fatal("an undelayed packet of another flow was held")
 	}
 	if n := d.ReleaseDue(t0.Add(19 * time.Millisecond)); n != 0 {
@@ -53,7 +55,7 @@ func TestDelayerLoweringDelayKeepsFlowOrder(t *testing.T) {
 	if want := []uint32{1, 2, 3, 4}; !slices.Equal(log.ids, want) {
 		t.Fatalf("released %v, want %v in order", log.ids, want)
 	}
-	if !d.Submit(6, flow(1), 0, now) {
+	if !d.Submit(6, flow(1), Write, 0, now) {
 		t.Fatal("flow drained but its undelayed packet was still held")
 	}
 }
@@ -63,9 +65,10 @@ func TestDelayerReleaseTimes(t *testing.T) {
 	var log releaseLog
 	clk := clock.NewFake(t0)
 	d := NewDelayer(clk, 100, log.add)
-	d.Submit(1, flow(1), 5*time.Millisecond, t0)
-	d.Submit(2, flow(2), 1*time.Millisecond, t0)
-	d.Submit(3, flow(3), 3*time.Millisecond, t0)
+	d.Rise = RiseLimit{} // release mechanics only: full delays at once
+	d.Submit(1, flow(1), Write, 5*time.Millisecond, t0)
+	d.Submit(2, flow(2), Write, 1*time.Millisecond, t0)
+	d.Submit(3, flow(3), Write, 3*time.Millisecond, t0)
 	for _, c := range []struct {
 		at   time.Duration
 		want []uint32
@@ -81,9 +84,9 @@ func TestDelayerReleaseTimes(t *testing.T) {
 func TestDelayerBacklogFailsOpen(t *testing.T) {
 	clk := clock.NewFake(t0)
 	d := NewDelayer(clk, 2, func([]uint32) {})
-	d.Submit(1, flow(1), time.Millisecond, t0)
-	d.Submit(2, flow(2), time.Millisecond, t0)
-	if !d.Submit(3, flow(3), time.Millisecond, t0) {
+	d.Submit(1, flow(1), Write, time.Millisecond, t0)
+	d.Submit(2, flow(2), Write, time.Millisecond, t0)
+	if !d.Submit(3, flow(3), Write, time.Millisecond, t0) {
 		t.Fatal("packet over the backlog limit was held")
 	}
 	if s := d.Stats(); s.Bypassed != 1 || s.Backlog != 2 || s.PacketsHeld != 2 {
@@ -97,11 +100,12 @@ func TestDelayerRunWithFakeClock(t *testing.T) {
 	var log releaseLog
 	clk := clock.NewFake(t0)
 	d := NewDelayer(clk, 100, log.add)
+	d.Rise = RiseLimit{} // release mechanics only: full delays at once
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { d.Run(ctx); close(done) }()
-	d.Submit(1, flow(1), 2*time.Millisecond, t0)
-	d.Submit(2, flow(2), 50*time.Millisecond, t0)
+	d.Submit(1, flow(1), Write, 2*time.Millisecond, t0)
+	d.Submit(2, flow(2), Write, 50*time.Millisecond, t0)
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		clk.Advance(time.Millisecond)
@@ -169,7 +173,7 @@ func BenchmarkDelayer(b *testing.B) {
 	b.ReportAllocs()
 	for i := 0; i < b.N; i++ {
 		now = now.Add(time.Microsecond)
-		d.Submit(uint32(i), flowKey{dst: ip("10.0.0.2"), sport: 3260, dport: uint16(i % 64)}, time.Millisecond, now)
+		d.Submit(uint32(i), flowKey{dst: ip("10.0.0.2"), sport: 3260, dport: uint16(i % 64)}, Write, time.Millisecond, now)
 		if i%64 == 0 {
 			d.ReleaseDue(now)
 		}
@@ -186,5 +190,228 @@ func TestDirectionOfSegment(t *testing.T) {
 		if got := d.of(c.payload, DefaultSmallSegment); got != c.want {
 			t.Errorf("payload %d: delay %v, want %v", c.payload, got, c.want)
 		}
+	}
+}
+
+// pto is Linux's tail loss probe timeout for a flow with more than one
+// segment in flight: 2·SRTT + 2 ms (tcp_schedule_loss_probe).
+func pto(srtt time.Duration) time.Duration { return 2*srtt + 2*time.Millisecond }
+
+// simulateRise feeds a flow whose requested delay follows steps (each
+// held for perStep packets) through r, every packet being one RTT sample
+// of the sender's SRTT (srtt ← 7/8·srtt + 1/8·sample, the first sample
+// taken whole), with a base RTT of 0: the pessimistic case. It returns
+// the largest excess of an applied delay over the PTO the sender had
+// armed when that packet left (> 0: a loss probe), and the packets
+// delayed less than requested.
+func simulateRise(r RiseLimit, steps []time.Duration, perStep int) (worst time.Duration, limited int) {
+	var srtt, prev time.Duration
+	worst = -time.Hour
+	for i, want := range steps {
+		n := perStep
+		if i == 0 {
+			// Start in steady state at the first delay.
+			srtt, prev, n = want, want, 0
+		}
+		for range n {
+			d := r.next(prev, want)
+			if d < want {
+				limited++
+			}
+			if srtt > 0 || d > 0 {
+				worst = max(worst, d-pto(srtt))
+			}
+			if srtt == 0 {
+				srtt = d
+			} else {
+				srtt = srtt*7/8 + d/8
+			}
+			prev = d
+		}
+	}
+	return worst, limited
+}
+
+// riseScenarios are step changes of the write delay like the
+// controller's, plus long ones that expose the asymptotic behaviour.
+var riseScenarios = func() [][]time.Duration {
+	ms := func(v ...float64) []time.Duration {
+		out := make([]time.Duration, len(v))
+		for i, x := range v {
+			out[i] = time.Duration(x * float64(time.Millisecond))
+		}
+		return out
+	}
+	return [][]time.Duration{
+		ms(0, 5), ms(0, 20), ms(2, 15), ms(5, 20), ms(0, 1), ms(0, 2.5),
+		ms(0, 100), ms(0, 1000), ms(1, 500),
+		ms(0, 5, 2, 12, 6, 15, 3, 20, 8, 0, 4, 10, 1, 18, 7, 14, 0, 9, 16, 5),
+	}
+}()
+
+// riseSafe reports whether r keeps every packet of every scenario under
+// the PTO, at 1 to 400 packets per controller step.
+func riseSafe(r RiseLimit) (bool, time.Duration) {
+	worst := -time.Hour
+	for _, sc := range riseScenarios {
+		for _, per := range []int{1, 3, 25, 400} {
+			w, _ := simulateRise(r, sc, per)
+			worst = max(worst, w)
+		}
+	}
+	return worst < 0, worst
+}
+
+// TestRiseLimitKeepsPTOAboveDelay runs the sender's SRTT recurrence over
+// step changes of the delay and checks that with the default rise limit
+// no packet arrives after the loss probe timeout, that without it they
+// do, and where the limit of each parameter lies (logged, and checked
+// against the derivation in RiseLimit's comment).
+func TestRiseLimitKeepsPTOAboveDelay(t *testing.T) {
+	ok, worst := riseSafe(DefaultRiseLimit)
+	if !ok {
+		t.Fatalf("default rise limit %+v: a packet is %v past the PTO", DefaultRiseLimit, worst)
+	}
+	t.Logf("default %+v: closest packet %v before the PTO", DefaultRiseLimit, -worst)
+	if ok, worst := riseSafe(RiseLimit{}); ok {
+		t.Fatalf("without a rise limit every packet stays under the PTO (worst %v): the scenarios prove nothing", worst)
+	}
+	for _, sc := range riseScenarios[:4] {
+		w, lim := simulateRise(DefaultRiseLimit, sc, 400)
+		w0, _ := simulateRise(RiseLimit{}, sc, 400)
+		t.Logf("step %v → %v: with limit %d packets ramped, worst %v vs PTO; without, worst %v past it", sc[0], sc[1], lim, w, w0)
+	}
+
+	// Largest safe factor with the default step, and largest safe step
+	// with the default factor.
+	gmax := 0.0
+	for g := 0.005; g < 1; g += 0.005 {
+		if ok, _ := riseSafe(RiseLimit{Factor: g, Step: DefaultRiseLimit.Step}); !ok {
+			break
+		}
+		gmax = g
+	}
+	var cmax time.Duration
+	for c := 10 * time.Microsecond; c < 10*time.Millisecond; c += 10 * time.Microsecond {
+		if ok, _ := riseSafe(RiseLimit{Factor: DefaultRiseLimit.Factor, Step: c}); !ok {
+			break
+		}
+		cmax = c
+	}
+	t.Logf("largest safe factor with step %v: %.3f; largest safe step with factor %.2f: %v",
+		DefaultRiseLimit.Step, gmax, DefaultRiseLimit.Factor, cmax)
+	// The derivation: on a long geometric ramp srtt (after a sample) tends
+	// to r·sample with r = (1/8)/(1 − (7/8)/(1+g)); the PTO a packet meets
+	// was armed with the srtt before its own sample, r·sample/(1+g), so
+	// the ramp is safe while 2r/(1+g) = 1/(4g + 1/2) > 1, i.e. g < 1/8.
+	gtiny := 0.0
+	for g := 0.005; g < 1; g += 0.005 {
+		if ok, _ := riseSafe(RiseLimit{Factor: g, Step: time.Microsecond}); !ok {
+			break
+		}
+		gtiny = g
+	}
+	t.Logf("largest safe factor with a 1µs step: %.3f (asymptotic bound 1/8)", gtiny)
+	if gtiny > 0.13 || gtiny < 0.115 || gmax > gtiny {
+		t.Errorf("largest safe factors %.3f (step 1µs), %.3f (default step): the derivation says just under 1/8, and no more with a larger step", gtiny, gmax)
+	}
+	if gmax < 1.2*DefaultRiseLimit.Factor || cmax < 2*DefaultRiseLimit.Step {
+		t.Errorf("default %+v has too little margin: largest safe factor %.3f, step %v", DefaultRiseLimit, gmax, cmax)
+	}
+}
+
+// TestRiseLimitRamp: a flow's delay rises by the limit per packet and
+// falls at once; flows, and directions of a flow, ramp on their own; an
+// idle flow keeps its delay, one idle past riseForget starts over.
+func TestRiseLimitRamp(t *testing.T) {
+	clk := clock.NewFake(t0)
+	d := NewDelayer(clk, 1000, func([]uint32) {})
+	const want = 10 * time.Millisecond
+	now := t0
+	var applied []time.Duration
+	at := func(id uint32, f flowKey, dir Direction, delay time.Duration) time.Duration {
+		d.Submit(id, f, dir, delay, now)
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		return d.rise[riseKey{f, dir}].prev
+	}
+	id := uint32(0)
+	for len(applied) == 0 || applied[len(applied)-1] < want {
+		id++
+		applied = append(applied, at(id, flow(1), Write, want))
+		now = now.Add(100 * time.Microsecond)
+		if len(applied) > 100 {
+			t.Fatalf("delay still %v after 100 packets", applied[len(applied)-1])
+		}
+	}
+	if applied[0] != DefaultRiseLimit.Step {
+		t.Errorf("first packet of a new flow got %v, want %v", applied[0], DefaultRiseLimit.Step)
+	}
+	for i := 1; i < len(applied); i++ {
+		p, g := applied[i-1], applied[i]
+		if lim := max(p+time.Duration(float64(p)*DefaultRiseLimit.Factor), p+DefaultRiseLimit.Step); g > lim || g <= p {
+			t.Fatalf("packet %d: %v after %v, want a rise of at most %v", i, g, p, lim-p)
+		}
+	}
+	t.Logf("0 → %v in %d packets", want, len(applied))
+	if n := len(applied); n < 20 || n > 30 {
+		t.Errorf("0 → %v took %d packets, want about 25", want, n)
+	}
+	// The other direction and another flow start from 0.
+	id++
+	if got := at(id, flow(1), Read, want); got != DefaultRiseLimit.Step {
+		t.Errorf("read direction of the ramped flow got %v, want %v", got, DefaultRiseLimit.Step)
+	}
+	id++
+	if got := at(id, flow(2), Write, want); got != DefaultRiseLimit.Step {
+		t.Errorf("new flow got %v, want %v", got, DefaultRiseLimit.Step)
+	}
+	// Falls at once.
+	id++
+	if got := at(id, flow(1), Write, 2*time.Millisecond); got != 2*time.Millisecond {
+		t.Errorf("lowered to 2ms, applied %v", got)
+	}
+	// Idle 5 s: carries on from 2 ms.
+	now = now.Add(5 * time.Second)
+	id++
+	if got, next := at(id, flow(1), Write, want), DefaultRiseLimit.next(2*time.Millisecond, want); got != next {
+		t.Errorf("after 5 s idle: %v, want the ramp to carry on from 2ms to %v", got, next)
+	}
+	// Idle past riseForget: forgotten, starts from 0.
+	now = now.Add(riseForget + time.Second)
+	id++
+	if got := at(id, flow(1), Write, want); got != DefaultRiseLimit.Step {
+		t.Errorf("after %v idle: %v, want a new ramp from 0", riseForget, got)
+	}
+	if s := d.RiseStats(); s.Limited == 0 || s.ShortfallMax < want-DefaultRiseLimit.Step || s.Flows == 0 {
+		t.Errorf("rise stats %+v: want limited packets and a shortfall up to %v", s, want-DefaultRiseLimit.Step)
+	}
+	// Forget drops the flows of destinations that left.
+	d.Forget(func(netip.Addr) bool { return false })
+	if s := d.RiseStats(); s.Flows != 0 {
+		t.Errorf("after Forget %d flows remembered", s.Flows)
+	}
+	// Delay 0 leaves nothing behind.
+	id++
+	at(id, flow(3), Write, 0)
+	if s := d.RiseStats(); s.Flows != 0 {
+		t.Errorf("an undelayed flow is remembered: %+v", s)
+	}
+}
+
+// TestRiseLimitReleaseTime: the ramped delay is what the packet is held,
+// and a lowered delay does not let a packet overtake its flow.
+func TestRiseLimitReleaseTime(t *testing.T) {
+	var log releaseLog
+	clk := clock.NewFake(t0)
+	d := NewDelayer(clk, 100, log.add)
+	d.Submit(1, flow(1), Write, 20*time.Millisecond, t0) // gets Step
+	d.Submit(2, flow(1), Write, 0, t0)                   // lowered: waits behind 1
+	if n := d.ReleaseDue(t0.Add(DefaultRiseLimit.Step - time.Microsecond)); n != 0 {
+		t.Fatalf("released %d before the ramped delay", n)
+	}
+	d.ReleaseDue(t0.Add(DefaultRiseLimit.Step))
+	if !slices.Equal(log.ids, []uint32{1, 2}) {
+		t.Fatalf("released %v at the ramped delay, want [1 2]", log.ids)
 	}
 }

@@ -85,6 +85,12 @@ type NfqueueConfig struct {
 	NetNS        int      // fd of the network namespace for the queue; 0: current
 	Clock        clock.Clock
 	Logger       *slog.Logger
+	// RiseLimit bounds how fast a flow's delay rises (zero: the default,
+	// DefaultRiseLimit); NoRiseLimit turns it off, which makes senders
+	// send spurious loss probes whenever a delay jumps up (for tests and
+	// measurements that show why the limit exists).
+	RiseLimit   RiseLimit
+	NoRiseLimit bool
 }
 
 // delays is the per-consumer delay table the packet path reads.
@@ -100,6 +106,15 @@ func (d dirDelays) of(payload, small int) time.Duration {
 		return d.write
 	}
 	return d.read
+}
+
+// directionOf is the direction a segment with payload bytes belongs to,
+// by the same rule as dirDelays.of.
+func directionOf(payload, small int) Direction {
+	if payload <= small {
+		return Write
+	}
+	return Read
 }
 
 // Nfqueue is the default backend: iptables sends the packets a throttled
@@ -193,6 +208,12 @@ func NewNfqueue(ctx context.Context, cfg NfqueueConfig) (*Nfqueue, error) {
 	}
 	b.nf = nf
 	b.del = NewDelayer(cfg.Clock, cfg.MaxBacklog, b.accept)
+	switch {
+	case cfg.NoRiseLimit:
+		b.del.Rise = RiseLimit{}
+	case cfg.RiseLimit != (RiseLimit{}):
+		b.del.Rise = cfg.RiseLimit
+	}
 	if _, real := cfg.Clock.(clock.Real); real {
 		b.del.FineSleep = rawNanosleep
 	}
@@ -304,7 +325,7 @@ func (b *Nfqueue) hook(a nfqueue.Attribute) int {
 		return 0
 	}
 	delay := (*b.table.Load())[p.flow.dst].of(p.payload, b.cfg.SmallSegment)
-	if b.del.Submit(id, p.flow, delay, b.cfg.Clock.Now()) {
+	if b.del.Submit(id, p.flow, directionOf(p.payload, b.cfg.SmallSegment), delay, b.cfg.Clock.Now()) {
 		b.accept([]uint32{id})
 	}
 	return 0
@@ -378,6 +399,10 @@ func (b *Nfqueue) Stats() Stats {
 	s.Errors = b.errs.Load()
 	return s
 }
+
+// RiseStats returns how much the rise limit held delays below the
+// requested ones.
+func (b *Nfqueue) RiseStats() RiseStats { return b.del.RiseStats() }
 
 // Close removes the rules and sets, then unbinds the queue (releasing
 // every held packet at once).
