@@ -11,6 +11,12 @@ import (
 	"github.com/sanqos/sanqos/internal/lab/experiments"
 )
 
+// experimentLUNSize is the LUN size of the experiments' lab: one
+// sequential writer at the emulated disk's 43 MB/s covers 4 GiB in about
+// 100 s, longer than any run's writing window (fig5.7: 60 s), so no writer
+// stops early for having written its whole region.
+const experimentLUNSize = "4GiB"
+
 // labExperimentsHelp lists the experiments for --help.
 func labExperimentsHelp() string {
 	var b strings.Builder
@@ -39,6 +45,7 @@ Experiments:
 	td := fs.Duration("td", 0, "pid derivative time Td (0: the default)")
 	storage := fs.String("storage", "", "where LUN images live: emu:PROFILE or dir:PATH (default emu:thesis-2010)")
 	seed := fs.Int64("seed", 1, "seed of the emulated disk's random numbers")
+	size := fs.String("size", experimentLUNSize, "size of each LUN image (sparse); a single writer must not reach its end within a run")
 	// The experiment's name comes first; flags follow it.
 	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
 		if err := parseFlags(fs, args); err != nil {
@@ -63,7 +70,7 @@ Experiments:
 		fmt.Fprintf(stderr, "sanqos lab run: --kp, --ti and --td must not be negative\n")
 		return errUsage
 	}
-	lo, err := labOptions(lab.DefaultStorage.Profile, *storage, "2GiB", *seed, stdout)
+	lo, err := labOptions(lab.DefaultStorage.Profile, *storage, *size, *seed, stdout)
 	if err != nil {
 		fmt.Fprintf(stderr, "sanqos lab run: %v\n", err)
 		return errUsage
@@ -96,7 +103,7 @@ lab is taken down at the end, on error and on Ctrl-C.`, stderr)
 		fmt.Fprintf(stderr, "sanqos lab demo: --out DIR is required\n")
 		return errUsage
 	}
-	lo, err := labOptions(lab.DefaultStorage.Profile, "", "2GiB", 1, stdout)
+	lo, err := labOptions(lab.DefaultStorage.Profile, "", experimentLUNSize, 1, stdout)
 	if err != nil {
 		return err
 	}

@@ -70,7 +70,7 @@ func TestControlledEndToEnd(t *testing.T) {
 	})
 	var s *Summary
 	err := WithLab(ctx, Options{Out: out, Sanqos: sanqos, Progress: testWriter{t}},
-		lab.Options{Loadgen: loadgen, Progress: testWriter{t}}, func(l *lab.Lab) error {
+		lab.Options{Loadgen: loadgen, Size: 4 << 30, Progress: testWriter{t}}, func(l *lab.Lab) error {
 			var err error
 			s, err = x.RunOn(ctx, l, Options{Out: out, Sanqos: sanqos, Progress: testWriter{t}})
 			return err

@@ -155,9 +155,14 @@ type loadProc struct {
 	log  string
 	errf string
 	done chan error
+	// fullBytes is what the load moves when it completes its region
+	// before its runtime (0: it runs for its runtime).
+	fullBytes int64
 }
 
-func (e *env) startLoad(ctx context.Context, host labHost, logPath string, args ...string) (*loadProc, error) {
+// startLoad starts a load generator; fullBytes is what it moves when it
+// completes its region (0: it runs for its runtime).
+func (e *env) startLoad(ctx context.Context, host labHost, logPath string, fullBytes int64, args ...string) (*loadProc, error) {
 	cmd, err := e.l.LoadCommand(context.WithoutCancel(ctx), host.name, args...)
 	if err != nil {
 		return nil, err
@@ -178,7 +183,7 @@ func (e *env) startLoad(ctx context.Context, host labHost, logPath string, args 
 		errf.Close()
 		return nil, fmt.Errorf("starting load on %s: %w", host.name, err)
 	}
-	p := &loadProc{host: host.name, cmd: cmd, log: logPath, errf: errPath, done: make(chan error, 1)}
+	p := &loadProc{host: host.name, cmd: cmd, log: logPath, errf: errPath, done: make(chan error, 1), fullBytes: fullBytes}
 	go func() { p.done <- cmd.Wait(); out.Close(); errf.Close() }()
 	return p, nil
 }
@@ -291,8 +296,8 @@ func (e *env) runOne(ctx context.Context, name string, w Workload, c Control, re
 			}
 		}
 	}()
-	start := func(h labHost, file string, args ...string) error {
-		p, err := e.startLoad(ctx, h, filepath.Join(dir, file), args...)
+	start := func(h labHost, file string, fullBytes int64, args ...string) error {
+		p, err := e.startLoad(ctx, h, filepath.Join(dir, file), fullBytes, args...)
 		if err != nil {
 			return err
 		}
@@ -308,7 +313,7 @@ func (e *env) runOne(ctx context.Context, name string, w Workload, c Control, re
 	}
 	for i := 0; i < readers; i++ {
 		h := e.v.hosts[i]
-		if err := start(h, "reader-"+h.name+".jsonl", "--job", preset, "--name", "reader-"+h.name,
+		if err := start(h, "reader-"+h.name+".jsonl", 0, "--job", preset, "--name", "reader-"+h.name,
 			"--runtime", w.Total.String(), "--start-at", startAt(0), "--quiet"); err != nil {
 			return nil, err
 		}
@@ -319,13 +324,18 @@ func (e *env) runOne(ctx context.Context, name string, w Workload, c Control, re
 				continue
 			}
 			h := e.v.writers[i]
+			region := lunSize / int64(n) / (1 << 20) // MiB per thread
 			args := []string{"--job", "seqwrite-64k", "--name", "writers-" + h.name, "--threads", strconv.Itoa(n),
-				"--size", strconv.FormatInt(lunSize/int64(n)/(1<<20), 10) + "m", "--per-thread",
+				"--size", strconv.FormatInt(region, 10) + "m", "--per-thread",
 				"--runtime", w.WriterTime.String(), "--start-at", startAt(w.Lead), "--quiet"}
 			if w.On != "" {
 				args = append(args, "--on", w.On, "--off", w.Off.String())
 			}
-			if err := start(h, "writers-"+h.name+".jsonl", args...); err != nil {
+			full := int64(n) * region << 20
+			if w.On != "" {
+				full = 0 // bursts: it runs for its runtime
+			}
+			if err := start(h, "writers-"+h.name+".jsonl", full, args...); err != nil {
 				return nil, err
 			}
 		}
@@ -386,7 +396,11 @@ func (e *env) runOne(ctx context.Context, name string, w Workload, c Control, re
 		if !strings.HasPrefix(filepath.Base(p.log), "reader-") {
 			want = w.WriterTime
 		}
-		if s, ok := iolog.Summary(recs, ""); !ok || s.T < 0.95*want.Seconds() {
+		s, ok := iolog.Summary(recs, "")
+		if ok && p.fullBytes > 0 && s.Bytes >= p.fullBytes {
+			continue // it wrote its whole region: done, not stopped
+		}
+		if !ok || s.T < 0.95*want.Seconds() {
 			return nil, fmt.Errorf("the load on %s ran %.0f s of %s: it was stopped from outside (was the lab taken down?); see %s",
 				p.host, s.T, want, p.errf)
 		}
