@@ -23,7 +23,8 @@ type flowKey struct {
 // parsed is what the delayer needs to know about a packet.
 type parsed struct {
 	flow    flowKey
-	payload int // TCP payload bytes
+	payload int    // TCP payload bytes
+	ack     uint32 // acknowledgment number
 }
 
 // parseIPv4TCP reads the flow and TCP payload length of an IPv4 packet.
@@ -52,6 +53,7 @@ func parseIPv4TCP(pkt []byte, total int) (parsed, bool) {
 			dport: binary.BigEndian.Uint16(tcp[2:4]),
 		},
 		payload: total - ihl - doff,
+		ack:     binary.BigEndian.Uint32(tcp[8:12]),
 	}
 	if p.payload < 0 {
 		p.payload = 0
@@ -105,6 +107,17 @@ func (h *heldHeap) Pop() any {
 // where prev is the delay applied to the flow's previous packet of the
 // same direction (0 for a new flow). Lowering is applied at once: a lower
 // RTT sample never brings an ACK past the PTO.
+//
+// The delay rises only with packets that give the sender an RTT sample:
+// SRTT moves once per sample, not per packet. In the write direction a
+// sample is an ACK that acknowledges new data; the target's other
+// packets (a SCSI Response after the ACK of its data, window updates,
+// duplicate ACKs) keep the previous delay at most. Counting those as
+// steps made the ramp twice as steep as the sender could follow, and the
+// live test still saw loss probes. In the read direction the samples are
+// the initiator's ACKs of our data segments, which we do not see; Linux
+// acknowledges at least every second segment, so the ramp takes a step
+// every second data packet.
 //
 // Why these values (checked by TestRiseLimitKeepsPTOAboveDelay, which
 // runs the srtt recurrence over step changes). Assume, pessimistically,
@@ -169,7 +182,12 @@ type riseKey struct {
 type riseState struct {
 	prev time.Duration // delay applied to the previous packet
 	seen time.Time     // that packet's arrival
+	ack  uint32        // write direction: highest acknowledgment number
+	n    uint32        // read direction: data packets seen
 }
+
+// seqAfter reports whether sequence number a is after b (RFC 1982).
+func seqAfter(a, b uint32) bool { return int32(a-b) > 0 }
 
 // RiseStats say how much the rise limit held delays below the requested
 // ones, apart from the delay errors of Stats (which compare a packet's
@@ -253,8 +271,9 @@ func NewDelayer(clk clock.Clock, maxBacklog int, release func(ids []uint32)) *De
 }
 
 // limitRise returns the delay to apply to a packet of f in direction dir
-// asked to get delay, and remembers it as the flow's last. d.mu held.
-func (d *Delayer) limitRise(f flowKey, dir Direction, delay time.Duration, now time.Time) time.Duration {
+// with acknowledgment number ack, asked to get delay, and remembers it as
+// the flow's last. d.mu held.
+func (d *Delayer) limitRise(f flowKey, dir Direction, ack uint32, delay time.Duration, now time.Time) time.Duration {
 	if now.Sub(d.riseSweep) >= riseForget {
 		for k, st := range d.rise {
 			if now.Sub(st.seen) >= riseForget {
@@ -265,8 +284,21 @@ func (d *Delayer) limitRise(f flowKey, dir Direction, delay time.Duration, now t
 	}
 	k := riseKey{f, dir}
 	delay = max(delay, 0)
-	st := d.rise[k]
-	applied := d.Rise.next(st.prev, delay)
+	st, known := d.rise[k]
+	sample := !known
+	if dir == Read {
+		st.n++
+		sample = st.n%2 == 1
+	} else if known && seqAfter(ack, st.ack) {
+		sample = true
+	}
+	if !known || seqAfter(ack, st.ack) {
+		st.ack = ack
+	}
+	applied := min(delay, st.prev)
+	if sample || d.Rise == (RiseLimit{}) {
+		applied = d.Rise.next(st.prev, delay)
+	}
 	if applied < delay {
 		d.limited++
 		d.shorts[d.nshort%len(d.shorts)] = delay - applied
@@ -276,20 +308,21 @@ func (d *Delayer) limitRise(f flowKey, dir Direction, delay time.Duration, now t
 		// Absent means 0: a flow that is not delayed costs no memory.
 		delete(d.rise, k)
 	} else {
-		d.rise[k] = riseState{prev: applied, seen: now}
+		st.prev, st.seen = applied, now
+		d.rise[k] = st
 	}
 	return applied
 }
 
-// Submit takes one packet of direction dir that arrived at now and should
-// be delayed by delay; the delay it gets may be less while the flow's
-// delay is rising (see RiseLimit). It returns true when the caller must
-// accept the packet itself at once: no delay and nothing of its flow
-// waiting, or the backlog is full.
-func (d *Delayer) Submit(id uint32, f flowKey, dir Direction, delay time.Duration, now time.Time) bool {
+// Submit takes one packet of direction dir with acknowledgment number ack
+// that arrived at now and should be delayed by delay; the delay it gets
+// may be less while the flow's delay is rising (see RiseLimit). It
+// returns true when the caller must accept the packet itself at once: no
+// delay and nothing of its flow waiting, or the backlog is full.
+func (d *Delayer) Submit(id uint32, f flowKey, dir Direction, ack uint32, delay time.Duration, now time.Time) bool {
 	d.mu.Lock()
 	d.seen[f.dst] = now
-	delay = d.limitRise(f, dir, delay, now)
+	delay = d.limitRise(f, dir, ack, delay, now)
 	fs := d.flows[f]
 	if fs == nil && delay <= 0 {
 		d.passed++

@@ -37,15 +37,15 @@ func TestDelayerLoweringDelayKeepsFlowOrder(t *testing.T) {
 	d.Rise = RiseLimit{} // release mechanics only: full delays at once
 	now := t0
 	for id := uint32(1); id <= 3; id++ {
-		if d.Submit(id, flow(1), Write, 20*time.Millisecond, now) {
+		if d.Submit(id, flow(1), Write, id, 20*time.Millisecond, now) {
 			t.Fatalf("packet %d accepted at once under 20ms delay", id)
 		}
 		now = now.Add(time.Millisecond)
 	}
-	if d.Submit(4, flow(1), Write, 0, now) {
+	if d.Submit(4, flow(1), Write, 4, 0, now) {
 		t.Fatal("packet 4 (delay now 0) was accepted at once and would overtake 1-3")
 	}
-	if !d.Submit(5, flow(2), Write, 0, now) {
+	if !d.Submit(5, flow(2), Write, 5, 0, now) {
 		t.Fatal("an undelayed packet of another flow was held")
 	}
 	if n := d.ReleaseDue(t0.Add(19 * time.Millisecond)); n != 0 {
@@ -55,7 +55,7 @@ func TestDelayerLoweringDelayKeepsFlowOrder(t *testing.T) {
 	if want := []uint32{1, 2, 3, 4}; !slices.Equal(log.ids, want) {
 		t.Fatalf("released %v, want %v in order", log.ids, want)
 	}
-	if !d.Submit(6, flow(1), Write, 0, now) {
+	if !d.Submit(6, flow(1), Write, 6, 0, now) {
 		t.Fatal("flow drained but its undelayed packet was still held")
 	}
 }
@@ -66,9 +66,9 @@ func TestDelayerReleaseTimes(t *testing.T) {
 	clk := clock.NewFake(t0)
 	d := NewDelayer(clk, 100, log.add)
 	d.Rise = RiseLimit{} // release mechanics only: full delays at once
-	d.Submit(1, flow(1), Write, 5*time.Millisecond, t0)
-	d.Submit(2, flow(2), Write, 1*time.Millisecond, t0)
-	d.Submit(3, flow(3), Write, 3*time.Millisecond, t0)
+	d.Submit(1, flow(1), Write, 1, 5*time.Millisecond, t0)
+	d.Submit(2, flow(2), Write, 2, 1*time.Millisecond, t0)
+	d.Submit(3, flow(3), Write, 3, 3*time.Millisecond, t0)
 	for _, c := range []struct {
 		at   time.Duration
 		want []uint32
@@ -84,9 +84,9 @@ func TestDelayerReleaseTimes(t *testing.T) {
 func TestDelayerBacklogFailsOpen(t *testing.T) {
 	clk := clock.NewFake(t0)
 	d := NewDelayer(clk, 2, func([]uint32) {})
-	d.Submit(1, flow(1), Write, time.Millisecond, t0)
-	d.Submit(2, flow(2), Write, time.Millisecond, t0)
-	if !d.Submit(3, flow(3), Write, time.Millisecond, t0) {
+	d.Submit(1, flow(1), Write, 1, time.Millisecond, t0)
+	d.Submit(2, flow(2), Write, 2, time.Millisecond, t0)
+	if !d.Submit(3, flow(3), Write, 3, time.Millisecond, t0) {
 		t.Fatal("packet over the backlog limit was held")
 	}
 	if s := d.Stats(); s.Bypassed != 1 || s.Backlog != 2 || s.PacketsHeld != 2 {
@@ -104,8 +104,8 @@ func TestDelayerRunWithFakeClock(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { d.Run(ctx); close(done) }()
-	d.Submit(1, flow(1), Write, 2*time.Millisecond, t0)
-	d.Submit(2, flow(2), Write, 50*time.Millisecond, t0)
+	d.Submit(1, flow(1), Write, 1, 2*time.Millisecond, t0)
+	d.Submit(2, flow(2), Write, 2, 50*time.Millisecond, t0)
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		clk.Advance(time.Millisecond)
@@ -173,7 +173,7 @@ func BenchmarkDelayer(b *testing.B) {
 	b.ReportAllocs()
 	for i := 0; i < b.N; i++ {
 		now = now.Add(time.Microsecond)
-		d.Submit(uint32(i), flowKey{dst: ip("10.0.0.2"), sport: 3260, dport: uint16(i % 64)}, Write, time.Millisecond, now)
+		d.Submit(uint32(i), flowKey{dst: ip("10.0.0.2"), sport: 3260, dport: uint16(i % 64)}, Write, uint32(i), time.Millisecond, now)
 		if i%64 == 0 {
 			d.ReleaseDue(now)
 		}
@@ -330,7 +330,7 @@ func TestRiseLimitRamp(t *testing.T) {
 	now := t0
 	var applied []time.Duration
 	at := func(id uint32, f flowKey, dir Direction, delay time.Duration) time.Duration {
-		d.Submit(id, f, dir, delay, now)
+		d.Submit(id, f, dir, id, delay, now)
 		d.mu.Lock()
 		defer d.mu.Unlock()
 		return d.rise[riseKey{f, dir}].prev
@@ -357,6 +357,33 @@ func TestRiseLimitRamp(t *testing.T) {
 	if n := len(applied); n < 20 || n > 30 {
 		t.Errorf("0 → %v took %d packets, want about 25", want, n)
 	}
+	// A packet that acknowledges nothing new (a SCSI Response after the
+	// ACK of its data, a window update) gives the sender no RTT sample:
+	// the delay does not rise with it.
+	d.Rise = RiseLimit{Factor: 0.1, Step: time.Millisecond}
+	id++
+	lastAck := id
+	ramped := at(id, flow(4), Write, want)
+	for range 3 {
+		d.Submit(id+1000, flow(4), Write, lastAck, want, now)
+		d.mu.Lock()
+		got := d.rise[riseKey{flow(4), Write}].prev
+		d.mu.Unlock()
+		if got != ramped {
+			t.Fatalf("a packet repeating ack %d moved the delay from %v to %v", lastAck, ramped, got)
+		}
+	}
+	// Read direction: a step every second data packet, as the initiator
+	// acknowledges at least every second segment.
+	var reads []time.Duration
+	for range 4 {
+		id++
+		reads = append(reads, at(id, flow(5), Read, want))
+	}
+	if ms := time.Millisecond; !slices.Equal(reads, []time.Duration{ms, ms, 2 * ms, 2 * ms}) {
+		t.Errorf("read direction ramped %v, want a 1ms step every second packet", reads)
+	}
+	d.Rise = DefaultRiseLimit
 	// The other direction and another flow start from 0.
 	id++
 	if got := at(id, flow(1), Read, want); got != DefaultRiseLimit.Step {
@@ -405,8 +432,8 @@ func TestRiseLimitReleaseTime(t *testing.T) {
 	var log releaseLog
 	clk := clock.NewFake(t0)
 	d := NewDelayer(clk, 100, log.add)
-	d.Submit(1, flow(1), Write, 20*time.Millisecond, t0) // gets Step
-	d.Submit(2, flow(1), Write, 0, t0)                   // lowered: waits behind 1
+	d.Submit(1, flow(1), Write, 1, 20*time.Millisecond, t0) // gets Step
+	d.Submit(2, flow(1), Write, 2, 0, t0)                   // lowered: waits behind 1
 	if n := d.ReleaseDue(t0.Add(DefaultRiseLimit.Step - time.Microsecond)); n != 0 {
 		t.Fatalf("released %d before the ramped delay", n)
 	}

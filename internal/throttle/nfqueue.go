@@ -325,7 +325,7 @@ func (b *Nfqueue) hook(a nfqueue.Attribute) int {
 		return 0
 	}
 	delay := (*b.table.Load())[p.flow.dst].of(p.payload, b.cfg.SmallSegment)
-	if b.del.Submit(id, p.flow, directionOf(p.payload, b.cfg.SmallSegment), delay, b.cfg.Clock.Now()) {
+	if b.del.Submit(id, p.flow, directionOf(p.payload, b.cfg.SmallSegment), p.ack, delay, b.cfg.Clock.Now()) {
 		b.accept([]uint32{id})
 	}
 	return 0
