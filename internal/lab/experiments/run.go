@@ -228,6 +228,10 @@ func (p *loadProc) records() ([]iolog.Record, error) {
 // per thread) before the common start.
 const loginSlack = 4 * time.Second
 
+// daemonSlack is how long the daemon gets, after the logins, to discover
+// the sessions and start ticking before the common start.
+const daemonSlack = 4 * time.Second
+
 // runOne runs a workload under a control and analyses it. refMs is the
 // threshold an uncontrolled run's over_threshold_pct is measured against.
 func (e *env) runOne(ctx context.Context, name string, w Workload, c Control, refMs float64) (res *RunResult, err error) {
@@ -246,30 +250,6 @@ func (e *env) runOne(ctx context.Context, name string, w Workload, c Control, re
 		res.OverRefMs = th
 	}
 
-	// The daemon first, so the load meets it working.
-	var d *daemon
-	record := filepath.Join(dir, "daemon-record.jsonl")
-	if c.Controller != "" {
-		cfgPath := filepath.Join(dir, "sanqos.toml")
-		if err := os.WriteFile(cfgPath, []byte(daemonConfig(c, e.o.Gains, e.v, record)), 0o644); err != nil {
-			return nil, fmt.Errorf("writing the daemon's configuration: %w", err)
-		}
-		args, err := daemonArgs(c, e.o.Gains, e.v, cfgPath, record, e.hasConfig)
-		if err != nil {
-			return nil, err
-		}
-		if d, err = startDaemon(ctx, e.o.Sanqos, args, record, filepath.Join(dir, "daemon.log")); err != nil {
-			return nil, err
-		}
-		res.Commands = append(res.Commands, strings.Join(d.argv, " "))
-		defer func() {
-			if serr := d.stop(); serr != nil && err == nil {
-				err = fmt.Errorf("stopping the daemon: %w", serr)
-			}
-			os.RemoveAll(ctlSocketDir)
-		}()
-	}
-
 	namespaces := []string{lab.TargetNS}
 	for _, h := range e.v.hosts {
 		namespaces = append(namespaces, h.ns)
@@ -279,7 +259,13 @@ func (e *env) runOne(ctx context.Context, name string, w Workload, c Control, re
 		return nil, err
 	}
 
-	t0 := time.Now().Add(loginSlack).Truncate(time.Second).Add(time.Second)
+	var d *daemon
+	record := filepath.Join(dir, "daemon-record.jsonl")
+	slack := loginSlack
+	if c.Controller != "" {
+		slack += daemonSlack
+	}
+	t0 := time.Now().Add(slack).Truncate(time.Second).Add(time.Second)
 	startAt := func(off time.Duration) string {
 		return strconv.FormatFloat(float64(t0.Add(off).UnixNano())/1e9, 'f', 3, 64)
 	}
@@ -339,6 +325,38 @@ func (e *env) runOne(ctx context.Context, name string, w Workload, c Control, re
 				return nil, err
 			}
 		}
+	}
+
+	// The daemon starts once the load generators have logged in (they
+	// wait for t0): its first discovery then sees every session, which
+	// the manual policy needs to resolve its consumers, and it records
+	// its first ticks before t0.
+	if c.Controller != "" {
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(loginSlack):
+		}
+	}
+	if c.Controller != "" {
+		cfgPath := filepath.Join(dir, "sanqos.toml")
+		if err := os.WriteFile(cfgPath, []byte(daemonConfig(c, e.o.Gains, e.v, record)), 0o644); err != nil {
+			return nil, fmt.Errorf("writing the daemon's configuration: %w", err)
+		}
+		args, err := daemonArgs(c, e.o.Gains, e.v, cfgPath, record, e.hasConfig)
+		if err != nil {
+			return nil, err
+		}
+		if d, err = startDaemon(ctx, e.o.Sanqos, args, record, filepath.Join(dir, "daemon.log")); err != nil {
+			return nil, err
+		}
+		res.Commands = append(res.Commands, strings.Join(d.argv, " "))
+		defer func() {
+			if serr := d.stop(); serr != nil && err == nil {
+				err = fmt.Errorf("stopping the daemon: %w", serr)
+			}
+			os.RemoveAll(ctlSocketDir)
+		}()
 	}
 
 	// Wait for every load, showing progress.
