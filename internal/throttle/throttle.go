@@ -125,7 +125,11 @@ type Stats struct {
 	PacketsHeld   uint64        // packets that were delayed
 	PacketsPassed uint64        // packets released (accepted)
 	Backlog       int           // packets held right now
-	DelayErrorP50 time.Duration // actual hold minus requested, median
+	// DelayErrorP50 and DelayErrorMax measure how late packets leave:
+	// actual hold minus the delay applied to them. The applied delay can
+	// be below the requested one while a flow's delay ramps up (see
+	// RiseLimit); that shortfall is counted apart, in RiseStats.
+	DelayErrorP50 time.Duration
 	DelayErrorMax time.Duration
 	// Bypassed counts packets accepted at once because the backlog was over
 	// its limit (fail open rather than hold unbounded memory).
