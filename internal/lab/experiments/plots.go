@@ -90,7 +90,7 @@ func (s *Summary) outDir(runs []*RunResult) string {
 
 // plotFig57 draws the reader's wait of every run over time (Fig. 5.7).
 func plotFig57(s *Summary, runs []*RunResult) ([]string, error) {
-	wait := plot.Panel{Title: "smalljob's wait on b2 (1 s means); writers start at the dashed line", YLabel: "ms"}
+	wait := plot.Panel{Title: "smalljob's wait on b2 (1 s means); writers start at the vertical line", YLabel: "ms"}
 	write := plot.Panel{Title: "writers' aggregate throughput", YLabel: "MB/s"}
 	for _, r := range runs {
 		label := fmt.Sprintf("%d writers", r.Writers)
