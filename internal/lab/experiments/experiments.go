@@ -53,6 +53,16 @@ type plannedRun struct {
 	c    Control
 }
 
+// overhead is a run's time besides its load: logins, the daemon's start,
+// stopping and reading counters.
+func (r plannedRun) overhead() time.Duration {
+	d := loginSlack + 3*time.Second
+	if r.c.Controller != "" {
+		d += daemonSlack
+	}
+	return d
+}
+
 // Summary is summary.json.
 type Summary struct {
 	Experiment string        `json:"experiment"`
@@ -107,7 +117,7 @@ func Lookup(name string) (Experiment, error) {
 func (x Experiment) Estimate(short bool) time.Duration {
 	d := 20 * time.Second
 	for _, r := range x.plan(short) {
-		d += r.w.Total + loginSlack + 3*time.Second
+		d += r.overhead() + r.w.Total
 	}
 	return d
 }
@@ -304,7 +314,7 @@ func newProgress(w io.Writer, x Experiment, plan []plannedRun) *progress {
 func (p *progress) left(inRun time.Duration) time.Duration {
 	d := max(inRun, 0)
 	for _, r := range p.plan[p.i+1:] {
-		d += r.w.Total + loginSlack + 3*time.Second
+		d += r.overhead() + r.w.Total
 	}
 	return d
 }
@@ -316,7 +326,7 @@ func (p *progress) startRun(i int) {
 	}
 	r := p.plan[i]
 	fmt.Fprintf(p.w, "%s: run %d/%d %s (%s): about %s left in all\n", p.x.Name, i+1, len(p.plan), r.name,
-		r.c.describe(), p.left(r.w.Total+loginSlack).Round(time.Second))
+		r.c.describe(), p.left(r.overhead()+r.w.Total).Round(time.Second))
 }
 
 func (p *progress) update(runLeft time.Duration) {
