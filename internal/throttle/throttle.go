@@ -122,9 +122,9 @@ type State struct {
 
 // Stats are the data-path counters of a backend.
 type Stats struct {
-	PacketsHeld   uint64        // packets that were delayed
-	PacketsPassed uint64        // packets released (accepted)
-	Backlog       int           // packets held right now
+	PacketsHeld   uint64 // packets that were delayed
+	PacketsPassed uint64 // packets released (accepted)
+	Backlog       int    // packets held right now
 	// DelayErrorP50 and DelayErrorMax measure how late packets leave:
 	// actual hold minus the delay applied to them. The applied delay can
 	// be below the requested one while a flow's delay ramps up (see
