@@ -25,6 +25,21 @@ type parsed struct {
 	flow    flowKey
 	payload int    // TCP payload bytes
 	ack     uint32 // acknowledgment number
+	flags   uint8  // TCP flags (FIN, SYN, RST, ...)
+}
+
+// TCP flags that occupy sequence space or end a connection: segments
+// carrying them stay in order with data even when they have no payload.
+const (
+	tcpFIN = 0x01
+	tcpSYN = 0x02
+	tcpRST = 0x04
+)
+
+// pureAck reports whether the segment is a pure ACK: no payload and no
+// SYN, FIN or RST. Such a segment occupies no sequence space.
+func (p parsed) pureAck() bool {
+	return p.payload == 0 && p.flags&(tcpFIN|tcpSYN|tcpRST) == 0
 }
 
 // parseIPv4TCP reads the flow and TCP payload length of an IPv4 packet.
@@ -54,6 +69,7 @@ func parseIPv4TCP(pkt []byte, total int) (parsed, bool) {
 		},
 		payload: total - ihl - doff,
 		ack:     binary.BigEndian.Uint32(tcp[8:12]),
+		flags:   tcp[13],
 	}
 	if p.payload < 0 {
 		p.payload = 0
@@ -241,6 +257,14 @@ type Delayer struct {
 	shorts    [512]time.Duration // ring of recent rise shortfalls
 	nshort    int
 
+	acksPassed uint64 // pure ACKs accepted at once because AckDelay is off
+
+	// AckDelay makes SubmitPureAck hold write-direction pure ACKs like
+	// any other packet; when false they leave at once. Set it before the
+	// first Submit. See SubmitPureAck for why false is safe and why it is
+	// the default of the nfqueue backend.
+	AckDelay bool
+
 	// Rise limits how fast a flow's delay rises; NewDelayer sets
 	// DefaultRiseLimit, the zero RiseLimit turns the limit off. Set it
 	// before the first Submit.
@@ -369,6 +393,43 @@ func (d *Delayer) Submit(id uint32, f flowKey, dir Direction, ack uint32, delay 
 	return false
 }
 
+// SubmitPureAck is Submit for a pure ACK (no payload, no SYN, FIN or
+// RST). With AckDelay off, a write-direction pure ACK is not held at all:
+// it returns true at once, even while an earlier data segment of its flow
+// is still held, and it neither takes nor sets the flow's ramp (only the
+// held segments are RTT samples the sender sees delayed).
+//
+// Why letting a pure ACK overtake held data of its flow is safe. A
+// zero-length segment occupies no sequence space: the receiver processes
+// its ACK and window (tcp_ack) and tcp_data_queue drops it, so it can
+// never be "out of order" data. The held data segment, released later,
+// carries an older ACK number and an older window: tcp_ack ignores an ACK
+// below snd_una as old, and tcp_may_update_window refuses a window whose
+// segment is older than the last update. Its data is queued by its own
+// sequence number as usual. Only data must stay in order, and it does:
+// among data-bearing segments (and SYN, FIN, RST, which use sequence
+// space or end the connection) the per-flow FIFO is unchanged.
+//
+// Why not hold them. A synchronous iSCSI writer is clocked by the R2T and
+// the SCSI Response (small data segments), not by pure ACKs: holding only
+// those slows it as much. Holding the pure ACKs of its Data-Out as well
+// puts our delay into its RTT samples, and on a fast link (SRTT ~50 µs,
+// loss-probe timeout one 4 ms jiffy that fires anywhere 0–4 ms after it is
+// armed) any delayed ACK may lose the race with the probe timer: a
+// spurious retransmission that no ramp avoids. Bulk TCP streams, which
+// the ACK clock does pace, need AckDelay.
+func (d *Delayer) SubmitPureAck(id uint32, f flowKey, dir Direction, ack uint32, delay time.Duration, now time.Time) bool {
+	if d.AckDelay || dir != Write {
+		return d.Submit(id, f, dir, ack, delay, now)
+	}
+	d.mu.Lock()
+	d.seen[f.dst] = now
+	d.acksPassed++
+	d.passed++
+	d.mu.Unlock()
+	return true
+}
+
 // ReleaseDue releases every packet due at now and returns how many. The
 // flows' pending counts drop only after release returned, so a packet
 // accepted at once by Submit cannot overtake one being released.
@@ -486,7 +547,11 @@ func (d *Delayer) Run(ctx context.Context) {
 func (d *Delayer) Stats() Stats {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	s := Stats{PacketsHeld: d.held, PacketsPassed: d.passed, Backlog: len(d.heap), Bypassed: d.bypass}
+	s := Stats{PacketsHeld: d.held, PacketsPassed: d.passed, Backlog: len(d.heap), Bypassed: d.bypass, AcksPassed: d.acksPassed}
+	s.PureAcks = "passed"
+	if d.AckDelay {
+		s.PureAcks = "held"
+	}
 	n := min(d.nerr, len(d.errs))
 	if n > 0 {
 		e := slices.Clone(d.errs[:n])

@@ -442,3 +442,119 @@ func TestRiseLimitReleaseTime(t *testing.T) {
 		t.Fatalf("released %v at the ramped delay, want [1 2]", log.ids)
 	}
 }
+
+// TestPureAckClassification: only zero-payload segments without SYN, FIN
+// or RST are pure ACKs; those flags occupy sequence space or end the
+// connection, so such segments stay in order with data.
+func TestPureAckClassification(t *testing.T) {
+	withFlags := func(payload int, flags byte) []byte {
+		p := tcpPacket(payload, 3260, 40000)
+		p[20+13] = flags
+		return p
+	}
+	const ack, psh = 0x10, 0x08
+	for _, c := range []struct {
+		name string
+		pkt  []byte
+		want bool
+	}{
+		{"ack", withFlags(0, ack), true},
+		{"ack+psh, no payload", withFlags(0, ack|psh), true},
+		{"small segment (scsi response)", withFlags(48, ack|psh), false},
+		{"one byte", withFlags(1, ack), false},
+		{"syn-ack", withFlags(0, ack|tcpSYN), false},
+		{"fin", withFlags(0, ack|tcpFIN), false},
+		{"rst", withFlags(0, tcpRST), false},
+		{"rst-ack", withFlags(0, ack|tcpRST), false},
+	} {
+		p, ok := parseIPv4TCP(c.pkt, 0)
+		if !ok {
+			t.Fatalf("%s: not parsed", c.name)
+		}
+		if got := p.pureAck(); got != c.want {
+			t.Errorf("%s (payload %d, flags %#x): pure ACK %v, want %v", c.name, p.payload, p.flags, got, c.want)
+		}
+	}
+}
+
+// TestDelayerPureAcksPassUnlessAckDelay: with AckDelay off a pure ACK
+// submitted after a held small segment of its flow leaves at once (it
+// overtakes it), while data never overtakes data: a second small segment
+// still waits behind the first even when its own delay is 0. With
+// AckDelay on the pure ACK keeps its place in the flow's FIFO.
+func TestDelayerPureAcksPassUnlessAckDelay(t *testing.T) {
+	for _, ackDelay := range []bool{false, true} {
+		var log releaseLog
+		clk := clock.NewFake(t0)
+		d := NewDelayer(clk, 100, log.add)
+		d.Rise = RiseLimit{} // order only: full delays at once
+		d.AckDelay = ackDelay
+		const delay = 10 * time.Millisecond
+		if d.Submit(1, flow(1), Write, 100, delay, t0) {
+			t.Fatalf("AckDelay %v: a small segment under %v was accepted at once", ackDelay, delay)
+		}
+		now := t0.Add(time.Millisecond)
+		acceptedAck := d.SubmitPureAck(2, flow(1), Write, 200, delay, now)
+		if acceptedAck == ackDelay {
+			t.Errorf("AckDelay %v: pure ACK behind a held small segment accepted at once: %v, want %v", ackDelay, acceptedAck, !ackDelay)
+		}
+		// Data of the same flow with its delay dropped to 0: it must wait
+		// behind packet 1 in either mode.
+		if d.Submit(3, flow(1), Write, 300, 0, now.Add(time.Millisecond)) {
+			t.Errorf("AckDelay %v: a data segment overtook held data of its flow", ackDelay)
+		}
+		// A SYN/FIN/RST without payload is not a pure ACK: the caller
+		// submits it with Submit, and it keeps its place too.
+		if d.Submit(4, flow(1), Write, 300, delay, now.Add(2*time.Millisecond)) {
+			t.Errorf("AckDelay %v: a FIN behind held data was accepted at once", ackDelay)
+		}
+		d.ReleaseDue(t0.Add(time.Second))
+		want := []uint32{1, 3, 4}
+		if ackDelay {
+			want = []uint32{1, 2, 3, 4}
+		}
+		if !slices.Equal(log.ids, want) {
+			t.Errorf("AckDelay %v: released %v, want %v", ackDelay, log.ids, want)
+		}
+		s := d.Stats()
+		wantPassed, wantMode := uint64(1), "passed"
+		if ackDelay {
+			wantPassed, wantMode = 0, "held"
+		}
+		if s.AcksPassed != wantPassed || s.PureAcks != wantMode {
+			t.Errorf("AckDelay %v: stats %+v, want AcksPassed %d, PureAcks %q", ackDelay, s, wantPassed, wantMode)
+		}
+	}
+}
+
+// TestDelayerPassedAcksLeaveTheRampAlone: with AckDelay off, a pure ACK
+// that acknowledges new data passes without being an RTT sample of the
+// ramp, so the next held small segment (which then carries the news)
+// still is one and raises the flow's delay; were the ACK counted, the
+// delay of a synchronous writer's R2T and response would never rise.
+func TestDelayerPassedAcksLeaveTheRampAlone(t *testing.T) {
+	clk := clock.NewFake(t0)
+	d := NewDelayer(clk, 1000, func([]uint32) {})
+	const want = 5 * time.Millisecond
+	now := t0
+	ack := uint32(1)
+	var ios int
+	for ios = 1; ios <= 200; ios++ {
+		ack += 65536
+		now = now.Add(time.Millisecond)
+		if !d.SubmitPureAck(uint32(3*ios), flow(1), Write, ack, want, now) {
+			t.Fatal("a pure ACK was held with AckDelay off")
+		}
+		// The response acknowledges nothing newer than the ACK before it.
+		d.Submit(uint32(3*ios+1), flow(1), Write, ack, want, now)
+		d.ReleaseDue(now.Add(time.Second))
+		if st := d.rise[riseKey{flow(1), Write}]; st.prev >= want {
+			break
+		}
+	}
+	// From 0 to 5 ms: 10 steps of 0.25 ms, then 10 % a step, about 17.
+	if ios > 40 {
+		t.Fatalf("the response's delay did not reach %v in 200 I/Os (at %v)", want, d.rise[riseKey{flow(1), Write}].prev)
+	}
+	t.Logf("delay reached %v after %d I/Os", want, ios)
+}

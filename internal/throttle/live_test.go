@@ -59,7 +59,8 @@ func TestLiveDelayAccuracy(t *testing.T) {
 // machine a CPU stall only ever lowers a window-limited rate.
 func sweep(t *testing.T, dir Direction) {
 	l := newLab(t)
-	b := l.backend(t)
+	// A bulk upload is paced by the ACK clock: only held pure ACKs slow it.
+	b := l.backendWith(t, NfqueueConfig{AckDelay: true})
 	sender := l.clientRunner // uploads: the client sends data
 	measure := l.upload
 	if dir == Read {
@@ -111,8 +112,8 @@ func sweep(t *testing.T, dir Direction) {
 	}
 }
 
-// TestLiveWriteThrottling: delaying the receiver's pure ACKs slows a bulk
-// upload. The receiver's SO_RCVBUF is set to 128 KiB: on a veth the
+// TestLiveWriteThrottling: delaying the receiver's pure ACKs (AckDelay)
+// slows a bulk upload. The receiver's SO_RCVBUF is set to 128 KiB: on a veth the
 // window would otherwise be megabytes and the flow limited by CPU, not by
 // the ACK clock, so ACK delay would barely show.
 func TestLiveWriteThrottling(t *testing.T) { sweep(t, Write) }
@@ -126,7 +127,9 @@ func TestLiveReadThrottling(t *testing.T) { sweep(t, Read) }
 // reorders by itself once the throttle is gone.
 func TestLiveLowerDelayMidTransfer(t *testing.T) {
 	l := newLab(t)
-	b := l.backend(t)
+	// The upload's pure ACKs must be held for a write delay to hold
+	// anything of it.
+	b := l.backendWith(t, NfqueueConfig{AckDelay: true})
 	const pace = 40e6
 	for _, dir := range []Direction{Write, Read} {
 		sender := l.clientRunner

@@ -52,7 +52,8 @@ func TestLiveMeasure(t *testing.T) {
 	}
 	l := newLab(t)
 	l.rcvbuf = 0 // kernel defaults: bulk TCP as fast as the veth goes
-	b := l.backend(t)
+	// The capacity run holds an upload's pure ACKs.
+	b := l.backendWith(t, NfqueueConfig{AckDelay: true})
 	idle := State{Groups: []Group{{Name: "tt", Members: []netipAddr{mustAddr(clientIP)}}}}
 	var with, without []float64
 	for range 5 {

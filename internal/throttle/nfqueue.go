@@ -91,6 +91,15 @@ type NfqueueConfig struct {
 	// measurements that show why the limit exists).
 	RiseLimit   RiseLimit
 	NoRiseLimit bool
+	// AckDelay holds pure ACKs in the write direction as well. Off (the
+	// default), the write direction holds only small data-bearing
+	// segments (0 < payload ≤ SmallSegment: R2T, SCSI Response), which
+	// clock a synchronous iSCSI writer, and its sender never sees our
+	// delay in its RTT samples, so it sends no spurious loss probes (see
+	// Delayer.SubmitPureAck). On, pure ACKs are held too, in order with
+	// everything else: needed to slow bulk TCP streams, which the ACK
+	// clock paces.
+	AckDelay bool
 }
 
 // delays is the per-consumer delay table the packet path reads.
@@ -126,7 +135,9 @@ func directionOf(payload, small int) Direction {
 // to the queue and are classified here by payload length: pure ACKs and
 // small segments (≤ SmallSegment bytes: R2T, SCSI Response) are the write
 // direction, larger data segments the read direction. Queuing only one
-// class would let the other overtake it and reorder the flow.
+// class would let the other overtake it and reorder the flow. Pure ACKs
+// are held only with AckDelay; without it they pass at once, which is
+// safe because they carry no data (see Delayer.SubmitPureAck).
 type Nfqueue struct {
 	cfg   NfqueueConfig
 	rec   *reconciler
@@ -208,6 +219,7 @@ func NewNfqueue(ctx context.Context, cfg NfqueueConfig) (*Nfqueue, error) {
 	}
 	b.nf = nf
 	b.del = NewDelayer(cfg.Clock, cfg.MaxBacklog, b.accept)
+	b.del.AckDelay = cfg.AckDelay
 	switch {
 	case cfg.NoRiseLimit:
 		b.del.Rise = RiseLimit{}
@@ -325,7 +337,11 @@ func (b *Nfqueue) hook(a nfqueue.Attribute) int {
 		return 0
 	}
 	delay := (*b.table.Load())[p.flow.dst].of(p.payload, b.cfg.SmallSegment)
-	if b.del.Submit(id, p.flow, directionOf(p.payload, b.cfg.SmallSegment), p.ack, delay, b.cfg.Clock.Now()) {
+	submit := b.del.Submit
+	if p.pureAck() {
+		submit = b.del.SubmitPureAck
+	}
+	if submit(id, p.flow, directionOf(p.payload, b.cfg.SmallSegment), p.ack, delay, b.cfg.Clock.Now()) {
 		b.accept([]uint32{id})
 	}
 	return 0

@@ -15,7 +15,10 @@ type Options struct {
 	Dev          string // netem, htb: interface towards the initiators
 	QueueNum     uint16 // nfqueue
 	SmallSegment int    // payload bytes still counted as write direction
-	Logger       *slog.Logger
+	// AckDelay (nfqueue) holds pure ACKs in the write direction too; see
+	// NfqueueConfig.AckDelay.
+	AckDelay bool
+	Logger   *slog.Logger
 }
 
 // Open starts the named backend in the current network namespace, after
@@ -23,7 +26,7 @@ type Options struct {
 func Open(ctx context.Context, o Options) (Backend, error) {
 	switch o.Backend {
 	case "", "nfqueue":
-		return NewNfqueue(ctx, NfqueueConfig{QueueNum: o.QueueNum, SmallSegment: o.SmallSegment, Logger: o.Logger})
+		return NewNfqueue(ctx, NfqueueConfig{QueueNum: o.QueueNum, SmallSegment: o.SmallSegment, AckDelay: o.AckDelay, Logger: o.Logger})
 	case "netem":
 		return NewNetem(ctx, TCConfig{Dev: o.Dev, SmallSegment: o.SmallSegment, Logger: o.Logger})
 	case "htb":

@@ -137,6 +137,14 @@ type Stats struct {
 	// Errors counts packets that could not be parsed or whose verdict
 	// could not be sent (the kernel then lets them pass: fail open).
 	Errors uint64
+	// PureAcks says what the write direction does with pure ACKs: "held"
+	// (nfqueue with AckDelay: they clock bulk uploads), "passed" (nfqueue
+	// without: only small data segments, R2T and SCSI Response, are held)
+	// or "" (the backend does not tell them apart).
+	PureAcks string `json:",omitempty"`
+	// AcksPassed counts write-direction pure ACKs accepted at once because
+	// PureAcks is "passed".
+	AcksPassed uint64 `json:",omitempty"`
 }
 
 // Backend applies throttle state to the data path.
