@@ -307,6 +307,23 @@ func (l *lab) serve(c net.Conn) {
 				return
 			}
 		}
+	case 'i': // iSCSI sync writes with InitialR2T: a 48-byte command in,
+		// a 48-byte R2T out, 64 KiB of data in, a 48-byte response out
+		buf := make([]byte, 64<<10)
+		for {
+			if _, err := io.ReadFull(c, buf[:48]); err != nil {
+				return
+			}
+			if _, err := c.Write(buf[:48]); err != nil {
+				return
+			}
+			if _, err := io.ReadFull(c, buf); err != nil {
+				return
+			}
+			if _, err := c.Write(buf[:48]); err != nil {
+				return
+			}
+		}
 	case 'r': // iSCSI-like sync reads: a 48-byte command in, 64 KiB out
 		buf := make([]byte, 64<<10)
 		for {
@@ -372,30 +389,50 @@ func (l *lab) rtts(c net.Conn, n int) []time.Duration {
 // ms takes 31 packets, and each round trip is at least one.
 func (l *lab) pastRamp(c net.Conn) { l.rtts(c, 40) }
 
-// pastRampIOs is pastRamp for a 'w' or 'r' connection: each I/O brings
+// pastRampIOs is pastRamp for a 'w', 'r' or 'i' connection: each I/O brings
 // at least one packet of its direction (0 → 5 ms takes 17).
 func (l *lab) pastRampIOs(c net.Conn, kind byte) { l.ios(c, kind, 25) }
 
-// ios runs n synchronous iSCSI-like I/Os on a 'w' or 'r' connection and
-// returns their durations.
+// ios runs n synchronous iSCSI-like I/Os on a 'w', 'r' or 'i'
+// connection and returns their durations.
 func (l *lab) ios(c net.Conn, kind byte, n int) []time.Duration {
 	buf := make([]byte, 64<<10)
 	out := make([]time.Duration, 0, n)
 	for range n {
 		start := time.Now()
-		send, recv := buf, buf[:48]
-		if kind == 'r' {
-			send, recv = buf[:48], buf
-		}
-		if _, err := c.Write(send); err != nil {
-			l.t.Fatal(err)
-		}
-		if _, err := io.ReadFull(c, recv); err != nil {
+		if err := oneIO(c, kind, buf); err != nil {
 			l.t.Fatal(err)
 		}
 		out = append(out, time.Since(start))
 	}
 	return out
+}
+
+// oneIO runs one synchronous I/O on a connection of kind 'w' (64 KiB out,
+// 48 bytes back), 'r' (48 bytes out, 64 KiB back) or 'i' (a write with
+// InitialR2T: command, R2T, data, response; two small segments of the
+// target's per I/O). buf holds 64 KiB.
+func oneIO(c net.Conn, kind byte, buf []byte) error {
+	var exchanges [][2][]byte // send, then receive
+	switch kind {
+	case 'w':
+		exchanges = [][2][]byte{{buf, buf[:48]}}
+	case 'r':
+		exchanges = [][2][]byte{{buf[:48], buf}}
+	case 'i':
+		exchanges = [][2][]byte{{buf[:48], buf[:48]}, {buf, buf[:48]}}
+	default:
+		return fmt.Errorf("no I/O of kind %q", kind)
+	}
+	for _, x := range exchanges {
+		if _, err := c.Write(x[0]); err != nil {
+			return err
+		}
+		if _, err := io.ReadFull(c, x[1]); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func median(ds []time.Duration) time.Duration {
