@@ -220,6 +220,10 @@ type RiseStats struct {
 	ShortfallP50 time.Duration // requested minus applied, of recent limited packets
 	ShortfallMax time.Duration
 	Flows        int // flow directions whose last delay is remembered
+	// NewsPassed counts small segments not delayed (AckDelay off)
+	// because they acknowledged more than one segment of new data; see
+	// ackNewsLimit.
+	NewsPassed uint64
 }
 
 // flowState tracks the packets of one flow still in the delayer.
@@ -258,6 +262,8 @@ type Delayer struct {
 	nshort    int
 
 	acksPassed uint64 // pure ACKs accepted at once because AckDelay is off
+	newsPassed uint64 // small segments not delayed because they acknowledge new data
+	acks       map[flowKey]ackSeen
 
 	// AckDelay makes SubmitPureAck hold write-direction pure ACKs like
 	// any other packet; when false they leave at once. Set it before the
@@ -296,6 +302,7 @@ func NewDelayer(clk clock.Clock, maxBacklog int, release func(ids []uint32)) *De
 		flows: map[flowKey]*flowState{},
 		seen:  map[netip.Addr]time.Time{},
 		rise:  map[riseKey]riseState{},
+		acks:  map[flowKey]ackSeen{},
 		wake:  make(chan struct{}, 1),
 		Rise:  DefaultRiseLimit,
 	}
@@ -309,6 +316,11 @@ func (d *Delayer) limitRise(f flowKey, dir Direction, ack uint32, delay time.Dur
 		for k, st := range d.rise {
 			if now.Sub(st.seen) >= riseForget {
 				delete(d.rise, k)
+			}
+		}
+		for f, a := range d.acks {
+			if now.Sub(a.seen) >= riseForget {
+				delete(d.acks, f)
 			}
 		}
 		d.riseSweep = now
@@ -353,7 +365,14 @@ func (d *Delayer) limitRise(f flowKey, dir Direction, ack uint32, delay time.Dur
 func (d *Delayer) Submit(id uint32, f flowKey, dir Direction, ack uint32, delay time.Duration, now time.Time) bool {
 	d.mu.Lock()
 	d.seen[f.dst] = now
-	delay = d.limitRise(f, dir, ack, delay, now)
+	if dir == Write && !d.AckDelay && d.ackNews(f, ack, now) > ackNewsLimit {
+		// See ackNewsLimit. The ramp is left as it was: this undelayed
+		// sample only lowers the sender's SRTT, which is the safe side.
+		delay = 0
+		d.newsPassed++
+	} else {
+		delay = d.limitRise(f, dir, ack, delay, now)
+	}
 	fs := d.flows[f]
 	if fs == nil && delay <= 0 {
 		d.passed++
@@ -393,6 +412,43 @@ func (d *Delayer) Submit(id uint32, f flowKey, dir Direction, ack uint32, delay 
 	return false
 }
 
+// ackNewsLimit is, with AckDelay off, the most newly acknowledged data
+// (bytes beyond the highest acknowledgment number the flow sent before) a
+// held small segment may carry; one that acknowledges more is not
+// delayed. Passing pure ACKs at once is not enough by itself: when the
+// target's ACK of a write's last data segments is delayed (delayed ACK,
+// pingpong mode) it rides on the SCSI Response, and holding the
+// response then delays the sender's RTT sample with more than one
+// segment in flight, where its loss-probe timer is 2·SRTT plus a jiffy
+// or two: the race of the pure ACKs again (the live test saw one probe in
+// 10 s). With one segment in flight (the 48-byte command an R2T answers)
+// Linux adds 200 ms (TCP_RTO_MIN) to the probe timeout, so acknowledging
+// up to one full segment (an Ethernet MSS, 1448 bytes with timestamps) is
+// safe to delay. The writer loses our delay only on those responses.
+const ackNewsLimit = 1448
+
+type ackSeen struct {
+	ack  uint32 // highest acknowledgment number of the flow's packets
+	seen time.Time
+}
+
+// ackNews records ack as sent on flow f and returns how many bytes it
+// acknowledges beyond the flow's earlier packets (0 for the first one
+// seen). d.mu held.
+func (d *Delayer) ackNews(f flowKey, ack uint32, now time.Time) uint32 {
+	a, known := d.acks[f]
+	var news uint32
+	if known && seqAfter(ack, a.ack) {
+		news = ack - a.ack
+	}
+	if !known || seqAfter(ack, a.ack) {
+		a.ack = ack
+	}
+	a.seen = now
+	d.acks[f] = a
+	return news
+}
+
 // SubmitPureAck is Submit for a pure ACK (no payload, no SYN, FIN or
 // RST). With AckDelay off, a write-direction pure ACK is not held at all:
 // it returns true at once, even while an earlier data segment of its flow
@@ -424,6 +480,7 @@ func (d *Delayer) SubmitPureAck(id uint32, f flowKey, dir Direction, ack uint32,
 	}
 	d.mu.Lock()
 	d.seen[f.dst] = now
+	d.ackNews(f, ack, now)
 	d.acksPassed++
 	d.passed++
 	d.mu.Unlock()
@@ -498,6 +555,11 @@ func (d *Delayer) Forget(keep func(netip.Addr) bool) {
 			delete(d.rise, k)
 		}
 	}
+	for f := range d.acks {
+		if !keep(f.dst) {
+			delete(d.acks, f)
+		}
+	}
 }
 
 // next returns the earliest release time.
@@ -566,7 +628,7 @@ func (d *Delayer) Stats() Stats {
 func (d *Delayer) RiseStats() RiseStats {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	s := RiseStats{Limited: d.limited, Flows: len(d.rise)}
+	s := RiseStats{Limited: d.limited, Flows: len(d.rise), NewsPassed: d.newsPassed}
 	n := min(d.nshort, len(d.shorts))
 	if n > 0 {
 		e := slices.Clone(d.shorts[:n])

@@ -558,3 +558,38 @@ func TestDelayerPassedAcksLeaveTheRampAlone(t *testing.T) {
 	}
 	t.Logf("delay reached %v after %d I/Os", want, ios)
 }
+
+// TestDelayerSmallSegmentCarryingNewsPasses: with AckDelay off, a small
+// segment that acknowledges more than one segment of data the flow's
+// earlier packets had not (the target's delayed ACK riding on a SCSI
+// Response) is not delayed; one acknowledging a 48-byte command (an R2T)
+// is. With AckDelay on, both are held.
+func TestDelayerSmallSegmentCarryingNewsPasses(t *testing.T) {
+	for _, ackDelay := range []bool{false, true} {
+		clk := clock.NewFake(t0)
+		d := NewDelayer(clk, 100, func([]uint32) {})
+		d.Rise = RiseLimit{}
+		d.AckDelay = ackDelay
+		const delay = 5 * time.Millisecond
+		now := t0
+		d.SubmitPureAck(1, flow(1), Write, 1000, delay, now)
+		d.ReleaseDue(now.Add(time.Second))
+		// R2T: acknowledges a 48-byte command.
+		if d.Submit(2, flow(1), Write, 1048, delay, now) {
+			t.Errorf("AckDelay %v: an R2T acknowledging 48 bytes was not held", ackDelay)
+		}
+		d.ReleaseDue(now.Add(time.Second))
+		// Response carrying the ACK of 64 KiB of data.
+		accepted := d.Submit(3, flow(1), Write, 1048+65536, delay, now.Add(time.Second))
+		if accepted != !ackDelay {
+			t.Errorf("AckDelay %v: response acknowledging 64 KiB accepted at once: %v, want %v", ackDelay, accepted, !ackDelay)
+		}
+		wantNews := uint64(1)
+		if ackDelay {
+			wantNews = 0
+		}
+		if s := d.RiseStats(); s.NewsPassed != wantNews {
+			t.Errorf("AckDelay %v: rise stats %+v, want NewsPassed %d", ackDelay, s, wantNews)
+		}
+	}
+}
