@@ -51,6 +51,12 @@ type Config struct {
 	// Direction is what is delayed: "write" (ACKs and control segments),
 	// "read" (data segments) or "both".
 	Direction string `toml:"direction"`
+	// AckDelay (nfqueue backend) holds pure ACKs in the write direction
+	// too. Off (the default), writes are slowed by holding only the small
+	// data segments that clock an iSCSI writer (R2T, SCSI Response), so
+	// its RTT samples never include our delay and it sends no spurious
+	// loss probes; on is needed to slow bulk TCP streams.
+	AckDelay bool `toml:"ack_delay"`
 	// Ports are the target's TCP ports whose traffic is throttled.
 	Ports     []int     `toml:"ports"`
 	Discovery Discovery `toml:"discovery"`

@@ -206,3 +206,49 @@ func TestFlagErrors(t *testing.T) {
 		t.Errorf("err = %v, want one naming --kp and pid.kp", err)
 	}
 }
+
+// TestAckDelay: ack_delay is off by default, set by the file, and the
+// bare --ack-delay flag (or --ack-delay=false) overrides the file.
+func TestAckDelay(t *testing.T) {
+	if Default().AckDelay {
+		t.Error("ack_delay is on by default, want off")
+	}
+	for _, c := range []struct {
+		file string
+		args []string
+		want bool
+	}{
+		{"", nil, false},
+		{"ack_delay = true", nil, true},
+		{"", []string{"--ack-delay"}, true},
+		{"ack_delay = true", []string{"--ack-delay=false"}, false},
+	} {
+		fs := flag.NewFlagSet("run", flag.ContinueOnError)
+		fs.SetOutput(io.Discard)
+		def := Default()
+		def.RegisterFlags(fs)
+		if err := fs.Parse(c.args); err != nil {
+			t.Fatalf("%v: %v", c.args, err)
+		}
+		cfg, err := Load(write(t, c.file))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cfg.ApplyFlags(fs); err != nil {
+			t.Fatal(err)
+		}
+		if cfg.AckDelay != c.want {
+			t.Errorf("file %q, flags %v: AckDelay %v, want %v", c.file, c.args, cfg.AckDelay, c.want)
+		}
+	}
+	fs := flag.NewFlagSet("run", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	def := Default()
+	def.RegisterFlags(fs)
+	if err := fs.Parse([]string{"--ack-delay=maybe"}); err == nil {
+		t.Error("--ack-delay=maybe parsed without error")
+	}
+	if _, err := Load(write(t, `ack_delay = "yes"`)); err == nil {
+		t.Error(`ack_delay = "yes" loaded without error`)
+	}
+}

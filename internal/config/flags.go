@@ -11,12 +11,16 @@ import (
 // and is applied to a Config only after the file is loaded, so a flag
 // wins over the file whatever their order.
 type flagValue struct {
-	key   string
-	value string
-	set   func(c *Config, s string) error
+	key    string
+	value  string
+	set    func(c *Config, s string) error
+	isBool bool
 }
 
 func (f *flagValue) String() string { return f.value }
+
+// IsBoolFlag lets a boolean setting be given as a bare --name.
+func (f *flagValue) IsBoolFlag() bool { return f.isBool }
 
 func (f *flagValue) Set(s string) error {
 	scratch := Default()
@@ -31,6 +35,21 @@ type flagDef struct {
 	name, key, usage string
 	get              func(c *Config) string
 	set              func(c *Config, s string) error
+}
+
+// boolFlags are the flags that may be given bare (--ack-delay) and take
+// true or false.
+var boolFlags = map[string]bool{"ack-delay": true}
+
+func setBool(p func(c *Config) *bool) func(*Config, string) error {
+	return func(c *Config, s string) error {
+		v, err := strconv.ParseBool(s)
+		if err != nil {
+			return fmt.Errorf("%q: must be true or false", s)
+		}
+		*p(c) = v
+		return nil
+	}
 }
 
 func setDuration(p func(c *Config) *Duration) func(*Config, string) error {
@@ -70,6 +89,7 @@ var flagDefs = []flagDef{
 	{"write-leave", "write_leave", "write rate below which a throttleable consumer is released again (keep it under --write-threshold)", func(c *Config) string { return c.WriteLeave.String() }, setRate(func(c *Config) *Rate { return &c.WriteLeave })},
 	{"backend", "backend", "data path: nfqueue, netem, htb or dry-run", func(c *Config) string { return c.Backend }, setString(func(c *Config) *string { return &c.Backend })},
 	{"direction", "direction", "what to delay: write, read or both", func(c *Config) string { return c.Direction }, setString(func(c *Config) *string { return &c.Direction })},
+	{"ack-delay", "ack_delay", "nfqueue: hold pure ACKs in the write direction too, which bulk TCP streams need; off, only small segments (R2T, SCSI response) are held, which slows iSCSI writers as much without making them send spurious loss probes", func(c *Config) string { return strconv.FormatBool(c.AckDelay) }, setBool(func(c *Config) *bool { return &c.AckDelay })},
 	{"ports", "ports", "comma-separated target TCP ports", func(c *Config) string { return joinInts(c.Ports) }, func(c *Config, s string) error {
 		var ports []int
 		for _, f := range strings.Split(s, ",") {
@@ -113,7 +133,7 @@ func joinInts(v []int) string {
 // override it.
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	for _, d := range flagDefs {
-		fs.Var(&flagValue{key: d.key, value: d.get(c), set: d.set}, d.name, d.usage+" (config key "+d.key+")")
+		fs.Var(&flagValue{key: d.key, value: d.get(c), set: d.set, isBool: boolFlags[d.name]}, d.name, d.usage+" (config key "+d.key+")")
 	}
 }
 
