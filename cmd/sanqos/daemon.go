@@ -55,6 +55,11 @@ and ipsets sanqos-*, in the current network namespace; all removed on exit
 (Ctrl-C, SIGTERM) and at the next start after a crash. --cleanup-only removes
 them and exits. The dry-run backend only logs and needs no root.
 
+Write delays hold the small segments that clock an iSCSI writer (R2T, SCSI
+response) and let pure ACKs pass at once, so a throttled writer sends no
+spurious TCP loss probes; --ack-delay (config ack_delay = true) holds the
+pure ACKs too, which only bulk TCP streams need.
+
 Read delays (--direction read or both) are exact only with TCP autocorking
 off on the target (sysctl net.ipv4.tcp_autocorking=0): otherwise the tail of
 a reply waits for its held first part and a 64 KiB read is delayed twice.
@@ -252,7 +257,7 @@ func parseRunOptions(args []string, stderr io.Writer) (runOptions, error) {
 	o := runOptions{
 		config: c, engine: cfg, listen: c.Listen, socket: c.Socket, record: c.Record, procRoot: *proc,
 		cleanupOnly: *cleanup,
-		backend:     throttle.Options{Backend: c.Backend, Dev: *dev, QueueNum: uint16(*queue), SmallSegment: *small},
+		backend:     throttle.Options{Backend: c.Backend, Dev: *dev, QueueNum: uint16(*queue), SmallSegment: *small, AckDelay: c.AckDelay},
 	}
 	for _, p := range c.Ports {
 		o.ports = append(o.ports, uint16(p)) // validated: 1-65535

@@ -162,3 +162,31 @@ func (s *syncWriter) Write(p []byte) (int, error) {
 	defer s.mu.Unlock()
 	return s.w.Write(p)
 }
+
+// TestRunAckDelayOption: the autonomic daemon takes ack_delay from the
+// config file, a bare --ack-delay overrides it, and the backend options
+// carry it; it is off by default.
+func TestRunAckDelayOption(t *testing.T) {
+	cfg := filepath.Join(t.TempDir(), "sanqos.toml")
+	if err := os.WriteFile(cfg, []byte("ack_delay = true\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		args []string
+		want bool
+	}{
+		{nil, false},
+		{[]string{"--ack-delay"}, true},
+		{[]string{"--config", cfg}, true},
+		{[]string{"--config", cfg, "--ack-delay=false"}, false},
+	} {
+		args := append([]string{"--backend", "dry-run", "--consumer", "fs,10.0.0.3,loop1"}, c.args...)
+		o, err := parseRunOptions(args, io.Discard)
+		if err != nil {
+			t.Fatalf("%v: %v", c.args, err)
+		}
+		if o.backend.AckDelay != c.want || o.config.AckDelay != c.want {
+			t.Errorf("%v: backend AckDelay %v, config %v, want %v", c.args, o.backend.AckDelay, o.config.AckDelay, c.want)
+		}
+	}
+}

@@ -50,6 +50,11 @@ current network namespace; run it inside the target's namespace with
 (Ctrl-C, SIGTERM); leftovers of a killed run are removed at the next start.
 If the daemon dies, the kernel lets traffic pass (fail open).
 
+Write delays hold the small segments that clock an iSCSI writer (R2T, SCSI
+response) and let pure ACKs pass at once, so a throttled writer sends no
+spurious TCP loss probes; --ack-delay holds the pure ACKs too, which only
+bulk TCP streams need.
+
 Read delays are exact only with TCP autocorking off on the target
 (sysctl net.ipv4.tcp_autocorking=0): otherwise the tail of a reply waits
 for its held first part and a 64 KiB read is delayed twice.`, stderr)
@@ -59,6 +64,7 @@ for its held first part and a 64 KiB read is delayed twice.`, stderr)
 	dev := fs.String("dev", "", "interface towards the initiators (netem and htb backends)")
 	queue := fs.Uint("queue-num", throttle.DefaultQueueNum, "NFQUEUE number (nfqueue backend)")
 	small := fs.Int("small-segment", throttle.DefaultSmallSegment, "largest TCP payload in bytes that counts as write-direction traffic (R2T, SCSI response)")
+	ackDelay := fs.Bool("ack-delay", false, "nfqueue: hold pure ACKs in the write direction too, which bulk TCP streams need; off, only small segments (R2T, SCSI response) are held, which slows iSCSI writers as much without making them send spurious loss probes")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -80,11 +86,11 @@ for its held first part and a 64 KiB read is delayed twice.`, stderr)
 		return err
 	}
 	defer srv.Close()
-	b, err := throttle.Open(ctx, throttle.Options{Backend: *backend, Dev: *dev, QueueNum: uint16(*queue), SmallSegment: *small, Logger: log})
+	b, err := throttle.Open(ctx, throttle.Options{Backend: *backend, Dev: *dev, QueueNum: uint16(*queue), SmallSegment: *small, AckDelay: *ackDelay, Logger: log})
 	if err != nil {
 		return fmt.Errorf("starting the %s backend: %w", *backend, err)
 	}
-	log.Info("manual throttling ready", "backend", b.Name(), "socket", *socket)
+	log.Info("manual throttling ready", "backend", b.Name(), "socket", *socket, "ack_delay", *ackDelay)
 	serveErr := srv.Serve(ctx, ctl.NewManualHandler(b))
 	if err := b.Close(); err != nil {
 		return errors.Join(serveErr, fmt.Errorf("removing the data path: %w", err))

@@ -21,8 +21,9 @@ func cmdThrottle(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		`Set, free or list a manual packet delay for one initiator, on the running
 daemon ('sanqos run', manual or autonomic). The delay applies to the TCP
 packets the target sends the initiator from the given ports: write delays
-pure ACKs and small segments (R2T, SCSI response), which slows its writes;
-read delays data segments, which slows its reads. Needs root.`, stderr)
+small segments (R2T, SCSI response), and pure ACKs too if the daemon runs
+with --ack-delay, which slows its writes; read delays data segments, which
+slows its reads. --list shows which. Needs root.`, stderr)
 	ip := fs.String("ip", "", "initiator IPv4 address")
 	delay := fs.String("delay", "", "added delay, e.g. 4.6ms (more than 0, at most 1s)")
 	dir := fs.String("direction", "write", "write, read or both")
@@ -115,6 +116,12 @@ func printThrottles(w io.Writer, r ctl.Response) {
 		tw.Flush()
 	}
 	if s := r.Stats; s != nil {
+		switch s.PureAcks {
+		case "held":
+			fmt.Fprintln(w, "write delays hold pure ACKs too (--ack-delay)")
+		case "passed":
+			fmt.Fprintf(w, "write delays hold small segments only; pure ACKs pass at once (%d so far; --ack-delay holds them)\n", s.AcksPassed)
+		}
 		fmt.Fprintf(w, "packets held %d, passed %d, backlog %d, bypassed %d, errors %d, delay error p50 %v max %v\n",
 			s.PacketsHeld, s.PacketsPassed, s.Backlog, s.Bypassed, s.Errors, s.DelayErrorP50, s.DelayErrorMax)
 	}
