@@ -126,7 +126,9 @@ func (h *heldHeap) Pop() any {
 //
 // The delay rises only with packets that give the sender an RTT sample:
 // SRTT moves once per sample, not per packet. In the write direction a
-// sample is an ACK that acknowledges new data; the target's other
+// sample is an ACK that acknowledges new data (with AckDelay off the pure
+// ACKs pass undelayed and are not counted: the held small segments then
+// ramp on their own acknowledgment numbers, see SubmitPureAck); the target's other
 // packets (a SCSI Response after the ACK of its data, window updates,
 // duplicate ACKs) keep the previous delay at most. Counting those as
 // steps made the ramp twice as steep as the sender could follow, and the

@@ -10,9 +10,11 @@
 // Directions. A synchronous iSCSI writer is not clocked by pure ACKs
 // alone: with InitialR2T each 64 KiB write waits for an R2T and a SCSI
 // Response PDU, small data-bearing segments. So the write direction is
-// pure ACKs and segments with at most SmallSegment payload bytes (default
-// 128); the read direction is the larger data segments. (The thesis's
-// autonomic run delayed everything sent to the writers.)
+// segments with at most SmallSegment payload bytes (default 128), and
+// pure ACKs only with the nfqueue backend's AckDelay (bulk TCP streams
+// need it; iSCSI writers do not, and without it they send no spurious
+// loss probes); the read direction is the larger data segments. (The
+// thesis's autonomic run delayed everything sent to the writers.)
 //
 // A held packet still counts against its socket's bytes below TCP, so TCP
 // autocorking holds a reply's sub-MSS tail until the held first part is
