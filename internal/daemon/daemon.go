@@ -204,6 +204,7 @@ func (d *Daemon) Status() status.Status {
 	s.Throttle = status.BackendStats{
 		PacketsHeld: bs.PacketsHeld, PacketsPassed: bs.PacketsPassed, Backlog: bs.Backlog,
 		DelayErrorP50Ms: ms(bs.DelayErrorP50), DelayErrorMaxMs: ms(bs.DelayErrorMax),
+		PureAcks: bs.PureAcks, AcksPassed: bs.AcksPassed, Bypassed: bs.Bypassed,
 	}
 	return s
 }

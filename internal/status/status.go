@@ -84,6 +84,12 @@ type BackendStats struct {
 	Backlog         int     `json:"backlog"`
 	DelayErrorP50Ms float64 `json:"delay_error_p50_ms"`
 	DelayErrorMaxMs float64 `json:"delay_error_max_ms"`
+	// PureAcks says whether the write direction holds pure ACKs ("held") or
+	// lets them pass ("passed", the default); empty for backends that
+	// delay whole classes of packets.
+	PureAcks   string `json:"pure_acks,omitempty"`
+	AcksPassed uint64 `json:"acks_passed"`
+	Bypassed   uint64 `json:"bypassed"`
 }
 
 // Discovery is the state of topology discovery.
