@@ -278,12 +278,24 @@ func ValidateTopology(topo topology.Topology, cfg Config) error {
 			}
 		}
 	}
-	if m, ok := policyManual(cfg); ok {
+	// Names can only be checked against consumers that are known: with
+	// discovery the engine starts from an empty topology, and sessions log
+	// in later.
+	if m, ok := policyManual(cfg); ok && hasConsumers(topo) {
 		if un := m.Unmatched(topo); len(un) > 0 {
 			errs = append(errs, fmt.Errorf("manual policy: %v match no consumer of the topology (use an IP, IQN or device name)", un))
 		}
 	}
 	return errors.Join(errs...)
+}
+
+func hasConsumers(topo topology.Topology) bool {
+	for _, r := range topo.Resources {
+		if len(r.Consumers) > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 func policyManual(cfg Config) (*policy.Manual, bool) {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/sanqos/sanqos/internal/clock"
 	"github.com/sanqos/sanqos/internal/diskstats"
+	"github.com/sanqos/sanqos/internal/policy"
 	"github.com/sanqos/sanqos/internal/throttle"
 	"github.com/sanqos/sanqos/internal/topology"
 )
@@ -503,5 +504,20 @@ func TestSignalAggregationTable(t *testing.T) {
 				t.Errorf("members %v, want %d", r.Members, tt.members)
 			}
 		})
+	}
+}
+
+func TestManualPolicyAcceptsEmptyTopology(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Policy = policy.ManualName
+	cfg.Manual = ManualConfig{Protected: []string{"10.0.0.2"}, Throttle: []string{"10.0.0.3"}}
+	if _, err := New(cfg, topology.Topology{}); err != nil {
+		t.Fatalf("manual policy before discovery found anything: %v", err)
+	}
+	topo := topology.Topology{Resources: []topology.Resource{{Name: "r", Consumers: []topology.Consumer{
+		{Addr: netip.MustParseAddr("10.0.0.9"), Device: "loop9"},
+	}}}}
+	if _, err := New(cfg, topo); err == nil {
+		t.Fatal("manual names matching no known consumer were accepted")
 	}
 }
