@@ -55,10 +55,10 @@ and ipsets sanqos-*, in the current network namespace; all removed on exit
 (Ctrl-C, SIGTERM) and at the next start after a crash. --cleanup-only removes
 them and exits. The dry-run backend only logs and needs no root.
 
-Write delays hold the small segments that clock an iSCSI writer (R2T, SCSI
-response) and let pure ACKs pass at once, so a throttled writer sends no
-spurious TCP loss probes; --ack-delay (config ack_delay = true) holds the
-pure ACKs too, which only bulk TCP streams need.
+Write delays hold the pure ACKs and the small segments that clock an iSCSI
+writer (R2T, SCSI response); a flow's delay rises gradually so that the
+writer's RTT estimate follows it. --ack-delay=false (config ack_delay =
+false) holds only the small segments.
 
 Read delays (--direction read or both) are exact only with TCP autocorking
 off on the target (sysctl net.ipv4.tcp_autocorking=0): otherwise the tail of

@@ -168,17 +168,17 @@ func (s *syncWriter) Write(p []byte) (int, error) {
 // carry it; it is off by default.
 func TestRunAckDelayOption(t *testing.T) {
 	cfg := filepath.Join(t.TempDir(), "sanqos.toml")
-	if err := os.WriteFile(cfg, []byte("ack_delay = true\n"), 0o644); err != nil {
+	if err := os.WriteFile(cfg, []byte("ack_delay = false\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	for _, c := range []struct {
 		args []string
 		want bool
 	}{
-		{nil, false},
-		{[]string{"--ack-delay"}, true},
-		{[]string{"--config", cfg}, true},
-		{[]string{"--config", cfg, "--ack-delay=false"}, false},
+		{nil, true},
+		{[]string{"--ack-delay=false"}, false},
+		{[]string{"--config", cfg}, false},
+		{[]string{"--config", cfg, "--ack-delay"}, true},
 	} {
 		args := append([]string{"--backend", "dry-run", "--consumer", "fs,10.0.0.3,loop1"}, c.args...)
 		o, err := parseRunOptions(args, io.Discard)

@@ -50,10 +50,10 @@ current network namespace; run it inside the target's namespace with
 (Ctrl-C, SIGTERM); leftovers of a killed run are removed at the next start.
 If the daemon dies, the kernel lets traffic pass (fail open).
 
-Write delays hold the small segments that clock an iSCSI writer (R2T, SCSI
-response) and let pure ACKs pass at once, so a throttled writer sends no
-spurious TCP loss probes; --ack-delay holds the pure ACKs too, which only
-bulk TCP streams need.
+Write delays hold the pure ACKs and the small segments that clock an iSCSI
+writer (R2T, SCSI response); a flow's delay rises gradually so that the
+writer's RTT estimate follows it. --ack-delay=false holds only the small
+segments.
 
 Read delays are exact only with TCP autocorking off on the target
 (sysctl net.ipv4.tcp_autocorking=0): otherwise the tail of a reply waits
@@ -64,7 +64,7 @@ for its held first part and a 64 KiB read is delayed twice.`, stderr)
 	dev := fs.String("dev", "", "interface towards the initiators (netem and htb backends)")
 	queue := fs.Uint("queue-num", throttle.DefaultQueueNum, "NFQUEUE number (nfqueue backend)")
 	small := fs.Int("small-segment", throttle.DefaultSmallSegment, "largest TCP payload in bytes that counts as write-direction traffic (R2T, SCSI response)")
-	ackDelay := fs.Bool("ack-delay", false, "nfqueue: hold pure ACKs in the write direction too, which bulk TCP streams need; off, only small segments (R2T, SCSI response) are held, which slows iSCSI writers as much without making them send spurious loss probes")
+	ackDelay := fs.Bool("ack-delay", true, "nfqueue: hold pure ACKs in the write direction (behind the per-flow rise limit); false holds only the small segments that clock iSCSI writers (R2T, SCSI response)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}

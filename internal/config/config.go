@@ -52,10 +52,12 @@ type Config struct {
 	// "read" (data segments) or "both".
 	Direction string `toml:"direction"`
 	// AckDelay (nfqueue backend) holds pure ACKs in the write direction
-	// too. Off (the default), writes are slowed by holding only the small
-	// data segments that clock an iSCSI writer (R2T, SCSI Response), so
-	// its RTT samples never include our delay and it sends no spurious
-	// loss probes; on is needed to slow bulk TCP streams.
+	// too (the default), behind the per-flow rise limit, so the writer's
+	// smoothed RTT follows the delay. Off, only the small data segments
+	// that clock an iSCSI writer (R2T, SCSI Response) are held: in the lab
+	// that left the writers' RTT estimate near zero and the held responses,
+	// which carry ACKs, made them send about three times more spurious loss
+	// probes than with ACKs held. Bulk TCP streams need it on.
 	AckDelay bool `toml:"ack_delay"`
 	// Ports are the target's TCP ports whose traffic is throttled.
 	Ports     []int     `toml:"ports"`
@@ -141,6 +143,7 @@ func Default() Config {
 		},
 		WriteThreshold: 500e3,
 		WriteLeave:     250e3,
+		AckDelay:       true,
 		Backend:        "nfqueue",
 		Direction:      "write",
 		Ports:          []int{3260},

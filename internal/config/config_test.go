@@ -207,20 +207,20 @@ func TestFlagErrors(t *testing.T) {
 	}
 }
 
-// TestAckDelay: ack_delay is off by default, set by the file, and the
+// TestAckDelay: ack_delay is on by default, set by the file, and the
 // bare --ack-delay flag (or --ack-delay=false) overrides the file.
 func TestAckDelay(t *testing.T) {
-	if Default().AckDelay {
-		t.Error("ack_delay is on by default, want off")
+	if !Default().AckDelay {
+		t.Error("ack_delay is off by default, want on")
 	}
 	for _, c := range []struct {
 		file string
 		args []string
 		want bool
 	}{
-		{"", nil, false},
-		{"ack_delay = true", nil, true},
-		{"", []string{"--ack-delay"}, true},
+		{"", nil, true},
+		{"ack_delay = false", nil, false},
+		{"ack_delay = false", []string{"--ack-delay"}, true},
 		{"ack_delay = true", []string{"--ack-delay=false"}, false},
 	} {
 		fs := flag.NewFlagSet("run", flag.ContinueOnError)

@@ -89,7 +89,7 @@ var flagDefs = []flagDef{
 	{"write-leave", "write_leave", "write rate below which a throttleable consumer is released again (keep it under --write-threshold)", func(c *Config) string { return c.WriteLeave.String() }, setRate(func(c *Config) *Rate { return &c.WriteLeave })},
 	{"backend", "backend", "data path: nfqueue, netem, htb or dry-run", func(c *Config) string { return c.Backend }, setString(func(c *Config) *string { return &c.Backend })},
 	{"direction", "direction", "what to delay: write, read or both", func(c *Config) string { return c.Direction }, setString(func(c *Config) *string { return &c.Direction })},
-	{"ack-delay", "ack_delay", "nfqueue: hold pure ACKs in the write direction too, which bulk TCP streams need; off, only small segments (R2T, SCSI response) are held, which slows iSCSI writers as much without making them send spurious loss probes", func(c *Config) string { return strconv.FormatBool(c.AckDelay) }, setBool(func(c *Config) *bool { return &c.AckDelay })},
+	{"ack-delay", "ack_delay", "nfqueue: hold pure ACKs in the write direction (behind the per-flow rise limit); false holds only the small segments that clock iSCSI writers (R2T, SCSI response)", func(c *Config) string { return strconv.FormatBool(c.AckDelay) }, setBool(func(c *Config) *bool { return &c.AckDelay })},
 	{"ports", "ports", "comma-separated target TCP ports", func(c *Config) string { return joinInts(c.Ports) }, func(c *Config, s string) error {
 		var ports []int
 		for _, f := range strings.Split(s, ",") {
