@@ -35,9 +35,16 @@ func buildBinaries(t *testing.T, dir string) (sanqos, loadgen string) {
 // on b2 against 12 on/off sequential writers on b3-b5, once with the daemon
 // only observing and once with pid at 15 ms. It checks what sanqos
 // promises: the controlled p95 wait stays under 1.3 × threshold where the
-// uncontrolled one is over 2 ×, TCP never retransmits in the controlled
-// run, and nothing is throttled 2 s after the writers stop. About 4
-// minutes, as root.
+// uncontrolled one is over 2 ×, no data is lost or timed out in the
+// controlled run, and nothing is throttled 2 s after the writers stop.
+// About 4 minutes, as root.
+//
+// On this kernel (HZ=250, veth RTTs of 50 µs) a writer's tail loss probe
+// timer can fire a jiffy early, and the writers send a few spurious probes
+// even uncontrolled, so the test cannot demand zero retransmissions; it
+// demands that every one of them was a probe the receiver reported as a
+// duplicate (DSACK), with no RTO and nothing resent by the target. The
+// report still counts them against the goal of zero.
 func TestControlledEndToEnd(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: builds the lab (namespaces, loop devices, tgtd) and runs the daemon's nfqueue backend")
@@ -92,9 +99,24 @@ func TestControlledEndToEnd(t *testing.T) {
 	if pid.WaitMs.P95 >= 1.3*th {
 		t.Errorf("controlled p95 wait %.1f ms, want < %.1f ms (1.3 × threshold)", pid.WaitMs.P95, 1.3*th)
 	}
-	if pid.Retransmits != 0 || pid.RetransmitsBy[lab.TargetNS] != 0 {
-		t.Errorf("controlled run retransmitted: %v", pid.RetransmitsBy)
+	if n := pid.RetransmitsBy[lab.TargetNS]; n != 0 {
+		t.Errorf("the target retransmitted %d segments in the controlled run: held packets were lost or reordered", n)
 	}
+	for ns, n := range pid.RetransmitsBy {
+		if ns == lab.TargetNS || n == 0 {
+			continue
+		}
+		if rto := pid.RTOsBy[ns]; rto != 0 {
+			t.Errorf("%s: %d retransmission timeouts in the controlled run", ns, rto)
+		}
+		if probes := pid.LossProbesBy[ns]; probes != n {
+			t.Errorf("%s: %d retransmissions but %d tail loss probes: some were real loss recovery", ns, n, probes)
+		}
+		if d := pid.DSACKsBy[ns]; d < n {
+			t.Errorf("%s: %d retransmissions, only %d reported as duplicates (DSACK): data was lost", ns, n, d)
+		}
+	}
+	t.Logf("retransmissions: uncontrolled %d, controlled %d (all spurious tail loss probes)", none.Retransmits, pid.Retransmits)
 	if pid.Release == nil || pid.Release.Stops == 0 {
 		t.Fatalf("the record shows no stop of the writers to judge the release on: %+v", pid.Release)
 	}

@@ -113,6 +113,9 @@ type RunResult struct {
 	// Every counter that moved is in the run's tcp-counters.json.
 	LossProbesBy map[string]int64 `json:"loss_probes_by_namespace"`
 	RTOsBy       map[string]int64 `json:"rtos_by_namespace"`
+	// DSACKsBy (TcpExtTCPDSACKRecv) counts retransmissions the receiver
+	// reported as duplicates: segments that had not been lost.
+	DSACKsBy map[string]int64 `json:"dsacks_by_namespace"`
 	// ReaderKBs is smalljob's kB/s over the active seconds; ReaderGoalKBs
 	// what it asks for.
 	ReaderKBs     float64 `json:"reader_kb_s"`
@@ -397,6 +400,7 @@ func (e *env) runOne(ctx context.Context, name string, w Workload, c Control, re
 	res.RetransmitsBy = counter(diff, "TcpRetransSegs")
 	res.LossProbesBy = counter(diff, "TcpExtTCPLossProbes")
 	res.RTOsBy = counter(diff, "TcpExtTCPTimeouts")
+	res.DSACKsBy = counter(diff, "TcpExtTCPDSACKRecv")
 	for ns, n := range res.RetransmitsBy {
 		if ns != lab.TargetNS {
 			res.Retransmits += n
