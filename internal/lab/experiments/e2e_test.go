@@ -37,7 +37,10 @@ func buildBinaries(t *testing.T, dir string) (sanqos, loadgen string) {
 // promises: the controlled p95 wait stays under 1.3 × threshold where the
 // uncontrolled one is over 2 ×, no data is lost or timed out in the
 // controlled run, and nothing is throttled 2 s after the writers stop.
-// About 4 minutes, as root.
+// About 12 minutes, as root: the window is fig5.11's full 300 s, because
+// a writer burst lasts about 14 s and its first second or two overshoot
+// while the writers' queue drains, so over a shorter window the p95 is
+// little more than the peaks of four or five burst starts.
 //
 // On this kernel (HZ=250, veth RTTs of 50 µs) a writer's tail loss probe
 // timer can fire a jiffy early, and the writers send a few spurious probes
@@ -55,7 +58,7 @@ func TestControlledEndToEnd(t *testing.T) {
 		}
 	}
 	if testing.Short() {
-		t.Skip("takes about 4 minutes; not in -short")
+		t.Skip("takes about 12 minutes; not in -short")
 	}
 	bin := t.TempDir()
 	sanqos, loadgen := buildBinaries(t, bin)
@@ -67,11 +70,11 @@ func TestControlledEndToEnd(t *testing.T) {
 	// Ctrl-C or SIGTERM still takes the lab down.
 	sctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	ctx, cancel := context.WithTimeout(sctx, 12*time.Minute)
+	ctx, cancel := context.WithTimeout(sctx, 25*time.Minute)
 	defer cancel()
 
 	const th = 15.0
-	x := Custom("e2e", th, Interference(80*time.Second), []Control{
+	x := Custom("e2e", th, Interference(300*time.Second), []Control{
 		{Controller: "none"},
 		{Controller: "pid", ThresholdMs: th},
 	})
