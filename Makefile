@@ -8,7 +8,7 @@ LDFLAGS   := -X main.version=$(VERSION)
 APT_PKGS  := tgt ethtool libiscsi-bin libiscsi-dev fio ipset iptables fuse3 libnetfilter-queue-dev iperf3 iproute2 pkg-config gcc
 REPORT    ?= report
 
-.PHONY: all build deps test unit demo sim-report fmt vet clean
+.PHONY: all build deps test demo fmt vet clean
 
 all: build
 
