@@ -10,21 +10,32 @@
 set -euo pipefail
 SANQOS=$(realpath "$1"); MODE=$2; PROFILE=${3:-thesis-2010}
 D=/tmp/sanqos-emu-measure
-LOOPS=""; PID=""
+PID=""
+# ourloops lists the loop devices over files of our mount: attach runs in
+# command substitutions (subshells), so a list kept in a variable would be
+# lost, and a crashed earlier run's loops are found the same way.
+ourloops() {
+	local f
+	for f in /sys/block/loop*/loop/backing_file; do
+		[ -e "$f" ] || continue
+		case "$(cat "$f")" in "$D"/* | /r.img | /w?.img | /img) echo "/dev/$(basename "$(dirname "$(dirname "$f")")")" ;; esac
+	done
+}
 cleanup() {
-	for l in $LOOPS; do losetup -d "$l" 2>/dev/null || true; done
+	for l in $(ourloops); do losetup -d "$l" 2>/dev/null || true; done
 	sleep 0.5
 	[ -n "$PID" ] && kill "$PID" 2>/dev/null && wait "$PID" 2>/dev/null || true
 	rm -rf "$D"
 }
 trap cleanup EXIT
-rm -rf "$D"; mkdir -p "$D/mnt" "$D/b"
+cleanup
+mkdir -p "$D/mnt" "$D/b"
 [ "$MODE" = overhead ] && PROFILE=ram
 [ "$MODE" = interference ] && PROFILE=${3:-thesis-2010}
 "$SANQOS" lab diskemu --mount "$D/mnt" --backing "$D/b" --profile "$PROFILE" >"$D/log" 2>&1 &
 PID=$!
 for i in $(seq 50); do mountpoint -q "$D/mnt" && break; sleep 0.1; done
-attach() { local l; l=$(losetup --direct-io=on -f --show "$1"); LOOPS="$LOOPS $l"; echo "$l"; }
+attach() { losetup --direct-io=on -f --show "$1"; }
 fiojson() { # NAME TARGET ARGS...: prints one line per direction
 	local name=$1 tgt=$2; shift 2
 	fio --name="$name" --filename="$tgt" --direct=1 --time_based --runtime="${RT:-5}" --output-format=json "$@" >"$D/fio.json"
