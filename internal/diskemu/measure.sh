@@ -13,12 +13,13 @@ D=/tmp/sanqos-emu-measure
 PID=""
 # ourloops lists the loop devices over files of our mount: attach runs in
 # command substitutions (subshells), so a list kept in a variable would be
-# lost, and a crashed earlier run's loops are found the same way.
+# lost; a crashed earlier run's loops are found the same way while its
+# mount is still attached.
 ourloops() {
 	local f
 	for f in /sys/block/loop*/loop/backing_file; do
 		[ -e "$f" ] || continue
-		case "$(cat "$f")" in "$D"/* | /r.img | /w?.img | /img) echo "/dev/$(basename "$(dirname "$(dirname "$f")")")" ;; esac
+		case "$(cat "$f")" in "$D"/*) echo "/dev/$(basename "$(dirname "$(dirname "$f")")")" ;; esac
 	done
 }
 cleanup() {
