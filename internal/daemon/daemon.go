@@ -621,6 +621,11 @@ func consumerKey(resource string, c topology.Consumer) string {
 func topologyEqual(a, b topology.Topology) bool {
 	return slices.EqualFunc(a.Resources, b.Resources, func(x, y topology.Resource) bool {
 		return x.Name == y.Name && x.ThresholdMs == y.ThresholdMs && slices.Equal(x.Leaves, y.Leaves) &&
-			slices.Equal(x.Consumers, y.Consumers)
+			slices.EqualFunc(x.Consumers, y.Consumers, consumerEqual)
 	})
+}
+
+func consumerEqual(a, b topology.Consumer) bool {
+	return a.Addr == b.Addr && a.Device == b.Device && a.Target == b.Target &&
+		a.Backing == b.Backing && slices.Equal(a.IQNs, b.IQNs)
 }

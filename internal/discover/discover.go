@@ -83,7 +83,7 @@ func (d *Discoverer) Discover(ctx context.Context) (topology.Topology, error) {
 	cache := map[string]topology.Resolution{}
 	failed := map[string]bool{}
 	d.unresolved = d.unresolved[:0]
-	seen := map[string]bool{}
+	seen := map[string]int{}
 	var items []topology.Placed
 	for _, a := range atts {
 		res, ok := cache[a.Backing]
@@ -105,15 +105,25 @@ func (d *Discoverer) Discover(ctx context.Context) (topology.Topology, error) {
 			continue
 		}
 		// One consumer per (address, device): several sessions of one
-		// initiator to one LUN are one thing to throttle.
-		key := a.Addr.String() + "|" + res.Device + "|" + a.IQN
-		if seen[key] {
+		// initiator to one LUN (one per thread, or per connection) are
+		// one thing to measure and throttle.
+		key := a.Addr.String() + "|" + res.Device
+		if i, ok := seen[key]; ok {
+			c := &items[i].Consumer
+			if a.IQN != "" && !slices.Contains(c.IQNs, a.IQN) {
+				c.IQNs = append(c.IQNs, a.IQN)
+				slices.Sort(c.IQNs)
+			}
 			continue
 		}
-		seen[key] = true
+		seen[key] = len(items)
+		var iqns []string
+		if a.IQN != "" {
+			iqns = []string{a.IQN}
+		}
 		items = append(items, topology.Placed{
 			Consumer: topology.Consumer{
-				Addr: a.Addr, IQN: a.IQN, Target: a.Target,
+				Addr: a.Addr, IQNs: iqns, Target: a.Target,
 				Device: res.Device, Backing: a.Backing,
 			},
 			Resolution: res,

@@ -18,7 +18,7 @@ func render(t topology.Topology) string {
 	for _, r := range t.Resources {
 		fmt.Fprintf(&b, "%s %v\n", r.Name, r.Leaves)
 		for _, c := range r.Consumers {
-			fmt.Fprintf(&b, "  %s %s %s %s\n", c.Addr, c.IQN, c.Device, c.Backing)
+			fmt.Fprintf(&b, "  %s %s %s %s\n", c.Addr, strings.Join(c.IQNs, ","), c.Device, c.Backing)
 		}
 	}
 	return b.String()
@@ -71,11 +71,12 @@ func TestDiscoverTgt(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// Two sessions from 10.206.2.2 to the shared LUN are one consumer
+	// with both names: one device to measure, one address to throttle.
 	want := `fs-srv-sanqos [fs:/srv/sanqos]
   10.206.1.2 iqn.2026-11.org.sanqos:init-a loop0 /srv/sanqos/lun-a1.img
   10.206.1.2 iqn.2026-11.org.sanqos:init-a loop2 /srv/sanqos/lun-shared.img
-  10.206.2.2 iqn.2026-11.org.sanqos:init-b loop2 /srv/sanqos/lun-shared.img
-  10.206.2.2 iqn.2026-11.org.sanqos:init-b2 loop2 /srv/sanqos/lun-shared.img
+  10.206.2.2 iqn.2026-11.org.sanqos:init-b,iqn.2026-11.org.sanqos:init-b2 loop2 /srv/sanqos/lun-shared.img
 `
 	if got := render(topo); got != want {
 		t.Errorf("topology:\n%s\nwant:\n%s", got, want)

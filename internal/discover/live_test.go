@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -146,7 +147,7 @@ func TestLiveTgt(t *testing.T) {
 	var devices []string
 	for _, r := range topo.Resources {
 		for _, c := range r.Consumers {
-			if c.Addr.String() != "127.0.0.1" || c.IQN != "iqn.2026-11.org.sanqos:live-init" || c.Target != iqn {
+			if c.Addr.String() != "127.0.0.1" || !slices.Equal(c.IQNs, []string{"iqn.2026-11.org.sanqos:live-init"}) || c.Target != iqn {
 				t.Errorf("consumer %+v: want 127.0.0.1, the live initiator and target", c)
 			}
 			devices = append(devices, c.Device)

@@ -158,8 +158,15 @@ func set(names []string) map[string]bool {
 }
 
 func match(names map[string]bool, c topology.Consumer) bool {
-	return (c.Addr.IsValid() && names[c.Addr.Unmap().String()]) ||
-		(c.IQN != "" && names[c.IQN]) || (c.Device != "" && names[c.Device])
+	if (c.Addr.IsValid() && names[c.Addr.Unmap().String()]) || (c.Device != "" && names[c.Device]) {
+		return true
+	}
+	for _, q := range c.IQNs {
+		if names[q] {
+			return true
+		}
+	}
+	return false
 }
 
 func (m *Manual) Name() string                    { return ManualName }

@@ -11,7 +11,7 @@ import (
 )
 
 func consumer(ip, iqn, dev string) topology.Consumer {
-	return topology.Consumer{Addr: netip.MustParseAddr(ip), IQN: iqn, Device: dev}
+	return topology.Consumer{Addr: netip.MustParseAddr(ip), IQNs: []string{iqn}, Device: dev}
 }
 
 func TestReadOverWriteHysteresis(t *testing.T) {

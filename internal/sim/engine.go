@@ -38,7 +38,7 @@ func (sc Scenario) Topology() topology.Topology {
 	}
 	for _, d := range sc.Devices {
 		r.Consumers = append(r.Consumers, topology.Consumer{
-			Addr: d.Addr, Device: d.Name, IQN: "iqn.2010-05.sim:" + d.Name,
+			Addr: d.Addr, Device: d.Name, IQNs: []string{"iqn.2010-05.sim:" + d.Name},
 			Target: "iqn.2010-05.sim:target", Backing: "/dev/vg-sim/" + d.Name,
 		})
 	}

@@ -105,7 +105,7 @@ func Group(items []Placed) Topology {
 			if ca.Addr != cb.Addr {
 				return ca.Addr.Less(cb.Addr)
 			}
-			return ca.IQN < cb.IQN
+			return strings.Join(ca.IQNs, " ") < strings.Join(cb.IQNs, " ")
 		})
 		t.Resources = append(t.Resources, res)
 	}

@@ -5,12 +5,16 @@ package topology
 
 import "net/netip"
 
-// Consumer is one initiator using one block device on the target.
+// Consumer is one initiator address using one block device on the target.
+// Several sessions from that address to that device (multi-connection
+// initiators, one session per thread) are one consumer: they share the
+// device's counters and the address the throttle acts on.
 type Consumer struct {
 	// Addr is the initiator's IP address, the unit the throttle acts on.
 	Addr netip.Addr
-	// IQN is the initiator's name where the target reports it.
-	IQN string
+	// IQNs are the initiator names of those sessions where the target
+	// reports them, sorted.
+	IQNs []string
 	// Target is the target name (IQN) the consumer is logged in to.
 	Target string
 	// Device is the kernel name of the block device serving the consumer
