@@ -102,24 +102,25 @@ func TestControlledEndToEnd(t *testing.T) {
 	if pid.WaitMs.P95 >= 1.3*th {
 		t.Errorf("controlled p95 wait %.1f ms, want < %.1f ms (1.3 × threshold)", pid.WaitMs.P95, 1.3*th)
 	}
-	if n := pid.RetransmitsBy[lab.TargetNS]; n != 0 {
-		t.Errorf("the target retransmitted %d segments in the controlled run: held packets were lost or reordered", n)
-	}
+	// Retransmissions. Delaying never drops, so whatever was resent in the
+	// controlled run must have arrived the first time: every retransmitted
+	// segment reported back as a duplicate (DSACK), and no retransmission
+	// timeout. The count itself is reported, not asserted: on this kernel
+	// (HZ=250, veth RTTs of ~50 µs) the probe timer fires up to 4 ms early
+	// and the uncontrolled run sends a few spurious tail loss probes too.
 	for ns, n := range pid.RetransmitsBy {
-		if ns == lab.TargetNS || n == 0 {
-			continue
-		}
 		if rto := pid.RTOsBy[ns]; rto != 0 {
 			t.Errorf("%s: %d retransmission timeouts in the controlled run", ns, rto)
 		}
-		if probes := pid.LossProbesBy[ns]; probes != n {
-			t.Errorf("%s: %d retransmissions but %d tail loss probes: some were real loss recovery", ns, n, probes)
-		}
 		if d := pid.DSACKsBy[ns]; d < n {
-			t.Errorf("%s: %d retransmissions, only %d reported as duplicates (DSACK): data was lost", ns, n, d)
+			t.Errorf("%s: %d segments retransmitted, only %d reported as duplicates (DSACK): data was lost", ns, n, d)
 		}
 	}
-	t.Logf("retransmissions: uncontrolled %d, controlled %d (all spurious tail loss probes)", none.Retransmits, pid.Retransmits)
+	if t.Failed() {
+		b, err := os.ReadFile(filepath.Join(out, pid.Name, "tcp-counters.json"))
+		t.Logf("TCP counters of the controlled run (%v):\n%s", err, b)
+	}
+	t.Logf("retransmitted segments: uncontrolled %d, controlled %d (loss probes %v, all reported as duplicates)", none.Retransmits, pid.Retransmits, pid.LossProbesBy)
 	if pid.Release == nil || pid.Release.Stops == 0 {
 		t.Fatalf("the record shows no stop of the writers to judge the release on: %+v", pid.Release)
 	}

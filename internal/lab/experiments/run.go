@@ -113,8 +113,10 @@ type RunResult struct {
 	// Every counter that moved is in the run's tcp-counters.json.
 	LossProbesBy map[string]int64 `json:"loss_probes_by_namespace"`
 	RTOsBy       map[string]int64 `json:"rtos_by_namespace"`
-	// DSACKsBy (TcpExtTCPDSACKRecv) counts retransmissions the receiver
-	// reported as duplicates: segments that had not been lost.
+	// DSACKsBy (TcpExtTCPDSACKRecvSegs) counts retransmitted segments the
+	// receiver reported as duplicates: segments that had not been lost.
+	// It is in segments like RetransmitsBy; a loss probe may resend more
+	// than one segment, so LossProbesBy (events) can be smaller.
 	DSACKsBy map[string]int64 `json:"dsacks_by_namespace"`
 	// ReaderKBs is smalljob's kB/s over the active seconds; ReaderGoalKBs
 	// what it asks for.
@@ -400,7 +402,7 @@ func (e *env) runOne(ctx context.Context, name string, w Workload, c Control, re
 	res.RetransmitsBy = counter(diff, "TcpRetransSegs")
 	res.LossProbesBy = counter(diff, "TcpExtTCPLossProbes")
 	res.RTOsBy = counter(diff, "TcpExtTCPTimeouts")
-	res.DSACKsBy = counter(diff, "TcpExtTCPDSACKRecv")
+	res.DSACKsBy = counter(diff, "TcpExtTCPDSACKRecvSegs")
 	for ns, n := range res.RetransmitsBy {
 		if ns != lab.TargetNS {
 			res.Retransmits += n
