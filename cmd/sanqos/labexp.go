@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"time"
 
@@ -24,13 +25,14 @@ func labExperimentsHelp() string {
 		x, _ := experiments.Lookup(n)
 		fmt.Fprintf(&b, "  %-8s %s (about %s; --short %s)\n", n, x.Title,
 			x.Estimate(false).Round(time.Minute), x.Estimate(true).Round(time.Minute))
+		fmt.Fprintf(&b, "  %-8s runs: %s\n", "", strings.Join(x.RunNames(false), ", "))
 	}
 	return b.String()
 }
 
 // labRun is 'sanqos lab run EXPERIMENT --out DIR [--short]'.
 func labRun(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("lab run", "sanqos lab run EXPERIMENT --out DIR [--short] [--kp K --ti D --td D]",
+	fs := newFlagSet("lab run", "sanqos lab run EXPERIMENT --out DIR [--short] [--runs NAME,...] [--kp K --ti D --td D --u-max D]",
 		`Run one experiment of the thesis in a fresh lab (waiting up to 10 minutes
 if another lab is up) and write to DIR: summary.json, report.html, PNG plots
 and, per run, the raw JSON-lines logs of the load generators and of the
@@ -43,6 +45,8 @@ Experiments:
 	kp := fs.Float64("kp", 0, "pid gain Kp in the daemon's configuration (0: the default)")
 	ti := fs.Duration("ti", 0, "pid integral time Ti (0: the default)")
 	td := fs.Duration("td", 0, "pid derivative time Td (0: the default)")
+	umax := fs.Duration("u-max", 0, "pid's largest delay u_max (0: the default)")
+	runs := fs.String("runs", "", "run only these runs of the experiment, comma-separated (e.g. none,pid-10ms)")
 	storage := fs.String("storage", "", "where LUN images live: emu:PROFILE or dir:PATH (default emu:thesis-2010)")
 	seed := fs.Int64("seed", 1, "seed of the emulated disk's random numbers")
 	size := fs.String("size", experimentLUNSize, "size of each LUN image (sparse); a single writer must not reach its end within a run")
@@ -58,7 +62,8 @@ Experiments:
 	if err := parseFlags(fs, args[1:]); err != nil {
 		return err
 	}
-	if _, err := experiments.Lookup(name); err != nil {
+	x, err := experiments.Lookup(name)
+	if err != nil {
 		fmt.Fprintf(stderr, "sanqos lab run: %v\n", err)
 		return errUsage
 	}
@@ -66,17 +71,28 @@ Experiments:
 		fmt.Fprintf(stderr, "sanqos lab run: --out DIR is required\n")
 		return errUsage
 	}
-	if *kp < 0 || *ti < 0 || *td < 0 {
-		fmt.Fprintf(stderr, "sanqos lab run: --kp, --ti and --td must not be negative\n")
+	if *kp < 0 || *ti < 0 || *td < 0 || *umax < 0 {
+		fmt.Fprintf(stderr, "sanqos lab run: --kp, --ti, --td and --u-max must not be negative\n")
 		return errUsage
+	}
+	var only []string
+	for _, r := range strings.Split(*runs, ",") {
+		if r = strings.TrimSpace(r); r == "" {
+			continue
+		}
+		if !slices.Contains(x.RunNames(*short), r) {
+			fmt.Fprintf(stderr, "sanqos lab run: %s has no run %q; its runs are %s\n", name, r, strings.Join(x.RunNames(*short), ", "))
+			return errUsage
+		}
+		only = append(only, r)
 	}
 	lo, err := labOptions(lab.DefaultStorage.Profile, *storage, *size, *seed, stdout)
 	if err != nil {
 		fmt.Fprintf(stderr, "sanqos lab run: %v\n", err)
 		return errUsage
 	}
-	o := experiments.Options{Out: *out, Short: *short, Progress: stdout,
-		Gains: experiments.Gains{Kp: *kp, Ti: *ti, Td: *td}}
+	o := experiments.Options{Out: *out, Short: *short, Progress: stdout, Runs: only,
+		Gains: experiments.Gains{Kp: *kp, Ti: *ti, Td: *td, UMaxMs: float64(*umax) / float64(time.Millisecond)}}
 	s, err := experiments.Run(ctx, name, o, lo)
 	if err != nil {
 		return err

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strings"
 	"time"
 
@@ -32,6 +33,9 @@ type Options struct {
 	// LabWait is how long to wait for somebody else's lab to go away
 	// before giving up; 0 means 10 minutes.
 	LabWait time.Duration
+	// Runs, when not empty, runs only the experiment's runs of these
+	// names (e.g. "none", "pid-10ms"), in the experiment's order.
+	Runs []string
 }
 
 // Experiment is one experiment of the thesis.
@@ -130,6 +134,10 @@ func Run(ctx context.Context, name string, o Options, lo lab.Options) (*Summary,
 	if err != nil {
 		return nil, err
 	}
+	// A misspelt run name fails before the lab comes up.
+	if _, err := x.selected(o); err != nil {
+		return nil, err
+	}
 	var s *Summary
 	err = WithLab(ctx, o, lo, func(l *lab.Lab) error {
 		var err error
@@ -137,6 +145,43 @@ func Run(ctx context.Context, name string, o Options, lo lab.Options) (*Summary,
 		return err
 	})
 	return s, err
+}
+
+// RunNames lists the names of the experiment's runs, in order.
+func (x Experiment) RunNames(short bool) []string {
+	var out []string
+	for _, r := range x.plan(short) {
+		out = append(out, r.name)
+	}
+	return out
+}
+
+// selected is the experiment's plan cut down to o.Runs.
+func (x Experiment) selected(o Options) ([]plannedRun, error) {
+	plan := x.plan(o.Short)
+	if len(o.Runs) == 0 {
+		return plan, nil
+	}
+	want := map[string]bool{}
+	for _, n := range o.Runs {
+		want[n] = true
+	}
+	var out []plannedRun
+	for _, r := range plan {
+		if want[r.name] {
+			out = append(out, r)
+			delete(want, r.name)
+		}
+	}
+	if len(want) > 0 {
+		var bad []string
+		for n := range want {
+			bad = append(bad, n)
+		}
+		sort.Strings(bad)
+		return nil, fmt.Errorf("%s has no run %s; its runs are %s", x.Name, strings.Join(bad, ", "), strings.Join(x.RunNames(o.Short), ", "))
+	}
+	return out, nil
 }
 
 // WithLab checks what a run needs, waits until no lab is up, brings one
@@ -237,7 +282,10 @@ func (x Experiment) RunOn(ctx context.Context, l *lab.Lab, o Options) (*Summary,
 	if err := os.MkdirAll(o.Out, 0o755); err != nil {
 		return nil, fmt.Errorf("creating %s: %w", o.Out, err)
 	}
-	plan := x.plan(o.Short)
+	plan, err := x.selected(o)
+	if err != nil {
+		return nil, err
+	}
 	st := l.State()
 	s := &Summary{Experiment: x.Name, Title: x.Title, Describe: x.Describe, Short: o.Short, Started: time.Now().UTC(),
 		Lab:   LabInfo{Storage: st.Storage.String(), LUNBytes: st.Size, MTU: st.MTU, Offloads: st.Offloads, Portal: st.Target.Portal()},

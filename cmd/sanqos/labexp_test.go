@@ -1,0 +1,32 @@
+package main
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+)
+
+// Bad arguments to lab run are refused before anything is brought up.
+func TestLabRunBadArgs(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"unknown run", []string{"lab", "run", "fig5.11", "--out", "x", "--runs", "pid-9ms"}, `fig5.11 has no run "pid-9ms"; its runs are none, pid-20ms, pid-15ms, pid-10ms, thesis-15ms`},
+		{"run not in short", []string{"lab", "run", "fig5.11", "--short", "--out", "x", "--runs", "none,pid-10ms"}, `has no run "pid-10ms"; its runs are none, pid-15ms`},
+		{"negative u_max", []string{"lab", "run", "fig5.11", "--out", "x", "--u-max", "-1ms"}, "must not be negative"},
+		{"no out", []string{"lab", "run", "fig5.11"}, "--out DIR is required"},
+		{"unknown experiment", []string{"lab", "run", "fig9", "--out", "x"}, "fig9"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var out, errb bytes.Buffer
+			if code := dispatch(tc.args, &out, &errb); code != 2 {
+				t.Errorf("exit %d, want 2", code)
+			}
+			if !strings.Contains(errb.String(), tc.want) {
+				t.Errorf("stderr %q, want it to contain %q", errb.String(), tc.want)
+			}
+		})
+	}
+}
