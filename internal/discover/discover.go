@@ -31,6 +31,27 @@ type Attachment struct {
 	Resource string
 }
 
+// attachAll lists every address of every session of one target as using
+// every backing store of that target: iSCSI gives a session all the
+// target's LUNs. Both target adapters report their sessions this way.
+func attachAll(target string, sessions []session, backings []string) []Attachment {
+	var out []Attachment
+	for _, s := range sessions {
+		for _, a := range s.addrs {
+			for _, b := range backings {
+				out = append(out, Attachment{Target: target, IQN: s.iqn, Addr: a, Backing: b})
+			}
+		}
+	}
+	return out
+}
+
+// session is one initiator's session as attachAll needs it.
+type session struct {
+	iqn   string
+	addrs []netip.Addr
+}
+
 // Adapter reads a target's configuration and live sessions.
 type Adapter interface {
 	// Name is the adapter's name for logs ("tgt", "lio", "static").

@@ -205,13 +205,11 @@ func (l *LIO) Attachments(context.Context) ([]Attachment, error) {
 	}
 	var out []Attachment
 	for _, g := range groups {
-		for _, s := range g.Sessions {
-			for _, a := range s.Addrs {
-				for _, b := range g.Backings {
-					out = append(out, Attachment{Target: g.Target, IQN: s.Initiator, Addr: a, Backing: b})
-				}
-			}
+		sessions := make([]session, len(g.Sessions))
+		for i, s := range g.Sessions {
+			sessions[i] = session{s.Initiator, s.Addrs}
 		}
+		out = append(out, attachAll(g.Target, sessions, g.Backings)...)
 	}
 	return out, nil
 }

@@ -110,16 +110,17 @@ func (t *Tgt) Attachments(ctx context.Context) ([]Attachment, error) {
 	}
 	var out []Attachment
 	for _, tg := range targets {
-		for _, n := range tg.Nexus {
-			for _, addr := range n.Addrs {
-				for _, l := range tg.LUNs {
-					if l.BackingPath == "" {
-						continue
-					}
-					out = append(out, Attachment{Target: tg.Name, IQN: n.Initiator, Addr: addr, Backing: l.BackingPath})
-				}
+		var backings []string
+		for _, l := range tg.LUNs {
+			if l.BackingPath != "" {
+				backings = append(backings, l.BackingPath)
 			}
 		}
+		sessions := make([]session, len(tg.Nexus))
+		for i, n := range tg.Nexus {
+			sessions[i] = session{n.Initiator, n.Addrs}
+		}
+		out = append(out, attachAll(tg.Name, sessions, backings)...)
 	}
 	return out, nil
 }
