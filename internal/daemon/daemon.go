@@ -503,7 +503,7 @@ func (d *Daemon) record(now time.Time, dec Decision) {
 	}
 	for i, r := range dec.Resources {
 		rec.Resources[i] = status.RecordResource{Name: r.Name, SignalMs: r.SignalMs, RawMs: r.RawMs,
-			ThresholdMs: r.ThresholdMs, TargetMs: r.TargetMs, DelayMs: r.DelayMs, Reads: r.Reads, Members: len(r.Members)}
+			ThresholdMs: r.ThresholdMs, TargetMs: r.TargetMs, DelayMs: r.DelayMs, ControlMs: r.ControlMs, Reads: r.Reads, Members: len(r.Members)}
 	}
 	line, err := json.Marshal(rec)
 	if err == nil {

@@ -101,8 +101,14 @@ type ResourceDecision struct {
 	ThresholdMs     float64
 	// TargetMs is the controller's set point, ThresholdMs·(1−Headroom).
 	TargetMs float64
-	DelayMs  float64
-	Reads    uint64
+	// ControlMs is the controller's output. It is kept while the set is
+	// empty: writers that pause and come back meet the delay they left
+	// instead of a ramp from 0 that lets their first second through.
+	ControlMs float64
+	// DelayMs is the delay applied to the members: ControlMs while the
+	// set has members, else 0 (nobody is held).
+	DelayMs float64
+	Reads   uint64
 	// Members is the throttleable set (whether or not DelayMs is 0).
 	Members   []netip.Addr
 	Direction throttle.Direction
@@ -488,7 +494,7 @@ func (e *Engine) Step(now time.Time, snap []diskstats.Stat) Decision {
 			} else {
 				r.signalMs = r.ewma.Decay()
 			}
-			rd.DelayMs = r.ctrl.Update(r.signalMs)
+			rd.ControlMs = r.ctrl.Update(r.signalMs)
 		}
 		rd.SignalMs = r.signalMs
 
@@ -515,6 +521,7 @@ func (e *Engine) Step(now time.Time, snap []diskstats.Stat) Decision {
 		}
 		if len(members) > start {
 			rd.Members = members[start:len(members):len(members)]
+			rd.DelayMs = rd.ControlMs
 		}
 		dec.Resources[ri] = rd
 	}

@@ -521,3 +521,54 @@ func TestManualPolicyAcceptsEmptyTopology(t *testing.T) {
 		t.Fatal("manual names matching no known consumer were accepted")
 	}
 }
+
+// A writer that pauses leaves the set and is no longer held (DelayMs 0),
+// but the controller keeps its output: when the writer comes back it
+// meets that delay at once, not a ramp from 0 that lets its first second
+// through and spikes the readers' latency.
+func TestPausedWriterMeetsTheDelayItLeft(t *testing.T) {
+	clk := clock.NewFake(time.Unix(1000, 0))
+	d := newDisk("loop0", "loop1")
+	e := mustEngine(t, DefaultConfig(), oneResource(0))
+	e.Step(clk.Now(), d.snap())
+	step := func() ResourceDecision {
+		clk.Advance(100 * time.Millisecond)
+		return e.Step(clk.Now(), d.snap()).Resources[0]
+	}
+	var r ResourceDecision
+	for range 30 {
+		overload(d)
+		r = step()
+	}
+	if r.DelayMs <= 0 || r.DelayMs != r.ControlMs || len(r.Members) != 1 {
+		t.Fatalf("under overload: %+v, want the writer held at the controller's output", r)
+	}
+	// The writer pauses for 3 s; the reader goes on at 12 ms, a little
+	// under the set point, so the controller winds down only slowly.
+	var left bool
+	for range 30 {
+		d.io("loop0", 10, 12, 0)
+		r = step()
+		if len(r.Members) == 0 {
+			left = true
+			if r.DelayMs != 0 {
+				t.Fatalf("set empty but delay %v ms reported as applied", r.DelayMs)
+			}
+		}
+	}
+	if !left {
+		t.Fatalf("writer still in the set after a 3 s pause: %+v", r)
+	}
+	if r.ControlMs <= 0 {
+		t.Fatalf("controller output %v after the pause, want it kept above 0 (signal %.1f under the set point %.2f only a little)", r.ControlMs, r.SignalMs, r.TargetMs)
+	}
+	kept := r.ControlMs
+	if g := e.Step(clk.Now(), d.snap()).ThrottleState(nil).Groups[0]; len(g.Members) != 0 || g.WriteDelay != 0 {
+		t.Fatalf("paused resource still throttled: %+v", g)
+	}
+	overload(d)
+	r = step()
+	if len(r.Members) != 1 || r.DelayMs < kept {
+		t.Fatalf("writer back: %+v, want it in the set at once with at least the kept %.2f ms", r, kept)
+	}
+}

@@ -114,6 +114,7 @@ var (
 	descRaw        = prometheus.NewDesc("sanqos_resource_read_latency_raw_seconds", "Unfiltered read latency of the last tick (0 when it had no reads).", resLabels, nil)
 	descThreshold  = prometheus.NewDesc("sanqos_resource_threshold_seconds", "Read latency the controller keeps the resource under.", resLabels, nil)
 	descDelay      = prometheus.NewDesc("sanqos_resource_throttle_delay_seconds", "Packet delay applied to the resource's throttleable set.", resLabels, nil)
+	descControl    = prometheus.NewDesc("sanqos_resource_controller_output_seconds", "The controller's output delay, kept while the throttleable set is empty.", resLabels, nil)
 	descSetSize    = prometheus.NewDesc("sanqos_resource_throttle_members", "Consumers in the resource's throttleable set.", resLabels, nil)
 	descReadBps    = prometheus.NewDesc("sanqos_consumer_read_bytes_per_second", "Consumer's read rate in the last tick.", conLabels, nil)
 	descWriteBps   = prometheus.NewDesc("sanqos_consumer_write_bytes_per_second", "Consumer's write rate in the last tick.", conLabels, nil)
@@ -133,7 +134,7 @@ type snapshotCollector struct {
 }
 
 func (c *snapshotCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descInfo, descUptime, descSignal, descRaw, descThreshold, descDelay, descSetSize,
+	for _, d := range []*prometheus.Desc{descInfo, descUptime, descSignal, descRaw, descThreshold, descDelay, descControl, descSetSize,
 		descReadBps, descWriteBps, descWriteEWMA, descThrottle, descHeld, descPassed, descBacklog, descErrP50, descErrMax, descUnresolved} {
 		ch <- d
 	}
@@ -155,6 +156,7 @@ func (c *snapshotCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descRaw, gauge, r.RawMs*msToS, r.Name)
 		ch <- prometheus.MustNewConstMetric(descThreshold, gauge, r.ThresholdMs*msToS, r.Name)
 		ch <- prometheus.MustNewConstMetric(descDelay, gauge, r.DelayMs*msToS, r.Name)
+		ch <- prometheus.MustNewConstMetric(descControl, gauge, r.ControlMs*msToS, r.Name)
 		ch <- prometheus.MustNewConstMetric(descSetSize, gauge, float64(len(r.Members)), r.Name)
 	}
 	for _, k := range s.Consumers {

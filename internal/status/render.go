@@ -16,13 +16,15 @@ func WriteTable(w io.Writer, s Status) error {
 	writeHeader(&b, s)
 	b.WriteString("\n")
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "RESOURCE\tSIGNAL ms\tRAW ms\tTARGET ms\tTHRESHOLD ms\tDELAY ms\tDIRECTION\tMEMBERS")
+	// DELAY is what the members' packets get; CONTROL the controller's
+	// output, which it keeps while the set is empty.
+	fmt.Fprintln(tw, "RESOURCE\tSIGNAL ms\tRAW ms\tTARGET ms\tTHRESHOLD ms\tDELAY ms\tCONTROL ms\tDIRECTION\tMEMBERS")
 	if len(s.Resources) == 0 {
-		fmt.Fprintln(tw, "(none discovered)\t\t\t\t\t\t\t")
+		fmt.Fprintln(tw, "(none discovered)\t\t\t\t\t\t\t\t")
 	}
 	for _, r := range s.Resources {
-		fmt.Fprintf(tw, "%s\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t%s\t%s\n",
-			r.Name, r.SignalMs, r.RawMs, r.TargetMs, r.ThresholdMs, r.DelayMs, r.Direction, members(r.Members))
+		fmt.Fprintf(tw, "%s\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t%s\t%s\n",
+			r.Name, r.SignalMs, r.RawMs, r.TargetMs, r.ThresholdMs, r.DelayMs, r.ControlMs, r.Direction, members(r.Members))
 	}
 	tw.Flush()
 	for _, r := range s.Resources {

@@ -51,8 +51,11 @@ type Resource struct {
 	// TargetMs is the controller's set point: the threshold less the
 	// configured headroom.
 	TargetMs float64 `json:"target_ms"`
-	// DelayMs is the packet delay applied to the members.
+	// DelayMs is the packet delay applied to the members (0 while there
+	// are none); ControlMs the controller's output, which it keeps while
+	// the set is empty.
 	DelayMs   float64  `json:"delay_ms"`
+	ControlMs float64  `json:"control_ms"`
 	Reads     uint64   `json:"reads"`
 	Direction string   `json:"direction"`
 	Members   []string `json:"members"`
@@ -123,6 +126,7 @@ type RecordResource struct {
 	ThresholdMs float64 `json:"threshold_ms"`
 	TargetMs    float64 `json:"target_ms"`
 	DelayMs     float64 `json:"delay_ms"`
+	ControlMs   float64 `json:"control_ms"`
 	Reads       uint64  `json:"reads"`
 	Members     int     `json:"members"`
 }

@@ -207,16 +207,8 @@ func ticksOf(recs []status.Record, t0 float64) []Tick {
 			t.DelayMs = max(t.DelayMs, res.DelayMs)
 			t.Members += res.Members
 		}
-		// Discovery through tgt lists a consumer per session (I_T nexus),
-		// so a host with four writer threads appears four times with its
-		// device's rates: count each device and address once.
-		seen := map[[2]string]bool{}
 		for _, c := range r.Consumers {
-			k := [2]string{c.Device, c.Addr}
-			if !seen[k] {
-				seen[k] = true
-				t.WriteKBs += c.WriteKBs
-			}
+			t.WriteKBs += c.WriteKBs
 		}
 		out = append(out, t)
 	}

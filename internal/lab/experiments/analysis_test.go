@@ -181,7 +181,7 @@ func TestTicksOfAndDelayStats(t *testing.T) {
 		{TS: 999.9, Resources: []status.RecordResource{{SignalMs: 5}}},
 		{TS: 1000.1, Resources: []status.RecordResource{{SignalMs: 20, DelayMs: 4, Members: 3}},
 			Consumers: []status.Consumer{{Device: "loop1", Addr: "a", WriteKBs: 10000}, {Device: "loop2", Addr: "b", WriteKBs: 20000},
-				{Device: "loop2", Addr: "b", WriteKBs: 20000}, {WriteKBs: 0}}},
+				{WriteKBs: 0}}},
 		{TS: 1000.2, Resources: []status.RecordResource{{SignalMs: 18, DelayMs: 0, Members: 3}},
 			Consumers: []status.Consumer{{WriteKBs: 15000}}},
 	}
