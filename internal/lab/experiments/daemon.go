@@ -29,6 +29,22 @@ type Control struct {
 	// Policy is "read-over-write" (default) or "manual" (protected b2,
 	// throttle b3, b4, b5).
 	Policy string `json:"policy,omitempty"`
+	// UMaxMs is this run's pid u_max when the experiment's Gains leave it
+	// at 0 (0: control.DefaultParams). A low threshold needs more delay
+	// than the default 20 ms to hold 12 writers.
+	UMaxMs float64 `json:"u_max_ms,omitempty"`
+}
+
+// uMaxMs is the u_max the run's daemon gets: the user's (Gains), else
+// the run's own, else the default.
+func (c Control) uMaxMs(g Gains) float64 {
+	switch {
+	case g.UMaxMs > 0:
+		return g.UMaxMs
+	case c.UMaxMs > 0:
+		return c.UMaxMs
+	}
+	return control.DefaultParams().UMaxMs
 }
 
 // Gains are the pid controller's gains the experiment passes in the
@@ -86,7 +102,9 @@ const resourceName = "lab-emu"
 // discovery through the lab's tgtd, the nfqueue backend, the thesis's
 // tick and EWMA, and the experiment's controller and gains.
 func daemonConfig(c Control, g Gains, l labView, record string) string {
+	umax := c.uMaxMs(g)
 	g = g.withDefaults()
+	g.UMaxMs = umax
 	policy := c.Policy
 	if policy == "" {
 		policy = "read-over-write"

@@ -103,7 +103,8 @@ img { max-width: 100%; border: 1px solid #ddd; margin: 0.5em 0; }
 <p>Run {{.S.Started.Format "2006-01-02 15:04 MST"}} – {{.S.Finished.Format "15:04 MST"}}{{if .S.Short}}, short version{{end}}.
 Lab: storage {{.S.Lab.Storage}}, LUNs of {{.S.Lab.LUNBytes}} bytes, portal {{.S.Lab.Portal}},
 MTU {{.S.Lab.MTU}}, offloads TSO {{.S.Lab.Offloads.TSO}}, GSO {{.S.Lab.Offloads.GSO}}, GRO {{.S.Lab.Offloads.GRO}}.
-pid gains in the daemon's configuration: Kp {{.S.Gains.Kp}}, Ti {{.S.Gains.Ti}}, Td {{.S.Gains.Td}}, u_max {{.S.Gains.UMaxMs}} ms.</p>
+pid gains in the daemon's configuration: Kp {{.S.Gains.Kp}}, Ti {{.S.Gains.Ti}}, Td {{.S.Gains.Td}}, u_max {{.S.Gains.UMaxMs}} ms
+unless the run says otherwise{{range .S.Runs}}{{if .UMaxMs}}{{if ne .UMaxMs $.S.Gains.UMaxMs}} ({{.Name}}: u_max {{.UMaxMs}} ms){{end}}{{end}}{{end}}.</p>
 
 <h2>Runs</h2>
 <p>Wait: smalljob's per-second mean latency as the initiator b2 sees it, over the

@@ -53,4 +53,16 @@ func TestReportOfARealRun(t *testing.T) {
 	if !strings.Contains(html, "MTU 1500") || !strings.Contains(html, "GRO true") {
 		t.Error("the lab's MTU and offloads are not on the page")
 	}
+
+	// A run with its own u_max says so.
+	s.Runs[1].UMaxMs = 60
+	if err := WriteHTML(path, &s, ""); err != nil {
+		t.Fatal(err)
+	}
+	if page, err = os.ReadFile(path); err != nil {
+		t.Fatal(err)
+	}
+	if want := "(" + s.Runs[1].Name + ": u_max 60 ms)"; !strings.Contains(string(page), want) {
+		t.Errorf("the page does not say %q", want)
+	}
 }

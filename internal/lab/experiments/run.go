@@ -89,8 +89,11 @@ type RunResult struct {
 	Controller  string   `json:"controller"`
 	Policy      string   `json:"policy,omitempty"`
 	ThresholdMs *float64 `json:"threshold_ms"`
-	Writers     int      `json:"writers"`
-	Workload    Workload `json:"workload"`
+	// UMaxMs is the pid controller's largest delay in this run (0 for
+	// other controllers).
+	UMaxMs   float64  `json:"u_max_ms,omitempty"`
+	Writers  int      `json:"writers"`
+	Workload Workload `json:"workload"`
 	// WaitMs summarises smalljob's 1-second mean wait over the seconds
 	// with writers active.
 	WaitMs        Stats `json:"wait_ms"`
@@ -253,6 +256,9 @@ func (e *env) runOne(ctx context.Context, name string, w Workload, c Control, re
 		th := c.ThresholdMs
 		res.ThresholdMs = &th
 		res.OverRefMs = th
+		if c.Controller == "pid" {
+			res.UMaxMs = c.uMaxMs(e.o.Gains)
+		}
 	}
 
 	namespaces := []string{lab.TargetNS}
