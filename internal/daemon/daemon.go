@@ -120,6 +120,7 @@ type Daemon struct {
 	// Owned by the tick loop.
 	topo         topology.Topology
 	prev         map[string]status.Resource // last tick's resources by name
+	saturated    map[string]saturation      // resources whose delay sits at u_max
 	seen         map[string]bool            // scratch of logTransitions, reused
 	applied      throttle.State             // last state applied successfully
 	needsResync  bool                       // applied is not known to be in the kernel
@@ -358,6 +359,7 @@ func (d *Daemon) tick(ctx context.Context, now time.Time) {
 
 	dec := d.o.Engine.Step(now, snap)
 	d.logTransitions(dec.Resources)
+	d.warnSaturation(now, dec.Resources)
 	state := dec.State
 	if d.o.Overrides != nil {
 		state = mergeOverrides(state, d.o.Overrides.Groups())
@@ -484,6 +486,51 @@ func (d *Daemon) logTransitions(rs []status.Resource) {
 			}
 			delete(d.prev, name)
 		}
+	}
+}
+
+// saturation is how long a resource's delay has been at u_max with its
+// read latency still over the threshold, and when that was last said.
+type saturation struct {
+	since, warned time.Time
+}
+
+const (
+	// saturationWarnAfter is how long the delay must sit at u_max, with
+	// the latency over the threshold, before the daemon says so: a burst
+	// start reaches u_max for a moment without anything being wrong.
+	saturationWarnAfter = 10 * time.Second
+	// saturationWarnEvery keeps a workload that saturates every burst
+	// from filling the log.
+	saturationWarnEvery = 10 * time.Minute
+)
+
+// warnSaturation tells the administrator when a resource's controller
+// runs out of delay: the writers need more than u_max to bring the read
+// latency down to the threshold, so the threshold is not being kept.
+func (d *Daemon) warnSaturation(now time.Time, rs []status.Resource) {
+	if d.saturated == nil {
+		d.saturated = map[string]saturation{}
+	}
+	for _, r := range rs {
+		s, had := d.saturated[r.Name]
+		if !(r.UMaxMs > 0 && r.DelayMs >= r.UMaxMs*0.999 && r.SignalMs > r.ThresholdMs) {
+			if had && !s.since.IsZero() {
+				s.since = time.Time{}
+				d.saturated[r.Name] = s
+			}
+			continue
+		}
+		if s.since.IsZero() {
+			s.since = now
+		}
+		if now.Sub(s.since) >= saturationWarnAfter && (s.warned.IsZero() || now.Sub(s.warned) >= saturationWarnEvery) {
+			d.log.Warn("throttle delay at its maximum and the read latency still over the threshold: the writers need more delay than u_max allows; raise pid.u_max",
+				"resource", r.Name, "signal_ms", round2(r.SignalMs), "threshold_ms", r.ThresholdMs,
+				"u_max_ms", r.UMaxMs, "for_s", round2(now.Sub(s.since).Seconds()))
+			s.warned = now
+		}
+		d.saturated[r.Name] = s
 	}
 }
 

@@ -433,3 +433,27 @@ func BenchmarkTick(b *testing.B) {
 		d.tick(ctx, now)
 	}
 }
+
+// A delay stuck at u_max while the latency stays over the threshold is
+// said once, after it has lasted, not at every burst start.
+func TestSaturationWarnedOnce(t *testing.T) {
+	atMax := dec(19, 20, "10.99.0.3")
+	atMax.Resources[0].UMaxMs = 20
+	brief := make([]Decision, 0, 400)
+	for range 50 { // 5 s at the rail: a burst start, not worth a word
+		brief = append(brief, atMax)
+	}
+	brief = append(brief, dec(12, 8, "10.99.0.3"))
+	for range 300 { // 30 s at the rail
+		brief = append(brief, atMax)
+	}
+	r := newRig(t, brief...)
+	r.ticks(51)
+	if n := r.logs.count("raise pid.u_max"); n != 0 {
+		t.Fatalf("warned after 5 s at u_max:\n%s", r.logs)
+	}
+	r.ticks(300)
+	if n := r.logs.count("raise pid.u_max", "resource=fs-lab", "u_max_ms=20", "threshold_ms=15"); n != 1 {
+		t.Errorf("saturation warned %d times over 30 s at u_max, want once:\n%s", n, r.logs)
+	}
+}

@@ -108,7 +108,9 @@ type ResourceDecision struct {
 	// DelayMs is the delay applied to the members: ControlMs while the
 	// set has members, else 0 (nobody is held).
 	DelayMs float64
-	Reads   uint64
+	// UMaxMs is the largest delay the controller may set.
+	UMaxMs float64
+	Reads  uint64
 	// Members is the throttleable set (whether or not DelayMs is 0).
 	Members   []netip.Addr
 	Direction throttle.Direction
@@ -465,7 +467,8 @@ func (e *Engine) Step(now time.Time, snap []diskstats.Stat) Decision {
 	members := make([]netip.Addr, 0, len(e.cons))
 	for ri := range e.res {
 		r := &e.res[ri]
-		rd := ResourceDecision{Name: r.name, ThresholdMs: r.threshold, TargetMs: r.threshold * (1 - e.cfg.Headroom), Direction: e.cfg.Direction}
+		rd := ResourceDecision{Name: r.name, ThresholdMs: r.threshold, TargetMs: r.threshold * (1 - e.cfg.Headroom),
+			UMaxMs: e.cfg.Control.UMaxMs, Direction: e.cfg.Direction}
 		measured := false
 		for _, di := range r.devs {
 			d := &e.devs[di]

@@ -54,8 +54,10 @@ type Resource struct {
 	// DelayMs is the packet delay applied to the members (0 while there
 	// are none); ControlMs the controller's output, which it keeps while
 	// the set is empty.
-	DelayMs   float64  `json:"delay_ms"`
-	ControlMs float64  `json:"control_ms"`
+	DelayMs   float64 `json:"delay_ms"`
+	ControlMs float64 `json:"control_ms"`
+	// UMaxMs is the largest delay the controller may set.
+	UMaxMs    float64  `json:"u_max_ms"`
 	Reads     uint64   `json:"reads"`
 	Direction string   `json:"direction"`
 	Members   []string `json:"members"`
