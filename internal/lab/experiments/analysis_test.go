@@ -7,6 +7,7 @@ import (
 	"io"
 	"math"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"reflect"
 	"slices"
@@ -478,4 +479,27 @@ func readGzipRecord(t *testing.T, name string) []status.Record {
 		t.Fatal(err)
 	}
 	return recs
+}
+
+// A load generator from another build refuses the lab's flags: the error
+// says which binary and what it refused, not the tail of its flag list.
+func TestLoadUsageErrorNamesTheBinary(t *testing.T) {
+	errf := filepath.Join(t.TempDir(), "stderr")
+	f, err := os.Create(errf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	cmd := exec.Command("sh", "-c", "echo 'flag provided but not defined: -name' >&2; echo 'Usage: sanqos-iscsiload ...' >&2; echo '  -verify  check data' >&2; exit 2")
+	cmd.Stderr = f
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	p := &loadProc{host: "b3", cmd: cmd, errf: errf, done: make(chan error, 1)}
+	go func() { p.done <- cmd.Wait() }()
+	err = p.wait(context.Background())
+	if err == nil || !strings.Contains(err.Error(), "flag provided but not defined: -name") ||
+		!strings.Contains(err.Error(), "make build") || strings.Contains(err.Error(), "-verify") {
+		t.Errorf("error %v, want the refused flag, the binary and 'make build', without the flag list", err)
+	}
 }

@@ -214,6 +214,15 @@ func (p *loadProc) wait(ctx context.Context) error {
 	}
 	if err != nil {
 		msg, _ := os.ReadFile(p.errf)
+		var ee *exec.ExitError
+		if errors.As(err, &ee) && ee.ExitCode() == 2 {
+			// A usage error: its first line says what, the rest is the
+			// flag list. The lab passes only flags it knows the load
+			// generator has, so the binary is from another build.
+			first, _, _ := strings.Cut(strings.TrimSpace(string(msg)), "\n")
+			return fmt.Errorf("load on %s: %s refused its arguments (%s): is it from another build of sanqos? Run 'make build'",
+				p.host, p.cmd.Path, first)
+		}
 		return fmt.Errorf("load on %s: %w: %s", p.host, err, lastLines(string(msg), 3))
 	}
 	return nil
