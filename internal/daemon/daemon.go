@@ -548,6 +548,8 @@ func (d *Daemon) record(now time.Time, dec Decision) {
 		Resources: make([]status.RecordResource, len(dec.Resources)),
 		Consumers: dec.Consumers,
 	}
+	bs := d.o.Backend.Stats()
+	rec.HoldErrorMaxMs, rec.Backlog = ms(bs.DelayErrorMax), bs.Backlog
 	for i, r := range dec.Resources {
 		rec.Resources[i] = status.RecordResource{Name: r.Name, SignalMs: r.SignalMs, RawMs: r.RawMs,
 			ThresholdMs: r.ThresholdMs, TargetMs: r.TargetMs, DelayMs: r.DelayMs, ControlMs: r.ControlMs, Reads: r.Reads, Members: len(r.Members)}

@@ -118,6 +118,12 @@ type Record struct {
 	TS        float64          `json:"ts"`
 	Resources []RecordResource `json:"resources"`
 	Consumers []Consumer       `json:"consumers"`
+	// HoldErrorMaxMs is the largest amount by which one of the data
+	// path's last few hundred packets was held longer than asked: a
+	// stall there makes ACKs late and TCP probe for loss.
+	HoldErrorMaxMs float64 `json:"hold_error_max_ms"`
+	// Backlog is the packets held at the tick.
+	Backlog int `json:"backlog"`
 }
 
 // RecordResource is a resource's state in a Record.

@@ -191,6 +191,8 @@ type Tick struct {
 	DelayMs  float64 // largest resource delay
 	Members  int     // members of every throttleable set together
 	WriteKBs float64 // every consumer's write rate together
+	// HoldErrMs is the data path's largest recent hold beyond the delay.
+	HoldErrMs float64
 }
 
 // Throttling reports whether any packet can be held in this tick: a delay
@@ -201,7 +203,7 @@ func (t Tick) Throttling() bool { return t.DelayMs > 0 && t.Members > 0 }
 func ticksOf(recs []status.Record, t0 float64) []Tick {
 	out := make([]Tick, 0, len(recs))
 	for _, r := range recs {
-		t := Tick{T: r.TS - t0}
+		t := Tick{T: r.TS - t0, HoldErrMs: r.HoldErrorMaxMs}
 		for _, res := range r.Resources {
 			t.SignalMs = max(t.SignalMs, res.SignalMs)
 			t.DelayMs = max(t.DelayMs, res.DelayMs)
@@ -302,12 +304,19 @@ type DelayStats struct {
 	Max  float64 `json:"max"`
 	// ThrottledPct is the share of on ticks in which packets could be held.
 	ThrottledPct float64 `json:"throttled_pct"`
+	// HoldErrorMaxMs is the longest any packet was held beyond its delay
+	// (the daemon's record, over the whole run); HoldErrorOver2Pct the
+	// share of on ticks whose recent packets had one held 2 ms too long.
+	HoldErrorMaxMs    float64 `json:"hold_error_max_ms"`
+	HoldErrorOver2Pct float64 `json:"hold_error_over_2ms_pct"`
 }
 
 func delayStats(ticks []Tick) DelayStats {
 	var ds []float64
-	n := 0
+	n, late := 0, 0
+	errMax := 0.0
 	for _, t := range ticks {
+		errMax = max(errMax, t.HoldErrMs)
 		if t.WriteKBs <= onKBs {
 			continue
 		}
@@ -315,13 +324,18 @@ func delayStats(ticks []Tick) DelayStats {
 		if t.Throttling() {
 			n++
 		}
+		if t.HoldErrMs > 2 {
+			late++
+		}
 	}
 	if len(ds) == 0 {
-		return DelayStats{}
+		return DelayStats{HoldErrorMaxMs: iolog.Round3(errMax)}
 	}
 	return DelayStats{
-		Mean:         iolog.Round3(iolog.Mean(ds)),
-		Max:          iolog.Round3(slices.Max(ds)),
-		ThrottledPct: iolog.Round3(100 * float64(n) / float64(len(ds))),
+		Mean:              iolog.Round3(iolog.Mean(ds)),
+		Max:               iolog.Round3(slices.Max(ds)),
+		ThrottledPct:      iolog.Round3(100 * float64(n) / float64(len(ds))),
+		HoldErrorMaxMs:    iolog.Round3(errMax),
+		HoldErrorOver2Pct: iolog.Round3(100 * float64(late) / float64(len(ds))),
 	}
 }

@@ -180,7 +180,7 @@ func TestTicksOfAndDelayStats(t *testing.T) {
 	t0 := 1000.0
 	recs := []status.Record{
 		{TS: 999.9, Resources: []status.RecordResource{{SignalMs: 5}}},
-		{TS: 1000.1, Resources: []status.RecordResource{{SignalMs: 20, DelayMs: 4, Members: 3}},
+		{TS: 1000.1, HoldErrorMaxMs: 3.5, Resources: []status.RecordResource{{SignalMs: 20, DelayMs: 4, Members: 3}},
 			Consumers: []status.Consumer{{Device: "loop1", Addr: "a", WriteKBs: 10000}, {Device: "loop2", Addr: "b", WriteKBs: 20000},
 				{WriteKBs: 0}}},
 		{TS: 1000.2, Resources: []status.RecordResource{{SignalMs: 18, DelayMs: 0, Members: 3}},
@@ -191,6 +191,9 @@ func TestTicksOfAndDelayStats(t *testing.T) {
 		t.Fatalf("ticks = %+v", ts)
 	}
 	ds := delayStats(ts)
+	if ds.HoldErrorMaxMs != 3.5 || ds.HoldErrorOver2Pct != 50 {
+		t.Errorf("delayStats = %+v, want hold error max 3.5 ms, over 2 ms in 50 %% of the on ticks", ds)
+	}
 	if ds.Mean != 2 || ds.Max != 4 || ds.ThrottledPct != 50 {
 		t.Errorf("delayStats = %+v, want mean 2, max 4, throttled 50 %% of the 2 on ticks", ds)
 	}

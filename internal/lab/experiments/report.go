@@ -82,7 +82,7 @@ var page = template.Must(template.New("report").Funcs(template.FuncMap{
 		if r.Delay == nil {
 			return "–"
 		}
-		return fmt.Sprintf("%.1f / %.1f", r.Delay.Mean, r.Delay.Max)
+		return fmt.Sprintf("%.1f / %.1f (held late ≤ %.1f)", r.Delay.Mean, r.Delay.Max, r.Delay.HoldErrorMaxMs)
 	},
 	"base": filepath.Base,
 	"join": func(xs []string) string { return strings.Join(xs, "\n") },
@@ -113,6 +113,8 @@ share of those seconds above 1.2 × threshold (uncontrolled runs: 1.2 × the
 reference threshold). Write MB/s: the writers' aggregate while active.
 Retransmits: TCP retransmitted segments in all initiator namespaces
 (target's in parentheses). Jain: over each writer thread's MB/s (fig5.1: over the readers).
+Delay: the delay applied to the writers, mean and max over the seconds they were on; held late: the longest any packet
+was held beyond its delay (the data path's timing error).
 Released: longest time from a stop of the writers to delay 0 and empty sets (number of stops).</p>
 <table>
 <tr><th>run</th><th>controller</th><th>threshold ms</th><th>writers</th><th>wait mean</th><th>p50</th><th>p95</th><th>max</th><th>over %</th>
