@@ -609,16 +609,19 @@ func (d *Delayer) Run(ctx context.Context) {
 
 // Stats returns the delayer's counters.
 func (d *Delayer) Stats() Stats {
+	// The release loop runs at real-time priority and takes d.mu for
+	// every batch; callers of Stats do not. Copy under the lock, sort
+	// after it, so a caller preempted mid-sort never holds packets up.
 	d.mu.Lock()
-	defer d.mu.Unlock()
 	s := Stats{PacketsHeld: d.held, PacketsPassed: d.passed, Backlog: len(d.heap), Bypassed: d.bypass, AcksPassed: d.acksPassed}
+	n := min(d.nerr, len(d.errs))
+	e := slices.Clone(d.errs[:n])
+	d.mu.Unlock()
 	s.PureAcks = "passed"
 	if d.AckDelay {
 		s.PureAcks = "held"
 	}
-	n := min(d.nerr, len(d.errs))
 	if n > 0 {
-		e := slices.Clone(d.errs[:n])
 		slices.Sort(e)
 		s.DelayErrorP50 = e[n/2]
 		s.DelayErrorMax = e[n-1]
