@@ -570,10 +570,13 @@ func checkRetrans(t *testing.T, what string, r ExecRunner, c0 map[string]int, ba
 	switch {
 	case reorder > 0 && baseline == 0:
 		t.Errorf("%s: %d retransmitted segments (%s): the flow was reordered", what, re, why)
-	case re > 0 && !busy:
+	case re > 0 && !busy && !raceEnabled:
 		t.Errorf("%s: %d retransmitted segments (%s), want 0", what, re, why)
 	case re > 0 || reorder > 0:
-		t.Logf("%s: %d retransmissions tolerated: load average %s on %d CPUs, baseline reorder events %d (%s)", what, re, load, runtime.NumCPU(), baseline, why)
+		// Under the race detector the packet path runs several times
+		// slower and ACKs come late: that says nothing about timing (the
+		// normal run judges it); order is still judged above.
+		t.Logf("%s: %d retransmissions tolerated: race detector %v, load average %s on %d CPUs, baseline reorder events %d (%s)", what, re, raceEnabled, load, runtime.NumCPU(), baseline, why)
 	}
 	return fmt.Sprintf("%d %s", re, why)
 }
