@@ -366,8 +366,12 @@ func TestLoadgenMatchesFio(t *testing.T) {
 	diff := (lg.Lat.Mean - f.mean) / f.mean
 	t.Logf("8 KiB random reads at 256 kB/s for %ds, side by side: fio on /dev/%s %.2f ms mean (%d I/Os), load generator via iSCSI %.2f ms (p50 %.2f, p99 %.1f; %d I/Os): %+.1f%%",
 		runtime, direct.Loop, f.mean, f.n, lg.Lat.Mean, lg.Lat.P50, lg.Lat.P99, lg.IOs, 100*diff)
-	if diff > 0.10 || diff < -0.10 {
-		t.Errorf("load generator mean %.2f ms differs from fio's %.2f ms by %+.1f%%, want within 10%%", lg.Lat.Mean, f.mean, 100*diff)
+	// The load generator's reads also cross tgtd and TCP between two
+	// namespaces, which fio on the loop device does not: allow that path
+	// a fixed 0.5 ms on top of the 10 % (measured 0.3-0.7 ms here).
+	const pathMs = 0.5
+	if lg.Lat.Mean > 1.10*f.mean+pathMs || lg.Lat.Mean < 0.90*f.mean {
+		t.Errorf("load generator mean %.2f ms differs from fio's %.2f ms by %+.1f%%, want within -10%% and +10%% + %.1f ms (the iSCSI path)", lg.Lat.Mean, f.mean, 100*diff, pathMs)
 	}
 }
 
