@@ -9,6 +9,7 @@ import (
 	"os"
 	"strings"
 
+	"github.com/sanqos/sanqos/internal/config"
 	"github.com/sanqos/sanqos/internal/ctl"
 	"github.com/sanqos/sanqos/internal/throttle"
 )
@@ -64,7 +65,7 @@ for its held first part and a 64 KiB read is delayed twice.`, stderr)
 	dev := fs.String("dev", "", "interface towards the initiators (netem and htb backends)")
 	queue := fs.Uint("queue-num", throttle.DefaultQueueNum, "NFQUEUE number (nfqueue backend)")
 	small := fs.Int("small-segment", throttle.DefaultSmallSegment, "largest TCP payload in bytes that counts as write-direction traffic (R2T, SCSI response)")
-	ackDelay := fs.Bool("ack-delay", true, "nfqueue: hold pure ACKs in the write direction (behind the per-flow rise limit); false holds only the small segments that clock iSCSI writers (R2T, SCSI response)")
+	ackDelay := fs.Bool("ack-delay", true, config.AckDelayUsage)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}

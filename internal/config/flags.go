@@ -75,6 +75,10 @@ func setFloat(p func(c *Config) *float64) func(*Config, string) error {
 	}
 }
 
+// AckDelayUsage explains --ack-delay; sanqos run --manual, which takes no
+// configuration file, registers the same flag with it.
+const AckDelayUsage = "nfqueue: hold pure ACKs in the write direction (behind the per-flow rise limit); false holds only the small segments that clock iSCSI writers (R2T, SCSI response)"
+
 var flagDefs = []flagDef{
 	{"tick", "tick", "sampling and control period", func(c *Config) string { return c.Tick.String() }, setDuration(func(c *Config) *Duration { return &c.Tick })},
 	{"ewma-alpha", "ewma_alpha", "weight of the newest latency sample (0-1]", func(c *Config) string { return fmt.Sprint(c.EWMAAlpha) }, setFloat(func(c *Config) *float64 { return &c.EWMAAlpha })},
@@ -89,7 +93,7 @@ var flagDefs = []flagDef{
 	{"write-leave", "write_leave", "write rate below which a throttleable consumer is released again (keep it under --write-threshold)", func(c *Config) string { return c.WriteLeave.String() }, setRate(func(c *Config) *Rate { return &c.WriteLeave })},
 	{"backend", "backend", "data path: nfqueue, netem, htb or dry-run", func(c *Config) string { return c.Backend }, setString(func(c *Config) *string { return &c.Backend })},
 	{"direction", "direction", "what to delay: write, read or both", func(c *Config) string { return c.Direction }, setString(func(c *Config) *string { return &c.Direction })},
-	{"ack-delay", "ack_delay", "nfqueue: hold pure ACKs in the write direction (behind the per-flow rise limit); false holds only the small segments that clock iSCSI writers (R2T, SCSI response)", func(c *Config) string { return strconv.FormatBool(c.AckDelay) }, setBool(func(c *Config) *bool { return &c.AckDelay })},
+	{"ack-delay", "ack_delay", AckDelayUsage, func(c *Config) string { return strconv.FormatBool(c.AckDelay) }, setBool(func(c *Config) *bool { return &c.AckDelay })},
 	{"ports", "ports", "comma-separated target TCP ports", func(c *Config) string { return joinInts(c.Ports) }, func(c *Config, s string) error {
 		var ports []int
 		for _, f := range strings.Split(s, ",") {

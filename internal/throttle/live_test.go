@@ -424,6 +424,20 @@ func runSteps(t *testing.T, dur time.Duration, steps [][]time.Duration, names []
 	return sides
 }
 
+// jitterySchedule is how long the jittery tests run and jitterySteps as
+// delays.
+func jitterySchedule() (time.Duration, []time.Duration) {
+	dur := 10 * time.Second
+	if testing.Short() {
+		dur = 4 * time.Second
+	}
+	steps := make([]time.Duration, len(jitterySteps))
+	for i, d := range jitterySteps {
+		steps[i] = d * time.Millisecond
+	}
+	return dur, steps
+}
+
 // TestLiveJitteryDelayNoLossProbes: with AckDelay (pure ACKs held, as a
 // bulk upload needs), while the write delay steps every
 // 100 ms through jitterySteps, 64 KiB synchronous writes answered by a
@@ -435,14 +449,7 @@ func runSteps(t *testing.T, dur time.Duration, steps [][]time.Duration, names []
 // probes: the test can fail. A third pair, at a constant delay, shows
 // what the machine's load alone causes.
 func TestLiveJitteryDelayNoLossProbes(t *testing.T) {
-	dur := 10 * time.Second
-	if testing.Short() {
-		dur = 4 * time.Second
-	}
-	steps := make([]time.Duration, len(jitterySteps))
-	for i, d := range jitterySteps {
-		steps[i] = d * time.Millisecond
-	}
+	dur, steps := jitterySchedule()
 	sides := runSteps(t, dur, [][]time.Duration{steps, steps, {8 * time.Millisecond}},
 		[]string{"with rise limit", "without rise limit", "constant 8ms (control)"},
 		[]NfqueueConfig{{AckDelay: true}, {AckDelay: true, NoRiseLimit: true}, {AckDelay: true}}, stepWork{'w', true})
@@ -491,14 +498,7 @@ func TestLiveJitteryDelayNoLossProbes(t *testing.T) {
 // still lengthen each write by about 2 × 10 ms: throttling without
 // delaying ACKs slows the writer as much.
 func TestLiveIscsiWritesWithoutAckDelay(t *testing.T) {
-	dur := 10 * time.Second
-	if testing.Short() {
-		dur = 4 * time.Second
-	}
-	steps := make([]time.Duration, len(jitterySteps))
-	for i, d := range jitterySteps {
-		steps[i] = d * time.Millisecond
-	}
+	dur, steps := jitterySchedule()
 	sides := runSteps(t, dur, [][]time.Duration{steps, steps, steps},
 		[]string{"AckDelay off (default)", "AckDelay on, no rise limit", "AckDelay on, rise limit"},
 		[]NfqueueConfig{{}, {AckDelay: true, NoRiseLimit: true}, {AckDelay: true}}, stepWork{kind: 'i'})

@@ -60,11 +60,7 @@ type plannedRun struct {
 // overhead is a run's time besides its load: logins, the daemon's start,
 // stopping and reading counters.
 func (r plannedRun) overhead() time.Duration {
-	d := loginSlack + 3*time.Second
-	if r.c.Controller != "" {
-		d += daemonSlack
-	}
-	return d
+	return r.c.startSlack() + 3*time.Second
 }
 
 // Summary is summary.json.

@@ -249,6 +249,15 @@ const loginSlack = 4 * time.Second
 // the sessions and start ticking before the common start.
 const daemonSlack = 4 * time.Second
 
+// startSlack is how long a run waits before its load starts: the logins,
+// and the daemon's start when there is one.
+func (c Control) startSlack() time.Duration {
+	if c.Controller != "" {
+		return loginSlack + daemonSlack
+	}
+	return loginSlack
+}
+
 // runOne runs a workload under a control and analyses it. refMs is the
 // threshold an uncontrolled run's over_threshold_pct is measured against.
 func (e *env) runOne(ctx context.Context, name string, w Workload, c Control, refMs float64) (res *RunResult, err error) {
@@ -281,11 +290,7 @@ func (e *env) runOne(ctx context.Context, name string, w Workload, c Control, re
 
 	var d *daemon
 	record := filepath.Join(dir, "daemon-record.jsonl")
-	slack := loginSlack
-	if c.Controller != "" {
-		slack += daemonSlack
-	}
-	t0 := time.Now().Add(slack).Truncate(time.Second).Add(time.Second)
+	t0 := time.Now().Add(c.startSlack()).Truncate(time.Second).Add(time.Second)
 	startAt := func(off time.Duration) string {
 		return strconv.FormatFloat(float64(t0.Add(off).UnixNano())/1e9, 'f', 3, 64)
 	}
