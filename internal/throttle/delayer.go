@@ -1,8 +1,6 @@
 package throttle
 
 import (
-	"container/heap"
-	"context"
 	"encoding/binary"
 	"net/netip"
 	"slices"
@@ -85,22 +83,53 @@ type held struct {
 	seq  uint64    // arrival order, to break ties FIFO
 }
 
+// heldHeap is a min-heap of held packets by release time, FIFO among
+// equal times. It is typed rather than a container/heap: that one boxes
+// every pushed packet in an interface, an allocation per packet.
 type heldHeap []held
 
-func (h heldHeap) Len() int { return len(h) }
-func (h heldHeap) Less(i, j int) bool {
+func (h heldHeap) less(i, j int) bool {
 	if h[i].at.Equal(h[j].at) {
 		return h[i].seq < h[j].seq
 	}
 	return h[i].at.Before(h[j].at)
 }
-func (h heldHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
-func (h *heldHeap) Push(x any)   { *h = append(*h, x.(held)) }
-func (h *heldHeap) Pop() any {
-	old := *h
-	x := old[len(old)-1]
-	*h = old[:len(old)-1]
-	return x
+
+func (h *heldHeap) push(p held) {
+	*h = append(*h, p)
+	q := *h
+	for i := len(q) - 1; i > 0; {
+		parent := (i - 1) / 2
+		if !q.less(i, parent) {
+			break
+		}
+		q[i], q[parent] = q[parent], q[i]
+		i = parent
+	}
+}
+
+func (h *heldHeap) pop() held {
+	q := *h
+	top := q[0]
+	n := len(q) - 1
+	q[0] = q[n]
+	q = q[:n]
+	for i := 0; ; {
+		l, r, m := 2*i+1, 2*i+2, i
+		if l < n && q.less(l, m) {
+			m = l
+		}
+		if r < n && q.less(r, m) {
+			m = r
+		}
+		if m == i {
+			break
+		}
+		q[i], q[m] = q[m], q[i]
+		i = m
+	}
+	*h = q
+	return top
 }
 
 // RiseLimit bounds how fast the delay applied to one flow may rise, so
@@ -235,10 +264,17 @@ type flowState struct {
 }
 
 // Delayer holds packets until their release time and then hands them to
-// release, in time order, from one goroutine (Run). A packet's release
-// time is max(arrival + delay, release time of the flow's previous
-// packet): a packet never overtakes an earlier one of its flow, even when
-// the delay is lowered, because reordering makes TCP retransmit.
+// release, in time order. A packet's release time is max(arrival + delay,
+// release time of the flow's previous packet): a packet never overtakes
+// an earlier one of its flow, even when the delay is lowered, because
+// reordering makes TCP retransmit.
+//
+// The Delayer does not wait by itself: its owner asks for the next
+// release time and calls ReleaseDue (the nfqueue backend from its
+// real-time packet thread, tests with a fake clock). Its methods are safe
+// for concurrent use, but the backend calls all of them from that one
+// thread, so the lock is never contended there: a normal-priority
+// goroutine holding it while preempted would stall every held packet.
 type Delayer struct {
 	clk        clock.Clock
 	release    func(ids []uint32)
@@ -246,16 +282,16 @@ type Delayer struct {
 
 	mu      sync.Mutex
 	heap    heldHeap
-	flows   map[flowKey]*flowState
+	flows   map[flowKey]flowState
 	seen    map[netip.Addr]time.Time // last packet per destination
 	seq     uint64
-	wake    chan struct{}
 	held    uint64
 	passed  uint64
 	bypass  uint64
 	errs    [512]time.Duration // ring of recent delay errors
 	nerr    int
 	scratch []held
+	ids     []uint32
 
 	rise      map[riseKey]riseState
 	riseSweep time.Time // last time idle flows were forgotten
@@ -277,23 +313,7 @@ type Delayer struct {
 	// DefaultRiseLimit, the zero RiseLimit turns the limit off. Set it
 	// before the first Submit.
 	Rise RiseLimit
-
-	// FineSleep, if set, sleeps precisely (nanosleep) and is used for the
-	// last fineWindow before a release. Go timers wake up to 1 ms late
-	// (epoll's millisecond timeout), which would add ~0.5 ms to every
-	// delay on average; short precise sleeps remove that bias. Leave it
-	// nil with a fake clock.
-	FineSleep func(time.Duration)
 }
-
-// fineWindow is how long before a release Run switches from a Go timer to
-// FineSleep: a little more than the timer's 1 ms granularity. fineStep
-// bounds each precise sleep so that a newly arrived packet due sooner is
-// noticed within it.
-const (
-	fineWindow = 1500 * time.Microsecond
-	fineStep   = 250 * time.Microsecond
-)
 
 // NewDelayer returns a delayer that calls release with the ids of due
 // packets. maxBacklog bounds memory: beyond it packets are accepted at
@@ -301,11 +321,10 @@ const (
 func NewDelayer(clk clock.Clock, maxBacklog int, release func(ids []uint32)) *Delayer {
 	return &Delayer{
 		clk: clk, release: release, maxBacklog: maxBacklog,
-		flows: map[flowKey]*flowState{},
+		flows: map[flowKey]flowState{},
 		seen:  map[netip.Addr]time.Time{},
 		rise:  map[riseKey]riseState{},
 		acks:  map[flowKey]ackSeen{},
-		wake:  make(chan struct{}, 1),
 		Rise:  DefaultRiseLimit,
 	}
 }
@@ -375,8 +394,8 @@ func (d *Delayer) Submit(id uint32, f flowKey, dir Direction, ack uint32, delay 
 	} else {
 		delay = d.limitRise(f, dir, ack, delay, now)
 	}
-	fs := d.flows[f]
-	if fs == nil && delay <= 0 {
+	fs, busy := d.flows[f]
+	if !busy && delay <= 0 {
 		d.passed++
 		d.mu.Unlock()
 		return true
@@ -392,25 +411,16 @@ func (d *Delayer) Submit(id uint32, f flowKey, dir Direction, ack uint32, delay 
 		return true
 	}
 	at := now.Add(delay)
-	if fs == nil {
-		fs = &flowState{}
-		d.flows[f] = fs
-	} else if fs.last.After(at) {
+	if busy && fs.last.After(at) {
 		at = fs.last
 	}
 	fs.last = at
 	fs.pending++
+	d.flows[f] = fs
 	d.seq++
-	first := len(d.heap) == 0 || at.Before(d.heap[0].at)
-	heap.Push(&d.heap, held{id: id, flow: f, at: at, seq: d.seq})
+	d.heap.push(held{id: id, flow: f, at: at, seq: d.seq})
 	d.held++
 	d.mu.Unlock()
-	if first {
-		select {
-		case d.wake <- struct{}{}:
-		default:
-		}
-	}
 	return false
 }
 
@@ -496,16 +506,17 @@ func (d *Delayer) ReleaseDue(now time.Time) int {
 	d.mu.Lock()
 	due := d.scratch[:0]
 	for len(d.heap) > 0 && !d.heap[0].at.After(now) {
-		due = append(due, heap.Pop(&d.heap).(held))
+		due = append(due, d.heap.pop())
 	}
 	d.scratch = due
+	ids := d.ids[:0]
+	for _, p := range due {
+		ids = append(ids, p.id)
+	}
+	d.ids = ids
 	d.mu.Unlock()
 	if len(due) == 0 {
 		return 0
-	}
-	ids := make([]uint32, len(due))
-	for i, p := range due {
-		ids[i] = p.id
 	}
 	d.release(ids)
 	done := d.clk.Now()
@@ -515,6 +526,8 @@ func (d *Delayer) ReleaseDue(now time.Time) int {
 		fs.pending--
 		if fs.pending == 0 {
 			delete(d.flows, p.flow)
+		} else {
+			d.flows[p.flow] = fs
 		}
 		d.errs[d.nerr%len(d.errs)] = done.Sub(p.at)
 		d.nerr++
@@ -574,44 +587,14 @@ func (d *Delayer) next() (time.Time, bool) {
 	return d.heap[0].at, true
 }
 
-// Run releases packets on time until ctx ends, then releases everything
-// still held at once: on the way out we fail open.
-func (d *Delayer) Run(ctx context.Context) {
-	for {
-		var timer <-chan time.Time
-		if at, ok := d.next(); ok {
-			wait := at.Sub(d.clk.Now())
-			if wait <= 0 {
-				d.ReleaseDue(d.clk.Now())
-				continue
-			}
-			if d.FineSleep != nil {
-				if wait <= fineWindow {
-					d.FineSleep(min(wait, fineStep))
-					if ctx.Err() == nil {
-						continue
-					}
-				}
-				wait -= fineWindow
-			}
-			timer = d.clk.After(wait)
-		}
-		select {
-		case <-ctx.Done():
-			d.ReleaseDue(time.Unix(1<<40, 0))
-			return
-		case <-d.wake:
-		case <-timer:
-		}
-		d.ReleaseDue(d.clk.Now())
-	}
-}
+// releaseAll releases everything held at once: on the way out we fail
+// open.
+func (d *Delayer) releaseAll() int { return d.ReleaseDue(time.Unix(1<<40, 0)) }
 
 // Stats returns the delayer's counters.
 func (d *Delayer) Stats() Stats {
-	// The release loop runs at real-time priority and takes d.mu for
-	// every batch; callers of Stats do not. Copy under the lock, sort
-	// after it, so a caller preempted mid-sort never holds packets up.
+	// Copy under the lock, sort after it: a caller from outside the
+	// packet thread (tests) must not hold packets up while it sorts.
 	d.mu.Lock()
 	s := Stats{PacketsHeld: d.held, PacketsPassed: d.passed, Backlog: len(d.heap), Bypassed: d.bypass, AcksPassed: d.acksPassed}
 	n := min(d.nerr, len(d.errs))

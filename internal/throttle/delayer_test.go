@@ -1,7 +1,6 @@
 package throttle
 
 import (
-	"context"
 	"encoding/binary"
 	"net/netip"
 	"slices"
@@ -94,39 +93,34 @@ func TestDelayerBacklogFailsOpen(t *testing.T) {
 	}
 }
 
-// TestDelayerRunWithFakeClock: the release loop sleeps on the clock and
-// releases everything when stopped.
-func TestDelayerRunWithFakeClock(t *testing.T) {
+// TestDelayerNextAndReleaseAll: next names the earliest release time
+// (what the packet thread waits for), nothing is released before it, and
+// releaseAll lets everything go at once, in release order (fail open on
+// exit).
+func TestDelayerNextAndReleaseAll(t *testing.T) {
 	var log releaseLog
-	clk := clock.NewFake(t0)
-	d := NewDelayer(clk, 100, log.add)
+	d := NewDelayer(clock.NewFake(t0), 100, log.add)
 	d.Rise = RiseLimit{} // release mechanics only: full delays at once
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { d.Run(ctx); close(done) }()
-	d.Submit(1, flow(1), Write, 1, 2*time.Millisecond, t0)
-	d.Submit(2, flow(2), Write, 2, 50*time.Millisecond, t0)
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		clk.Advance(time.Millisecond)
-		log.mu.Lock()
-		n := len(log.ids)
-		log.mu.Unlock()
-		if n == 1 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("packet 1 not released by the run loop")
-		}
-		time.Sleep(time.Millisecond)
+	if _, ok := d.next(); ok {
+		t.Fatal("empty delayer has a next release")
 	}
-	if clk.Now().Sub(t0) < 2*time.Millisecond {
-		t.Fatalf("released at %v, before its 2ms delay", clk.Now().Sub(t0))
+	d.Submit(1, flow(1), Write, 1, 50*time.Millisecond, t0)
+	d.Submit(2, flow(2), Write, 2, 2*time.Millisecond, t0)
+	if at, ok := d.next(); !ok || !at.Equal(t0.Add(2*time.Millisecond)) {
+		t.Fatalf("next %v %v, want t0+2ms", at, ok)
 	}
-	cancel()
-	<-done
-	if !slices.Equal(log.ids, []uint32{1, 2}) {
-		t.Fatalf("after stop released %v, want [1 2] (fail open on exit)", log.ids)
+	if n := d.ReleaseDue(t0.Add(time.Millisecond)); n != 0 {
+		t.Fatalf("released %d before the first release time", n)
+	}
+	if n := d.ReleaseDue(t0.Add(2 * time.Millisecond)); n != 1 || !slices.Equal(log.ids, []uint32{2}) {
+		t.Fatalf("at 2ms released %d: %v, want packet 2", n, log.ids)
+	}
+	d.Submit(3, flow(1), Write, 3, time.Millisecond, t0.Add(3*time.Millisecond)) // behind packet 1
+	if n := d.releaseAll(); n != 2 || !slices.Equal(log.ids, []uint32{2, 1, 3}) {
+		t.Fatalf("releaseAll released %d, log %v; want [2 1 3]", n, log.ids)
+	}
+	if _, ok := d.next(); ok {
+		t.Fatal("after releaseAll the delayer still holds packets")
 	}
 }
 

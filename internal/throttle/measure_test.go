@@ -12,7 +12,7 @@ import (
 )
 
 // rtThreadTicks sums the CPU time (clock ticks) of this process's
-// real-time threads: the packet path (queue reader and release loop).
+// real-time threads: the packet thread of each backend.
 // System time includes the kernel's work after each verdict, which on a
 // veth is the whole receiving TCP stack of both namespaces (the accepted
 // ACK is delivered, processed and answered with new data in the same
@@ -97,7 +97,7 @@ func TestLiveMeasure(t *testing.T) {
 	done()
 	el := t1.Sub(t0).Seconds()
 	pps := float64(s1.PacketsPassed-s0.PacketsPassed) / el
-	t.Logf("40 MB/s write stream (measured %.1f MB/s), write delay 1ms: %.0f packets/s through the delayer; packet-path threads: user %.1f%%, system %.1f%% of one core (system includes the veth peers' TCP work); delay error p50 %v max %v",
+	t.Logf("40 MB/s write stream (measured %.1f MB/s), write delay 1ms: %.0f packets/s through the delayer; packet thread: user %.1f%%, system %.1f%% of one core (system includes the veth peers' TCP work); delay error p50 %v max %v",
 		rate/1e6, pps, 100*float64(u1-u0)/ticksPerSecond/el, 100*float64(k1-k0)/ticksPerSecond/el, s1.DelayErrorP50, s1.DelayErrorMax)
 
 	// Capacity: unpaced upload, ACKs per segment, write delay 0.5 ms.
@@ -111,7 +111,7 @@ func TestLiveMeasure(t *testing.T) {
 	el = t1.Sub(t0).Seconds()
 	pps = float64(s1.PacketsPassed-s0.PacketsPassed) / el
 	user := float64(u1-u0) / ticksPerSecond / el
-	t.Logf("unpaced upload (%.1f MB/s), write delay 0.5ms: %.0f packets/s held and released; packet-path threads: user %.1f%%, system %.1f%% of one core → user-space capacity about %.0f packets/s per core; bypassed %d",
+	t.Logf("unpaced upload (%.1f MB/s), write delay 0.5ms: %.0f packets/s held and released; packet thread: user %.1f%%, system %.1f%% of one core → user-space capacity about %.0f packets/s per core; bypassed %d",
 		rate/1e6, pps, 100*user, 100*float64(k1-k0)/ticksPerSecond/el, pps/max(user, 0.01), s1.Bypassed)
 	fmt.Fprint(os.Stderr)
 }

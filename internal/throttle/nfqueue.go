@@ -12,11 +12,10 @@ import (
 	"time"
 	"unsafe"
 
-	nfqueue "github.com/florianl/go-nfqueue/v2"
-	"github.com/mdlayher/netlink"
 	"golang.org/x/sys/unix"
 
 	"github.com/sanqos/sanqos/internal/clock"
+	"github.com/sanqos/sanqos/internal/nfq"
 )
 
 // Defaults of the nfqueue backend.
@@ -49,32 +48,6 @@ const (
 	netlinkBuffer = 16 << 20
 )
 
-// rawNanosleep sleeps d precisely without telling the Go scheduler: the
-// release loop's thread keeps its P for these sub-millisecond sleeps. A
-// normal system call would let the scheduler hand the P away and back on
-// every sleep, which costs tens of microseconds of CPU and of latency,
-// thousands of times a second while traffic is held.
-func rawNanosleep(d time.Duration) {
-	ts := unix.NsecToTimespec(d.Nanoseconds())
-	unix.RawSyscall(unix.SYS_NANOSLEEP, uintptr(unsafe.Pointer(&ts)), 0, 0)
-}
-
-// forceReadBuffer sets the socket's receive buffer beyond rmem_max
-// (SO_RCVBUFFORCE; we are root).
-func forceReadBuffer(c *netlink.Conn, size int) error {
-	raw, err := c.SyscallConn()
-	if err != nil {
-		return err
-	}
-	var serr error
-	if err := raw.Control(func(fd uintptr) {
-		serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, size)
-	}); err != nil {
-		return err
-	}
-	return serr
-}
-
 // NfqueueConfig configures the nfqueue backend. Zero values take defaults.
 type NfqueueConfig struct {
 	QueueNum     uint16
@@ -83,7 +56,6 @@ type NfqueueConfig struct {
 	Firewall     Firewall // default: iptables on this machine
 	Sets         Sets     // default: ipsets over netlink
 	NetNS        int      // fd of the network namespace for the queue; 0: current
-	Clock        clock.Clock
 	Logger       *slog.Logger
 	// RiseLimit bounds how fast a flow's delay rises (zero: the default,
 	// DefaultRiseLimit); NoRiseLimit turns it off, which makes senders
@@ -138,30 +110,45 @@ func directionOf(payload, small int) Direction {
 // class would let the other overtake it and reorder the flow. Pure ACKs
 // are held only with AckDelay; without it they pass at once, which is
 // safe because they carry no data (see Delayer.SubmitPureAck).
+//
+// One real-time thread (loop) does all the packet work: it waits in
+// ppoll(2) for the queue socket, an eventfd and the next release time,
+// reads packets, hands them to the Delayer and gives verdicts. Nothing on
+// that path waits for another thread of the process: the kernel wakes it
+// directly, and the control loop's calls (Apply, Stats) are run on it as
+// commands instead of taking a lock it also needs (see onLoop).
 type Nfqueue struct {
-	cfg   NfqueueConfig
-	rec   *reconciler
-	table atomic.Pointer[delays]
-	del   *Delayer
-	nf    *nfqueue.Nfqueue
-	log   *slog.Logger
+	cfg      NfqueueConfig
+	rec      *reconciler
+	table    atomic.Pointer[delays]
+	del      *Delayer
+	sock     *nfq.Socket
+	wake     int // eventfd: a command is waiting, or stop
+	log      *slog.Logger
+	onPacket func(nfq.Packet)
+	atOnce   []uint32 // packets read this round that need no delay
 
 	mu      sync.Mutex
 	members members
 	waiting bool // a re-sync for lingering members is scheduled
 	stop    chan struct{}
+	closed  bool
 
-	cancel context.CancelFunc
-	done   sync.WaitGroup
-	closed bool
-	errs   atomic.Uint64 // verdict and parse failures
+	cmdMu    sync.Mutex             // one command at a time
+	cmd      atomic.Pointer[func()] // the command waiting for the packet thread
+	done     int                    // eventfd (blocking): the command ran
+	ended    atomic.Bool            // the packet thread takes no more commands
+	stopping atomic.Bool
+	loopDone chan struct{}
 
-	hookBoosted bool
-	cpu         int // the packet path's CPU
+	errs      atomic.Uint64 // verdict, read and parse failures
+	lastLog   time.Time     // of the packet thread's last error log
+	cpu       int           // the packet path's CPU
+	unreserve func()        // gives back the P reserved for the packet thread
 }
 
 // NewNfqueue removes what a crashed run left, binds the queue and starts
-// the release loop. The rules come with the first Apply.
+// the packet thread. The rules come with the first Apply.
 func NewNfqueue(ctx context.Context, cfg NfqueueConfig) (*Nfqueue, error) {
 	if cfg.QueueNum == 0 {
 		cfg.QueueNum = DefaultQueueNum
@@ -178,47 +165,43 @@ func NewNfqueue(ctx context.Context, cfg NfqueueConfig) (*Nfqueue, error) {
 	if cfg.Sets == nil {
 		cfg.Sets = Ipsets{}
 	}
-	if cfg.Clock == nil {
-		cfg.Clock = clock.Real{}
-	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
 	b := &Nfqueue{cfg: cfg, rec: newReconciler(cfg.Firewall, cfg.Sets), log: cfg.Logger.With("backend", "nfqueue"),
-		stop: make(chan struct{}), cpu: packetCPU()}
+		stop: make(chan struct{}), loopDone: make(chan struct{}), cpu: packetCPU()}
+	b.onPacket = b.handle
 	b.table.Store(&delays{})
 	if err := b.rec.reset(ctx); err != nil {
 		return nil, fmt.Errorf("removing leftovers of an earlier run: %w", err)
 	}
-	nf, err := nfqueue.Open(&nfqueue.Config{
-		NetNS:        cfg.NetNS,
-		NfQueue:      cfg.QueueNum,
-		MaxPacketLen: copyRange,
-		MaxQueueLen:  kernelQueueLen,
-		Copymode:     nfqueue.NfQnlCopyPacket,
-		AfFamily:     unix.AF_INET,
+	sock, err := nfq.Open(nfq.Config{
+		Queue:       cfg.QueueNum,
+		CopyRange:   copyRange,
+		MaxQueueLen: kernelQueueLen,
 		// Fail open: when our queue is full the kernel accepts instead of
 		// dropping; GSO: take super-packets whole instead of having the
 		// kernel segment them for us.
-		Flags: nfqueue.NfQaCfgFlagFailOpen | nfqueue.NfQaCfgFlagGSO,
-		// A verdict that cannot be sent in 50 ms finds the socket stuck;
-		// failing it (and counting the error) beats stalling every flow,
-		// and the fail-open flag lets the kernel pass what overflows.
-		WriteTimeout: 50 * time.Millisecond,
+		Flags:  nfq.FlagFailOpen | nfq.FlagGSO,
+		RcvBuf: netlinkBuffer,
+		NetNS:  cfg.NetNS,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("opening NFQUEUE %d: %w", cfg.QueueNum, err)
+		return nil, err
 	}
-	if err := nf.SetOption(netlink.NoENOBUFS, true); err != nil {
-		nf.Close()
-		return nil, fmt.Errorf("configuring NFQUEUE socket: %w", err)
+	wake, err := unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC)
+	if err != nil {
+		sock.Close()
+		return nil, fmt.Errorf("creating the packet thread's eventfd: %w", err)
 	}
-	if err := forceReadBuffer(nf.Con, netlinkBuffer); err != nil {
-		nf.Close()
-		return nil, fmt.Errorf("sizing the NFQUEUE socket buffer: %w", err)
+	done, err := unix.Eventfd(0, unix.EFD_CLOEXEC)
+	if err != nil {
+		sock.Close()
+		unix.Close(wake)
+		return nil, fmt.Errorf("creating the packet thread's eventfd: %w", err)
 	}
-	b.nf = nf
-	b.del = NewDelayer(cfg.Clock, cfg.MaxBacklog, b.accept)
+	b.sock, b.wake, b.done = sock, wake, done
+	b.del = NewDelayer(clock.Real{}, cfg.MaxBacklog, b.accept)
 	b.del.AckDelay = cfg.AckDelay
 	switch {
 	case cfg.NoRiseLimit:
@@ -226,62 +209,72 @@ func NewNfqueue(ctx context.Context, cfg NfqueueConfig) (*Nfqueue, error) {
 	case cfg.RiseLimit != (RiseLimit{}):
 		b.del.Rise = cfg.RiseLimit
 	}
-	if _, real := cfg.Clock.(clock.Real); real {
-		b.del.FineSleep = rawNanosleep
-	}
-	rctx, cancel := context.WithCancel(context.Background())
-	b.cancel = cancel
-	if err := nf.RegisterWithErrorFunc(rctx, b.hook, b.onError); err != nil {
-		cancel()
-		nf.Close()
-		return nil, fmt.Errorf("binding NFQUEUE %d (is another sanqos running?): %w", cfg.QueueNum, err)
-	}
-	b.done.Add(1)
-	go func() {
-		defer b.done.Done()
-		b.boost()
-		b.del.Run(rctx)
-	}()
+	b.unreserve = reserveProc()
+	go b.loop()
 	return b, nil
+}
+
+// reserveProc gives the Go scheduler one P (the right to run Go code)
+// more than before, for as long as a packet thread runs; release gives it
+// back. The packet thread returns from each wait needing a P; when all are
+// busy with ordinary goroutines (a garbage collection, the control loop)
+// it must wait for one of them to yield, and on a busy target those wait
+// for a CPU themselves. With a P of its own to spare, one is almost always
+// idle when the packet thread comes back.
+var procs struct {
+	sync.Mutex
+	base, threads int
+}
+
+func reserveProc() (release func()) {
+	procs.Lock()
+	defer procs.Unlock()
+	if procs.threads == 0 {
+		procs.base = runtime.GOMAXPROCS(0)
+	}
+	procs.threads++
+	runtime.GOMAXPROCS(procs.base + procs.threads)
+	return func() {
+		procs.Lock()
+		defer procs.Unlock()
+		procs.threads--
+		runtime.GOMAXPROCS(procs.base + procs.threads)
+	}
 }
 
 func (b *Nfqueue) Name() string { return "nfqueue" }
 
+// accept gives the kernel the verdicts for released packets.
 func (b *Nfqueue) accept(ids []uint32) {
-	for _, id := range ids {
-		if err := b.nf.SetVerdict(id, nfqueue.NfAccept); err != nil {
-			b.errs.Add(1)
-		}
+	if err := b.sock.Accept(ids...); err != nil {
+		b.errs.Add(uint64(len(ids)))
+		b.loopError(err)
 	}
 }
 
-func (b *Nfqueue) onError(err error) int {
-	var op *netlink.OpError
-	if errors.As(err, &op) && (op.Timeout() || op.Temporary()) {
-		return 0
+// loopError logs a failure of the packet thread at most every 10 s; the
+// count is in the data-path counters.
+func (b *Nfqueue) loopError(err error) {
+	if now := time.Now(); now.Sub(b.lastLog) >= 10*time.Second {
+		b.lastLog = now
+		b.log.Error("packet path", "err", err)
 	}
-	if errors.Is(err, unix.ENOBUFS) {
-		return 0
-	}
-	b.log.Error("reading NFQUEUE", "err", err)
-	return 0
 }
 
-// rtPriority is the SCHED_FIFO priority of the two packet-path threads
-// (queue reader, release loop). TCP sends a loss probe when an ACK is
-// late by about two RTTs; on a busy target a normal-priority thread can
-// wait that long for a CPU, and every such stall is a retransmission. Both
-// threads sleep between packets, and the kernel's RT throttling caps them
-// anyway. 10 is low among RT priorities: kernel threads and anything the
+// rtPriority is the SCHED_FIFO priority of the packet thread. TCP sends a
+// loss probe when an ACK is late by about two RTTs; on a busy target a
+// normal-priority thread can wait that long for a CPU, and every such
+// stall is a retransmission. The thread sleeps between packets, and the
+// kernel's RT throttling caps it anyway. 10 is low among RT priorities: kernel threads and anything the
 // operator made real-time still come first.
 const rtPriority = 10
 
 // boost locks the calling goroutine to its thread for good, makes the
-// thread real-time and pins it to the packet-path CPU. Both threads that
-// hand verdicts to the kernel share that CPU because an accepted packet is
-// transmitted from the thread that accepted it: on a veth (and any device
-// without a queue) it lands in that CPU's backlog, so verdicts for one flow
-// issued from two CPUs could leave in the wrong order. Failures only cost
+// thread real-time and pins it to the packet-path CPU. It stays on one CPU
+// because an accepted packet is transmitted from the thread that accepted
+// it: on a veth (and any device without a queue) it lands in that CPU's
+// backlog, so verdicts for one flow issued from two CPUs could leave in
+// the wrong order. Failures only cost
 // latency or order under load, so they are logged, not fatal.
 func (b *Nfqueue) boost() {
 	runtime.LockOSThread()
@@ -311,40 +304,207 @@ func packetCPU() int {
 	return cpu
 }
 
-func (b *Nfqueue) hook(a nfqueue.Attribute) int {
-	if !b.hookBoosted { // only the queue's reader goroutine runs hook
-		b.hookBoosted = true
-		b.boost()
+// maxReadsPerRound bounds the datagrams read between two looks at the
+// release heap, so that a burst of arrivals cannot hold releases up: 256
+// reads take well under a millisecond.
+const maxReadsPerRound = 256
+
+// loop is the packet thread. It ends when Close sets stopping, after
+// releasing everything it holds.
+func (b *Nfqueue) loop() {
+	defer close(b.loopDone)
+	b.boost()
+	fds := []unix.PollFd{{Fd: int32(b.sock.Fd()), Events: unix.POLLIN}, {Fd: int32(b.wake), Events: unix.POLLIN}}
+	var ts unix.Timespec
+	yielded := time.Now()
+	for !b.stopping.Load() {
+		at, holding := b.del.next()
+		if now := time.Now(); now.Sub(yielded) >= yieldEvery && (!holding || at.Sub(now) >= yieldRoom) {
+			runtime.Gosched()
+			yielded = time.Now()
+		}
+		var timeout *unix.Timespec
+		if holding {
+			wait := time.Until(at)
+			if wait <= 0 {
+				b.del.ReleaseDue(time.Now())
+				continue
+			}
+			// A real-time thread's timeouts have no timer slack: ppoll
+			// wakes within microseconds of the release time.
+			ts = unix.NsecToTimespec(wait.Nanoseconds())
+			timeout = &ts
+		}
+		fds[0].Revents, fds[1].Revents = 0, 0
+		err := rawPpoll(fds, timeout)
+		if err != nil && !errors.Is(err, unix.EINTR) {
+			b.errs.Add(1)
+			b.loopError(fmt.Errorf("waiting for packets: %w", err))
+			pause()
+			continue
+		}
+		if fds[1].Revents != 0 {
+			rawEventfd(unix.SYS_READ, b.wake)
+			b.runCmd()
+		}
+		if r := fds[0].Revents; r&(unix.POLLERR|unix.POLLNVAL) != 0 {
+			b.errs.Add(1)
+			b.loopError(fmt.Errorf("NFQUEUE socket: poll events %#x", r))
+			pause()
+		} else if r != 0 {
+			b.receive()
+		}
+		b.del.ReleaseDue(time.Now())
 	}
-	if a.PacketID == nil {
-		return 0
+	// On the way out we fail open: what we hold first, then what is
+	// still waiting in the socket, in the order it came. Close removed
+	// the rules before, so the socket runs dry.
+	b.del.releaseAll()
+	for range 1 << 16 {
+		more, err := b.sock.Read(func(p nfq.Packet) { b.atOnce = append(b.atOnce, p.ID) })
+		if err != nil || !more {
+			break
+		}
 	}
-	id := *a.PacketID
-	if a.Payload == nil {
-		b.accept([]uint32{id})
-		return 0
+	b.flushAtOnce()
+	b.endCmds()
+}
+
+// The packet thread waits in raw system calls (rawPpoll; the socket's
+// reads and writes are raw too) and so keeps its P, the right to run Go
+// code, while it waits: it never depends on another thread to give one
+// back. The Go scheduler sees a goroutine that never yields, though, and
+// after 10–20 ms preempts it, which parks the thread until an ordinary
+// thread hands its P back — on a busy target a wait of milliseconds. So
+// the thread yields by itself, every yieldEvery, at a moment when no
+// packet is due within yieldRoom; the scheduler then never needs to.
+const (
+	yieldEvery = 5 * time.Millisecond
+	yieldRoom  = 2 * time.Millisecond
+)
+
+// rawPpoll is ppoll(2) without telling the Go scheduler; see yieldEvery.
+func rawPpoll(fds []unix.PollFd, timeout *unix.Timespec) error {
+	_, _, e := unix.RawSyscall6(unix.SYS_PPOLL, uintptr(unsafe.Pointer(&fds[0])), uintptr(len(fds)),
+		uintptr(unsafe.Pointer(timeout)), 0, 0, 0)
+	if e != 0 {
+		return e
 	}
-	total := 0
-	if a.CapLen != nil {
-		total = int(*a.CapLen)
-	} else if len(*a.Payload) < copyRange {
-		total = len(*a.Payload)
+	return nil
+}
+
+// rawEventfd reads (clears) or writes (signals) an eventfd without telling
+// the Go scheduler, like rawPpoll.
+func rawEventfd(op uintptr, fd int) {
+	v := uint64(1)
+	unix.RawSyscall(op, uintptr(fd), uintptr(unsafe.Pointer(&v)), 8)
+}
+
+// pause keeps a failing packet thread from spinning at real-time
+// priority.
+func pause() { time.Sleep(10 * time.Millisecond) }
+
+// receive reads what the queue holds, up to maxReadsPerRound datagrams.
+func (b *Nfqueue) receive() {
+	for range maxReadsPerRound {
+		more, err := b.sock.Read(b.onPacket)
+		if err != nil {
+			b.errs.Add(1)
+			b.loopError(err)
+			break
+		}
+		if !more {
+			break
+		}
 	}
-	p, ok := parseIPv4TCP(*a.Payload, total)
+	b.flushAtOnce()
+}
+
+// flushAtOnce accepts the packets of this round that need no delay. They
+// wait for the end of the round (a fraction of a millisecond) so that one
+// write carries them all; none of them can be overtaken meanwhile, since
+// a packet of the same flow arriving later is either held or also here,
+// after it.
+func (b *Nfqueue) flushAtOnce() {
+	if len(b.atOnce) > 0 {
+		b.accept(b.atOnce)
+		b.atOnce = b.atOnce[:0]
+	}
+}
+
+// handle classifies one queued packet and submits it to the delayer.
+func (b *Nfqueue) handle(pk nfq.Packet) {
+	total := int(pk.CapLen)
+	if total == 0 && len(pk.Payload) < copyRange {
+		total = len(pk.Payload)
+	}
+	p, ok := parseIPv4TCP(pk.Payload, total)
 	if !ok {
 		b.errs.Add(1)
-		b.accept([]uint32{id})
-		return 0
+		b.atOnce = append(b.atOnce, pk.ID)
+		return
 	}
 	delay := (*b.table.Load())[p.flow.dst].of(p.payload, b.cfg.SmallSegment)
 	submit := b.del.Submit
 	if p.pureAck() {
 		submit = b.del.SubmitPureAck
 	}
-	if submit(id, p.flow, directionOf(p.payload, b.cfg.SmallSegment), p.ack, delay, b.cfg.Clock.Now()) {
-		b.accept([]uint32{id})
+	if submit(pk.ID, p.flow, directionOf(p.payload, b.cfg.SmallSegment), p.ack, delay, time.Now()) {
+		b.atOnce = append(b.atOnce, pk.ID)
 	}
-	return 0
+}
+
+// onLoop runs f on the packet thread and waits for it (once the thread
+// has ended, f runs here). The control loop's work on the delayer goes
+// this way: were it to take the delayer's lock itself, a normal-priority
+// goroutine preempted while holding it would stall the real-time thread.
+// Both directions are eventfds, not channels: the packet thread never
+// makes a goroutine runnable, which would queue it on the thread's P and
+// invite the scheduler to take that P away while the thread waits.
+func (b *Nfqueue) onLoop(f func()) {
+	b.cmdMu.Lock()
+	defer b.cmdMu.Unlock()
+	if b.ended.Load() {
+		f()
+		return
+	}
+	b.cmd.Store(&f)
+	b.kick()
+	var buf [8]byte
+	for {
+		// A blocking read: the kernel wakes this thread when the
+		// command ran.
+		if _, err := unix.Read(b.done, buf[:]); !errors.Is(err, unix.EINTR) {
+			return
+		}
+	}
+}
+
+// kick wakes the packet thread.
+func (b *Nfqueue) kick() {
+	one := [8]byte{1}
+	_, _ = unix.Write(b.wake, one[:])
+}
+
+// runCmd runs the command waiting for the packet thread, if any.
+func (b *Nfqueue) runCmd() {
+	if f := b.cmd.Swap(nil); f != nil {
+		(*f)()
+		rawEventfd(unix.SYS_WRITE, b.done)
+	}
+}
+
+// endCmds stops taking commands. A caller holds cmdMu from queuing its
+// command until it ran, so running what waits while trying to take it
+// lets every caller through.
+func (b *Nfqueue) endCmds() {
+	for !b.cmdMu.TryLock() {
+		b.runCmd()
+		time.Sleep(50 * time.Microsecond)
+	}
+	b.runCmd()
+	b.ended.Store(true)
+	b.cmdMu.Unlock()
 }
 
 // rules renders one NFQUEUE rule per group. --queue-bypass makes the
@@ -371,7 +531,7 @@ func (b *Nfqueue) Apply(ctx context.Context, s State) error {
 	if b.closed {
 		return errors.New("backend is closed")
 	}
-	t := b.members.update(s, b.cfg.Clock.Now())
+	t := b.members.update(s, time.Now())
 	// Delays first: a consumer joining finds its delay on its first packet.
 	b.table.Store(&t)
 	return b.program(ctx)
@@ -380,19 +540,24 @@ func (b *Nfqueue) Apply(ctx context.Context, s State) error {
 // program reconciles the kernel with the last state plus the lingering
 // members, and schedules the next look at the lingering ones. b.mu held.
 func (b *Nfqueue) program(ctx context.Context) error {
-	now := b.cfg.Clock.Now()
-	rules, sets, lingering := b.members.plan(now, b.cfg.QueueNum, func(a netip.Addr) bool {
-		return b.del.Quiet(a, now, lingerQuiet)
+	now := time.Now()
+	var rules []string
+	var sets map[string][]netip.Addr
+	var lingering bool
+	b.onLoop(func() {
+		rules, sets, lingering = b.members.plan(now, b.cfg.QueueNum, func(a netip.Addr) bool {
+			return b.del.Quiet(a, now, lingerQuiet)
+		})
 	})
 	if err := b.rec.apply(ctx, rules, sets); err != nil {
 		return fmt.Errorf("programming the nfqueue data path: %w", err)
 	}
-	b.del.Forget(b.members.keep)
+	b.onLoop(func() { b.del.Forget(b.members.keep) })
 	if lingering && !b.waiting {
 		b.waiting = true
 		go func() {
 			select {
-			case <-b.cfg.Clock.After(lingerQuiet):
+			case <-time.After(lingerQuiet):
 			case <-b.stop:
 				return
 			}
@@ -411,17 +576,24 @@ func (b *Nfqueue) program(ctx context.Context) error {
 }
 
 func (b *Nfqueue) Stats() Stats {
-	s := b.del.Stats()
-	s.Errors = b.errs.Load()
+	var s Stats
+	b.onLoop(func() {
+		s = b.del.Stats()
+		s.Errors = b.errs.Load() + b.sock.Errors
+	})
 	return s
 }
 
 // RiseStats returns how much the rise limit held delays below the
 // requested ones.
-func (b *Nfqueue) RiseStats() RiseStats { return b.del.RiseStats() }
+func (b *Nfqueue) RiseStats() RiseStats {
+	var s RiseStats
+	b.onLoop(func() { s = b.del.RiseStats() })
+	return s
+}
 
-// Close removes the rules and sets, then unbinds the queue (releasing
-// every held packet at once).
+// Close removes the rules and sets, releases every held packet at once,
+// then unbinds the queue.
 func (b *Nfqueue) Close() error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -430,11 +602,17 @@ func (b *Nfqueue) Close() error {
 	}
 	b.closed = true
 	close(b.stop)
+	// Rules first: nothing new enters the queue while the packet thread
+	// lets go of what it holds.
 	err := b.rec.reset(context.Background())
-	b.cancel()
-	b.done.Wait()
-	if cerr := b.nf.Close(); cerr != nil && err == nil {
-		err = fmt.Errorf("closing NFQUEUE: %w", cerr)
+	b.stopping.Store(true)
+	b.kick()
+	<-b.loopDone
+	if cerr := b.sock.Close(); cerr != nil && err == nil {
+		err = cerr
 	}
+	unix.Close(b.wake)
+	unix.Close(b.done)
+	b.unreserve()
 	return err
 }
