@@ -173,18 +173,19 @@ func TestLiveQueue(t *testing.T) {
 	// The rest of the handshake: the client's ACK goes through the queue
 	// too, and the server has the connection only once it is accepted.
 	var client, server net.Conn
+	dialedC, connsC := (<-chan net.Conn)(dialed), (<-chan net.Conn)(conns) // nil once received
 	for client == nil || server == nil {
 		select {
-		case c, ok := <-dialed:
+		case c, ok := <-dialedC:
 			if !ok {
 				t.Fatal("dial failed")
 			}
-			client, dialed = c, nil
-		case c, ok := <-conns:
+			client, dialedC = c, nil
+		case c, ok := <-connsC:
 			if !ok {
 				t.Fatal("accept failed")
 			}
-			server, conns = c, nil
+			server, connsC = c, nil
 		case <-time.After(10 * time.Millisecond):
 			if _, err := s.Read(func(p Packet) { s.Accept(p.ID) }); err != nil {
 				t.Fatal(err)

@@ -136,6 +136,7 @@ type Nfqueue struct {
 
 	cmdMu    sync.Mutex             // one command at a time
 	cmd      atomic.Pointer[func()] // the command waiting for the packet thread
+	ran      atomic.Bool            // the command ran (for the memory model; done says when)
 	done     int                    // eventfd (blocking): the command ran
 	ended    atomic.Bool            // the packet thread takes no more commands
 	stopping atomic.Bool
@@ -468,6 +469,7 @@ func (b *Nfqueue) onLoop(f func()) {
 		f()
 		return
 	}
+	b.ran.Store(false)
 	b.cmd.Store(&f)
 	b.kick()
 	var buf [8]byte
@@ -475,8 +477,14 @@ func (b *Nfqueue) onLoop(f func()) {
 		// A blocking read: the kernel wakes this thread when the
 		// command ran.
 		if _, err := unix.Read(b.done, buf[:]); !errors.Is(err, unix.EINTR) {
-			return
+			break
 		}
+	}
+	// What f wrote is ours to read: the eventfd said so, and this load
+	// of what the packet thread stored after f says so to Go's memory
+	// model (and the race detector).
+	if !b.ran.Load() {
+		panic("throttle: packet thread answered a command it did not run")
 	}
 }
 
@@ -490,6 +498,7 @@ func (b *Nfqueue) kick() {
 func (b *Nfqueue) runCmd() {
 	if f := b.cmd.Swap(nil); f != nil {
 		(*f)()
+		b.ran.Store(true)
 		rawEventfd(unix.SYS_WRITE, b.done)
 	}
 }
