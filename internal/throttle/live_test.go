@@ -12,6 +12,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 type netipAddr = netip.Addr
@@ -541,5 +543,51 @@ func TestLiveIscsiWritesWithoutAckDelay(t *testing.T) {
 		d, base, base+rise, rise, float64(rise)/float64(d), c1[0]-c0[0], c1[1]-c0[1])
 	if !raceEnabled && rise < 2*d*8/10 {
 		t.Errorf("AckDelay off, write delay %v: each write took %v longer, want at least %v (R2T and response each held %v)", d, rise, 2*d*8/10, d)
+	}
+}
+
+// TestLiveOtherThreadsRaised: starting the backend gives the process's
+// other threads otherThreadsNice (see there why), and threads the Go
+// runtime starts afterwards inherit it.
+func TestLiveOtherThreadsRaised(t *testing.T) {
+	l := newLab(t)
+	tasks := func() []int {
+		es, err := os.ReadDir("/proc/self/task")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var tids []int
+		for _, e := range es {
+			if tid, err := strconv.Atoi(e.Name()); err == nil {
+				tids = append(tids, tid)
+			}
+		}
+		return tids
+	}
+	for _, tid := range tasks() { // undo newLab's renice: start from nice 0
+		if err := unix.Setpriority(unix.PRIO_PROCESS, tid, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	l.backend(t)
+	// Make the runtime start more threads: goroutines blocked in
+	// system calls each hold one.
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			unix.Nanosleep(&unix.Timespec{Nsec: 50e6}, nil)
+		}()
+	}
+	wg.Wait()
+	for _, tid := range tasks() {
+		prio, err := unix.Getpriority(unix.PRIO_PROCESS, tid)
+		if err != nil {
+			continue // ended meanwhile
+		}
+		if nice := 20 - prio; nice > otherThreadsNice {
+			t.Errorf("thread %d has nice %d, want ≤ %d", tid, nice, otherThreadsNice)
+		}
 	}
 }

@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
+	"os"
 	"runtime"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -211,6 +213,9 @@ func NewNfqueue(ctx context.Context, cfg NfqueueConfig) (*Nfqueue, error) {
 		b.del.Rise = cfg.RiseLimit
 	}
 	b.unreserve = reserveProc()
+	if err := raiseOtherThreads(); err != nil {
+		b.log.Warn("the daemon's other threads keep their priority; the packet thread may wait for them under CPU load", "err", err)
+	}
 	go b.loop()
 	return b, nil
 }
@@ -287,6 +292,42 @@ func (b *Nfqueue) boost() {
 	if err := unix.SchedSetaffinity(0, &set); err != nil {
 		b.log.Warn("packet path not pinned to one CPU", "cpu", b.cpu, "err", err)
 	}
+}
+
+// otherThreadsNice is the nice value the process's other threads get. The
+// packet thread cannot avoid them entirely: every 10–20 ms without a quiet
+// moment, the Go scheduler preempts it, and it runs again only once one of
+// them hands its P back. Under EEVDF a waking nice −10 thread (weight
+// about 9.3 × nice 0) takes a CPU from tgtd or the initiators' work at
+// once, so that hand-back costs microseconds, not the milliseconds of a
+// nice 0 thread queued behind them. The daemon's own work is a few
+// percent of a CPU; it cannot crowd out the target's.
+const otherThreadsNice = -10
+
+// raiseOtherThreads sets otherThreadsNice on every thread of the process
+// that has a lower priority. New threads inherit it from the threads that
+// create them.
+func raiseOtherThreads() error {
+	tasks, err := os.ReadDir("/proc/self/task")
+	if err != nil {
+		return err
+	}
+	var first error
+	for _, e := range tasks {
+		tid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		// The raw system call answers 20 − nice.
+		prio, err := unix.Getpriority(unix.PRIO_PROCESS, tid)
+		if err != nil || 20-prio <= otherThreadsNice {
+			continue // gone, or already at least as high
+		}
+		if err := unix.Setpriority(unix.PRIO_PROCESS, tid, otherThreadsNice); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
 }
 
 // packetCPU is the CPU the packet path is pinned to: the last one this
