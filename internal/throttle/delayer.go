@@ -501,7 +501,9 @@ func (d *Delayer) SubmitPureAck(id uint32, f flowKey, dir Direction, ack uint32,
 
 // ReleaseDue releases every packet due at now and returns how many. The
 // flows' pending counts drop only after release returned, so a packet
-// accepted at once by Submit cannot overtake one being released.
+// accepted at once by Submit cannot overtake one being released. One
+// caller at a time: the batch buffers are reused, and releases from two
+// threads could leave in either order anyway.
 func (d *Delayer) ReleaseDue(now time.Time) int {
 	d.mu.Lock()
 	due := d.scratch[:0]

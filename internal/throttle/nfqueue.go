@@ -222,11 +222,10 @@ func NewNfqueue(ctx context.Context, cfg NfqueueConfig) (*Nfqueue, error) {
 
 // reserveProc gives the Go scheduler one P (the right to run Go code)
 // more than before, for as long as a packet thread runs; release gives it
-// back. The packet thread returns from each wait needing a P; when all are
-// busy with ordinary goroutines (a garbage collection, the control loop)
-// it must wait for one of them to yield, and on a busy target those wait
-// for a CPU themselves. With a P of its own to spare, one is almost always
-// idle when the packet thread comes back.
+// back. The packet thread keeps its P even while it waits (see
+// yieldEvery), so without one more the daemon's ordinary goroutines, and
+// a garbage collection, would have a CPU's worth less than the machine
+// has.
 var procs struct {
 	sync.Mutex
 	base, threads int
