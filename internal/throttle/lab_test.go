@@ -114,12 +114,10 @@ func reniceSelf(t *testing.T) {
 	}
 	one.Set(packetCPU())
 	set := func(n int, cpus *unix.CPUSet) {
-		tasks, _ := os.ReadDir("/proc/self/task")
-		for _, e := range tasks {
-			if tid, err := strconv.Atoi(e.Name()); err == nil {
-				_ = syscall.Setpriority(syscall.PRIO_PROCESS, tid, n)
-				_ = unix.SchedSetaffinity(tid, cpus)
-			}
+		tids, _ := processThreads()
+		for _, tid := range tids {
+			_ = syscall.Setpriority(syscall.PRIO_PROCESS, tid, n)
+			_ = unix.SchedSetaffinity(tid, cpus)
 		}
 	}
 	set(-10, &one)

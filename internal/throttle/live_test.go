@@ -552,15 +552,9 @@ func TestLiveIscsiWritesWithoutAckDelay(t *testing.T) {
 func TestLiveOtherThreadsRaised(t *testing.T) {
 	l := newLab(t)
 	tasks := func() []int {
-		es, err := os.ReadDir("/proc/self/task")
+		tids, err := processThreads()
 		if err != nil {
 			t.Fatal(err)
-		}
-		var tids []int
-		for _, e := range es {
-			if tid, err := strconv.Atoi(e.Name()); err == nil {
-				tids = append(tids, tid)
-			}
 		}
 		return tids
 	}

@@ -270,8 +270,9 @@ func (b *Nfqueue) loopError(err error) {
 // loss probe when an ACK is late by about two RTTs; on a busy target a
 // normal-priority thread can wait that long for a CPU, and every such
 // stall is a retransmission. The thread sleeps between packets, and the
-// kernel's RT throttling caps it anyway. 10 is low among RT priorities: kernel threads and anything the
-// operator made real-time still come first.
+// kernel's RT throttling caps it anyway. 10 is low among RT priorities:
+// kernel threads and anything the operator made real-time still come
+// first.
 const rtPriority = 10
 
 // boost locks the calling goroutine to its thread for good, makes the
@@ -279,8 +280,8 @@ const rtPriority = 10
 // because an accepted packet is transmitted from the thread that accepted
 // it: on a veth (and any device without a queue) it lands in that CPU's
 // backlog, so verdicts for one flow issued from two CPUs could leave in
-// the wrong order. Failures only cost
-// latency or order under load, so they are logged, not fatal.
+// the wrong order. Failures only cost latency or order under load, so
+// they are logged, not fatal.
 func (b *Nfqueue) boost() {
 	runtime.LockOSThread()
 	if err := unix.SchedSetAttr(0, &unix.SchedAttr{Policy: unix.SCHED_FIFO, Priority: rtPriority}, 0); err != nil {
@@ -307,16 +308,12 @@ const otherThreadsNice = -10
 // that has a lower priority. New threads inherit it from the threads that
 // create them.
 func raiseOtherThreads() error {
-	tasks, err := os.ReadDir("/proc/self/task")
+	tids, err := processThreads()
 	if err != nil {
 		return err
 	}
 	var first error
-	for _, e := range tasks {
-		tid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
+	for _, tid := range tids {
 		// The raw system call answers 20 − nice.
 		prio, err := unix.Getpriority(unix.PRIO_PROCESS, tid)
 		if err != nil || 20-prio <= otherThreadsNice {
@@ -327,6 +324,21 @@ func raiseOtherThreads() error {
 		}
 	}
 	return first
+}
+
+// processThreads lists the thread ids of this process.
+func processThreads() ([]int, error) {
+	tasks, err := os.ReadDir("/proc/self/task")
+	if err != nil {
+		return nil, fmt.Errorf("listing this process's threads: %w", err)
+	}
+	var tids []int
+	for _, e := range tasks {
+		if tid, err := strconv.Atoi(e.Name()); err == nil {
+			tids = append(tids, tid)
+		}
+	}
+	return tids, nil
 }
 
 // packetCPU is the CPU the packet path is pinned to: the last one this
