@@ -491,7 +491,11 @@ func TestLiveJitteryDelayNoLossProbes(t *testing.T) {
 // flight) under the jittery write delay of jitterySteps, for 10 s. With
 // the default (AckDelay off: only the R2T and the response are held, the
 // pure ACKs of the data leave at once) the writer's namespace counts no
-// retransmitted segment and no loss probe at all, throttled or not.
+// retransmitted segment and no loss probe in the throttled steps. (In the
+// steps without write delay the writer's SRTT falls to tens of
+// microseconds and its probe timer to one 4 ms jiffy that fires by
+// itself, as runSteps says; those are logged, not judged, as in the
+// jittery test.)
 // Side by side, at the same steps and instants, the same writes with
 // AckDelay on and no rise limit do send loss probes, so the steps provoke
 // them and the test can fail; a third pair with AckDelay on and the
@@ -515,9 +519,12 @@ func TestLiveIscsiWritesWithoutAckDelay(t *testing.T) {
 		if on.probes+on.probes0 == 0 {
 			t.Errorf("AckDelay on without rise limit: no loss probe in %d steps: the steps do not provoke them, so this test proves nothing", on.throttled+on.unthrott)
 		}
-		if n := off.retrans + off.retrans0 + off.probes + off.probes0; n > 0 {
-			t.Errorf("AckDelay off: %d retransmitted segments, %d loss probes (%d, %d of them in throttled steps), want none (AckDelay on, no rise limit: %d, %d)",
-				off.retrans+off.retrans0, off.probes+off.probes0, off.retrans, off.probes, on.retrans+on.retrans0, on.probes+on.probes0)
+		if off.retrans+off.probes > 0 {
+			t.Errorf("AckDelay off: %d retransmitted segments, %d loss probes in throttled steps, want none (AckDelay on, no rise limit: %d, %d)",
+				off.retrans, off.probes, on.retrans, on.probes)
+		}
+		if off.retrans0+off.probes0 > 0 {
+			t.Logf("AckDelay off: %d retransmitted segments, %d loss probes in steps without write delay (not judged)", off.retrans0, off.probes0)
 		}
 	}
 
