@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/procfs"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
@@ -532,7 +533,28 @@ func counters(t *testing.T, r ExecRunner) map[string]int {
 	if _, ok := m["TcpRetransSegs"]; !ok {
 		t.Fatalf("no TcpRetransSegs in nstat output %q", out)
 	}
+	m[stealKey] = stealMs(t)
 	return m
+}
+
+// stealKey holds, beside the TCP counters, the machine's steal time in
+// milliseconds: the time the hypervisor ran something else while one of
+// this machine's CPUs had work.
+const stealKey = "sanqos:steal_ms"
+
+// stealMs reads the steal time of all CPUs from /proc/stat. The kernel
+// counts it in clock ticks (10 ms): a rise of one tick means the
+// hypervisor stopped a CPU of ours for about that long.
+func stealMs(t *testing.T) int {
+	fs, err := procfs.NewDefaultFS()
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := fs.Stat()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return int(st.CPUTotal.Steal*1000 + 0.5)
 }
 
 // loaded reports whether the machine's 1-minute load average exceeds its
@@ -554,9 +576,16 @@ func loaded() (bool, string) {
 // shows as fast retransmits or SACK/timestamp reorder events: those fail,
 // unless baseline (the same flow with no throttle, measured side by side)
 // showed them too. Loss probes and timeouts come from ACKs that were late
-// because a thread waited for a CPU; they are tolerated only on an
-// overloaded machine, where they happen without sanqos too.
-func checkRetrans(t *testing.T, what string, r ExecRunner, c0 map[string]int, baseline int) string {
+// because a thread waited for a CPU; they are tolerated only where the
+// machine itself stalled: on an overloaded machine, or when the
+// hypervisor stopped one of its CPUs during the measurement (steal time
+// rose). A loss probe fires a jiffy or two (4-8 ms) plus twice the
+// smoothed RTT after the last ACK, and a stolen tick is 10 ms: then
+// probes come without sanqos too.
+//
+// probes is the number of spurious loss-probe retransmissions (nothing
+// reordered, nothing timed out) tolerated besides: see jiffyRace.
+func checkRetrans(t *testing.T, what string, r ExecRunner, c0 map[string]int, baseline, probes int) string {
 	t.Helper()
 	re, why := retransSince(t, r, c0)
 	c1 := counters(t, r)
@@ -565,18 +594,39 @@ func checkRetrans(t *testing.T, what string, r ExecRunner, c0 map[string]int, ba
 		reorder += c1[k] - c0[k]
 	}
 	busy, load := loaded()
+	steal := c1[stealKey] - c0[stealKey]
+	onlyProbes := c1["TcpExtTCPTimeouts"] == c0["TcpExtTCPTimeouts"] && re <= probes
 	switch {
 	case reorder > 0 && baseline == 0:
 		t.Errorf("%s: %d retransmitted segments (%s): the flow was reordered", what, re, why)
-	case re > 0 && !busy && !raceEnabled:
+	case re > 0 && !busy && steal == 0 && !onlyProbes && !raceEnabled:
 		t.Errorf("%s: %d retransmitted segments (%s), want 0", what, re, why)
 	case re > 0 || reorder > 0:
 		// Under the race detector the packet path runs several times
 		// slower and ACKs come late: that says nothing about timing (the
 		// normal run judges it); order is still judged above.
-		t.Logf("%s: %d retransmissions tolerated: race detector %v, load average %s on %d CPUs, baseline reorder events %d (%s)", what, re, raceEnabled, load, runtime.NumCPU(), baseline, why)
+		t.Logf("%s: %d retransmissions tolerated: race detector %v, load average %s on %d CPUs, hypervisor stole %d ms, loss probes tolerated %d, baseline reorder events %d (%s)", what, re, raceEnabled, load, runtime.NumCPU(), steal, probes, baseline, why)
 	}
-	return fmt.Sprintf("%d %s", re, why)
+	note := fmt.Sprintf("%d %s", re, why)
+	if steal > 0 {
+		note += fmt.Sprintf(" (steal %d ms)", steal)
+	}
+	return note
+}
+
+// jiffyRace is the number of spurious loss probes a bulk flow whose ACKs
+// are held d may send in one measurement whatever the packet path does.
+// Linux arms the probe timer at 2·SRTT + 2 ms rounded up to jiffies: below
+// about 1 ms of delay that is a single 4 ms jiffy (HZ=250), which fires
+// anywhere from 0 to 4 ms after it was armed, so an ACK held d, or one a
+// few hundred microseconds late among thousands, now and then arrives
+// after it (see RiseLimit). One is the kernel's; a packet path that is
+// late or out of order makes many.
+func jiffyRace(d time.Duration) int {
+	if 2*d+2*time.Millisecond <= 4*time.Millisecond {
+		return 1
+	}
+	return 0
 }
 
 // reorderEvents is the number of reordering events since c0.
