@@ -2,11 +2,13 @@ package experiments
 
 import (
 	"context"
+	"encoding/json"
 	"os"
 	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -121,6 +123,13 @@ func TestControlledEndToEnd(t *testing.T) {
 		t.Logf("TCP counters of the controlled run (%v):\n%s", err, b)
 	}
 	t.Logf("retransmitted segments: uncontrolled %d, controlled %d (loss probes %v, all reported as duplicates)", none.Retransmits, pid.Retransmits, pid.LossProbesBy)
+	// The once-a-second sampler read every initiator's counters through
+	// its load generator, and what it placed in time is no more than
+	// was counted.
+	for _, r := range s.Runs {
+		checkSamples(t, r)
+		t.Logf("%s: steal %.0f ms, retransmissions in time: %s", r.Name, r.StealMs, describeEvents(r.RetransmitEvents))
+	}
 	if pid.Release == nil || pid.Release.Stops == 0 {
 		t.Fatalf("the record shows no stop of the writers to judge the release on: %+v", pid.Release)
 	}
@@ -129,6 +138,38 @@ func TestControlledEndToEnd(t *testing.T) {
 	}
 	if pid.Delay == nil || pid.Delay.Max == 0 {
 		t.Errorf("the controlled run never delayed a packet (%+v): the comparison proves nothing", pid.Delay)
+	}
+}
+
+// checkSamples reads a run's tcp-samples.jsonl: the middle sample must
+// have every initiator, and the events no more segments than the run's
+// count.
+func checkSamples(t *testing.T, r *RunResult) {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(r.Dir, "tcp-samples.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var samples []tcpSample
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		var s tcpSample
+		if err := json.Unmarshal([]byte(line), &s); err != nil {
+			t.Fatalf("%s: tcp-samples.jsonl: %v", r.Name, err)
+		}
+		samples = append(samples, s)
+	}
+	if len(samples) < r.ActiveSeconds {
+		t.Fatalf("%s: %d samples for %d active seconds", r.Name, len(samples), r.ActiveSeconds)
+	}
+	if mid := samples[len(samples)/2]; len(mid.Retrans) != 4 {
+		t.Errorf("%s: sample at %.0f s has the counters of %v, want the 4 initiators", r.Name, mid.T, mid.Retrans)
+	}
+	var n uint64
+	for _, e := range r.RetransmitEvents {
+		n += e.Segments
+	}
+	if int64(n) > r.Retransmits {
+		t.Errorf("%s: events place %d segments in time, but the run counted %d", r.Name, n, r.Retransmits)
 	}
 }
 

@@ -387,6 +387,9 @@ func (p *progress) doneRun(r *RunResult) {
 	}
 	fmt.Fprintf(p.w, "%s: run %s done: wait p95 %.1f ms, write %.1f MB/s, retransmits %d\n",
 		p.x.Name, r.Name, r.WaitMs.P95, r.WriteMBs, r.Retransmits)
+	if len(r.RetransmitEvents) > 0 {
+		fmt.Fprintf(p.w, "%s: run %s retransmitted: %s\n", p.x.Name, r.Name, describeEvents(r.RetransmitEvents))
+	}
 }
 
 func (c Control) describe() string {

@@ -84,6 +84,12 @@ var page = template.Must(template.New("report").Funcs(template.FuncMap{
 		}
 		return fmt.Sprintf("%.1f / %.1f (held late ≤ %.1f)", r.Delay.Mean, r.Delay.Max, r.Delay.HoldErrorMaxMs)
 	},
+	"events": func(evs []RetransmitEvent) string {
+		if len(evs) == 0 {
+			return "none"
+		}
+		return describeEvents(evs)
+	},
 	"base": filepath.Base,
 	"join": func(xs []string) string { return strings.Join(xs, "\n") },
 }).Parse(`<!DOCTYPE html>
@@ -123,6 +129,14 @@ Released: longest time from a stop of the writers to delay 0 and empty sets (num
 <td>{{f1 .WaitMs.Mean}}</td><td>{{f1 .WaitMs.P50}}</td><td>{{f1 .WaitMs.P95}}</td><td>{{f1 .WaitMs.Max}}</td><td>{{f1 .OverThresholdPct}}</td>
 <td>{{f1 .WriteMBs}}</td><td>{{f1 .ReaderKBs}}</td><td>{{.Retransmits}} ({{index .RetransmitsBy "sanqos-bm"}})</td><td>{{f2 .Jain}}</td><td>{{f1 .MaxWriteIOMs}}</td>
 <td>{{delay .}}</td><td>{{rel .}}</td></tr>
+{{end}}</table>
+<h2>Retransmissions in time</h2>
+<p>Each initiator's TcpRetransSegs sampled once a second, beside the time the hypervisor
+took from this machine's CPUs in that second (steal: every thread stalls at once, and a loss probe
+fires 2·SRTT + 2 ms after the last ACK) and the longest hold beyond the delay in the daemon's ticks
+of that second.</p>
+<table><tr><th>run</th><th>steal ms over the run</th><th>retransmissions: segments, initiator, second</th></tr>
+{{range .S.Runs}}<tr><td>{{.Name}}</td><td>{{f1 .StealMs}}</td><td style="text-align:left">{{events .RetransmitEvents}}</td></tr>
 {{end}}</table>
 {{if .S.Checks}}<h2>Targets</h2>
 <table><tr><th>run</th><th>what</th><th>want</th><th>got</th><th></th></tr>

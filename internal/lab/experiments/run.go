@@ -121,6 +121,12 @@ type RunResult struct {
 	// It is in segments like RetransmitsBy; a loss probe may resend more
 	// than one segment, so LossProbesBy (events) can be smaller.
 	DSACKsBy map[string]int64 `json:"dsacks_by_namespace"`
+	// RetransmitEvents are the seconds in which an initiator
+	// retransmitted, sampled once a second (tcp-samples.jsonl), beside
+	// the hypervisor's steal time and the daemon's late holds of that
+	// second; StealMs is the steal time of the whole run.
+	RetransmitEvents []RetransmitEvent `json:"retransmit_events"`
+	StealMs          float64           `json:"steal_ms"`
 	// ReaderKBs is smalljob's kB/s over the active seconds; ReaderGoalKBs
 	// what it asks for.
 	ReaderKBs     float64 `json:"reader_kb_s"`
@@ -384,6 +390,20 @@ func (e *env) runOne(ctx context.Context, name string, w Workload, c Control, re
 		}()
 	}
 
+	// Place retransmissions in time while the loads run.
+	var nsProcs []nsProc
+	for _, p := range procs {
+		for _, h := range e.v.hosts {
+			if h.name == p.host {
+				nsProcs = append(nsProcs, nsProc{host: h.name, ns: h.ns, pid: p.cmd.Process.Pid})
+			}
+		}
+	}
+	sampleCtx, stopSampling := context.WithCancel(ctx)
+	sampled := make(chan []tcpSample, 1)
+	go func() { sampled <- sampleTCP(sampleCtx, nsProcs, t0) }()
+	defer stopSampling()
+
 	// Wait for every load, showing progress.
 	end := t0.Add(w.Total)
 	tick := time.NewTicker(10 * time.Second)
@@ -409,6 +429,12 @@ func (e *env) runOne(ctx context.Context, name string, w Workload, c Control, re
 			e.prog.update(time.Until(end))
 		}
 	}
+	stopSampling()
+	samples := <-sampled
+	if err := writeSamples(filepath.Join(dir, "tcp-samples.jsonl"), samples); err != nil {
+		return nil, err
+	}
+	res.StealMs = stealDuring(samples)
 	// The daemon records the release after the writers' last stop: the
 	// reader ran on after them, so the record already covers it.
 	after, err := e.count.Counters(ctx, namespaces)
@@ -490,6 +516,7 @@ func (e *env) runOne(ctx context.Context, name string, w Workload, c Control, re
 	} else {
 		res.ReadersMBs = nil
 	}
+	res.RetransmitEvents = retransmitEvents(samples, nil) // with the daemon's ticks below
 	res.timeline = buildTimeline(readerRecs, wlogs)
 	// Continuous writers (fig5.7, and its run with none): the window is
 	// the writers' time; on/off writers: the seconds they were active.
@@ -533,6 +560,7 @@ func (e *env) runOne(ctx context.Context, name string, w Workload, c Control, re
 			return nil, err
 		}
 		res.ticks = ticksOf(recs, float64(t0.UnixNano())/1e9)
+		res.RetransmitEvents = retransmitEvents(samples, res.ticks)
 		ds := delayStats(res.ticks)
 		res.Delay = &ds
 		if c.Controller != "none" {
