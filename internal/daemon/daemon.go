@@ -550,6 +550,7 @@ func (d *Daemon) record(now time.Time, dec Decision) {
 	}
 	bs := d.o.Backend.Stats()
 	rec.HoldErrorMaxMs, rec.Backlog = ms(bs.DelayErrorMax), bs.Backlog
+	rec.YieldMaxMs, rec.WakeLateMaxMs = ms(bs.YieldMax), ms(bs.WakeLateMax)
 	for i, r := range dec.Resources {
 		rec.Resources[i] = status.RecordResource{Name: r.Name, SignalMs: r.SignalMs, RawMs: r.RawMs,
 			ThresholdMs: r.ThresholdMs, TargetMs: r.TargetMs, DelayMs: r.DelayMs, ControlMs: r.ControlMs, Reads: r.Reads, Members: len(r.Members)}

@@ -124,6 +124,11 @@ type Record struct {
 	HoldErrorMaxMs float64 `json:"hold_error_max_ms"`
 	// Backlog is the packets held at the tick.
 	Backlog int `json:"backlog"`
+	// YieldMaxMs and WakeLateMaxMs are the packet thread's recent
+	// longest yield to the Go scheduler and latest wake-up for a release
+	// (nfqueue only; see throttle.Stats).
+	YieldMaxMs    float64 `json:"yield_max_ms,omitempty"`
+	WakeLateMaxMs float64 `json:"wake_late_max_ms,omitempty"`
 }
 
 // RecordResource is a resource's state in a Record.

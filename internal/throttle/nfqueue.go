@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"os"
 	"runtime"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -145,6 +146,7 @@ type Nfqueue struct {
 	loopDone chan struct{}
 
 	errs      atomic.Uint64 // verdict, read and parse failures
+	stalls    stalls        // the packet thread's own
 	lastLog   time.Time     // of the packet thread's last error log
 	cpu       int           // the packet path's CPU
 	unreserve func()        // gives back the P reserved for the packet thread
@@ -375,6 +377,7 @@ func (b *Nfqueue) loop() {
 		if now := time.Now(); now.Sub(yielded) >= yieldEvery && (!holding || at.Sub(now) >= yieldRoom) {
 			runtime.Gosched()
 			yielded = time.Now()
+			b.stalls.yield(yielded.Sub(now))
 		}
 		var timeout *unix.Timespec
 		if holding {
@@ -390,6 +393,9 @@ func (b *Nfqueue) loop() {
 		}
 		fds[0].Revents, fds[1].Revents = 0, 0
 		err := rawPpoll(fds, timeout)
+		if timeout != nil && fds[0].Revents == 0 && fds[1].Revents == 0 {
+			b.stalls.wake(time.Since(at))
+		}
 		if err != nil && !errors.Is(err, unix.EINTR) {
 			b.errs.Add(1)
 			b.loopError(fmt.Errorf("waiting for packets: %w", err))
@@ -435,6 +441,24 @@ const (
 	yieldEvery = 5 * time.Millisecond
 	yieldRoom  = 2 * time.Millisecond
 )
+
+// stalls keeps the packet thread's recent stalls of its own, apart from
+// the delay errors they cause: how long its yields to the Go scheduler
+// took (another thread must hand its P back) and how late the kernel
+// woke it for a release (the hypervisor took the CPU, or something of a
+// higher class ran). Only the packet thread touches it; Stats reads it
+// there too.
+type stalls struct {
+	yields, wakes [64]time.Duration
+	ny, nw        int
+}
+
+func (s *stalls) yield(d time.Duration) { s.yields[s.ny%len(s.yields)] = d; s.ny++ }
+func (s *stalls) wake(d time.Duration)  { s.wakes[s.nw%len(s.wakes)] = d; s.nw++ }
+
+func (s *stalls) max() (yield, wake time.Duration) {
+	return slices.Max(s.yields[:]), slices.Max(s.wakes[:])
+}
 
 // rawPpoll is ppoll(2) without telling the Go scheduler; see yieldEvery.
 func rawPpoll(fds []unix.PollFd, timeout *unix.Timespec) error {
@@ -641,6 +665,7 @@ func (b *Nfqueue) Stats() Stats {
 	b.onLoop(func() {
 		s = b.del.Stats()
 		s.Errors = b.errs.Load() + b.sock.Errors
+		s.YieldMax, s.WakeLateMax = b.stalls.max()
 	})
 	return s
 }

@@ -133,6 +133,12 @@ type Stats struct {
 	// RiseLimit); that shortfall is counted apart, in RiseStats.
 	DelayErrorP50 time.Duration
 	DelayErrorMax time.Duration
+	// YieldMax and WakeLateMax say where late packets come from (nfqueue
+	// only): the longest of the packet thread's last 64 yields to the Go
+	// scheduler, and the longest the kernel woke it after a release time
+	// among its last 64 timed waits.
+	YieldMax    time.Duration `json:",omitempty"`
+	WakeLateMax time.Duration `json:",omitempty"`
 	// Bypassed counts packets accepted at once because the backlog was over
 	// its limit (fail open rather than hold unbounded memory).
 	Bypassed uint64

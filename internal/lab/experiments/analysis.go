@@ -191,8 +191,9 @@ type Tick struct {
 	DelayMs  float64 // largest resource delay
 	Members  int     // members of every throttleable set together
 	WriteKBs float64 // every consumer's write rate together
-	// HoldErrMs is the data path's largest recent hold beyond the delay.
-	HoldErrMs float64
+	// HoldErrMs is the data path's largest recent hold beyond the delay;
+	// YieldMs and WakeLateMs the packet thread's own stalls behind it.
+	HoldErrMs, YieldMs, WakeLateMs float64
 }
 
 // Throttling reports whether any packet can be held in this tick: a delay
@@ -203,7 +204,7 @@ func (t Tick) Throttling() bool { return t.DelayMs > 0 && t.Members > 0 }
 func ticksOf(recs []status.Record, t0 float64) []Tick {
 	out := make([]Tick, 0, len(recs))
 	for _, r := range recs {
-		t := Tick{T: r.TS - t0, HoldErrMs: r.HoldErrorMaxMs}
+		t := Tick{T: r.TS - t0, HoldErrMs: r.HoldErrorMaxMs, YieldMs: r.YieldMaxMs, WakeLateMs: r.WakeLateMaxMs}
 		for _, res := range r.Resources {
 			t.SignalMs = max(t.SignalMs, res.SignalMs)
 			t.DelayMs = max(t.DelayMs, res.DelayMs)
@@ -227,6 +228,12 @@ type Release struct {
 	// UnthrottledS is how long after StopS nothing could be held any more
 	// (delay 0 or sets empty); -1 when never.
 	UnthrottledS float64 `json:"unthrottled_s"`
+	// CutShortS, when not 0, is how long the pause lasted when a writer
+	// resumed before ReleaseLimitS and before the sets cleared: the
+	// writers on different hosts pause in turn, and a stop of all of
+	// them can be shorter than the limit. Such a stop cannot be judged
+	// against the limit; it is reported, not counted.
+	CutShortS float64 `json:"cut_short_s,omitempty"`
 }
 
 // releases finds every stop of the writers in the record (an on tick
@@ -259,6 +266,9 @@ func releases(ticks []Tick) []Release {
 				break
 			}
 		}
+		if r.ClearS < 0 && j < len(ticks) && offEnd-stop < ReleaseLimitS {
+			r.CutShortS = iolog.Round3(offEnd - stop)
+		}
 		out = append(out, r)
 		i = j - 1
 	}
@@ -274,13 +284,22 @@ type ReleaseSummary struct {
 	// MaxUnthrottledS is the longest time until nothing could be held.
 	MaxUnthrottledS float64 `json:"max_unthrottled_s"`
 	// WithinLimit: every stop cleared within ReleaseLimitS.
-	WithinLimit bool      `json:"within_limit"`
-	Events      []Release `json:"events"`
+	WithinLimit bool `json:"within_limit"`
+	// CutShort counts the stops a writer ended before ReleaseLimitS with
+	// the sets not yet clear (see Release.CutShortS); Stops and the rest
+	// leave them out.
+	CutShort int       `json:"cut_short"`
+	Events   []Release `json:"events"`
 }
 
 func summarizeReleases(rs []Release) ReleaseSummary {
-	s := ReleaseSummary{Stops: len(rs), WithinLimit: true, Events: rs}
+	s := ReleaseSummary{WithinLimit: true, Events: rs}
 	for _, r := range rs {
+		if r.CutShortS > 0 {
+			s.CutShort++
+			continue
+		}
+		s.Stops++
 		if r.ClearS < 0 || s.MaxClearS < 0 {
 			s.MaxClearS = -1
 		} else {

@@ -142,6 +142,8 @@ func TestReleases(t *testing.T) {
 			[]Release{{StopS: 0.9, ClearS: 3.1, UnthrottledS: 3.1}}},
 		{"never clears before writers resume", cat(repeat(on, 10), repeat([3]float64{0, 5, 3}, 30), repeat(on, 5)),
 			[]Release{{StopS: 0.9, ClearS: -1, UnthrottledS: -1}}},
+		{"writers resume before the limit: cut short, not judged", cat(repeat(on, 10), repeat([3]float64{0, 0, 3}, 17), repeat(on, 5)),
+			[]Release{{StopS: 0.9, ClearS: -1, UnthrottledS: 0.1, CutShortS: 1.7}}},
 		{"a hiccup is no stop", cat(repeat(on, 10), repeat([3]float64{0, 5, 3}, 3), repeat(on, 10)), nil},
 		{"a stop at the very end cannot be judged", cat(repeat(on, 10), repeat([3]float64{0, 5, 3}, 5)), nil},
 		{"two stops", cat(repeat(on, 5), repeat([3]float64{0, 0, 0}, 20), repeat(on, 5), repeat([3]float64{0, 2, 1}, 4), repeat([3]float64{0, 0, 0}, 20)),
@@ -153,7 +155,7 @@ func TestReleases(t *testing.T) {
 				t.Fatalf("releases = %+v, want %+v", got, tc.want)
 			}
 			for i := range got {
-				if math.Abs(got[i].StopS-tc.want[i].StopS) > 1e-9 || got[i].ClearS != tc.want[i].ClearS || got[i].UnthrottledS != tc.want[i].UnthrottledS {
+				if math.Abs(got[i].StopS-tc.want[i].StopS) > 1e-9 || got[i].ClearS != tc.want[i].ClearS || got[i].UnthrottledS != tc.want[i].UnthrottledS || got[i].CutShortS != tc.want[i].CutShortS {
 					t.Errorf("release %d = %+v, want %+v", i, got[i], tc.want[i])
 				}
 			}
@@ -173,6 +175,10 @@ func TestSummarizeReleases(t *testing.T) {
 	s = summarizeReleases([]Release{{ClearS: -1, UnthrottledS: -1}, {ClearS: 0.5, UnthrottledS: 0.5}})
 	if s.WithinLimit || s.MaxClearS != -1 {
 		t.Errorf("a stop that never cleared must fail: %+v", s)
+	}
+	s = summarizeReleases([]Release{{ClearS: -1, UnthrottledS: 0.1, CutShortS: 1.7}, {ClearS: 1.6, UnthrottledS: 0.2}})
+	if !s.WithinLimit || s.MaxClearS != 1.6 || s.Stops != 1 || s.CutShort != 1 {
+		t.Errorf("a stop cut short by a writer is counted apart, not judged: %+v", s)
 	}
 }
 

@@ -50,6 +50,9 @@ func checks(s *Summary) []Check {
 		}
 		if r.Release != nil {
 			got := fmt.Sprintf("max %.1f s over %d stops", r.Release.MaxClearS, r.Release.Stops)
+			if r.Release.CutShort > 0 {
+				got += fmt.Sprintf(" (%d cut short by a writer within %g s)", r.Release.CutShort, ReleaseLimitS)
+			}
 			if r.Release.MaxClearS < 0 {
 				got = fmt.Sprintf("a stop never cleared (%d stops)", r.Release.Stops)
 			}
@@ -75,6 +78,9 @@ var page = template.Must(template.New("report").Funcs(template.FuncMap{
 		}
 		if r.Release.MaxClearS < 0 {
 			return "never"
+		}
+		if r.Release.CutShort > 0 {
+			return fmt.Sprintf("%.1f s (%d; %d cut short)", r.Release.MaxClearS, r.Release.Stops, r.Release.CutShort)
 		}
 		return fmt.Sprintf("%.1f s (%d)", r.Release.MaxClearS, r.Release.Stops)
 	},
@@ -121,7 +127,8 @@ Retransmits: TCP retransmitted segments in all initiator namespaces
 (target's in parentheses). Jain: over each writer thread's MB/s (fig5.1: over the readers).
 Delay: the delay applied to the writers, mean and max over the seconds they were on; held late: the longest any packet
 was held beyond its delay (the data path's timing error).
-Released: longest time from a stop of the writers to delay 0 and empty sets (number of stops).</p>
+Released: longest time from a stop of the writers to delay 0 and empty sets (number of stops; a stop a writer
+ended within 2 s, before the sets were clear, is "cut short" and not judged).</p>
 <table>
 <tr><th>run</th><th>controller</th><th>threshold ms</th><th>writers</th><th>wait mean</th><th>p50</th><th>p95</th><th>max</th><th>over %</th>
 <th>write MB/s</th><th>reader kB/s</th><th>retransmits</th><th>Jain</th><th>max write I/O ms</th><th>delay mean / max ms</th><th>released</th></tr>

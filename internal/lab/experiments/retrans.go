@@ -27,6 +27,10 @@ type RetransmitEvent struct {
 	Segments       uint64  `json:"segments"`
 	StealMs        float64 `json:"steal_ms"`
 	HoldErrorMaxMs float64 `json:"hold_error_max_ms"`
+	// YieldMaxMs and WakeLateMaxMs say what held the packet thread up:
+	// a yield to the Go scheduler, or a late wake-up by the kernel.
+	YieldMaxMs    float64 `json:"yield_max_ms"`
+	WakeLateMaxMs float64 `json:"wake_late_max_ms"`
 }
 
 // tcpSample is one look at the run's initiators and the machine.
@@ -116,6 +120,8 @@ func retransmitEvents(samples []tcpSample, ticks []Tick) []RetransmitEvent {
 			for _, t := range ticks {
 				if t.T > prev.T && t.T <= cur.T {
 					ev.HoldErrorMaxMs = max(ev.HoldErrorMaxMs, t.HoldErrMs)
+					ev.YieldMaxMs = max(ev.YieldMaxMs, t.YieldMs)
+					ev.WakeLateMaxMs = max(ev.WakeLateMaxMs, t.WakeLateMs)
 				}
 			}
 			out = append(out, ev)
@@ -142,7 +148,8 @@ func describeEvents(evs []RetransmitEvent) string {
 		if i > 0 {
 			s += ", "
 		}
-		s += fmt.Sprintf("%d on %s at %.0f s (steal %.0f ms, held late ≤ %.1f ms)", e.Segments, e.Host, e.T, e.StealMs, e.HoldErrorMaxMs)
+		s += fmt.Sprintf("%d on %s at %.0f s (steal %.0f ms, held late ≤ %.1f ms, yield ≤ %.1f ms, woken late ≤ %.1f ms)",
+			e.Segments, e.Host, e.T, e.StealMs, e.HoldErrorMaxMs, e.YieldMaxMs, e.WakeLateMaxMs)
 	}
 	return s
 }

@@ -14,7 +14,7 @@ func TestRetransmitEvents(t *testing.T) {
 		}
 		return tcpSample{T: tt, Retrans: m, StealMs: steal}
 	}
-	ticks := []Tick{{T: 1.5, HoldErrMs: 0.3}, {T: 1.9, HoldErrMs: 7.5}, {T: 2.1, HoldErrMs: 30}, {T: 3.0, HoldErrMs: 0.2}}
+	ticks := []Tick{{T: 1.5, HoldErrMs: 0.3, YieldMs: 4}, {T: 1.9, HoldErrMs: 7.5, WakeLateMs: 6}, {T: 2.1, HoldErrMs: 30, YieldMs: 25}, {T: 3.0, HoldErrMs: 0.2}}
 	for _, tc := range []struct {
 		name    string
 		samples []tcpSample
@@ -24,7 +24,7 @@ func TestRetransmitEvents(t *testing.T) {
 		{"none", []tcpSample{s(0, 0, "b3", 5), s(1, 0, "b3", 5)}, ticks, nil},
 		{"one second, two hosts, ticks of that second only",
 			[]tcpSample{s(1, 100, "b3", 5, "b4", 2), s(2, 110, "b3", 7, "b4", 3), s(3, 110, "b3", 7, "b4", 3)}, ticks,
-			[]RetransmitEvent{{T: 2, Host: "b3", Segments: 2, StealMs: 10, HoldErrorMaxMs: 7.5}, {T: 2, Host: "b4", Segments: 1, StealMs: 10, HoldErrorMaxMs: 7.5}}},
+			[]RetransmitEvent{{T: 2, Host: "b3", Segments: 2, StealMs: 10, HoldErrorMaxMs: 7.5, YieldMaxMs: 4, WakeLateMaxMs: 6}, {T: 2, Host: "b4", Segments: 1, StealMs: 10, HoldErrorMaxMs: 7.5, YieldMaxMs: 4, WakeLateMaxMs: 6}}},
 		{"a host unseen before (not yet in its namespace) is no event",
 			[]tcpSample{s(1, 0), s(2, 0, "b5", 9), s(3, 0, "b5", 10)}, nil,
 			[]RetransmitEvent{{T: 3, Host: "b5", Segments: 1}}},
@@ -41,7 +41,7 @@ func TestRetransmitEvents(t *testing.T) {
 	if got := stealDuring([]tcpSample{s(0, 100), s(1, 120), s(2, 150)}); got != 50 {
 		t.Errorf("stealDuring = %v, want 50", got)
 	}
-	if got := describeEvents([]RetransmitEvent{{T: 2, Host: "b3", Segments: 2, StealMs: 10, HoldErrorMaxMs: 7.5}}); got != "2 on b3 at 2 s (steal 10 ms, held late ≤ 7.5 ms)" {
+	if got := describeEvents([]RetransmitEvent{{T: 2, Host: "b3", Segments: 2, StealMs: 10, HoldErrorMaxMs: 7.5, YieldMaxMs: 4}}); got != "2 on b3 at 2 s (steal 10 ms, held late ≤ 7.5 ms, yield ≤ 4.0 ms, woken late ≤ 0.0 ms)" {
 		t.Errorf("describeEvents = %q", got)
 	}
 }
