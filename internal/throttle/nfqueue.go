@@ -377,7 +377,7 @@ func (b *Nfqueue) loop() {
 		if now := time.Now(); now.Sub(yielded) >= yieldEvery && (!holding || at.Sub(now) >= yieldRoom) {
 			runtime.Gosched()
 			yielded = time.Now()
-			b.stalls.yield(yielded.Sub(now))
+			b.stalls.yields.add(yielded.Sub(now))
 		}
 		var timeout *unix.Timespec
 		if holding {
@@ -394,7 +394,7 @@ func (b *Nfqueue) loop() {
 		fds[0].Revents, fds[1].Revents = 0, 0
 		err := rawPpoll(fds, timeout)
 		if timeout != nil && fds[0].Revents == 0 && fds[1].Revents == 0 {
-			b.stalls.wake(time.Since(at))
+			b.stalls.wakes.add(time.Since(at))
 		}
 		if err != nil && !errors.Is(err, unix.EINTR) {
 			b.errs.Add(1)
@@ -448,17 +448,16 @@ const (
 // woke it for a release (the hypervisor took the CPU, or something of a
 // higher class ran). Only the packet thread touches it; Stats reads it
 // there too.
-type stalls struct {
-	yields, wakes [64]time.Duration
-	ny, nw        int
+type stalls struct{ yields, wakes recent }
+
+// recent holds the last 64 durations added.
+type recent struct {
+	d [64]time.Duration
+	n int
 }
 
-func (s *stalls) yield(d time.Duration) { s.yields[s.ny%len(s.yields)] = d; s.ny++ }
-func (s *stalls) wake(d time.Duration)  { s.wakes[s.nw%len(s.wakes)] = d; s.nw++ }
-
-func (s *stalls) max() (yield, wake time.Duration) {
-	return slices.Max(s.yields[:]), slices.Max(s.wakes[:])
-}
+func (r *recent) add(d time.Duration) { r.d[r.n%len(r.d)] = d; r.n++ }
+func (r *recent) max() time.Duration  { return slices.Max(r.d[:]) }
 
 // rawPpoll is ppoll(2) without telling the Go scheduler; see yieldEvery.
 func rawPpoll(fds []unix.PollFd, timeout *unix.Timespec) error {
@@ -665,7 +664,7 @@ func (b *Nfqueue) Stats() Stats {
 	b.onLoop(func() {
 		s = b.del.Stats()
 		s.Errors = b.errs.Load() + b.sock.Errors
-		s.YieldMax, s.WakeLateMax = b.stalls.max()
+		s.YieldMax, s.WakeLateMax = b.stalls.yields.max(), b.stalls.wakes.max()
 	})
 	return s
 }

@@ -4,14 +4,16 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
-	"sort"
+	"slices"
 	"strconv"
-	"syscall"
+	"strings"
 	"time"
 
 	"github.com/prometheus/procfs"
+	"golang.org/x/sys/unix"
 )
 
 // RetransmitEvent places retransmissions in time: a second of a run in
@@ -90,9 +92,9 @@ func sampleTCP(ctx context.Context, procs []nsProc, t0 time.Time) []tcpSample {
 // inNamespace reports whether process pid is in the named network
 // namespace (/run/netns/NAME, as ip netns names it).
 func inNamespace(pid int, ns string) bool {
-	var want, got syscall.Stat_t
-	if syscall.Stat(filepath.Join("/run/netns", ns), &want) != nil ||
-		syscall.Stat("/proc/"+strconv.Itoa(pid)+"/ns/net", &got) != nil {
+	var want, got unix.Stat_t
+	if unix.Stat(filepath.Join("/run/netns", ns), &want) != nil ||
+		unix.Stat("/proc/"+strconv.Itoa(pid)+"/ns/net", &got) != nil {
 		return false
 	}
 	return want.Ino == got.Ino && want.Dev == got.Dev
@@ -105,12 +107,7 @@ func retransmitEvents(samples []tcpSample, ticks []Tick) []RetransmitEvent {
 	var out []RetransmitEvent
 	for i := 1; i < len(samples); i++ {
 		prev, cur := samples[i-1], samples[i]
-		hosts := make([]string, 0, len(cur.Retrans))
-		for h := range cur.Retrans {
-			hosts = append(hosts, h)
-		}
-		sort.Strings(hosts)
-		for _, h := range hosts {
+		for _, h := range slices.Sorted(maps.Keys(cur.Retrans)) {
 			before, ok := prev.Retrans[h]
 			if !ok || cur.Retrans[h] <= before {
 				continue
@@ -140,18 +137,12 @@ func stealDuring(samples []tcpSample) float64 {
 
 // describeEvents says in one line where a run's retransmissions fell.
 func describeEvents(evs []RetransmitEvent) string {
-	if len(evs) == 0 {
-		return ""
-	}
-	s := ""
+	parts := make([]string, len(evs))
 	for i, e := range evs {
-		if i > 0 {
-			s += ", "
-		}
-		s += fmt.Sprintf("%d on %s at %.0f s (steal %.0f ms, held late ≤ %.1f ms, yield ≤ %.1f ms, woken late ≤ %.1f ms)",
+		parts[i] = fmt.Sprintf("%d on %s at %.0f s (steal %.0f ms, held late ≤ %.1f ms, yield ≤ %.1f ms, woken late ≤ %.1f ms)",
 			e.Segments, e.Host, e.T, e.StealMs, e.HoldErrorMaxMs, e.YieldMaxMs, e.WakeLateMaxMs)
 	}
-	return s
+	return strings.Join(parts, ", ")
 }
 
 // writeSamples keeps the raw samples beside the run's other logs.

@@ -165,6 +165,7 @@ type env struct {
 // loadProc is one load generator writing its log to a file.
 type loadProc struct {
 	host string
+	ns   string // the host's network namespace
 	cmd  *exec.Cmd
 	log  string
 	errf string
@@ -197,7 +198,7 @@ func (e *env) startLoad(ctx context.Context, host labHost, logPath string, fullB
 		errf.Close()
 		return nil, fmt.Errorf("starting load on %s: %w", host.name, err)
 	}
-	p := &loadProc{host: host.name, cmd: cmd, log: logPath, errf: errPath, done: make(chan error, 1), fullBytes: fullBytes}
+	p := &loadProc{host: host.name, ns: host.ns, cmd: cmd, log: logPath, errf: errPath, done: make(chan error, 1), fullBytes: fullBytes}
 	go func() { p.done <- cmd.Wait(); out.Close(); errf.Close() }()
 	return p, nil
 }
@@ -393,11 +394,7 @@ func (e *env) runOne(ctx context.Context, name string, w Workload, c Control, re
 	// Place retransmissions in time while the loads run.
 	var nsProcs []nsProc
 	for _, p := range procs {
-		for _, h := range e.v.hosts {
-			if h.name == p.host {
-				nsProcs = append(nsProcs, nsProc{host: h.name, ns: h.ns, pid: p.cmd.Process.Pid})
-			}
-		}
+		nsProcs = append(nsProcs, nsProc{host: p.host, ns: p.ns, pid: p.cmd.Process.Pid})
 	}
 	sampleCtx, stopSampling := context.WithCancel(ctx)
 	sampled := make(chan []tcpSample, 1)
@@ -516,7 +513,6 @@ func (e *env) runOne(ctx context.Context, name string, w Workload, c Control, re
 	} else {
 		res.ReadersMBs = nil
 	}
-	res.RetransmitEvents = retransmitEvents(samples, nil) // with the daemon's ticks below
 	res.timeline = buildTimeline(readerRecs, wlogs)
 	// Continuous writers (fig5.7, and its run with none): the window is
 	// the writers' time; on/off writers: the seconds they were active.
@@ -560,7 +556,6 @@ func (e *env) runOne(ctx context.Context, name string, w Workload, c Control, re
 			return nil, err
 		}
 		res.ticks = ticksOf(recs, float64(t0.UnixNano())/1e9)
-		res.RetransmitEvents = retransmitEvents(samples, res.ticks)
 		ds := delayStats(res.ticks)
 		res.Delay = &ds
 		if c.Controller != "none" {
@@ -570,6 +565,8 @@ func (e *env) runOne(ctx context.Context, name string, w Workload, c Control, re
 			res.Release = &rs
 		}
 	}
+	// Without a daemon there are no ticks: the events carry steal only.
+	res.RetransmitEvents = retransmitEvents(samples, res.ticks)
 	if err := writeJSON(filepath.Join(dir, "result.json"), res); err != nil {
 		return nil, err
 	}
