@@ -205,7 +205,7 @@ func (d *Daemon) Status() status.Status {
 	s.Throttle = status.BackendStats{
 		PacketsHeld: bs.PacketsHeld, PacketsPassed: bs.PacketsPassed, Backlog: bs.Backlog,
 		DelayErrorP50Ms: ms(bs.DelayErrorP50), DelayErrorMaxMs: ms(bs.DelayErrorMax),
-		PureAcks: bs.PureAcks, AcksPassed: bs.AcksPassed, Bypassed: bs.Bypassed,
+		PureAcks: bs.PureAcks, AcksPassed: bs.AcksPassed, Bypassed: bs.Bypassed, Takeovers: bs.Takeovers,
 	}
 	return s
 }
@@ -551,6 +551,7 @@ func (d *Daemon) record(now time.Time, dec Decision) {
 	bs := d.o.Backend.Stats()
 	rec.HoldErrorMaxMs, rec.Backlog = ms(bs.DelayErrorMax), bs.Backlog
 	rec.YieldMaxMs, rec.WakeLateMaxMs = ms(bs.YieldMax), ms(bs.WakeLateMax)
+	rec.Takeovers, rec.TakeoverMaxMs = bs.Takeovers, ms(bs.TakeoverMax)
 	for i, r := range dec.Resources {
 		rec.Resources[i] = status.RecordResource{Name: r.Name, SignalMs: r.SignalMs, RawMs: r.RawMs,
 			ThresholdMs: r.ThresholdMs, TargetMs: r.TargetMs, DelayMs: r.DelayMs, ControlMs: r.ControlMs, Reads: r.Reads, Members: len(r.Members)}

@@ -125,6 +125,7 @@ var (
 	descBacklog    = prometheus.NewDesc("sanqos_datapath_backlog_packets", "Packets held right now.", nil, nil)
 	descErrP50     = prometheus.NewDesc("sanqos_datapath_delay_error_p50_seconds", "Median of actual hold time minus requested delay.", nil, nil)
 	descErrMax     = prometheus.NewDesc("sanqos_datapath_delay_error_max_seconds", "Maximum of actual hold time minus requested delay.", nil, nil)
+	descTakeovers  = prometheus.NewDesc("sanqos_datapath_standby_takeovers_total", "Times the standby thread ran the packet path because the packet thread's CPU had stalled.", nil, nil)
 	descUnresolved = prometheus.NewDesc("sanqos_discovery_unresolved_luns", "LUNs the last discovery left out because their backing device could not be resolved: their initiators are neither measured nor throttled.", nil, nil)
 )
 
@@ -135,7 +136,7 @@ type snapshotCollector struct {
 
 func (c *snapshotCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descInfo, descUptime, descSignal, descRaw, descThreshold, descDelay, descControl, descSetSize,
-		descReadBps, descWriteBps, descWriteEWMA, descThrottle, descHeld, descPassed, descBacklog, descErrP50, descErrMax, descUnresolved} {
+		descReadBps, descWriteBps, descWriteEWMA, descThrottle, descHeld, descPassed, descBacklog, descErrP50, descErrMax, descTakeovers, descUnresolved} {
 		ch <- d
 	}
 }
@@ -175,5 +176,6 @@ func (c *snapshotCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descBacklog, gauge, float64(b.Backlog))
 	ch <- prometheus.MustNewConstMetric(descErrP50, gauge, b.DelayErrorP50Ms*msToS)
 	ch <- prometheus.MustNewConstMetric(descErrMax, gauge, b.DelayErrorMaxMs*msToS)
+	ch <- prometheus.MustNewConstMetric(descTakeovers, counterVT, float64(b.Takeovers))
 	ch <- prometheus.MustNewConstMetric(descUnresolved, gauge, float64(len(s.Discovery.Unresolved)))
 }

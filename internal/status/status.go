@@ -95,6 +95,9 @@ type BackendStats struct {
 	PureAcks   string `json:"pure_acks,omitempty"`
 	AcksPassed uint64 `json:"acks_passed"`
 	Bypassed   uint64 `json:"bypassed"`
+	// Takeovers counts the times the nfqueue standby thread ran the
+	// packet path because the packet thread's CPU had stalled.
+	Takeovers uint64 `json:"takeovers"`
 }
 
 // Discovery is the state of topology discovery.
@@ -129,6 +132,11 @@ type Record struct {
 	// (nfqueue only; see throttle.Stats).
 	YieldMaxMs    float64 `json:"yield_max_ms,omitempty"`
 	WakeLateMaxMs float64 `json:"wake_late_max_ms,omitempty"`
+	// Takeovers counts, since the start, the times the standby ran the
+	// packet path for a stalled packet thread; TakeoverMaxMs is the
+	// longest of the recent ones (nfqueue only; see throttle.Stats).
+	Takeovers     uint64  `json:"takeovers,omitempty"`
+	TakeoverMaxMs float64 `json:"takeover_max_ms,omitempty"`
 }
 
 // RecordResource is a resource's state in a Record.

@@ -113,7 +113,8 @@ func reniceSelf(t *testing.T) {
 	if err := unix.SchedGetaffinity(0, &all); err != nil {
 		t.Fatal(err)
 	}
-	one.Set(packetCPU())
+	cpu, _ := pathCPUs()
+	one.Set(cpu)
 	set := func(n int, cpus *unix.CPUSet) {
 		tids, _ := processThreads()
 		for _, tid := range tids {
@@ -124,6 +125,15 @@ func reniceSelf(t *testing.T) {
 	set(-10, &one)
 	t.Cleanup(func() { set(0, &all) })
 }
+
+// startCPUs are the CPUs the test process may use, before reniceSelf.
+var startCPUs = func() unix.CPUSet {
+	var s unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &s); err != nil {
+		panic(err)
+	}
+	return s
+}()
 
 func newLab(t *testing.T) *lab {
 	needRoot(t)
@@ -212,7 +222,25 @@ func (l *lab) backendWith(t *testing.T, cfg NfqueueConfig) *Nfqueue {
 	cfg.Firewall = &Iptables{Run: l.targetRunner}
 	cfg.Sets = l.sets(t)
 	cfg.Logger = quietLog()
-	b, err := NewNfqueue(context.Background(), cfg)
+	// The backend takes its CPUs (the packet thread's and the standby's)
+	// from the thread that starts it, which reniceSelf pinned to one: it
+	// starts on one with the CPUs the test process began with, as the
+	// daemon does.
+	var b *Nfqueue
+	var err error
+	func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		var had unix.CPUSet
+		if err := unix.SchedGetaffinity(0, &had); err != nil {
+			t.Fatal(err)
+		}
+		if err := unix.SchedSetaffinity(0, &startCPUs); err != nil {
+			t.Fatal(err)
+		}
+		defer unix.SchedSetaffinity(0, &had)
+		b, err = NewNfqueue(context.Background(), cfg)
+	}()
 	if err != nil {
 		t.Fatal(err)
 	}

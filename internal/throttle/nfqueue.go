@@ -75,6 +75,9 @@ type NfqueueConfig struct {
 	// everything else: needed to slow bulk TCP streams, which the ACK
 	// clock paces.
 	AckDelay bool
+	// NoStandby runs the packet path without a standby thread (see
+	// standby), for measurements that show what the standby does.
+	NoStandby bool
 }
 
 // delays is the per-consumer delay table the packet path reads.
@@ -146,10 +149,20 @@ type Nfqueue struct {
 	loopDone chan struct{}
 
 	errs      atomic.Uint64 // verdict, read and parse failures
-	stalls    stalls        // the packet thread's own
-	lastLog   time.Time     // of the packet thread's last error log
-	cpu       int           // the packet path's CPU
-	unreserve func()        // gives back the P reserved for the packet thread
+	stalls    stalls        // the packet thread's own; path lock held
+	lastLog   time.Time     // of the packet path's last error log; path lock held
+	cpu       int           // the packet thread's CPU
+	unreserve []func()      // give back the Ps reserved for the packet path's threads
+
+	// path is held by the thread that runs the packet path: the packet
+	// thread while it is not waiting, or the standby while it has taken
+	// over. Only ever TryLock'ed: no thread of the path waits for it.
+	path        sync.Mutex
+	beat        atomic.Uint64 // the packet thread's wake-ups
+	back        atomic.Bool   // the packet thread wants the path back
+	active      atomic.Bool   // rules are installed: packets may come
+	standbyCPU  int           // -1: no standby
+	standbyDone chan struct{}
 }
 
 // NewNfqueue removes what a crashed run left, binds the queue and starts
@@ -174,7 +187,11 @@ func NewNfqueue(ctx context.Context, cfg NfqueueConfig) (*Nfqueue, error) {
 		cfg.Logger = slog.Default()
 	}
 	b := &Nfqueue{cfg: cfg, rec: newReconciler(cfg.Firewall, cfg.Sets), log: cfg.Logger.With("backend", "nfqueue"),
-		stop: make(chan struct{}), loopDone: make(chan struct{}), cpu: packetCPU()}
+		stop: make(chan struct{}), loopDone: make(chan struct{}), standbyDone: make(chan struct{})}
+	b.cpu, b.standbyCPU = pathCPUs()
+	if cfg.NoStandby {
+		b.standbyCPU = -1
+	}
 	b.onPacket = b.handle
 	b.table.Store(&delays{})
 	if err := b.rec.reset(ctx); err != nil {
@@ -214,11 +231,20 @@ func NewNfqueue(ctx context.Context, cfg NfqueueConfig) (*Nfqueue, error) {
 	case cfg.RiseLimit != (RiseLimit{}):
 		b.del.Rise = cfg.RiseLimit
 	}
-	b.unreserve = reserveProc()
+	b.unreserve = append(b.unreserve, reserveProc())
 	if err := raiseOtherThreads(); err != nil {
 		b.log.Warn("the daemon's other threads keep their priority; the packet thread may wait for them under CPU load", "err", err)
 	}
 	go b.loop()
+	if b.standbyCPU >= 0 {
+		b.unreserve = append(b.unreserve, reserveProc())
+		go b.standby()
+	} else {
+		close(b.standbyDone)
+		if !cfg.NoStandby {
+			b.log.Info("one CPU only: no standby for the packet thread; a stall of that CPU delays held packets")
+		}
+	}
 	return b, nil
 }
 
@@ -278,21 +304,21 @@ func (b *Nfqueue) loopError(err error) {
 const rtPriority = 10
 
 // boost locks the calling goroutine to its thread for good, makes the
-// thread real-time and pins it to the packet-path CPU. It stays on one CPU
+// thread real-time and pins it to cpu. It stays on one CPU
 // because an accepted packet is transmitted from the thread that accepted
 // it: on a veth (and any device without a queue) it lands in that CPU's
 // backlog, so verdicts for one flow issued from two CPUs could leave in
 // the wrong order. Failures only cost latency or order under load, so
 // they are logged, not fatal.
-func (b *Nfqueue) boost() {
+func (b *Nfqueue) boost(cpu int) {
 	runtime.LockOSThread()
 	if err := unix.SchedSetAttr(0, &unix.SchedAttr{Policy: unix.SCHED_FIFO, Priority: rtPriority}, 0); err != nil {
 		b.log.Warn("packet path runs at normal priority; delays may stretch under CPU load", "err", err)
 	}
 	var set unix.CPUSet
-	set.Set(b.cpu)
+	set.Set(cpu)
 	if err := unix.SchedSetaffinity(0, &set); err != nil {
-		b.log.Warn("packet path not pinned to one CPU", "cpu", b.cpu, "err", err)
+		b.log.Warn("packet path not pinned to one CPU", "cpu", cpu, "err", err)
 	}
 }
 
@@ -343,20 +369,26 @@ func processThreads() ([]int, error) {
 	return tids, nil
 }
 
-// packetCPU is the CPU the packet path is pinned to: the last one this
-// process may use (CPU 0 usually takes most device interrupts).
-func packetCPU() int {
+// pathCPUs are the CPUs of the packet path: the packet thread's, the last
+// one this process may use (CPU 0 usually takes most device interrupts),
+// and the standby's, the first other one (-1 when there is none).
+func pathCPUs() (packet, standby int) {
 	var set unix.CPUSet
 	if err := unix.SchedGetaffinity(0, &set); err != nil {
-		return 0
+		return 0, -1
 	}
-	cpu := 0
+	packet, standby = 0, -1
 	for i := range 1024 { // CPU_SETSIZE, the CPUs a unix.CPUSet can hold
 		if set.IsSet(i) {
-			cpu = i
+			packet = i
 		}
 	}
-	return cpu
+	for i := range packet {
+		if set.IsSet(i) {
+			return packet, i
+		}
+	}
+	return packet, -1
 }
 
 // maxReadsPerRound bounds the datagrams read between two looks at the
@@ -366,58 +398,58 @@ const maxReadsPerRound = 256
 
 // loop is the packet thread. It ends when Close sets stopping, after
 // releasing everything it holds.
+//
+// It holds the path lock (b.path) while it works and lets go of it while
+// it waits in ppoll, so that the standby (see standby) can take the path
+// over when this thread does not come back from a wait in time. It never
+// blocks on that lock: when the standby has it, the thread asks for it
+// back (b.back) and looks again shortly.
 func (b *Nfqueue) loop() {
 	defer close(b.loopDone)
-	b.boost()
-	fds := []unix.PollFd{{Fd: int32(b.sock.Fd()), Events: unix.POLLIN}, {Fd: int32(b.wake), Events: unix.POLLIN}}
-	var ts unix.Timespec
-	yielded := time.Now()
+	b.boost(b.cpu)
+	t := b.newPathThread()
 	for !b.stopping.Load() {
+		yield := t.yield()
+		if !b.path.TryLock() {
+			b.back.Store(true)
+			rawSleep(backOff)
+			continue
+		}
+		if yield > 0 {
+			b.stalls.yields.add(yield)
+		}
 		at, holding := b.del.next()
-		if now := time.Now(); now.Sub(yielded) >= yieldEvery && (!holding || at.Sub(now) >= yieldRoom) {
-			runtime.Gosched()
-			yielded = time.Now()
-			b.stalls.yields.add(yielded.Sub(now))
+		if holding && !at.After(time.Now()) {
+			b.del.ReleaseDue(time.Now())
+			b.path.Unlock()
+			continue
 		}
-		var timeout *unix.Timespec
-		if holding {
-			wait := time.Until(at)
-			if wait <= 0 {
-				b.del.ReleaseDue(time.Now())
-				continue
-			}
-			// A real-time thread's timeouts have no timer slack: ppoll
-			// wakes within microseconds of the release time.
-			ts = unix.NsecToTimespec(wait.Nanoseconds())
-			timeout = &ts
+		b.path.Unlock()
+		err := t.wait(at, holding)
+		b.beat.Add(1)
+		if !b.path.TryLock() {
+			continue // the standby runs the path and handles what woke us
 		}
-		fds[0].Revents, fds[1].Revents = 0, 0
-		err := rawPpoll(fds, timeout)
-		if timeout != nil && fds[0].Revents == 0 && fds[1].Revents == 0 {
-			b.stalls.wakes.add(time.Since(at))
-		}
-		if err != nil && !errors.Is(err, unix.EINTR) {
+		if err != nil {
 			b.errs.Add(1)
 			b.loopError(fmt.Errorf("waiting for packets: %w", err))
+			b.path.Unlock()
 			pause()
 			continue
 		}
-		if fds[1].Revents != 0 {
-			rawEventfd(unix.SYS_READ, b.wake)
-			b.runCmd()
+		if holding && t.timedOut() {
+			b.stalls.wakes.add(time.Since(at))
 		}
-		if r := fds[0].Revents; r&(unix.POLLERR|unix.POLLNVAL) != 0 {
-			b.errs.Add(1)
-			b.loopError(fmt.Errorf("NFQUEUE socket: poll events %#x", r))
-			pause()
-		} else if r != 0 {
-			b.receive()
-		}
-		b.del.ReleaseDue(time.Now())
+		t.serve()
+		b.path.Unlock()
 	}
 	// On the way out we fail open: what we hold first, then what is
 	// still waiting in the socket, in the order it came. Close removed
-	// the rules before, so the socket runs dry.
+	// the rules before, so the socket runs dry. The standby gives the
+	// path back once it sees stopping.
+	for !b.path.TryLock() {
+		rawSleep(backOff)
+	}
 	b.del.releaseAll()
 	for range 1 << 16 {
 		more, err := b.sock.Read(func(p nfq.Packet) { b.atOnce = append(b.atOnce, p.ID) })
@@ -427,6 +459,74 @@ func (b *Nfqueue) loop() {
 	}
 	b.flushAtOnce()
 	b.endCmds()
+}
+
+// pathThread is what a thread that runs the packet path (the packet
+// thread, or the standby while it has taken over) keeps for itself.
+type pathThread struct {
+	b       *Nfqueue
+	fds     []unix.PollFd
+	ts      unix.Timespec
+	yielded time.Time
+}
+
+func (b *Nfqueue) newPathThread() *pathThread {
+	return &pathThread{b: b, yielded: time.Now(),
+		fds: []unix.PollFd{{Fd: int32(b.sock.Fd()), Events: unix.POLLIN}, {Fd: int32(b.wake), Events: unix.POLLIN}}}
+}
+
+// yield gives the Go scheduler a turn every yieldEvery, at a moment when
+// no packet is due within yieldRoom, and returns how long that took (0:
+// it did not yield).
+func (t *pathThread) yield() time.Duration {
+	now := time.Now()
+	if now.Sub(t.yielded) < yieldEvery {
+		return 0
+	}
+	if at, holding := t.b.del.next(); holding && at.Sub(now) < yieldRoom {
+		return 0
+	}
+	runtime.Gosched()
+	t.yielded = time.Now()
+	return t.yielded.Sub(now)
+}
+
+// wait waits in ppoll(2) for packets, a command, or (holding) the release
+// time at.
+func (t *pathThread) wait(at time.Time, holding bool) error {
+	var timeout *unix.Timespec
+	if holding {
+		// A real-time thread's timeouts have no timer slack: ppoll
+		// wakes within microseconds of the release time.
+		t.ts = unix.NsecToTimespec(max(time.Until(at), 0).Nanoseconds())
+		timeout = &t.ts
+	}
+	t.fds[0].Revents, t.fds[1].Revents = 0, 0
+	if err := rawPpoll(t.fds, timeout); err != nil && !errors.Is(err, unix.EINTR) {
+		return err
+	}
+	return nil
+}
+
+// timedOut reports whether the last wait ended by its timeout.
+func (t *pathThread) timedOut() bool { return t.fds[0].Revents == 0 && t.fds[1].Revents == 0 }
+
+// serve handles what ended the last wait: a command, packets, then the
+// releases that are due. The path lock is held.
+func (t *pathThread) serve() {
+	b := t.b
+	if t.fds[1].Revents != 0 {
+		rawEventfd(unix.SYS_READ, b.wake)
+		b.runCmd()
+	}
+	if r := t.fds[0].Revents; r&(unix.POLLERR|unix.POLLNVAL) != 0 {
+		b.errs.Add(1)
+		b.loopError(fmt.Errorf("NFQUEUE socket: poll events %#x", r))
+		pause()
+	} else if r != 0 {
+		b.receive()
+	}
+	b.del.ReleaseDue(time.Now())
 }
 
 // The packet thread waits in raw system calls (rawPpoll; the socket's
@@ -444,16 +544,16 @@ const (
 
 // stalls keeps the packet thread's recent stalls of its own, apart from
 // the delay errors they cause: how long its yields to the Go scheduler
-// took (another thread must hand its P back) and how late the kernel
-// woke it for a release (the hypervisor took the CPU, or something of a
-// higher class ran). Only the packet thread touches it; Stats reads it
-// there too.
-type stalls struct{ yields, wakes recent }
+// took (another thread must hand its P back), how late the kernel woke it
+// for a release (the hypervisor took the CPU, or something of a higher
+// class ran), and how long the standby ran the path for it. The path lock
+// guards it; Stats reads it under that lock too.
+type stalls struct{ yields, wakes, takeovers recent }
 
 // recent holds the last 64 durations added.
 type recent struct {
 	d [64]time.Duration
-	n int
+	n int // durations ever added
 }
 
 func (r *recent) add(d time.Duration) { r.d[r.n%len(r.d)] = d; r.n++ }
@@ -636,6 +736,7 @@ func (b *Nfqueue) program(ctx context.Context) error {
 	if err := b.rec.apply(ctx, rules, sets); err != nil {
 		return fmt.Errorf("programming the nfqueue data path: %w", err)
 	}
+	b.active.Store(len(rules) > 0)
 	b.onLoop(func() { b.del.Forget(b.members.keep) })
 	if lingering && !b.waiting {
 		b.waiting = true
@@ -665,6 +766,7 @@ func (b *Nfqueue) Stats() Stats {
 		s = b.del.Stats()
 		s.Errors = b.errs.Load() + b.sock.Errors
 		s.YieldMax, s.WakeLateMax = b.stalls.yields.max(), b.stalls.wakes.max()
+		s.Takeovers, s.TakeoverMax = uint64(b.stalls.takeovers.n), b.stalls.takeovers.max()
 	})
 	return s
 }
@@ -693,11 +795,14 @@ func (b *Nfqueue) Close() error {
 	b.stopping.Store(true)
 	b.kick()
 	<-b.loopDone
+	<-b.standbyDone
 	if cerr := b.sock.Close(); cerr != nil && err == nil {
 		err = cerr
 	}
 	unix.Close(b.wake)
 	unix.Close(b.done)
-	b.unreserve()
+	for _, give := range b.unreserve {
+		give()
+	}
 	return err
 }

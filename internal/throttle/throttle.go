@@ -139,6 +139,11 @@ type Stats struct {
 	// among its last 64 timed waits.
 	YieldMax    time.Duration `json:",omitempty"`
 	WakeLateMax time.Duration `json:",omitempty"`
+	// Takeovers counts the times the nfqueue standby ran the packet path
+	// because the packet thread had stalled; TakeoverMax is the longest
+	// of the last 64, about how long that thread was away.
+	Takeovers   uint64        `json:",omitempty"`
+	TakeoverMax time.Duration `json:",omitempty"`
 	// Bypassed counts packets accepted at once because the backlog was over
 	// its limit (fail open rather than hold unbounded memory).
 	Bypassed uint64

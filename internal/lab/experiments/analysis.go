@@ -194,6 +194,9 @@ type Tick struct {
 	// HoldErrMs is the data path's largest recent hold beyond the delay;
 	// YieldMs and WakeLateMs the packet thread's own stalls behind it.
 	HoldErrMs, YieldMs, WakeLateMs float64
+	// Takeovers counts, since the daemon started, the times its standby
+	// ran the packet path for a stalled packet thread.
+	Takeovers uint64
 }
 
 // Throttling reports whether any packet can be held in this tick: a delay
@@ -204,7 +207,7 @@ func (t Tick) Throttling() bool { return t.DelayMs > 0 && t.Members > 0 }
 func ticksOf(recs []status.Record, t0 float64) []Tick {
 	out := make([]Tick, 0, len(recs))
 	for _, r := range recs {
-		t := Tick{T: r.TS - t0, HoldErrMs: r.HoldErrorMaxMs, YieldMs: r.YieldMaxMs, WakeLateMs: r.WakeLateMaxMs}
+		t := Tick{T: r.TS - t0, HoldErrMs: r.HoldErrorMaxMs, YieldMs: r.YieldMaxMs, WakeLateMs: r.WakeLateMaxMs, Takeovers: r.Takeovers}
 		for _, res := range r.Resources {
 			t.SignalMs = max(t.SignalMs, res.SignalMs)
 			t.DelayMs = max(t.DelayMs, res.DelayMs)

@@ -141,9 +141,10 @@ ended within 2 s, before the sets were clear, is "cut short" and not judged).</p
 <p>Each initiator's TcpRetransSegs sampled once a second, beside the time the hypervisor
 took from this machine's CPUs in that second (steal: every thread stalls at once, and a loss probe
 fires 2·SRTT + 2 ms after the last ACK) and the longest hold beyond the delay in the daemon's ticks
-of that second.</p>
-<table><tr><th>run</th><th>steal ms over the run</th><th>retransmissions: segments, initiator, second</th></tr>
-{{range .S.Runs}}<tr><td>{{.Name}}</td><td>{{f1 .StealMs}}</td><td style="text-align:left">{{events .RetransmitEvents}}</td></tr>
+of that second. When the packet thread stalls, the daemon's standby thread on another CPU runs the
+packet path for it (takeovers).</p>
+<table><tr><th>run</th><th>steal ms over the run</th><th>standby takeovers</th><th>retransmissions: segments, initiator, second</th></tr>
+{{range .S.Runs}}<tr><td>{{.Name}}</td><td>{{f1 .StealMs}}</td><td>{{.Takeovers}}</td><td style="text-align:left">{{events .RetransmitEvents}}</td></tr>
 {{end}}</table>
 {{if .S.Checks}}<h2>Targets</h2>
 <table><tr><th>run</th><th>what</th><th>want</th><th>got</th><th></th></tr>

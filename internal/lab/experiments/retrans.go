@@ -33,6 +33,9 @@ type RetransmitEvent struct {
 	// a yield to the Go scheduler, or a late wake-up by the kernel.
 	YieldMaxMs    float64 `json:"yield_max_ms"`
 	WakeLateMaxMs float64 `json:"wake_late_max_ms"`
+	// Takeovers counts the times the daemon's standby thread ran the
+	// packet path in that second, each for a packet thread that stalled.
+	Takeovers uint64 `json:"takeovers"`
 }
 
 // tcpSample is one look at the run's initiators and the machine.
@@ -114,12 +117,20 @@ func retransmitEvents(samples []tcpSample, ticks []Tick) []RetransmitEvent {
 			}
 			ev := RetransmitEvent{T: round1(cur.T), Host: h, Segments: cur.Retrans[h] - before,
 				StealMs: round1(cur.StealMs - prev.StealMs)}
+			var first, last uint64 // the standby's count before and at the end of the second
 			for _, t := range ticks {
+				if t.T <= prev.T {
+					first = t.Takeovers
+				}
 				if t.T > prev.T && t.T <= cur.T {
 					ev.HoldErrorMaxMs = max(ev.HoldErrorMaxMs, t.HoldErrMs)
 					ev.YieldMaxMs = max(ev.YieldMaxMs, t.YieldMs)
 					ev.WakeLateMaxMs = max(ev.WakeLateMaxMs, t.WakeLateMs)
+					last = t.Takeovers
 				}
+			}
+			if last > first {
+				ev.Takeovers = last - first
 			}
 			out = append(out, ev)
 		}
@@ -139,8 +150,8 @@ func stealDuring(samples []tcpSample) float64 {
 func describeEvents(evs []RetransmitEvent) string {
 	parts := make([]string, len(evs))
 	for i, e := range evs {
-		parts[i] = fmt.Sprintf("%d on %s at %.0f s (steal %.0f ms, held late ≤ %.1f ms, yield ≤ %.1f ms, woken late ≤ %.1f ms)",
-			e.Segments, e.Host, e.T, e.StealMs, e.HoldErrorMaxMs, e.YieldMaxMs, e.WakeLateMaxMs)
+		parts[i] = fmt.Sprintf("%d on %s at %.0f s (steal %.0f ms, held late ≤ %.1f ms, yield ≤ %.1f ms, woken late ≤ %.1f ms, standby took over %d×)",
+			e.Segments, e.Host, e.T, e.StealMs, e.HoldErrorMaxMs, e.YieldMaxMs, e.WakeLateMaxMs, e.Takeovers)
 	}
 	return strings.Join(parts, ", ")
 }

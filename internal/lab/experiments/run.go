@@ -127,6 +127,9 @@ type RunResult struct {
 	// second; StealMs is the steal time of the whole run.
 	RetransmitEvents []RetransmitEvent `json:"retransmit_events"`
 	StealMs          float64           `json:"steal_ms"`
+	// Takeovers counts the times the daemon's standby thread ran the
+	// packet path during the run because the packet thread had stalled.
+	Takeovers uint64 `json:"standby_takeovers"`
 	// ReaderKBs is smalljob's kB/s over the active seconds; ReaderGoalKBs
 	// what it asks for.
 	ReaderKBs     float64 `json:"reader_kb_s"`
@@ -567,6 +570,9 @@ func (e *env) runOne(ctx context.Context, name string, w Workload, c Control, re
 	}
 	// Without a daemon there are no ticks: the events carry steal only.
 	res.RetransmitEvents = retransmitEvents(samples, res.ticks)
+	if n := len(res.ticks); n > 0 {
+		res.Takeovers = res.ticks[n-1].Takeovers - res.ticks[0].Takeovers
+	}
 	if err := writeJSON(filepath.Join(dir, "result.json"), res); err != nil {
 		return nil, err
 	}
