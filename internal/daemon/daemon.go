@@ -551,7 +551,7 @@ func (d *Daemon) record(now time.Time, dec Decision) {
 	bs := d.o.Backend.Stats()
 	rec.HoldErrorMaxMs, rec.Backlog = ms(bs.DelayErrorMax), bs.Backlog
 	rec.YieldMaxMs, rec.WakeLateMaxMs = ms(bs.YieldMax), ms(bs.WakeLateMax)
-	rec.Takeovers, rec.TakeoverMaxMs = bs.Takeovers, ms(bs.TakeoverMax)
+	rec.Takeovers, rec.TakeoverMaxMs, rec.TakeoversDeclined = bs.Takeovers, ms(bs.TakeoverMax), bs.TakeoversDeclined
 	for i, r := range dec.Resources {
 		rec.Resources[i] = status.RecordResource{Name: r.Name, SignalMs: r.SignalMs, RawMs: r.RawMs,
 			ThresholdMs: r.ThresholdMs, TargetMs: r.TargetMs, DelayMs: r.DelayMs, ControlMs: r.ControlMs, Reads: r.Reads, Members: len(r.Members)}

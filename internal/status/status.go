@@ -134,9 +134,13 @@ type Record struct {
 	WakeLateMaxMs float64 `json:"wake_late_max_ms,omitempty"`
 	// Takeovers counts, since the start, the times the standby ran the
 	// packet path for a stalled packet thread; TakeoverMaxMs is the
-	// longest of the recent ones (nfqueue only; see throttle.Stats).
-	Takeovers     uint64  `json:"takeovers,omitempty"`
-	TakeoverMaxMs float64 `json:"takeover_max_ms,omitempty"`
+	// longest of the recent ones; TakeoversDeclined the standby's looks
+	// that found that thread away but packets still in its CPU's receive
+	// backlog, which a takeover could overtake (nfqueue only; see
+	// throttle.Stats).
+	Takeovers         uint64  `json:"takeovers,omitempty"`
+	TakeoverMaxMs     float64 `json:"takeover_max_ms,omitempty"`
+	TakeoversDeclined uint64  `json:"takeovers_declined,omitempty"`
 }
 
 // RecordResource is a resource's state in a Record.

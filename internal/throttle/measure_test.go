@@ -12,7 +12,7 @@ import (
 )
 
 // rtThreadTicks sums the CPU time (clock ticks) of this process's
-// real-time threads: the packet thread of each backend.
+// real-time threads: the packet thread and the standby of each backend.
 // System time includes the kernel's work after each verdict, which on a
 // veth is the whole receiving TCP stack of both namespaces (the accepted
 // ACK is delivered, processed and answered with new data in the same
@@ -77,6 +77,12 @@ func TestLiveMeasure(t *testing.T) {
 	if s := b.Stats(); s.PacketsPassed != 0 {
 		t.Errorf("idle sanqos passed %d packets through user space, want 0", s.PacketsPassed)
 	}
+	// With a rule installed and no packet, the packet thread sleeps: the
+	// real-time CPU time is the standby's, watching.
+	u0, k0 := rtThreadTicks(t)
+	time.Sleep(3 * time.Second)
+	u1, k1 := rtThreadTicks(t)
+	t.Logf("standby watching the packet thread (rule installed, no packets): %.1f%% of one core", 100*float64(u1-u0+k1-k0)/ticksPerSecond/3)
 
 	// A 40 MB/s write stream, ACKs per segment as on a real NIC (no
 	// GSO/GRO on the veth), write delay 1 ms.
@@ -90,10 +96,10 @@ func TestLiveMeasure(t *testing.T) {
 	}
 	l.throttle(t, b, time.Millisecond, 0)
 	s0, t0 := b.Stats(), time.Now()
-	u0, k0 := rtThreadTicks(t)
+	u0, k0 = rtThreadTicks(t)
 	rate, done := l.uploadPaced(3*time.Second, 40e6)
 	s1, t1 := b.Stats(), time.Now()
-	u1, k1 := rtThreadTicks(t)
+	u1, k1 = rtThreadTicks(t)
 	done()
 	el := t1.Sub(t0).Seconds()
 	pps := float64(s1.PacketsPassed-s0.PacketsPassed) / el

@@ -122,7 +122,9 @@ func directionOf(payload, small int) Direction {
 // reads packets, hands them to the Delayer and gives verdicts. Nothing on
 // that path waits for another thread of the process: the kernel wakes it
 // directly, and the control loop's calls (Apply, Stats) are run on it as
-// commands instead of taking a lock it also needs (see onLoop).
+// commands instead of taking a lock it also needs (see onLoop). While
+// that thread's CPU is stalled, a standby thread on another CPU does its
+// work (see standby).
 type Nfqueue struct {
 	cfg      NfqueueConfig
 	rec      *reconciler
@@ -160,6 +162,7 @@ type Nfqueue struct {
 	path        sync.Mutex
 	beat        atomic.Uint64 // the packet thread's wake-ups
 	back        atomic.Bool   // the packet thread wants the path back
+	declined    atomic.Uint64 // standby looks that found the packet CPU's backlog busy
 	active      atomic.Bool   // rules are installed: packets may come
 	standbyCPU  int           // -1: no standby
 	standbyDone chan struct{}
@@ -304,12 +307,13 @@ func (b *Nfqueue) loopError(err error) {
 const rtPriority = 10
 
 // boost locks the calling goroutine to its thread for good, makes the
-// thread real-time and pins it to cpu. It stays on one CPU
-// because an accepted packet is transmitted from the thread that accepted
-// it: on a veth (and any device without a queue) it lands in that CPU's
-// backlog, so verdicts for one flow issued from two CPUs could leave in
-// the wrong order. Failures only cost latency or order under load, so
-// they are logged, not fatal.
+// thread real-time and pins it to cpu. It stays on one CPU because an
+// accepted packet is transmitted from the thread that accepted it: on a
+// veth (and any device without a queue) it lands in that CPU's backlog,
+// so verdicts for one flow issued from two CPUs could leave in the wrong
+// order (the standby therefore waits for the packet CPU's backlog to
+// empty before it takes over). Failures only cost latency or order under
+// load, so they are logged, not fatal.
 func (b *Nfqueue) boost(cpu int) {
 	runtime.LockOSThread()
 	if err := unix.SchedSetAttr(0, &unix.SchedAttr{Policy: unix.SCHED_FIFO, Priority: rtPriority}, 0); err != nil {
@@ -767,6 +771,7 @@ func (b *Nfqueue) Stats() Stats {
 		s.Errors = b.errs.Load() + b.sock.Errors
 		s.YieldMax, s.WakeLateMax = b.stalls.yields.max(), b.stalls.wakes.max()
 		s.Takeovers, s.TakeoverMax = uint64(b.stalls.takeovers.n), b.stalls.takeovers.max()
+		s.TakeoversDeclined = b.declined.Load()
 	})
 	return s
 }

@@ -23,7 +23,8 @@ import (
 // so a stalled CPU stalls the sender's timers with it. The standby puts
 // the ACKs back on a CPU that runs.
 //
-// How. Every standbyTick while rules are installed, the standby looks
+// How. Every standbyTick while packets are held (standbyQuiet while
+// rules are installed but nothing is held or queued), the standby looks
 // whether work waits for the packet thread (a packet due, a packet or a
 // command in the queue) while that thread has not come back from its wait
 // (b.beat did not move). When that lasts standbyGrace it takes the path
@@ -36,6 +37,11 @@ import (
 const (
 	standbyTick  = time.Millisecond
 	standbyGrace = 2 * time.Millisecond
+	// standbyQuiet is how often the standby looks while nothing is held
+	// or queued (a throttled consumer that sends nothing): each look
+	// costs a timer wake-up, which on a virtual machine is expensive
+	// (1000 a second took 4 % of a core here).
+	standbyQuiet = 5 * time.Millisecond
 	// standbyIdle is how often the standby looks while no rule sends
 	// packets to the queue.
 	standbyIdle = 20 * time.Millisecond
@@ -45,6 +51,12 @@ const (
 	// backOff is how long the packet thread waits before it looks again
 	// for the path the standby holds.
 	backOff = 100 * time.Microsecond
+)
+
+var (
+	tickTS  = unix.NsecToTimespec(standbyTick.Nanoseconds())
+	quietTS = unix.NsecToTimespec(standbyQuiet.Nanoseconds())
+	idleTS  = unix.NsecToTimespec(standbyIdle.Nanoseconds())
 )
 
 // standby watches the packet thread and takes the path over when it
@@ -62,17 +74,29 @@ func (b *Nfqueue) standby() {
 	}
 	buf := make([]byte, 16<<10)
 	var beat uint64
+	wait := &tickTS
 	var since time.Time // work has waited with the packet thread away since
 	for !b.stopping.Load() {
-		t.yield()
+		// While it watches, the standby sleeps in ordinary system calls:
+		// the Go scheduler then sees a goroutine that waits, not one
+		// that runs, and never has to preempt it (the path threads'
+		// raw waits need yields for that, see yieldEvery, and 200
+		// yields a second cost more than the watching itself). Were the
+		// scheduler slow to give it a P back, a takeover would come a
+		// little later; a wait never holds a packet.
 		if !b.active.Load() {
-			rawSleep(standbyIdle)
+			_ = unix.Nanosleep(&idleTS, nil)
 			since = time.Time{}
 			continue
 		}
-		rawSleep(standbyTick)
+		_ = unix.Nanosleep(wait, nil)
 		now := time.Now()
-		if cur := b.beat.Load(); cur != beat || !t.pending(now) {
+		holding, pending := t.pending(now)
+		wait = &tickTS
+		if !holding && !pending {
+			wait = &quietTS
+		}
+		if cur := b.beat.Load(); cur != beat || !pending {
 			beat, since = cur, time.Time{}
 			continue
 		}
@@ -80,7 +104,14 @@ func (b *Nfqueue) standby() {
 			since = now
 			continue
 		}
-		if now.Sub(since) < standbyGrace || !backlogEmpty(softnet, b.cpu, buf) || !b.path.TryLock() {
+		if now.Sub(since) < standbyGrace {
+			continue
+		}
+		if !backlogEmpty(softnet, b.cpu, buf) {
+			b.declined.Add(1)
+			continue
+		}
+		if !b.path.TryLock() {
 			continue
 		}
 		b.takeOver(t)
@@ -89,15 +120,17 @@ func (b *Nfqueue) standby() {
 	}
 }
 
-// pending reports whether work waits for the packet path: a held packet
-// due, or a packet or command waiting in its file descriptors.
-func (t *pathThread) pending(now time.Time) bool {
-	if at, holding := t.b.del.next(); holding && !at.After(now) {
-		return true
+// pending reports whether packets are held, and whether work waits for
+// the packet path: a held packet due, or a packet or command waiting in
+// its file descriptors.
+func (t *pathThread) pending(now time.Time) (holding, pending bool) {
+	at, holding := t.b.del.next()
+	if holding && !at.After(now) {
+		return true, true
 	}
 	t.fds[0].Revents, t.fds[1].Revents = 0, 0
 	var zero unix.Timespec
-	return rawPpoll(t.fds, &zero) == nil && !t.timedOut()
+	return holding, rawPpoll(t.fds, &zero) == nil && !t.timedOut()
 }
 
 // takeOver runs the packet path on the standby until the packet thread
@@ -105,6 +138,7 @@ func (t *pathThread) pending(now time.Time) bool {
 func (b *Nfqueue) takeOver(t *pathThread) {
 	start := time.Now()
 	b.back.Store(false)
+	t.yielded = start
 	for !b.stopping.Load() && !b.back.Load() {
 		t.yield()
 		now := time.Now()

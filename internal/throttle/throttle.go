@@ -144,6 +144,10 @@ type Stats struct {
 	// of the last 64, about how long that thread was away.
 	Takeovers   uint64        `json:",omitempty"`
 	TakeoverMax time.Duration `json:",omitempty"`
+	// TakeoversDeclined counts the standby's looks (one a millisecond)
+	// that found the packet thread away but did not take over because
+	// packets still waited in the packet CPU's receive backlog.
+	TakeoversDeclined uint64 `json:",omitempty"`
 	// Bypassed counts packets accepted at once because the backlog was over
 	// its limit (fail open rather than hold unbounded memory).
 	Bypassed uint64
