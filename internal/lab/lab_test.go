@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -217,6 +218,8 @@ func TestSetupNetworkCommands(t *testing.T) {
 		"ip netns exec sanqos-b2 ethtool -K eth0 tso on gso on gro on",
 		"ip netns exec sanqos-bm sysctl -q -w net.ipv4.tcp_congestion_control=reno",
 		"ip netns exec sanqos-sw ethtool -K sq-b2 tso on gso on gro on",
+		"ip netns exec sanqos-sw sh -c for q in /sys/class/net/sq-b2/queues/rx-*/rps_cpus; do echo " + cpuMask(runtime.NumCPU()) + " > $q; done",
+		"ip netns exec sanqos-b2 sh -c for q in /sys/class/net/eth0/queues/rx-*/rps_cpus; do echo " + cpuMask(runtime.NumCPU()) + " > $q; done",
 	} {
 		if !strings.Contains(all, want) {
 			t.Errorf("missing command %q in:\n%s", want, all)
@@ -236,6 +239,17 @@ func TestSetupNetworkCommands(t *testing.T) {
 	}
 	if last := r.cmds[len(r.cmds)-1]; !strings.Contains(last, "type bridge") {
 		t.Errorf("setup went on after a failure: last command %q", last)
+	}
+}
+
+func TestCPUMask(t *testing.T) {
+	for _, tc := range []struct {
+		n    int
+		want string
+	}{{1, "00000001"}, {2, "00000003"}, {32, "ffffffff"}, {33, "00000001,ffffffff"}, {64, "ffffffff,ffffffff"}} {
+		if got := cpuMask(tc.n); got != tc.want {
+			t.Errorf("cpuMask(%d) = %q, want %q", tc.n, got, tc.want)
+		}
 	}
 }
 

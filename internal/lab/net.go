@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"runtime"
 	"strings"
 )
 
@@ -83,6 +84,8 @@ func setupNetwork(ctx context.Context, r runner, hosts []host) error {
 			[]string{"ip", "-n", h.ns, "link", "set", ifName, "up"},
 			ethtoolK(SwitchNS, sw),
 			ethtoolK(h.ns, ifName),
+			rps(SwitchNS, sw),
+			rps(h.ns, ifName),
 		)
 	}
 	for _, s := range steps {
@@ -91,6 +94,29 @@ func setupNetwork(ctx context.Context, r runner, hosts []host) error {
 		}
 	}
 	return nil
+}
+
+// rps steers each flow that dev receives to one CPU by its hash (receive
+// packet steering over all CPUs). A veth hands a packet to the backlog of
+// the CPU that sent it, so without it a sending thread that moves between
+// CPUs reorders its own flow at the next hop: the target then queues an
+// initiator's data out of order and the initiator retransmits in a SACK
+// recovery that DSACKs undo, with no sanqos on the path. A NIC keeps a
+// flow on one queue; RPS makes the veths do the same.
+func rps(ns, dev string) []string {
+	return []string{"ip", "netns", "exec", ns, "sh", "-c",
+		fmt.Sprintf("for q in /sys/class/net/%s/queues/rx-*/rps_cpus; do echo %s > $q; done", dev, cpuMask(runtime.NumCPU()))}
+}
+
+// cpuMask is the sysfs CPU mask of CPUs 0 to n-1: hexadecimal, in groups
+// of 32 CPUs separated by commas.
+func cpuMask(n int) string {
+	var groups []string
+	for ; n > 0; n -= 32 {
+		bits := uint64(1)<<min(n, 32) - 1
+		groups = append([]string{fmt.Sprintf("%08x", bits)}, groups...)
+	}
+	return strings.Join(groups, ",")
 }
 
 func ethtoolK(ns, dev string) []string {
