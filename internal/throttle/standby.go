@@ -35,8 +35,19 @@ import (
 // that CPU's receive backlog is empty (see backlogEmpty), so that nothing
 // it released can still be overtaken.
 const (
-	standbyTick  = time.Millisecond
-	standbyGrace = 2 * time.Millisecond
+	standbyTick = time.Millisecond
+	// standbyGrace is how long due work may wait for an absent packet
+	// thread before the standby takes over: one tick, so a takeover
+	// comes 1–2 ms after the work fell due. It must be short because the
+	// writers' probe timers are short where the delay is small: with
+	// SRTT ≈ delay d the probe fires 2d + 2 ms after a send, up to a
+	// 4 ms jiffy early, so a hold may be late by only about d − 2 ms.
+	// With 2 ms of grace the standby came 3–4 ms late, and in a full
+	// fig5.11 run two stalls of 4–5 ms at d ≈ 5 ms, neither covered,
+	// made 6 loss probes. A shorter grace costs no wake-ups, only
+	// takeovers of a thread that was about to come back, which hand the
+	// path back within backOff.
+	standbyGrace = standbyTick
 	// standbyQuiet is how often the standby looks while nothing is held
 	// or queued (a throttled consumer that sends nothing): each look
 	// costs a timer wake-up, which on a virtual machine is expensive
