@@ -161,6 +161,23 @@ func (c *PID) Update(signalMs float64) float64 {
 	return c.u
 }
 
+// SetUMax moves the clamp of the output to umax (> 0), for a ceiling
+// that follows the writers (see the engine's authority scaling). An
+// output above the new clamp is brought down to it at once.
+func (c *PID) SetUMax(umax float64) {
+	if !(umax > 0) || math.IsInf(umax, 0) {
+		return
+	}
+	c.p.UMaxMs = umax
+	c.u = math.Min(c.u, umax)
+}
+
+// Ceiling is a controller whose output clamp can be moved while it runs.
+// pid is one; thesis is not (its clamp is part of the copied listing).
+type Ceiling interface {
+	SetUMax(umax float64)
+}
+
 // None never throttles: it is the baseline of every comparison.
 type None struct{}
 

@@ -8,8 +8,13 @@
 // the milliseconds its consumer devices spent on reads completed in the
 // tick, divided by the number of those reads (iostat's r_await, weighted
 // by requests across the resource's devices), then an EWMA with α = 0.25
-// (package signal). A tick with no reads carries no latency, so the EWMA
-// decays by α toward 0 rather than holding a stale value. Reads are the
+// (package signal). Reads still in flight that were in flight a tick ago
+// count as reads of their age so far: a reader slower than a tick
+// completes nothing in most ticks exactly when the disk is worst, and
+// reading those ticks as idle released the writers at the worst moment.
+// A tick with no read completed and none pending is held (signal and
+// delay kept) for up to a second after the last read, then the EWMA
+// decays by α toward 0 as in the thesis (engine: "Starvation"). Reads are the
 // victims: writes are absorbed by caches and only hurt through the queue
 // they build, so read latency is the symptom we control and writers are
 // the knob. The 100 ms window is the thesis's sampling period (Listings
@@ -75,10 +80,14 @@
 //	                   EWMA's lag causes; larger amplifies the per-tick
 //	                   noise of a mean over a few reads.
 //	T = 100 ms         the tick; must match the loop, it scales Ti and Td.
-//	u_max = 20 ms      the top of the thesis's delay range (§4.4: 21 steps
-//	                   of 0.5 ms up to 20 ms; §5.7: typically 0.5–20 ms);
-//	                   each step costs ever less rate while a writer's
-//	                   per-I/O stall keeps growing.
+//	u_max = 20 ms      the ceiling the delay starts with: the top of the
+//	                   thesis's range (§4.4: 21 steps of 0.5 ms up to
+//	                   20 ms; §5.7: typically 0.5–20 ms). The engine
+//	                   raises it ×1.5 per second while the delay sits at
+//	                   it over the threshold, up to u_max_limit (200 ms):
+//	                   a per-I/O delay cuts a writer's rate only as far as
+//	                   its concurrency allows, so many threads or deep
+//	                   queues need more (engine: "Authority").
 //	EWMA α = 0.25      the thesis's filter weight (package signal).
 //
 // The simulator tunes these against the disk model; change them through
@@ -99,6 +108,9 @@
 //	resource=vg-data raw_ms=41.2 signal_ms=33.9 threshold_ms=15 delay_ms=3.78 members=10.0.0.3,10.0.0.4
 //
 // A resource at rest shows delay_ms=0 and no members; delay_ms pinned at
-// u_max for long means the resource cannot be brought under its threshold
-// by delaying its writers (the threshold is too low, or the load is reads).
+// u_max_limit for long is reported as saturation (a warning, the
+// sanqos_resource_saturated metric, SATURATED in sanqos status): the
+// resource cannot be brought under its threshold by delaying its writers
+// (the threshold is too low, the load is reads, or the writers need a
+// rate limit).
 package control

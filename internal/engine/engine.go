@@ -56,7 +56,75 @@ type Config struct {
 	// Direction is what the delay slows: throttle.Write (default) delays
 	// the ACKs and R2Ts of the set's writes.
 	Direction throttle.Direction
+	// UMaxLimitMs is how far the delay ceiling may rise above
+	// Control.UMaxMs when the writers need more delay than that (see
+	// "Authority" below); 0, or a value ≤ Control.UMaxMs, keeps the
+	// ceiling at Control.UMaxMs.
+	UMaxLimitMs float64
+	// InFlight, when set, says how many reads a device has in flight. It
+	// lets a tick in which no read completed tell "the reads are slower
+	// than a tick" from "nobody reads" (see "Starvation" below). Nil: such
+	// a tick is idle, as in the thesis.
+	InFlight InFlight
 }
+
+// InFlight reports the reads a device has in flight now (the kernel's
+// /sys/class/block/DEV/inflight). ok is false when it cannot tell.
+type InFlight interface {
+	ReadsInFlight(device string) (n uint64, ok bool)
+}
+
+// Starvation. A reader whose reads take longer than a tick completes none
+// in most ticks, exactly when the disk is at its worst; the thesis's rule
+// (a tick without reads decays the signal) then reads the worst moments
+// as health and lets the controller release the writers. So a tick
+// without a completed read is classified:
+//
+//   - reads in flight that were already in flight a tick ago (no read of
+//     the device completed in between, so they are the same reads): each
+//     device adds one read of its age so far, a lower bound of its
+//     latency, to the signal;
+//   - reads in flight seen for the first time, or no read in flight but a
+//     read sample less than idleHold ago: the signal and the delay are
+//     held (there is no new evidence either way);
+//   - otherwise the resource is idle: the signal decays as in the thesis.
+const (
+	// idleHold bridges the think time of slow readers (a reader of a few
+	// reads a second leaves most ticks without a read in flight), so that
+	// the delay is neither released between two reads nor kept on stale
+	// news once the readers have gone.
+	idleHold = time.Second
+	// pendingTrustMax: a read in flight longer than this is past the SCSI
+	// layer's 30 s command timeout; an in-flight count that old is a
+	// kernel's accounting leak, not a read, and is ignored rather than
+	// throttling the writers forever.
+	pendingTrustMax = 30 * time.Second
+)
+
+// Authority. A per-packet delay slows each of a writer's I/Os by about
+// one delay, so it cuts the writers' rate only as far as their
+// concurrency allows: by Little's law, holding a saturated disk's queue
+// down takes a delay near the writers' outstanding I/Os times the service
+// time, which grows with threads, sessions and queue depth. The ceiling
+// therefore starts at Control.UMaxMs (the thesis's range) and, while the
+// delay has sat at it with the read latency over the threshold and a
+// non-empty set for raiseAfter, rises by raiseFactor, up to UMaxLimitMs;
+// it falls back by the same factor after lowerAfter with the delay under
+// half of it. Rising by factors keeps TCP's RTT estimate ahead of the
+// delay (the data path also limits the rise per packet). A ceiling at the
+// limit with the latency still over the threshold is reported as
+// saturation: packet delay alone cannot hold these writers.
+const (
+	raiseAfter  = time.Second
+	raiseFactor = 1.5
+	lowerAfter  = 10 * time.Second
+)
+
+// DefaultUMaxLimitMs is the default top of the ceiling: far above the
+// thesis's 20 ms, yet under Linux's 200 ms minimum retransmission timeout
+// plus the RTT the writers already measure, and a thousand times under
+// the initiators' 30 s SCSI command timeout.
+const DefaultUMaxLimitMs = 200
 
 // DefaultHeadroom keeps the 1-second read latency under 1.2 × threshold
 // in all but a few percent of seconds: in the lab, the 1-second mean wait of
@@ -79,6 +147,8 @@ func DefaultConfig() Config {
 		LeaveKBs:   policy.DefaultJoinKBs / 2,
 		Policy:     policy.ReadOverWrite,
 		Direction:  throttle.Write,
+		// UMaxLimitMs: see DefaultUMaxLimitMs.
+		UMaxLimitMs: DefaultUMaxLimitMs,
 	}
 }
 
@@ -108,9 +178,21 @@ type ResourceDecision struct {
 	// DelayMs is the delay applied to the members: ControlMs while the
 	// set has members, else 0 (nobody is held).
 	DelayMs float64
-	// UMaxMs is the largest delay the controller may set.
-	UMaxMs float64
-	Reads  uint64
+	// UMaxMs is the largest delay the controller may set now (the
+	// ceiling, which follows the writers; see "Authority"), UMaxLimitMs
+	// the highest it may go.
+	UMaxMs, UMaxLimitMs float64
+	// Saturated: the delay has sat at the ceiling's limit with the read
+	// latency over the threshold for a second or more; packet delay alone
+	// is not holding these writers.
+	Saturated bool
+	// Held: no read completed and none has been in flight for a tick, so
+	// the signal and the delay were kept as they were (see "Starvation").
+	Held bool
+	// PendingMs is the age of the oldest read known to be in flight for
+	// more than a tick (0: none), a lower bound of its latency.
+	PendingMs float64
+	Reads     uint64
 	// Members is the throttleable set (whether or not DelayMs is 0).
 	Members   []netip.Addr
 	Direction throttle.Direction
@@ -162,6 +244,13 @@ type device struct {
 	// valid: rates below hold this Step's interval values.
 	valid bool
 	rates diskstats.Rates
+	// sig: the device's reads are part of some resource's signal.
+	sig bool
+	// pendingSince is the first Step that saw reads in flight with none
+	// completed since (zero: none); pendingMs the age that proves.
+	pendingSince time.Time
+	pending      bool
+	pendingMs    float64
 }
 
 type consumer struct {
@@ -178,10 +267,18 @@ type resource struct {
 	signalMs  float64
 	// started: the resource has been measured at least once; from then on
 	// a tick without measurements counts as a tick without reads.
-	started   bool
-	consumers []int // indices into Engine.cons
-	devs      []int // distinct devices of all consumers
-	sigDevs   []int // distinct devices whose reads are the signal
+	started bool
+	// controlMs is the controller's last output, kept while it is held.
+	controlMs float64
+	// lastSample is when the signal last had a read sample.
+	lastSample time.Time
+	// ceiling is the controller's current clamp (Authority); satSince and
+	// lowSince when the delay started to sit at it, or under half of it.
+	ceiling            float64
+	satSince, lowSince time.Time
+	consumers          []int // indices into Engine.cons
+	devs               []int // distinct devices of all consumers
+	sigDevs            []int // distinct devices whose reads are the signal
 }
 
 // Engine holds the state of every resource between Steps. It is not safe
@@ -200,6 +297,9 @@ type Engine struct {
 	// lookup per line on most ticks.
 	hintName []string
 	hintDev  []int
+	// idleHold is the const idleHold; a test sets 0 to run the thesis's
+	// rule beside the current one.
+	idleHold time.Duration
 }
 
 // New validates cfg and topo and returns an engine at rest.
@@ -224,7 +324,7 @@ func New(cfg Config, topo topology.Topology) (*Engine, error) {
 	if err := ValidateTopology(topo, cfg); err != nil {
 		return nil, err
 	}
-	e := &Engine{cfg: cfg, pol: pol}
+	e := &Engine{cfg: cfg, pol: pol, idleHold: idleHold}
 	e.SetTopology(topo)
 	return e, nil
 }
@@ -239,6 +339,9 @@ func (cfg Config) validate() error {
 	}
 	if err := signal.CheckAlpha(cfg.WriteAlpha); err != nil {
 		errs = append(errs, fmt.Errorf("write-rate %w", err))
+	}
+	if !(cfg.UMaxLimitMs >= 0) || math.IsInf(cfg.UMaxLimitMs, 0) {
+		errs = append(errs, fmt.Errorf("delay ceiling limit %v ms: want 0 (fixed at u_max) or a delay, e.g. %v", cfg.UMaxLimitMs, DefaultUMaxLimitMs))
 	}
 	if !(cfg.Headroom >= 0 && cfg.Headroom < 0.5) {
 		errs = append(errs, fmt.Errorf("headroom %v: want a fraction in [0, 0.5), e.g. 0.15", cfg.Headroom))
@@ -371,9 +474,10 @@ func (e *Engine) SetTopology(topo topology.Topology) {
 		if oi, ok := oldRes[tr.Name]; ok && !usedRes[oi] {
 			usedRes[oi] = true
 			old := e.res[oi]
-			r.ewma, r.signalMs, r.started = old.ewma, old.signalMs, old.started
+			r.ewma, r.signalMs, r.started, r.lastSample = old.ewma, old.signalMs, old.started, old.lastSample
 			if old.threshold == r.threshold {
-				r.ctrl = old.ctrl
+				r.ctrl, r.controlMs = old.ctrl, old.controlMs
+				r.ceiling, r.satSince, r.lowSince = old.ceiling, old.satSince, old.lowSince
 			}
 		}
 		if r.ewma == nil {
@@ -385,6 +489,7 @@ func (e *Engine) SetTopology(topo topology.Topology) {
 			p := e.cfg.Control
 			p.ThresholdMs = r.threshold * (1 - e.cfg.Headroom)
 			r.ctrl, _ = control.New(e.cfg.Controller, p) // validated in New
+			r.ceiling = p.UMaxMs
 		}
 		seenDev := make(map[int]bool)
 		seenSig := make(map[int]bool)
@@ -409,6 +514,14 @@ func (e *Engine) SetTopology(topo topology.Topology) {
 			}
 		}
 		res = append(res, r)
+	}
+	for i := range devs {
+		devs[i].sig = false
+	}
+	for _, r := range res {
+		for _, di := range r.sigDevs {
+			devs[di].sig = true
+		}
 	}
 	e.devIdx, e.devs, e.cons, e.res = devIdx, devs, cons, res
 	clear(e.hintName) // device indices changed
@@ -455,6 +568,7 @@ func (e *Engine) Step(now time.Time, snap []diskstats.Stat) Decision {
 			}
 			d.rates = diskstats.Sub(&d.cur, &d.prev).Rates(now.Sub(d.prevAt))
 			d.valid = true
+			e.updatePending(d, now)
 		}
 		d.prev, d.prevAt, d.hasPrev = d.cur, now, true
 	}
@@ -480,24 +594,40 @@ func (e *Engine) Step(now time.Time, snap []diskstats.Stat) Decision {
 			}
 		}
 		var agg signal.ReadLatency
+		pending := false
 		for _, di := range r.sigDevs {
-			if d := &e.devs[di]; d.valid {
-				agg.Add(d.rates.Reads, d.rates.ReadMs)
+			d := &e.devs[di]
+			if !d.valid {
+				continue
+			}
+			agg.Add(d.rates.Reads, d.rates.ReadMs)
+			pending = pending || d.pending
+			if d.pendingMs > 0 {
+				agg.AddPending(d.pendingMs)
+				rd.PendingMs = max(rd.PendingMs, d.pendingMs)
 			}
 		}
 		rd.Reads = agg.Reads()
 		if measured || r.started {
 			// A resource whose devices all vanished from the snapshot is
-			// treated as idle: its signal decays and the throttle winds
-			// down (fail open) rather than holding the last delay.
+			// treated as idle: after idleHold its signal decays and the
+			// throttle winds down (fail open) rather than holding the last
+			// delay.
 			r.started = true
-			if raw, ok := agg.Value(); ok {
+			raw, ok := agg.Value()
+			switch {
+			case ok:
 				rd.RawMs = raw
 				r.signalMs = r.ewma.Update(raw)
-			} else {
+				r.controlMs = r.ctrl.Update(r.signalMs)
+				r.lastSample = now
+			case pending || (!r.lastSample.IsZero() && now.Sub(r.lastSample) < e.idleHold):
+				rd.Held = true
+			default:
 				r.signalMs = r.ewma.Decay()
+				r.controlMs = r.ctrl.Update(r.signalMs)
 			}
-			rd.ControlMs = r.ctrl.Update(r.signalMs)
+			rd.ControlMs = r.controlMs
 		}
 		rd.SignalMs = r.signalMs
 
@@ -526,6 +656,7 @@ func (e *Engine) Step(now time.Time, snap []diskstats.Stat) Decision {
 			rd.Members = members[start:len(members):len(members)]
 			rd.DelayMs = rd.ControlMs
 		}
+		e.scaleCeiling(r, &rd, now)
 		dec.Resources[ri] = rd
 	}
 	return dec
@@ -538,4 +669,66 @@ func containsAddr(s []netip.Addr, a netip.Addr) bool {
 		}
 	}
 	return false
+}
+
+// updatePending classifies d's reads in flight for this Step (see
+// "Starvation"); d.rates holds the Step's interval.
+func (e *Engine) updatePending(d *device, now time.Time) {
+	d.pending, d.pendingMs = false, 0
+	if !d.sig || d.rates.Reads > 0 || d.cur.InProgress == 0 || e.cfg.InFlight == nil {
+		// A completed read restarts the proof: the reads in flight now may
+		// be new ones. InProgress (reads and writes) 0 means none.
+		d.pendingSince = time.Time{}
+		return
+	}
+	if n, ok := e.cfg.InFlight.ReadsInFlight(d.name); !ok || n == 0 {
+		d.pendingSince = time.Time{}
+		return
+	}
+	if d.pendingSince.IsZero() {
+		d.pendingSince = now
+	}
+	age := now.Sub(d.pendingSince)
+	if age > pendingTrustMax {
+		return
+	}
+	d.pending = true
+	d.pendingMs = float64(age) / float64(time.Millisecond)
+}
+
+// scaleCeiling moves r's delay ceiling with the writers' need (see
+// "Authority") and reports saturation in rd.
+func (e *Engine) scaleCeiling(r *resource, rd *ResourceDecision, now time.Time) {
+	base := e.cfg.Control.UMaxMs
+	limit := max(e.cfg.UMaxLimitMs, base)
+	c, movable := r.ctrl.(control.Ceiling)
+	if !movable {
+		limit = base
+	}
+	if r.ceiling <= 0 {
+		r.ceiling = base
+	}
+	atCeiling := r.controlMs >= r.ceiling*0.999 && r.signalMs > r.threshold && len(rd.Members) > 0
+	if !atCeiling {
+		r.satSince = time.Time{}
+	} else if r.satSince.IsZero() {
+		r.satSince = now
+	}
+	if r.controlMs >= r.ceiling/2 {
+		r.lowSince = time.Time{}
+	} else if r.lowSince.IsZero() {
+		r.lowSince = now
+	}
+	switch {
+	case movable && atCeiling && r.ceiling < limit && now.Sub(r.satSince) >= raiseAfter:
+		r.ceiling = min(r.ceiling*raiseFactor, limit)
+		c.SetUMax(r.ceiling)
+		r.satSince = time.Time{}
+	case movable && r.ceiling > base && !r.lowSince.IsZero() && now.Sub(r.lowSince) >= lowerAfter:
+		r.ceiling = max(r.ceiling/raiseFactor, base)
+		c.SetUMax(r.ceiling)
+		r.lowSince = time.Time{}
+	}
+	rd.UMaxMs, rd.UMaxLimitMs = r.ceiling, limit
+	rd.Saturated = atCeiling && r.ceiling >= limit && !r.satSince.IsZero() && now.Sub(r.satSince) >= raiseAfter
 }

@@ -98,6 +98,8 @@ func TestNewValidates(t *testing.T) {
 		{"unknown policy", func(c *Config) { c.Policy = "fair" }, good, "read-over-write"},
 		{"leave above join", func(c *Config) { c.LeaveKBs = 1000 }, good, "leave"},
 		{"bad direction", func(c *Config) { c.Direction = 0 }, good, "direction"},
+		{"NaN ceiling limit", func(c *Config) { c.UMaxLimitMs = math.NaN() }, good, "ceiling limit"},
+		{"negative ceiling limit", func(c *Config) { c.UMaxLimitMs = -1 }, good, "ceiling limit"},
 		{"duplicate resource", func(*Config) {}, topology.Topology{Resources: []topology.Resource{{Name: "a"}, {Name: "a"}}}, "twice"},
 		{"unnamed resource", func(*Config) {}, topology.Topology{Resources: []topology.Resource{{}}}, "no name"},
 		{"consumer without device", func(*Config) {}, topology.Topology{Resources: []topology.Resource{{Name: "a",

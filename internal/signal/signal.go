@@ -118,6 +118,11 @@ func (m *Median) Reset() { m.next, m.full = 0, false }
 // idle device (no reads) adds nothing rather than a zero. Zero value ready.
 type ReadLatency struct {
 	ms, reads uint64
+	// pendingMs and pending are reads still in flight, each counted as
+	// one read of (at least) its age so far: a read slower than a tick is
+	// evidence of slowness before it completes.
+	pendingMs float64
+	pending   uint64
 }
 
 // Add adds one device's reads and read milliseconds of the tick.
@@ -126,16 +131,23 @@ func (a *ReadLatency) Add(reads, readMs uint64) {
 	a.ms += readMs
 }
 
-// Reads is the number of reads added.
+// AddPending adds one read still in flight that is at least ageMs old.
+func (a *ReadLatency) AddPending(ageMs float64) {
+	a.pending++
+	a.pendingMs += ageMs
+}
+
+// Reads is the number of completed reads added.
 func (a *ReadLatency) Reads() uint64 { return a.reads }
 
-// Value is the mean read latency in ms; ok is false when no device had
-// reads, in which case the caller decays its EWMA instead.
+// Value is the mean read latency in ms over the completed reads and the
+// pending ones at their age; ok is false when there was neither.
 func (a *ReadLatency) Value() (ms float64, ok bool) {
-	if a.reads == 0 {
+	n := a.reads + a.pending
+	if n == 0 {
 		return 0, false
 	}
-	return float64(a.ms) / float64(a.reads), true
+	return (float64(a.ms) + a.pendingMs) / float64(n), true
 }
 
 // Reset clears the aggregate for the next tick.
