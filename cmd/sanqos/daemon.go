@@ -105,6 +105,11 @@ func runDaemon(ctx context.Context, o runOptions, log *slog.Logger) error {
 	if _, _, err := stats.Read(); err != nil {
 		return fmt.Errorf("reading block device statistics (is %s a proc file system?): %w", o.procRoot, err)
 	}
+	// Reads in flight come from sysfs; a device it does not have (a test's
+	// --proc) is measured as before, by completions only.
+	inFlight := diskstats.NewInFlight("/sys")
+	defer inFlight.Close()
+	o.engine.InFlight = inFlight
 	eng, err := engine.New(o.engine, o.topo)
 	if err != nil {
 		return fmt.Errorf("configuration: %w", err)
@@ -290,6 +295,10 @@ func engineConfig(c config.Config) (engine.Config, error) {
 	cfg.Control.Td = c.PID.Td.Duration
 	cfg.Control.T = c.Tick.Duration
 	cfg.Control.UMaxMs = durMs(c.PID.UMax.Duration)
+	cfg.UMaxLimitMs = max(engine.DefaultUMaxLimitMs, cfg.Control.UMaxMs)
+	if c.PID.UMaxLimit.Duration > 0 {
+		cfg.UMaxLimitMs = durMs(c.PID.UMaxLimit.Duration)
+	}
 	// The config's rates are bytes/s; the engine's kB are diskstats' (1024
 	// bytes, two sectors).
 	cfg.JoinKBs = float64(c.WriteThreshold) / 1024

@@ -48,7 +48,7 @@ Without --json a short summary is printed. Latency figures are over the
 1-second samples of the reader's mean wait while the writers are on.
 --report DIR runs none, pid and thesis at 15 ms and pid at 10 and 20 ms and
 writes DIR/sim/ (figures, summary.json, index.html).`, stderr)
-	scenario := fs.String("scenario", "thesis", "workload to simulate (thesis)")
+	scenario := fs.String("scenario", "thesis", "workload to simulate: "+strings.Join(sim.Scenarios(), ", "))
 	ctl := fs.String("controller", "pid", "controller: "+strings.Join(control.Names(), ", "))
 	threshold := msFlag(15)
 	fs.Var(&threshold, "threshold", "read latency to hold the resource under (e.g. 15ms)")

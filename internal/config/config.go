@@ -88,8 +88,13 @@ type PID struct {
 	Kp float64  `toml:"kp"`
 	Ti Duration `toml:"ti"`
 	Td Duration `toml:"td"`
-	// UMax is the largest packet delay the controller may set.
+	// UMax is the delay ceiling the controller starts with.
 	UMax Duration `toml:"u_max"`
+	// UMaxLimit is how far the ceiling may rise when the writers need
+	// more delay than UMax (engine: "Authority"); equal to UMax keeps it
+	// fixed; 0 is the default, engine.DefaultUMaxLimitMs or UMax if that
+	// is higher.
+	UMaxLimit Duration `toml:"u_max_limit"`
 }
 
 // Discovery is the [discovery] section.
@@ -206,7 +211,7 @@ func (c *Config) decode(text string) error {
 
 var knownKeys = []string{
 	"tick", "ewma_alpha", "threshold", "headroom", "resources.<name>.threshold",
-	"controller", "pid.kp", "pid.ti", "pid.td", "pid.u_max",
+	"controller", "pid.kp", "pid.ti", "pid.td", "pid.u_max", "pid.u_max_limit",
 	"write_threshold", "write_leave", "backend", "direction", "ports",
 	"discovery.adapter", "discovery.interval", "discovery.tgt_control_port",
 	"discovery.lio_root", "static.consumers.{resource,addr,device}",
@@ -281,6 +286,20 @@ func (c *Config) Validate() error {
 		func() error { return durIn("pid.ti", c.PID.Ti, time.Millisecond, time.Hour) },
 		func() error { return durIn("pid.td", c.PID.Td, 0, time.Minute) },
 		func() error { return durIn("pid.u_max", c.PID.UMax, 100*time.Microsecond, time.Second) },
+		func() error {
+			// Up to 1 s: beyond it a delayed ACK outlives TCP's
+			// retransmission timeout even after the RTT has adapted.
+			if c.PID.UMaxLimit.Duration == 0 {
+				return nil
+			}
+			if err := durIn("pid.u_max_limit", c.PID.UMaxLimit, 100*time.Microsecond, time.Second); err != nil {
+				return err
+			}
+			if c.PID.UMaxLimit.Duration < c.PID.UMax.Duration {
+				return bad("pid.u_max_limit", c.PID.UMaxLimit, fmt.Sprintf("must be at least pid.u_max (%v); equal keeps the ceiling fixed, 0 is the default", c.PID.UMax))
+			}
+			return nil
+		},
 		func() error {
 			if c.WriteThreshold <= 0 {
 				return bad("write_threshold", c.WriteThreshold, "must be > 0")

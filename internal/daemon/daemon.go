@@ -120,7 +120,7 @@ type Daemon struct {
 	// Owned by the tick loop.
 	topo         topology.Topology
 	prev         map[string]status.Resource // last tick's resources by name
-	saturated    map[string]saturation      // resources whose delay sits at u_max
+	saturated    map[string]saturation      // resources whose delay sits at its limit
 	seen         map[string]bool            // scratch of logTransitions, reused
 	applied      throttle.State             // last state applied successfully
 	needsResync  bool                       // applied is not known to be in the kernel
@@ -489,14 +489,14 @@ func (d *Daemon) logTransitions(rs []status.Resource) {
 	}
 }
 
-// saturation is how long a resource's delay has been at u_max with its
+// saturation is how long a resource's delay has been at its limit with its
 // read latency still over the threshold, and when that was last said.
 type saturation struct {
 	since, warned time.Time
 }
 
 const (
-	// saturationWarnAfter is how long the delay must sit at u_max, with
+	// saturationWarnAfter is how long the delay must sit at its limit, with
 	// the latency over the threshold, before the daemon says so: a burst
 	// start reaches u_max for a moment without anything being wrong.
 	saturationWarnAfter = 10 * time.Second
@@ -506,7 +506,7 @@ const (
 )
 
 // warnSaturation tells the administrator when a resource's controller
-// runs out of delay: the writers need more than u_max to bring the read
+// runs out of delay: the writers need more than u_max_limit to bring the read
 // latency down to the threshold, so the threshold is not being kept.
 func (d *Daemon) warnSaturation(now time.Time, rs []status.Resource) {
 	if d.saturated == nil {
@@ -514,7 +514,7 @@ func (d *Daemon) warnSaturation(now time.Time, rs []status.Resource) {
 	}
 	for _, r := range rs {
 		s, had := d.saturated[r.Name]
-		if !(r.UMaxMs > 0 && r.DelayMs >= r.UMaxMs*0.999 && r.SignalMs > r.ThresholdMs) {
+		if !r.Saturated {
 			if had && !s.since.IsZero() {
 				s.since = time.Time{}
 				d.saturated[r.Name] = s
@@ -525,9 +525,9 @@ func (d *Daemon) warnSaturation(now time.Time, rs []status.Resource) {
 			s.since = now
 		}
 		if now.Sub(s.since) >= saturationWarnAfter && (s.warned.IsZero() || now.Sub(s.warned) >= saturationWarnEvery) {
-			d.log.Warn("throttle delay at its maximum and the read latency still over the threshold: the writers need more delay than u_max allows; raise pid.u_max",
+			d.log.Warn("throttle delay at its limit and the read latency still over the threshold: the writers need more delay than pid.u_max_limit allows; raise it, or these writers cannot be held back by packet delay alone",
 				"resource", r.Name, "signal_ms", round2(r.SignalMs), "threshold_ms", r.ThresholdMs,
-				"u_max_ms", r.UMaxMs, "for_s", round2(now.Sub(s.since).Seconds()))
+				"u_max_ms", r.UMaxMs, "u_max_limit_ms", r.UMaxLimitMs, "for_s", round2(now.Sub(s.since).Seconds()))
 			s.warned = now
 		}
 		d.saturated[r.Name] = s
@@ -554,7 +554,8 @@ func (d *Daemon) record(now time.Time, dec Decision) {
 	rec.Takeovers, rec.TakeoverMaxMs, rec.TakeoversDeclined = bs.Takeovers, ms(bs.TakeoverMax), bs.TakeoversDeclined
 	for i, r := range dec.Resources {
 		rec.Resources[i] = status.RecordResource{Name: r.Name, SignalMs: r.SignalMs, RawMs: r.RawMs,
-			ThresholdMs: r.ThresholdMs, TargetMs: r.TargetMs, DelayMs: r.DelayMs, ControlMs: r.ControlMs, Reads: r.Reads, Members: len(r.Members)}
+			ThresholdMs: r.ThresholdMs, TargetMs: r.TargetMs, DelayMs: r.DelayMs, ControlMs: r.ControlMs, UMaxMs: r.UMaxMs,
+			Saturated: r.Saturated, Held: r.Held, PendingMs: r.PendingMs, Reads: r.Reads, Members: len(r.Members)}
 	}
 	line, err := json.Marshal(rec)
 	if err == nil {

@@ -434,11 +434,12 @@ func BenchmarkTick(b *testing.B) {
 	}
 }
 
-// A delay stuck at u_max while the latency stays over the threshold is
-// said once, after it has lasted, not at every burst start.
+// A delay stuck at its limit while the latency stays over the threshold
+// (the engine's Saturated) is said once, after it has lasted, not at
+// every burst start.
 func TestSaturationWarnedOnce(t *testing.T) {
 	atMax := dec(19, 20, "10.99.0.3")
-	atMax.Resources[0].UMaxMs = 20
+	atMax.Resources[0].UMaxMs, atMax.Resources[0].UMaxLimitMs, atMax.Resources[0].Saturated = 20, 20, true
 	brief := make([]Decision, 0, 400)
 	for range 50 { // 5 s at the rail: a burst start, not worth a word
 		brief = append(brief, atMax)
@@ -449,11 +450,11 @@ func TestSaturationWarnedOnce(t *testing.T) {
 	}
 	r := newRig(t, brief...)
 	r.ticks(51)
-	if n := r.logs.count("raise pid.u_max"); n != 0 {
+	if n := r.logs.count("raise it"); n != 0 {
 		t.Fatalf("warned after 5 s at u_max:\n%s", r.logs)
 	}
 	r.ticks(300)
-	if n := r.logs.count("raise pid.u_max", "resource=fs-lab", "u_max_ms=20", "threshold_ms=15"); n != 1 {
+	if n := r.logs.count("pid.u_max_limit allows; raise it", "resource=fs-lab", "u_max_limit_ms=20", "threshold_ms=15"); n != 1 {
 		t.Errorf("saturation warned %d times over 30 s at u_max, want once:\n%s", n, r.logs)
 	}
 }

@@ -60,7 +60,8 @@ func (a *engineAdapter) Step(now time.Time, snap []diskstats.Stat) Decision {
 	for i, r := range d.Resources {
 		out.Resources[i] = status.Resource{
 			Name: r.Name, SignalMs: r.SignalMs, RawMs: r.RawMs, ThresholdMs: r.ThresholdMs, TargetMs: r.TargetMs,
-			DelayMs: r.DelayMs, ControlMs: r.ControlMs, UMaxMs: r.UMaxMs, Reads: r.Reads, Direction: r.Direction.String(), Members: a.addrNames(r.Members),
+			DelayMs: r.DelayMs, ControlMs: r.ControlMs, UMaxMs: r.UMaxMs, UMaxLimitMs: r.UMaxLimitMs, Saturated: r.Saturated,
+			Held: r.Held, PendingMs: r.PendingMs, Reads: r.Reads, Direction: r.Direction.String(), Members: a.addrNames(r.Members),
 			MissingDevices: r.MissingDevices,
 		}
 	}

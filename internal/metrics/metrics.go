@@ -115,6 +115,9 @@ var (
 	descThreshold  = prometheus.NewDesc("sanqos_resource_threshold_seconds", "Read latency the controller keeps the resource under.", resLabels, nil)
 	descDelay      = prometheus.NewDesc("sanqos_resource_throttle_delay_seconds", "Packet delay applied to the resource's throttleable set.", resLabels, nil)
 	descControl    = prometheus.NewDesc("sanqos_resource_controller_output_seconds", "The controller's output delay, kept while the throttleable set is empty.", resLabels, nil)
+	descCeiling    = prometheus.NewDesc("sanqos_resource_delay_ceiling_seconds", "The controller's current delay ceiling: u_max, raised toward u_max_limit while the writers need more.", resLabels, nil)
+	descSaturated  = prometheus.NewDesc("sanqos_resource_saturated", "1 while the delay sits at u_max_limit with the read latency over the threshold: packet delay alone is not holding the writers.", resLabels, nil)
+	descPending    = prometheus.NewDesc("sanqos_resource_pending_read_age_seconds", "Age of the oldest read in flight for more than a tick (0: none); counted in the signal before it completes.", resLabels, nil)
 	descSetSize    = prometheus.NewDesc("sanqos_resource_throttle_members", "Consumers in the resource's throttleable set.", resLabels, nil)
 	descReadBps    = prometheus.NewDesc("sanqos_consumer_read_bytes_per_second", "Consumer's read rate in the last tick.", conLabels, nil)
 	descWriteBps   = prometheus.NewDesc("sanqos_consumer_write_bytes_per_second", "Consumer's write rate in the last tick.", conLabels, nil)
@@ -135,7 +138,7 @@ type snapshotCollector struct {
 }
 
 func (c *snapshotCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descInfo, descUptime, descSignal, descRaw, descThreshold, descDelay, descControl, descSetSize,
+	for _, d := range []*prometheus.Desc{descInfo, descUptime, descSignal, descRaw, descThreshold, descDelay, descControl, descCeiling, descSaturated, descPending, descSetSize,
 		descReadBps, descWriteBps, descWriteEWMA, descThrottle, descHeld, descPassed, descBacklog, descErrP50, descErrMax, descTakeovers, descUnresolved} {
 		ch <- d
 	}
@@ -158,6 +161,13 @@ func (c *snapshotCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descThreshold, gauge, r.ThresholdMs*msToS, r.Name)
 		ch <- prometheus.MustNewConstMetric(descDelay, gauge, r.DelayMs*msToS, r.Name)
 		ch <- prometheus.MustNewConstMetric(descControl, gauge, r.ControlMs*msToS, r.Name)
+		ch <- prometheus.MustNewConstMetric(descCeiling, gauge, r.UMaxMs*msToS, r.Name)
+		sat := 0.0
+		if r.Saturated {
+			sat = 1
+		}
+		ch <- prometheus.MustNewConstMetric(descSaturated, gauge, sat, r.Name)
+		ch <- prometheus.MustNewConstMetric(descPending, gauge, r.PendingMs*msToS, r.Name)
 		ch <- prometheus.MustNewConstMetric(descSetSize, gauge, float64(len(r.Members)), r.Name)
 	}
 	for _, k := range s.Consumers {

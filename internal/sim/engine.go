@@ -22,8 +22,22 @@ func SimGains() Gains {
 // engineStepper drives the production engine: the simulated diskstats
 // text was already parsed by the production parser.
 type engineStepper struct {
-	e *engine.Engine
+	e        *engine.Engine
+	inFlight *plantInFlight
 }
+
+// plantInFlight lets the engine, made before the plant, ask the plant
+// for its reads in flight (RunWith connects them).
+type plantInFlight struct{ p *plant }
+
+func (f *plantInFlight) ReadsInFlight(device string) (uint64, bool) {
+	if f.p == nil {
+		return 0, false
+	}
+	return f.p.ReadsInFlight(device)
+}
+
+func (s engineStepper) attach(p *plant) { s.inFlight.p = p }
 
 // resourceName is the shared resource of the scenario (the thesis's
 // volume group was "vg_aic").
@@ -66,11 +80,14 @@ func newEngineStepper(cfg Config) (Stepper, error) {
 	if cfg.Tick <= 0 {
 		cfg.Tick = 100 * time.Millisecond
 	}
-	e, err := engine.New(cfg.EngineConfig(), cfg.Scenario.Topology())
+	ec := cfg.EngineConfig()
+	f := &plantInFlight{}
+	ec.InFlight = f
+	e, err := engine.New(ec, cfg.Scenario.Topology())
 	if err != nil {
 		return nil, fmt.Errorf("setting up the engine: %w", err)
 	}
-	return engineStepper{e}, nil
+	return engineStepper{e, f}, nil
 }
 
 func (s engineStepper) Step(now time.Time, snap []diskstats.Stat) Decision {

@@ -45,6 +45,10 @@ type Scenario struct {
 	// 15 MB/s (4.4 ms a write) to 2.5 MB/s (26 ms) with 9.6 ms of delay,
 	// (26.2−4.4)/9.6 ≈ 2.3 delays per write.
 	WriteDelayFactor float64
+	// RandomWrites: each writer thread writes at random blocks of its
+	// region instead of sequentially (small random writers seek on every
+	// I/O and saturate the array far harder than streams).
+	RandomWrites bool
 }
 
 // Device is one consumer: an initiator and the device serving it.
@@ -79,6 +83,42 @@ func ThesisScenario() Scenario {
 	}
 }
 
+// Surge24Scenario is the thesis scenario with twice its writer threads
+// (eight per writer host, 24 in all) switched on at once: a per-packet
+// delay slows each thread's I/O, so twice the threads need about twice
+// the delay for the same cut in rate.
+func Surge24Scenario() Scenario {
+	sc := ThesisScenario()
+	sc.Name = "surge24"
+	for i := range sc.Devices {
+		if !sc.Devices[i].Reader {
+			sc.Devices[i].Threads = 8
+		}
+	}
+	sc.BurstBytes = 48 << 20 // the same data per burst as the thesis's
+	return sc
+}
+
+// RandWScenario has small random writers, eight 8 KiB threads per writer
+// host, beside the thesis's reader: every write seeks, so the array's
+// queue and the reader's wait grow far beyond the thesis's streams. An
+// 8 KiB write travels as immediate data, so a throttled write waits for
+// about one delayed packet, its response (WriteDelayFactor 1.2: now and
+// then a delayed ACK too).
+func RandWScenario() Scenario {
+	sc := Surge24Scenario()
+	sc.Name = "randw"
+	sc.WriteBytes = 8 << 10
+	sc.BurstBytes = 4 << 20
+	sc.RandomWrites = true
+	sc.WriteNetMs = 0.5
+	sc.WriteDelayFactor = 1.2
+	return sc
+}
+
+// Scenarios lists the built-in scenarios' names.
+func Scenarios() []string { return []string{"thesis", "surge24", "randw"} }
+
 func mustProfile(name string) diskmodel.Profile {
 	p, err := diskmodel.ProfileByName(name)
 	if err != nil {
@@ -92,8 +132,12 @@ func ScenarioByName(name string) (Scenario, error) {
 	switch name {
 	case "thesis":
 		return ThesisScenario(), nil
+	case "surge24":
+		return Surge24Scenario(), nil
+	case "randw":
+		return RandWScenario(), nil
 	}
-	return Scenario{}, fmt.Errorf("unknown scenario %q (known: thesis)", name)
+	return Scenario{}, fmt.Errorf("unknown scenario %q (known: %s)", name, strings.Join(Scenarios(), ", "))
 }
 
 // counters are one device's cumulative /proc/diskstats counters, kept in
@@ -103,6 +147,7 @@ type counters struct {
 	writes, writeSectors uint64
 	readMs, writeMs      float64
 	inFlight             int
+	readsInFlight        uint64
 	ioMs, weightedMs     float64
 	busySince            time.Time
 	lastChange           time.Time
@@ -278,6 +323,9 @@ func (p *plant) issueWrite(now time.Time, t int) {
 	th.left -= n
 	off := th.base + th.pos
 	th.pos += n
+	if sc.RandomWrites {
+		th.pos = p.rng.Int63n(th.limit/sc.WriteBytes) * sc.WriteBytes
+	}
 	if th.pos+sc.WriteBytes > th.limit {
 		th.pos = 0
 	}
@@ -310,6 +358,9 @@ func (p *plant) handle(e event) {
 		c := &p.dev[e.io.device]
 		c.account(e.at)
 		c.inFlight++
+		if e.io.op == diskmodel.Read {
+			c.readsInFlight++
+		}
 		e.io.arrived = e.at
 		done := p.array.Submit(e.at, e.io.op, e.io.offset, e.io.length, uint64(e.io.device))
 		p.push(event{at: done, kind: evComplete, actor: e.actor, io: e.io})
@@ -320,6 +371,7 @@ func (p *plant) handle(e event) {
 		lat := float64(e.at.Sub(e.io.arrived)) / float64(time.Millisecond)
 		sectors := uint64(e.io.length / 512)
 		if e.io.op == diskmodel.Read {
+			c.readsInFlight--
 			c.reads++
 			c.readSectors += sectors
 			c.readMs += lat
@@ -370,4 +422,14 @@ func (p *plant) snapshot(now time.Time, b *strings.Builder) {
 			c.writes, c.writeSectors, uint64(c.writeMs),
 			c.inFlight, uint64(c.ioMs), uint64(c.weightedMs))
 	}
+}
+
+// ReadsInFlight is the plant's /sys/class/block/DEV/inflight (reads).
+func (p *plant) ReadsInFlight(device string) (uint64, bool) {
+	for i, d := range p.sc.Devices {
+		if d.Name == device {
+			return p.dev[i].readsInFlight, true
+		}
+	}
+	return 0, false
 }

@@ -155,6 +155,9 @@ func RunWith(cfg Config, st Stepper) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
+	if a, ok := st.(interface{ attach(*plant) }); ok {
+		a.attach(p)
+	}
 	res := &Result{Config: cfg}
 	end := epoch.Add(cfg.Duration)
 	nextTick := epoch.Add(cfg.Tick)

@@ -18,16 +18,24 @@ func WriteTable(w io.Writer, s Status) error {
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
 	// DELAY is what the members' packets get; CONTROL the controller's
 	// output, which it keeps while the set is empty.
-	fmt.Fprintln(tw, "RESOURCE\tSIGNAL ms\tRAW ms\tTARGET ms\tTHRESHOLD ms\tDELAY ms\tCONTROL ms\tDIRECTION\tMEMBERS")
+	// CEILING is the controller's current u_max, raised while the writers
+	// need more delay.
+	fmt.Fprintln(tw, "RESOURCE\tSIGNAL ms\tRAW ms\tTARGET ms\tTHRESHOLD ms\tDELAY ms\tCONTROL ms\tCEILING ms\tDIRECTION\tMEMBERS")
 	if len(s.Resources) == 0 {
-		fmt.Fprintln(tw, "(none discovered)\t\t\t\t\t\t\t\t")
+		fmt.Fprintln(tw, "(none discovered)\t\t\t\t\t\t\t\t\t")
 	}
 	for _, r := range s.Resources {
-		fmt.Fprintf(tw, "%s\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t%s\t%s\n",
-			r.Name, r.SignalMs, r.RawMs, r.TargetMs, r.ThresholdMs, r.DelayMs, r.ControlMs, r.Direction, members(r.Members))
+		fmt.Fprintf(tw, "%s\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t%.1f\t%s\t%s\n",
+			r.Name, r.SignalMs, r.RawMs, r.TargetMs, r.ThresholdMs, r.DelayMs, r.ControlMs, r.UMaxMs, r.Direction, members(r.Members))
 	}
 	tw.Flush()
 	for _, r := range s.Resources {
+		if r.Saturated {
+			fmt.Fprintf(&b, "SATURATED: %s's delay sits at its limit (%.0f ms) and its read latency is still over the threshold: raise pid.u_max_limit, or these writers cannot be held back by packet delay alone\n", r.Name, r.UMaxLimitMs)
+		}
+		if r.PendingMs > 0 {
+			fmt.Fprintf(&b, "note: %s has a read in flight for %.0f ms; it counts in the signal before it completes\n", r.Name, r.PendingMs)
+		}
 		if r.MissingDevices > 0 {
 			fmt.Fprintf(&b, "note: %d device(s) of %s missing from /proc/diskstats; measured without them\n", r.MissingDevices, r.Name)
 		}
@@ -103,7 +111,10 @@ func RenderTop(s Status, o TopOptions) string {
 	barW := max(10, o.Width-nameW-tail)
 	for _, r := range s.Resources {
 		state := "  "
-		if r.Throttling() {
+		switch {
+		case r.Saturated:
+			state = "! "
+		case r.Throttling():
 			state = "▼ "
 		}
 		fmt.Fprintf(&b, "%-*s %s %6.1f/%-5.1f ms %sdelay %5.2f ms\n",

@@ -56,8 +56,19 @@ type Resource struct {
 	// the set is empty.
 	DelayMs   float64 `json:"delay_ms"`
 	ControlMs float64 `json:"control_ms"`
-	// UMaxMs is the largest delay the controller may set.
-	UMaxMs    float64  `json:"u_max_ms"`
+	// UMaxMs is the largest delay the controller may set now (the ceiling
+	// rises while the writers need more), UMaxLimitMs how high it may go.
+	UMaxMs      float64 `json:"u_max_ms"`
+	UMaxLimitMs float64 `json:"u_max_limit_ms"`
+	// Saturated: the delay sits at the ceiling's limit and the read
+	// latency is still over the threshold; packet delay alone is not
+	// holding these writers.
+	Saturated bool `json:"saturated,omitempty"`
+	// Held: the last tick had no read sample (reads in flight not yet a
+	// tick old, or a short gap between reads); signal and delay were kept.
+	Held bool `json:"held,omitempty"`
+	// PendingMs is the age of the oldest read in flight for over a tick.
+	PendingMs float64  `json:"pending_ms,omitempty"`
 	Reads     uint64   `json:"reads"`
 	Direction string   `json:"direction"`
 	Members   []string `json:"members"`
@@ -152,6 +163,10 @@ type RecordResource struct {
 	TargetMs    float64 `json:"target_ms"`
 	DelayMs     float64 `json:"delay_ms"`
 	ControlMs   float64 `json:"control_ms"`
+	UMaxMs      float64 `json:"u_max_ms,omitempty"`
+	Saturated   bool    `json:"saturated,omitempty"`
+	Held        bool    `json:"held,omitempty"`
+	PendingMs   float64 `json:"pending_ms,omitempty"`
 	Reads       uint64  `json:"reads"`
 	Members     int     `json:"members"`
 }
