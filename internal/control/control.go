@@ -172,6 +172,24 @@ func (c *PID) SetUMax(umax float64) {
 	c.u = math.Min(c.u, umax)
 }
 
+// Rebase makes signalMs the error history, as if the signal had been
+// there all along: a controller that was not stepped for a while (the
+// engine freezes it while no writer writes) resumes from its output with
+// no Δe or D kick from an error it last saw seconds ago.
+func (c *PID) Rebase(signalMs float64) {
+	if math.IsNaN(signalMs) {
+		return
+	}
+	c.e1 = signalMs - c.p.ThresholdMs
+	c.e2 = c.e1
+}
+
+// Rebaser is a controller that can resume after a pause without acting
+// on the change of its error across the pause.
+type Rebaser interface {
+	Rebase(signalMs float64)
+}
+
 // Ceiling is a controller whose output clamp can be moved while it runs.
 // pid is one; thesis is not (its clamp is part of the copied listing).
 type Ceiling interface {

@@ -101,6 +101,17 @@ const (
 	pendingTrustMax = 30 * time.Second
 )
 
+// Armed through pauses. While no member of the throttleable set writes
+// (no write completed in the tick and no I/O at its device) or the set is
+// empty, the delay acts on nobody, so the reader's latency then says
+// nothing about the delay the writers need: the controller is frozen (not
+// stepped), for up to armHold once the set is empty, and writers that
+// come back meet the delay they left instead of a ramp from 0 that lets
+// their first second through. The signal goes on being measured. After
+// armHold without writers the controller runs again and, the resource
+// being healthy, winds down to rest.
+const armHold = 30 * time.Second
+
 // Authority. A per-packet delay slows each of a writer's I/Os by about
 // one delay, so it cuts the writers' rate only as far as their
 // concurrency allows: by Little's law, holding a saturated disk's queue
@@ -189,6 +200,10 @@ type ResourceDecision struct {
 	// Held: no read completed and none has been in flight for a tick, so
 	// the signal and the delay were kept as they were (see "Starvation").
 	Held bool
+	// Armed: the set was empty, or none of its members wrote this tick,
+	// so the controller was not stepped and keeps the delay for writers
+	// that come back (see "Armed through pauses").
+	Armed bool
 	// PendingMs is the age of the oldest read known to be in flight for
 	// more than a tick (0: none), a lower bound of its latency.
 	PendingMs float64
@@ -272,6 +287,11 @@ type resource struct {
 	controlMs float64
 	// lastSample is when the signal last had a read sample.
 	lastSample time.Time
+	// emptySince is when the throttleable set last became empty (zero:
+	// it has members, or the resource never had any); frozen that the
+	// controller was armed (not stepped) at the last Step.
+	emptySince time.Time
+	frozen     bool
 	// ceiling is the controller's current clamp (Authority); satSince and
 	// lowSince when the delay started to sit at it, or under half of it.
 	ceiling            float64
@@ -474,9 +494,9 @@ func (e *Engine) SetTopology(topo topology.Topology) {
 		if oi, ok := oldRes[tr.Name]; ok && !usedRes[oi] {
 			usedRes[oi] = true
 			old := e.res[oi]
-			r.ewma, r.signalMs, r.started, r.lastSample = old.ewma, old.signalMs, old.started, old.lastSample
+			r.ewma, r.signalMs, r.started, r.lastSample, r.emptySince = old.ewma, old.signalMs, old.started, old.lastSample, old.emptySince
 			if old.threshold == r.threshold {
-				r.ctrl, r.controlMs = old.ctrl, old.controlMs
+				r.ctrl, r.controlMs, r.frozen = old.ctrl, old.controlMs, old.frozen
 				r.ceiling, r.satSince, r.lowSince = old.ceiling, old.satSince, old.lowSince
 			}
 		}
@@ -608,6 +628,7 @@ func (e *Engine) Step(now time.Time, snap []diskstats.Stat) Decision {
 			}
 		}
 		rd.Reads = agg.Reads()
+		stepCtrl := false
 		if measured || r.started {
 			// A resource whose devices all vanished from the snapshot is
 			// treated as idle: after idleHold its signal decays and the
@@ -619,25 +640,27 @@ func (e *Engine) Step(now time.Time, snap []diskstats.Stat) Decision {
 			case ok:
 				rd.RawMs = raw
 				r.signalMs = r.ewma.Update(raw)
-				r.controlMs = r.ctrl.Update(r.signalMs)
 				r.lastSample = now
+				stepCtrl = true
 			case pending || (!r.lastSample.IsZero() && now.Sub(r.lastSample) < e.idleHold):
 				rd.Held = true
 			default:
 				r.signalMs = r.ewma.Decay()
-				r.controlMs = r.ctrl.Update(r.signalMs)
+				stepCtrl = true
 			}
-			rd.ControlMs = r.controlMs
 		}
 		rd.SignalMs = r.signalMs
 
 		start := len(members)
+		writing := false
 		for _, ci := range r.consumers {
 			c := &e.cons[ci]
 			cr := ConsumerRates{Resource: r.name, Device: c.c.Device, Addr: c.c.Addr,
 				WriteEWMAKBs: c.st.WriteEWMAKBs, Throttleable: c.st.Member}
+			var d *device
 			if c.dev >= 0 && e.devs[c.dev].valid {
-				rt := &e.devs[c.dev].rates
+				d = &e.devs[c.dev]
+				rt := &d.rates
 				cr.ReadKBs, cr.WriteKBs, cr.RAwaitMs = rt.ReadKBs, rt.WriteKBs, rt.RAwaitMs
 				cr.Throttleable = e.pol.Update(&c.st, c.c, rt.WriteKBs)
 				cr.WriteEWMAKBs = c.st.WriteEWMAKBs
@@ -647,13 +670,38 @@ func (e *Engine) Step(now time.Time, snap []diskstats.Stat) Decision {
 				// one is throttled.
 				cr.Throttleable = false
 			}
-			if cr.Throttleable && !containsAddr(members[start:], c.c.Addr) {
-				members = append(members, c.c.Addr)
+			if cr.Throttleable {
+				if !containsAddr(members[start:], c.c.Addr) {
+					members = append(members, c.c.Addr)
+				}
+				// Writing: writes completed this tick, or I/O at the device.
+				writing = writing || (d != nil && (d.rates.Writes > 0 || d.cur.InProgress > 0))
 			}
 			dec.Consumers[ci] = cr
 		}
 		if len(members) > start {
 			rd.Members = members[start:len(members):len(members)]
+			r.emptySince = time.Time{}
+			// Members that wrote nothing this tick are pausing: the
+			// latency now says nothing about the delay they need. (The
+			// manual policy's members are named, not found writing: its
+			// controller always runs.)
+			rd.Armed = !writing && e.cfg.Policy == policy.ReadOverWrite
+		} else if !r.emptySince.IsZero() || r.controlMs > 0 {
+			if r.emptySince.IsZero() {
+				r.emptySince = now
+			}
+			rd.Armed = now.Sub(r.emptySince) < armHold
+		}
+		if stepCtrl && !rd.Armed {
+			if rb, ok := r.ctrl.(control.Rebaser); ok && r.frozen {
+				rb.Rebase(r.signalMs)
+			}
+			r.controlMs = r.ctrl.Update(r.signalMs)
+		}
+		r.frozen = rd.Armed
+		rd.ControlMs = r.controlMs
+		if len(rd.Members) > 0 {
 			rd.DelayMs = rd.ControlMs
 		}
 		e.scaleCeiling(r, &rd, now)
