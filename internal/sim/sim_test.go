@@ -287,3 +287,40 @@ func TestBadConfig(t *testing.T) {
 }
 
 func popEvent(p *plant) event { return heap.Pop(&p.q).(event) }
+
+// TestHarderWriters: writers far harder than the thesis's. Twice its
+// threads switched on at once are held at 1.2 × threshold like the
+// thesis's; small random writers, whose first I/Os reach the disk before
+// any delay can act, push the uncontrolled wait past 10 × threshold at
+// its worst, and pid cuts their p95 to under a fifth of it.
+func TestHarderWriters(t *testing.T) {
+	for _, tc := range []struct {
+		sc       Scenario
+		maxP95   float64 // pid's p95 limit (ms) at 15 ms
+		noneP99  float64 // the uncontrolled p99 must exceed this
+		maxShare float64 // pid p95 / none p95
+	}{
+		{Surge24Scenario(), 1.2 * 15, 2 * 15, 0.3},
+		{RandWScenario(), 2 * 15, 10 * 15, 0.2},
+	} {
+		t.Run(tc.sc.Name, func(t *testing.T) {
+			cfg := DefaultConfig()
+			cfg.Scenario = tc.sc
+			cfg.Controller = "none"
+			none := run(t, cfg).Summary
+			cfg.Controller = "pid"
+			pid := run(t, cfg).Summary
+			t.Logf("%s: none p95 %.1f p99 %.1f ms %.1f MB/s; pid p95 %.1f ms, %.1f%% over, %.1f MB/s, delay mean %.1f max %.1f ms",
+				tc.sc.Name, none.ReadLatencyMs.P95, none.ReadLatencyMs.P99, none.WriteMBs, pid.ReadLatencyMs.P95, pid.OverThresholdPct, pid.WriteMBs, pid.ThrottleMs.Mean, pid.ThrottleMs.Max)
+			if none.ReadLatencyMs.P99 < tc.noneP99 {
+				t.Errorf("uncontrolled p99 %.1f ms, want over %.0f: the scenario is not as hard as it claims", none.ReadLatencyMs.P99, tc.noneP99)
+			}
+			if pid.ReadLatencyMs.P95 > tc.maxP95 || pid.ReadLatencyMs.P95 > tc.maxShare*none.ReadLatencyMs.P95 {
+				t.Errorf("pid p95 %.1f ms, want ≤ %.1f and ≤ %.0f%% of uncontrolled %.1f", pid.ReadLatencyMs.P95, tc.maxP95, 100*tc.maxShare, none.ReadLatencyMs.P95)
+			}
+			if pid.ReaderKBs < none.ReaderKBs {
+				t.Errorf("pid: reader gets %.1f kB/s, less than %.1f uncontrolled", pid.ReaderKBs, none.ReaderKBs)
+			}
+		})
+	}
+}
