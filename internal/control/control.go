@@ -39,6 +39,9 @@ type Params struct {
 	// UMaxMs caps the delay (ms); the thesis's range ended at 20 ms. It is
 	// also the anti-windup clamp.
 	UMaxMs float64
+	// ErrCap bounds pid's error to ErrCap × ThresholdMs (DefaultErrCap);
+	// 0 leaves it unbounded, as before it was introduced.
+	ErrCap float64
 }
 
 // DefaultParams is the default tuning of the pid controller; each value
@@ -52,6 +55,7 @@ func DefaultParams() Params {
 		Td:          50 * time.Millisecond,
 		T:           100 * time.Millisecond,
 		UMaxMs:      20,
+		ErrCap:      DefaultErrCap,
 	}
 }
 
@@ -76,6 +80,9 @@ func (p Params) Validate() error {
 	}
 	if !(p.UMaxMs > 0) || math.IsInf(p.UMaxMs, 0) {
 		errs = append(errs, fmt.Errorf("maximum delay %v ms: want a positive delay, e.g. 20", p.UMaxMs))
+	}
+	if !(p.ErrCap >= 0) || math.IsInf(p.ErrCap, 0) {
+		errs = append(errs, fmt.Errorf("error cap %v: want 0 (none) or a positive multiple of the threshold, e.g. %v", p.ErrCap, DefaultErrCap))
 	}
 	return errors.Join(errs...)
 }
@@ -118,6 +125,15 @@ func clamp(x, lo, hi float64) float64 {
 	return x
 }
 
+// DefaultErrCap bounds the error pid acts on to 3 × the set point. A
+// latency many times over the set point says "more delay" and nothing
+// about how much more; uncapped, the P term of a falling spike undid the
+// clamped delay while the latency was still far over: in a recorded lab
+// trace a signal going from 320 to 272 ms (threshold 15 ms) took the
+// delay from u_max to 0 in one tick. Capped, the error of such a spike
+// stays at its cap, Δe is 0, and the integral keeps adding.
+const DefaultErrCap = 3
+
 // PID is the single-sided velocity-form PID controller of doc.go.
 type PID struct {
 	p      Params
@@ -150,6 +166,9 @@ func (c *PID) Update(signalMs float64) float64 {
 		signalMs = 0 // no signal: treat as healthy; fail open
 	}
 	e := signalMs - c.p.ThresholdMs
+	if c.p.ErrCap > 0 {
+		e = math.Min(e, c.p.ErrCap*c.p.ThresholdMs)
+	}
 	du := c.p.Kp * ((e - c.e1) + c.ti*e + c.td*(e-2*c.e1+c.e2))
 	c.u = clamp(c.u+du, 0, c.p.UMaxMs)
 	if c.u == 0 && e < 0 {

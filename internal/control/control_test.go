@@ -346,3 +346,29 @@ func TestPropertyPIDRestIsClean(t *testing.T) {
 		t.Fatalf("only %d returns to rest: the property was barely exercised", rests)
 	}
 }
+
+// A falling spike far over the set point must not undo the delay: with
+// the error capped, a signal going from 320 to 272 ms against 15 ms keeps
+// the delay at u_max; uncapped (the controller before the cap) the P and
+// D terms take most of it away in one tick while the latency is still
+// 18 × the set point.
+func TestErrCapKeepsDelayOnFallingSpike(t *testing.T) {
+	run := func(errCap float64) (u, umax float64) {
+		p := DefaultParams()
+		p.ErrCap = errCap
+		c := NewPID(p)
+		for range 20 {
+			c.Update(320)
+		}
+		return c.Update(272), p.UMaxMs
+	}
+	if u, umax := run(DefaultErrCap); u != umax {
+		t.Errorf("capped: delay %v after 320 → 272 ms, want it kept at u_max %v", u, umax)
+	}
+	if u, umax := run(0); u > umax/2 {
+		t.Errorf("uncapped: delay %v after 320 → 272 ms, want under half of u_max %v; the case the cap is for no longer happens, revisit DefaultErrCap", u, umax)
+	}
+	if err := (Params{ThresholdMs: 15, Kp: 1, Ti: time.Second, T: time.Second, UMaxMs: 1, ErrCap: -1}).Validate(); err == nil {
+		t.Error("a negative error cap validates")
+	}
+}

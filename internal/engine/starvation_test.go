@@ -48,14 +48,16 @@ func (s *slowReader) tick(dt time.Duration, writing bool) {
 // again — which is what this test must show can fail.
 func TestSlowReadsNeverReleaseTheThrottle(t *testing.T) {
 	run := func(withInFlight bool) (released, throttled int) {
-		// withInFlight false is the rule before the fix: no reads in
-		// flight known, no hold between reads.
+		// withInFlight false is the engine before the fix: no reads in
+		// flight known, no hold between reads, no cap on the error.
 		clk := clock.NewFake(time.Unix(1000, 0))
 		d := newDisk("loop0", "loop1")
 		s := &slowReader{d: d, f: fakeInFlight{"loop0": 0, "loop1": 0}, readMs: 350}
 		cfg := DefaultConfig()
 		if withInFlight {
 			cfg.InFlight = s.f
+		} else {
+			cfg.Control.ErrCap = 0
 		}
 		e := mustEngine(t, cfg, oneResource(0))
 		if !withInFlight {
