@@ -88,6 +88,11 @@
 //	                   a per-I/O delay cuts a writer's rate only as far as
 //	                   its concurrency allows, so many threads or deep
 //	                   queues need more (engine: "Authority").
+//	ErrCap = 3         the error is capped at 3 × the set point: beyond,
+//	                   a latency says "more delay" but not how much, and
+//	                   the P term of a falling spike (320 → 272 ms at
+//	                   15 ms, a recorded lab trace) took the delay from
+//	                   u_max to 0 while the latency was 18 × over.
 //	EWMA α = 0.25      the thesis's filter weight (package signal).
 //
 // The simulator tunes these against the disk model; change them through
