@@ -114,7 +114,15 @@ func (h *heldHeap) pop() held {
 	n := len(q) - 1
 	q[0] = q[n]
 	q = q[:n]
-	for i := 0; ; {
+	q.down(0)
+	*h = q
+	return top
+}
+
+// down moves element i down to its place.
+func (q heldHeap) down(i int) {
+	n := len(q)
+	for {
 		l, r, m := 2*i+1, 2*i+2, i
 		if l < n && q.less(l, m) {
 			m = l
@@ -128,8 +136,6 @@ func (h *heldHeap) pop() held {
 		q[i], q[m] = q[m], q[i]
 		i = m
 	}
-	*h = q
-	return top
 }
 
 // RiseLimit bounds how fast the delay applied to one flow may rise, so
@@ -293,11 +299,10 @@ type Delayer struct {
 	scratch []held
 	ids     []uint32
 
-	rise      map[riseKey]riseState
-	riseSweep time.Time // last time idle flows were forgotten
-	limited   uint64
-	shorts    [512]time.Duration // ring of recent rise shortfalls
-	nshort    int
+	rise    map[riseKey]riseState
+	limited uint64
+	shorts  [512]time.Duration // ring of recent rise shortfalls
+	nshort  int
 
 	acksPassed uint64 // pure ACKs accepted at once because AckDelay is off
 	newsPassed uint64 // small segments not delayed because they acknowledge new data
@@ -333,19 +338,7 @@ func NewDelayer(clk clock.Clock, maxBacklog int, release func(ids []uint32)) *De
 // with acknowledgment number ack, asked to get delay, and remembers it as
 // the flow's last. d.mu held.
 func (d *Delayer) limitRise(f flowKey, dir Direction, ack uint32, delay time.Duration, now time.Time) time.Duration {
-	if now.Sub(d.riseSweep) >= riseForget {
-		for k, st := range d.rise {
-			if now.Sub(st.seen) >= riseForget {
-				delete(d.rise, k)
-			}
-		}
-		for f, a := range d.acks {
-			if now.Sub(a.seen) >= riseForget {
-				delete(d.acks, f)
-			}
-		}
-		d.riseSweep = now
-	}
+	d.sweep(now)
 	k := riseKey{f, dir}
 	delay = max(delay, 0)
 	st, known := d.rise[k]
@@ -368,8 +361,9 @@ func (d *Delayer) limitRise(f flowKey, dir Direction, ack uint32, delay time.Dur
 		d.shorts[d.nshort%len(d.shorts)] = delay - applied
 		d.nshort++
 	}
-	if applied == 0 {
-		// Absent means 0: a flow that is not delayed costs no memory.
+	if applied == 0 || (!known && len(d.rise) >= MaxFlows) {
+		// Absent means 0: a flow that is not delayed costs no memory,
+		// and one beyond the cap restarts its ramp from 0.
 		delete(d.rise, k)
 	} else {
 		st.prev, st.seen = applied, now
@@ -385,7 +379,7 @@ func (d *Delayer) limitRise(f flowKey, dir Direction, ack uint32, delay time.Dur
 // delay and nothing of its flow waiting, or the backlog is full.
 func (d *Delayer) Submit(id uint32, f flowKey, dir Direction, ack uint32, delay time.Duration, now time.Time) bool {
 	d.mu.Lock()
-	d.seen[f.dst] = now
+	d.see(f.dst, now)
 	if dir == Write && !d.AckDelay && d.ackNews(f, ack, now) > ackNewsLimit {
 		// See ackNewsLimit. The ramp is left as it was: this undelayed
 		// sample only lowers the sender's SRTT, which is the safe side.
@@ -403,11 +397,19 @@ func (d *Delayer) Submit(id uint32, f flowKey, dir Direction, ack uint32, delay 
 	if len(d.heap) >= d.maxBacklog {
 		// It leaves at once: its RTT sample is low, so the ramp of its
 		// flow restarts from 0 (slower, never faster, than the sender's
-		// SRTT can follow).
+		// SRTT can follow). Earlier packets of its flow still held leave
+		// first, in their order (fail open per flow: the new packet must
+		// not overtake them).
 		delete(d.rise, riseKey{f, dir})
 		d.bypass++
 		d.passed++
+		if !busy {
+			d.mu.Unlock()
+			return true
+		}
+		ids := d.takeFlow(f)
 		d.mu.Unlock()
+		d.release(ids)
 		return true
 	}
 	at := now.Add(delay)
@@ -422,6 +424,79 @@ func (d *Delayer) Submit(id uint32, f flowKey, dir Direction, ack uint32, delay 
 	d.held++
 	d.mu.Unlock()
 	return false
+}
+
+// takeFlow removes the held packets of f from the heap and returns their
+// ids in release order; the flow then has nothing pending. It costs a
+// pass over the heap, only when the backlog overflows, and empties the
+// flow, so its next packets pass without it. d.mu held.
+func (d *Delayer) takeFlow(f flowKey) []uint32 {
+	var mine []held
+	keep := d.heap[:0]
+	for _, p := range d.heap {
+		if p.flow == f {
+			mine = append(mine, p)
+		} else {
+			keep = append(keep, p)
+		}
+	}
+	d.heap = keep
+	for i := len(d.heap)/2 - 1; i >= 0; i-- {
+		d.heap.down(i)
+	}
+	slices.SortFunc(mine, func(a, b held) int {
+		if a.at.Equal(b.at) {
+			return int(a.seq - b.seq)
+		}
+		return a.at.Compare(b.at)
+	})
+	ids := make([]uint32, len(mine))
+	for i, p := range mine {
+		ids[i] = p.id
+	}
+	delete(d.flows, f)
+	d.passed += uint64(len(mine))
+	return ids
+}
+
+// sweepBatch is how many remembered flows each packet looks at for
+// forgetting: the sweep is spread over the packets, so the real-time
+// thread never walks a whole table at once (a flood of flows made that a
+// multi-millisecond stall). Go starts each map walk at a random place, so
+// every entry is looked at within a few times len/sweepBatch packets;
+// MaxFlows bounds the tables meanwhile.
+const sweepBatch = 4
+
+// sweep forgets a few ramps and acknowledgment numbers idle for
+// riseForget. d.mu held.
+func (d *Delayer) sweep(now time.Time) {
+	n := 0
+	for k, st := range d.rise {
+		if now.Sub(st.seen) >= riseForget {
+			delete(d.rise, k)
+		}
+		if n++; n >= sweepBatch {
+			break
+		}
+	}
+	n = 0
+	for f, a := range d.acks {
+		if now.Sub(a.seen) >= riseForget {
+			delete(d.acks, f)
+		}
+		if n++; n >= sweepBatch {
+			break
+		}
+	}
+	n = 0
+	for a, t := range d.seen {
+		if now.Sub(t) >= riseForget {
+			delete(d.seen, a)
+		}
+		if n++; n >= sweepBatch {
+			break
+		}
+	}
 }
 
 // ackNewsLimit is, with AckDelay off, the most newly acknowledged data
@@ -457,7 +532,9 @@ func (d *Delayer) ackNews(f flowKey, ack uint32, now time.Time) uint32 {
 		a.ack = ack
 	}
 	a.seen = now
-	d.acks[f] = a
+	if known || len(d.acks) < MaxFlows {
+		d.acks[f] = a
+	}
 	return news
 }
 
@@ -491,7 +568,7 @@ func (d *Delayer) SubmitPureAck(id uint32, f flowKey, dir Direction, ack uint32,
 		return d.Submit(id, f, dir, ack, delay, now)
 	}
 	d.mu.Lock()
-	d.seen[f.dst] = now
+	d.see(f.dst, now)
 	d.ackNews(f, ack, now)
 	d.acksPassed++
 	d.passed++
@@ -537,6 +614,13 @@ func (d *Delayer) ReleaseDue(now time.Time) int {
 	d.passed += uint64(len(due))
 	d.mu.Unlock()
 	return len(due)
+}
+
+// see records an arrival for dst, within MaxFlows destinations. d.mu held.
+func (d *Delayer) see(dst netip.Addr, now time.Time) {
+	if _, ok := d.seen[dst]; ok || len(d.seen) < MaxFlows {
+		d.seen[dst] = now
+	}
 }
 
 // Quiet reports whether nothing for dst has arrived since before now -
@@ -628,3 +712,11 @@ func (d *Delayer) RiseStats() RiseStats {
 	}
 	return s
 }
+
+// MaxFlows caps each of the delayer's per-flow tables (remembered ramps,
+// acknowledgment numbers) and the per-destination arrival times: a
+// consumer opening connections as fast as it can must not grow the
+// daemon without bound. 65,536 entries of ~100 bytes: a few MiB each at
+// most. Beyond it a new flow is not remembered and its ramp starts from 0
+// at each packet (slower, never faster, than its sender can follow).
+const MaxFlows = 1 << 16
