@@ -53,6 +53,9 @@ const (
 
 // NfqueueConfig configures the nfqueue backend. Zero values take defaults.
 type NfqueueConfig struct {
+	// Instance names this backend's kernel objects and lock (see owner);
+	// "" means DefaultInstance: "q" and the queue number.
+	Instance     string
 	QueueNum     uint16
 	SmallSegment int
 	MaxBacklog   int
@@ -127,6 +130,7 @@ func directionOf(payload, small int) Direction {
 // work (see standby).
 type Nfqueue struct {
 	cfg      NfqueueConfig
+	lock     *instanceLock // held until Close has removed everything
 	rec      *reconciler
 	table    atomic.Pointer[delays]
 	del      *Delayer
@@ -189,7 +193,27 @@ func NewNfqueue(ctx context.Context, cfg NfqueueConfig) (*Nfqueue, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	b := &Nfqueue{cfg: cfg, rec: newReconciler(cfg.Firewall, cfg.Sets), log: cfg.Logger.With("backend", "nfqueue"),
+	if cfg.Instance == "" {
+		cfg.Instance = DefaultInstance(Options{QueueNum: cfg.QueueNum})
+	}
+	if err := CheckInstance(cfg.Instance); err != nil {
+		return nil, err
+	}
+	lock, err := lockInstance(cfg.NetNS, cfg.Instance)
+	if err != nil {
+		return nil, fmt.Errorf("%w; stop it first, or give this one another --queue", err)
+	}
+	b, err := newNfqueue(ctx, cfg, lock)
+	if err != nil {
+		lock.release()
+		return nil, err
+	}
+	return b, nil
+}
+
+func newNfqueue(ctx context.Context, cfg NfqueueConfig, lock *instanceLock) (*Nfqueue, error) {
+	b := &Nfqueue{cfg: cfg, lock: lock, rec: newOwnedReconciler(cfg.Firewall, cfg.Sets, cfg.Instance, cfg.NetNS),
+		log:  cfg.Logger.With("backend", "nfqueue", "instance", cfg.Instance),
 		stop: make(chan struct{}), loopDone: make(chan struct{}), standbyDone: make(chan struct{})}
 	b.cpu, b.standbyCPU = pathCPUs()
 	if cfg.NoStandby {
@@ -199,6 +223,9 @@ func NewNfqueue(ctx context.Context, cfg NfqueueConfig) (*Nfqueue, error) {
 	b.table.Store(&delays{})
 	if err := b.rec.reset(ctx); err != nil {
 		return nil, fmt.Errorf("removing leftovers of an earlier run: %w", err)
+	}
+	if err := b.rec.sweepDead(ctx); err != nil {
+		b.log.Warn("some leftovers of dead sanqos instances stay", "err", err)
 	}
 	sock, err := nfq.Open(nfq.Config{
 		Queue:       cfg.QueueNum,
@@ -809,5 +836,6 @@ func (b *Nfqueue) Close() error {
 	for _, give := range b.unreserve {
 		give()
 	}
+	b.lock.release()
 	return err
 }

@@ -4,11 +4,13 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"net/netip"
 	"slices"
 	"sort"
 	"strings"
+	"time"
 )
 
 // maxSetName is the kernel's limit on ipset names (IPSET_MAXNAMELEN - 1).
@@ -102,43 +104,66 @@ func wantSets(s State) map[string][]netip.Addr {
 }
 
 // reconciler keeps our chain and sets equal to a desired state, touching
-// the kernel only where the state changed. After a failed step it forgets
-// what it believed was installed and rebuilds everything next time
-// (kube-proxy's "needs full sync").
+// the kernel only where the state changed. Rules and sets come named
+// after the logical chain and SetName; the reconciler installs them under
+// its owner's names (see owner).
+//
+// A failed step never removes what is in force: the chain is replaced in
+// one iptables-restore transaction, so a failed replacement leaves the
+// old rules; the reconciler then forgets what it believed installed
+// (kube-proxy's "needs full sync"), re-reads its sets at the next try and
+// replaces the chain whole. Tries after a failure back off (retryMin
+// doubling to retryMax) so that a state the kernel refuses costs a fork
+// every few seconds, not every tick.
 type reconciler struct {
 	fw   Firewall
 	sets Sets
+	own  owner
+	ns   int // network namespace of the instance locks (0: ours)
+	now  func() time.Time
 
-	synced  bool
-	rules   []string // installed chain rules; nil with chain absent
+	synced  bool     // what we believe installed is what the kernel holds
+	rules   []string // installed chain rules (owner's names); nil with chain absent
 	chain   bool     // chain and jump are installed
 	members map[string]map[netip.Addr]bool
 	ops     int // kernel operations done, for tests and logs
+
+	lastErr error     // of the last failed apply
+	retryAt time.Time // no kernel change before this after a failure
+	backoff time.Duration
 }
+
+// Retry bounds after a failed apply: the first retry after retryMin, each
+// later one after twice the wait before, at most retryMax.
+const (
+	retryMin = 200 * time.Millisecond
+	retryMax = 10 * time.Second
+)
 
 func newReconciler(fw Firewall, sets Sets) *reconciler {
-	return &reconciler{fw: fw, sets: sets}
+	return &reconciler{fw: fw, sets: sets, now: time.Now, members: map[string]map[netip.Addr]bool{}}
 }
 
-// reset removes our chain and every set with our prefix, whoever made
-// them: at start-up that clears what a crashed run left behind.
+func newOwnedReconciler(fw Firewall, sets Sets, instance string, ns int) *reconciler {
+	r := newReconciler(fw, sets)
+	r.own, r.ns = owner{instance}, ns
+	return r
+}
+
+// reset removes our chain and every set of ours: at start-up what a
+// crashed run of this instance left, at Close what we installed.
 func (r *reconciler) reset(ctx context.Context) error {
 	r.synced = false
 	r.ops++
-	if err := r.fw.Remove(ctx); err != nil {
+	if err := r.fw.Remove(ctx, r.own.chain()); err != nil {
 		return err
 	}
 	r.chain, r.rules = false, nil
-	have, err := r.sets.List(ctx)
+	have, err := r.ourSets(ctx)
 	if err != nil {
 		return err
 	}
-	names := make([]string, 0, len(have))
-	for n := range have {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	for _, n := range names {
+	for _, n := range sortedKeys(have) {
 		r.ops++
 		if err := r.sets.Destroy(ctx, n); err != nil {
 			return err
@@ -146,22 +171,149 @@ func (r *reconciler) reset(ctx context.Context) error {
 	}
 	r.members = map[string]map[netip.Addr]bool{}
 	r.synced = true
+	r.lastErr, r.retryAt, r.backoff = nil, time.Time{}, 0
 	return nil
 }
 
-// apply makes the kernel hold exactly rules and sets. Sets are created and
-// filled before rules refer to them and destroyed only after no rule does.
-func (r *reconciler) apply(ctx context.Context, rules []string, sets map[string][]netip.Addr) error {
-	if !r.synced {
-		if err := r.reset(ctx); err != nil {
-			return err
+// ourSets lists the sets with our owner's prefix.
+func (r *reconciler) ourSets(ctx context.Context) (map[string][]netip.Addr, error) {
+	all, err := r.sets.List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string][]netip.Addr{}
+	for n, ms := range all {
+		if r.own.name == "" {
+			if _, ok := setOwner(n); ok {
+				out[n] = ms // before ownership: every sanqos set
+			}
+			continue
+		}
+		if strings.HasPrefix(n, r.own.setPrefix()) {
+			out[n] = ms
 		}
 	}
-	if err := r.applySteps(ctx, rules, sets); err != nil {
-		r.synced = false
+	return out, nil
+}
+
+// sweepDead removes the chains and sets of instances that are provably
+// dead (their lock is free), and of versions before ownership. It holds
+// each dead instance's lock while it removes its objects. What it cannot
+// remove it reports and leaves; it never touches a live instance's.
+func (r *reconciler) sweepDead(ctx context.Context) error {
+	if r.own.name == "" {
+		return nil
+	}
+	chains, err := r.fw.Chains(ctx)
+	if err != nil {
 		return err
 	}
+	sets, err := r.sets.List(ctx)
+	if err != nil {
+		return err
+	}
+	byOwner := map[string]*struct {
+		chains, sets []string
+	}{}
+	add := func(inst string) *struct{ chains, sets []string } {
+		if byOwner[inst] == nil {
+			byOwner[inst] = &struct{ chains, sets []string }{}
+		}
+		return byOwner[inst]
+	}
+	for _, c := range chains {
+		if inst, ok := chainOwner(c); ok && inst != r.own.name {
+			add(inst).chains = append(add(inst).chains, c)
+		}
+	}
+	for n := range sets {
+		if inst, ok := setOwner(n); ok && inst != r.own.name {
+			add(inst).sets = append(add(inst).sets, n)
+		}
+	}
+	var errs []error
+	for _, inst := range sortedKeys(byOwner) {
+		lk, dead := tryLockDead(r.ns, inst)
+		if !dead {
+			continue // a live instance: not ours to touch
+		}
+		o := byOwner[inst]
+		slices.Sort(o.chains)
+		slices.Sort(o.sets)
+		for _, c := range o.chains {
+			r.ops++
+			if err := r.fw.Remove(ctx, c); err != nil {
+				errs = append(errs, fmt.Errorf("removing chain %s of dead instance %q: %w", c, inst, err))
+			}
+		}
+		for _, n := range o.sets {
+			r.ops++
+			if err := r.sets.Destroy(ctx, n); err != nil {
+				errs = append(errs, fmt.Errorf("removing ipset %s of dead instance %q: %w", n, inst, err))
+			}
+		}
+		lk.release()
+	}
+	return errors.Join(errs...)
+}
+
+// apply makes the kernel hold exactly rules and sets (logical names).
+// Sets are created and filled before rules refer to them and destroyed
+// only after no rule does. After a failure it returns at once, changing
+// nothing, until the retry time.
+func (r *reconciler) apply(ctx context.Context, rules []string, sets map[string][]netip.Addr) error {
+	now := r.now()
+	if r.lastErr != nil && now.Before(r.retryAt) {
+		return fmt.Errorf("%w (the throttles in force stay; next try in %v)", r.lastErr, r.retryAt.Sub(now).Round(time.Millisecond))
+	}
+	own := make([]string, len(rules))
+	for i, x := range rules {
+		own[i] = r.own.rule(x)
+	}
+	ownSets := make(map[string][]netip.Addr, len(sets))
+	for n, ms := range sets {
+		ownSets[r.own.set(n)] = ms
+	}
+	err := r.resync(ctx)
+	if err == nil {
+		err = r.applySteps(ctx, own, ownSets)
+	}
+	if err != nil {
+		r.synced = false
+		r.backoff = min(max(2*r.backoff, retryMin), retryMax)
+		r.lastErr, r.retryAt = err, now.Add(r.backoff)
+		return fmt.Errorf("%w (the throttles in force stay; next try in %v)", err, r.backoff)
+	}
+	r.lastErr, r.backoff = nil, 0
 	return nil
+}
+
+// resync re-reads our sets after a failure; the chain's rules are then
+// unknown, so the next step replaces them whole.
+func (r *reconciler) resync(ctx context.Context) error {
+	if r.synced {
+		return nil
+	}
+	have, err := r.ourSets(ctx)
+	if err != nil {
+		return err
+	}
+	r.members = map[string]map[netip.Addr]bool{}
+	for n, ms := range have {
+		r.members[n] = toSet(ms)
+	}
+	r.rules = nil
+	r.chain = true // unknown: remove or replace it
+	r.synced = true
+	return nil
+}
+
+func toSet(as []netip.Addr) map[netip.Addr]bool {
+	m := make(map[netip.Addr]bool, len(as))
+	for _, a := range as {
+		m[a.Unmap()] = true
+	}
+	return m
 }
 
 func (r *reconciler) applySteps(ctx context.Context, rules []string, sets map[string][]netip.Addr) error {
@@ -206,13 +358,13 @@ func (r *reconciler) applySteps(ctx context.Context, rules []string, sets map[st
 	switch {
 	case len(rules) == 0 && r.chain:
 		r.ops++
-		if err := r.fw.Remove(ctx); err != nil {
+		if err := r.fw.Remove(ctx, r.own.chain()); err != nil {
 			return err
 		}
 		r.chain, r.rules = false, nil
-	case len(rules) > 0 && (!r.chain || !slices.Equal(rules, r.rules)):
+	case len(rules) > 0 && (!r.chain || r.rules == nil || !slices.Equal(rules, r.rules)):
 		r.ops++
-		if err := r.fw.Replace(ctx, rules); err != nil {
+		if err := r.fw.Replace(ctx, r.own.chain(), rules); err != nil {
 			return err
 		}
 		r.chain, r.rules = true, slices.Clone(rules)
