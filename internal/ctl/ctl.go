@@ -98,6 +98,11 @@ func ParseManual(r Request) (Manual, error) {
 			return m, fmt.Errorf("--port 0 is not a TCP port")
 		}
 	}
+	// A list the kernel's rule cannot take would be accepted here and
+	// then fail at every apply: refuse it where it is given.
+	if err := throttle.ValidatePorts(m.Ports); err != nil {
+		return m, fmt.Errorf("--port: %w", err)
+	}
 	slices.Sort(m.Ports)
 	m.Ports = slices.Compact(m.Ports)
 	return m, nil

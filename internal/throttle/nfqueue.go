@@ -738,9 +738,12 @@ func NfqueueRules(s State, queue uint16) []string {
 }
 
 func (b *Nfqueue) Apply(ctx context.Context, s State) error {
-	if err := Validate(s); err != nil {
+	if err := validateShape(s); err != nil {
 		return err
 	}
+	// What cannot be programmed is left out, one consumer or group at a
+	// time, and reported; everything else is controlled as usual.
+	s, refused := Split(s)
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.closed {
@@ -749,7 +752,11 @@ func (b *Nfqueue) Apply(ctx context.Context, s State) error {
 	t := b.members.update(s, time.Now())
 	// Delays first: a consumer joining finds its delay on its first packet.
 	b.table.Store(&t)
-	return b.program(ctx)
+	err := b.program(ctx)
+	if refused != nil {
+		return errors.Join(err, refused)
+	}
+	return err
 }
 
 // program reconciles the kernel with the last state plus the lingering

@@ -195,3 +195,73 @@ func containsLines(got, want string) bool {
 	}
 	return true
 }
+
+// TestMixedIPv6StateKeepsIPv4Controlled (issue 14, finding 4): one IPv6
+// consumer, or one group with too many ports, is refused on its own with
+// an error naming it; the IPv4 consumers of the same and other groups are
+// still programmed.
+func TestMixedIPv6StateKeepsIPv4Controlled(t *testing.T) {
+	many := make([]uint16, 16)
+	for i := range many {
+		many[i] = uint16(3260 + i)
+	}
+	s := State{Groups: []Group{
+		{Name: "vg", Members: []netip.Addr{ip("10.0.0.2"), ip("fd00::2"), ip("::ffff:10.0.0.4")}, WriteDelay: 20 * time.Millisecond},
+		{Name: "pool", Members: []netip.Addr{ip("10.0.0.3")}, WriteDelay: 5 * time.Millisecond},
+		{Name: "wide", Members: []netip.Addr{ip("10.0.0.5")}, Ports: many, WriteDelay: 5 * time.Millisecond},
+	}}
+	if err := validateShape(s); err != nil {
+		t.Fatal(err)
+	}
+	ok, refused := Split(s)
+	if refused == nil || len(refused.Reasons) != 2 {
+		t.Fatalf("refused %v, want the IPv6 consumer and the 16-port group", refused)
+	}
+	msg := refused.Error()
+	for _, want := range []string{"fd00::2", "IPv6", `"wide"`, "16 ports", "at most 15"} {
+		if !strings.Contains(msg, want) {
+			t.Fatalf("refusal %q does not say %q", msg, want)
+		}
+	}
+	k := NewFakeKernel()
+	rec := newReconciler(k, k)
+	if err := rec.apply(context.Background(), NfqueueRules(ok, 1), wantSets(ok)); err != nil {
+		t.Fatal(err)
+	}
+	got := k.String()
+	for _, want := range []string{"set sanqos-vg: 10.0.0.2 10.0.0.4", "set sanqos-pool: 10.0.0.3", "--match-set sanqos-vg dst", "--match-set sanqos-pool dst"} {
+		if !strings.Contains(got, want) {
+			t.Fatalf("kernel holds\n%s\nwant %q: the IPv4 consumers must stay controlled", got, want)
+		}
+	}
+	if strings.Contains(got, "wide") {
+		t.Fatalf("the refused group was programmed:\n%s", got)
+	}
+	if Validate(s) == nil {
+		t.Fatal("Validate (the tc backends' whole-state check) accepted IPv6 and 16 ports")
+	}
+}
+
+// TestValidatePorts: the port validator config and the control socket
+// use refuses what one iptables rule cannot take.
+func TestValidatePorts(t *testing.T) {
+	if err := ValidatePorts([]int{3260, 3261, 3261}); err != nil {
+		t.Fatal(err)
+	}
+	fifteen := make([]uint16, 15)
+	for i := range fifteen {
+		fifteen[i] = uint16(1 + i)
+	}
+	if err := ValidatePorts(fifteen); err != nil {
+		t.Fatalf("15 ports refused: %v", err)
+	}
+	if err := ValidatePorts(append(fifteen, 16)); err == nil || !strings.Contains(err.Error(), "at most 15") {
+		t.Fatalf("16 ports: %v", err)
+	}
+	if err := ValidatePorts([]int{0}); err == nil {
+		t.Fatal("port 0 accepted")
+	}
+	if err := ValidatePorts([]int{70000}); err == nil {
+		t.Fatal("port 70000 accepted")
+	}
+}

@@ -63,8 +63,21 @@ func sortedGroups(s State) []Group {
 }
 
 // Validate rejects states the backends cannot program: duplicate group
-// names, IPv6 members (the sets are hash:ip inet), negative delays.
+// names, negative delays, and (see Split) IPv6 members and more ports
+// than one rule takes. The tc backends refuse such a state whole; the
+// nfqueue backend programs what it can (Split) and refuses the rest.
 func Validate(s State) error {
+	if err := validateShape(s); err != nil {
+		return err
+	}
+	if _, refused := Split(s); refused != nil {
+		return refused
+	}
+	return nil
+}
+
+// validateShape rejects states no backend can make sense of.
+func validateShape(s State) error {
 	seen := map[string]bool{}
 	for _, g := range s.Groups {
 		if g.Name == "" {
@@ -77,13 +90,48 @@ func Validate(s State) error {
 		if g.WriteDelay < 0 || g.ReadDelay < 0 {
 			return fmt.Errorf("group %q: negative delay", g.Name)
 		}
-		for _, m := range g.Members {
-			if !m.Is4() && !m.Is4In6() {
-				return fmt.Errorf("group %q: member %s: only IPv4 is supported", g.Name, m)
-			}
-		}
 	}
 	return nil
+}
+
+// Refused says which parts of a state a backend left out; the rest of
+// the state is in force. Apply returns it (wrapped, errors.As finds it)
+// when it programmed the state without them.
+type Refused struct{ Reasons []string }
+
+func (r *Refused) Error() string {
+	return "not throttled (the rest is): " + strings.Join(r.Reasons, "; ")
+}
+
+// Split returns s without what the backends cannot program, one consumer
+// or group at a time, and says what it left out (nil: nothing): IPv6
+// members (the sets are hash:ip inet and the rules iptables: IPv4 only),
+// and groups with more ports than one iptables multiport match takes.
+func Split(s State) (State, *Refused) {
+	var out State
+	var why []string
+	for _, g := range s.Groups {
+		if err := ValidatePorts(g.Ports); err != nil {
+			why = append(why, fmt.Sprintf("group %q: %v", g.Name, err))
+			continue
+		}
+		var ms []netip.Addr
+		for _, m := range g.Members {
+			if m.Unmap().Is4() {
+				ms = append(ms, m)
+				continue
+			}
+			why = append(why, fmt.Sprintf("group %q: consumer %s: IPv6 consumers cannot be throttled (the data path is IPv4 only); serve it over IPv4 to control it", g.Name, m))
+		}
+		if len(ms) != len(g.Members) {
+			g.Members = ms
+		}
+		out.Groups = append(out.Groups, g)
+	}
+	if len(why) == 0 {
+		return s, nil
+	}
+	return out, &Refused{Reasons: why}
 }
 
 // wantSets is the desired membership of every set: a group's members are

@@ -177,3 +177,26 @@ type Backend interface {
 	// more than once.
 	Close() error
 }
+
+// MaxPorts is the most target ports one group may have: iptables'
+// multiport match takes at most 15 ports, and a rule the kernel refuses
+// would fail every apply.
+const MaxPorts = 15
+
+// ValidatePorts checks a list of target ports as the backends will
+// program them: every port 1–65535, at most MaxPorts distinct ones. The
+// config loader and the control socket call it, so that a list the
+// kernel would refuse is refused where it is given.
+func ValidatePorts[P ~int | ~uint16](ports []P) error {
+	distinct := map[int]bool{}
+	for _, p := range ports {
+		if p < 1 || int(p) > 65535 {
+			return fmt.Errorf("port %d is not a TCP port (1 to 65535)", p)
+		}
+		distinct[int(p)] = true
+	}
+	if len(distinct) > MaxPorts {
+		return fmt.Errorf("%d ports given, at most %d fit one iptables multiport rule: list fewer ports", len(distinct), MaxPorts)
+	}
+	return nil
+}
