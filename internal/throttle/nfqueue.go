@@ -165,6 +165,7 @@ type Nfqueue struct {
 	// over. Only ever TryLock'ed: no thread of the path waits for it.
 	path        sync.Mutex
 	beat        atomic.Uint64 // the packet thread's wake-ups
+	alive       atomic.Int64  // UnixNano of the packet path's last round, by either thread (see Healthy)
 	back        atomic.Bool   // the packet thread wants the path back
 	declined    atomic.Uint64 // standby looks that found the packet CPU's backlog busy
 	active      atomic.Bool   // rules are installed: packets may come
@@ -261,6 +262,7 @@ func newNfqueue(ctx context.Context, cfg NfqueueConfig, lock *instanceLock) (*Nf
 	case cfg.RiseLimit != (RiseLimit{}):
 		b.del.Rise = cfg.RiseLimit
 	}
+	b.alive.Store(time.Now().UnixNano())
 	b.unreserve = append(b.unreserve, reserveProc())
 	if err := raiseOtherThreads(); err != nil {
 		b.log.Warn("the daemon's other threads keep their priority; the packet thread may wait for them under CPU load", "err", err)
@@ -458,6 +460,7 @@ func (b *Nfqueue) loop() {
 		b.path.Unlock()
 		err := t.wait(at, holding)
 		b.beat.Add(1)
+		b.alive.Store(time.Now().UnixNano())
 		if !b.path.TryLock() {
 			continue // the standby runs the path and handles what woke us
 		}
@@ -468,7 +471,7 @@ func (b *Nfqueue) loop() {
 			pause()
 			continue
 		}
-		if holding && t.timedOut() {
+		if holding && t.timedOut() && !time.Now().Before(at) {
 			b.stalls.wakes.add(time.Since(at))
 		}
 		t.serve()
@@ -525,16 +528,45 @@ func (t *pathThread) yield() time.Duration {
 // wait waits in ppoll(2) for packets, a command, or (holding) the release
 // time at.
 func (t *pathThread) wait(at time.Time, holding bool) error {
-	var timeout *unix.Timespec
+	// A real-time thread's timeouts have no timer slack: ppoll wakes
+	// within microseconds of the release time. With nothing held it
+	// still wakes every heartbeat, so that Healthy can tell a live
+	// packet thread from a stuck one.
+	wait := heartbeat
 	if holding {
-		// A real-time thread's timeouts have no timer slack: ppoll
-		// wakes within microseconds of the release time.
-		t.ts = unix.NsecToTimespec(max(time.Until(at), 0).Nanoseconds())
-		timeout = &t.ts
+		wait = min(max(time.Until(at), 0), heartbeat)
 	}
+	t.ts = unix.NsecToTimespec(wait.Nanoseconds())
+	timeout := &t.ts
 	t.fds[0].Revents, t.fds[1].Revents = 0, 0
 	if err := rawPpoll(t.fds, timeout); err != nil && !errors.Is(err, unix.EINTR) {
 		return err
+	}
+	return nil
+}
+
+// heartbeat is the longest the packet thread waits without going round
+// its loop: a quarter of HealthyWithin, so that a live thread is never
+// reported stuck, and 4 wake-ups a second cost nothing.
+const heartbeat = HealthyWithin / 4
+
+// HealthyWithin is how recently the packet path must have gone round its
+// loop for Healthy to pass.
+const HealthyWithin = time.Second
+
+// Healthy reports whether the packet path is alive at now: the packet
+// thread (or the standby in its place) went round its loop within
+// HealthyWithin. It proves what a watchdog must know: held packets are
+// being released. A daemon that feeds a watchdog only while Healthy
+// passes is restarted when its packet path is stuck, and the kernel then
+// lets packets pass (--queue-bypass).
+func (b *Nfqueue) Healthy(now time.Time) error {
+	if b.stopping.Load() {
+		return errors.New("the nfqueue backend is closed")
+	}
+	last := time.Unix(0, b.alive.Load())
+	if age := now.Sub(last); age > HealthyWithin {
+		return fmt.Errorf("the nfqueue packet path has not run for %v (limit %v); held packets are not being released", age.Round(time.Millisecond), HealthyWithin)
 	}
 	return nil
 }

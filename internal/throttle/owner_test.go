@@ -265,3 +265,22 @@ func TestValidatePorts(t *testing.T) {
 		t.Fatal("port 70000 accepted")
 	}
 }
+
+// TestHealthyTellsAStuckPacketPath (issue 14, finding 5): Healthy passes
+// while the packet path went round its loop within HealthyWithin and
+// fails, saying so, once it has not (the daemon's watchdog feeds on it).
+func TestHealthyTellsAStuckPacketPath(t *testing.T) {
+	b := &Nfqueue{}
+	b.alive.Store(t0.UnixNano())
+	if err := b.Healthy(t0.Add(heartbeat)); err != nil {
+		t.Fatalf("a path that ran one heartbeat ago: %v", err)
+	}
+	err := b.Healthy(t0.Add(HealthyWithin + time.Millisecond))
+	if err == nil || !strings.Contains(err.Error(), "not run for") {
+		t.Fatalf("a path stuck for over %v: %v", HealthyWithin, err)
+	}
+	b.stopping.Store(true)
+	if b.Healthy(t0) == nil {
+		t.Fatal("a closed backend reported healthy")
+	}
+}

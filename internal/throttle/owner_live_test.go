@@ -1,0 +1,176 @@
+package throttle
+
+import (
+	"io"
+	"net"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestLiveTwoDaemonsAndCleanupOnly (issue 14, finding 1): in one network
+// namespace, a second daemon on another queue, a second daemon on the
+// same queue, and `--cleanup-only` runs (for the live daemon's instance
+// and for another) never disturb the first daemon's throttle: its chain
+// and set stay, and its consumer's RTT stays at the throttle's delay.
+func TestLiveTwoDaemonsAndCleanupOnly(t *testing.T) {
+	l := newLab(t)
+	bin := buildSanqos(t)
+	dir := t.TempDir()
+	sockA, sockB, sockC := filepath.Join(dir, "a.sock"), filepath.Join(dir, "b.sock"), filepath.Join(dir, "c.sock")
+	a := l.startDaemon(t, bin, sockA)
+	if out, err := sanqos(t, bin, "throttle", "--socket", sockA, "--ip", clientIP, "--delay", "20ms"); err != nil {
+		t.Fatalf("throttle: %v: %s", err, out)
+	}
+	c := l.dial('e')
+	defer c.Close()
+	l.pastRamp(c)
+	aHolds := l.ours(t)
+	if !strings.Contains(aHolds, Chain+"-q3260") {
+		t.Fatalf("daemon A's objects are not named after its instance:\n%s", aHolds)
+	}
+	stillThrottled := func(after string) {
+		t.Helper()
+		if rtt := median(l.rtts(c, 5)); rtt < 19*time.Millisecond {
+			t.Fatalf("after %s: RTT %v, want A's 20ms throttle in force", after, rtt)
+		}
+		if got := l.ours(t); !containsLines(got, aHolds) {
+			t.Fatalf("after %s the namespace holds\n%s\nwant all of A's:\n%s", after, got, aHolds)
+		}
+	}
+	stillThrottled("start")
+
+	// B on another queue: its own instance, beside A.
+	b := l.startDaemon(t, bin, sockB, "--queue-num", "3261")
+	if out, err := sanqos(t, bin, "throttle", "--socket", sockB, "--ip", "10.213.0.9", "--delay", "5ms"); err != nil {
+		t.Fatalf("throttle on B: %v: %s", err, out)
+	}
+	stillThrottled("a second daemon started on another queue")
+	if got := l.ours(t); !strings.Contains(got, Chain+"-q3261") {
+		t.Fatalf("daemon B's chain is missing:\n%s", got)
+	}
+
+	// C on A's queue: refused before it touches anything.
+	out, err := sanqos(t, "ip", "netns", "exec", l.tns, bin, "run", "--manual", "--socket", sockC)
+	if err == nil || !strings.Contains(out, "running") {
+		t.Fatalf("a second daemon on A's queue: %v: %q, want a refusal saying an instance is running", err, out)
+	}
+	stillThrottled("a second daemon on the same queue was refused")
+
+	// --cleanup-only for A's instance is refused; for another it sweeps
+	// only what is dead.
+	out, err = sanqos(t, "ip", "netns", "exec", l.tns, bin, "run", "--cleanup-only")
+	if err == nil || !strings.Contains(out, "running") {
+		t.Fatalf("--cleanup-only against a live daemon: %v: %q, want a refusal", err, out)
+	}
+	stillThrottled("--cleanup-only against the live daemon")
+	if out, err := sanqos(t, "ip", "netns", "exec", l.tns, bin, "run", "--cleanup-only", "--queue-num", "3262"); err != nil {
+		t.Fatalf("--cleanup-only of another instance: %v: %s", err, out)
+	}
+	stillThrottled("--cleanup-only of another instance")
+
+	// B exits: A's throttle stays, B's objects go.
+	if err := b.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-b.done; err != nil {
+		t.Fatalf("daemon B exit: %v\n%s", err, b.stderr)
+	}
+	stillThrottled("daemon B exited")
+	if got := l.ours(t); strings.Contains(got, "q3261") {
+		t.Fatalf("daemon B left:\n%s", got)
+	}
+	if err := a.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-a.done; err != nil {
+		t.Fatalf("daemon A exit: %v\n%s", err, a.stderr)
+	}
+	if got := l.ours(t); got != "" {
+		t.Fatalf("after both exited the namespace holds:\n%s", got)
+	}
+}
+
+// TestLiveSIGTERMLosesNothing (issue 14, finding 6): a daemon throttling
+// echo and iSCSI-like writes at 20 ms is stopped with SIGTERM while
+// packets are held: every held packet leaves, in order, before the queue
+// closes, so neither side retransmits anything.
+func TestLiveSIGTERMLosesNothing(t *testing.T) {
+	l := newLab(t)
+	bin := buildSanqos(t)
+	sock := filepath.Join(t.TempDir(), "s.sock")
+	d := l.startDaemon(t, bin, sock)
+	if out, err := sanqos(t, bin, "throttle", "--socket", sock, "--ip", clientIP, "--delay", "20ms", "--direction", "both"); err != nil {
+		t.Fatalf("throttle: %v: %s", err, out)
+	}
+	echo := l.dial('e')
+	defer echo.Close()
+	writes := l.dial('i')
+	defer writes.Close()
+	l.pastRamp(echo)
+	l.pastRampIOs(writes, 'i')
+	t0, c0 := counters(t, l.targetRunner), counters(t, l.clientRunner)
+
+	// Traffic on both connections until well after the exit.
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	errs := make(chan error, 2)
+	loop := func(f func() error) {
+		defer wg.Done()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if err := f(); err != nil {
+				errs <- err
+				return
+			}
+		}
+	}
+	var b [1]byte
+	buf := make([]byte, 64<<10)
+	wg.Add(2)
+	go loop(func() error {
+		echo.SetDeadline(time.Now().Add(5 * time.Second))
+		if _, err := echo.Write(b[:]); err != nil {
+			return err
+		}
+		_, err := io.ReadFull(echo, b[:])
+		return err
+	})
+	go loop(func() error {
+		writes.SetDeadline(time.Now().Add(5 * time.Second))
+		return oneIO(writes, 'i', buf)
+	})
+	time.Sleep(300 * time.Millisecond)
+	if err := d.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-d.done:
+		if err != nil {
+			t.Fatalf("daemon exit after SIGTERM: %v\n%s", err, d.stderr)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("daemon did not exit within 10s of SIGTERM\n%s", d.stderr)
+	}
+	time.Sleep(500 * time.Millisecond)
+	close(stop)
+	wg.Wait()
+	select {
+	case err := <-errs:
+		t.Fatalf("traffic across the exit: %v", err)
+	default:
+	}
+	checkRetrans(t, "target across SIGTERM", l.targetRunner, t0, 0, 0)
+	checkRetrans(t, "initiator across SIGTERM", l.clientRunner, c0, 0, 0)
+	re, why := retransSince(t, l.targetRunner, t0)
+	rc, whyc := retransSince(t, l.clientRunner, c0)
+	t.Logf("retransmissions across SIGTERM of a daemon throttling at 20ms: target %d (%s), initiator %d (%s)", re, why, rc, whyc)
+	var _ net.Conn = echo
+}
