@@ -485,14 +485,39 @@ func (b *Nfqueue) loop() {
 		rawSleep(backOff)
 	}
 	b.del.releaseAll()
-	for range 1 << 16 {
+	b.drain()
+	b.endCmds()
+}
+
+// drainQuiet is how long the socket must stay empty before the packet
+// thread lets the queue close: the kernel drops whatever is still queued
+// when it does (see Close), and a packet that passed the rule on another
+// CPU just before the rule went may reach the socket a moment later.
+const drainQuiet = 2 * time.Millisecond
+
+// drain accepts, in the order they come, the packets still in the socket,
+// until it has been empty for drainQuiet (at most a second and 65,536
+// reads: the rules are gone, so the socket runs dry).
+func (b *Nfqueue) drain() {
+	fds := []unix.PollFd{{Fd: int32(b.sock.Fd()), Events: unix.POLLIN}}
+	quiet := unix.NsecToTimespec(drainQuiet.Nanoseconds())
+	deadline := time.Now().Add(time.Second)
+	for n := 0; n < 1<<16 && time.Now().Before(deadline); {
 		more, err := b.sock.Read(func(p nfq.Packet) { b.atOnce = append(b.atOnce, p.ID) })
-		if err != nil || !more {
+		n++
+		if err != nil {
+			break
+		}
+		if more {
+			continue
+		}
+		b.flushAtOnce()
+		fds[0].Revents = 0
+		if rawPpoll(fds, &quiet) != nil || fds[0].Revents == 0 {
 			break
 		}
 	}
 	b.flushAtOnce()
-	b.endCmds()
 }
 
 // pathThread is what a thread that runs the packet path (the packet

@@ -174,3 +174,81 @@ func TestLiveSIGTERMLosesNothing(t *testing.T) {
 	t.Logf("retransmissions across SIGTERM of a daemon throttling at 20ms: target %d (%s), initiator %d (%s)", re, why, rc, whyc)
 	var _ net.Conn = echo
 }
+
+// TestLiveSIGSTOPWorstRTT (issue 14, finding 5) measures the worst echo
+// RTT, under a 20 ms throttle, when the daemon is stopped (SIGSTOP) and a
+// watchdog acts after stall: by SIGKILL (what is left once the packet
+// path is stuck for good), or by SIGTERM and SIGCONT (what systemd sends
+// with WatchdogSignal=SIGTERM: the kill signal, then SIGCONT to a stopped
+// process), after which the daemon exits cleanly. The kernel keeps a
+// stopped daemon's queued packets as long as the process lives: only the
+// watchdog bounds the stall.
+func TestLiveSIGSTOPWorstRTT(t *testing.T) {
+	const stall = time.Second // the watchdog's timeout in this measurement
+	for _, how := range []string{"SIGKILL", "SIGTERM+SIGCONT"} {
+		t.Run(how, func(t *testing.T) {
+			l := newLab(t)
+			bin := buildSanqos(t)
+			sock := filepath.Join(t.TempDir(), "s.sock")
+			d := l.startDaemon(t, bin, sock)
+			if out, err := sanqos(t, bin, "throttle", "--socket", sock, "--ip", clientIP, "--delay", "20ms"); err != nil {
+				t.Fatalf("throttle: %v: %s", err, out)
+			}
+			echo := l.dial('e')
+			defer echo.Close()
+			l.pastRamp(echo)
+			t0, c0 := counters(t, l.targetRunner), counters(t, l.clientRunner)
+			var worst time.Duration
+			done := make(chan error, 1)
+			stop := make(chan struct{})
+			go func() {
+				var b [1]byte
+				for {
+					select {
+					case <-stop:
+						done <- nil
+						return
+					default:
+					}
+					start := time.Now()
+					echo.SetDeadline(time.Now().Add(10 * time.Second))
+					if _, err := echo.Write(b[:]); err != nil {
+						done <- err
+						return
+					}
+					if _, err := io.ReadFull(echo, b[:]); err != nil {
+						done <- err
+						return
+					}
+					worst = max(worst, time.Since(start))
+				}
+			}()
+			time.Sleep(200 * time.Millisecond)
+			pid := d.cmd.Process.Pid
+			// ip netns exec execs the daemon: the pid is sanqos's.
+			if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(stall)
+			if how == "SIGKILL" {
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+			} else {
+				_ = syscall.Kill(pid, syscall.SIGTERM)
+				_ = syscall.Kill(pid, syscall.SIGCONT)
+			}
+			<-d.done
+			time.Sleep(1500 * time.Millisecond)
+			close(stop)
+			if err := <-done; err != nil {
+				t.Fatalf("echo across the stop: %v", err)
+			}
+			re, why := retransSince(t, l.targetRunner, t0)
+			rc, whyc := retransSince(t, l.clientRunner, c0)
+			t.Logf("SIGSTOP, %v later %s: worst echo RTT %v under a 20ms throttle; retransmissions target %d (%s), initiator %d (%s)",
+				stall, how, worst.Round(time.Millisecond), re, why, rc, whyc)
+			if worst > stall+time.Second {
+				t.Errorf("worst RTT %v: more than a second beyond the watchdog's %v", worst, stall)
+			}
+		})
+	}
+}
