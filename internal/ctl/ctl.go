@@ -71,8 +71,8 @@ type Manual struct {
 func ParseManual(r Request) (Manual, error) {
 	var m Manual
 	a, err := netip.ParseAddr(r.IP)
-	if err != nil || !a.Unmap().Is4() {
-		return m, fmt.Errorf("--ip %q is not an IPv4 address (like 10.0.0.3)", r.IP)
+	if err != nil || a.Zone() != "" || a.IsUnspecified() {
+		return m, fmt.Errorf("--ip %q is not an IP address (like 10.0.0.3 or fd00::3)", r.IP)
 	}
 	m.IP = a.Unmap()
 	d, err := time.ParseDuration(r.Delay)

@@ -36,8 +36,8 @@ func TestParseManualRejects(t *testing.T) {
 		r    Request
 		want string
 	}{
-		{Request{IP: "10.0.0.300", Delay: "1ms"}, "not an IPv4"},
-		{Request{IP: "fe80::1", Delay: "1ms"}, "not an IPv4"},
+		{Request{IP: "10.0.0.300", Delay: "1ms"}, "not an IP"},
+		{Request{IP: "fe80::1%eth0", Delay: "1ms"}, "not an IP"},
 		{Request{IP: "10.0.0.3", Delay: "-1ms"}, "out of range"},
 		{Request{IP: "10.0.0.3", Delay: "0s"}, "out of range"},
 		{Request{IP: "10.0.0.3", Delay: "2s"}, "out of range"},

@@ -75,6 +75,43 @@ func parseIPv4TCP(pkt []byte, total int) (parsed, bool) {
 	return p, true
 }
 
+// parseTCP reads an IPv4 or IPv6 packet (see parseIPv4TCP, parseIPv6TCP).
+func parseTCP(pkt []byte, total int) (parsed, bool) {
+	if len(pkt) > 0 && pkt[0]>>4 == 6 {
+		return parseIPv6TCP(pkt, total)
+	}
+	return parseIPv4TCP(pkt, total)
+}
+
+// parseIPv6TCP is parseIPv4TCP for IPv6. Only a TCP header right after
+// the fixed header is read: the target's own segments carry no extension
+// headers; a packet that has them is not parsed (it passes at once).
+func parseIPv6TCP(pkt []byte, total int) (parsed, bool) {
+	const hdr = 40
+	if len(pkt) < hdr+20 || pkt[0]>>4 != 6 || pkt[6] != 6 {
+		return parsed{}, false
+	}
+	if total == 0 {
+		total = hdr + int(binary.BigEndian.Uint16(pkt[4:6]))
+	}
+	tcp := pkt[hdr:]
+	doff := int(tcp[12]>>4) * 4
+	p := parsed{
+		flow: flowKey{
+			dst:   netip.AddrFrom16([16]byte(pkt[24:40])).Unmap(),
+			sport: binary.BigEndian.Uint16(tcp[0:2]),
+			dport: binary.BigEndian.Uint16(tcp[2:4]),
+		},
+		payload: total - hdr - doff,
+		ack:     binary.BigEndian.Uint32(tcp[8:12]),
+		flags:   tcp[13],
+	}
+	if p.payload < 0 {
+		p.payload = 0
+	}
+	return p, true
+}
+
 // held is one packet waiting for its release time.
 type held struct {
 	id   uint32

@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 )
 
 // Kernel objects owned by this package. Everything carries the sanqos
@@ -69,7 +70,8 @@ type Firewall interface {
 	Chains(ctx context.Context) ([]string, error)
 }
 
-// Sets manages our ipsets (hash:ip, IPv4).
+// Sets manages our ipsets (hash:ip; family inet, or inet6 for the sets
+// of an owner's IPv6 half, see isV6Set).
 type Sets interface {
 	// List returns every set whose name starts with SetPrefix, with members.
 	List(ctx context.Context) (map[string][]netip.Addr, error)
@@ -98,20 +100,30 @@ func RestoreText(chain string, rules []string, jump bool) string {
 	return b.String()
 }
 
-// Iptables is the Firewall on iptables (nft or legacy backend alike).
+// Iptables is the Firewall on iptables (nft or legacy backend alike);
+// with V6, on ip6tables, whose chains and rules are apart from
+// iptables' and take the same syntax.
 type Iptables struct {
 	Run    Runner
+	V6     bool
 	jumped map[string]bool
 }
 
+func (f *Iptables) bin() string {
+	if f.V6 {
+		return "ip6tables"
+	}
+	return "iptables"
+}
+
 func (f *Iptables) hasJump(ctx context.Context, chain string) bool {
-	_, err := f.Run.Run(ctx, "", "iptables", "-w", "-t", table, "-C", hook, "-j", chain)
+	_, err := f.Run.Run(ctx, "", f.bin(), "-w", "-t", table, "-C", hook, "-j", chain)
 	return err == nil
 }
 
 func (f *Iptables) Replace(ctx context.Context, chain string, rules []string) error {
 	jump := !f.jumped[chain] && !f.hasJump(ctx, chain)
-	if _, err := f.Run.Run(ctx, RestoreText(chain, rules, jump), "iptables-restore", "-w", "--noflush"); err != nil {
+	if _, err := f.Run.Run(ctx, RestoreText(chain, rules, jump), f.bin()+"-restore", "-w", "--noflush"); err != nil {
 		return fmt.Errorf("installing chain %s: %w", chain, err)
 	}
 	if f.jumped == nil {
@@ -126,25 +138,25 @@ func (f *Iptables) Remove(ctx context.Context, chain string) error {
 	// 64 bounds the loop should a jump refuse to go, far above the one
 	// jump a run adds.
 	for i := 0; i < 64 && f.hasJump(ctx, chain); i++ {
-		if _, err := f.Run.Run(ctx, "", "iptables", "-w", "-t", table, "-D", hook, "-j", chain); err != nil {
+		if _, err := f.Run.Run(ctx, "", f.bin(), "-w", "-t", table, "-D", hook, "-j", chain); err != nil {
 			return fmt.Errorf("removing jump to %s: %w", chain, err)
 		}
 	}
 	delete(f.jumped, chain)
-	if _, err := f.Run.Run(ctx, "", "iptables", "-w", "-t", table, "-S", chain); err != nil {
+	if _, err := f.Run.Run(ctx, "", f.bin(), "-w", "-t", table, "-S", chain); err != nil {
 		return nil // no chain: nothing to remove
 	}
-	if _, err := f.Run.Run(ctx, "", "iptables", "-w", "-t", table, "-F", chain); err != nil {
+	if _, err := f.Run.Run(ctx, "", f.bin(), "-w", "-t", table, "-F", chain); err != nil {
 		return fmt.Errorf("flushing chain %s: %w", chain, err)
 	}
-	if _, err := f.Run.Run(ctx, "", "iptables", "-w", "-t", table, "-X", chain); err != nil {
+	if _, err := f.Run.Run(ctx, "", f.bin(), "-w", "-t", table, "-X", chain); err != nil {
 		return fmt.Errorf("deleting chain %s: %w", chain, err)
 	}
 	return nil
 }
 
 func (f *Iptables) Chains(ctx context.Context) ([]string, error) {
-	out, err := f.Run.Run(ctx, "", "iptables", "-w", "-t", table, "-S")
+	out, err := f.Run.Run(ctx, "", f.bin(), "-w", "-t", table, "-S")
 	if err != nil {
 		return nil, fmt.Errorf("listing the chains of the %s table: %w", table, err)
 	}
@@ -190,7 +202,11 @@ func (s Ipsets) List(ctx context.Context) (map[string][]netip.Addr, error) {
 }
 
 func (s Ipsets) Create(ctx context.Context, name string) error {
-	if err := s.h().IpsetCreate(name, "hash:ip", netlink.IpsetCreateOptions{Replace: true}); err != nil {
+	opts := netlink.IpsetCreateOptions{Replace: true, Family: unix.AF_INET}
+	if isV6Set(name) {
+		opts.Family = unix.AF_INET6
+	}
+	if err := s.h().IpsetCreate(name, "hash:ip", opts); err != nil {
 		return fmt.Errorf("creating ipset %s: %w", name, err)
 	}
 	return nil

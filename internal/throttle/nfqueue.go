@@ -60,9 +60,13 @@ type NfqueueConfig struct {
 	SmallSegment int
 	MaxBacklog   int
 	Firewall     Firewall // default: iptables on this machine
-	Sets         Sets     // default: ipsets over netlink
-	NetNS        int      // fd of the network namespace for the queue; 0: current
-	Logger       *slog.Logger
+	// Firewall6 programs the IPv6 half; default: ip6tables beside
+	// Firewall when that is an *Iptables, else none (IPv6 consumers are
+	// then refused).
+	Firewall6 Firewall
+	Sets      Sets // default: ipsets over netlink
+	NetNS     int  // fd of the network namespace for the queue; 0: current
+	Logger    *slog.Logger
 	// RiseLimit bounds how fast a flow's delay rises (zero: the default,
 	// DefaultRiseLimit); NoRiseLimit turns it off, which makes senders
 	// send spurious loss probes whenever a delay jumps up (for tests and
@@ -132,6 +136,7 @@ type Nfqueue struct {
 	cfg      NfqueueConfig
 	lock     *instanceLock // held until Close has removed everything
 	rec      *reconciler
+	rec6     *reconciler // the IPv6 half; nil: IPv6 consumers are refused
 	table    atomic.Pointer[delays]
 	del      *Delayer
 	sock     *nfq.Socket
@@ -188,6 +193,9 @@ func NewNfqueue(ctx context.Context, cfg NfqueueConfig) (*Nfqueue, error) {
 	if cfg.Firewall == nil {
 		cfg.Firewall = &Iptables{Run: ExecRunner{}}
 	}
+	if ipt, ok := cfg.Firewall.(*Iptables); ok && cfg.Firewall6 == nil && !ipt.V6 {
+		cfg.Firewall6 = &Iptables{Run: ipt.Run, V6: true}
+	}
 	if cfg.Sets == nil {
 		cfg.Sets = Ipsets{}
 	}
@@ -227,6 +235,17 @@ func newNfqueue(ctx context.Context, cfg NfqueueConfig, lock *instanceLock) (*Nf
 	}
 	if err := b.rec.sweepDead(ctx); err != nil {
 		b.log.Warn("some leftovers of dead sanqos instances stay", "err", err)
+	}
+	if cfg.Firewall6 != nil {
+		b.rec6 = newV6Reconciler(cfg.Firewall6, cfg.Sets, cfg.Instance, cfg.NetNS)
+		if _, err := cfg.Firewall6.Chains(ctx); err != nil {
+			b.log.Warn("ip6tables does not work here: IPv6 consumers will be refused", "err", err)
+			b.rec6 = nil
+		} else if err := b.rec6.reset(ctx); err != nil {
+			return nil, fmt.Errorf("removing leftovers of an earlier run (IPv6): %w", err)
+		} else if err := b.rec6.sweepDead(ctx); err != nil {
+			b.log.Warn("some leftovers of dead sanqos instances stay (IPv6)", "err", err)
+		}
 	}
 	sock, err := nfq.Open(nfq.Config{
 		Queue:       cfg.QueueNum,
@@ -702,7 +721,7 @@ func (b *Nfqueue) handle(pk nfq.Packet) {
 	if total == 0 && len(pk.Payload) < copyRange {
 		total = len(pk.Payload)
 	}
-	p, ok := parseIPv4TCP(pk.Payload, total)
+	p, ok := parseTCP(pk.Payload, total)
 	if !ok {
 		b.errs.Add(1)
 		b.atOnce = append(b.atOnce, pk.ID)
@@ -800,7 +819,7 @@ func (b *Nfqueue) Apply(ctx context.Context, s State) error {
 	}
 	// What cannot be programmed is left out, one consumer or group at a
 	// time, and reported; everything else is controlled as usual.
-	s, refused := Split(s)
+	s, refused := split(s, b.rec6 != nil)
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.closed {
@@ -828,7 +847,13 @@ func (b *Nfqueue) program(ctx context.Context) error {
 			return b.del.Quiet(a, now, lingerQuiet)
 		})
 	})
-	if err := b.rec.apply(ctx, rules, sets); err != nil {
+	rules4, sets4, rules6, sets6 := byFamily(rules, sets)
+	err4 := b.rec.apply(ctx, rules4, sets4)
+	var err6 error
+	if b.rec6 != nil {
+		err6 = b.rec6.apply(ctx, rules6, sets6)
+	}
+	if err := errors.Join(err4, err6); err != nil {
 		return fmt.Errorf("programming the nfqueue data path: %w", err)
 	}
 	b.active.Store(len(rules) > 0)
@@ -888,6 +913,9 @@ func (b *Nfqueue) Close() error {
 	// Rules first: nothing new enters the queue while the packet thread
 	// lets go of what it holds.
 	err := b.rec.reset(context.Background())
+	if b.rec6 != nil {
+		err = errors.Join(err, b.rec6.reset(context.Background()))
+	}
 	b.stopping.Store(true)
 	b.kick()
 	<-b.loopDone

@@ -77,8 +77,24 @@ func DefaultInstance(o Options) string {
 }
 
 // owner names the kernel objects of one instance. The zero owner uses
-// the names of versions before ownership (tests of the rules only).
-type owner struct{ name string }
+// the names of versions before ownership (tests of the rules only). The
+// instance's IPv6 half (v6) has its chain in ip6tables, under the same
+// name, and its sets (family inet6) marked with v6Mark after the
+// instance name: sanqos-<instance>.6-<group>.
+type owner struct {
+	name string
+	v6   bool
+}
+
+// v6Mark follows the instance name in the names of its IPv6 sets.
+const v6Mark = ".6"
+
+// isV6Set reports whether a set name is of an owner's IPv6 half.
+func isV6Set(name string) bool {
+	rest, ok := strings.CutPrefix(name, SetPrefix)
+	inst, _, found := strings.Cut(rest, "-")
+	return ok && found && strings.HasSuffix(inst, v6Mark)
+}
 
 // chain is the owner's iptables chain.
 func (o owner) chain() string {
@@ -92,6 +108,9 @@ func (o owner) chain() string {
 func (o owner) setPrefix() string {
 	if o.name == "" {
 		return SetPrefix
+	}
+	if o.v6 {
+		return SetPrefix + o.name + v6Mark + "-"
 	}
 	return SetPrefix + o.name + "-"
 }
@@ -139,6 +158,7 @@ func setOwner(name string) (inst string, ok bool) {
 		return "", false
 	}
 	inst, _, found := strings.Cut(rest, "-")
+	inst = strings.TrimSuffix(inst, v6Mark)
 	if !found || !instanceRE.MatchString(inst) {
 		return "", true
 	}

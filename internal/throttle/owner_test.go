@@ -104,7 +104,7 @@ func TestOwnersNeverTouchEachOther(t *testing.T) {
 func TestOwnedNamesFit(t *testing.T) {
 	seen := map[string]string{}
 	for _, inst := range []string{"q3260", "abcdefgh", "t1"} {
-		o := owner{inst}
+		o := owner{name: inst}
 		if c := o.chain(); len(c) > 28 {
 			t.Fatalf("chain %q over 28 characters", c)
 		}

@@ -103,11 +103,16 @@ func (r *Refused) Error() string {
 	return "not throttled (the rest is): " + strings.Join(r.Reasons, "; ")
 }
 
-// Split returns s without what the backends cannot program, one consumer
-// or group at a time, and says what it left out (nil: nothing): IPv6
-// members (the sets are hash:ip inet and the rules iptables: IPv4 only),
-// and groups with more ports than one iptables multiport match takes.
-func Split(s State) (State, *Refused) {
+// Split returns s without what the IPv4-only backends (netem, htb) cannot
+// program, one consumer or group at a time, and says what it left out
+// (nil: nothing): IPv6 members, and groups with more ports than one
+// iptables multiport match takes. The nfqueue backend keeps IPv6 members
+// when ip6tables works.
+func Split(s State) (State, *Refused) { return split(s, false) }
+
+// split is Split; with v6 it keeps IPv6 members (the nfqueue backend
+// programs them with ip6tables and inet6 sets).
+func split(s State, v6 bool) (State, *Refused) {
 	var out State
 	var why []string
 	for _, g := range s.Groups {
@@ -117,11 +122,11 @@ func Split(s State) (State, *Refused) {
 		}
 		var ms []netip.Addr
 		for _, m := range g.Members {
-			if m.Unmap().Is4() {
+			if m.Unmap().Is4() || v6 {
 				ms = append(ms, m)
 				continue
 			}
-			why = append(why, fmt.Sprintf("group %q: consumer %s: IPv6 consumers cannot be throttled (the data path is IPv4 only); serve it over IPv4 to control it", g.Name, m))
+			why = append(why, fmt.Sprintf("group %q: consumer %s: IPv6 consumers cannot be throttled by this backend (netem, htb and nfqueue without a working ip6tables program IPv4 only); use the nfqueue backend with ip6tables, or serve it over IPv4", g.Name, m))
 		}
 		if len(ms) != len(g.Members) {
 			g.Members = ms
@@ -132,6 +137,42 @@ func Split(s State) (State, *Refused) {
 		return s, nil
 	}
 	return out, &Refused{Reasons: why}
+}
+
+// byFamily splits rules and sets (logical names) into those of IPv4 and
+// IPv6: every set keeps its IPv4 members in the IPv4 half (as before
+// IPv6 existed); the IPv6 half has only the sets with IPv6 members, and
+// the rules that match them.
+func byFamily(rules []string, sets map[string][]netip.Addr) (rules4 []string, sets4 map[string][]netip.Addr, rules6 []string, sets6 map[string][]netip.Addr) {
+	sets4, sets6 = map[string][]netip.Addr{}, map[string][]netip.Addr{}
+	for n, ms := range sets {
+		var v4, v6 []netip.Addr
+		for _, m := range ms {
+			if m = m.Unmap(); m.Is4() {
+				v4 = append(v4, m)
+			} else {
+				v6 = append(v6, m)
+			}
+		}
+		sets4[n] = v4
+		if len(v6) > 0 {
+			sets6[n] = v6
+		}
+	}
+	for _, r := range rules {
+		m := ruleSetRef.FindStringSubmatch(r)
+		if m == nil {
+			rules4 = append(rules4, r)
+			continue
+		}
+		if _, ok := sets4[m[1]]; ok {
+			rules4 = append(rules4, r)
+		}
+		if _, ok := sets6[m[1]]; ok {
+			rules6 = append(rules6, r)
+		}
+	}
+	return rules4, sets4, rules6, sets6
 }
 
 // wantSets is the desired membership of every set: a group's members are
@@ -194,7 +235,15 @@ func newReconciler(fw Firewall, sets Sets) *reconciler {
 
 func newOwnedReconciler(fw Firewall, sets Sets, instance string, ns int) *reconciler {
 	r := newReconciler(fw, sets)
-	r.own, r.ns = owner{instance}, ns
+	r.own, r.ns = owner{name: instance}, ns
+	return r
+}
+
+// newV6Reconciler is the reconciler of an instance's IPv6 half: fw is
+// ip6tables, and its sets are of family inet6.
+func newV6Reconciler(fw Firewall, sets Sets, instance string, ns int) *reconciler {
+	r := newOwnedReconciler(fw, sets, instance, ns)
+	r.own.v6 = true
 	return r
 }
 
@@ -275,6 +324,9 @@ func (r *reconciler) sweepDead(ctx context.Context) error {
 		}
 	}
 	for n := range sets {
+		if isV6Set(n) != r.own.v6 {
+			continue // the other half's reconciler sweeps it
+		}
 		if inst, ok := setOwner(n); ok && inst != r.own.name {
 			add(inst).sets = append(add(inst).sets, n)
 		}
