@@ -23,15 +23,30 @@
 // net.ipv4.tcp_autocorking=0. Small write-direction segments are sent
 // one at a time by a synchronous writer and are not affected.
 //
-// Kernel objects, all in the current network namespace and all removed by
-// Close and, after a crash, by the next start:
-//   - iptables chain SANQOS in the mangle table, and one rule
-//     "-A POSTROUTING -j SANQOS";
-//   - ipsets named sanqos-<group> (hash:ip), see SetName;
+// Kernel objects, all in the current network namespace, all named after
+// the instance that made them (see owner; the instance is "q" and the
+// queue number for nfqueue, "t" and the device for netem and htb), and
+// all removed by Close and, after a crash, by the next start of any
+// instance (an instance's objects are only ever removed by itself, or
+// once its lock shows it dead):
+//   - iptables chain SANQOS-<instance> in the mangle table, and one rule
+//     "-A POSTROUTING -j SANQOS-<instance>"; nfqueue with IPv6
+//     consumers: the same in ip6tables;
+//   - ipsets named sanqos-<instance>-<group> (hash:ip inet) and, for
+//     IPv6 consumers, sanqos-<instance>.6-<group> (hash:ip inet6);
+//   - the instance lock: abstract unix socket @sanqos-instance-<instance>;
 //   - nfqueue backend: NFQUEUE number 3260 (DefaultQueueNum);
 //   - netem backend: root qdisc handle 53: on the given device, classes
 //     53:1 (default) and 53:10 upwards with netem leaves 100: upwards;
 //   - htb backend: root qdisc handle 54:, classes 54:1 and 54:10 upwards.
+//
+// Bounds under hostile load (nfqueue): at most DefaultMaxBacklog packets
+// held (beyond it a packet passes at once, after the held packets of its
+// own flow: no reordering), kernelQueueLen in the kernel's queue (beyond
+// it the kernel accepts: fail open), MaxFlows entries in each per-flow
+// table (about 20 MiB in all at the caps, measured by
+// TestDelayerHostileLoad), swept a few entries per packet rather than
+// all at once on the real-time thread.
 //
 // Backends: nfqueue (default; per-flow FIFO delays in user space, fail
 // open), netem (the thesis's kernel path, where sch_netem exists), htb
