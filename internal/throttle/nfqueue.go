@@ -273,7 +273,7 @@ func newNfqueue(ctx context.Context, cfg NfqueueConfig, lock *instanceLock) (*Nf
 		return nil, fmt.Errorf("creating the packet thread's eventfd: %w", err)
 	}
 	b.sock, b.wake, b.done = sock, wake, done
-	b.del = NewDelayer(clock.Real{}, cfg.MaxBacklog, b.accept)
+	b.del = NewDelayer(clock.Real{}, cfg.MaxBacklog, b.release)
 	b.del.AckDelay = cfg.AckDelay
 	switch {
 	case cfg.NoRiseLimit:
@@ -334,6 +334,16 @@ func (b *Nfqueue) accept(ids []uint32) {
 		b.errs.Add(uint64(len(ids)))
 		b.loopError(err)
 	}
+}
+
+// release is the delayer's release. The packets of this round that
+// are to be accepted at once (atOnce) go first: they came before, and
+// when a full backlog makes the delayer let a flow's held packets go in
+// the middle of a round (see Delayer.Submit), one of that flow's may be
+// among them.
+func (b *Nfqueue) release(ids []uint32) {
+	b.flushAtOnce()
+	b.accept(ids)
 }
 
 // loopError logs a failure of the packet thread at most every 10 s; the
