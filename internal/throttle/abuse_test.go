@@ -93,6 +93,16 @@ func hostileLoad(t *testing.T, rise RiseLimit) {
 	if len(d.flows) > backlog || len(d.acks) > MaxFlows || len(d.seen) > MaxFlows {
 		t.Fatalf("flow tables over their caps: flows %d, acks %d, seen %d", len(d.flows), len(d.acks), len(d.seen))
 	}
+	if rise != (RiseLimit{}) {
+		// The tables are full: a new flow still gets its ramp.
+		k := flowKey{dst: ip("192.0.2.1"), sport: 3260, dport: 9}
+		d.Submit(id+1, k, Read, 0, 20*time.Millisecond, now)
+		if _, ok := d.rise[riseKey{k, Read}]; !ok {
+			t.Fatal("a new flow after the flood is not remembered: its delay would never ramp up")
+		}
+		d.releaseAll()
+		log.ids = slices.DeleteFunc(log.ids, func(x uint32) bool { return x == id+1 })
+	}
 	var after runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&after)

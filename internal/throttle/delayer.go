@@ -398,11 +398,13 @@ func (d *Delayer) limitRise(f flowKey, dir Direction, ack uint32, delay time.Dur
 		d.shorts[d.nshort%len(d.shorts)] = delay - applied
 		d.nshort++
 	}
-	if applied == 0 || (!known && len(d.rise) >= MaxFlows) {
-		// Absent means 0: a flow that is not delayed costs no memory,
-		// and one beyond the cap restarts its ramp from 0.
+	if applied == 0 {
+		// Absent means 0: a flow that is not delayed costs no memory.
 		delete(d.rise, k)
 	} else {
+		if !known && len(d.rise) >= MaxFlows {
+			evictOne(d.rise)
+		}
 		st.prev, st.seen = applied, now
 		d.rise[k] = st
 	}
@@ -569,9 +571,10 @@ func (d *Delayer) ackNews(f flowKey, ack uint32, now time.Time) uint32 {
 		a.ack = ack
 	}
 	a.seen = now
-	if known || len(d.acks) < MaxFlows {
-		d.acks[f] = a
+	if !known && len(d.acks) >= MaxFlows {
+		evictOne(d.acks)
 	}
+	d.acks[f] = a
 	return news
 }
 
@@ -655,9 +658,10 @@ func (d *Delayer) ReleaseDue(now time.Time) int {
 
 // see records an arrival for dst, within MaxFlows destinations. d.mu held.
 func (d *Delayer) see(dst netip.Addr, now time.Time) {
-	if _, ok := d.seen[dst]; ok || len(d.seen) < MaxFlows {
-		d.seen[dst] = now
+	if _, ok := d.seen[dst]; !ok && len(d.seen) >= MaxFlows {
+		evictOne(d.seen)
 	}
+	d.seen[dst] = now
 }
 
 // Quiet reports whether nothing for dst has arrived since before now -
@@ -754,6 +758,16 @@ func (d *Delayer) RiseStats() RiseStats {
 // acknowledgment numbers) and the per-destination arrival times: a
 // consumer opening connections as fast as it can must not grow the
 // daemon without bound. 65,536 entries of ~100 bytes: a few MiB each at
-// most. Beyond it a new flow is not remembered and its ramp starts from 0
-// at each packet (slower, never faster, than its sender can follow).
+// most. A new flow at the cap takes the place of a random one, whose
+// ramp then restarts from 0 (slower, never faster, than its sender can
+// follow): a flood of flows cannot keep new ones from being throttled.
 const MaxFlows = 1 << 16
+
+// evictOne removes one entry of m, at random (Go starts each map walk at
+// a random place).
+func evictOne[K comparable, V any](m map[K]V) {
+	for k := range m {
+		delete(m, k)
+		return
+	}
+}
