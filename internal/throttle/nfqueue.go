@@ -210,7 +210,7 @@ func NewNfqueue(ctx context.Context, cfg NfqueueConfig) (*Nfqueue, error) {
 	}
 	lock, err := lockInstance(cfg.NetNS, cfg.Instance)
 	if err != nil {
-		return nil, fmt.Errorf("%w; stop it first, or give this one another --queue", err)
+		return nil, fmt.Errorf("%w; stop it first, or give this one another queue (--queue-num)", err)
 	}
 	b, err := newNfqueue(ctx, cfg, lock)
 	if err != nil {

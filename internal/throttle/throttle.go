@@ -215,3 +215,13 @@ func ValidatePorts[P ~int | ~uint16](ports []P) error {
 	}
 	return nil
 }
+
+// Healther is a backend whose packet path can be checked for liveness
+// (nfqueue: see Nfqueue.Healthy). A daemon feeds its watchdog only while
+// Healthy passes; backends whose packets the kernel holds (netem, htb,
+// dry-run) have nothing to check.
+type Healther interface {
+	Healthy(now time.Time) error
+}
+
+var _ Healther = (*Nfqueue)(nil)
