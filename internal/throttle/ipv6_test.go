@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -73,14 +74,11 @@ const (
 	clientIP6 = "fd53:5a::2"
 )
 
-// TestLiveIPv6Consumer (issue 14, finding 4): an IPv6 consumer and an
-// IPv4 consumer of one group are both throttled; Close leaves nothing in
-// iptables, ip6tables or ipset.
-func TestLiveIPv6Consumer(t *testing.T) {
-	l := newLab(t)
+// echo6 gives the lab IPv6 addresses, an echo server on the target's and
+// a connection to it from the client.
+func (l *lab) echo6(t *testing.T) net.Conn {
 	run(t, "ip", "-n", l.tns, "addr", "add", targetIP6+"/64", "dev", "sqtt0", "nodad")
 	run(t, "ip", "-n", l.cns, "addr", "add", clientIP6+"/64", "dev", "sqtt1", "nodad")
-	b := l.backendWith(t, NfqueueConfig{})
 	var ln net.Listener
 	l.in(l.tnsH, func() {
 		var err error
@@ -88,7 +86,7 @@ func TestLiveIPv6Consumer(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
-	defer ln.Close()
+	t.Cleanup(func() { ln.Close() })
 	go func() {
 		for {
 			c, err := ln.Accept()
@@ -105,7 +103,34 @@ func TestLiveIPv6Consumer(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
-	defer c6.Close()
+	t.Cleanup(func() { c6.Close() })
+	return c6
+}
+
+// TestLiveIPv6Manual: `sanqos throttle --ip` with an IPv6 address,
+// through a running daemon, throttles that consumer.
+func TestLiveIPv6Manual(t *testing.T) {
+	l := newLab(t)
+	bin := buildSanqos(t)
+	sock := filepath.Join(t.TempDir(), "s.sock")
+	l.startDaemon(t, bin, sock)
+	c6 := l.echo6(t)
+	if out, err := sanqos(t, bin, "throttle", "--socket", sock, "--ip", clientIP6, "--delay", "20ms"); err != nil {
+		t.Fatalf("throttle an IPv6 consumer: %v: %s", err, out)
+	}
+	l.pastRamp(c6)
+	if rtt := median(l.rtts(c6, 5)); rtt < 19*time.Millisecond {
+		t.Fatalf("IPv6 RTT %v under a manual 20ms throttle", rtt)
+	}
+}
+
+// TestLiveIPv6Consumer (issue 14, finding 4): an IPv6 consumer and an
+// IPv4 consumer of one group are both throttled; Close leaves nothing in
+// iptables, ip6tables or ipset.
+func TestLiveIPv6Consumer(t *testing.T) {
+	l := newLab(t)
+	b := l.backendWith(t, NfqueueConfig{})
+	c6 := l.echo6(t)
 	c4 := l.dial('e')
 	defer c4.Close()
 	base6 := median(l.rtts(c6, 5))
