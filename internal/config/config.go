@@ -21,6 +21,7 @@ import (
 
 	"github.com/sanqos/sanqos/internal/control"
 	"github.com/sanqos/sanqos/internal/engine"
+	"github.com/sanqos/sanqos/internal/throttle"
 )
 
 // Config is the complete configuration. Field names follow the TOML keys.
@@ -319,6 +320,9 @@ func (c *Config) Validate() error {
 				if p < 1 || p > 65535 {
 					return bad("ports", c.Ports, fmt.Sprintf("port %d must be between 1 and 65535", p))
 				}
+			}
+			if err := throttle.ValidatePorts(c.Ports); err != nil {
+				return bad("ports", c.Ports, err.Error())
 			}
 			return nil
 		},

@@ -114,6 +114,7 @@ func TestLoadBad(t *testing.T) {
 		{"direction", `direction = "up"`, []string{"direction"}},
 		{"ports empty", "ports = []", []string{"ports", "at least one"}},
 		{"port range", "ports = [70000]", []string{"70000", "between 1 and 65535"}},
+		{"too many ports", "ports = [1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16]", []string{"ports", "at most 15"}},
 		{"leave above enter", "write_leave = \"1MB/s\"", []string{"write_leave = 1MB/s", "write_threshold (500kB/s)"}},
 		{"rate garbage", `write_threshold = "fast"`, []string{"write_threshold", "rate"}},
 		{"adapter", "[discovery]\nadapter = \"iet\"", []string{"discovery.adapter"}},

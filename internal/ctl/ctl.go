@@ -71,8 +71,8 @@ type Manual struct {
 func ParseManual(r Request) (Manual, error) {
 	var m Manual
 	a, err := netip.ParseAddr(r.IP)
-	if err != nil || !a.Unmap().Is4() {
-		return m, fmt.Errorf("--ip %q is not an IPv4 address (like 10.0.0.3)", r.IP)
+	if err != nil || a.Zone() != "" || a.IsUnspecified() {
+		return m, fmt.Errorf("--ip %q is not an IP address (like 10.0.0.3 or fd00::3)", r.IP)
 	}
 	m.IP = a.Unmap()
 	d, err := time.ParseDuration(r.Delay)
@@ -97,6 +97,11 @@ func ParseManual(r Request) (Manual, error) {
 		if p == 0 {
 			return m, fmt.Errorf("--port 0 is not a TCP port")
 		}
+	}
+	// A list the kernel's rule cannot take would be accepted here and
+	// then fail at every apply: refuse it where it is given.
+	if err := throttle.ValidatePorts(m.Ports); err != nil {
+		return m, fmt.Errorf("--port: %w", err)
 	}
 	slices.Sort(m.Ports)
 	m.Ports = slices.Compact(m.Ports)

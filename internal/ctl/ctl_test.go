@@ -36,13 +36,14 @@ func TestParseManualRejects(t *testing.T) {
 		r    Request
 		want string
 	}{
-		{Request{IP: "10.0.0.300", Delay: "1ms"}, "not an IPv4"},
-		{Request{IP: "fe80::1", Delay: "1ms"}, "not an IPv4"},
+		{Request{IP: "10.0.0.300", Delay: "1ms"}, "not an IP"},
+		{Request{IP: "fe80::1%eth0", Delay: "1ms"}, "not an IP"},
 		{Request{IP: "10.0.0.3", Delay: "-1ms"}, "out of range"},
 		{Request{IP: "10.0.0.3", Delay: "0s"}, "out of range"},
 		{Request{IP: "10.0.0.3", Delay: "2s"}, "out of range"},
 		{Request{IP: "10.0.0.3", Delay: "4.6"}, "not a duration"},
 		{Request{IP: "10.0.0.3", Delay: "1ms", Direction: "up"}, "direction"},
+		{Request{IP: "10.0.0.3", Delay: "1ms", Ports: []uint16{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}}, "at most 15"},
 	} {
 		if _, err := ParseManual(c.r); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%+v: error %v, want one containing %q", c.r, err, c.want)

@@ -37,10 +37,10 @@ type daemon struct {
 // startDaemon runs 'sanqos run --manual' in the target namespace and
 // waits until it answers on its socket (it listens before its backend is
 // up, and answers only after).
-func (l *lab) startDaemon(t *testing.T, bin, sock string) *daemon {
+func (l *lab) startDaemon(t *testing.T, bin, sock string, args ...string) *daemon {
 	t.Helper()
 	d := &daemon{stderr: &bytes.Buffer{}, done: make(chan error, 1)}
-	d.cmd = exec.Command("ip", "netns", "exec", l.tns, bin, "run", "--manual", "--socket", sock)
+	d.cmd = exec.Command("ip", append([]string{"netns", "exec", l.tns, bin, "run", "--manual", "--socket", sock}, args...)...)
 	d.cmd.Stderr = d.stderr
 	if err := d.cmd.Start(); err != nil {
 		t.Fatal(err)

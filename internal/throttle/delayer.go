@@ -75,6 +75,43 @@ func parseIPv4TCP(pkt []byte, total int) (parsed, bool) {
 	return p, true
 }
 
+// parseTCP reads an IPv4 or IPv6 packet (see parseIPv4TCP, parseIPv6TCP).
+func parseTCP(pkt []byte, total int) (parsed, bool) {
+	if len(pkt) > 0 && pkt[0]>>4 == 6 {
+		return parseIPv6TCP(pkt, total)
+	}
+	return parseIPv4TCP(pkt, total)
+}
+
+// parseIPv6TCP is parseIPv4TCP for IPv6. Only a TCP header right after
+// the fixed header is read: the target's own segments carry no extension
+// headers; a packet that has them is not parsed (it passes at once).
+func parseIPv6TCP(pkt []byte, total int) (parsed, bool) {
+	const hdr = 40
+	if len(pkt) < hdr+20 || pkt[0]>>4 != 6 || pkt[6] != 6 {
+		return parsed{}, false
+	}
+	if total == 0 {
+		total = hdr + int(binary.BigEndian.Uint16(pkt[4:6]))
+	}
+	tcp := pkt[hdr:]
+	doff := int(tcp[12]>>4) * 4
+	p := parsed{
+		flow: flowKey{
+			dst:   netip.AddrFrom16([16]byte(pkt[24:40])).Unmap(),
+			sport: binary.BigEndian.Uint16(tcp[0:2]),
+			dport: binary.BigEndian.Uint16(tcp[2:4]),
+		},
+		payload: total - hdr - doff,
+		ack:     binary.BigEndian.Uint32(tcp[8:12]),
+		flags:   tcp[13],
+	}
+	if p.payload < 0 {
+		p.payload = 0
+	}
+	return p, true
+}
+
 // held is one packet waiting for its release time.
 type held struct {
 	id   uint32
@@ -114,7 +151,15 @@ func (h *heldHeap) pop() held {
 	n := len(q) - 1
 	q[0] = q[n]
 	q = q[:n]
-	for i := 0; ; {
+	q.down(0)
+	*h = q
+	return top
+}
+
+// down moves element i down to its place.
+func (q heldHeap) down(i int) {
+	n := len(q)
+	for {
 		l, r, m := 2*i+1, 2*i+2, i
 		if l < n && q.less(l, m) {
 			m = l
@@ -128,8 +173,6 @@ func (h *heldHeap) pop() held {
 		q[i], q[m] = q[m], q[i]
 		i = m
 	}
-	*h = q
-	return top
 }
 
 // RiseLimit bounds how fast the delay applied to one flow may rise, so
@@ -293,11 +336,10 @@ type Delayer struct {
 	scratch []held
 	ids     []uint32
 
-	rise      map[riseKey]riseState
-	riseSweep time.Time // last time idle flows were forgotten
-	limited   uint64
-	shorts    [512]time.Duration // ring of recent rise shortfalls
-	nshort    int
+	rise    map[riseKey]riseState
+	limited uint64
+	shorts  [512]time.Duration // ring of recent rise shortfalls
+	nshort  int
 
 	acksPassed uint64 // pure ACKs accepted at once because AckDelay is off
 	newsPassed uint64 // small segments not delayed because they acknowledge new data
@@ -333,19 +375,7 @@ func NewDelayer(clk clock.Clock, maxBacklog int, release func(ids []uint32)) *De
 // with acknowledgment number ack, asked to get delay, and remembers it as
 // the flow's last. d.mu held.
 func (d *Delayer) limitRise(f flowKey, dir Direction, ack uint32, delay time.Duration, now time.Time) time.Duration {
-	if now.Sub(d.riseSweep) >= riseForget {
-		for k, st := range d.rise {
-			if now.Sub(st.seen) >= riseForget {
-				delete(d.rise, k)
-			}
-		}
-		for f, a := range d.acks {
-			if now.Sub(a.seen) >= riseForget {
-				delete(d.acks, f)
-			}
-		}
-		d.riseSweep = now
-	}
+	d.sweep(now)
 	k := riseKey{f, dir}
 	delay = max(delay, 0)
 	st, known := d.rise[k]
@@ -372,6 +402,9 @@ func (d *Delayer) limitRise(f flowKey, dir Direction, ack uint32, delay time.Dur
 		// Absent means 0: a flow that is not delayed costs no memory.
 		delete(d.rise, k)
 	} else {
+		if !known && len(d.rise) >= MaxFlows {
+			evictOne(d.rise)
+		}
 		st.prev, st.seen = applied, now
 		d.rise[k] = st
 	}
@@ -385,7 +418,7 @@ func (d *Delayer) limitRise(f flowKey, dir Direction, ack uint32, delay time.Dur
 // delay and nothing of its flow waiting, or the backlog is full.
 func (d *Delayer) Submit(id uint32, f flowKey, dir Direction, ack uint32, delay time.Duration, now time.Time) bool {
 	d.mu.Lock()
-	d.seen[f.dst] = now
+	d.see(f.dst, now)
 	if dir == Write && !d.AckDelay && d.ackNews(f, ack, now) > ackNewsLimit {
 		// See ackNewsLimit. The ramp is left as it was: this undelayed
 		// sample only lowers the sender's SRTT, which is the safe side.
@@ -403,11 +436,19 @@ func (d *Delayer) Submit(id uint32, f flowKey, dir Direction, ack uint32, delay 
 	if len(d.heap) >= d.maxBacklog {
 		// It leaves at once: its RTT sample is low, so the ramp of its
 		// flow restarts from 0 (slower, never faster, than the sender's
-		// SRTT can follow).
+		// SRTT can follow). Earlier packets of its flow still held leave
+		// first, in their order (fail open per flow: the new packet must
+		// not overtake them).
 		delete(d.rise, riseKey{f, dir})
 		d.bypass++
 		d.passed++
+		if !busy {
+			d.mu.Unlock()
+			return true
+		}
+		ids := d.takeFlow(f)
 		d.mu.Unlock()
+		d.release(ids)
 		return true
 	}
 	at := now.Add(delay)
@@ -422,6 +463,79 @@ func (d *Delayer) Submit(id uint32, f flowKey, dir Direction, ack uint32, delay 
 	d.held++
 	d.mu.Unlock()
 	return false
+}
+
+// takeFlow removes the held packets of f from the heap and returns their
+// ids in release order; the flow then has nothing pending. It costs a
+// pass over the heap, only when the backlog overflows, and empties the
+// flow, so its next packets pass without it. d.mu held.
+func (d *Delayer) takeFlow(f flowKey) []uint32 {
+	var mine []held
+	keep := d.heap[:0]
+	for _, p := range d.heap {
+		if p.flow == f {
+			mine = append(mine, p)
+		} else {
+			keep = append(keep, p)
+		}
+	}
+	d.heap = keep
+	for i := len(d.heap)/2 - 1; i >= 0; i-- {
+		d.heap.down(i)
+	}
+	slices.SortFunc(mine, func(a, b held) int {
+		if a.at.Equal(b.at) {
+			return int(a.seq - b.seq)
+		}
+		return a.at.Compare(b.at)
+	})
+	ids := make([]uint32, len(mine))
+	for i, p := range mine {
+		ids[i] = p.id
+	}
+	delete(d.flows, f)
+	d.passed += uint64(len(mine))
+	return ids
+}
+
+// sweepBatch is how many remembered flows each packet looks at for
+// forgetting: the sweep is spread over the packets, so the real-time
+// thread never walks a whole table at once (a flood of flows made that a
+// multi-millisecond stall). Go starts each map walk at a random place, so
+// every entry is looked at within a few times len/sweepBatch packets;
+// MaxFlows bounds the tables meanwhile.
+const sweepBatch = 4
+
+// sweep forgets a few ramps and acknowledgment numbers idle for
+// riseForget. d.mu held.
+func (d *Delayer) sweep(now time.Time) {
+	n := 0
+	for k, st := range d.rise {
+		if now.Sub(st.seen) >= riseForget {
+			delete(d.rise, k)
+		}
+		if n++; n >= sweepBatch {
+			break
+		}
+	}
+	n = 0
+	for f, a := range d.acks {
+		if now.Sub(a.seen) >= riseForget {
+			delete(d.acks, f)
+		}
+		if n++; n >= sweepBatch {
+			break
+		}
+	}
+	n = 0
+	for a, t := range d.seen {
+		if now.Sub(t) >= riseForget {
+			delete(d.seen, a)
+		}
+		if n++; n >= sweepBatch {
+			break
+		}
+	}
 }
 
 // ackNewsLimit is, with AckDelay off, the most newly acknowledged data
@@ -457,6 +571,9 @@ func (d *Delayer) ackNews(f flowKey, ack uint32, now time.Time) uint32 {
 		a.ack = ack
 	}
 	a.seen = now
+	if !known && len(d.acks) >= MaxFlows {
+		evictOne(d.acks)
+	}
 	d.acks[f] = a
 	return news
 }
@@ -491,7 +608,7 @@ func (d *Delayer) SubmitPureAck(id uint32, f flowKey, dir Direction, ack uint32,
 		return d.Submit(id, f, dir, ack, delay, now)
 	}
 	d.mu.Lock()
-	d.seen[f.dst] = now
+	d.see(f.dst, now)
 	d.ackNews(f, ack, now)
 	d.acksPassed++
 	d.passed++
@@ -537,6 +654,14 @@ func (d *Delayer) ReleaseDue(now time.Time) int {
 	d.passed += uint64(len(due))
 	d.mu.Unlock()
 	return len(due)
+}
+
+// see records an arrival for dst, within MaxFlows destinations. d.mu held.
+func (d *Delayer) see(dst netip.Addr, now time.Time) {
+	if _, ok := d.seen[dst]; !ok && len(d.seen) >= MaxFlows {
+		evictOne(d.seen)
+	}
+	d.seen[dst] = now
 }
 
 // Quiet reports whether nothing for dst has arrived since before now -
@@ -627,4 +752,22 @@ func (d *Delayer) RiseStats() RiseStats {
 		s.ShortfallMax = e[n-1]
 	}
 	return s
+}
+
+// MaxFlows caps each of the delayer's per-flow tables (remembered ramps,
+// acknowledgment numbers) and the per-destination arrival times: a
+// consumer opening connections as fast as it can must not grow the
+// daemon without bound. 65,536 entries of ~100 bytes: a few MiB each at
+// most. A new flow at the cap takes the place of a random one, whose
+// ramp then restarts from 0 (slower, never faster, than its sender can
+// follow): a flood of flows cannot keep new ones from being throttled.
+const MaxFlows = 1 << 16
+
+// evictOne removes one entry of m, at random (Go starts each map walk at
+// a random place).
+func evictOne[K comparable, V any](m map[K]V) {
+	for k := range m {
+		delete(m, k)
+		return
+	}
 }

@@ -15,28 +15,35 @@ import (
 // set in use cannot be destroyed, an existing set or member cannot be
 // created twice. Its state renders as text for golden comparisons.
 type FakeKernel struct {
-	mu    sync.Mutex
-	jumps int
-	chain []string // nil: no chain
-	sets  map[string]map[netip.Addr]bool
-	Ops   int // number of mutating calls, to prove idempotence
+	mu     sync.Mutex
+	jumps  map[string]int
+	chains map[string][]string // chain name → rules
+	sets   map[string]map[netip.Addr]bool
+	Ops    int // number of mutating calls, to prove idempotence
 	// Foreign holds sets of other owners that must never be touched.
 	Foreign map[string]bool
+	// FailReplace, when set, makes every Replace fail with it (as
+	// iptables-restore refusing a rule), leaving the chain as it was.
+	FailReplace error
 }
 
 // NewFakeKernel returns an empty fake kernel.
 func NewFakeKernel() *FakeKernel {
-	return &FakeKernel{sets: map[string]map[netip.Addr]bool{}, Foreign: map[string]bool{}}
+	return &FakeKernel{sets: map[string]map[netip.Addr]bool{}, Foreign: map[string]bool{},
+		jumps: map[string]int{}, chains: map[string][]string{}}
 }
 
 var setRef = regexp.MustCompile(`--match-set (\S+) `)
 
-func (k *FakeKernel) Replace(_ context.Context, rules []string) error {
+func (k *FakeKernel) Replace(_ context.Context, chain string, rules []string) error {
 	k.mu.Lock()
 	defer k.mu.Unlock()
+	if k.FailReplace != nil {
+		return fmt.Errorf("installing chain %s: %w", chain, k.FailReplace)
+	}
 	for _, r := range rules {
-		if !strings.HasPrefix(r, "-A "+Chain+" ") {
-			return fmt.Errorf("rule %q is not in chain %s", r, Chain)
+		if !strings.HasPrefix(r, "-A "+chain+" ") {
+			return fmt.Errorf("rule %q is not in chain %s", r, chain)
 		}
 		for _, m := range setRef.FindAllStringSubmatch(r, -1) {
 			if _, ok := k.sets[m[1]]; !ok {
@@ -45,30 +52,49 @@ func (k *FakeKernel) Replace(_ context.Context, rules []string) error {
 		}
 	}
 	k.Ops++
-	k.chain = append([]string{}, rules...)
-	if k.jumps == 0 {
-		k.jumps = 1
+	k.chains[chain] = append([]string{}, rules...)
+	if k.jumps[chain] == 0 {
+		k.jumps[chain] = 1
 	}
 	return nil
 }
 
-func (k *FakeKernel) Remove(context.Context) error {
+func (k *FakeKernel) Remove(_ context.Context, chain string) error {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	if k.jumps > 0 || k.chain != nil {
+	if _, ok := k.chains[chain]; ok || k.jumps[chain] > 0 {
 		k.Ops++
 	}
-	k.jumps, k.chain = 0, nil
+	delete(k.jumps, chain)
+	delete(k.chains, chain)
 	return nil
 }
 
-// Crash leaves state as a killed daemon would: twice-jumped chain and a
-// stale set, to test start-up cleanup.
-func (k *FakeKernel) Crash(rules []string, sets map[string][]netip.Addr) {
+func (k *FakeKernel) Chains(context.Context) ([]string, error) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	k.jumps = 2
-	k.chain = append([]string{}, rules...)
+	var out []string
+	for c := range k.chains {
+		if strings.HasPrefix(c, Chain) {
+			out = append(out, c)
+		}
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
+// Crash leaves state as a killed daemon of a version before ownership
+// would: twice-jumped chain and a stale set, to test start-up cleanup.
+func (k *FakeKernel) Crash(rules []string, sets map[string][]netip.Addr) {
+	k.CrashAs(Chain, rules, sets)
+}
+
+// CrashAs is Crash with the chain named.
+func (k *FakeKernel) CrashAs(chain string, rules []string, sets map[string][]netip.Addr) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.jumps[chain] = 2
+	k.chains[chain] = append([]string{}, rules...)
 	for n, ms := range sets {
 		k.sets[n] = map[netip.Addr]bool{}
 		for _, m := range ms {
@@ -136,9 +162,11 @@ func (k *FakeKernel) Destroy(_ context.Context, name string) error {
 	if _, ok := k.sets[name]; !ok {
 		return fmt.Errorf("set %s does not exist", name)
 	}
-	for _, r := range k.chain {
-		if strings.Contains(r, "--match-set "+name+" ") {
-			return fmt.Errorf("destroying %s: %w", name, errBusy)
+	for _, rules := range k.chains {
+		for _, r := range rules {
+			if strings.Contains(r, "--match-set "+name+" ") {
+				return fmt.Errorf("destroying %s: %w", name, errBusy)
+			}
 		}
 	}
 	k.Ops++
@@ -152,12 +180,17 @@ func (k *FakeKernel) String() string {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	var b strings.Builder
-	if k.jumps > 0 {
-		fmt.Fprintf(&b, "-A %s -j %s (x%d)\n", hook, Chain, k.jumps)
+	chains := make([]string, 0, len(k.chains))
+	for c := range k.chains {
+		chains = append(chains, c)
 	}
-	if k.chain != nil {
-		fmt.Fprintf(&b, ":%s\n", Chain)
-		for _, r := range k.chain {
+	slices.Sort(chains)
+	for _, c := range chains {
+		if k.jumps[c] > 0 {
+			fmt.Fprintf(&b, "-A %s -j %s (x%d)\n", hook, c, k.jumps[c])
+		}
+		fmt.Fprintf(&b, ":%s\n", c)
+		for _, r := range k.chains[c] {
 			b.WriteString(r + "\n")
 		}
 	}

@@ -11,13 +11,16 @@ import (
 	"strings"
 
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 )
 
 // Kernel objects owned by this package. Everything carries the sanqos
-// prefix so that a crashed run's leftovers can be found and removed at the
-// next start without touching anything else.
+// prefix and the name of the instance that made it (see owner), so that
+// a dead run's leftovers can be found and removed without touching
+// anything else.
 const (
-	// Chain is our chain in the mangle table; POSTROUTING jumps to it once.
+	// Chain is our chain in the mangle table (an instance's is
+	// Chain-<instance>); POSTROUTING jumps to it once.
 	// mangle/POSTROUTING sees every packet the target sends, after routing,
 	// which is where NFQUEUE and CLASSIFY must act.
 	Chain = "SANQOS"
@@ -54,16 +57,21 @@ func (r ExecRunner) Run(ctx context.Context, stdin string, name string, args ...
 	return out.String(), nil
 }
 
-// Firewall programs our chain. The rules are iptables-save "-A" lines.
+// Firewall programs our chains. The rules are iptables-save "-A" lines.
 type Firewall interface {
-	// Replace atomically replaces the rules of our chain and makes sure
+	// Replace atomically replaces the rules of chain and makes sure
 	// POSTROUTING jumps to it exactly once.
-	Replace(ctx context.Context, rules []string) error
-	// Remove deletes the jump and the chain; absent ones are no error.
-	Remove(ctx context.Context) error
+	Replace(ctx context.Context, chain string, rules []string) error
+	// Remove deletes the jumps to chain and the chain; absent ones are no
+	// error.
+	Remove(ctx context.Context, chain string) error
+	// Chains lists the chains of the mangle table whose names start with
+	// Chain, of any instance.
+	Chains(ctx context.Context) ([]string, error)
 }
 
-// Sets manages our ipsets (hash:ip, IPv4).
+// Sets manages our ipsets (hash:ip; family inet, or inet6 for the sets
+// of an owner's IPv6 half, see isV6Set).
 type Sets interface {
 	// List returns every set whose name starts with SetPrefix, with members.
 	List(ctx context.Context) (map[string][]netip.Addr, error)
@@ -73,15 +81,16 @@ type Sets interface {
 	Destroy(ctx context.Context, name string) error
 }
 
-// RestoreText is the iptables-restore input that replaces our chain with
+// RestoreText is the iptables-restore input that replaces chain with
 // rules in one transaction. Declaring the chain flushes it even with
-// --noflush, and nothing outside our chain is touched except, when jump is
-// set, the one jump rule appended to POSTROUTING.
-func RestoreText(rules []string, jump bool) string {
+// --noflush, and nothing outside it is touched except, when jump is set,
+// the one jump rule appended to POSTROUTING. If any line is refused,
+// nothing changes: the old rules stay in force.
+func RestoreText(chain string, rules []string, jump bool) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "*%s\n:%s - [0:0]\n", table, Chain)
+	fmt.Fprintf(&b, "*%s\n:%s - [0:0]\n", table, chain)
 	if jump {
-		fmt.Fprintf(&b, "-A %s -j %s\n", hook, Chain)
+		fmt.Fprintf(&b, "-A %s -j %s\n", hook, chain)
 	}
 	for _, r := range rules {
 		b.WriteString(r)
@@ -91,46 +100,73 @@ func RestoreText(rules []string, jump bool) string {
 	return b.String()
 }
 
-// Iptables is the Firewall on iptables (nft or legacy backend alike).
+// Iptables is the Firewall on iptables (nft or legacy backend alike);
+// with V6, on ip6tables, whose chains and rules are apart from
+// iptables' and take the same syntax.
 type Iptables struct {
 	Run    Runner
-	jumped bool
+	V6     bool
+	jumped map[string]bool
 }
 
-func (f *Iptables) hasJump(ctx context.Context) bool {
-	_, err := f.Run.Run(ctx, "", "iptables", "-w", "-t", table, "-C", hook, "-j", Chain)
+func (f *Iptables) bin() string {
+	if f.V6 {
+		return "ip6tables"
+	}
+	return "iptables"
+}
+
+func (f *Iptables) hasJump(ctx context.Context, chain string) bool {
+	_, err := f.Run.Run(ctx, "", f.bin(), "-w", "-t", table, "-C", hook, "-j", chain)
 	return err == nil
 }
 
-func (f *Iptables) Replace(ctx context.Context, rules []string) error {
-	jump := !f.jumped && !f.hasJump(ctx)
-	if _, err := f.Run.Run(ctx, RestoreText(rules, jump), "iptables-restore", "-w", "--noflush"); err != nil {
-		return fmt.Errorf("installing chain %s: %w", Chain, err)
+func (f *Iptables) Replace(ctx context.Context, chain string, rules []string) error {
+	jump := !f.jumped[chain] && !f.hasJump(ctx, chain)
+	if _, err := f.Run.Run(ctx, RestoreText(chain, rules, jump), f.bin()+"-restore", "-w", "--noflush"); err != nil {
+		return fmt.Errorf("installing chain %s: %w", chain, err)
 	}
-	f.jumped = true
+	if f.jumped == nil {
+		f.jumped = map[string]bool{}
+	}
+	f.jumped[chain] = true
 	return nil
 }
 
-func (f *Iptables) Remove(ctx context.Context) error {
+func (f *Iptables) Remove(ctx context.Context, chain string) error {
 	// A crashed run may have left more than one jump; delete them all.
 	// 64 bounds the loop should a jump refuse to go, far above the one
 	// jump a run adds.
-	for i := 0; i < 64 && f.hasJump(ctx); i++ {
-		if _, err := f.Run.Run(ctx, "", "iptables", "-w", "-t", table, "-D", hook, "-j", Chain); err != nil {
-			return fmt.Errorf("removing jump to %s: %w", Chain, err)
+	for i := 0; i < 64 && f.hasJump(ctx, chain); i++ {
+		if _, err := f.Run.Run(ctx, "", f.bin(), "-w", "-t", table, "-D", hook, "-j", chain); err != nil {
+			return fmt.Errorf("removing jump to %s: %w", chain, err)
 		}
 	}
-	f.jumped = false
-	if _, err := f.Run.Run(ctx, "", "iptables", "-w", "-t", table, "-S", Chain); err != nil {
+	delete(f.jumped, chain)
+	if _, err := f.Run.Run(ctx, "", f.bin(), "-w", "-t", table, "-S", chain); err != nil {
 		return nil // no chain: nothing to remove
 	}
-	if _, err := f.Run.Run(ctx, "", "iptables", "-w", "-t", table, "-F", Chain); err != nil {
-		return fmt.Errorf("flushing chain %s: %w", Chain, err)
+	if _, err := f.Run.Run(ctx, "", f.bin(), "-w", "-t", table, "-F", chain); err != nil {
+		return fmt.Errorf("flushing chain %s: %w", chain, err)
 	}
-	if _, err := f.Run.Run(ctx, "", "iptables", "-w", "-t", table, "-X", Chain); err != nil {
-		return fmt.Errorf("deleting chain %s: %w", Chain, err)
+	if _, err := f.Run.Run(ctx, "", f.bin(), "-w", "-t", table, "-X", chain); err != nil {
+		return fmt.Errorf("deleting chain %s: %w", chain, err)
 	}
 	return nil
+}
+
+func (f *Iptables) Chains(ctx context.Context) ([]string, error) {
+	out, err := f.Run.Run(ctx, "", f.bin(), "-w", "-t", table, "-S")
+	if err != nil {
+		return nil, fmt.Errorf("listing the chains of the %s table: %w", table, err)
+	}
+	var cs []string
+	for _, line := range strings.Split(out, "\n") {
+		if c, ok := strings.CutPrefix(line, "-N "); ok && strings.HasPrefix(c, Chain) {
+			cs = append(cs, strings.TrimSpace(c))
+		}
+	}
+	return cs, nil
 }
 
 // Ipsets is Sets over netlink. Handle may be bound to another network
@@ -166,7 +202,11 @@ func (s Ipsets) List(ctx context.Context) (map[string][]netip.Addr, error) {
 }
 
 func (s Ipsets) Create(ctx context.Context, name string) error {
-	if err := s.h().IpsetCreate(name, "hash:ip", netlink.IpsetCreateOptions{Replace: true}); err != nil {
+	opts := netlink.IpsetCreateOptions{Replace: true, Family: unix.AF_INET}
+	if isV6Set(name) {
+		opts.Family = unix.AF_INET6
+	}
+	if err := s.h().IpsetCreate(name, "hash:ip", opts); err != nil {
 		return fmt.Errorf("creating ipset %s: %w", name, err)
 	}
 	return nil

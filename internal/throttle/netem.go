@@ -41,6 +41,7 @@ func DefaultNetemSteps() []time.Duration {
 type TCConfig struct {
 	// Dev is the interface the target reaches its initiators through.
 	Dev          string
+	Instance     string          // see Options.Instance; "" names it after Dev
 	Steps        []time.Duration // netem delays; DefaultNetemSteps when empty
 	SmallSegment int
 	Run          Runner   // default: ExecRunner

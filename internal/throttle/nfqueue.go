@@ -53,13 +53,20 @@ const (
 
 // NfqueueConfig configures the nfqueue backend. Zero values take defaults.
 type NfqueueConfig struct {
+	// Instance names this backend's kernel objects and lock (see owner);
+	// "" means DefaultInstance: "q" and the queue number.
+	Instance     string
 	QueueNum     uint16
 	SmallSegment int
 	MaxBacklog   int
 	Firewall     Firewall // default: iptables on this machine
-	Sets         Sets     // default: ipsets over netlink
-	NetNS        int      // fd of the network namespace for the queue; 0: current
-	Logger       *slog.Logger
+	// Firewall6 programs the IPv6 half; default: ip6tables beside
+	// Firewall when that is an *Iptables, else none (IPv6 consumers are
+	// then refused).
+	Firewall6 Firewall
+	Sets      Sets // default: ipsets over netlink
+	NetNS     int  // fd of the network namespace for the queue; 0: current
+	Logger    *slog.Logger
 	// RiseLimit bounds how fast a flow's delay rises (zero: the default,
 	// DefaultRiseLimit); NoRiseLimit turns it off, which makes senders
 	// send spurious loss probes whenever a delay jumps up (for tests and
@@ -127,7 +134,9 @@ func directionOf(payload, small int) Direction {
 // work (see standby).
 type Nfqueue struct {
 	cfg      NfqueueConfig
+	lock     *instanceLock // held until Close has removed everything
 	rec      *reconciler
+	rec6     *reconciler // the IPv6 half; nil: IPv6 consumers are refused
 	table    atomic.Pointer[delays]
 	del      *Delayer
 	sock     *nfq.Socket
@@ -161,6 +170,7 @@ type Nfqueue struct {
 	// over. Only ever TryLock'ed: no thread of the path waits for it.
 	path        sync.Mutex
 	beat        atomic.Uint64 // the packet thread's wake-ups
+	alive       atomic.Int64  // UnixNano of the packet path's last round, by either thread (see Healthy)
 	back        atomic.Bool   // the packet thread wants the path back
 	declined    atomic.Uint64 // standby looks that found the packet CPU's backlog busy
 	active      atomic.Bool   // rules are installed: packets may come
@@ -183,13 +193,36 @@ func NewNfqueue(ctx context.Context, cfg NfqueueConfig) (*Nfqueue, error) {
 	if cfg.Firewall == nil {
 		cfg.Firewall = &Iptables{Run: ExecRunner{}}
 	}
+	if ipt, ok := cfg.Firewall.(*Iptables); ok && cfg.Firewall6 == nil && !ipt.V6 {
+		cfg.Firewall6 = &Iptables{Run: ipt.Run, V6: true}
+	}
 	if cfg.Sets == nil {
 		cfg.Sets = Ipsets{}
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	b := &Nfqueue{cfg: cfg, rec: newReconciler(cfg.Firewall, cfg.Sets), log: cfg.Logger.With("backend", "nfqueue"),
+	if cfg.Instance == "" {
+		cfg.Instance = DefaultInstance(Options{QueueNum: cfg.QueueNum})
+	}
+	if err := CheckInstance(cfg.Instance); err != nil {
+		return nil, err
+	}
+	lock, err := lockInstance(cfg.NetNS, cfg.Instance)
+	if err != nil {
+		return nil, fmt.Errorf("%w; stop it first, or give this one another queue (--queue-num)", err)
+	}
+	b, err := newNfqueue(ctx, cfg, lock)
+	if err != nil {
+		lock.release()
+		return nil, err
+	}
+	return b, nil
+}
+
+func newNfqueue(ctx context.Context, cfg NfqueueConfig, lock *instanceLock) (*Nfqueue, error) {
+	b := &Nfqueue{cfg: cfg, lock: lock, rec: newOwnedReconciler(cfg.Firewall, cfg.Sets, cfg.Instance, cfg.NetNS),
+		log:  cfg.Logger.With("backend", "nfqueue", "instance", cfg.Instance),
 		stop: make(chan struct{}), loopDone: make(chan struct{}), standbyDone: make(chan struct{})}
 	b.cpu, b.standbyCPU = pathCPUs()
 	if cfg.NoStandby {
@@ -199,6 +232,20 @@ func NewNfqueue(ctx context.Context, cfg NfqueueConfig) (*Nfqueue, error) {
 	b.table.Store(&delays{})
 	if err := b.rec.reset(ctx); err != nil {
 		return nil, fmt.Errorf("removing leftovers of an earlier run: %w", err)
+	}
+	if err := b.rec.sweepDead(ctx); err != nil {
+		b.log.Warn("some leftovers of dead sanqos instances stay", "err", err)
+	}
+	if cfg.Firewall6 != nil {
+		b.rec6 = newV6Reconciler(cfg.Firewall6, cfg.Sets, cfg.Instance, cfg.NetNS)
+		if _, err := cfg.Firewall6.Chains(ctx); err != nil {
+			b.log.Warn("ip6tables does not work here: IPv6 consumers will be refused", "err", err)
+			b.rec6 = nil
+		} else if err := b.rec6.reset(ctx); err != nil {
+			return nil, fmt.Errorf("removing leftovers of an earlier run (IPv6): %w", err)
+		} else if err := b.rec6.sweepDead(ctx); err != nil {
+			b.log.Warn("some leftovers of dead sanqos instances stay (IPv6)", "err", err)
+		}
 	}
 	sock, err := nfq.Open(nfq.Config{
 		Queue:       cfg.QueueNum,
@@ -226,7 +273,7 @@ func NewNfqueue(ctx context.Context, cfg NfqueueConfig) (*Nfqueue, error) {
 		return nil, fmt.Errorf("creating the packet thread's eventfd: %w", err)
 	}
 	b.sock, b.wake, b.done = sock, wake, done
-	b.del = NewDelayer(clock.Real{}, cfg.MaxBacklog, b.accept)
+	b.del = NewDelayer(clock.Real{}, cfg.MaxBacklog, b.release)
 	b.del.AckDelay = cfg.AckDelay
 	switch {
 	case cfg.NoRiseLimit:
@@ -234,6 +281,7 @@ func NewNfqueue(ctx context.Context, cfg NfqueueConfig) (*Nfqueue, error) {
 	case cfg.RiseLimit != (RiseLimit{}):
 		b.del.Rise = cfg.RiseLimit
 	}
+	b.alive.Store(time.Now().UnixNano())
 	b.unreserve = append(b.unreserve, reserveProc())
 	if err := raiseOtherThreads(); err != nil {
 		b.log.Warn("the daemon's other threads keep their priority; the packet thread may wait for them under CPU load", "err", err)
@@ -286,6 +334,16 @@ func (b *Nfqueue) accept(ids []uint32) {
 		b.errs.Add(uint64(len(ids)))
 		b.loopError(err)
 	}
+}
+
+// release is the delayer's release. The packets of this round that
+// are to be accepted at once (atOnce) go first: they came before, and
+// when a full backlog makes the delayer let a flow's held packets go in
+// the middle of a round (see Delayer.Submit), one of that flow's may be
+// among them.
+func (b *Nfqueue) release(ids []uint32) {
+	b.flushAtOnce()
+	b.accept(ids)
 }
 
 // loopError logs a failure of the packet thread at most every 10 s; the
@@ -431,6 +489,7 @@ func (b *Nfqueue) loop() {
 		b.path.Unlock()
 		err := t.wait(at, holding)
 		b.beat.Add(1)
+		b.alive.Store(time.Now().UnixNano())
 		if !b.path.TryLock() {
 			continue // the standby runs the path and handles what woke us
 		}
@@ -441,7 +500,7 @@ func (b *Nfqueue) loop() {
 			pause()
 			continue
 		}
-		if holding && t.timedOut() {
+		if holding && t.timedOut() && !time.Now().Before(at) {
 			b.stalls.wakes.add(time.Since(at))
 		}
 		t.serve()
@@ -455,14 +514,39 @@ func (b *Nfqueue) loop() {
 		rawSleep(backOff)
 	}
 	b.del.releaseAll()
-	for range 1 << 16 {
+	b.drain()
+	b.endCmds()
+}
+
+// drainQuiet is how long the socket must stay empty before the packet
+// thread lets the queue close: the kernel drops whatever is still queued
+// when it does (see Close), and a packet that passed the rule on another
+// CPU just before the rule went may reach the socket a moment later.
+const drainQuiet = 2 * time.Millisecond
+
+// drain accepts, in the order they come, the packets still in the socket,
+// until it has been empty for drainQuiet (at most a second and 65,536
+// reads: the rules are gone, so the socket runs dry).
+func (b *Nfqueue) drain() {
+	fds := []unix.PollFd{{Fd: int32(b.sock.Fd()), Events: unix.POLLIN}}
+	quiet := unix.NsecToTimespec(drainQuiet.Nanoseconds())
+	deadline := time.Now().Add(time.Second)
+	for n := 0; n < 1<<16 && time.Now().Before(deadline); {
 		more, err := b.sock.Read(func(p nfq.Packet) { b.atOnce = append(b.atOnce, p.ID) })
-		if err != nil || !more {
+		n++
+		if err != nil {
+			break
+		}
+		if more {
+			continue
+		}
+		b.flushAtOnce()
+		fds[0].Revents = 0
+		if rawPpoll(fds, &quiet) != nil || fds[0].Revents == 0 {
 			break
 		}
 	}
 	b.flushAtOnce()
-	b.endCmds()
 }
 
 // pathThread is what a thread that runs the packet path (the packet
@@ -498,16 +582,45 @@ func (t *pathThread) yield() time.Duration {
 // wait waits in ppoll(2) for packets, a command, or (holding) the release
 // time at.
 func (t *pathThread) wait(at time.Time, holding bool) error {
-	var timeout *unix.Timespec
+	// A real-time thread's timeouts have no timer slack: ppoll wakes
+	// within microseconds of the release time. With nothing held it
+	// still wakes every heartbeat, so that Healthy can tell a live
+	// packet thread from a stuck one.
+	wait := heartbeat
 	if holding {
-		// A real-time thread's timeouts have no timer slack: ppoll
-		// wakes within microseconds of the release time.
-		t.ts = unix.NsecToTimespec(max(time.Until(at), 0).Nanoseconds())
-		timeout = &t.ts
+		wait = min(max(time.Until(at), 0), heartbeat)
 	}
+	t.ts = unix.NsecToTimespec(wait.Nanoseconds())
+	timeout := &t.ts
 	t.fds[0].Revents, t.fds[1].Revents = 0, 0
 	if err := rawPpoll(t.fds, timeout); err != nil && !errors.Is(err, unix.EINTR) {
 		return err
+	}
+	return nil
+}
+
+// heartbeat is the longest the packet thread waits without going round
+// its loop: a quarter of HealthyWithin, so that a live thread is never
+// reported stuck, and 4 wake-ups a second cost nothing.
+const heartbeat = HealthyWithin / 4
+
+// HealthyWithin is how recently the packet path must have gone round its
+// loop for Healthy to pass.
+const HealthyWithin = time.Second
+
+// Healthy reports whether the packet path is alive at now: the packet
+// thread (or the standby in its place) went round its loop within
+// HealthyWithin. It proves what a watchdog must know: held packets are
+// being released. A daemon that feeds a watchdog only while Healthy
+// passes is restarted when its packet path is stuck, and the kernel then
+// lets packets pass (--queue-bypass).
+func (b *Nfqueue) Healthy(now time.Time) error {
+	if b.stopping.Load() {
+		return errors.New("the nfqueue backend is closed")
+	}
+	last := time.Unix(0, b.alive.Load())
+	if age := now.Sub(last); age > HealthyWithin {
+		return fmt.Errorf("the nfqueue packet path has not run for %v (limit %v); held packets are not being released", age.Round(time.Millisecond), HealthyWithin)
 	}
 	return nil
 }
@@ -618,7 +731,7 @@ func (b *Nfqueue) handle(pk nfq.Packet) {
 	if total == 0 && len(pk.Payload) < copyRange {
 		total = len(pk.Payload)
 	}
-	p, ok := parseIPv4TCP(pk.Payload, total)
+	p, ok := parseTCP(pk.Payload, total)
 	if !ok {
 		b.errs.Add(1)
 		b.atOnce = append(b.atOnce, pk.ID)
@@ -711,9 +824,12 @@ func NfqueueRules(s State, queue uint16) []string {
 }
 
 func (b *Nfqueue) Apply(ctx context.Context, s State) error {
-	if err := Validate(s); err != nil {
+	if err := validateShape(s); err != nil {
 		return err
 	}
+	// What cannot be programmed is left out, one consumer or group at a
+	// time, and reported; everything else is controlled as usual.
+	s, refused := split(s, b.rec6 != nil)
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.closed {
@@ -722,7 +838,11 @@ func (b *Nfqueue) Apply(ctx context.Context, s State) error {
 	t := b.members.update(s, time.Now())
 	// Delays first: a consumer joining finds its delay on its first packet.
 	b.table.Store(&t)
-	return b.program(ctx)
+	err := b.program(ctx)
+	if refused != nil {
+		return errors.Join(err, refused)
+	}
+	return err
 }
 
 // program reconciles the kernel with the last state plus the lingering
@@ -737,7 +857,13 @@ func (b *Nfqueue) program(ctx context.Context) error {
 			return b.del.Quiet(a, now, lingerQuiet)
 		})
 	})
-	if err := b.rec.apply(ctx, rules, sets); err != nil {
+	rules4, sets4, rules6, sets6 := byFamily(rules, sets)
+	err4 := b.rec.apply(ctx, rules4, sets4)
+	var err6 error
+	if b.rec6 != nil {
+		err6 = b.rec6.apply(ctx, rules6, sets6)
+	}
+	if err := errors.Join(err4, err6); err != nil {
 		return fmt.Errorf("programming the nfqueue data path: %w", err)
 	}
 	b.active.Store(len(rules) > 0)
@@ -797,6 +923,9 @@ func (b *Nfqueue) Close() error {
 	// Rules first: nothing new enters the queue while the packet thread
 	// lets go of what it holds.
 	err := b.rec.reset(context.Background())
+	if b.rec6 != nil {
+		err = errors.Join(err, b.rec6.reset(context.Background()))
+	}
 	b.stopping.Store(true)
 	b.kick()
 	<-b.loopDone
@@ -809,5 +938,6 @@ func (b *Nfqueue) Close() error {
 	for _, give := range b.unreserve {
 		give()
 	}
+	b.lock.release()
 	return err
 }

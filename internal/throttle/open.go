@@ -11,7 +11,11 @@ var Backends = []string{"nfqueue", "netem", "htb", "dry-run"}
 
 // Options selects and configures a backend for Open.
 type Options struct {
-	Backend      string // one of Backends; "" means nfqueue
+	Backend string // one of Backends; "" means nfqueue
+	// Instance names the backend's kernel objects and its lock, so that
+	// instances never touch each other's (see owner); "" means
+	// DefaultInstance.
+	Instance     string
 	Dev          string // netem, htb: interface towards the initiators
 	QueueNum     uint16 // nfqueue
 	SmallSegment int    // payload bytes still counted as write direction
@@ -22,15 +26,16 @@ type Options struct {
 }
 
 // Open starts the named backend in the current network namespace, after
-// removing whatever a crashed earlier run left there.
+// removing whatever a dead earlier run of it (or of any dead instance)
+// left there. It refuses to start an instance that is running.
 func Open(ctx context.Context, o Options) (Backend, error) {
 	switch o.Backend {
 	case "", "nfqueue":
-		return NewNfqueue(ctx, NfqueueConfig{QueueNum: o.QueueNum, SmallSegment: o.SmallSegment, AckDelay: o.AckDelay, Logger: o.Logger})
+		return NewNfqueue(ctx, NfqueueConfig{Instance: o.Instance, QueueNum: o.QueueNum, SmallSegment: o.SmallSegment, AckDelay: o.AckDelay, Logger: o.Logger})
 	case "netem":
-		return NewNetem(ctx, TCConfig{Dev: o.Dev, SmallSegment: o.SmallSegment, Logger: o.Logger})
+		return NewNetem(ctx, TCConfig{Instance: o.Instance, Dev: o.Dev, SmallSegment: o.SmallSegment, Logger: o.Logger})
 	case "htb":
-		return NewHTB(ctx, TCConfig{Dev: o.Dev, SmallSegment: o.SmallSegment, Logger: o.Logger})
+		return NewHTB(ctx, TCConfig{Instance: o.Instance, Dev: o.Dev, SmallSegment: o.SmallSegment, Logger: o.Logger})
 	case "dry-run":
 		return NewDryRun(o.Logger), nil
 	}

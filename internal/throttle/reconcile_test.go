@@ -61,14 +61,6 @@ func expected(s State, queue uint16) string {
 	return b.String()
 }
 
-func toSet(as []netip.Addr) map[netip.Addr]bool {
-	m := map[netip.Addr]bool{}
-	for _, a := range as {
-		m[a] = true
-	}
-	return m
-}
-
 func randomState(r *rand.Rand) State {
 	names := []string{"vg-data", "fs-sda1", "disk/sdb", "a-very-long-resource-name-that-needs-hashing"}
 	addrs := []netip.Addr{ip("10.0.0.2"), ip("10.0.0.3"), ip("10.0.0.4"), ip("10.0.0.5")}
@@ -278,6 +270,7 @@ func TestHTBGolden(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { _ = b.Close() })
 	for i, s := range goldenStates() {
 		fmt.Fprintf(&rec.b, "# state %d\n", i)
 		if err := b.Apply(ctx, s); err != nil {

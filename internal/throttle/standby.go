@@ -166,6 +166,7 @@ func (b *Nfqueue) takeOver(t *pathThread) {
 			b.loopError(err)
 			break
 		}
+		b.alive.Store(time.Now().UnixNano())
 		t.serve()
 	}
 	b.stalls.takeovers.add(time.Since(start))

@@ -14,7 +14,9 @@ import (
 // tearing both down exactly once.
 type tcRoot struct {
 	cfg    TCConfig
-	handle int // NetemHandle or HTBHandle
+	inst   string        // instance name (see owner)
+	ilock  *instanceLock // held from build until Close
+	handle int           // NetemHandle or HTBHandle
 	rec    *reconciler
 	log    *slog.Logger
 	mu     sync.Mutex // serialises Apply and Close
@@ -22,16 +24,43 @@ type tcRoot struct {
 }
 
 func newTCRoot(cfg TCConfig, name string, handle int) tcRoot {
-	return tcRoot{cfg: cfg, handle: handle, rec: newReconciler(cfg.Firewall, cfg.Sets), log: cfg.Logger.With("backend", name)}
+	inst := cfg.Instance
+	if inst == "" {
+		inst = DefaultInstance(Options{Backend: name, Dev: cfg.Dev})
+	}
+	return tcRoot{cfg: cfg, inst: inst, handle: handle, rec: newOwnedReconciler(cfg.Firewall, cfg.Sets, inst, 0),
+		log: cfg.Logger.With("backend", name, "instance", inst)}
 }
 
 // build removes what an earlier run left (our chain, sets and root qdisc),
 // installs the root with its default class and then the backend's leaves.
 // When a tc command fails it removes the root again and returns that
 // command and its output too, so the backend can explain the failure.
+//
+// It first takes the instance's lock: the root qdisc has a fixed handle,
+// so the instance (named after the device by default) owns the device's
+// root; a second instance on the same device is refused before it
+// touches anything.
 func (t *tcRoot) build(ctx context.Context, leaves [][]string) (failed []string, out string, err error) {
+	if err := CheckInstance(t.inst); err != nil {
+		return nil, "", err
+	}
+	lk, err := lockInstance(0, t.inst)
+	if err != nil {
+		return nil, "", fmt.Errorf("%w; stop it first", err)
+	}
+	defer func() {
+		if err != nil {
+			lk.release()
+		} else {
+			t.ilock = lk
+		}
+	}()
 	if err := t.rec.reset(ctx); err != nil {
 		return nil, "", fmt.Errorf("removing leftovers of an earlier run: %w", err)
+	}
+	if err := t.rec.sweepDead(ctx); err != nil {
+		t.log.Warn("some leftovers of dead sanqos instances stay", "err", err)
 	}
 	run, dev := t.cfg.Run, t.cfg.Dev
 	if err := removeRootQdisc(ctx, run, dev, t.handle); err != nil {
@@ -75,7 +104,9 @@ func (t *tcRoot) Close() error {
 	// cancelled, and must still clean up.
 	ctx := context.Background()
 	err := t.rec.reset(ctx)
-	return errors.Join(err, removeRootQdisc(ctx, t.cfg.Run, t.cfg.Dev, t.handle))
+	err = errors.Join(err, removeRootQdisc(ctx, t.cfg.Run, t.cfg.Dev, t.handle))
+	t.ilock.release()
+	return err
 }
 
 // Stats is empty: the kernel holds and releases the packets, and tc's

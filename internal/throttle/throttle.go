@@ -23,15 +23,30 @@
 // net.ipv4.tcp_autocorking=0. Small write-direction segments are sent
 // one at a time by a synchronous writer and are not affected.
 //
-// Kernel objects, all in the current network namespace and all removed by
-// Close and, after a crash, by the next start:
-//   - iptables chain SANQOS in the mangle table, and one rule
-//     "-A POSTROUTING -j SANQOS";
-//   - ipsets named sanqos-<group> (hash:ip), see SetName;
+// Kernel objects, all in the current network namespace, all named after
+// the instance that made them (see owner; the instance is "q" and the
+// queue number for nfqueue, "t" and the device for netem and htb), and
+// all removed by Close and, after a crash, by the next start of any
+// instance (an instance's objects are only ever removed by itself, or
+// once its lock shows it dead):
+//   - iptables chain SANQOS-<instance> in the mangle table, and one rule
+//     "-A POSTROUTING -j SANQOS-<instance>"; nfqueue with IPv6
+//     consumers: the same in ip6tables;
+//   - ipsets named sanqos-<instance>-<group> (hash:ip inet) and, for
+//     IPv6 consumers, sanqos-<instance>.6-<group> (hash:ip inet6);
+//   - the instance lock: abstract unix socket @sanqos-instance-<instance>;
 //   - nfqueue backend: NFQUEUE number 3260 (DefaultQueueNum);
 //   - netem backend: root qdisc handle 53: on the given device, classes
 //     53:1 (default) and 53:10 upwards with netem leaves 100: upwards;
 //   - htb backend: root qdisc handle 54:, classes 54:1 and 54:10 upwards.
+//
+// Bounds under hostile load (nfqueue): at most DefaultMaxBacklog packets
+// held (beyond it a packet passes at once, after the held packets of its
+// own flow: no reordering), kernelQueueLen in the kernel's queue (beyond
+// it the kernel accepts: fail open), MaxFlows entries in each per-flow
+// table (about 20 MiB in all at the caps, measured by
+// TestDelayerHostileLoad), swept a few entries per packet rather than
+// all at once on the real-time thread.
 //
 // Backends: nfqueue (default; per-flow FIFO delays in user space, fail
 // open), netem (the thesis's kernel path, where sch_netem exists), htb
@@ -177,3 +192,36 @@ type Backend interface {
 	// more than once.
 	Close() error
 }
+
+// MaxPorts is the most target ports one group may have: iptables'
+// multiport match takes at most 15 ports, and a rule the kernel refuses
+// would fail every apply.
+const MaxPorts = 15
+
+// ValidatePorts checks a list of target ports as the backends will
+// program them: every port 1–65535, at most MaxPorts distinct ones. The
+// config loader and the control socket call it, so that a list the
+// kernel would refuse is refused where it is given.
+func ValidatePorts[P ~int | ~uint16](ports []P) error {
+	distinct := map[int]bool{}
+	for _, p := range ports {
+		if p < 1 || int(p) > 65535 {
+			return fmt.Errorf("port %d is not a TCP port (1 to 65535)", p)
+		}
+		distinct[int(p)] = true
+	}
+	if len(distinct) > MaxPorts {
+		return fmt.Errorf("%d ports given, at most %d fit one iptables multiport rule: list fewer ports", len(distinct), MaxPorts)
+	}
+	return nil
+}
+
+// Healther is a backend whose packet path can be checked for liveness
+// (nfqueue: see Nfqueue.Healthy). A daemon feeds its watchdog only while
+// Healthy passes; backends whose packets the kernel holds (netem, htb,
+// dry-run) have nothing to check.
+type Healther interface {
+	Healthy(now time.Time) error
+}
+
+var _ Healther = (*Nfqueue)(nil)

@@ -1,0 +1,263 @@
+package throttle
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"regexp"
+	"runtime"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Ownership. Several sanqos instances may run in one network namespace
+// (different queues, different devices), and an operator's
+// `--cleanup-only` may run beside a live one. Every kernel object carries
+// the name of the instance that made it:
+//
+//   - chain SANQOS-<instance> in the mangle table, jumped to once from
+//     POSTROUTING;
+//   - ipsets sanqos-<instance>-<group>;
+//   - tc backends: the root qdisc on the device, whose instance is named
+//     after the device (one root qdisc per device).
+//
+// An instance holds a lock while it lives: the abstract unix socket
+// @sanqos-instance-<instance> of its network namespace, which the kernel
+// releases when the process dies, however it dies. Start-up and Close
+// touch only the instance's own objects, and the leftovers of instances
+// that are provably dead: objects whose instance lock is free (a free
+// lock is taken for the time of the removal, so an instance starting
+// meanwhile waits). The names of versions before ownership (chain SANQOS,
+// sets sanqos-<group>) have no lock and count as dead leftovers.
+
+// maxInstance is the longest instance name: the chain name must stay
+// within iptables' 28 characters and the set prefix leave room for the
+// group in ipset's 31.
+const maxInstance = 8
+
+var instanceRE = regexp.MustCompile(`^[a-z0-9]{1,8}$`)
+
+// CheckInstance validates an instance name.
+func CheckInstance(name string) error {
+	if !instanceRE.MatchString(name) {
+		return fmt.Errorf("instance name %q: use 1 to %d lower-case letters or digits (it names the iptables chain, ipsets and lock)", name, maxInstance)
+	}
+	return nil
+}
+
+// DefaultInstance is the instance name a backend takes when none is
+// given: nfqueue instances are told apart by their queue (two cannot bind
+// one queue anyway), tc instances by their device (one root qdisc each).
+func DefaultInstance(o Options) string {
+	switch o.Backend {
+	case "netem", "htb":
+		var b strings.Builder
+		b.WriteByte('t')
+		for _, r := range strings.ToLower(o.Dev) {
+			if (r >= 'a' && r <= 'z' || r >= '0' && r <= '9') && b.Len() < maxInstance {
+				b.WriteRune(r)
+			}
+		}
+		if b.Len() < 2 || len(o.Dev) > maxInstance-1 {
+			// Too long to spell out: a hash keeps distinct devices apart.
+			sum := sha256.Sum256([]byte(o.Dev))
+			return "t" + hex.EncodeToString(sum[:])[:maxInstance-1]
+		}
+		return b.String()
+	}
+	q := o.QueueNum
+	if q == 0 {
+		q = DefaultQueueNum
+	}
+	return fmt.Sprintf("q%d", q)
+}
+
+// owner names the kernel objects of one instance. The zero owner uses
+// the names of versions before ownership (tests of the rules only). The
+// instance's IPv6 half (v6) has its chain in ip6tables, under the same
+// name, and its sets (family inet6) marked with v6Mark after the
+// instance name: sanqos-<instance>.6-<group>.
+type owner struct {
+	name string
+	v6   bool
+}
+
+// v6Mark follows the instance name in the names of its IPv6 sets.
+const v6Mark = ".6"
+
+// isV6Set reports whether a set name is of an owner's IPv6 half.
+func isV6Set(name string) bool {
+	rest, ok := strings.CutPrefix(name, SetPrefix)
+	inst, _, found := strings.Cut(rest, "-")
+	return ok && found && strings.HasSuffix(inst, v6Mark)
+}
+
+// chain is the owner's iptables chain.
+func (o owner) chain() string {
+	if o.name == "" {
+		return Chain
+	}
+	return Chain + "-" + o.name
+}
+
+// setPrefix starts the name of every ipset of the owner.
+func (o owner) setPrefix() string {
+	if o.name == "" {
+		return SetPrefix
+	}
+	if o.v6 {
+		return SetPrefix + o.name + v6Mark + "-"
+	}
+	return SetPrefix + o.name + "-"
+}
+
+// set turns a group's set name (SetName) into the owner's: the same
+// suffix after the owner's prefix, hashed to fit when too long.
+func (o owner) set(logical string) string {
+	rest := strings.TrimPrefix(logical, SetPrefix)
+	p := o.setPrefix()
+	if len(p)+len(rest) <= maxSetName {
+		return p + rest
+	}
+	sum := sha256.Sum256([]byte(rest))
+	h := hex.EncodeToString(sum[:4])
+	return p + rest[:maxSetName-len(p)-len(h)-1] + "-" + h
+}
+
+var ruleSetRef = regexp.MustCompile(`--match-set (\S+)`)
+
+// rule rewrites a rule of the logical chain and sets into the owner's.
+func (o owner) rule(r string) string {
+	r = strings.Replace(r, "-A "+Chain+" ", "-A "+o.chain()+" ", 1)
+	return ruleSetRef.ReplaceAllStringFunc(r, func(m string) string {
+		return "--match-set " + o.set(strings.TrimPrefix(m, "--match-set "))
+	})
+}
+
+// chainOwner says whose chain name is: ok false for chains not ours at
+// all, "" for a chain of a version before ownership.
+func chainOwner(name string) (inst string, ok bool) {
+	if name == Chain {
+		return "", true
+	}
+	inst, ok = strings.CutPrefix(name, Chain+"-")
+	return inst, ok && instanceRE.MatchString(inst)
+}
+
+// setOwner says whose set name is (see chainOwner). A set of a version
+// before ownership whose group name has a dash reads as owned by the part
+// before it; such an instance is almost surely dead, and if it lives its
+// lock keeps the set.
+func setOwner(name string) (inst string, ok bool) {
+	rest, ok := strings.CutPrefix(name, SetPrefix)
+	if !ok {
+		return "", false
+	}
+	inst, _, found := strings.Cut(rest, "-")
+	inst = strings.TrimSuffix(inst, v6Mark)
+	if !found || !instanceRE.MatchString(inst) {
+		return "", true
+	}
+	return inst, true
+}
+
+// lockPrefix names the instance locks: abstract unix sockets, per
+// network namespace like the objects they guard.
+const lockPrefix = "@sanqos-instance-"
+
+// ErrInstanceRunning says the instance's lock is held by a live process.
+var ErrInstanceRunning = errors.New("a sanqos instance of that name is running in this network namespace")
+
+// instanceLock is held for as long as an instance lives: a unix socket
+// bound to the instance's abstract address.
+type instanceLock struct{ fd int }
+
+// bindLock binds the lock of instance name in network namespace ns (0:
+// the caller's); EADDRINUSE says another process holds it.
+func bindLock(ns int, name string) (*instanceLock, error) {
+	var fd int
+	err := inNetNS(ns, func() error {
+		var err error
+		fd, err = unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			return err
+		}
+		if err := unix.Bind(fd, &unix.SockaddrUnix{Name: lockPrefix + name}); err != nil {
+			unix.Close(fd)
+			return err
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &instanceLock{fd}, nil
+}
+
+// lockInstance takes the lock of instance name in network namespace ns.
+// An instance that is only being checked by another's clean-up holds it
+// for milliseconds, so a few tries over 200 ms tell that from a live
+// instance.
+func lockInstance(ns int, name string) (*instanceLock, error) {
+	var err error
+	for range 10 {
+		var lk *instanceLock
+		if lk, err = bindLock(ns, name); err == nil {
+			return lk, nil
+		}
+		if !errors.Is(err, syscall.EADDRINUSE) {
+			return nil, fmt.Errorf("taking the lock of sanqos instance %q: %w", name, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return nil, fmt.Errorf("instance %q (lock %s): %w", name, lockPrefix+name, ErrInstanceRunning)
+}
+
+// tryLockDead takes the lock of instance name if it is free, at once.
+func tryLockDead(ns int, name string) (*instanceLock, bool) {
+	lk, err := bindLock(ns, name)
+	return lk, err == nil
+}
+
+func (lk *instanceLock) release() {
+	if lk != nil && lk.fd >= 0 {
+		unix.Close(lk.fd)
+		lk.fd = -1
+	}
+}
+
+// inNetNS runs f on a thread in network namespace ns (0: here).
+func inNetNS(ns int, f func() error) error {
+	if ns == 0 {
+		return f()
+	}
+	ch := make(chan error, 1)
+	go func() {
+		// A thread that cannot return to its namespace must not run
+		// anything else: exiting while locked makes the runtime end it.
+		runtime.LockOSThread()
+		orig, err := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			ch <- fmt.Errorf("reading this thread's network namespace: %w", err)
+			return
+		}
+		defer unix.Close(orig)
+		if err := unix.Setns(ns, unix.CLONE_NEWNET); err != nil {
+			runtime.UnlockOSThread()
+			ch <- fmt.Errorf("entering network namespace: %w", err)
+			return
+		}
+		ferr := f()
+		if err := unix.Setns(orig, unix.CLONE_NEWNET); err != nil {
+			ch <- errors.Join(ferr, fmt.Errorf("returning to the original network namespace: %w", err))
+			return
+		}
+		runtime.UnlockOSThread()
+		ch <- ferr
+	}()
+	return <-ch
+}

@@ -1,0 +1,286 @@
+package throttle
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"strings"
+	"testing"
+	"time"
+)
+
+// testInstance is an instance name no other test process uses at once.
+func testInstance(tag string) string {
+	return fmt.Sprintf("%s%06d", tag, os.Getpid()%1000000)
+}
+
+// TestOwnersNeverTouchEachOther (issue 14, finding 1): a second instance
+// starting, and the clean-up of a third, remove neither the chain nor
+// the sets of a live instance, while the leftovers of a dead instance and
+// of a version before ownership go.
+func TestOwnersNeverTouchEachOther(t *testing.T) {
+	ctx := context.Background()
+	k := NewFakeKernel()
+	a, b := testInstance("ta"), testInstance("tb")
+	lockA, err := lockInstance(0, a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lockA.release()
+	recA := newOwnedReconciler(k, k, a, 0)
+	sA := State{Groups: []Group{{Name: "vg", Members: []netip.Addr{ip("10.0.0.2")}, WriteDelay: 20 * time.Millisecond}}}
+	if err := recA.reset(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := recA.apply(ctx, NfqueueRules(sA, 1), wantSets(sA)); err != nil {
+		t.Fatal(err)
+	}
+	aHolds := k.String()
+	// A dead instance (its lock is free) and a pre-ownership run left
+	// their chains and sets.
+	dead := testInstance("td")
+	k.CrashAs(Chain+"-"+dead, []string{"-A " + Chain + "-" + dead + " -j NFQUEUE --queue-num 9"}, map[string][]netip.Addr{SetPrefix + dead + "-vg": {ip("10.0.0.9")}})
+	k.Crash([]string{"-A SANQOS -j NFQUEUE --queue-num 1"}, map[string][]netip.Addr{"sanqos-old": {ip("10.0.0.8")}})
+
+	// B starts: it takes its own lock, clears its own leftovers and the
+	// dead ones', and installs its own state.
+	lockB, err := lockInstance(0, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	recB := newOwnedReconciler(k, k, b, 0)
+	if err := recB.reset(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := recB.sweepDead(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := k.String(); got != aHolds {
+		t.Fatalf("after B's start the kernel holds\n%s\nwant A's state only:\n%s", got, aHolds)
+	}
+	sB := State{Groups: []Group{{Name: "vg", Members: []netip.Addr{ip("10.0.0.3")}, WriteDelay: 5 * time.Millisecond}}}
+	if err := recB.apply(ctx, NfqueueRules(sB, 2), wantSets(sB)); err != nil {
+		t.Fatal(err)
+	}
+	if got := k.String(); !containsLines(got, aHolds) || !strings.Contains(got, SetPrefix+b+"-vg: 10.0.0.3") {
+		t.Fatalf("kernel holds\n%s\nwant A's and B's state side by side", got)
+	}
+	// A clean-up-only run for A's name is refused while A lives.
+	if _, err := lockInstance(0, a); !errors.Is(err, ErrInstanceRunning) {
+		t.Fatalf("taking a live instance's lock: %v, want ErrInstanceRunning", err)
+	}
+	// B stops: only B's objects go.
+	if err := recB.reset(ctx); err != nil {
+		t.Fatal(err)
+	}
+	lockB.release()
+	if got := k.String(); got != aHolds {
+		t.Fatalf("after B's close the kernel holds\n%s\nwant A's state:\n%s", got, aHolds)
+	}
+	// A clean-up run of another instance sweeps B (dead now, nothing
+	// left) and leaves A alone.
+	recC := newOwnedReconciler(k, k, testInstance("tc"), 0)
+	if err := recC.sweepDead(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := k.String(); got != aHolds {
+		t.Fatalf("after C's sweep the kernel holds\n%s\nwant A's state:\n%s", got, aHolds)
+	}
+	// Once A is dead (lock free), its leftovers are swept.
+	lockA.release()
+	if err := recC.sweepDead(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := k.String(); got != "" {
+		t.Fatalf("a dead instance's objects stayed:\n%s", got)
+	}
+}
+
+// TestOwnedNamesFit: chain and set names of the longest instance name
+// stay within the kernel's limits and never collide between groups or
+// instances.
+func TestOwnedNamesFit(t *testing.T) {
+	seen := map[string]string{}
+	for _, inst := range []string{"q3260", "abcdefgh", "t1"} {
+		o := owner{name: inst}
+		if c := o.chain(); len(c) > 28 {
+			t.Fatalf("chain %q over 28 characters", c)
+		}
+		if in, ok := chainOwner(o.chain()); !ok || in != inst {
+			t.Fatalf("chainOwner(%q) = %q %v", o.chain(), in, ok)
+		}
+		for _, g := range []string{"vg", "a-very-long-resource-name-that-needs-hashing", "a-very-long-resource-name-that-needs-hashinG", "fs/sda1"} {
+			n := o.set(SetName(g))
+			if len(n) > maxSetName {
+				t.Fatalf("set %q over %d characters", n, maxSetName)
+			}
+			if in, ok := setOwner(n); !ok || in != inst {
+				t.Fatalf("setOwner(%q) = %q %v, want %q", n, in, ok, inst)
+			}
+			if prev, ok := seen[n]; ok {
+				t.Fatalf("set %q for %s/%s and %s", n, inst, g, prev)
+			}
+			seen[n] = inst + "/" + g
+		}
+	}
+	if err := CheckInstance("Bad-Name"); err == nil {
+		t.Fatal("an instance name with capitals and a dash was accepted")
+	}
+}
+
+// TestFailedApplyKeepsStateInForce (issue 14, finding 3): when the kernel
+// refuses a new chain, the throttle in force stays (chain and sets), the
+// next ticks do not hammer the kernel, and once the kernel accepts again
+// the new state goes in.
+func TestFailedApplyKeepsStateInForce(t *testing.T) {
+	ctx := context.Background()
+	k := NewFakeKernel()
+	rec := newReconciler(k, k)
+	now := t0
+	rec.now = func() time.Time { return now }
+	s1 := State{Groups: []Group{{Name: "vg", Members: []netip.Addr{ip("10.0.0.2")}, WriteDelay: 20 * time.Millisecond}}}
+	if err := rec.apply(ctx, NfqueueRules(s1, 1), wantSets(s1)); err != nil {
+		t.Fatal(err)
+	}
+	inForce := k.String()
+	s2 := s1
+	s2.Groups = []Group{{Name: "vg", Members: []netip.Addr{ip("10.0.0.2")}, Ports: []uint16{3260, 3261}, WriteDelay: 20 * time.Millisecond}}
+	k.FailReplace = errors.New("iptables-restore: line 3 failed")
+	tries := 0
+	for i := range 50 { // 5 s of 100 ms ticks
+		ops := k.Ops
+		err := rec.apply(ctx, NfqueueRules(s2, 1), wantSets(s2))
+		if err == nil {
+			t.Fatal("apply reported success while the kernel refused the chain")
+		}
+		if i == 0 && !strings.Contains(err.Error(), "stay") {
+			t.Fatalf("error %q does not say the throttles in force stay", err)
+		}
+		if got := k.String(); got != inForce {
+			t.Fatalf("tick %d: after a failed apply the kernel holds\n%s\nwant what was in force:\n%s", i, got, inForce)
+		}
+		if k.Ops != ops || rec.lastErr == nil {
+			t.Fatalf("tick %d: a failed apply changed the kernel", i)
+		}
+		if !now.Before(rec.retryAt) || i == 0 {
+			tries++
+		}
+		now = now.Add(100 * time.Millisecond)
+	}
+	if tries > 8 {
+		t.Fatalf("%d kernel tries in 5 s of failures, want a backoff (≤ 8)", tries)
+	}
+	k.FailReplace = nil
+	now = now.Add(retryMax)
+	if err := rec.apply(ctx, NfqueueRules(s2, 1), wantSets(s2)); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := k.String(), expected(s2, 1); got != want {
+		t.Fatalf("after recovery the kernel holds\n%s\nwant\n%s", got, want)
+	}
+}
+
+// containsLines reports whether every line of want is a line of got.
+func containsLines(got, want string) bool {
+	have := map[string]bool{}
+	for _, l := range strings.Split(got, "\n") {
+		have[l] = true
+	}
+	for _, l := range strings.Split(want, "\n") {
+		if !have[l] {
+			return false
+		}
+	}
+	return true
+}
+
+// TestMixedIPv6StateKeepsIPv4Controlled (issue 14, finding 4): one IPv6
+// consumer, or one group with too many ports, is refused on its own with
+// an error naming it; the IPv4 consumers of the same and other groups are
+// still programmed.
+func TestMixedIPv6StateKeepsIPv4Controlled(t *testing.T) {
+	many := make([]uint16, 16)
+	for i := range many {
+		many[i] = uint16(3260 + i)
+	}
+	s := State{Groups: []Group{
+		{Name: "vg", Members: []netip.Addr{ip("10.0.0.2"), ip("fd00::2"), ip("::ffff:10.0.0.4")}, WriteDelay: 20 * time.Millisecond},
+		{Name: "pool", Members: []netip.Addr{ip("10.0.0.3")}, WriteDelay: 5 * time.Millisecond},
+		{Name: "wide", Members: []netip.Addr{ip("10.0.0.5")}, Ports: many, WriteDelay: 5 * time.Millisecond},
+	}}
+	if err := validateShape(s); err != nil {
+		t.Fatal(err)
+	}
+	ok, refused := Split(s)
+	if refused == nil || len(refused.Reasons) != 2 {
+		t.Fatalf("refused %v, want the IPv6 consumer and the 16-port group", refused)
+	}
+	msg := refused.Error()
+	for _, want := range []string{"fd00::2", "IPv6", `"wide"`, "16 ports", "at most 15"} {
+		if !strings.Contains(msg, want) {
+			t.Fatalf("refusal %q does not say %q", msg, want)
+		}
+	}
+	k := NewFakeKernel()
+	rec := newReconciler(k, k)
+	if err := rec.apply(context.Background(), NfqueueRules(ok, 1), wantSets(ok)); err != nil {
+		t.Fatal(err)
+	}
+	got := k.String()
+	for _, want := range []string{"set sanqos-vg: 10.0.0.2 10.0.0.4", "set sanqos-pool: 10.0.0.3", "--match-set sanqos-vg dst", "--match-set sanqos-pool dst"} {
+		if !strings.Contains(got, want) {
+			t.Fatalf("kernel holds\n%s\nwant %q: the IPv4 consumers must stay controlled", got, want)
+		}
+	}
+	if strings.Contains(got, "wide") {
+		t.Fatalf("the refused group was programmed:\n%s", got)
+	}
+	if Validate(s) == nil {
+		t.Fatal("Validate (the tc backends' whole-state check) accepted IPv6 and 16 ports")
+	}
+}
+
+// TestValidatePorts: the port validator config and the control socket
+// use refuses what one iptables rule cannot take.
+func TestValidatePorts(t *testing.T) {
+	if err := ValidatePorts([]int{3260, 3261, 3261}); err != nil {
+		t.Fatal(err)
+	}
+	fifteen := make([]uint16, 15)
+	for i := range fifteen {
+		fifteen[i] = uint16(1 + i)
+	}
+	if err := ValidatePorts(fifteen); err != nil {
+		t.Fatalf("15 ports refused: %v", err)
+	}
+	if err := ValidatePorts(append(fifteen, 16)); err == nil || !strings.Contains(err.Error(), "at most 15") {
+		t.Fatalf("16 ports: %v", err)
+	}
+	if err := ValidatePorts([]int{0}); err == nil {
+		t.Fatal("port 0 accepted")
+	}
+	if err := ValidatePorts([]int{70000}); err == nil {
+		t.Fatal("port 70000 accepted")
+	}
+}
+
+// TestHealthyTellsAStuckPacketPath (issue 14, finding 5): Healthy passes
+// while the packet path went round its loop within HealthyWithin and
+// fails, saying so, once it has not (the daemon's watchdog feeds on it).
+func TestHealthyTellsAStuckPacketPath(t *testing.T) {
+	b := &Nfqueue{}
+	b.alive.Store(t0.UnixNano())
+	if err := b.Healthy(t0.Add(heartbeat)); err != nil {
+		t.Fatalf("a path that ran one heartbeat ago: %v", err)
+	}
+	err := b.Healthy(t0.Add(HealthyWithin + time.Millisecond))
+	if err == nil || !strings.Contains(err.Error(), "not run for") {
+		t.Fatalf("a path stuck for over %v: %v", HealthyWithin, err)
+	}
+	b.stopping.Store(true)
+	if b.Healthy(t0) == nil {
+		t.Fatal("a closed backend reported healthy")
+	}
+}
