@@ -6,8 +6,8 @@
 // two BTF tracepoint programs (tp_btf/block_rq_issue and
 // tp_btf/block_rq_complete) that time every read and write request to the
 // watched devices and aggregate in the kernel: per device and direction a
-// count, a latency sum and a log-linear histogram (8 sub-buckets per power
-// of two, 1 µs to 16.8 s; a bucket is at most 12.5 % wide). Nothing is sent
+// count, a latency sum and a log-linear histogram (16 sub-buckets per power
+// of two, 1 µs to 16.8 s; a bucket is at most 6.25 % wide). Nothing is sent
 // to user space per I/O; Sample reads the counters once per tick.
 //
 // The age of the oldest read still outstanding comes from a small per-device
@@ -23,3 +23,5 @@
 // The compiled object blkprobe.bpf.o is committed and embedded, so sanqos
 // needs no compiler at run time; `make bpf` regenerates it (needs clang).
 package blkprobe
+
+//go:generate make -C ../.. bpf

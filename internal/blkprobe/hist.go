@@ -8,7 +8,7 @@ import (
 
 // Histogram layout, shared with bpf/blkprobe.bpf.c (NBUCKETS, SUBBITS).
 const (
-	subBits = 3            // 2^subBits sub-buckets per power of two
+	subBits = 4            // 2^subBits sub-buckets per power of two
 	subN    = 1 << subBits // values below subN µs get one bucket each
 	// NumBuckets covers 0 µs to 2^24 µs (16.8 s); the last bucket also
 	// holds everything longer.
@@ -71,7 +71,7 @@ func (h Histogram) Sub(prev Histogram) Histogram {
 // Quantile returns the q-quantile (0 < q ≤ 1) of the counted latencies,
 // interpolated linearly inside its bucket, or 0 when nothing was counted.
 // The interpolation assumes latencies spread evenly across a bucket; its
-// error is below the bucket's width (≤ 12.5 % of the value).
+// error is below the bucket's width (≤ 6.25 % of the value).
 func (h *Histogram) Quantile(q float64) time.Duration {
 	total := h.Total()
 	if total == 0 || q <= 0 || math.IsNaN(q) {

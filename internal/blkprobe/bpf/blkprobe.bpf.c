@@ -77,8 +77,8 @@ struct request {
 
 // Must match blkprobe.go.
 #define MAX_DEVICES 64
-#define NBUCKETS 176   // 8 exact µs buckets + 21 octaves × 8 sub-buckets, to 2^24 µs ≈ 16.8 s
-#define SUBBITS 3      // 8 sub-buckets per power of two: bucket width ≤ 12.5 %
+#define NBUCKETS 336   // 16 exact µs buckets + 20 octaves × 16 sub-buckets, to 2^24 µs ≈ 16.8 s
+#define SUBBITS 4      // 16 sub-buckets per power of two: bucket width ≤ 6.25 %
 #define SLOTS 64       // read slots per device for the oldest-outstanding age
 #define PROBES 4       // places a read may take in its device's slot table
 #define MAX_INFLIGHT 16384
@@ -153,8 +153,8 @@ static __always_inline __u32 log2_u64(__u64 v)
 	return r;
 }
 
-// bucket maps a latency in µs to its log-linear bucket: values below 8 have
-// a bucket each; above, each power of two is split in 8 equal parts.
+// bucket maps a latency in µs to its log-linear bucket: values below 16
+// have a bucket each; above, each power of two is split in 16 equal parts.
 static __always_inline __u32 bucket(__u64 us)
 {
 	if (us < (1 << SUBBITS))
