@@ -72,10 +72,14 @@ read still outstanding, and the writes. Devices are named as in
 	}
 }
 
-// us formats a latency in microseconds, "-" for none.
+// us formats a latency in microseconds, or milliseconds from 10 ms; "-"
+// for none.
 func us(d time.Duration) string {
-	if d == 0 {
+	switch {
+	case d == 0:
 		return "-"
+	case d >= 10*time.Millisecond:
+		return fmt.Sprintf("%.1fms", float64(d)/float64(time.Millisecond))
 	}
 	return fmt.Sprintf("%.1fµs", float64(d)/float64(time.Microsecond))
 }

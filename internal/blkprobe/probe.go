@@ -25,7 +25,8 @@ const (
 //go:embed blkprobe.bpf.o
 var bpfObject []byte
 
-// Mirrors of the BPF map values (struct opstats, struct readslots).
+// Mirrors of the BPF map values (struct opstats, struct readslots);
+// the field order and sizes must match bpf/blkprobe.bpf.c.
 type opstats struct {
 	Count uint64
 	SumNs uint64
@@ -41,6 +42,8 @@ type readslots struct {
 	S         [slots]slot
 	Untracked uint64
 	Lost      uint64
+	Issued    [2]uint64
+	Untimed   uint64
 }
 
 // Options adjust Open; the zero value is right for production.
@@ -188,11 +191,35 @@ func (p *Probe) Sample(now time.Time) (Snapshot, error) {
 		if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
 			return Snapshot{}, fmt.Errorf("reading the monotonic clock: %w", err)
 		}
-		d.OldestRead, d.ReadsInFlight = oldest(rs.S[:], uint64(ts.Nano()))
-		d.Untracked, d.Lost = rs.Untracked, rs.Lost
+		d.OldestRead, _ = oldest(rs.S[:], uint64(ts.Nano()))
+		d.Untracked, d.Lost, d.Untimed = rs.Untracked, rs.Lost, rs.Untimed
+		// The maps are read one after the other while I/O goes on: a
+		// completion counted without its issue must not make this negative.
+		if rs.Issued[0] > d.Read.Count {
+			d.ReadsInFlight = int(rs.Issued[0] - d.Read.Count)
+		}
 		snap.Devices[name] = d
 	}
 	return snap, nil
+}
+
+// Missed is how many times the kernel skipped one of the probe's programs
+// because a BPF program was already running on that CPU (recursion
+// protection, e.g. a completion interrupting the issue program): those
+// requests are missing from the counts. Cumulative since Open.
+func (p *Probe) Missed() (uint64, error) {
+	if p.coll == nil {
+		return 0, errors.New("reading the probe's missed runs: already closed")
+	}
+	var n uint64
+	for name, prog := range p.coll.Programs {
+		st, err := prog.Stats()
+		if err != nil {
+			return 0, fmt.Errorf("reading the run statistics of %s: %w", name, err)
+		}
+		n += st.RecursionMisses
+	}
+	return n, nil
 }
 
 // oldest returns the age at mono (ns) of the earliest issue time in the

@@ -18,7 +18,8 @@ type Device struct {
 	// the device and not yet completed; 0 when none is outstanding. It may
 	// miss reads counted in Untracked, never overstates.
 	OldestRead time.Duration
-	// ReadsInFlight is the number of outstanding reads the slot table holds.
+	// ReadsInFlight is the number of reads issued and not completed
+	// (timed ones only; see Untimed).
 	ReadsInFlight int
 	// Untracked counts reads that found no free slot (cumulative): while
 	// it grows, OldestRead may be too young.
@@ -26,6 +27,9 @@ type Device struct {
 	// Lost counts requests not timed because the in-flight map was full
 	// (cumulative); they are missing from Read and Write.
 	Lost uint64
+	// Untimed counts completions whose issue the probe did not see
+	// (cumulative): requests already in flight at Open, normally.
+	Untimed uint64
 }
 
 // Sub returns the tick from prev to d: counters as differences, the gauges
@@ -36,6 +40,7 @@ func (d Device) Sub(prev Device) Device {
 	out.Write = d.Write.Sub(prev.Write)
 	out.Untracked = d.Untracked - prev.Untracked
 	out.Lost = d.Lost - prev.Lost
+	out.Untimed = d.Untimed - prev.Untimed
 	return out
 }
 

@@ -104,6 +104,8 @@ struct readslots {
 	struct slot s[SLOTS];
 	__u64 untracked; // reads that found no free slot
 	__u64 lost;      // requests not timed because `start` was full
+	__u64 issued[2]; // reads and writes timed from issue; minus completions: in flight
+	__u64 untimed;   // completions of watched requests whose issue was not seen
 };
 
 // watched: kernel dev_t (major<<20 | minor) → device index; user space fills it.
@@ -235,6 +237,7 @@ int blk_issue(__u64 *ctx)
 		__sync_fetch_and_add(&rs->lost, 1);
 		return 0;
 	}
+	__sync_fetch_and_add(&rs->issued[op & 1], 1);
 	if (op != REQ_OP_READ)
 		return 0;
 	__u32 h = slot_hash(key);
@@ -259,8 +262,16 @@ int blk_complete(__u64 *ctx)
 	struct request *rq = (struct request *)ctx[0];
 	__u64 key = request_key(ctx);
 	struct start *s = bpf_map_lookup_elem(&start, &key);
-	if (!s)
+	if (!s) {
+		__u32 op = rq->cmd_flags & REQ_OP_MASK;
+		__u32 idx;
+		if ((op == REQ_OP_READ || op == REQ_OP_WRITE) && watched_index(rq, &idx) && idx < MAX_DEVICES) {
+			struct readslots *rs = bpf_map_lookup_elem(&readslots, &idx);
+			if (rs)
+				__sync_fetch_and_add(&rs->untimed, 1);
+		}
 		return 0;
+	}
 	__u64 now = bpf_ktime_get_ns();
 	__u64 ts = s->ts;
 	__u32 idx = s->idx;

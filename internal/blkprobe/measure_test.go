@@ -1,0 +1,209 @@
+package blkprobe
+
+import (
+	"encoding/json"
+	"errors"
+	"math"
+	"os"
+	"os/exec"
+	"sort"
+	"strconv"
+	"testing"
+	"time"
+)
+
+// The measurements of issue 13: how much the probe costs at high IOPS and
+// how well its percentiles agree with the load generator's. They take about
+// a minute of fio and are timing claims on a shared machine, so they run
+// only when asked:
+//
+//	SANQOS_PROBE_MEASURE=1 go test -count=1 -v -run Measure ./internal/blkprobe
+
+func needMeasure(t *testing.T) {
+	t.Helper()
+	if os.Getenv("SANQOS_PROBE_MEASURE") == "" {
+		t.Skip("a minute of fio timing: set SANQOS_PROBE_MEASURE=1 to run")
+	}
+	needRoot(t)
+	if _, err := exec.LookPath("fio"); err != nil {
+		t.Skip("needs fio (make deps)")
+	}
+}
+
+// fioResult is the part of fio's JSON output we use.
+type fioResult struct {
+	Jobs []struct {
+		Read struct {
+			IOPS     float64 `json:"iops"`
+			TotalIOs uint64  `json:"total_ios"`
+			ClatNs   struct {
+				Mean       float64            `json:"mean"`
+				Percentile map[string]float64 `json:"percentile"`
+			} `json:"clat_ns"`
+		} `json:"read"`
+	} `json:"jobs"`
+}
+
+// runFio runs one random direct reader at queue depth 1 on dev, with the
+// block size and further fio arguments given.
+func runFio(t *testing.T, dev string, secs int, bs string, extra ...string) fioResult {
+	t.Helper()
+	return runFioWith(t, nil, dev, secs, bs, extra...)
+}
+
+// runFioWith runs fio under the command prefix (e.g. chrt).
+func runFioWith(t *testing.T, prefix []string, dev string, secs int, bs string, extra ...string) fioResult {
+	t.Helper()
+	args := append([]string{"--name=sanqos-probe", "--filename=/dev/" + dev, "--rw=randread", "--bs=" + bs,
+		"--direct=1", "--ioengine=psync", "--iodepth=1", "--time_based", "--runtime=" + strconv.Itoa(secs),
+		"--percentile_list=50:95:99", "--output-format=json"}, extra...)
+	argv := append(append(append([]string(nil), prefix...), "fio"), args...)
+	out, err := exec.Command(argv[0], argv[1:]...).Output()
+	if err != nil {
+		t.Fatalf("fio on %s: %v", dev, err)
+	}
+	var r fioResult
+	if err := json.Unmarshal(out, &r); err != nil || len(r.Jobs) != 1 {
+		t.Fatalf("fio output: %v\n%s", err, out)
+	}
+	return r
+}
+
+func fioPct(r fioResult, p string) time.Duration {
+	return time.Duration(r.Jobs[0].Read.ClatNs.Percentile[p])
+}
+
+// TestMeasureOverhead runs the same fio job on a loop device over tmpfs with
+// the probe absent and attached (sampled every 100 ms like the daemon's
+// tick), alternating, and compares the IOPS.
+func TestMeasureOverhead(t *testing.T) {
+	needMeasure(t)
+	clearLeftovers(t)
+	dev := loopDevice(t, 256<<20, true)
+	const rounds, secs = 5, 4
+	var ratios []float64
+	for i := 0; i < rounds; i++ {
+		absent := runFio(t, dev, secs, "4k").Jobs[0].Read.IOPS
+		p, err := Open([]string{dev}, Options{})
+		if errors.Is(err, ErrUnavailable) {
+			t.Skipf("probe unavailable: %v", err)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		stop := make(chan struct{})
+		done := make(chan error)
+		go func() {
+			tk := time.NewTicker(100 * time.Millisecond)
+			defer tk.Stop()
+			for {
+				select {
+				case <-stop:
+					done <- nil
+					return
+				case now := <-tk.C:
+					if _, err := p.Sample(now); err != nil {
+						done <- err
+						return
+					}
+				}
+			}
+		}()
+		before, _ := p.Sample(time.Now())
+		present := runFio(t, dev, secs, "4k")
+		after, _ := p.Sample(time.Now())
+		close(stop)
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		p.Close()
+		iops := present.Jobs[0].Read.IOPS
+		counted := after.Sub(before).Devices[dev].Read.Count
+		r := iops / absent
+		ratios = append(ratios, r)
+		t.Logf("round %d: absent %.0f IOPS, attached %.0f IOPS (probe counted %d of fio's %d reads): ratio %.3f",
+			i+1, absent, iops, counted, present.Jobs[0].Read.TotalIOs, r)
+		if counted < present.Jobs[0].Read.TotalIOs {
+			t.Errorf("probe counted %d reads, fio did %d", counted, present.Jobs[0].Read.TotalIOs)
+		}
+	}
+	sort.Float64s(ratios)
+	med := ratios[len(ratios)/2]
+	var sum float64
+	for _, r := range ratios {
+		sum += r
+	}
+	t.Logf("attached/absent IOPS: median %.3f, mean %.3f, range %.3f–%.3f (overhead %.1f %%)",
+		med, sum/float64(len(ratios)), ratios[0], ratios[len(ratios)-1], 100*(1-med))
+	// The issue's target is 2 %; the machine is shared, so fail only on
+	// what noise cannot explain.
+	if med < 0.90 {
+		t.Errorf("probe costs %.1f %% of IOPS (median ratio %.3f)", 100*(1-med), med)
+	}
+}
+
+// TestMeasureAgreementWithFio runs one steady reader (500 reads/s, queue
+// depth 1) on a loop device over a file on the real disk, so that a read
+// takes what it takes on flash, and compares the probe's p50/p95 over the
+// run with fio's completion-latency percentiles of the same reads. fio runs
+// SCHED_FIFO so that the machine's other load does not delay its wake-ups:
+// the comparison is of the I/O path, not of the CPU scheduler. fio's clat
+// also holds the system call and the block layer above the request
+// (bio, plug, tag); 4 KiB reads show that fixed part, larger ones make the
+// device's time dominate.
+func TestMeasureAgreementWithFio(t *testing.T) {
+	needMeasure(t)
+	if _, err := exec.LookPath("chrt"); err != nil {
+		t.Skip("needs chrt (util-linux)")
+	}
+	clearLeftovers(t)
+	dev := loopDevice(t, 256<<20, false)
+	p, err := Open([]string{dev}, Options{})
+	if errors.Is(err, ErrUnavailable) {
+		t.Skipf("probe unavailable: %v", err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	for _, bs := range []string{"4k", "64k", "256k"} {
+		before, err := p.Sample(time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		f := runFioRT(t, dev, 8, bs)
+		after, err := p.Sample(time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		d := after.Sub(before).Devices[dev]
+		missed, err := p.Missed()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("bs %s: missed runs so far %d, lost %d, untracked %d", bs, missed, d.Lost, d.Untracked)
+		t.Logf("bs %s: fio %d reads, clat mean %v; probe %d reads, mean %v", bs, f.Jobs[0].Read.TotalIOs,
+			time.Duration(f.Jobs[0].Read.ClatNs.Mean), d.Read.Count, d.Read.Mean())
+		for _, c := range []struct {
+			name  string
+			fio   time.Duration
+			probe time.Duration
+		}{
+			{"p50", fioPct(f, "50.000000"), d.Read.P50()},
+			{"p95", fioPct(f, "95.000000"), d.Read.P95()},
+			{"p99", fioPct(f, "99.000000"), d.Read.P99()},
+		} {
+			ratio := float64(c.probe) / float64(c.fio)
+			t.Logf("  %s %-4s fio %v probe %v: probe/fio %.3f (fio − probe %v)", bs, c.name, c.fio, c.probe, ratio, c.fio-c.probe)
+			if bs == "256k" && c.name != "p99" && math.Abs(1-ratio) > 0.10 {
+				t.Errorf("bs %s %s: probe %v and fio %v differ by more than 10 %%", bs, c.name, c.probe, c.fio)
+			}
+		}
+	}
+}
+
+// runFioRT is runFio at 500 reads/s under SCHED_FIFO.
+func runFioRT(t *testing.T, dev string, secs int, bs string) fioResult {
+	t.Helper()
+	return runFioWith(t, []string{"chrt", "-f", "20"}, dev, secs, bs, "--rate_iops=500")
+}
