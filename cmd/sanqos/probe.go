@@ -61,9 +61,9 @@ read still outstanding, and the writes. Devices are named as in
 			fmt.Fprintf(stdout, "%-8s %-10s %8d %9s %9s %9s %9s %10s %8d %9s\n",
 				cur.At.Format("15:04:05"), name, d.Read.Count, us(d.Read.Mean()), us(d.Read.P50()),
 				us(d.Read.P95()), us(d.Read.P99()), us(d.OldestRead), d.Write.Count, us(d.Write.Mean()))
-			if d.Untracked > 0 || d.Lost > 0 {
-				fmt.Fprintf(stdout, "         %-10s %d reads not tracked for age, %d requests not timed (tables full)\n",
-					name, d.Untracked, d.Lost)
+			if d.Untracked > 0 || d.Untimed > 0 {
+				fmt.Fprintf(stdout, "         %-10s %d reads not tracked for age (slots full), %d requests not timed (queue/iostats off?)\n",
+					name, d.Untracked, d.Untimed)
 			}
 		}
 		if *count > 0 && n >= *count {

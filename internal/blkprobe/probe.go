@@ -41,8 +41,6 @@ type slot struct {
 type readslots struct {
 	S         [slots]slot
 	Untracked uint64
-	Lost      uint64
-	Issued    [2]uint64
 	Untimed   uint64
 }
 
@@ -113,15 +111,33 @@ func Open(devices []string, opts Options) (*Probe, error) {
 			return nil, fmt.Errorf("filling the watched-device map: %w", err)
 		}
 	}
+	if err := p.attach(); err != nil {
+		p.Close()
+		return nil, err
+	}
+	return p, nil
+}
+
+// attach links the programs to their tracepoints.
+func (p *Probe) attach() error {
 	for _, name := range []string{"blk_issue", "blk_complete"} {
-		l, err := link.AttachTracing(link.TracingOptions{Program: coll.Programs[name]})
+		l, err := link.AttachTracing(link.TracingOptions{Program: p.coll.Programs[name]})
 		if err != nil {
-			p.Close()
-			return nil, classify("attaching "+name, err)
+			return classify("attaching "+name, err)
 		}
 		p.links = append(p.links, l)
 	}
-	return p, nil
+	return nil
+}
+
+// detach unlinks the programs, keeping them and the maps loaded.
+func (p *Probe) detach() error {
+	var errs []error
+	for _, l := range p.links {
+		errs = append(errs, l.Close())
+	}
+	p.links = nil
+	return errors.Join(errs...)
 }
 
 // classify wraps a load or attach failure as UnavailableError with a reason
@@ -146,16 +162,12 @@ func (p *Probe) Devices() []string { return append([]string(nil), p.names...) }
 
 // Close detaches the programs and frees the maps. It is safe to call twice.
 func (p *Probe) Close() error {
-	var errs []error
-	for _, l := range p.links {
-		errs = append(errs, l.Close())
-	}
-	p.links = nil
+	err := p.detach()
 	if p.coll != nil {
 		p.coll.Close()
 		p.coll = nil
 	}
-	return errors.Join(errs...)
+	return err
 }
 
 // Sample reads the cumulative counters of every watched device and the age
@@ -191,13 +203,8 @@ func (p *Probe) Sample(now time.Time) (Snapshot, error) {
 		if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
 			return Snapshot{}, fmt.Errorf("reading the monotonic clock: %w", err)
 		}
-		d.OldestRead, _ = oldest(rs.S[:], uint64(ts.Nano()))
-		d.Untracked, d.Lost, d.Untimed = rs.Untracked, rs.Lost, rs.Untimed
-		// The maps are read one after the other while I/O goes on: a
-		// completion counted without its issue must not make this negative.
-		if rs.Issued[0] > d.Read.Count {
-			d.ReadsInFlight = int(rs.Issued[0] - d.Read.Count)
-		}
+		d.OldestRead, d.ReadsInFlight = oldest(rs.S[:], uint64(ts.Nano()))
+		d.Untracked, d.Untimed = rs.Untracked, rs.Untimed
 		snap.Devices[name] = d
 	}
 	return snap, nil

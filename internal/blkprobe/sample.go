@@ -18,17 +18,15 @@ type Device struct {
 	// the device and not yet completed; 0 when none is outstanding. It may
 	// miss reads counted in Untracked, never overstates.
 	OldestRead time.Duration
-	// ReadsInFlight is the number of reads issued and not completed
-	// (timed ones only; see Untimed).
+	// ReadsInFlight is the number of outstanding reads the slot table
+	// holds (all of them unless Untracked grows).
 	ReadsInFlight int
 	// Untracked counts reads that found no free slot (cumulative): while
 	// it grows, OldestRead may be too young.
 	Untracked uint64
-	// Lost counts requests not timed because the in-flight map was full
-	// (cumulative); they are missing from Read and Write.
-	Lost uint64
-	// Untimed counts completions whose issue the probe did not see
-	// (cumulative): requests already in flight at Open, normally.
+	// Untimed counts completions without the block layer's start stamp
+	// (cumulative): the queue keeps no I/O statistics (queue/iostats 0)
+	// and has no scheduler. They are missing from Read and Write.
 	Untimed uint64
 }
 
@@ -39,7 +37,6 @@ func (d Device) Sub(prev Device) Device {
 	out.Read = d.Read.Sub(prev.Read)
 	out.Write = d.Write.Sub(prev.Write)
 	out.Untracked = d.Untracked - prev.Untracked
-	out.Lost = d.Lost - prev.Lost
 	out.Untimed = d.Untimed - prev.Untimed
 	return out
 }

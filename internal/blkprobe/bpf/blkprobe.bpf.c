@@ -2,20 +2,25 @@
 //
 // blkprobe: per-device block I/O latency, aggregated in the kernel.
 //
-// block_rq_issue records the issue time of each read or write request to a
-// watched device in a hash map keyed by the request pointer;
-// block_rq_complete takes it out and adds the latency to a per-CPU
-// histogram of that device and direction. Nothing is sent to user space per
-// I/O: the daemon reads the per-CPU counters once per tick.
+// block_rq_complete adds each read's and write's latency to a per-CPU
+// histogram of its device and direction. The latency is now minus the
+// request's own start_time_ns, the stamp the block layer puts on a request
+// when it is set up and from which it accounts /proc/diskstats' time
+// reading/writing (blk_account_io_done): so the probe sees the same span
+// as diskstats' r_await, at nanosecond instead of millisecond resolution,
+// and needs no map of issue times. The stamp is set when the queue keeps
+// I/O statistics (queue/iostats, on by default) or has a scheduler; a
+// request without it is counted in `untimed`. Nothing is sent to user space
+// per I/O: the daemon reads the per-CPU counters once per tick.
 //
-// The oldest outstanding read is kept without scanning the hash map: each
-// device has a small table of read slots (SLOTS) into which an issued read
-// puts (request, issue time) at one of PROBES places picked by a hash of the
-// request pointer, and completion clears it. User space reads the device's
-// table (one 1 KiB lookup) and takes the smallest issue time. A read that
-// finds its PROBES places taken is not tracked there (it is counted in
-// `untracked`), so the reported age is never more than the truth and is
-// exact whenever fewer reads are outstanding than slots collide.
+// The oldest outstanding read is kept without scanning anything large:
+// block_rq_issue puts each read of a watched device into a small per-device
+// table of slots (SLOTS), at one of PROBES places picked by a hash of the
+// request pointer; completion clears it. User space reads the device's table
+// (one 1 KiB lookup) and takes the smallest start time. A read that finds
+// its PROBES places taken is not tracked there (counted in `untracked`), so
+// the reported age is never more than the truth, and exact while fewer
+// reads are outstanding than it takes to fill a read's PROBES places.
 //
 // Regenerate with `make bpf` (needs clang; no headers beyond this file: the
 // kernel types below are CO-RE relocated against /sys/kernel/btf/vmlinux at
@@ -35,13 +40,9 @@ typedef __u32 dev_t;
 #define BPF_MAP_TYPE_HASH 1
 #define BPF_MAP_TYPE_ARRAY 2
 #define BPF_MAP_TYPE_PERCPU_ARRAY 6
-#define BPF_ANY 0
-#define BPF_NOEXIST 1
 
 // Helper numbers from include/uapi/linux/bpf.h (stable ABI).
 static void *(*bpf_map_lookup_elem)(void *map, const void *key) = (void *)1;
-static long (*bpf_map_update_elem)(void *map, const void *key, const void *value, __u64 flags) = (void *)2;
-static long (*bpf_map_delete_elem)(void *map, const void *key) = (void *)3;
 static __u64 (*bpf_ktime_get_ns)(void) = (void *)5;
 static long (*bpf_probe_read_kernel)(void *dst, __u32 size, const void *src) = (void *)113;
 
@@ -65,6 +66,7 @@ struct request {
 	struct request_queue *q;
 	unsigned int cmd_flags;
 	struct block_device *part;
+	__u64 start_time_ns;
 } __attribute__((preserve_access_index));
 
 // REQ_OP_MASK and the op numbers of include/linux/blk_types.h.
@@ -81,13 +83,6 @@ struct request {
 #define SUBBITS 4      // 16 sub-buckets per power of two: bucket width ≤ 6.25 %
 #define SLOTS 64       // read slots per device for the oldest-outstanding age
 #define PROBES 4       // places a read may take in its device's slot table
-#define MAX_INFLIGHT 16384
-
-struct start {
-	__u64 ts;   // bpf_ktime_get_ns() at issue (CLOCK_MONOTONIC)
-	__u32 idx;  // device index (value of `watched`)
-	__u32 slot; // slot in the device's read table + 1; 0: not tracked
-};
 
 struct opstats {
 	__u64 count;
@@ -96,16 +91,14 @@ struct opstats {
 };
 
 struct slot {
-	__u64 rq;
-	__u64 ts;
+	__u64 rq; // request address; 0: free
+	__u64 ts; // its start_time_ns (CLOCK_MONOTONIC); 0 while being claimed
 };
 
 struct readslots {
 	struct slot s[SLOTS];
 	__u64 untracked; // reads that found no free slot
-	__u64 lost;      // requests not timed because `start` was full
-	__u64 issued[2]; // reads and writes timed from issue; minus completions: in flight
-	__u64 untimed;   // completions of watched requests whose issue was not seen
+	__u64 untimed;   // completions without a start stamp (iostats off)
 };
 
 // watched: kernel dev_t (major<<20 | minor) → device index; user space fills it.
@@ -115,15 +108,6 @@ struct {
 	__type(key, __u32);
 	__type(value, __u32);
 } watched SEC(".maps");
-
-// start: request pointer → issue time. Bounded: a request that finds it full
-// is counted in `lost` and not timed.
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, MAX_INFLIGHT);
-	__type(key, __u64);
-	__type(value, struct start);
-} start SEC(".maps");
 
 // stats: index 2*device + op (0 read, 1 write), per CPU so that the hot path
 // takes no lock and no atomic; user space sums the CPUs.
@@ -168,25 +152,29 @@ static __always_inline __u32 bucket(__u64 us)
 	return b;
 }
 
+// watched_index finds the request's device in `watched`: its partition
+// (sda1) if it has one and that is watched, else its whole disk (sda,
+// loop0). I/O to a whole disk costs one lookup.
 static __always_inline int watched_index(struct request *rq, __u32 *idx)
 {
-	__u32 dev, *v;
+	__u32 disk_dev, *v;
+	struct gendisk *disk = rq->q->disk;
 	struct block_device *part = rq->part;
 
-	// A partition first (sda1), else its whole disk (sda, loop0).
-	if (part) {
-		dev = part->bd_dev;
-		v = bpf_map_lookup_elem(&watched, &dev);
-		if (v) {
-			*idx = *v;
-			return 1;
-		}
-	}
-	struct gendisk *disk = rq->q->disk;
 	if (!disk)
 		return 0;
-	dev = MKDEV(disk->major, disk->first_minor);
-	v = bpf_map_lookup_elem(&watched, &dev);
+	disk_dev = MKDEV(disk->major, disk->first_minor);
+	if (part) {
+		__u32 dev = part->bd_dev;
+		if (dev != disk_dev) {
+			v = bpf_map_lookup_elem(&watched, &dev);
+			if (v) {
+				*idx = *v;
+				return 1;
+			}
+		}
+	}
+	v = bpf_map_lookup_elem(&watched, &disk_dev);
 	if (!v)
 		return 0;
 	*idx = *v;
@@ -209,8 +197,43 @@ static __always_inline __u32 slot_hash(__u64 rq)
 	return (__u32)(((rq >> 6) * 0x9E3779B97F4A7C15ULL) >> 58);
 }
 
+// blk_issue puts a read of a watched device into the device's slot table.
 SEC("tp_btf/block_rq_issue")
 int blk_issue(__u64 *ctx)
+{
+	struct request *rq = (struct request *)ctx[0];
+	__u32 idx;
+
+	if ((rq->cmd_flags & REQ_OP_MASK) != REQ_OP_READ)
+		return 0;
+	if (!watched_index(rq, &idx) || idx >= MAX_DEVICES)
+		return 0;
+	struct readslots *rs = bpf_map_lookup_elem(&readslots, &idx);
+	if (!rs)
+		return 0;
+	__u64 ts = rq->start_time_ns;
+	if (!ts)
+		ts = bpf_ktime_get_ns();
+	__u64 key = request_key(ctx);
+	__u32 h = slot_hash(key);
+#pragma unroll
+	for (int i = 0; i < PROBES; i++) {
+		__u32 j = (h + i) & (SLOTS - 1);
+		if (rs->s[j].rq == key)
+			return 0; // issued again after a requeue: keep its place
+		if (__sync_val_compare_and_swap(&rs->s[j].rq, 0, key) == 0) {
+			rs->s[j].ts = ts;
+			return 0;
+		}
+	}
+	__sync_fetch_and_add(&rs->untracked, 1);
+	return 0;
+}
+
+// blk_complete adds the request's latency to its device's histogram and
+// frees its read slot.
+SEC("tp_btf/block_rq_complete")
+int blk_complete(__u64 *ctx)
 {
 	struct request *rq = (struct request *)ctx[0];
 	__u32 op = rq->cmd_flags & REQ_OP_MASK;
@@ -220,77 +243,32 @@ int blk_issue(__u64 *ctx)
 		return 0;
 	if (!watched_index(rq, &idx) || idx >= MAX_DEVICES)
 		return 0;
-
-	__u64 key = request_key(ctx);
-	__u64 now = bpf_ktime_get_ns();
-	struct start *old = bpf_map_lookup_elem(&start, &key);
-	if (old) {
-		// Issued again after a requeue: time it from the new issue, keep its slot.
-		old->ts = now;
-		return 0;
-	}
-	struct start s = { .ts = now, .idx = idx, .slot = 0 };
-	struct readslots *rs = bpf_map_lookup_elem(&readslots, &idx);
-	if (!rs)
-		return 0;
-	if (bpf_map_update_elem(&start, &key, &s, BPF_NOEXIST) != 0) {
-		__sync_fetch_and_add(&rs->lost, 1);
-		return 0;
-	}
-	__sync_fetch_and_add(&rs->issued[op & 1], 1);
-	if (op != REQ_OP_READ)
-		return 0;
-	__u32 h = slot_hash(key);
-#pragma unroll
-	for (int i = 0; i < PROBES; i++) {
-		__u32 j = (h + i) & (SLOTS - 1);
-		if (__sync_val_compare_and_swap(&rs->s[j].rq, 0, key) == 0) {
-			rs->s[j].ts = now;
-			struct start *st = bpf_map_lookup_elem(&start, &key);
-			if (st)
-				st->slot = j + 1;
-			return 0;
-		}
-	}
-	__sync_fetch_and_add(&rs->untracked, 1);
-	return 0;
-}
-
-SEC("tp_btf/block_rq_complete")
-int blk_complete(__u64 *ctx)
-{
-	struct request *rq = (struct request *)ctx[0];
-	__u64 key = request_key(ctx);
-	struct start *s = bpf_map_lookup_elem(&start, &key);
-	if (!s) {
-		__u32 op = rq->cmd_flags & REQ_OP_MASK;
-		__u32 idx;
-		if ((op == REQ_OP_READ || op == REQ_OP_WRITE) && watched_index(rq, &idx) && idx < MAX_DEVICES) {
-			struct readslots *rs = bpf_map_lookup_elem(&readslots, &idx);
-			if (rs)
-				__sync_fetch_and_add(&rs->untimed, 1);
-		}
-		return 0;
-	}
-	__u64 now = bpf_ktime_get_ns();
-	__u64 ts = s->ts;
-	__u32 idx = s->idx;
-	__u32 slot = s->slot;
-	bpf_map_delete_elem(&start, &key);
-
-	__u32 op = rq->cmd_flags & REQ_OP_MASK;
-	if (idx >= MAX_DEVICES || (op != REQ_OP_READ && op != REQ_OP_WRITE))
-		return 0;
-	if (slot) {
+	__u64 start = rq->start_time_ns;
+	if (op == REQ_OP_READ || !start) {
 		struct readslots *rs = bpf_map_lookup_elem(&readslots, &idx);
-		__u32 j = (slot - 1) & (SLOTS - 1);
-		if (rs && rs->s[j].rq == key) {
-			// ts first: a reader never sees a new owner's slot with our stale time.
-			rs->s[j].ts = 0;
-			__sync_lock_test_and_set(&rs->s[j].rq, 0);
+		if (!rs)
+			return 0;
+		if (!start)
+			__sync_fetch_and_add(&rs->untimed, 1);
+		if (op == REQ_OP_READ) {
+			__u64 key = request_key(ctx);
+			__u32 h = slot_hash(key);
+#pragma unroll
+			for (int i = 0; i < PROBES; i++) {
+				__u32 j = (h + i) & (SLOTS - 1);
+				if (rs->s[j].rq == key) {
+					// ts first: a reader never sees a new owner's slot with our time.
+					rs->s[j].ts = 0;
+					__sync_lock_test_and_set(&rs->s[j].rq, 0);
+					break;
+				}
+			}
 		}
+		if (!start)
+			return 0;
 	}
-	__u64 ns = now > ts ? now - ts : 0;
+	__u64 now = bpf_ktime_get_ns();
+	__u64 ns = now > start ? now - start : 0;
 	__u32 k = 2 * idx + op;
 	struct opstats *st = bpf_map_lookup_elem(&stats, &k);
 	if (!st)
