@@ -117,3 +117,40 @@ func TestOpenForcedFallback(t *testing.T) {
 		t.Errorf("unknown device: err = %v, want an input error, not a fallback", err)
 	}
 }
+
+// TestFakeTick shows the use the daemon makes of a Sampler: cumulative
+// samples, one tick's delta, its mean and percentiles.
+func TestFakeTick(t *testing.T) {
+	f := NewFake("loop0")
+	t0 := time.Unix(0, 0)
+	prev, err := f.Sample(t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 1; i <= 100; i++ {
+		f.Complete("loop0", false, time.Duration(i)*10*time.Microsecond) // 10 µs … 1 ms
+	}
+	f.Complete("loop0", true, 5*time.Millisecond)
+	f.SetOutstanding("loop0", 1, 30*time.Millisecond)
+	cur, _ := f.Sample(t0.Add(100 * time.Millisecond))
+	d := cur.Sub(prev).Devices["loop0"]
+	if d.Read.Count != 100 || d.Write.Count != 1 || d.OldestRead != 30*time.Millisecond {
+		t.Fatalf("tick = %+v", d)
+	}
+	if m := d.Read.Mean(); m != 505*time.Microsecond {
+		t.Errorf("mean %v, want 505µs", m)
+	}
+	for _, c := range []struct {
+		q    float64
+		want time.Duration
+	}{{0.5, 500 * time.Microsecond}, {0.95, 950 * time.Microsecond}, {0.99, 990 * time.Microsecond}} {
+		got := d.Read.Quantile(c.q)
+		if diff := got - c.want; diff < -c.want/16 || diff > c.want/16 {
+			t.Errorf("q%v = %v, want %v ± 6.25 %%", c.q, got, c.want)
+		}
+	}
+	f.Err = errors.New("boom")
+	if _, err := f.Sample(t0); err == nil {
+		t.Error("Err not returned")
+	}
+}
