@@ -14,11 +14,12 @@ import (
 // interval: a debugging view of what the daemon's percentile signal sees.
 func cmdProbe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("probe", "sanqos probe --dev loop0[,sda…] [--interval 1s] [--count N]",
-		`Time every read and write of the named block devices in the kernel (eBPF,
-block_rq_issue → block_rq_complete) and print per device and interval: the
-reads completed, their mean, p50, p95 and p99 latency, the age of the oldest
-read still outstanding, and the writes. Devices are named as in
-/proc/diskstats. Needs root (CAP_BPF and CAP_PERFMON) and kernel BTF.`, stderr)
+		`Time every read and write of the named block devices in the kernel (eBPF
+on the block tracepoints; a request is timed from the block layer's start
+stamp, as /proc/diskstats times it, to its completion) and print per device
+and interval: the reads completed, their mean, p50, p95 and p99 latency, the
+age of the oldest read still outstanding, and the writes. Devices are named
+as in /proc/diskstats. Needs root (CAP_BPF and CAP_PERFMON) and kernel BTF.`, stderr)
 	devs := fs.String("dev", "", "comma-separated `devices` as in /proc/diskstats (required)")
 	interval := fs.Duration("interval", time.Second, "print period")
 	count := fs.Int("count", 0, "stop after this many intervals (0: until Ctrl-C)")
