@@ -131,8 +131,9 @@ func TestLiveCountsMatchDiskstats(t *testing.T) {
 	needRoot(t)
 	clearLeftovers(t)
 	watched := loopDevice(t, 16<<20, true)
+	second := loopDevice(t, 4<<20, true)
 	other := loopDevice(t, 4<<20, true)
-	p, err := Open([]string{watched}, Options{})
+	p, err := Open([]string{watched, second}, Options{})
 	if errors.Is(err, ErrUnavailable) {
 		t.Skipf("probe unavailable on this kernel: %v", err)
 	}
@@ -146,14 +147,20 @@ func TestLiveCountsMatchDiskstats(t *testing.T) {
 		t.Fatal(err)
 	}
 	r0, w0, rms0, wms0 := diskstatsReads(t, watched)
+	s0, _, _, _ := diskstatsReads(t, second)
 	const nReads, nWrites = 3000, 500
 	doIO(t, watched, nReads, nWrites)
+	doIO(t, second, 300, 0)
 	doIO(t, other, 200, 0)
 	after, err := p.Sample(time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
 	r1, w1, rms1, wms1 := diskstatsReads(t, watched)
+	s1, _, _, _ := diskstatsReads(t, second)
+	if got := after.Sub(before).Devices[second].Read.Count; got != s1-s0 || got < 300 {
+		t.Errorf("second device: probe counted %d reads, diskstats %d, did 300", got, s1-s0)
+	}
 	tick := after.Sub(before).Devices[watched]
 	t.Logf("probe: %d reads mean %v p50 %v p99 %v; %d writes mean %v; diskstats: %d reads %d writes",
 		tick.Read.Count, tick.Read.Mean(), tick.Read.P50(), tick.Read.P99(), tick.Write.Count, tick.Write.Mean(), r1-r0, w1-w0)
@@ -194,8 +201,8 @@ func TestLiveCountsMatchDiskstats(t *testing.T) {
 			t.Errorf("%s time: probe %v, diskstats %v", c.what, c.probe, c.disk)
 		}
 	}
-	if len(after.Devices) != 1 {
-		t.Errorf("snapshot has %d devices, want only the watched one", len(after.Devices))
+	if len(after.Devices) != 2 {
+		t.Errorf("snapshot has %d devices, want only the two watched", len(after.Devices))
 	}
 }
 

@@ -99,6 +99,13 @@ func Open(devices []string, opts Options) (*Probe, error) {
 	if err != nil {
 		return nil, fmt.Errorf("parsing the embedded BPF object: %w", err)
 	}
+	// Size the maps to the devices watched: the per-CPU histograms are
+	// 2.7 KB per device, direction and CPU, so 64 devices on a 64-CPU
+	// machine would take 22 MB for nothing.
+	n := uint32(len(nums))
+	spec.Maps["watched"].MaxEntries = n
+	spec.Maps["readslots"].MaxEntries = n
+	spec.Maps["stats"].MaxEntries = 2 * n
 	coll, err := ebpf.NewCollection(spec)
 	if err != nil {
 		return nil, classify("loading the BPF programs", err)
