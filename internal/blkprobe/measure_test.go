@@ -37,10 +37,7 @@ func needMeasure(t *testing.T) {
 // fioResult is the part of fio's JSON output we use.
 type fioResult struct {
 	Jobs []struct {
-		UsrCPU     float64 `json:"usr_cpu"`
-		SysCPU     float64 `json:"sys_cpu"`
-		JobRuntime float64 `json:"job_runtime"` // ms
-		Read       struct {
+		Read struct {
 			IOPS     float64 `json:"iops"`
 			TotalIOs uint64  `json:"total_ios"`
 			ClatNs   struct {
@@ -80,20 +77,17 @@ func fioPct(r fioResult, p string) time.Duration {
 	return time.Duration(r.Jobs[0].Read.ClatNs.Percentile[p])
 }
 
-// cpuPerIO is the CPU time fio's process spent per read.
-func cpuPerIO(r fioResult) time.Duration {
-	j := r.Jobs[0]
-	return time.Duration((j.UsrCPU + j.SysCPU) / 100 * j.JobRuntime * 1e6 / float64(j.Read.TotalIOs))
-}
-
-// TestMeasureOverhead runs the same fio job (one 4 KiB random reader, queue
-// depth 1) on a loop device over tmpfs with the probe's programs detached
-// and attached (and sampled every 100 ms like the daemon's tick),
-// alternating ABBA in short runs so that drift cancels, and compares the
-// IOPS. On a shared machine IOPS swing with the neighbours' load, so it also
-// measures the probe's cost directly: the kernel's run-time statistics of
-// the two programs (BPF_ENABLE_STATS, for this process's lifetime) give the
-// CPU time the probe adds per read, to set against the time a read takes.
+// TestMeasureOverhead runs one fio job (a 4 KiB random reader at queue
+// depth 1) on a loop device over tmpfs for half a minute and attaches and
+// detaches the probe's programs every second (the probe sampled every 100
+// ms like the daemon's tick), in ABBA order so that drift cancels. The
+// reads completed in each phase come from /proc/diskstats, which does not
+// depend on the probe, and each phase's IOPS is compared with its
+// neighbour's: side by side within two seconds, so the neighbours' load on
+// this shared machine moves both alike. It also measures the probe's cost
+// directly: the kernel's run-time statistics of the two programs
+// (BPF_ENABLE_STATS, for this process's lifetime) give the CPU time the
+// probe adds per read, to set against the time a read takes.
 func TestMeasureOverhead(t *testing.T) {
 	needMeasure(t)
 	clearLeftovers(t)
@@ -139,40 +133,74 @@ func TestMeasureOverhead(t *testing.T) {
 		}
 	}()
 
-	const pairs, secs = 8, 2
-	var ratios, absentIOPS, presentIOPS []float64
-	var fioCPU time.Duration
-	var timed uint64
-	attached := func() fioResult {
-		if err := p.attach(); err != nil {
-			t.Fatal(err)
-		}
-		defer p.detach()
-		before, _ := p.Sample(time.Now())
-		f := runFio(t, dev, secs, "4k")
-		after, _ := p.Sample(time.Now())
-		got := after.Sub(before).Devices[dev].Read.Count
-		if got+2 < f.Jobs[0].Read.TotalIOs {
-			t.Errorf("probe counted %d reads, fio did %d", got, f.Jobs[0].Read.TotalIOs)
-		}
-		timed += got
-		return f
+	const phases = 32
+	fio := exec.Command("fio", "--name=sanqos-probe", "--filename=/dev/"+dev, "--rw=randread", "--bs=4k",
+		"--direct=1", "--ioengine=psync", "--iodepth=1", "--time_based", "--runtime=60", "--output-format=json")
+	if err := fio.Start(); err != nil {
+		t.Fatalf("starting fio: %v", err)
 	}
-	for i := 0; i < pairs; i++ {
-		var a, b fioResult
-		if i%2 == 0 {
-			a, b = runFio(t, dev, secs, "4k"), attached()
-		} else {
-			b = attached()
-			a = runFio(t, dev, secs, "4k")
-		}
-		ai, bi := a.Jobs[0].Read.IOPS, b.Jobs[0].Read.IOPS
-		absentIOPS, presentIOPS = append(absentIOPS, ai), append(presentIOPS, bi)
-		fioCPU += cpuPerIO(a)
-		ratios = append(ratios, bi/ai)
-		t.Logf("pair %d: detached %.0f IOPS, attached %.0f IOPS: ratio %.3f", i+1, ai, bi, bi/ai)
+	defer fio.Wait()
+	defer fio.Process.Signal(unix.SIGINT)
+	time.Sleep(time.Second) // fio's start
+	before, err := p.Sample(time.Now())
+	if err != nil {
+		t.Fatal(err)
 	}
-	fioCPU /= pairs
+	on := []bool{false, true, true, false} // ABBA
+	iops := make([]float64, phases)
+	var timedReads, phaseReads uint64
+	for i := 0; i < phases; i++ {
+		if on[i%4] {
+			if err := p.attach(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		time.Sleep(100 * time.Millisecond) // let the change settle
+		r0, _, _, _ := diskstatsReads(t, dev)
+		t0 := time.Now()
+		time.Sleep(800 * time.Millisecond)
+		r1, _, _, _ := diskstatsReads(t, dev)
+		iops[i] = float64(r1-r0) / time.Since(t0).Seconds()
+		if on[i%4] {
+			phaseReads += r1 - r0
+			if err := p.detach(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	after, err := p.Sample(time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	timedReads = after.Sub(before).Devices[dev].Read.Count
+	if timedReads < phaseReads {
+		t.Errorf("probe timed %d reads, diskstats counted %d in the attached phases", timedReads, phaseReads)
+	}
+	var ratios, offIOPS []float64
+	for i := 0; i+1 < phases; i += 2 {
+		a, b := iops[i], iops[i+1] // ABBA: (off,on), (on,off)
+		if on[i%4] {
+			a, b = b, a
+		}
+		offIOPS = append(offIOPS, a)
+		ratios = append(ratios, b/a)
+		t.Logf("pair %2d: detached %6.0f IOPS, attached %6.0f IOPS: ratio %.3f", i/2+1, a, b, b/a)
+	}
+	med := func(xs []float64) float64 {
+		ys := append([]float64(nil), xs...)
+		sort.Float64s(ys)
+		if len(ys)%2 == 0 {
+			return (ys[len(ys)/2-1] + ys[len(ys)/2]) / 2
+		}
+		return ys[len(ys)/2]
+	}
+	var sum float64
+	for _, r := range ratios {
+		sum += r
+	}
+	t.Logf("attached/detached IOPS over %d pairs: median %.3f, mean %.3f, range %.3f–%.3f; detached median %.0f IOPS",
+		len(ratios), med(ratios), sum/float64(len(ratios)), slices.Min(ratios), slices.Max(ratios), med(offIOPS))
+
 	var progTime time.Duration
 	var progRuns uint64
 	for _, prog := range p.coll.Programs {
@@ -183,23 +211,18 @@ func TestMeasureOverhead(t *testing.T) {
 		progTime += st.Runtime
 		progRuns += st.RunCount
 	}
-	med := func(xs []float64) float64 {
-		ys := append([]float64(nil), xs...)
-		sort.Float64s(ys)
-		return ys[len(ys)/2]
-	}
 	// The runs include every other device's requests (the programs see all
 	// block requests and filter in the kernel); all are charged to the
 	// watched reads, so this is an upper bound.
-	perRead := progTime / time.Duration(max(timed, 1))
-	readTime := time.Duration(float64(time.Second) / med(absentIOPS))
-	t.Logf("IOPS: detached median %.0f, attached median %.0f; attached/detached median %.3f (range %.3f–%.3f)",
-		med(absentIOPS), med(presentIOPS), med(ratios), slices.Min(ratios), slices.Max(ratios))
-	t.Logf("probe programs: %d runs, %v, %v per run; %v per timed read = %.2f %% of a read's time (%v at the detached median IOPS), %.2f %% of fio's CPU per read (%v)",
-		progRuns, progTime, progTime/time.Duration(max(progRuns, 1)), perRead,
-		100*float64(perRead)/float64(readTime), readTime, 100*float64(perRead)/float64(fioCPU), fioCPU)
+	perRead := progTime / time.Duration(max(timedReads, 1))
+	readTime := time.Duration(float64(time.Second) / med(offIOPS))
+	t.Logf("probe programs: %d runs, %v, %v per run; %v per timed read = %.2f %% of a read's time (%v at the detached median IOPS)",
+		progRuns, progTime, progTime/time.Duration(max(progRuns, 1)), perRead, 100*float64(perRead)/float64(readTime), readTime)
 	if float64(perRead) > 0.05*float64(readTime) {
 		t.Errorf("probe costs %v per read, %.1f %% of a read's %v", perRead, 100*float64(perRead)/float64(readTime), readTime)
+	}
+	if med(offIOPS) < 20000 {
+		t.Logf("below the 20k IOPS the issue asks for: the machine is busy; the ratio still holds for this rate")
 	}
 }
 
