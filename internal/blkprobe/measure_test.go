@@ -48,14 +48,9 @@ type fioResult struct {
 	} `json:"jobs"`
 }
 
-// runFio runs one random direct reader at queue depth 1 on dev, with the
-// block size and further fio arguments given.
-func runFio(t *testing.T, dev string, secs int, bs string, extra ...string) fioResult {
-	t.Helper()
-	return runFioWith(t, nil, dev, secs, bs, extra...)
-}
-
-// runFioWith runs fio under the command prefix (e.g. chrt).
+// runFioWith runs one random direct reader at queue depth 1 on dev, with
+// the block size and further fio arguments given, under the command prefix
+// (e.g. chrt).
 func runFioWith(t *testing.T, prefix []string, dev string, secs int, bs string, extra ...string) fioResult {
 	t.Helper()
 	args := append([]string{"--name=sanqos-probe", "--filename=/dev/" + dev, "--rw=randread", "--bs=" + bs,
