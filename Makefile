@@ -8,7 +8,7 @@ LDFLAGS   := -X main.version=$(VERSION)
 APT_PKGS  := tgt ethtool libiscsi-bin libiscsi-dev fio ipset iptables fuse3 libnetfilter-queue-dev iperf3 iproute2 pkg-config gcc
 REPORT    ?= report
 
-.PHONY: all build deps test demo fmt vet clean
+.PHONY: all build deps test demo fmt vet clean bpf
 
 all: build
 
@@ -26,6 +26,17 @@ build: deps
 	mkdir -p $(BIN)
 	CGO_ENABLED=0 $(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/sanqos ./cmd/sanqos
 	@if [ -d cmd/sanqos-iscsiload ]; then $(GO) build -o $(BIN)/sanqos-iscsiload ./cmd/sanqos-iscsiload; fi
+
+# bpf regenerates the block-latency probe's BPF object, which is committed
+# and embedded so that sanqos needs no compiler at run time. Only this target
+# needs clang (apt-get install clang; not a runtime dependency, so not in
+# APT_PKGS) and llvm-strip; -g keeps the BTF the loader relocates against,
+# llvm-strip -g drops the DWARF.
+# The output is reproducible: a rebuild leaves git status clean.
+BPF_DIR := internal/blkprobe
+bpf:
+	clang -O2 -g -target bpf -mcpu=v3 -Wall -Werror -c $(BPF_DIR)/bpf/blkprobe.bpf.c -o $(BPF_DIR)/blkprobe.bpf.o
+	llvm-strip -g $(BPF_DIR)/blkprobe.bpf.o
 
 fmt:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \

@@ -4,6 +4,7 @@ go 1.26.8
 
 require (
 	github.com/BurntSushi/toml v1.4.0
+	github.com/cilium/ebpf v0.20.0
 	github.com/hanwen/go-fuse/v2 v2.7.2
 	github.com/prometheus/client_golang v1.20.5
 	github.com/prometheus/procfs v0.15.1

@@ -38,6 +38,7 @@ func commands() []command {
 		{"top", "live terminal view of the running daemon", cmdTop},
 		{"sim", "run the deterministic simulation of the thesis experiment", cmdSim},
 		{"lab", "bring up the iSCSI lab on this machine and run experiments", cmdLab},
+		{"probe", "print per-device block I/O latency percentiles from the eBPF probe", cmdProbe},
 		{"version", "print the version", cmdVersion},
 	}
 }

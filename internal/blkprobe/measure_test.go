@@ -1,0 +1,301 @@
+package blkprobe
+
+import (
+	"encoding/json"
+	"errors"
+	"math"
+	"os"
+	"os/exec"
+	"slices"
+	"sort"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
+)
+
+// The measurements of issue 13: how much the probe costs at high IOPS and
+// how well its percentiles agree with the load generator's. They take about
+// a minute of fio and are timing claims on a shared machine, so they run
+// only when asked:
+//
+//	SANQOS_PROBE_MEASURE=1 go test -count=1 -v -run Measure ./internal/blkprobe
+
+func needMeasure(t *testing.T) {
+	t.Helper()
+	if os.Getenv("SANQOS_PROBE_MEASURE") == "" {
+		t.Skip("a minute of fio timing: set SANQOS_PROBE_MEASURE=1 to run")
+	}
+	needRoot(t)
+	if _, err := exec.LookPath("fio"); err != nil {
+		t.Skip("needs fio (make deps)")
+	}
+}
+
+// fioResult is the part of fio's JSON output we use.
+type fioResult struct {
+	Jobs []struct {
+		Read struct {
+			IOPS     float64 `json:"iops"`
+			TotalIOs uint64  `json:"total_ios"`
+			ClatNs   struct {
+				Mean       float64            `json:"mean"`
+				Percentile map[string]float64 `json:"percentile"`
+			} `json:"clat_ns"`
+		} `json:"read"`
+	} `json:"jobs"`
+}
+
+// runFioWith runs one random direct reader at queue depth 1 on dev, with
+// the block size and further fio arguments given, under the command prefix
+// (e.g. chrt).
+func runFioWith(t *testing.T, prefix []string, dev string, secs int, bs string, extra ...string) fioResult {
+	t.Helper()
+	args := append([]string{"--name=sanqos-probe", "--filename=/dev/" + dev, "--rw=randread", "--bs=" + bs,
+		"--direct=1", "--ioengine=psync", "--iodepth=1", "--time_based", "--runtime=" + strconv.Itoa(secs),
+		"--percentile_list=50:95:99", "--output-format=json"}, extra...)
+	argv := append(append(append([]string(nil), prefix...), "fio"), args...)
+	out, err := exec.Command(argv[0], argv[1:]...).Output()
+	if err != nil {
+		t.Fatalf("fio on %s: %v", dev, err)
+	}
+	var r fioResult
+	if err := json.Unmarshal(out, &r); err != nil || len(r.Jobs) != 1 {
+		t.Fatalf("fio output: %v\n%s", err, out)
+	}
+	return r
+}
+
+func fioPct(r fioResult, p string) time.Duration {
+	return time.Duration(r.Jobs[0].Read.ClatNs.Percentile[p])
+}
+
+// TestMeasureOverhead runs one fio job (a 4 KiB random reader at queue
+// depth 1) on a loop device over tmpfs for half a minute and attaches and
+// detaches the probe's programs every second (the probe sampled every 100
+// ms like the daemon's tick), in ABBA order so that drift cancels. The
+// reads completed in each phase come from /proc/diskstats, which does not
+// depend on the probe, and each phase's IOPS is compared with its
+// neighbour's: side by side within two seconds, so the neighbours' load on
+// this shared machine moves both alike. It also measures the probe's cost
+// directly: the kernel's run-time statistics of the two programs
+// (BPF_ENABLE_STATS, for this process's lifetime) give the CPU time the
+// probe adds per read, to set against the time a read takes.
+func TestMeasureOverhead(t *testing.T) {
+	needMeasure(t)
+	clearLeftovers(t)
+	dev := loopDevice(t, 256<<20, true)
+	stats, err := ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME))
+	if err != nil {
+		t.Fatalf("enabling BPF run-time statistics: %v", err)
+	}
+	defer stats.Close()
+	p, err := Open([]string{dev}, Options{})
+	if errors.Is(err, ErrUnavailable) {
+		t.Skipf("probe unavailable: %v", err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	if err := p.detach(); err != nil {
+		t.Fatal(err)
+	}
+	stop := make(chan struct{})
+	done := make(chan error)
+	go func() {
+		tk := time.NewTicker(100 * time.Millisecond)
+		defer tk.Stop()
+		for {
+			select {
+			case <-stop:
+				done <- nil
+				return
+			case now := <-tk.C:
+				if _, err := p.Sample(now); err != nil {
+					done <- err
+					return
+				}
+			}
+		}
+	}()
+	defer func() {
+		close(stop)
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}()
+
+	const phases = 32
+	fio := exec.Command("fio", "--name=sanqos-probe", "--filename=/dev/"+dev, "--rw=randread", "--bs=4k",
+		"--direct=1", "--ioengine=psync", "--iodepth=1", "--time_based", "--runtime=60", "--output-format=json")
+	if err := fio.Start(); err != nil {
+		t.Fatalf("starting fio: %v", err)
+	}
+	defer fio.Wait()
+	defer fio.Process.Signal(unix.SIGINT)
+	time.Sleep(time.Second) // fio's start
+	before, err := p.Sample(time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	on := []bool{false, true, true, false} // ABBA
+	iops := make([]float64, phases)
+	var timedReads, phaseReads uint64
+	for i := 0; i < phases; i++ {
+		if on[i%4] {
+			if err := p.attach(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		time.Sleep(100 * time.Millisecond) // let the change settle
+		r0, _, _, _ := diskstatsReads(t, dev)
+		t0 := time.Now()
+		time.Sleep(800 * time.Millisecond)
+		r1, _, _, _ := diskstatsReads(t, dev)
+		iops[i] = float64(r1-r0) / time.Since(t0).Seconds()
+		if on[i%4] {
+			phaseReads += r1 - r0
+			if err := p.detach(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	after, err := p.Sample(time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	timedReads = after.Sub(before).Devices[dev].Read.Count
+	if timedReads < phaseReads {
+		t.Errorf("probe timed %d reads, diskstats counted %d in the attached phases", timedReads, phaseReads)
+	}
+	var ratios, offIOPS []float64
+	for i := 0; i+1 < phases; i += 2 {
+		a, b := iops[i], iops[i+1] // ABBA: (off,on), (on,off)
+		if on[i%4] {
+			a, b = b, a
+		}
+		offIOPS = append(offIOPS, a)
+		ratios = append(ratios, b/a)
+		t.Logf("pair %2d: detached %6.0f IOPS, attached %6.0f IOPS: ratio %.3f", i/2+1, a, b, b/a)
+	}
+	med := func(xs []float64) float64 {
+		ys := append([]float64(nil), xs...)
+		sort.Float64s(ys)
+		if len(ys)%2 == 0 {
+			return (ys[len(ys)/2-1] + ys[len(ys)/2]) / 2
+		}
+		return ys[len(ys)/2]
+	}
+	var sum float64
+	for _, r := range ratios {
+		sum += r
+	}
+	t.Logf("attached/detached IOPS over %d pairs: median %.3f, mean %.3f, range %.3f–%.3f; detached median %.0f IOPS",
+		len(ratios), med(ratios), sum/float64(len(ratios)), slices.Min(ratios), slices.Max(ratios), med(offIOPS))
+
+	var progTime time.Duration
+	var progRuns uint64
+	for _, prog := range p.coll.Programs {
+		st, err := prog.Stats()
+		if err != nil {
+			t.Fatal(err)
+		}
+		progTime += st.Runtime
+		progRuns += st.RunCount
+	}
+	// The runs include every other device's requests (the programs see all
+	// block requests and filter in the kernel); all are charged to the
+	// watched reads, so this is an upper bound.
+	perRead := progTime / time.Duration(max(timedReads, 1))
+	readTime := time.Duration(float64(time.Second) / med(offIOPS))
+	t.Logf("probe programs: %d runs, %v, %v per run; %v per timed read = %.2f %% of a read's time (%v at the detached median IOPS)",
+		progRuns, progTime, progTime/time.Duration(max(progRuns, 1)), perRead, 100*float64(perRead)/float64(readTime), readTime)
+	if float64(perRead) > 0.05*float64(readTime) {
+		t.Errorf("probe costs %v per read, %.1f %% of a read's %v", perRead, 100*float64(perRead)/float64(readTime), readTime)
+	}
+	if med(offIOPS) < 20000 {
+		t.Logf("below the 20k IOPS the issue asks for: the machine is busy; the ratio still holds for this rate")
+	}
+}
+
+// TestMeasureAgreementWithFio runs one steady reader (500 reads/s, queue
+// depth 1) on a loop device over a file on the real disk, so that a read
+// takes what it takes on flash, and compares the probe's p50/p95 over the
+// run with fio's completion-latency percentiles of the same reads. fio runs
+// SCHED_FIFO so that the machine's other load does not delay its wake-ups:
+// the comparison is of the I/O path, not of the CPU scheduler. 4 KiB reads
+// show the fixed part above the block layer most, larger ones make the
+// device's time dominate.
+func TestMeasureAgreementWithFio(t *testing.T) {
+	needMeasure(t)
+	if _, err := exec.LookPath("chrt"); err != nil {
+		t.Skip("needs chrt (util-linux)")
+	}
+	clearLeftovers(t)
+	dev := loopDevice(t, 256<<20, false)
+	p, err := Open([]string{dev}, Options{})
+	if errors.Is(err, ErrUnavailable) {
+		t.Skipf("probe unavailable: %v", err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	for _, bs := range []string{"4k", "64k", "256k"} {
+		before, err := p.Sample(time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		f := runFioRT(t, dev, 8, bs)
+		after, err := p.Sample(time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		d := after.Sub(before).Devices[dev]
+		missed, err := p.Missed()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("bs %s: missed runs so far %d, untimed %d, untracked %d", bs, missed, d.Untimed, d.Untracked)
+		t.Logf("bs %s: fio %d reads, clat mean %v; probe %d reads, mean %v", bs, f.Jobs[0].Read.TotalIOs,
+			time.Duration(f.Jobs[0].Read.ClatNs.Mean), d.Read.Count, d.Read.Mean())
+		// fio's clat also holds the path above the request (system call,
+		// pinning pages, bio and plug, its own wake-up): a constant added
+		// to every read, like the network round trip the lab subtracts.
+		// It is estimated as the difference of the means, and the
+		// percentiles compared after removing it.
+		above := time.Duration(f.Jobs[0].Read.ClatNs.Mean) - d.Read.Mean()
+		for _, c := range []struct {
+			name  string
+			fio   time.Duration
+			probe time.Duration
+		}{
+			{"p50", fioPct(f, "50.000000"), d.Read.P50()},
+			{"p95", fioPct(f, "95.000000"), d.Read.P95()},
+			{"p99", fioPct(f, "99.000000"), d.Read.P99()},
+		} {
+			raw := float64(c.probe) / float64(c.fio)
+			net := float64(c.probe) / float64(c.fio-above)
+			t.Logf("  %s %-4s fio %v probe %v: probe/fio %.3f; fio − mean path above (%v) = %v: probe/that %.3f",
+				bs, c.name, c.fio, c.probe, raw, above, c.fio-above, net)
+			if c.name == "p99" {
+				continue
+			}
+			if c.probe > c.fio+c.fio/50 {
+				t.Errorf("bs %s %s: probe %v above fio's %v: the block layer is only part of fio's path", bs, c.name, c.probe, c.fio)
+			}
+			if math.Abs(1-net) > 0.10 {
+				t.Errorf("bs %s %s: probe %v and fio %v − %v differ by more than 10 %%", bs, c.name, c.probe, c.fio, above)
+			}
+		}
+	}
+}
+
+// runFioRT is runFio at 500 reads/s under SCHED_FIFO.
+func runFioRT(t *testing.T, dev string, secs int, bs string) fioResult {
+	t.Helper()
+	return runFioWith(t, []string{"chrt", "-f", "20"}, dev, secs, bs, "--rate_iops=500")
+}
