@@ -222,13 +222,15 @@ func (p *Parser) parseLine(l []byte, nums *[maxFields]uint64, pos int) (Stat, er
 		if field-3 >= maxFields {
 			return s, fmt.Errorf("more than %d fields", maxFields+3)
 		}
-		// One pass: accumulate digits up to the next blank. Up to 19
-		// digits cannot overflow; a 20th is checked.
+		// One pass: accumulate digits up to the next blank. Overflow is
+		// checked on the value, not the number of digits, so that
+		// zero-padded numbers parse as strconv does; the comparison
+		// against maxDiv10 costs no division.
 		var v uint64
 		j := 0
 		for ; j < len(l) && !isBlank(l[j]); j++ {
 			d := uint64(l[j]) - '0'
-			if d > 9 || (j >= 19 && (j > 19 || v > (1<<64-1-d)/10)) {
+			if d > 9 || v > maxDiv10 || (v == maxDiv10 && d > maxMod10) {
 				return s, fmt.Errorf("field %d %q is not a 64-bit unsigned integer", field+1, token(l))
 			}
 			v = v*10 + d
@@ -277,6 +279,13 @@ func (p *Parser) parseLine(l []byte, nums *[maxFields]uint64, pos int) (Stat, er
 	}
 	return s, nil
 }
+
+// maxDiv10 and maxMod10 split 2^64−1: v*10+d overflows exactly when v >
+// maxDiv10, or v == maxDiv10 and d > maxMod10.
+const (
+	maxDiv10 = (1<<64 - 1) / 10
+	maxMod10 = (1<<64 - 1) % 10
+)
 
 func isBlank(c byte) bool { return c == ' ' || c == '\t' || c == '\r' }
 
