@@ -214,7 +214,8 @@ func parseRunOptions(args []string, stderr io.Writer) (runOptions, error) {
 	cleanup := fs.Bool("cleanup-only", false, "remove the kernel objects a sanqos daemon left behind, then exit")
 	// Parsed only so that --help lists it and --manual=false is accepted:
 	// cmdRun has already sent --manual to runManual.
-	fs.Bool("manual", false, "serve manual throttles only, no controller (see 'sanqos run --manual --help')")
+	var manualFlag config.BoolFlag
+	fs.Var(&manualFlag, "manual", "serve manual throttles only, no controller (see 'sanqos run --manual --help')")
 	var consumers consumerFlag
 	fs.Var(&consumers, "consumer", "add a fixed `RESOURCE,ADDR,DEVICE` consumer (e.g. fs-lab,10.0.0.3,loop1), device taken as its kernel name; repeat for each; replaces discovery")
 	if err := parseFlags(fs, args); err != nil {
