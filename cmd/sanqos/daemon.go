@@ -76,6 +76,9 @@ func cmdRunAutonomic(ctx context.Context, args []string, stdout, stderr io.Write
 	}
 	log := slog.New(slog.NewTextHandler(stderr, nil))
 	o.backend.Logger = log
+	for _, w := range o.config.Warnings() {
+		log.Warn(w)
+	}
 	if o.backend.Backend != "dry-run" && os.Geteuid() != 0 {
 		return fmt.Errorf("the %s backend must run as root (it programs iptables, ipsets or qdiscs); use --backend dry-run to try it without", o.backend.Backend)
 	}
@@ -118,7 +121,7 @@ func runDaemon(ctx context.Context, o runOptions, log *slog.Logger) error {
 		if err != nil {
 			return fmt.Errorf("discovery: %w", err)
 		}
-		dopts.Discoverer = withThresholds{d: d, c: o.config}
+		dopts.Discoverer = withThresholds{d: d, c: o.config, log: log, warned: map[string]bool{}}
 	}
 
 	// Everything that can collide with another daemon comes before the
@@ -184,14 +187,24 @@ func runDaemon(ctx context.Context, o runOptions, log *slog.Logger) error {
 // withThresholds fills in the configured per-resource thresholds of every
 // discovered topology.
 type withThresholds struct {
-	d *discover.Discoverer
-	c config.Config
+	d      *discover.Discoverer
+	c      config.Config
+	log    *slog.Logger
+	warned map[string]bool // [resources] keys already said to match nothing
 }
 
 func (w withThresholds) Discover(ctx context.Context) (topology.Topology, error) {
 	t, err := w.d.Discover(ctx)
 	if err != nil {
 		return t, err
+	}
+	// A [resources."name"] the discovery does not find is a typo, or a
+	// resource not yet there: said once per name, not every 5 s.
+	for _, k := range discover.UnmatchedResources(t, w.c) {
+		if !w.warned[k] && w.log != nil {
+			w.log.Warn("a [resources] section names no discovered resource; its threshold is not used", "section", k)
+		}
+		w.warned[k] = true
 	}
 	return discover.ApplyThresholds(t, w.c), nil
 }

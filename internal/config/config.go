@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"math"
 	"net"
 	"net/netip"
 	"os"
@@ -21,6 +22,7 @@ import (
 
 	"github.com/sanqos/sanqos/internal/control"
 	"github.com/sanqos/sanqos/internal/engine"
+	"github.com/sanqos/sanqos/internal/topology"
 )
 
 // Config is the complete configuration. Field names follow the TOML keys.
@@ -246,6 +248,19 @@ func (c *Config) Validate() error {
 	checks := []func() error{
 		func() error { return durIn("tick", c.Tick, 10*time.Millisecond, 10*time.Second) },
 		func() error {
+			// NaN and ±Inf pass no range check below, so each float key is
+			// checked for them first, by name (TOML takes nan and inf).
+			for _, f := range []struct {
+				key string
+				v   float64
+			}{{"ewma_alpha", c.EWMAAlpha}, {"headroom", c.Headroom}, {"pid.kp", c.PID.Kp}} {
+				if math.IsNaN(f.v) || math.IsInf(f.v, 0) {
+					return bad(f.key, f.v, "must be a finite number")
+				}
+			}
+			return nil
+		},
+		func() error {
 			if !(c.EWMAAlpha > 0 && c.EWMAAlpha <= 1) {
 				return bad("ewma_alpha", c.EWMAAlpha, "must be > 0 and <= 1")
 			}
@@ -333,11 +348,15 @@ func (c *Config) Validate() error {
 			return nil
 		},
 		func() error {
-			if c.Socket != "" && !filepath.IsAbs(c.Socket) {
-				return bad("socket", strconv.Quote(c.Socket), `must be an absolute path, like /run/sanqos/sanqos.sock, or "" for none`)
+			// "" is refused: binding a unix socket to an empty path makes
+			// the kernel autobind an abstract socket nobody can find, and
+			// the socket is also what keeps two daemons apart.
+			if !filepath.IsAbs(c.Socket) {
+				return bad("socket", strconv.Quote(c.Socket), `must be an absolute path, like /run/sanqos/sanqos.sock (the control socket cannot be turned off)`)
 			}
 			return nil
 		},
+		c.validateResources,
 	}
 	for _, check := range checks {
 		if err := check(); err != nil {
@@ -358,11 +377,29 @@ func (c *Config) validateStatic() error {
 	if len(cs) == 0 {
 		return fmt.Errorf("static.consumers = []: discovery.adapter = \"static\" needs at least one [[static.consumers]] with resource, addr and device")
 	}
+	type seen struct {
+		i        int
+		resource string
+	}
+	byEntry := map[[3]string]int{}
+	byAddr := map[netip.Addr]seen{}
 	for i, s := range cs {
 		key := fmt.Sprintf("static.consumers[%d]", i)
-		if _, err := netip.ParseAddr(s.Addr); err != nil {
+		a, err := netip.ParseAddr(s.Addr)
+		if err != nil {
 			return fmt.Errorf("%s.addr = %q: must be an IP address like 192.0.2.10", key, s.Addr)
 		}
+		a = a.Unmap()
+		if j, dup := byEntry[[3]string{s.Resource, a.String(), s.Device}]; dup {
+			return fmt.Errorf("%s: duplicate of static.consumers[%d] (resource %q, addr %s, device %q); remove one", key, j, s.Resource, a, s.Device)
+		}
+		byEntry[[3]string{s.Resource, a.String(), s.Device}] = i
+		// One initiator address is one throttle: it cannot be slowed for
+		// one resource and not for another.
+		if p, dup := byAddr[a]; dup && p.resource != s.Resource {
+			return fmt.Errorf("%s.addr = %s: already a consumer of resource %q (static.consumers[%d]), now of %q; an address can belong to one resource only, since its packets are delayed as one", key, a, p.resource, p.i, s.Resource)
+		}
+		byAddr[a] = seen{i, s.Resource}
 		if s.Device == "" {
 			return fmt.Errorf("%s.device = \"\": must name the block device serving the consumer, like /dev/loop3", key)
 		}
@@ -371,6 +408,54 @@ func (c *Config) validateStatic() error {
 		}
 	}
 	return nil
+}
+
+// validateResources checks that every [resources."name"] section names
+// a resource, where the resources are known before discovery runs (the
+// static adapter). With tgt or LIO they are only known once discovery
+// ran; the daemon warns then (discover.UnmatchedResources).
+func (c *Config) validateResources() error {
+	if c.Discovery.Adapter != "static" || len(c.Resources) == 0 {
+		return nil
+	}
+	known := map[string]bool{}
+	var names []string
+	for _, s := range c.Static.Consumers {
+		if !known[s.Resource] {
+			names = append(names, strconv.Quote(s.Resource))
+		}
+		known[s.Resource], known[topology.SanitizeName(s.Resource)] = true, true
+	}
+	keys := make([]string, 0, len(c.Resources))
+	for k := range c.Resources {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		if !known[k] && !known[topology.SanitizeName(k)] {
+			return fmt.Errorf("resources.%q: names no resource of static.consumers (they are %s); fix the name or remove the section", k, strings.Join(names, ", "))
+		}
+	}
+	return nil
+}
+
+// Warnings returns what is valid but probably not meant, one sentence
+// each; the daemon logs them at start.
+func (c *Config) Warnings() []string {
+	var w []string
+	if c.Listen != "" {
+		host, _, err := net.SplitHostPort(c.Listen)
+		if err == nil {
+			a, aerr := netip.ParseAddr(host)
+			switch {
+			case host == "" || aerr == nil && a.IsUnspecified():
+				w = append(w, fmt.Sprintf("listen = %q serves /metrics and /status on every interface, to anyone who can reach them; use 127.0.0.1:PORT unless a firewall guards the port", c.Listen))
+			case aerr != nil:
+				w = append(w, fmt.Sprintf("listen = %q is a host name: it is resolved once at start and may bind other addresses than meant; give an IP address", c.Listen))
+			}
+		}
+	}
+	return w
 }
 
 func (c *Config) validateManual() error {
