@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/netip"
 	"os"
 	"strings"
@@ -104,7 +103,8 @@ func cleanupOnly(ctx context.Context, o runOptions, log *slog.Logger) error {
 }
 
 func runDaemon(ctx context.Context, o runOptions, log *slog.Logger) error {
-	stats := diskstats.NewFS(o.procRoot)
+	stats := diskstats.NewFS(o.procRoot) // kept open for the daemon's life
+	defer stats.Close()
 	if _, _, err := stats.Read(); err != nil {
 		return fmt.Errorf("reading block device statistics (is %s a proc file system?): %w", o.procRoot, err)
 	}
@@ -124,15 +124,9 @@ func runDaemon(ctx context.Context, o runOptions, log *slog.Logger) error {
 		dopts.Discoverer = withThresholds{d: d, c: o.config, log: log, warned: map[string]bool{}}
 	}
 
-	// Everything that can collide with another daemon comes before the
-	// kernel is touched: the HTTP address and the control socket.
-	var l net.Listener
-	if o.listen != "" {
-		if l, err = daemon.Listen(o.listen); err != nil {
-			return err
-		}
-		defer l.Close()
-	}
+	// What collides with another daemon comes before the kernel is
+	// touched: the control socket. The HTTP address is not a reason to
+	// stay down: it is bound in the background, retried while taken.
 	srv, err := ctl.Listen(o.socket, log)
 	if err != nil {
 		return err
@@ -160,15 +154,14 @@ func runDaemon(ctx context.Context, o runOptions, log *slog.Logger) error {
 
 	sctx, stop := context.WithCancel(ctx)
 	var wg sync.WaitGroup
-	if l != nil {
+	if o.listen != "" {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := daemon.Serve(sctx, l, d.Handler()); err != nil {
+			if err := daemon.ListenAndServe(sctx, o.listen, d.Handler(), daemon.DefaultHTTPLimits, log, 0); err != nil {
 				log.Error("HTTP listener failed; /metrics and /status are gone, control goes on", "err", err)
 			}
 		}()
-		log.Info("serving HTTP", "metrics", "http://"+l.Addr().String()+"/metrics", "status", "http://"+l.Addr().String()+"/status")
 	}
 	wg.Add(1)
 	go func() {
