@@ -84,7 +84,7 @@ func cmdRunAutonomic(ctx context.Context, args []string, stdout, stderr io.Write
 	if o.cleanupOnly {
 		return cleanupOnly(ctx, o, log)
 	}
-	return runDaemon(ctx, o, log)
+	return runDaemon(ctx, o, log, args)
 }
 
 // cleanupOnly removes what a daemon (crashed or not) left in the kernel:
@@ -102,7 +102,7 @@ func cleanupOnly(ctx context.Context, o runOptions, log *slog.Logger) error {
 	return nil
 }
 
-func runDaemon(ctx context.Context, o runOptions, log *slog.Logger) error {
+func runDaemon(ctx context.Context, o runOptions, log *slog.Logger, args []string) error {
 	stats := diskstats.NewFS(o.procRoot) // kept open for the daemon's life
 	defer stats.Close()
 	if _, _, err := stats.Read(); err != nil {
@@ -116,12 +116,15 @@ func runDaemon(ctx context.Context, o runOptions, log *slog.Logger) error {
 		Clock: clock.Real{}, Tick: o.engine.Tick, Engine: daemon.FromEngine(eng, o.ports), Stats: stats,
 		Topology: o.topo, Logger: log, Version: version, DiscoveryInterval: o.config.Discovery.Interval.Duration,
 	}
+	var swap *swapDiscoverer
 	if !o.fixed {
 		d, err := discover.FromConfig(o.config, log)
 		if err != nil {
 			return fmt.Errorf("discovery: %w", err)
 		}
-		dopts.Discoverer = withThresholds{d: d, c: o.config, log: log, warned: map[string]bool{}}
+		swap = &swapDiscoverer{} // a reload replaces it (reload.go)
+		swap.set(withThresholds{d: d, c: o.config, log: log, warned: map[string]bool{}})
+		dopts.Discoverer = swap
 	}
 
 	// What collides with another daemon comes before the kernel is
@@ -169,6 +172,11 @@ func runDaemon(ctx context.Context, o runOptions, log *slog.Logger) error {
 		if err := srv.Serve(sctx, d.CtlHandler(overrides)); err != nil && sctx.Err() == nil {
 			log.Error("control socket failed; manual overrides unavailable, control goes on", "err", err)
 		}
+	}()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		(&reloader{args: args, cur: o, d: d, disc: swap, log: log}).loop(sctx)
 	}()
 	log.Info("control socket ready", "socket", o.socket, "record", o.record)
 	runErr := d.Run(ctx)
@@ -352,4 +360,7 @@ func (f consumerFlag) topology() topology.Topology {
 	return t
 }
 
-var _ daemon.UnresolvedReporter = withThresholds{}
+var (
+	_ daemon.UnresolvedReporter = withThresholds{}
+	_ daemon.UnresolvedReporter = &swapDiscoverer{}
+)

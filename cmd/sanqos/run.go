@@ -114,6 +114,18 @@ for its held first part and a 64 KiB read is delayed twice.`, stderr)
 		return fmt.Errorf("starting the %s backend: %w", *backend, err)
 	}
 	log.Info("manual throttling ready", "backend", b.Name(), "socket", *socket, "ack_delay", *ackDelay)
+	hctx, stopHangups := context.WithCancel(ctx)
+	defer stopHangups()
+	go func() {
+		for {
+			select {
+			case <-hctx.Done():
+				return
+			case <-hangups: // signals.go: SIGHUP must not end the daemon
+				log.Info("SIGHUP: manual mode has no configuration to reload; throttles unchanged")
+			}
+		}
+	}()
 	serveErr := srv.Serve(ctx, ctl.NewManualHandler(b))
 	if err := b.Close(); err != nil {
 		return errors.Join(serveErr, fmt.Errorf("removing the data path: %w", err))

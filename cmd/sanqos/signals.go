@@ -1,0 +1,34 @@
+package main
+
+import (
+	"context"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+// hangups receives SIGHUP while 'sanqos run' runs: the autonomic daemon
+// reloads its configuration, manual mode says there is nothing to
+// reload. Every other command ends on SIGHUP as on SIGTERM, through its
+// context, so that it cleans up: the default action of SIGHUP killed the
+// daemon (exit 129) with its iptables chain and ipsets in place.
+var hangups = make(chan os.Signal, 1)
+
+// signalContext returns the context a command runs under: cancelled by
+// SIGINT and SIGTERM, and by SIGHUP except for 'run', where SIGHUP goes
+// to hangups.
+func signalContext(cmd string) (context.Context, context.CancelFunc) {
+	sigs := []os.Signal{os.Interrupt, syscall.SIGTERM}
+	if cmd == "run" {
+		signal.Notify(hangups, syscall.SIGHUP)
+	} else {
+		sigs = append(sigs, syscall.SIGHUP)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), sigs...)
+	return ctx, func() {
+		stop()
+		if cmd == "run" {
+			signal.Stop(hangups)
+		}
+	}
+}

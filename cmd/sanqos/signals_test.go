@@ -1,0 +1,133 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/sanqos/sanqos/internal/status"
+)
+
+func waitFor(t *testing.T, what string, done <-chan int, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		select {
+		case code := <-done:
+			t.Fatalf("daemon exited (%d) while waiting for %s", code, what)
+		case <-time.After(20 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+	}
+}
+
+// Finding 6 of issue 14: SIGHUP killed the daemon (exit 129) without
+// cleanup. It now reloads the configuration: a good one applies at the
+// next tick, a bad one is refused with run's error and the old one goes
+// on; SIGTERM then stops it cleanly. The signals are real, sent to this
+// process (before the fix the first SIGHUP killed the test binary).
+func TestRunSIGHUPReloadsAndSIGTERMCleansUp(t *testing.T) {
+	dir := t.TempDir()
+	proc := filepath.Join(dir, "proc")
+	os.Mkdir(proc, 0o755)
+	os.WriteFile(filepath.Join(proc, "diskstats"), []byte("   7       1 loop1 100 0 800 50 10 0 80 5 0 60 55 0 0 0 0 0 0\n"), 0o644)
+	addr := freeAddr(t)
+	sock := filepath.Join(dir, "sanqos.sock")
+	cfg := filepath.Join(dir, "sanqos.toml")
+	write := func(extra string) {
+		text := fmt.Sprintf("backend = \"dry-run\"\ntick = \"20ms\"\nlisten = %q\nsocket = %q\n%s", addr, sock, extra)
+		if err := os.WriteFile(cfg, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("threshold = \"25ms\"\n")
+	var errb bytes.Buffer
+	logs := &syncWriter{w: &errb}
+	logText := func() string { logs.mu.Lock(); defer logs.mu.Unlock(); return errb.String() }
+	done := make(chan int, 1)
+	go func() {
+		done <- dispatch([]string{"run", "--config", cfg, "--proc", proc, "--consumer", "fs-lab,10.99.0.2,loop1"}, &bytes.Buffer{}, logs)
+	}()
+	threshold := func() float64 {
+		s, err := status.Client{Addr: addr}.Get(context.Background())
+		if err != nil || len(s.Resources) != 1 {
+			return -1
+		}
+		return s.Resources[0].ThresholdMs
+	}
+	waitFor(t, "the first status", done, func() bool { return threshold() == 25 })
+
+	write("threshold = \"40ms\"\n")
+	syscall.Kill(os.Getpid(), syscall.SIGHUP)
+	waitFor(t, "the reloaded threshold", done, func() bool { return threshold() == 40 })
+
+	write("threshold = \"40ms\"\ntreshold = \"5ms\"\n")
+	syscall.Kill(os.Getpid(), syscall.SIGHUP)
+	waitFor(t, "the refusal", done, func() bool { return strings.Contains(logText(), "configuration refused") })
+	if l := logText(); !strings.Contains(l, "treshold") || !strings.Contains(l, "nothing was started") {
+		t.Errorf("the refusal does not carry run's error:\n%s", l)
+	}
+	write(fmt.Sprintf("threshold = \"10ms\"\nrecord = %q\n", filepath.Join(dir, "rec")))
+	syscall.Kill(os.Getpid(), syscall.SIGHUP)
+	waitFor(t, "the restart-only refusal", done, func() bool { return strings.Contains(logText(), "record changed: restart sanqos") })
+	time.Sleep(100 * time.Millisecond)
+	if th := threshold(); th != 40 {
+		t.Errorf("after refused reloads the threshold is %v, want the running 40", th)
+	}
+
+	syscall.Kill(os.Getpid(), syscall.SIGTERM)
+	select {
+	case code := <-done:
+		if code != 0 {
+			t.Errorf("exit %d after SIGTERM, want 0; log:\n%s", code, logText())
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no exit 10 s after SIGTERM")
+	}
+	if !strings.Contains(logText(), "throttle state removed") {
+		t.Errorf("no cleanup logged:\n%s", logText())
+	}
+	if _, err := os.Stat(sock); !os.IsNotExist(err) {
+		t.Errorf("control socket left behind: %v", err)
+	}
+}
+
+// SIGHUP in manual mode changes nothing and does not end the daemon.
+func TestRunManualSIGHUP(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("manual mode runs as root")
+	}
+	d, err := os.MkdirTemp("", "sanqos-hup")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(d)
+	sock := filepath.Join(d, "s.sock")
+	var errb bytes.Buffer
+	logs := &syncWriter{w: &errb}
+	logText := func() string { logs.mu.Lock(); defer logs.mu.Unlock(); return errb.String() }
+	done := make(chan int, 1)
+	go func() {
+		done <- dispatch([]string{"run", "--manual", "--backend", "dry-run", "--socket", sock}, &bytes.Buffer{}, logs)
+	}()
+	waitFor(t, "manual mode ready", done, func() bool { return strings.Contains(logText(), "manual throttling ready") })
+	syscall.Kill(os.Getpid(), syscall.SIGHUP)
+	waitFor(t, "the SIGHUP note", done, func() bool { return strings.Contains(logText(), "no configuration to reload") })
+	syscall.Kill(os.Getpid(), syscall.SIGTERM)
+	select {
+	case code := <-done:
+		if code != 0 {
+			t.Errorf("exit %d after SIGTERM, want 0", code)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no exit 10 s after SIGTERM")
+	}
+}
