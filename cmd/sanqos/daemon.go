@@ -19,6 +19,7 @@ import (
 	"github.com/sanqos/sanqos/internal/discover"
 	"github.com/sanqos/sanqos/internal/diskstats"
 	"github.com/sanqos/sanqos/internal/engine"
+	"github.com/sanqos/sanqos/internal/sdnotify"
 	"github.com/sanqos/sanqos/internal/throttle"
 	"github.com/sanqos/sanqos/internal/topology"
 )
@@ -173,13 +174,30 @@ func runDaemon(ctx context.Context, o runOptions, log *slog.Logger, args []strin
 			log.Error("control socket failed; manual overrides unavailable, control goes on", "err", err)
 		}
 	}()
+	// systemd (Type=notify, WatchdogSec): READY=1, WATCHDOG=1 only while
+	// the loop ticks and the backend is healthy, RELOADING=1, STOPPING=1.
+	notify, err := sdnotify.FromEnv()
+	if err != nil {
+		log.Warn("not talking to systemd", "err", err)
+		notify = nil
+	}
+	wdctx, stopWatchdog := context.WithCancel(ctx) // ends on a signal, or when Run returns
+	defer stopWatchdog()
+	if notify.Enabled() {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			d.Watchdog(wdctx, notify)
+		}()
+	}
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		(&reloader{args: args, cur: o, d: d, disc: swap, log: log}).loop(sctx)
+		(&reloader{args: args, cur: o, d: d, disc: swap, log: log, notify: notify}).loop(sctx)
 	}()
 	log.Info("control socket ready", "socket", o.socket, "record", o.record)
 	runErr := d.Run(ctx)
+	stopWatchdog()
 	stop()
 	wg.Wait()
 	return runErr

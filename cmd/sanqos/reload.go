@@ -13,6 +13,7 @@ import (
 	"github.com/sanqos/sanqos/internal/daemon"
 	"github.com/sanqos/sanqos/internal/discover"
 	"github.com/sanqos/sanqos/internal/engine"
+	"github.com/sanqos/sanqos/internal/sdnotify"
 	"github.com/sanqos/sanqos/internal/topology"
 )
 
@@ -29,6 +30,9 @@ type reloader struct {
 	d    *daemon.Daemon
 	disc *swapDiscoverer // nil with a fixed topology (--consumer)
 	log  *slog.Logger
+	// notify hears RELOADING=1 and READY=1 around each reload (nil outside
+	// systemd: a no-op).
+	notify *sdnotify.Notifier
 }
 
 func (r *reloader) loop(ctx context.Context) {
@@ -38,9 +42,15 @@ func (r *reloader) loop(ctx context.Context) {
 			return
 		case <-hangups:
 		}
+		if err := r.notify.Reloading(); err != nil {
+			r.log.Warn("telling systemd we are reloading", "err", err)
+		}
 		if err := r.reload(); err != nil {
 			r.log.Error("SIGHUP: configuration refused; the running configuration stays", "err", err)
-			continue
+		}
+		// Refused or not, the daemon runs: systemd must not wait for it.
+		if err := r.notify.Send("READY=1"); err != nil {
+			r.log.Warn("telling systemd we are ready", "err", err)
 		}
 	}
 }

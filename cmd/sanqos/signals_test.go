@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -49,6 +50,16 @@ func TestRunSIGHUPReloadsAndSIGTERMCleansUp(t *testing.T) {
 		}
 	}
 	write("threshold = \"25ms\"\n")
+	// A fake systemd: the daemon's notifications land here.
+	nsock := filepath.Join(dir, "notify")
+	nc, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: nsock, Net: "unixgram"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	t.Setenv("NOTIFY_SOCKET", nsock)
+	t.Setenv("WATCHDOG_USEC", "600000")
+	t.Setenv("WATCHDOG_PID", "")
 	var errb bytes.Buffer
 	logs := &syncWriter{w: &errb}
 	logText := func() string { logs.mu.Lock(); defer logs.mu.Unlock(); return errb.String() }
@@ -97,6 +108,25 @@ func TestRunSIGHUPReloadsAndSIGTERMCleansUp(t *testing.T) {
 	}
 	if _, err := os.Stat(sock); !os.IsNotExist(err) {
 		t.Errorf("control socket left behind: %v", err)
+	}
+	var got []string
+	buf := make([]byte, 512)
+	for {
+		nc.SetReadDeadline(time.Now().Add(50 * time.Millisecond))
+		n, err := nc.Read(buf)
+		if err != nil {
+			break
+		}
+		got = append(got, strings.SplitN(string(buf[:n]), "\n", 2)[0])
+	}
+	seq := strings.Join(got, " ")
+	for _, want := range []string{"READY=1", "WATCHDOG=1", "RELOADING=1", "STOPPING=1"} {
+		if !strings.Contains(seq, want) {
+			t.Errorf("systemd was not told %s: %s", want, seq)
+		}
+	}
+	if got[len(got)-1] != "STOPPING=1" {
+		t.Errorf("notifications %s: want STOPPING=1 last", seq)
 	}
 }
 

@@ -25,6 +25,7 @@ import (
 	"net/netip"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sanqos/sanqos/internal/clock"
@@ -118,6 +119,12 @@ type Daemon struct {
 	topoCh chan topoChange // discovery → tick loop; newest wins
 
 	reloadCh chan Reload // SIGHUP → tick loop; newest wins (reload.go)
+
+	// Watchdog (watchdog.go): clock time of the last tick's start, in
+	// UnixNano, written by the tick loop; ready and unhealthy are the
+	// watchdog goroutine's own.
+	lastTick         atomic.Int64
+	ready, unhealthy bool
 
 	// Owned by the tick loop.
 	topo         topology.Topology
@@ -342,6 +349,7 @@ func (d *Daemon) swapTopology(topo topology.Topology) {
 // tick is one control step at time now.
 func (d *Daemon) tick(ctx context.Context, now time.Time) {
 	began := time.Now() // wall time on purpose: this measures our own cost, not simulated time
+	d.lastTick.Store(now.UnixNano())
 	d.takeReload(now)
 	select {
 	case c := <-d.topoCh:
