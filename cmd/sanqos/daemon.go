@@ -137,7 +137,7 @@ func runDaemon(ctx context.Context, o runOptions, log *slog.Logger, args []strin
 	}
 	defer srv.Close()
 	if o.record != "" {
-		rec, err := os.Create(o.record)
+		rec, err := daemon.CreateRecordFile(o.record, int64(o.config.RecordMaxSize))
 		if err != nil {
 			return fmt.Errorf("creating the --record file (check its directory exists and is writable, or leave --record out): %w", err)
 		}

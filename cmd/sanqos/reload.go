@@ -109,7 +109,7 @@ func restartOnly(a, b runOptions) []string {
 	}
 	add(a.listen != b.listen, "listen")
 	add(a.socket != b.socket, "socket")
-	add(a.record != b.record, "record")
+	add(a.record != b.record || a.config.RecordMaxSize != b.config.RecordMaxSize, "record")
 	add(a.procRoot != b.procRoot, "--proc")
 	add(a.engine.Tick != b.engine.Tick, "tick")
 	ab, bb := a.backend, b.backend

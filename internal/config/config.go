@@ -75,6 +75,11 @@ type Config struct {
 	Socket string `toml:"socket"`
 	// Record is a file to record every tick to; "" disables recording.
 	Record string `toml:"record"`
+	// RecordMaxSize caps the record: when the file would grow past it, it
+	// is renamed to Record+".1" (replacing the one before) and a new one
+	// is started, so the record never takes more than twice this. About
+	// 0.5 GB a day with three consumers: the default keeps some hours.
+	RecordMaxSize Size `toml:"record_max_size"`
 
 	// origin maps a key to the flag that set it, for error messages.
 	origin map[string]string
@@ -157,6 +162,8 @@ func Default() Config {
 		Policy: "read-over-write",
 		Listen: "127.0.0.1:9469",
 		Socket: "/run/sanqos/sanqos.sock",
+
+		RecordMaxSize: 64 << 20,
 	}
 }
 
@@ -212,7 +219,7 @@ var knownKeys = []string{
 	"write_threshold", "write_leave", "backend", "direction", "ports",
 	"discovery.adapter", "discovery.interval", "discovery.tgt_control_port",
 	"discovery.lio_root", "static.consumers.{resource,addr,device}",
-	"policy", "manual.protected", "manual.throttle", "listen", "socket", "record",
+	"policy", "manual.protected", "manual.throttle", "listen", "socket", "record", "record_max_size",
 }
 
 // ThresholdFor returns the threshold of the named resource.
@@ -357,6 +364,12 @@ func (c *Config) Validate() error {
 			return nil
 		},
 		c.validateResources,
+		func() error {
+			if c.RecordMaxSize < 1<<20 || c.RecordMaxSize > 64<<30 {
+				return bad("record_max_size", c.RecordMaxSize, "must be between 1MiB and 64GiB (the record is rotated once at this size)")
+			}
+			return nil
+		},
 	}
 	for _, check := range checks {
 		if err := check(); err != nil {
@@ -452,6 +465,14 @@ func (c *Config) Warnings() []string {
 				w = append(w, fmt.Sprintf("listen = %q serves /metrics and /status on every interface, to anyone who can reach them; use 127.0.0.1:PORT unless a firewall guards the port", c.Listen))
 			case aerr != nil:
 				w = append(w, fmt.Sprintf("listen = %q is a host name: it is resolved once at start and may bind other addresses than meant; give an IP address", c.Listen))
+			}
+		}
+	}
+	if c.Record != "" {
+		for _, ram := range []string{"/run/", "/dev/shm/", "/tmp/"} {
+			if strings.HasPrefix(filepath.Clean(c.Record)+"/", ram) {
+				w = append(w, fmt.Sprintf("record = %q is under %s, which is often in RAM: up to 2 × record_max_size (%v) of it; /var/log/sanqos is the place", c.Record, ram, c.RecordMaxSize))
+				break
 			}
 		}
 	}
