@@ -8,7 +8,7 @@ LDFLAGS   := -X main.version=$(VERSION)
 APT_PKGS  := tgt ethtool libiscsi-bin libiscsi-dev fio ipset iptables fuse3 libnetfilter-queue-dev iperf3 iproute2 pkg-config gcc
 REPORT    ?= report
 
-.PHONY: all build deps test demo fmt vet clean
+.PHONY: all build deps test demo fmt vet clean fuzz
 
 all: build
 
@@ -41,6 +41,24 @@ vet:
 test: deps fmt vet build
 	$(GO) test -count=1 -p 1 -timeout 60m ./...
 	$(GO) test -count=1 -race -short ./internal/...
+	$(MAKE) fuzz FUZZTIME=8s
+
+# fuzz runs every fuzz target for FUZZTIME each (make test: 8 s each,
+# about 100 s in all). Their seed corpora are in each package's
+# testdata/fuzz and run with the ordinary tests too; a failure found here
+# is written there: commit it with the fix.
+FUZZTIME ?= 30s
+FUZZ_TARGETS := \
+	internal/diskstats:FuzzParse \
+	internal/mountinfo:FuzzParse internal/mountinfo:FuzzUnescape \
+	internal/discover:FuzzParseTgtShow internal/discover:FuzzParseLIOInfo \
+	internal/nfq:FuzzParseDatagram internal/throttle:FuzzParseIPv4TCP \
+	internal/config:FuzzDecode internal/ctl:FuzzRequestLines
+fuzz:
+	@set -e; for t in $(FUZZ_TARGETS); do \
+		pkg=$${t%%:*}; fn=$${t##*:}; echo "fuzz $$pkg $$fn ($(FUZZTIME))"; \
+		$(GO) test -run "^$$fn\$$" -fuzz "^$$fn\$$" -fuzztime $(FUZZTIME) ./$$pkg; \
+	done
 
 demo: build
 	$(BIN)/sanqos lab demo --out $(REPORT)
