@@ -71,7 +71,8 @@ type Config struct {
 	Manual Manual `toml:"manual"`
 	// Listen is the metrics/HTTP address; "" disables it.
 	Listen string `toml:"listen"`
-	// Socket is the control socket for sanqos throttle; "" for none.
+	// Socket is the control socket for sanqos throttle (required: it also
+	// keeps a second daemon from starting beside this one).
 	Socket string `toml:"socket"`
 	// Record is a file to record every tick to; "" disables recording.
 	Record string `toml:"record"`

@@ -157,7 +157,7 @@ var flagDefs = []flagDef{
 	{"lio-root", "discovery.lio_root", "LIO configfs root", func(c *Config) string { return c.Discovery.LIORoot }, setString(func(c *Config) *string { return &c.Discovery.LIORoot })},
 	{"policy", "policy", "who is throttled: read-over-write or manual", func(c *Config) string { return c.Policy }, setString(func(c *Config) *string { return &c.Policy })},
 	{"listen", "listen", `HTTP address HOST:PORT of /metrics and /status ("" disables both)`, func(c *Config) string { return c.Listen }, setString(func(c *Config) *string { return &c.Listen })},
-	{"socket", "socket", `control socket of 'sanqos throttle' ("" for none)`, func(c *Config) string { return c.Socket }, setString(func(c *Config) *string { return &c.Socket })},
+	{"socket", "socket", `control socket of 'sanqos throttle' (an absolute path; required)`, func(c *Config) string { return c.Socket }, setString(func(c *Config) *string { return &c.Socket })},
 	{"record-max-size", "record_max_size", "size at which the record is rotated to FILE.1 (it takes at most twice this)", func(c *Config) string { return c.RecordMaxSize.String() }, func(c *Config, s string) error { return c.RecordMaxSize.UnmarshalText([]byte(s)) }},
 	{"record", "record", `write one JSON line per tick to this file, replacing it ("" disables)`, func(c *Config) string { return c.Record }, setString(func(c *Config) *string { return &c.Record })},
 }
