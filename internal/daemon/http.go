@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -127,6 +128,10 @@ func ListenAndServe(ctx context.Context, addr string, h http.Handler, lim HTTPLi
 // limitListener closes connections over its limit as soon as they are
 // accepted: a client learns at once, and the daemon never holds more
 // than MaxConns+1 HTTP descriptors whatever arrives.
+const tooManyBody = "too many connections to sanqos; try again\n"
+
+var tooMany = fmt.Sprintf("HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s", len(tooManyBody), tooManyBody)
+
 type limitListener struct {
 	net.Listener
 	slots chan struct{}
@@ -142,6 +147,10 @@ func (l *limitListener) Accept() (net.Conn, error) {
 		case l.slots <- struct{}{}:
 			return &slotConn{Conn: c, release: func() { <-l.slots }}, nil
 		default:
+			// Say why, in one write that lands in the socket buffer at
+			// once (a deadline keeps a stuck peer from holding the loop).
+			c.SetWriteDeadline(time.Now().Add(10 * time.Millisecond))
+			io.WriteString(c, tooMany)
 			c.Close()
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -63,8 +64,8 @@ func TestHTTPBoundsConnectionsAndClosesIdle(t *testing.T) {
 	}
 	defer extra.Close()
 	extra.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
-	if _, err := extra.Read(make([]byte, 1)); err != io.EOF {
-		t.Errorf("connection over the limit: read %v, want EOF", err)
+	if b, err := io.ReadAll(extra); err != nil || !strings.HasPrefix(string(b), "HTTP/1.1 503") {
+		t.Errorf("connection over the limit: %q, %v; want a 503 and the end", b, err)
 	}
 	// The idle ones are closed after the header timeout, freeing slots.
 	for _, c := range held {
