@@ -8,7 +8,7 @@ LDFLAGS   := -X main.version=$(VERSION)
 APT_PKGS  := tgt ethtool libiscsi-bin libiscsi-dev fio ipset iptables fuse3 libnetfilter-queue-dev iperf3 iproute2 pkg-config gcc
 REPORT    ?= report
 
-.PHONY: all build deps test demo fmt vet clean fuzz
+.PHONY: all build deps test demo fmt vet clean fuzz soak
 
 all: build
 
@@ -42,6 +42,14 @@ test: deps fmt vet build
 	$(GO) test -count=1 -p 1 -timeout 60m ./...
 	$(GO) test -count=1 -race -short ./internal/...
 	$(MAKE) fuzz FUZZTIME=8s
+	$(MAKE) soak SOAK=3m
+
+# soak runs the fig5.11 workload against one daemon for SOAK and fails if
+# its RSS, threads, descriptors or kernel objects grow, or if it leaves
+# anything behind (sanqos lab soak --help). make test runs 3 minutes.
+SOAK ?= 1h
+soak: build
+	$(BIN)/sanqos lab soak --duration $(SOAK) --interval 5s --out $(BIN)/soak
 
 # fuzz runs every fuzz target for FUZZTIME each (make test: 8 s each,
 # about 100 s in all). Their seed corpora are in each package's
