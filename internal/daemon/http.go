@@ -68,11 +68,20 @@ func Serve(ctx context.Context, l net.Listener, h http.Handler) error {
 // ServeLimited is Serve with the given limits. net/http's accept loop
 // already survives EMFILE (it backs off and accepts again).
 func ServeLimited(ctx context.Context, l net.Listener, h http.Handler, lim HTTPLimits) error {
+	return serve(ctx, l, h, lim, nil)
+}
+
+// serve is ServeLimited; net/http's own messages (accept errors and their
+// retries) go to log at debug level when it is set.
+func serve(ctx context.Context, l net.Listener, h http.Handler, lim HTTPLimits, log *slog.Logger) error {
 	if lim.MaxConns > 0 {
 		l = &limitListener{Listener: l, slots: make(chan struct{}, lim.MaxConns)}
 	}
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: lim.ReadHeader, ReadTimeout: lim.Read,
 		WriteTimeout: lim.Write, IdleTimeout: lim.Idle, MaxHeaderBytes: 8 << 10}
+	if log != nil {
+		srv.ErrorLog = slog.NewLogLogger(log.Handler(), slog.LevelDebug)
+	}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(l) }()
 	select {
@@ -110,7 +119,7 @@ func ListenAndServe(ctx context.Context, addr string, h http.Handler, lim HTTPLi
 			} else {
 				log.Info("serving HTTP", "metrics", "http://"+l.Addr().String()+"/metrics", "status", "http://"+l.Addr().String()+"/status")
 			}
-			return ServeLimited(ctx, l, h, lim)
+			return serve(ctx, l, h, lim, log)
 		}
 		if !warned {
 			log.Warn("cannot serve /metrics and /status yet; control runs without them, retrying in the background",
