@@ -14,6 +14,10 @@ import (
 // daemon (exit 129) with its iptables chain and ipsets in place.
 var hangups = make(chan os.Signal, 1)
 
+// brokenPipes takes SIGPIPE in 'run' and is never read: a full channel
+// drops further signals, which is all that is wanted of them.
+var brokenPipes = make(chan os.Signal, 1)
+
 // signalContext returns the context a command runs under: cancelled by
 // SIGINT and SIGTERM, and by SIGHUP except for 'run', where SIGHUP goes
 // to hangups.
@@ -21,6 +25,12 @@ func signalContext(cmd string) (context.Context, context.CancelFunc) {
 	sigs := []os.Signal{os.Interrupt, syscall.SIGTERM}
 	if cmd == "run" {
 		signal.Notify(hangups, syscall.SIGHUP)
+		// A write to a closed stdout or stderr (a log reader gone) would
+		// kill the daemon with SIGPIPE, leaving its kernel objects in
+		// place; caught, the write fails and the daemon goes on. Notify,
+		// not Ignore: an ignored signal stays ignored in the children
+		// (iptables, tgtadm) across exec.
+		signal.Notify(brokenPipes, syscall.SIGPIPE)
 	} else {
 		sigs = append(sigs, syscall.SIGHUP)
 	}

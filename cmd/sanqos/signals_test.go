@@ -1,11 +1,13 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"fmt"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -160,4 +162,63 @@ func TestRunManualSIGHUP(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("no exit 10 s after SIGTERM")
 	}
+}
+
+// sigpipeEnv makes the test binary run 'sanqos run' for
+// TestRunSurvivesClosedLogPipe (TestHelperRunDaemon).
+const sigpipeEnv = "SANQOS_TEST_RUN_DAEMON"
+
+// TestHelperRunDaemon is not a test: TestRunSurvivesClosedLogPipe runs it
+// in a child process whose stderr it closes.
+func TestHelperRunDaemon(t *testing.T) {
+	args := os.Getenv(sigpipeEnv)
+	if args == "" {
+		t.Skip("only run by TestRunSurvivesClosedLogPipe")
+	}
+	os.Exit(dispatch(strings.Fields(args), os.Stdout, os.Stderr))
+}
+
+// A daemon whose log pipe closes (a log collector restarted, a shell
+// pipeline ended) died of SIGPIPE at its next log line, which is the one
+// it writes when told to stop: its socket (and, with nfqueue, its chain
+// and ipsets) stayed behind. It must stop cleanly.
+func TestRunSurvivesClosedLogPipe(t *testing.T) {
+	dir := t.TempDir()
+	sock := filepath.Join(dir, "s.sock")
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(self, "-test.run", "^TestHelperRunDaemon$")
+	cmd.Env = append(os.Environ(), sigpipeEnv+"=run --backend dry-run --listen= --socket "+sock+" --consumer fs,10.99.0.2,loop1 --proc "+fixtureProc(t))
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	sc := bufio.NewScanner(stderr)
+	for sc.Scan() && !strings.Contains(sc.Text(), "sanqos daemon started") {
+	}
+	stderr.Close() // the reader goes away
+	time.Sleep(200 * time.Millisecond)
+	cmd.Process.Signal(syscall.SIGTERM)
+	err = cmd.Wait()
+	if err != nil {
+		t.Errorf("daemon with a closed log pipe ended with %v, want a clean exit", err)
+	}
+	if _, err := os.Stat(sock); !os.IsNotExist(err) {
+		t.Errorf("control socket left behind: %v", err)
+	}
+}
+
+func fixtureProc(t *testing.T) string {
+	t.Helper()
+	proc := filepath.Join(t.TempDir(), "proc")
+	os.Mkdir(proc, 0o755)
+	if err := os.WriteFile(filepath.Join(proc, "diskstats"), []byte("   7       1 loop1 100 0 800 50 10 0 80 5 0 60 55 0 0 0 0 0 0\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return proc
 }
