@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/netip"
 	"os"
 	"strings"
@@ -20,6 +19,7 @@ import (
 	"github.com/sanqos/sanqos/internal/discover"
 	"github.com/sanqos/sanqos/internal/diskstats"
 	"github.com/sanqos/sanqos/internal/engine"
+	"github.com/sanqos/sanqos/internal/sdnotify"
 	"github.com/sanqos/sanqos/internal/throttle"
 	"github.com/sanqos/sanqos/internal/topology"
 )
@@ -76,13 +76,16 @@ func cmdRunAutonomic(ctx context.Context, args []string, stdout, stderr io.Write
 	}
 	log := slog.New(slog.NewTextHandler(stderr, nil))
 	o.backend.Logger = log
+	for _, w := range o.config.Warnings() {
+		log.Warn(w)
+	}
 	if o.backend.Backend != "dry-run" && os.Geteuid() != 0 {
 		return fmt.Errorf("the %s backend must run as root (it programs iptables, ipsets or qdiscs); use --backend dry-run to try it without", o.backend.Backend)
 	}
 	if o.cleanupOnly {
 		return cleanupOnly(ctx, o, log)
 	}
-	return runDaemon(ctx, o, log)
+	return runDaemon(ctx, o, log, args)
 }
 
 // cleanupOnly removes what a daemon (crashed or not) left in the kernel:
@@ -100,8 +103,9 @@ func cleanupOnly(ctx context.Context, o runOptions, log *slog.Logger) error {
 	return nil
 }
 
-func runDaemon(ctx context.Context, o runOptions, log *slog.Logger) error {
-	stats := diskstats.NewFS(o.procRoot)
+func runDaemon(ctx context.Context, o runOptions, log *slog.Logger, args []string) error {
+	stats := diskstats.NewFS(o.procRoot) // kept open for the daemon's life
+	defer stats.Close()
 	if _, _, err := stats.Read(); err != nil {
 		return fmt.Errorf("reading block device statistics (is %s a proc file system?): %w", o.procRoot, err)
 	}
@@ -118,30 +122,27 @@ func runDaemon(ctx context.Context, o runOptions, log *slog.Logger) error {
 		Clock: clock.Real{}, Tick: o.engine.Tick, Engine: daemon.FromEngine(eng, o.ports), Stats: stats,
 		Topology: o.topo, Logger: log, Version: version, DiscoveryInterval: o.config.Discovery.Interval.Duration,
 	}
+	var swap *swapDiscoverer
 	if !o.fixed {
 		d, err := discover.FromConfig(o.config, log)
 		if err != nil {
 			return fmt.Errorf("discovery: %w", err)
 		}
-		dopts.Discoverer = withThresholds{d: d, c: o.config}
+		swap = &swapDiscoverer{} // a reload replaces it (reload.go)
+		swap.set(withThresholds{d: d, c: o.config, log: log, warned: map[string]bool{}})
+		dopts.Discoverer = swap
 	}
 
-	// Everything that can collide with another daemon comes before the
-	// kernel is touched: the HTTP address and the control socket.
-	var l net.Listener
-	if o.listen != "" {
-		if l, err = daemon.Listen(o.listen); err != nil {
-			return err
-		}
-		defer l.Close()
-	}
+	// What collides with another daemon comes before the kernel is
+	// touched: the control socket. The HTTP address is not a reason to
+	// stay down: it is bound in the background, retried while taken.
 	srv, err := ctl.Listen(o.socket, log)
 	if err != nil {
 		return err
 	}
 	defer srv.Close()
 	if o.record != "" {
-		rec, err := os.Create(o.record)
+		rec, err := daemon.CreateRecordFile(o.record, int64(o.config.RecordMaxSize))
 		if err != nil {
 			return fmt.Errorf("creating the --record file (check its directory exists and is writable, or leave --record out): %w", err)
 		}
@@ -162,15 +163,14 @@ func runDaemon(ctx context.Context, o runOptions, log *slog.Logger) error {
 
 	sctx, stop := context.WithCancel(ctx)
 	var wg sync.WaitGroup
-	if l != nil {
+	if o.listen != "" {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := daemon.Serve(sctx, l, d.Handler()); err != nil {
+			if err := daemon.ListenAndServe(sctx, o.listen, d.Handler(), daemon.DefaultHTTPLimits, log, 0); err != nil {
 				log.Error("HTTP listener failed; /metrics and /status are gone, control goes on", "err", err)
 			}
 		}()
-		log.Info("serving HTTP", "metrics", "http://"+l.Addr().String()+"/metrics", "status", "http://"+l.Addr().String()+"/status")
 	}
 	wg.Add(1)
 	go func() {
@@ -179,8 +179,30 @@ func runDaemon(ctx context.Context, o runOptions, log *slog.Logger) error {
 			log.Error("control socket failed; manual overrides unavailable, control goes on", "err", err)
 		}
 	}()
+	// systemd (Type=notify, WatchdogSec): READY=1, WATCHDOG=1 only while
+	// the loop ticks and the backend is healthy, RELOADING=1, STOPPING=1.
+	notify, err := sdnotify.FromEnv()
+	if err != nil {
+		log.Warn("not talking to systemd", "err", err)
+		notify = nil
+	}
+	wdctx, stopWatchdog := context.WithCancel(ctx) // ends on a signal, or when Run returns
+	defer stopWatchdog()
+	if notify.Enabled() {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			d.Watchdog(wdctx, notify)
+		}()
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		(&reloader{args: args, cur: o, d: d, disc: swap, log: log, notify: notify}).loop(sctx)
+	}()
 	log.Info("control socket ready", "socket", o.socket, "record", o.record)
 	runErr := d.Run(ctx)
+	stopWatchdog()
 	stop()
 	wg.Wait()
 	return runErr
@@ -189,14 +211,24 @@ func runDaemon(ctx context.Context, o runOptions, log *slog.Logger) error {
 // withThresholds fills in the configured per-resource thresholds of every
 // discovered topology.
 type withThresholds struct {
-	d *discover.Discoverer
-	c config.Config
+	d      *discover.Discoverer
+	c      config.Config
+	log    *slog.Logger
+	warned map[string]bool // [resources] keys already said to match nothing
 }
 
 func (w withThresholds) Discover(ctx context.Context) (topology.Topology, error) {
 	t, err := w.d.Discover(ctx)
 	if err != nil {
 		return t, err
+	}
+	// A [resources."name"] the discovery does not find is a typo, or a
+	// resource not yet there: said once per name, not every 5 s.
+	for _, k := range discover.UnmatchedResources(t, w.c) {
+		if !w.warned[k] && w.log != nil {
+			w.log.Warn("a [resources] section names no discovered resource; its threshold is not used", "section", k)
+		}
+		w.warned[k] = true
 	}
 	return discover.ApplyThresholds(t, w.c), nil
 }
@@ -219,7 +251,8 @@ func parseRunOptions(args []string, stderr io.Writer) (runOptions, error) {
 	cleanup := fs.Bool("cleanup-only", false, "remove the kernel objects a sanqos daemon left behind, then exit")
 	// Parsed only so that --help lists it and --manual=false is accepted:
 	// cmdRun has already sent --manual to runManual.
-	fs.Bool("manual", false, "serve manual throttles only, no controller (see 'sanqos run --manual --help')")
+	var manualFlag config.BoolFlag
+	fs.Var(&manualFlag, "manual", "serve manual throttles only, no controller (see 'sanqos run --manual --help')")
 	var consumers consumerFlag
 	fs.Var(&consumers, "consumer", "add a fixed `RESOURCE,ADDR,DEVICE` consumer (e.g. fs-lab,10.0.0.3,loop1), device taken as its kernel name; repeat for each; replaces discovery")
 	if err := parseFlags(fs, args); err != nil {
@@ -354,4 +387,7 @@ func (f consumerFlag) topology() topology.Topology {
 	return t
 }
 
-var _ daemon.UnresolvedReporter = withThresholds{}
+var (
+	_ daemon.UnresolvedReporter = withThresholds{}
+	_ daemon.UnresolvedReporter = &swapDiscoverer{}
+)

@@ -11,9 +11,7 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
 	"strings"
-	"syscall"
 )
 
 // version is set at build time with -ldflags "-X main.version=…".
@@ -84,7 +82,7 @@ func dispatch(args []string, stdout, stderr io.Writer) int {
 		if c.name != args[0] {
 			continue
 		}
-		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		ctx, stop := signalContext(c.name) // signals.go
 		defer stop()
 		err := c.run(ctx, args[1:], stdout, stderr)
 		switch {

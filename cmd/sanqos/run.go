@@ -18,25 +18,46 @@ import (
 // requests on the control socket; without, it is the autonomic daemon
 // (daemon.go), which serves the same socket.
 func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	if !hasManualFlag(args) {
+	manual, err := manualMode(args)
+	if err != nil {
+		fmt.Fprintf(stderr, "sanqos run: %v\nRun 'sanqos run --help' for usage.\n", err)
+		return errUsage
+	}
+	if !manual {
 		return cmdRunAutonomic(ctx, args, stdout, stderr)
 	}
 	return runManual(ctx, args, stdout, stderr)
 }
 
-// hasManualFlag reports whether args ask for manual mode, before the flag
-// sets of the two modes (which differ) parse them.
-func hasManualFlag(args []string) bool {
+// manualMode reports whether args ask for manual mode, before the flag
+// sets of the two modes (which differ) parse them. The value is parsed
+// as both flag sets parse it (config.ParseBool): --manual=True used to
+// fall through to the autonomic daemon, whose flag set then accepted and
+// ignored it. The last --manual wins, as with the flag package.
+func manualMode(args []string) (bool, error) {
+	manual := false
 	for _, a := range args {
-		if a == "--" {
-			return false
+		if a == "--" || !strings.HasPrefix(a, "-") {
+			if a == "--" {
+				break
+			}
+			continue
 		}
-		switch strings.TrimLeft(a, "-") {
-		case "manual", "manual=true", "manual=1":
-			return strings.HasPrefix(a, "-")
+		name, val, hasVal := strings.Cut(strings.TrimPrefix(strings.TrimPrefix(a, "-"), "-"), "=")
+		if name != "manual" {
+			continue
 		}
+		if !hasVal {
+			manual = true
+			continue
+		}
+		v, err := config.ParseBool(val)
+		if err != nil {
+			return false, fmt.Errorf("--manual=%s: %w", val, err)
+		}
+		manual = v
 	}
-	return false
+	return manual, nil
 }
 
 func runManual(ctx context.Context, args []string, _, stderr io.Writer) error {
@@ -59,7 +80,8 @@ segments.
 Read delays are exact only with TCP autocorking off on the target
 (sysctl net.ipv4.tcp_autocorking=0): otherwise the tail of a reply waits
 for its held first part and a 64 KiB read is delayed twice.`, stderr)
-	fs.Bool("manual", true, "serve manual throttles only (this mode)")
+	manualFlag := config.BoolFlag(true)
+	fs.Var(&manualFlag, "manual", "serve manual throttles only (this mode)")
 	backend := fs.String("backend", "nfqueue", "data path: "+strings.Join(throttle.Backends, ", "))
 	socket := fs.String("socket", ctl.DefaultSocket, "control socket path")
 	dev := fs.String("dev", "", "interface towards the initiators (netem and htb backends)")
@@ -92,6 +114,18 @@ for its held first part and a 64 KiB read is delayed twice.`, stderr)
 		return fmt.Errorf("starting the %s backend: %w", *backend, err)
 	}
 	log.Info("manual throttling ready", "backend", b.Name(), "socket", *socket, "ack_delay", *ackDelay)
+	hctx, stopHangups := context.WithCancel(ctx)
+	defer stopHangups()
+	go func() {
+		for {
+			select {
+			case <-hctx.Done():
+				return
+			case <-hangups: // signals.go: SIGHUP must not end the daemon
+				log.Info("SIGHUP: manual mode has no configuration to reload; throttles unchanged")
+			}
+		}
+	}()
 	serveErr := srv.Serve(ctx, ctl.NewManualHandler(b))
 	if err := b.Close(); err != nil {
 		return errors.Join(serveErr, fmt.Errorf("removing the data path: %w", err))

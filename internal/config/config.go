@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"math"
 	"net"
 	"net/netip"
 	"os"
@@ -22,6 +23,7 @@ import (
 	"github.com/sanqos/sanqos/internal/control"
 	"github.com/sanqos/sanqos/internal/engine"
 	"github.com/sanqos/sanqos/internal/throttle"
+	"github.com/sanqos/sanqos/internal/topology"
 )
 
 // Config is the complete configuration. Field names follow the TOML keys.
@@ -70,10 +72,16 @@ type Config struct {
 	Manual Manual `toml:"manual"`
 	// Listen is the metrics/HTTP address; "" disables it.
 	Listen string `toml:"listen"`
-	// Socket is the control socket for sanqos throttle; "" for none.
+	// Socket is the control socket for sanqos throttle (required: it also
+	// keeps a second daemon from starting beside this one).
 	Socket string `toml:"socket"`
 	// Record is a file to record every tick to; "" disables recording.
 	Record string `toml:"record"`
+	// RecordMaxSize caps the record: when the file would grow past it, it
+	// is renamed to Record+".1" (replacing the one before) and a new one
+	// is started, so the record never takes more than twice this. About
+	// 0.5 GB a day with three consumers: the default keeps some hours.
+	RecordMaxSize Size `toml:"record_max_size"`
 
 	// origin maps a key to the flag that set it, for error messages.
 	origin map[string]string
@@ -161,6 +169,8 @@ func Default() Config {
 		Policy: "read-over-write",
 		Listen: "127.0.0.1:9469",
 		Socket: "/run/sanqos/sanqos.sock",
+
+		RecordMaxSize: 64 << 20,
 	}
 }
 
@@ -216,7 +226,7 @@ var knownKeys = []string{
 	"write_threshold", "write_leave", "backend", "direction", "ports",
 	"discovery.adapter", "discovery.interval", "discovery.tgt_control_port",
 	"discovery.lio_root", "static.consumers.{resource,addr,device}",
-	"policy", "manual.protected", "manual.throttle", "listen", "socket", "record",
+	"policy", "manual.protected", "manual.throttle", "listen", "socket", "record", "record_max_size",
 }
 
 // ThresholdFor returns the threshold of the named resource.
@@ -251,6 +261,19 @@ func (c *Config) Validate() error {
 	}
 	checks := []func() error{
 		func() error { return durIn("tick", c.Tick, 10*time.Millisecond, 10*time.Second) },
+		func() error {
+			// NaN and ±Inf pass no range check below, so each float key is
+			// checked for them first, by name (TOML takes nan and inf).
+			for _, f := range []struct {
+				key string
+				v   float64
+			}{{"ewma_alpha", c.EWMAAlpha}, {"headroom", c.Headroom}, {"pid.kp", c.PID.Kp}} {
+				if math.IsNaN(f.v) || math.IsInf(f.v, 0) {
+					return bad(f.key, f.v, "must be a finite number")
+				}
+			}
+			return nil
+		},
 		func() error {
 			if !(c.EWMAAlpha > 0 && c.EWMAAlpha <= 1) {
 				return bad("ewma_alpha", c.EWMAAlpha, "must be > 0 and <= 1")
@@ -356,8 +379,18 @@ func (c *Config) Validate() error {
 			return nil
 		},
 		func() error {
-			if c.Socket != "" && !filepath.IsAbs(c.Socket) {
-				return bad("socket", strconv.Quote(c.Socket), `must be an absolute path, like /run/sanqos/sanqos.sock, or "" for none`)
+			// "" is refused: binding a unix socket to an empty path makes
+			// the kernel autobind an abstract socket nobody can find, and
+			// the socket is also what keeps two daemons apart.
+			if !filepath.IsAbs(c.Socket) {
+				return bad("socket", strconv.Quote(c.Socket), `must be an absolute path, like /run/sanqos/sanqos.sock (the control socket cannot be turned off)`)
+			}
+			return nil
+		},
+		c.validateResources,
+		func() error {
+			if c.RecordMaxSize < 1<<20 || c.RecordMaxSize > 64<<30 {
+				return bad("record_max_size", c.RecordMaxSize, "must be between 1MiB and 64GiB (the record is rotated once at this size)")
 			}
 			return nil
 		},
@@ -381,11 +414,29 @@ func (c *Config) validateStatic() error {
 	if len(cs) == 0 {
 		return fmt.Errorf("static.consumers = []: discovery.adapter = \"static\" needs at least one [[static.consumers]] with resource, addr and device")
 	}
+	type seen struct {
+		i        int
+		resource string
+	}
+	byEntry := map[[3]string]int{}
+	byAddr := map[netip.Addr]seen{}
 	for i, s := range cs {
 		key := fmt.Sprintf("static.consumers[%d]", i)
-		if _, err := netip.ParseAddr(s.Addr); err != nil {
+		a, err := netip.ParseAddr(s.Addr)
+		if err != nil {
 			return fmt.Errorf("%s.addr = %q: must be an IP address like 192.0.2.10", key, s.Addr)
 		}
+		a = a.Unmap()
+		if j, dup := byEntry[[3]string{s.Resource, a.String(), s.Device}]; dup {
+			return fmt.Errorf("%s: duplicate of static.consumers[%d] (resource %q, addr %s, device %q); remove one", key, j, s.Resource, a, s.Device)
+		}
+		byEntry[[3]string{s.Resource, a.String(), s.Device}] = i
+		// One initiator address is one throttle: it cannot be slowed for
+		// one resource and not for another.
+		if p, dup := byAddr[a]; dup && p.resource != s.Resource {
+			return fmt.Errorf("%s.addr = %s: already a consumer of resource %q (static.consumers[%d]), now of %q; an address can belong to one resource only, since its packets are delayed as one", key, a, p.resource, p.i, s.Resource)
+		}
+		byAddr[a] = seen{i, s.Resource}
 		if s.Device == "" {
 			return fmt.Errorf("%s.device = \"\": must name the block device serving the consumer, like /dev/loop3", key)
 		}
@@ -394,6 +445,62 @@ func (c *Config) validateStatic() error {
 		}
 	}
 	return nil
+}
+
+// validateResources checks that every [resources."name"] section names
+// a resource, where the resources are known before discovery runs (the
+// static adapter). With tgt or LIO they are only known once discovery
+// ran; the daemon warns then (discover.UnmatchedResources).
+func (c *Config) validateResources() error {
+	if c.Discovery.Adapter != "static" || len(c.Resources) == 0 {
+		return nil
+	}
+	known := map[string]bool{}
+	var names []string
+	for _, s := range c.Static.Consumers {
+		if !known[s.Resource] {
+			names = append(names, strconv.Quote(s.Resource))
+		}
+		known[s.Resource], known[topology.SanitizeName(s.Resource)] = true, true
+	}
+	keys := make([]string, 0, len(c.Resources))
+	for k := range c.Resources {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		if !known[k] && !known[topology.SanitizeName(k)] {
+			return fmt.Errorf("resources.%q: names no resource of static.consumers (they are %s); fix the name or remove the section", k, strings.Join(names, ", "))
+		}
+	}
+	return nil
+}
+
+// Warnings returns what is valid but probably not meant, one sentence
+// each; the daemon logs them at start.
+func (c *Config) Warnings() []string {
+	var w []string
+	if c.Listen != "" {
+		host, _, err := net.SplitHostPort(c.Listen)
+		if err == nil {
+			a, aerr := netip.ParseAddr(host)
+			switch {
+			case host == "" || aerr == nil && a.IsUnspecified():
+				w = append(w, fmt.Sprintf("listen = %q serves /metrics and /status on every interface, to anyone who can reach them; use 127.0.0.1:PORT unless a firewall guards the port", c.Listen))
+			case aerr != nil:
+				w = append(w, fmt.Sprintf("listen = %q is a host name: it is resolved once at start and may bind other addresses than meant; give an IP address", c.Listen))
+			}
+		}
+	}
+	if c.Record != "" {
+		for _, ram := range []string{"/run/", "/dev/shm/", "/tmp/"} {
+			if strings.HasPrefix(filepath.Clean(c.Record)+"/", ram) {
+				w = append(w, fmt.Sprintf("record = %q is under %s, which is often in RAM: up to 2 × record_max_size (%v) of it; /var/log/sanqos is the place", c.Record, ram, c.RecordMaxSize))
+				break
+			}
+		}
+	}
+	return w
 }
 
 func (c *Config) validateManual() error {

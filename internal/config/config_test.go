@@ -77,7 +77,6 @@ addr = "2001:db8::2"
 device = "dm-1"`, func(c Config) bool { return len(c.Static.Consumers) == 2 && c.Static.Consumers[1].Device == "dm-1" }},
 		{"manual", "policy = \"manual\"\n[manual]\nthrottle = [\"192.0.2.5\", \"iqn.2026-11.x:y\"]", func(c Config) bool { return len(c.Manual.Throttle) == 2 }},
 		{"listen disabled", `listen = ""`, func(c Config) bool { return c.Listen == "" }},
-		{"socket disabled", `socket = ""`, func(c Config) bool { return c.Socket == "" }},
 		{"pid", "[pid]\nkp = 1.5\nti = \"2s\"\ntd = \"0s\"\nu_max = \"40ms\"", func(c Config) bool {
 			return c.PID == PID{Kp: 1.5, Ti: Duration{2 * time.Second}, UMax: Duration{40 * time.Millisecond}}
 		}},

@@ -41,11 +41,49 @@ type flagDef struct {
 // true or false.
 var boolFlags = map[string]bool{"ack-delay": true}
 
+// ParseBool parses a boolean flag value strictly: true or false in any
+// case, or 1 or 0. Go's flag package also takes t, T, f and F; a stray
+// "t" is more likely a typo than a decision, and a mode switch such as
+// --manual must never be guessed.
+func ParseBool(s string) (bool, error) {
+	switch strings.ToLower(s) {
+	case "true", "1":
+		return true, nil
+	case "false", "0":
+		return false, nil
+	}
+	return false, fmt.Errorf("%q: must be true or false", s)
+}
+
+// BoolFlag is a flag.Value for a boolean flag parsed with ParseBool; it
+// may be given bare (--name) for true.
+type BoolFlag bool
+
+func (b *BoolFlag) String() string {
+	if b == nil {
+		return "false"
+	}
+	return strconv.FormatBool(bool(*b))
+}
+
+// Set parses s with ParseBool.
+func (b *BoolFlag) Set(s string) error {
+	v, err := ParseBool(s)
+	if err != nil {
+		return err
+	}
+	*b = BoolFlag(v)
+	return nil
+}
+
+// IsBoolFlag lets the flag be given bare.
+func (b *BoolFlag) IsBoolFlag() bool { return true }
+
 func setBool(p func(c *Config) *bool) func(*Config, string) error {
 	return func(c *Config, s string) error {
-		v, err := strconv.ParseBool(s)
+		v, err := ParseBool(s)
 		if err != nil {
-			return fmt.Errorf("%q: must be true or false", s)
+			return err
 		}
 		*p(c) = v
 		return nil
@@ -120,7 +158,8 @@ var flagDefs = []flagDef{
 	{"lio-root", "discovery.lio_root", "LIO configfs root", func(c *Config) string { return c.Discovery.LIORoot }, setString(func(c *Config) *string { return &c.Discovery.LIORoot })},
 	{"policy", "policy", "who is throttled: read-over-write or manual", func(c *Config) string { return c.Policy }, setString(func(c *Config) *string { return &c.Policy })},
 	{"listen", "listen", `HTTP address HOST:PORT of /metrics and /status ("" disables both)`, func(c *Config) string { return c.Listen }, setString(func(c *Config) *string { return &c.Listen })},
-	{"socket", "socket", `control socket of 'sanqos throttle' ("" for none)`, func(c *Config) string { return c.Socket }, setString(func(c *Config) *string { return &c.Socket })},
+	{"socket", "socket", `control socket of 'sanqos throttle' (an absolute path; required)`, func(c *Config) string { return c.Socket }, setString(func(c *Config) *string { return &c.Socket })},
+	{"record-max-size", "record_max_size", "size at which the record is rotated to FILE.1 (it takes at most twice this)", func(c *Config) string { return c.RecordMaxSize.String() }, func(c *Config, s string) error { return c.RecordMaxSize.UnmarshalText([]byte(s)) }},
 	{"record", "record", `write one JSON line per tick to this file, replacing it ("" disables)`, func(c *Config) string { return c.Record }, setString(func(c *Config) *string { return &c.Record })},
 }
 

@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -90,3 +91,56 @@ func (r Rate) String() string {
 
 // MarshalText writes the rate string.
 func (r Rate) MarshalText() ([]byte, error) { return []byte(r.String()), nil }
+
+// Size is a number of bytes, written "64MiB", "500MB", "1GiB", "4096B" or
+// as a bare number of bytes.
+type Size int64
+
+var sizeUnits = []struct {
+	suffix string
+	mult   float64
+}{
+	{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30},
+	{"kB", 1e3}, {"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"B", 1},
+}
+
+// UnmarshalTOML accepts a number of bytes or a string with a unit.
+func (z *Size) UnmarshalTOML(v any) error {
+	switch x := v.(type) {
+	case int64:
+		*z = Size(x)
+		return nil
+	case string:
+		return z.UnmarshalText([]byte(x))
+	}
+	return fmt.Errorf("%v: must be a size like \"64MiB\"", v)
+}
+
+// UnmarshalText parses a size string.
+func (z *Size) UnmarshalText(b []byte) error {
+	s := strings.TrimSpace(string(b))
+	mult := 1.0
+	for _, u := range sizeUnits {
+		if strings.HasSuffix(s, u.suffix) {
+			s, mult = strings.TrimSpace(strings.TrimSuffix(s, u.suffix)), u.mult
+			break
+		}
+	}
+	f, err := strconv.ParseFloat(s, 64)
+	if err != nil || math.IsNaN(f) || math.IsInf(f, 0) || f*mult > math.MaxInt64/2 {
+		return fmt.Errorf("%q: must be a size like \"64MiB\", \"500MB\" or a number of bytes", b)
+	}
+	*z = Size(f * mult)
+	return nil
+}
+
+// String writes the size in MiB when whole, else in bytes.
+func (z Size) String() string {
+	if z%(1<<20) == 0 && z != 0 {
+		return strconv.FormatInt(int64(z)>>20, 10) + "MiB"
+	}
+	return strconv.FormatInt(int64(z), 10) + "B"
+}
+
+// MarshalText writes the size string.
+func (z Size) MarshalText() ([]byte, error) { return []byte(z.String()), nil }

@@ -145,7 +145,7 @@ func TestListenReplacesStaleSocket(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv.ln.SetUnlinkOnClose(false) // as if killed: the file stays
+	srv.ln.(*net.UnixListener).SetUnlinkOnClose(false) // as if killed: the file stays
 	srv.Close()
 	if _, err := os.Stat(path); err != nil {
 		t.Fatalf("stale socket not left for the test: %v", err)

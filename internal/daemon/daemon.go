@@ -25,6 +25,7 @@ import (
 	"net/netip"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sanqos/sanqos/internal/clock"
@@ -117,6 +118,14 @@ type Daemon struct {
 
 	topoCh chan topoChange // discovery → tick loop; newest wins
 
+	reloadCh chan Reload // SIGHUP → tick loop; newest wins (reload.go)
+
+	// Watchdog (watchdog.go): clock time of the last tick's start, in
+	// UnixNano, written by the tick loop; ready and unhealthy are the
+	// watchdog goroutine's own.
+	lastTick         atomic.Int64
+	ready, unhealthy bool
+
 	// Owned by the tick loop.
 	topo         topology.Topology
 	prev         map[string]status.Resource // last tick's resources by name
@@ -127,6 +136,7 @@ type Daemon struct {
 	applyFailing bool
 	statsFailing int // consecutive failed reads
 	recordFailed bool
+	holdUntil    time.Time // after a reload, keep the throttles in force until then
 
 	mu          sync.Mutex // guards snap, disc and appliedView
 	snap        status.Status
@@ -175,6 +185,7 @@ func New(o Options) (*Daemon, error) {
 		// applies whatever it decides, even an empty state.
 		needsResync: true,
 	}
+	d.reloadCh = make(chan Reload, 1)
 	d.metrics = metrics.New(d.Status)
 	d.snap = status.Status{
 		Version: o.Version, Backend: o.Backend.Name(), StartedAt: d.started,
@@ -338,6 +349,8 @@ func (d *Daemon) swapTopology(topo topology.Topology) {
 // tick is one control step at time now.
 func (d *Daemon) tick(ctx context.Context, now time.Time) {
 	began := time.Now() // wall time on purpose: this measures our own cost, not simulated time
+	d.lastTick.Store(now.UnixNano())
+	d.takeReload(now)
 	select {
 	case c := <-d.topoCh:
 		d.swapTopology(c.topo)
@@ -361,6 +374,7 @@ func (d *Daemon) tick(ctx context.Context, now time.Time) {
 	d.logTransitions(dec.Resources)
 	d.warnSaturation(now, dec.Resources)
 	state := dec.State
+	state = d.holdThrottles(now, state)
 	if d.o.Overrides != nil {
 		state = mergeOverrides(state, d.o.Overrides.Groups())
 	}

@@ -3,6 +3,7 @@ package discover
 import (
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/sanqos/sanqos/internal/config"
@@ -55,4 +56,22 @@ func ApplyThresholds(t topology.Topology, c config.Config) topology.Topology {
 		}
 	}
 	return t
+}
+
+// UnmatchedResources returns the [resources."name"] keys of c that match
+// no resource of t, exactly or sanitized, sorted: a typo there would
+// otherwise leave the default threshold in force without a word.
+func UnmatchedResources(t topology.Topology, c config.Config) []string {
+	have := map[string]bool{}
+	for _, r := range t.Resources {
+		have[r.Name] = true
+	}
+	var out []string
+	for k := range c.Resources {
+		if !have[k] && !have[topology.SanitizeName(k)] {
+			out = append(out, k)
+		}
+	}
+	slices.Sort(out)
+	return out
 }

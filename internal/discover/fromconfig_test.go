@@ -2,6 +2,7 @@ package discover
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
@@ -48,5 +49,14 @@ func TestStaticFromConfigAndThresholds(t *testing.T) {
 	// them in one resource.
 	if len(topo.Resources) != 1 || topo.Resources[0].Name != "gold-pool" || len(topo.Resources[0].Consumers) != 2 || topo.Resources[0].ThresholdMs != 8 {
 		t.Errorf("topology = %+v", topo)
+	}
+}
+
+func TestUnmatchedResources(t *testing.T) {
+	c := config.Default()
+	c.Resources = map[string]config.Resource{"Gold Pool": {}, "typo": {}, "vg-a": {}}
+	topo := topology.Topology{Resources: []topology.Resource{{Name: "gold-pool"}, {Name: "vg-a"}}}
+	if got := UnmatchedResources(topo, c); !slices.Equal(got, []string{"typo"}) {
+		t.Errorf("UnmatchedResources = %q, want [typo]", got)
 	}
 }

@@ -6,32 +6,68 @@ import "time"
 type Delta struct {
 	ReadIOs, ReadSectors, ReadTicks    uint64
 	WriteIOs, WriteSectors, WriteTicks uint64
+	// Reset is set when a counter went backwards in a way no wrap
+	// explains: the device was re-created (a loop device re-attached, a
+	// dm table replaced) and its counters restarted from zero. The
+	// counters are then all zero and Rates gives none: the caller takes
+	// cur as its new baseline and measures from the next snapshot on.
+	Reset bool
 }
 
-// Counter returns how much a counter grew from prev to cur. A counter
-// that went backwards wrapped: at 2^32 when prev fits in 32 bits (the
-// kernel's counters are unsigned long, 32 bits on 32-bit kernels, and
-// some are unsigned int), else at 2^64.
-func Counter(cur, prev uint64) uint64 {
+// maxWrapStep bounds the growth a 32-bit wrap may imply in one interval.
+// 2^28 is 128 GiB of sectors, 2^28 I/Os, or 74 hours of I/O time summed
+// over one interval (a tick is 100 ms): no device does that, while a
+// counter that restarted from zero after being anywhere but the last
+// 2^28 below 2^32 implies more. So a backwards step is a wrap only when
+// prev was within maxWrapStep of 2^32 and cur is small.
+const maxWrapStep = 1 << 28
+
+// CounterDelta returns how much a counter grew from prev to cur, and false
+// when it went backwards in a way that is not a wrap (a reset). The
+// kernel's counters are unsigned long (32 bits on 32-bit kernels) and the
+// time fields unsigned int: a 32-bit wrap is real (the ms counters wrap
+// after 49.7 days of I/O time), a 64-bit one never happens.
+func CounterDelta(cur, prev uint64) (uint64, bool) {
 	if cur >= prev {
-		return cur - prev
+		return cur - prev, true
 	}
 	if prev < 1<<32 {
-		return (1<<32 - prev) + cur
+		if step := (1<<32 - prev) + cur; step < maxWrapStep {
+			return step, true
+		}
 	}
-	return cur - prev // modulo 2^64: (2^64 − prev) + cur
+	return 0, false
 }
 
-// Sub returns the growth of cur's counters since prev.
+// Counter returns how much a counter grew from prev to cur: 0 across a
+// reset (see CounterDelta).
+func Counter(cur, prev uint64) uint64 {
+	d, _ := CounterDelta(cur, prev)
+	return d
+}
+
+// Sub returns the growth of cur's counters since prev. If any counter
+// reset, the whole Delta is a reset: the kernel restarts all counters of
+// a re-created device together, and a partial delta would mix two
+// devices.
 func Sub(cur, prev *Stat) Delta {
-	return Delta{
-		ReadIOs:      Counter(cur.ReadIOs, prev.ReadIOs),
-		ReadSectors:  Counter(cur.ReadSectors, prev.ReadSectors),
-		ReadTicks:    Counter(cur.ReadTicks, prev.ReadTicks),
-		WriteIOs:     Counter(cur.WriteIOs, prev.WriteIOs),
-		WriteSectors: Counter(cur.WriteSectors, prev.WriteSectors),
-		WriteTicks:   Counter(cur.WriteTicks, prev.WriteTicks),
+	var d Delta
+	ok := true
+	step := func(c, p uint64) uint64 {
+		v, good := CounterDelta(c, p)
+		ok = ok && good
+		return v
 	}
+	d.ReadIOs = step(cur.ReadIOs, prev.ReadIOs)
+	d.ReadSectors = step(cur.ReadSectors, prev.ReadSectors)
+	d.ReadTicks = step(cur.ReadTicks, prev.ReadTicks)
+	d.WriteIOs = step(cur.WriteIOs, prev.WriteIOs)
+	d.WriteSectors = step(cur.WriteSectors, prev.WriteSectors)
+	d.WriteTicks = step(cur.WriteTicks, prev.WriteTicks)
+	if !ok {
+		return Delta{Reset: true}
+	}
+	return d
 }
 
 // Rates are a Delta's per-interval derived values, as iostat shows them.
@@ -51,8 +87,11 @@ type Rates struct {
 
 // Rates derives per-interval values over elapsed, the real time between
 // the two snapshots. A non-positive elapsed gives zero rates (counts and
-// awaits are still filled in).
+// awaits are still filled in); a reset gives none at all.
 func (d Delta) Rates(elapsed time.Duration) Rates {
+	if d.Reset {
+		return Rates{}
+	}
 	r := Rates{Reads: d.ReadIOs, ReadMs: d.ReadTicks, Writes: d.WriteIOs, WriteMs: d.WriteTicks}
 	if d.ReadIOs > 0 {
 		r.RAwaitMs = float64(d.ReadTicks) / float64(d.ReadIOs)

@@ -50,10 +50,12 @@ func (e LineError) Error() string {
 
 func (e LineError) Unwrap() error { return e.Err }
 
-// FS reads diskstats below a proc root. It keeps a read buffer and a table
-// of device names between reads, so it is not safe for concurrent use.
+// FS reads diskstats below a proc root. It keeps the file open, a read
+// buffer and a table of device names between reads, so it is not safe for
+// concurrent use.
 type FS struct {
 	path string
+	f    *os.File
 	buf  []byte
 	p    Parser
 }
@@ -66,6 +68,16 @@ func NewFS(procRoot string) *FS {
 
 // Path is the file the reader reads.
 func (fs *FS) Path() string { return fs.path }
+
+// Close closes the kept file; a later Read opens it again.
+func (fs *FS) Close() error {
+	if fs.f == nil {
+		return nil
+	}
+	err := fs.f.Close()
+	fs.f = nil
+	return err
+}
 
 // Read reads the file in one go and parses it into a new slice. Lines that
 // could not be parsed are returned in the LineError list and skipped; the
@@ -84,15 +96,21 @@ func (fs *FS) ReadInto(dst []Stat) ([]Stat, []LineError, error) {
 	return stats, bad, nil
 }
 
-// load reads the whole file into fs.buf. Pseudo-files report a size of 0
-// or 4096 whatever they hold, so the size from stat is not trusted: the
-// buffer grows until a read returns EOF.
+// load reads the whole file into fs.buf. The file is opened once and
+// re-read from offset 0 (procfs regenerates it on every read from the
+// start): a daemon that runs out of descriptors, to a flood of
+// connections say, must still see its disks. After a read error it is
+// reopened at the next call. Pseudo-files report a size of 0 or 4096
+// whatever they hold, so the size from stat is not trusted: the buffer
+// grows until a read returns EOF.
 func (fs *FS) load() error {
-	f, err := os.Open(fs.path)
-	if err != nil {
-		return fmt.Errorf("opening %s: %w", fs.path, err)
+	if fs.f == nil {
+		f, err := os.Open(fs.path)
+		if err != nil {
+			return fmt.Errorf("opening %s: %w", fs.path, err)
+		}
+		fs.f = f
 	}
-	defer f.Close()
 	if cap(fs.buf) == 0 {
 		// About 100 bytes a device: 64 KiB holds some 600 devices in one
 		// read; the buffer grows (once) on bigger machines.
@@ -103,12 +121,13 @@ func (fs *FS) load() error {
 		if len(fs.buf) == cap(fs.buf) {
 			fs.buf = append(fs.buf, 0)[:len(fs.buf)]
 		}
-		n, err := f.Read(fs.buf[len(fs.buf):cap(fs.buf)])
+		n, err := fs.f.ReadAt(fs.buf[len(fs.buf):cap(fs.buf)], int64(len(fs.buf)))
 		fs.buf = fs.buf[:len(fs.buf)+n]
 		if errors.Is(err, io.EOF) {
 			return nil
 		}
 		if err != nil {
+			fs.Close()
 			return fmt.Errorf("reading %s: %w", fs.path, err)
 		}
 	}
@@ -222,13 +241,15 @@ func (p *Parser) parseLine(l []byte, nums *[maxFields]uint64, pos int) (Stat, er
 		if field-3 >= maxFields {
 			return s, fmt.Errorf("more than %d fields", maxFields+3)
 		}
-		// One pass: accumulate digits up to the next blank. Up to 19
-		// digits cannot overflow; a 20th is checked.
+		// One pass: accumulate digits up to the next blank. Overflow is
+		// checked on the value, not the number of digits, so that
+		// zero-padded numbers parse as strconv does; the comparison
+		// against maxDiv10 costs no division.
 		var v uint64
 		j := 0
 		for ; j < len(l) && !isBlank(l[j]); j++ {
 			d := uint64(l[j]) - '0'
-			if d > 9 || (j >= 19 && (j > 19 || v > (1<<64-1-d)/10)) {
+			if d > 9 || v > maxDiv10 || (v == maxDiv10 && d > maxMod10) {
 				return s, fmt.Errorf("field %d %q is not a 64-bit unsigned integer", field+1, token(l))
 			}
 			v = v*10 + d
@@ -277,6 +298,13 @@ func (p *Parser) parseLine(l []byte, nums *[maxFields]uint64, pos int) (Stat, er
 	}
 	return s, nil
 }
+
+// maxDiv10 and maxMod10 split 2^64−1: v*10+d overflows exactly when v >
+// maxDiv10, or v == maxDiv10 and d > maxMod10.
+const (
+	maxDiv10 = (1<<64 - 1) / 10
+	maxMod10 = (1<<64 - 1) % 10
+)
 
 func isBlank(c byte) bool { return c == ' ' || c == '\t' || c == '\r' }
 

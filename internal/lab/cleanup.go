@@ -77,9 +77,15 @@ func cleanup(ctx context.Context, r runner, stopEmu func()) error {
 			tgtds = append(tgtds, pid)
 		}
 	}
-	stopAll(initiators, syscall.SIGTERM, 3*time.Second)
-	stopAll(others, syscall.SIGTERM, 3*time.Second)
-	stopAll(tgtds, syscall.SIGKILL, 2*time.Second)
+	for _, group := range []struct {
+		pids  []int
+		sig   syscall.Signal
+		grace time.Duration
+	}{{initiators, syscall.SIGTERM, 3 * time.Second}, {others, syscall.SIGTERM, 3 * time.Second}, {tgtds, syscall.SIGKILL, 2 * time.Second}} {
+		if err := stopAll(group.pids, group.sig, group.grace); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	if err := detachLabLoops(ctx, r); err != nil {
 		errs = append(errs, err)
 	}
@@ -133,34 +139,73 @@ func cleanup(ctx context.Context, r runner, stopEmu func()) error {
 	return nil
 }
 
+// procOps are the process operations of stopAll; realProcs acts on this
+// machine, tests pass their own.
+type procOps struct {
+	kill  func(pid int, sig syscall.Signal) error
+	gone  func(pid int) bool
+	sleep func(time.Duration)
+	now   func() time.Time
+}
+
+var realProcs = procOps{
+	kill:  syscall.Kill,
+	gone:  func(pid int) bool { return !alive(pid) || isZombie(pid) },
+	sleep: time.Sleep,
+	now:   time.Now,
+}
+
+// killWait bounds the wait for a SIGKILLed process to be gone: tgtd
+// closing loop devices with I/O outstanding on the emulated disk takes
+// seconds, and 'lab down' must not return before it is done (the next
+// 'lab up' would find the devices busy).
+const killWait = 15 * time.Second
+
 // stopAll sends sig to every pid, waits up to grace for all of them, then
-// SIGKILLs those left. These are processes inside the lab's own
-// namespaces (or tgtd, which the lab started), which only the lab and its
-// users start.
-func stopAll(pids []int, sig syscall.Signal, grace time.Duration) {
+// SIGKILLs those left and waits until they are gone. These are processes
+// inside the lab's own namespaces (or tgtd, which the lab started), which
+// only the lab and its users start.
+func stopAll(pids []int, sig syscall.Signal, grace time.Duration) error {
+	return realProcs.stopAll(pids, sig, grace)
+}
+
+func (p procOps) stopAll(pids []int, sig syscall.Signal, grace time.Duration) error {
 	if len(pids) == 0 {
-		return
+		return nil
 	}
 	for _, pid := range pids {
-		_ = syscall.Kill(pid, sig)
+		_ = p.kill(pid, sig)
 	}
-	deadline := time.Now().Add(grace)
-	for time.Now().Before(deadline) {
-		left := 0
+	if p.waitGone(pids, grace) == nil {
+		return nil
+	}
+	for _, pid := range pids {
+		if !p.gone(pid) {
+			_ = p.kill(pid, syscall.SIGKILL)
+		}
+	}
+	return p.waitGone(pids, killWait)
+}
+
+// waitGone polls until every pid is gone (exited, or a zombie: its
+// resources are released), or timeout.
+func (p procOps) waitGone(pids []int, timeout time.Duration) error {
+	deadline := p.now().Add(timeout)
+	for {
+		var left []string
 		for _, pid := range pids {
-			if alive(pid) && !isZombie(pid) {
-				left++
+			if !p.gone(pid) {
+				left = append(left, strconv.Itoa(pid))
 			}
 		}
-		if left == 0 {
-			return
+		if len(left) == 0 {
+			return nil
 		}
-		time.Sleep(50 * time.Millisecond)
+		if !p.now().Before(deadline) {
+			return fmt.Errorf("processes %s still running %v after they were told to stop", strings.Join(left, ", "), timeout)
+		}
+		p.sleep(50 * time.Millisecond)
 	}
-	for _, pid := range pids {
-		_ = syscall.Kill(pid, syscall.SIGKILL)
-	}
-	time.Sleep(100 * time.Millisecond)
 }
 
 // labMounts lists mount points under the lab's directories, deepest first.

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 )
 
 // Storage says where LUN images live.
@@ -72,20 +73,61 @@ func ParseSize(s string) (int64, error) {
 func imageName(initiator string) string { return imagePrefix + initiator + ".img" }
 
 // createImage makes a sparse image of the given size (or keeps an existing
-// one of that size, so a re-run does not rewrite gigabytes).
+// one of that size, so a re-run does not rewrite gigabytes). It runs as
+// root in /var/tmp, where anyone can plant files: the image's directory
+// must be a real directory (not a link) that only root (or we) can write,
+// the image is opened with O_NOFOLLOW, and what is opened must be a
+// regular file with one link, so a symlink or hard link planted there
+// can never make the lab truncate another file.
 func createImage(path string, size int64) error {
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("creating image directory: %w", err)
 	}
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+	if err := checkOwnDir(dir); err != nil {
+		return err
+	}
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|syscall.O_NOFOLLOW, 0o644)
+	if errors.Is(err, syscall.ELOOP) {
+		return fmt.Errorf("LUN image %s is a symbolic link; the lab refuses to follow it: remove it (sanqos lab down) and retry", path)
+	}
 	if err != nil {
 		return fmt.Errorf("creating LUN image: %w", err)
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return fmt.Errorf("checking LUN image %s: %w", path, err)
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); !fi.Mode().IsRegular() || (ok && st.Nlink != 1) {
+		f.Close()
+		return fmt.Errorf("LUN image %s is not a plain file of its own (mode %v); the lab refuses to size it: remove it and retry", path, fi.Mode())
 	}
 	if err := f.Truncate(size); err != nil {
 		f.Close()
 		return fmt.Errorf("sizing LUN image %s: %w", path, err)
 	}
 	return f.Close()
+}
+
+// checkOwnDir refuses a directory that is a symbolic link or that others
+// than root (or the caller) can write to.
+func checkOwnDir(dir string) error {
+	fi, err := os.Lstat(dir)
+	if err != nil {
+		return fmt.Errorf("checking image directory: %w", err)
+	}
+	if fi.Mode()&os.ModeSymlink != 0 || !fi.IsDir() {
+		return fmt.Errorf("image directory %s is not a directory but %v; the lab refuses to use it: remove it and retry", dir, fi.Mode().Type())
+	}
+	uid := -1
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		uid = int(st.Uid)
+	}
+	if (uid != 0 && uid != os.Geteuid()) || fi.Mode().Perm()&0o022 != 0 {
+		return fmt.Errorf("image directory %s can be written by others (mode %v, owner %d); the lab refuses to create images there: remove it and retry", dir, fi.Mode().Perm(), uid)
+	}
+	return nil
 }
 
 // loopDevice is one line of `losetup --json --list`.

@@ -116,8 +116,10 @@ func stopPid(pid int, want string, grace time.Duration) error {
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil && alive(pid) {
 		return fmt.Errorf("killing %s (pid %d): %w", want, pid, err)
 	}
-	for i := 0; i < 40 && alive(pid) && !isZombie(pid); i++ {
-		time.Sleep(50 * time.Millisecond)
+	// Return only when it is gone: its mounts and loop devices are
+	// released at exit, and cleanup goes on to remove them.
+	if err := realProcs.waitGone([]int{pid}, killWait); err != nil {
+		return fmt.Errorf("%s: %w", want, err)
 	}
 	return nil
 }

@@ -1,0 +1,92 @@
+package config
+
+import (
+	"flag"
+	"io"
+	"strings"
+	"testing"
+)
+
+// Finding 11 of issue 14: inputs that were accepted silently. Each must
+// now give one error naming the key, or a warning where the value is
+// legitimate but worth a second look.
+func TestLoadRefusesSilentMistakes(t *testing.T) {
+	static := "[discovery]\nadapter = \"static\"\n"
+	cons := func(res, addr, dev string) string {
+		return "[[static.consumers]]\nresource = \"" + res + "\"\naddr = \"" + addr + "\"\ndevice = \"" + dev + "\"\n"
+	}
+	tests := []struct {
+		name, text string
+		want       []string
+	}{
+		{"duplicate static consumer", static + cons("p", "10.0.0.3", "loop1") + cons("p", "10.0.0.3", "loop1"),
+			[]string{"static.consumers[1]", "duplicate of static.consumers[0]"}},
+		{"one IP in two resources", static + cons("a", "10.0.0.3", "loop1") + cons("b", "10.0.0.3", "loop2"),
+			[]string{"static.consumers[1].addr", "10.0.0.3", `"a"`, `"b"`}},
+		{"empty socket", `socket = ""`, []string{`socket = ""`, "absolute path"}},
+		{"resource naming none", static + cons("pool-a", "10.0.0.3", "loop1") + "[resources.\"pool-b\"]\nthreshold = \"20ms\"\n",
+			[]string{`resources."pool-b"`, "pool-a"}},
+		{"NaN kp", "[pid]\nkp = nan", []string{"pid.kp = NaN"}},
+		{"Inf kp", "[pid]\nkp = inf", []string{"pid.kp = +Inf", "finite"}},
+		{"Inf alpha", "ewma_alpha = inf", []string{"ewma_alpha = +Inf"}},
+		{"NaN headroom", "headroom = nan", []string{"headroom = NaN"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := Load(write(t, tt.text))
+			if err == nil {
+				t.Fatalf("accepted:\n%s", tt.text)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error lacks %q: %v", w, err)
+				}
+			}
+		})
+	}
+}
+
+func TestFlagsRefuseNonFiniteGains(t *testing.T) {
+	for _, arg := range []string{"--kp=NaN", "--kp=Inf", "--kp=-Inf", "--ewma-alpha=NaN", "--headroom=Inf"} {
+		c := Default()
+		fs := flag.NewFlagSet("t", flag.ContinueOnError)
+		fs.SetOutput(io.Discard)
+		c.RegisterFlags(fs)
+		if err := fs.Parse([]string{arg}); err != nil {
+			continue // refused at parse: fine
+		}
+		err := c.ApplyFlags(fs)
+		if err == nil {
+			t.Errorf("%s accepted", arg)
+			continue
+		}
+		name := strings.TrimPrefix(strings.SplitN(arg, "=", 2)[0], "--")
+		if !strings.Contains(err.Error(), "--"+name) {
+			t.Errorf("%s: error does not name the flag: %v", arg, err)
+		}
+	}
+}
+
+func TestWarnings(t *testing.T) {
+	for _, tt := range []struct {
+		listen string
+		want   string
+	}{
+		{"0.0.0.0:9469", "every interface"},
+		{"[::]:9469", "every interface"},
+		{":9469", "every interface"},
+		{"localhost:9469", "host name"},
+		{"127.0.0.1:9469", ""},
+		{"", ""},
+	} {
+		c := Default()
+		c.Listen = tt.listen
+		if err := c.Validate(); err != nil {
+			t.Fatalf("listen %q: %v", tt.listen, err)
+		}
+		w := strings.Join(c.Warnings(), "\n")
+		if tt.want == "" && w != "" || !strings.Contains(w, tt.want) {
+			t.Errorf("listen %q: warnings %q, want %q", tt.listen, w, tt.want)
+		}
+	}
+}
