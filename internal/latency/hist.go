@@ -1,4 +1,9 @@
-package blkprobe
+// Package latency holds log-linear histograms of I/O latencies and the
+// per-tick statistics sanqos takes from them (mean, quantiles). It is pure:
+// the block-layer probe (internal/blkprobe) fills these from the kernel, the
+// engine reads percentiles from them, and the layout matches the probe's
+// BPF program (bpf/blkprobe.bpf.c in internal/blkprobe).
+package latency
 
 import (
 	"math"
@@ -6,7 +11,8 @@ import (
 	"time"
 )
 
-// Histogram layout, shared with bpf/blkprobe.bpf.c (NBUCKETS, SUBBITS).
+// Histogram layout, shared with internal/blkprobe/bpf/blkprobe.bpf.c
+// (NBUCKETS, SUBBITS).
 const (
 	subBits = 4            // 2^subBits sub-buckets per power of two
 	subN    = 1 << subBits // values below subN µs get one bucket each
@@ -19,7 +25,7 @@ const (
 type Histogram [NumBuckets]uint64
 
 // bucketOf is the bucket of a latency of us microseconds; the Go twin of
-// bucket() in bpf/blkprobe.bpf.c, used by tests and fakes.
+// bucket() in internal/blkprobe/bpf/blkprobe.bpf.c, used by Add.
 func bucketOf(us uint64) int {
 	if us < subN {
 		return int(us)

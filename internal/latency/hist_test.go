@@ -1,4 +1,4 @@
-package blkprobe
+package latency
 
 import (
 	"math"
