@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sanqos/sanqos/internal/blkprobe"
 	"github.com/sanqos/sanqos/internal/clock"
 	"github.com/sanqos/sanqos/internal/config"
 	"github.com/sanqos/sanqos/internal/ctl"
@@ -109,17 +110,30 @@ func runDaemon(ctx context.Context, o runOptions, log *slog.Logger, args []strin
 	if _, _, err := stats.Read(); err != nil {
 		return fmt.Errorf("reading block device statistics (is %s a proc file system?): %w", o.procRoot, err)
 	}
-	// Reads in flight come from sysfs; a device it does not have (a test's
-	// --proc) is measured as before, by completions only.
-	inFlight := diskstats.NewInFlight("/sys")
-	defer inFlight.Close()
-	o.engine.InFlight = inFlight
+	// Reads in flight come from sysfs, and reads are timed by the eBPF
+	// block-layer probe where the kernel allows (it says once when it
+	// cannot and leaves them to diskstats). Both look at the real devices:
+	// with another --proc (a fixture) they are left out.
+	live := o.procRoot == "/proc"
+	if live {
+		inFlight := diskstats.NewInFlight("/sys")
+		defer inFlight.Close()
+		o.engine.InFlight = inFlight
+	}
+	var open daemon.ProbeOpener
+	if o.config.Probe != "off" && live {
+		open = func(devs []string) (blkprobe.Sampler, error) { return blkprobe.Open(devs, blkprobe.Options{}) }
+	}
+	probe := daemon.NewProbe(open, log)
+	defer probe.Close()
+	probe.SetTopology(o.topo)
+	o.engine.Fine = probe
 	eng, err := engine.New(o.engine, o.topo)
 	if err != nil {
 		return fmt.Errorf("configuration: %w", err)
 	}
 	dopts := daemon.Options{
-		Clock: clock.Real{}, Tick: o.engine.Tick, Engine: daemon.FromEngine(eng, o.ports), Stats: stats,
+		Clock: clock.Real{}, Tick: o.engine.Tick, Engine: daemon.FromEngine(eng, o.ports, probe), Stats: stats,
 		Topology: o.topo, Logger: log, Version: version, DiscoveryInterval: o.config.Discovery.Interval.Duration,
 	}
 	var swap *swapDiscoverer
@@ -323,6 +337,7 @@ func engineConfig(c config.Config) (engine.Config, error) {
 	cfg.Controller = c.Controller
 	cfg.Control.ThresholdMs = durMs(c.Threshold.Duration)
 	cfg.Headroom = c.Headroom
+	cfg.Signal = c.Signal
 	cfg.Control.Kp = c.PID.Kp
 	cfg.Control.Ti = c.PID.Ti.Duration
 	cfg.Control.Td = c.PID.Td.Duration

@@ -67,13 +67,15 @@ func (r *reloader) reload() error {
 	if changed := restartOnly(r.cur, o); len(changed) > 0 {
 		return fmt.Errorf("%s changed: restart sanqos to apply (systemctl restart sanqos); nothing was reloaded", strings.Join(changed, ", "))
 	}
-	// The sysfs reader of reads in flight is the running daemon's.
-	o.engine.InFlight = r.cur.engine.InFlight
+	// The sysfs reader of reads in flight and the probe are the running
+	// daemon's.
+	o.engine.InFlight, o.engine.Fine = r.cur.engine.InFlight, r.cur.engine.Fine
+	probe, _ := o.engine.Fine.(*daemon.Probe)
 	eng, err := engine.New(o.engine, o.topo)
 	if err != nil {
 		return fmt.Errorf("configuration: %w", err)
 	}
-	rl := daemon.Reload{Engine: daemon.FromEngine(eng, o.ports)}
+	rl := daemon.Reload{Engine: daemon.FromEngine(eng, o.ports, probe)}
 	if o.fixed {
 		rl.Topology = &o.topo
 	} else {

@@ -38,6 +38,13 @@ type Config struct {
 	// Headroom is the fraction of the threshold the controller aims below
 	// it, so that single seconds stay under the threshold's promise.
 	Headroom float64 `toml:"headroom"`
+	// Signal is the statistic of a resource's reads held under the
+	// threshold: "mean" (r_await, the thesis's), "p95" or "p99" (need
+	// the eBPF probe), unless Resources overrides it.
+	Signal string `toml:"signal"`
+	// Probe is "auto" (measure reads with the eBPF block-layer probe where
+	// the kernel allows, else /proc/diskstats) or "off".
+	Probe string `toml:"probe"`
 	// Resources holds per-resource settings, keyed by resource name as
 	// discovery reports it (sanitized: lower case, [a-z0-9._-]).
 	Resources map[string]Resource `toml:"resources"`
@@ -90,6 +97,7 @@ type Config struct {
 // Resource is the per-resource section [resources."name"].
 type Resource struct {
 	Threshold Duration `toml:"threshold"`
+	Signal    string   `toml:"signal"`
 }
 
 // PID is the [pid] section: the velocity-form PID controller's gains.
@@ -147,6 +155,8 @@ func Default() Config {
 		Tick:       Duration{100 * time.Millisecond},
 		EWMAAlpha:  0.25,
 		Headroom:   engine.DefaultHeadroom,
+		Signal:     engine.SignalMean,
+		Probe:      "auto",
 		Threshold:  Duration{15 * time.Millisecond},
 		Controller: "pid",
 		PID: PID{
@@ -221,7 +231,7 @@ func (c *Config) decode(text string) error {
 }
 
 var knownKeys = []string{
-	"tick", "ewma_alpha", "threshold", "headroom", "resources.<name>.threshold",
+	"tick", "ewma_alpha", "threshold", "headroom", "signal", "probe", "resources.<name>.{threshold,signal}",
 	"controller", "pid.kp", "pid.ti", "pid.td", "pid.u_max", "pid.u_max_limit",
 	"write_threshold", "write_leave", "backend", "direction", "ports",
 	"discovery.adapter", "discovery.interval", "discovery.tgt_control_port",
@@ -301,6 +311,23 @@ func (c *Config) Validate() error {
 			return nil
 		},
 		func() error { return oneOf("controller", c.Controller, "pid", "thesis", "none") },
+		func() error { return oneOf("signal", c.Signal, engine.Signals()...) },
+		func() error { return oneOf("probe", c.Probe, "auto", "off") },
+		func() error {
+			names := make([]string, 0, len(c.Resources))
+			for n, r := range c.Resources {
+				if r.Signal != "" {
+					names = append(names, n)
+				}
+			}
+			sort.Strings(names)
+			for _, n := range names {
+				if err := oneOf(fmt.Sprintf("resources.%q.signal", n), c.Resources[n].Signal, engine.Signals()...); err != nil {
+					return err
+				}
+			}
+			return nil
+		},
 		func() error {
 			if !(c.PID.Kp > 0) {
 				return bad("pid.kp", c.PID.Kp, "must be > 0")

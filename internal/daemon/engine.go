@@ -12,14 +12,17 @@ import (
 
 // FromEngine adapts the production engine to the daemon: its decisions are
 // turned into the status shape (strings, ms) and the throttle state for
-// the given target ports (throttle.DefaultPorts when empty).
-func FromEngine(e *engine.Engine, ports []uint16) Engine {
-	return &engineAdapter{e: e, ports: ports, names: map[netip.Addr]string{}}
+// the given target ports (throttle.DefaultPorts when empty). probe, when
+// not nil, must be the engine's Fine source: it is sampled before each
+// Step and follows the topology's devices.
+func FromEngine(e *engine.Engine, ports []uint16, probe *Probe) Engine {
+	return &engineAdapter{e: e, ports: ports, probe: probe, names: map[netip.Addr]string{}}
 }
 
 type engineAdapter struct {
 	e     *engine.Engine
 	ports []uint16
+	probe *Probe
 	// names caches the text of each consumer address: formatting them
 	// anew was most of the adapter's allocations per tick.
 	names map[netip.Addr]string
@@ -27,6 +30,7 @@ type engineAdapter struct {
 
 func (a *engineAdapter) SetTopology(t topology.Topology) {
 	clear(a.names) // forget addresses that left
+	a.probe.SetTopology(t)
 	a.e.SetTopology(t)
 }
 
@@ -51,6 +55,7 @@ func (a *engineAdapter) addrNames(as []netip.Addr) []string {
 }
 
 func (a *engineAdapter) Step(now time.Time, snap []diskstats.Stat) Decision {
+	a.probe.Sample(now)
 	d := a.e.Step(now, snap)
 	out := Decision{
 		Resources: make([]status.Resource, len(d.Resources)),
@@ -62,6 +67,7 @@ func (a *engineAdapter) Step(now time.Time, snap []diskstats.Stat) Decision {
 			Name: r.Name, SignalMs: r.SignalMs, RawMs: r.RawMs, ThresholdMs: r.ThresholdMs, TargetMs: r.TargetMs,
 			DelayMs: r.DelayMs, ControlMs: r.ControlMs, UMaxMs: r.UMaxMs, UMaxLimitMs: r.UMaxLimitMs, Saturated: r.Saturated,
 			Held: r.Held, PendingMs: r.PendingMs, Reads: r.Reads, Direction: r.Direction.String(), Members: a.addrNames(r.Members),
+			Signal: r.Signal, Source: r.Source, MeanMs: r.MeanMs, P95Ms: r.P95Ms, P99Ms: r.P99Ms,
 			MissingDevices: r.MissingDevices,
 		}
 	}

@@ -38,21 +38,25 @@ func FromConfig(c config.Config, logger *slog.Logger) (*Discoverer, error) {
 	return New(a, topology.DefaultResolver(), logger), nil
 }
 
-// ApplyThresholds sets each resource's ThresholdMs from the
-// configuration's [resources."name"] sections (0 = use the default). A
+// ApplyThresholds sets each resource's ThresholdMs and Signal from the
+// configuration's [resources."name"] sections (0, "" = the default). A
 // key matches the resource name as shown, or after the same sanitizing
 // (so [resources."Gold Pool"] matches resource "gold-pool").
 func ApplyThresholds(t topology.Topology, c config.Config) topology.Topology {
-	byName := map[string]time.Duration{}
+	byName := map[string]config.Resource{}
 	for k, r := range c.Resources {
-		byName[topology.SanitizeName(k)] = r.Threshold.Duration
+		byName[topology.SanitizeName(k)] = r
 	}
 	for k, r := range c.Resources {
-		byName[k] = r.Threshold.Duration // exact keys win
+		byName[k] = r // exact keys win
 	}
 	for i := range t.Resources {
-		if d := byName[t.Resources[i].Name]; d > 0 {
+		r := byName[t.Resources[i].Name]
+		if d := r.Threshold.Duration; d > 0 {
 			t.Resources[i].ThresholdMs = float64(d) / float64(time.Millisecond)
+		}
+		if r.Signal != "" {
+			t.Resources[i].Signal = r.Signal
 		}
 	}
 	return t

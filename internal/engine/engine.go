@@ -14,10 +14,12 @@ import (
 	"fmt"
 	"math"
 	"net/netip"
+	"strings"
 	"time"
 
 	"github.com/sanqos/sanqos/internal/control"
 	"github.com/sanqos/sanqos/internal/diskstats"
+	"github.com/sanqos/sanqos/internal/latency"
 	"github.com/sanqos/sanqos/internal/policy"
 	"github.com/sanqos/sanqos/internal/signal"
 	"github.com/sanqos/sanqos/internal/throttle"
@@ -66,6 +68,49 @@ type Config struct {
 	// than a tick" from "nobody reads" (see "Starvation" below). Nil: such
 	// a tick is idle, as in the thesis.
 	InFlight InFlight
+	// Fine, when set, gives each tick's reads of a device from the block
+	// layer (internal/blkprobe): latencies in microseconds with their
+	// histogram, and the age of the oldest read in flight. Devices it
+	// does not have are measured from /proc/diskstats.
+	Fine FineReads
+	// Signal is the statistic of a resource's reads the controller
+	// follows, unless the resource names its own: SignalMean (the
+	// thesis's r_await), SignalP95 or SignalP99. Percentiles need Fine;
+	// without it a tick's signal is the mean and the decision says so.
+	Signal string
+}
+
+// The signals a resource's controller can follow.
+const (
+	SignalMean = "mean"
+	SignalP95  = "p95"
+	SignalP99  = "p99"
+)
+
+// Signals lists the valid Signal names.
+func Signals() []string { return []string{SignalMean, SignalP95, SignalP99} }
+
+// CheckSignal reports whether name is a signal the engine knows ("" is
+// the default, mean).
+func CheckSignal(name string) error {
+	switch name {
+	case "", SignalMean, SignalP95, SignalP99:
+		return nil
+	}
+	return fmt.Errorf("signal %q: want %s", name, strings.Join(Signals(), ", "))
+}
+
+// The signal sources a decision names.
+const (
+	SourceDiskstats = "diskstats"
+	SourceEBPF      = "ebpf"
+)
+
+// FineReads is one tick of the block-layer probe: the device's reads
+// completed in the tick and the age of its oldest read in flight now (0:
+// none). ok is false when the device is not probed.
+type FineReads interface {
+	TickReads(device string) (reads latency.Ops, oldest time.Duration, ok bool)
 }
 
 // InFlight reports the reads a device has in flight now (the kernel's
@@ -208,6 +253,15 @@ type ResourceDecision struct {
 	// more than a tick (0: none), a lower bound of its latency.
 	PendingMs float64
 	Reads     uint64
+	// Signal is the statistic the controller follows (SignalMean, …);
+	// Source where this tick's reads came from: SourceEBPF when every
+	// measured device was probed, else SourceDiskstats (a percentile
+	// signal then falls back to the mean).
+	Signal, Source string
+	// MeanMs, P95Ms and P99Ms describe the tick's completed reads when
+	// they came from the probe (0 otherwise), beside RawMs, the signal's
+	// raw value.
+	MeanMs, P95Ms, P99Ms float64
 	// Members is the throttleable set (whether or not DelayMs is 0).
 	Members   []netip.Addr
 	Direction throttle.Direction
@@ -277,9 +331,13 @@ type consumer struct {
 type resource struct {
 	name      string
 	threshold float64
-	ctrl      control.Controller
-	ewma      *signal.EWMA
-	signalMs  float64
+	signal    string // SignalMean, SignalP95, SignalP99
+	// hist is the tick's histogram of the resource's probed reads, kept
+	// to save an allocation per tick.
+	hist     latency.Histogram
+	ctrl     control.Controller
+	ewma     *signal.EWMA
+	signalMs float64
 	// started: the resource has been measured at least once; from then on
 	// a tick without measurements counts as a tick without reads.
 	started bool
@@ -363,6 +421,9 @@ func (cfg Config) validate() error {
 	if !(cfg.UMaxLimitMs >= 0) || math.IsInf(cfg.UMaxLimitMs, 0) {
 		errs = append(errs, fmt.Errorf("delay ceiling limit %v ms: want 0 (fixed at u_max) or a delay, e.g. %v", cfg.UMaxLimitMs, DefaultUMaxLimitMs))
 	}
+	if err := CheckSignal(cfg.Signal); err != nil {
+		errs = append(errs, err)
+	}
 	if !(cfg.Headroom >= 0 && cfg.Headroom < 0.5) {
 		errs = append(errs, fmt.Errorf("headroom %v: want a fraction in [0, 0.5), e.g. 0.15", cfg.Headroom))
 	}
@@ -397,6 +458,9 @@ func ValidateTopology(topo topology.Topology, cfg Config) error {
 			errs = append(errs, fmt.Errorf("resource %q appears twice; resource names must be unique", r.Name))
 		}
 		seen[r.Name] = true
+		if err := CheckSignal(r.Signal); err != nil {
+			errs = append(errs, fmt.Errorf("resource %q: %w", r.Name, err))
+		}
 		if r.ThresholdMs < 0 || math.IsNaN(r.ThresholdMs) || math.IsInf(r.ThresholdMs, 0) {
 			errs = append(errs, fmt.Errorf("resource %q: threshold %v ms: want a positive latency, or 0 for the default", r.Name, r.ThresholdMs))
 		}
@@ -487,9 +551,15 @@ func (e *Engine) SetTopology(topo topology.Topology) {
 	var cons []consumer
 	res := make([]resource, 0, len(topo.Resources))
 	for _, tr := range topo.Resources {
-		r := resource{name: tr.Name, threshold: e.cfg.Control.ThresholdMs}
+		r := resource{name: tr.Name, threshold: e.cfg.Control.ThresholdMs, signal: e.cfg.Signal}
 		if tr.ThresholdMs > 0 {
 			r.threshold = tr.ThresholdMs
+		}
+		if tr.Signal != "" {
+			r.signal = tr.Signal
+		}
+		if r.signal == "" {
+			r.signal = SignalMean
 		}
 		if oi, ok := oldRes[tr.Name]; ok && !usedRes[oi] {
 			usedRes[oi] = true
@@ -613,21 +683,7 @@ func (e *Engine) Step(now time.Time, snap []diskstats.Stat) Decision {
 				measured = true
 			}
 		}
-		var agg signal.ReadLatency
-		pending := false
-		for _, di := range r.sigDevs {
-			d := &e.devs[di]
-			if !d.valid {
-				continue
-			}
-			agg.Add(d.rates.Reads, d.rates.ReadMs)
-			pending = pending || d.pending
-			if d.pendingMs > 0 {
-				agg.AddPending(d.pendingMs)
-				rd.PendingMs = max(rd.PendingMs, d.pendingMs)
-			}
-		}
-		rd.Reads = agg.Reads()
+		raw, ok, pending := e.measure(r, &rd)
 		stepCtrl := false
 		if measured || r.started {
 			// A resource whose devices all vanished from the snapshot is
@@ -635,7 +691,6 @@ func (e *Engine) Step(now time.Time, snap []diskstats.Stat) Decision {
 			// throttle winds down (fail open) rather than holding the last
 			// delay.
 			r.started = true
-			raw, ok := agg.Value()
 			switch {
 			case ok:
 				rd.RawMs = raw
@@ -723,7 +778,7 @@ func containsAddr(s []netip.Addr, a netip.Addr) bool {
 // "Starvation"); d.rates holds the Step's interval.
 func (e *Engine) updatePending(d *device, now time.Time) {
 	d.pending, d.pendingMs = false, 0
-	if !d.sig || d.rates.Reads > 0 || d.cur.InProgress == 0 || e.cfg.InFlight == nil {
+	if !d.sig || d.rates.Reads > 0 || d.cur.InProgress == 0 || e.cfg.InFlight == nil || e.probed(d.name) {
 		// A completed read restarts the proof: the reads in flight now may
 		// be new ones. InProgress (reads and writes) 0 means none.
 		d.pendingSince = time.Time{}
@@ -779,4 +834,82 @@ func (e *Engine) scaleCeiling(r *resource, rd *ResourceDecision, now time.Time) 
 	}
 	rd.UMaxMs, rd.UMaxLimitMs = r.ceiling, limit
 	rd.Saturated = atCeiling && r.ceiling >= limit && !r.satSince.IsZero() && now.Sub(r.satSince) >= raiseAfter
+}
+
+// measure aggregates the tick's reads of r's signal devices into the raw
+// value of r's signal: from the probe where it has the device, from
+// /proc/diskstats otherwise (see "Starvation" for reads in flight). It
+// fills rd's Reads, PendingMs, Signal, Source and the probe's statistics.
+// ok is false when there was no read to measure; pending is true when
+// reads are known to be in flight.
+func (e *Engine) measure(r *resource, rd *ResourceDecision) (raw float64, ok, pending bool) {
+	var agg signal.ReadLatency
+	rd.Signal = r.signal
+	clear(r.hist[:])
+	var fineReads uint64
+	var fineSum time.Duration
+	fine, coarse := 0, 0
+	for _, di := range r.sigDevs {
+		d := &e.devs[di]
+		if !d.valid {
+			continue
+		}
+		if e.cfg.Fine != nil {
+			if ops, oldest, ok := e.cfg.Fine.TickReads(d.name); ok {
+				fine++
+				fineReads += ops.Count
+				fineSum += ops.Sum
+				r.hist.AddHist(&ops.Hist)
+				agg.AddMicros(ops.Count, ops.Sum.Microseconds())
+				// The probe knows each read's issue time: a read in flight
+				// counts by its age at once, no tick of proof needed,
+				// when nothing completed or it is older than the tick's
+				// slowest completed reads.
+				if oldest > 0 && (ops.Count == 0 || oldest > ops.Hist.Quantile(0.99)) {
+					pending = true
+					ms := float64(oldest) / float64(time.Millisecond)
+					agg.AddPending(ms)
+					r.hist.Add(oldest)
+					rd.PendingMs = max(rd.PendingMs, ms)
+				}
+				continue
+			}
+		}
+		coarse++
+		agg.Add(d.rates.Reads, d.rates.ReadMs)
+		pending = pending || d.pending
+		if d.pendingMs > 0 {
+			agg.AddPending(d.pendingMs)
+			rd.PendingMs = max(rd.PendingMs, d.pendingMs)
+		}
+	}
+	rd.Reads = agg.Reads()
+	rd.Source = SourceDiskstats
+	if fine > 0 && coarse == 0 {
+		rd.Source = SourceEBPF
+	}
+	if fineReads > 0 {
+		rd.MeanMs = float64(fineSum) / float64(fineReads) / float64(time.Millisecond)
+		rd.P95Ms = float64(r.hist.Quantile(0.95)) / float64(time.Millisecond)
+		rd.P99Ms = float64(r.hist.Quantile(0.99)) / float64(time.Millisecond)
+	}
+	raw, ok = agg.Value()
+	if ok && rd.Source == SourceEBPF && r.signal != SignalMean {
+		q := 0.95
+		if r.signal == SignalP99 {
+			q = 0.99
+		}
+		raw = float64(r.hist.Quantile(q)) / float64(time.Millisecond)
+	}
+	return raw, ok, pending
+}
+
+// probed reports whether the block-layer probe has the device this tick
+// (its reads in flight then come with their ages; see measure).
+func (e *Engine) probed(device string) bool {
+	if e.cfg.Fine == nil {
+		return false
+	}
+	_, _, ok := e.cfg.Fine.TickReads(device)
+	return ok
 }

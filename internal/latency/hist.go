@@ -55,6 +55,14 @@ func (h *Histogram) Add(d time.Duration) {
 	h[bucketOf(uint64(d/time.Microsecond))]++
 }
 
+// AddHist adds o's counts to h, bucket by bucket: the histogram of several
+// devices' reads.
+func (h *Histogram) AddHist(o *Histogram) {
+	for i, c := range o {
+		h[i] += c
+	}
+}
+
 // Total is the number of latencies counted.
 func (h *Histogram) Total() uint64 {
 	var n uint64

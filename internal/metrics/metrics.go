@@ -118,6 +118,9 @@ var (
 	descCeiling    = prometheus.NewDesc("sanqos_resource_delay_ceiling_seconds", "The controller's current delay ceiling: u_max, raised toward u_max_limit while the writers need more.", resLabels, nil)
 	descSaturated  = prometheus.NewDesc("sanqos_resource_saturated", "1 while the delay sits at u_max_limit with the read latency over the threshold: packet delay alone is not holding the writers.", resLabels, nil)
 	descPending    = prometheus.NewDesc("sanqos_resource_pending_read_age_seconds", "Age of the oldest read in flight for more than a tick (0: none); counted in the signal before it completes.", resLabels, nil)
+	descP95        = prometheus.NewDesc("sanqos_resource_read_latency_p95_seconds", "95th percentile of the last tick's completed reads (eBPF probe only; 0 without it).", resLabels, nil)
+	descP99        = prometheus.NewDesc("sanqos_resource_read_latency_p99_seconds", "99th percentile of the last tick's completed reads (eBPF probe only; 0 without it).", resLabels, nil)
+	descFollows    = prometheus.NewDesc("sanqos_resource_signal_info", "The statistic the controller holds under the threshold (mean, p95, p99) and where the reads were measured (ebpf, diskstats); always 1.", []string{"resource", "signal", "source"}, nil)
 	descSetSize    = prometheus.NewDesc("sanqos_resource_throttle_members", "Consumers in the resource's throttleable set.", resLabels, nil)
 	descReadBps    = prometheus.NewDesc("sanqos_consumer_read_bytes_per_second", "Consumer's read rate in the last tick.", conLabels, nil)
 	descWriteBps   = prometheus.NewDesc("sanqos_consumer_write_bytes_per_second", "Consumer's write rate in the last tick.", conLabels, nil)
@@ -138,7 +141,7 @@ type snapshotCollector struct {
 }
 
 func (c *snapshotCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descInfo, descUptime, descSignal, descRaw, descThreshold, descDelay, descControl, descCeiling, descSaturated, descPending, descSetSize,
+	for _, d := range []*prometheus.Desc{descInfo, descUptime, descSignal, descRaw, descThreshold, descDelay, descControl, descCeiling, descSaturated, descPending, descP95, descP99, descFollows, descSetSize,
 		descReadBps, descWriteBps, descWriteEWMA, descThrottle, descHeld, descPassed, descBacklog, descErrP50, descErrMax, descTakeovers, descUnresolved} {
 		ch <- d
 	}
@@ -168,6 +171,9 @@ func (c *snapshotCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		ch <- prometheus.MustNewConstMetric(descSaturated, gauge, sat, r.Name)
 		ch <- prometheus.MustNewConstMetric(descPending, gauge, r.PendingMs*msToS, r.Name)
+		ch <- prometheus.MustNewConstMetric(descP95, gauge, r.P95Ms*msToS, r.Name)
+		ch <- prometheus.MustNewConstMetric(descP99, gauge, r.P99Ms*msToS, r.Name)
+		ch <- prometheus.MustNewConstMetric(descFollows, gauge, 1, r.Name, r.Signal, r.Source)
 		ch <- prometheus.MustNewConstMetric(descSetSize, gauge, float64(len(r.Members)), r.Name)
 	}
 	for _, k := range s.Consumers {

@@ -117,7 +117,8 @@ func (m *Median) Reset() { m.next, m.full = 0, false }
 // with many reads counts for what its readers actually waited, while an
 // idle device (no reads) adds nothing rather than a zero. Zero value ready.
 type ReadLatency struct {
-	ms, reads uint64
+	ms    float64
+	reads uint64
 	// pendingMs and pending are reads still in flight, each counted as
 	// one read of (at least) its age so far: a read slower than a tick is
 	// evidence of slowness before it completes.
@@ -128,7 +129,14 @@ type ReadLatency struct {
 // Add adds one device's reads and read milliseconds of the tick.
 func (a *ReadLatency) Add(reads, readMs uint64) {
 	a.reads += reads
-	a.ms += readMs
+	a.ms += float64(readMs)
+}
+
+// AddMicros adds one device's reads and their latency sum in
+// microseconds (the block-layer probe's resolution).
+func (a *ReadLatency) AddMicros(reads uint64, us int64) {
+	a.reads += reads
+	a.ms += float64(us) / 1000
 }
 
 // AddPending adds one read still in flight that is at least ageMs old.
@@ -147,7 +155,7 @@ func (a *ReadLatency) Value() (ms float64, ok bool) {
 	if n == 0 {
 		return 0, false
 	}
-	return (float64(a.ms) + a.pendingMs) / float64(n), true
+	return (a.ms + a.pendingMs) / float64(n), true
 }
 
 // Reset clears the aggregate for the next tick.

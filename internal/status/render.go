@@ -20,13 +20,15 @@ func WriteTable(w io.Writer, s Status) error {
 	// output, which it keeps while the set is empty.
 	// CEILING is the controller's current u_max, raised while the writers
 	// need more delay.
-	fmt.Fprintln(tw, "RESOURCE\tSIGNAL ms\tRAW ms\tTARGET ms\tTHRESHOLD ms\tDELAY ms\tCONTROL ms\tCEILING ms\tDIRECTION\tMEMBERS")
+	// FOLLOWS is the statistic held under the threshold and where the
+	// reads were measured (ebpf: the block-layer probe; diskstats).
+	fmt.Fprintln(tw, "RESOURCE\tFOLLOWS\tSIGNAL ms\tRAW ms\tTARGET ms\tTHRESHOLD ms\tDELAY ms\tCONTROL ms\tCEILING ms\tDIRECTION\tMEMBERS")
 	if len(s.Resources) == 0 {
-		fmt.Fprintln(tw, "(none discovered)\t\t\t\t\t\t\t\t\t")
+		fmt.Fprintln(tw, "(none discovered)\t\t\t\t\t\t\t\t\t\t")
 	}
 	for _, r := range s.Resources {
-		fmt.Fprintf(tw, "%s\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t%.1f\t%s\t%s\n",
-			r.Name, r.SignalMs, r.RawMs, r.TargetMs, r.ThresholdMs, r.DelayMs, r.ControlMs, r.UMaxMs, r.Direction, members(r.Members))
+		fmt.Fprintf(tw, "%s\t%s\t%.3f\t%.3f\t%.3f\t%.3f\t%.2f\t%.2f\t%.1f\t%s\t%s\n",
+			r.Name, follows(r), r.SignalMs, r.RawMs, r.TargetMs, r.ThresholdMs, r.DelayMs, r.ControlMs, r.UMaxMs, r.Direction, members(r.Members))
 	}
 	tw.Flush()
 	for _, r := range s.Resources {
@@ -201,4 +203,21 @@ func fmtTime(t time.Time) string {
 		return "never"
 	}
 	return t.UTC().Format(time.RFC3339)
+}
+
+// follows is the signal a resource's controller follows and its source,
+// e.g. "p95/ebpf"; a percentile asked for but measured from diskstats
+// reads "p95→mean/diskstats".
+func follows(r Resource) string {
+	sig, src := r.Signal, r.Source
+	if sig == "" {
+		sig = "mean"
+	}
+	if src == "" {
+		return sig
+	}
+	if sig != "mean" && src != "ebpf" {
+		sig += "→mean"
+	}
+	return sig + "/" + src
 }

@@ -68,7 +68,18 @@ type Resource struct {
 	// tick old, or a short gap between reads); signal and delay were kept.
 	Held bool `json:"held,omitempty"`
 	// PendingMs is the age of the oldest read in flight for over a tick.
-	PendingMs float64  `json:"pending_ms,omitempty"`
+	PendingMs float64 `json:"pending_ms,omitempty"`
+	// Signal is what the controller follows (mean, p95, p99); Source
+	// where the tick's reads came from: "ebpf" (the block-layer probe)
+	// or "diskstats" (millisecond counts; a percentile signal then falls
+	// back to the mean).
+	Signal string `json:"signal,omitempty"`
+	Source string `json:"source,omitempty"`
+	// MeanMs, P95Ms and P99Ms are the tick's completed reads from the
+	// probe (0 without it).
+	MeanMs    float64  `json:"mean_ms,omitempty"`
+	P95Ms     float64  `json:"p95_ms,omitempty"`
+	P99Ms     float64  `json:"p99_ms,omitempty"`
 	Reads     uint64   `json:"reads"`
 	Direction string   `json:"direction"`
 	Members   []string `json:"members"`
@@ -167,6 +178,11 @@ type RecordResource struct {
 	Saturated   bool    `json:"saturated,omitempty"`
 	Held        bool    `json:"held,omitempty"`
 	PendingMs   float64 `json:"pending_ms,omitempty"`
+	Signal      string  `json:"signal,omitempty"`
+	Source      string  `json:"source,omitempty"`
+	MeanMs      float64 `json:"mean_ms,omitempty"`
+	P95Ms       float64 `json:"p95_ms,omitempty"`
+	P99Ms       float64 `json:"p99_ms,omitempty"`
 	Reads       uint64  `json:"reads"`
 	Members     int     `json:"members"`
 }

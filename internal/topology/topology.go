@@ -35,6 +35,9 @@ type Resource struct {
 	Consumers []Consumer
 	// ThresholdMs overrides the configured default threshold when > 0.
 	ThresholdMs float64
+	// Signal overrides the configured statistic the controller follows
+	// (mean, p95, p99) when not empty.
+	Signal string
 }
 
 // Topology is the complete picture at one discovery.
