@@ -12,6 +12,7 @@ import (
 
 	"github.com/sanqos/sanqos/internal/control"
 	"github.com/sanqos/sanqos/internal/diskmodel"
+	"github.com/sanqos/sanqos/internal/engine"
 	"github.com/sanqos/sanqos/internal/sim"
 )
 
@@ -58,7 +59,9 @@ writes DIR/sim/ (figures, summary.json, index.html).`, stderr)
 	plotPath := fs.String("plot", "", "write a PNG of latency, delay and write rate over time to `FILE`")
 	csvPath := fs.String("csv", "", "write the 1-second samples as CSV to `FILE`")
 	report := fs.String("report", "", "write the demo report's sim section to `DIR`/sim and exit")
-	profile := fs.String("profile", "thesis-2010", "disk array model: "+strings.Join(diskmodel.Profiles(), ", "))
+	profile := fs.String("profile", "", "disk array model instead of the scenario's: "+strings.Join(diskmodel.Profiles(), ", "))
+	signal := fs.String("signal", engine.SignalMean, "what the controller holds under the threshold: "+strings.Join(engine.Signals(), ", "))
+	noProbe := fs.Bool("no-probe", false, "measure reads from the simulated /proc/diskstats only (whole milliseconds), as without eBPF")
 	g := sim.SimGains()
 	kp := fs.Float64("kp", g.Kp, "pid proportional gain (ms of delay per ms of error)")
 	ti := fs.Duration("ti", time.Duration(g.TiMs*float64(time.Millisecond)), "pid integral time")
@@ -81,12 +84,18 @@ writes DIR/sim/ (figures, summary.json, index.html).`, stderr)
 	if err != nil {
 		return bad("%v", err)
 	}
-	prof, err := diskmodel.ProfileByName(*profile)
-	if err != nil {
-		return bad("%v", err)
+	if *profile != "" {
+		prof, err := diskmodel.ProfileByName(*profile)
+		if err != nil {
+			return bad("%v", err)
+		}
+		sc.Disk = prof
 	}
-	sc.Disk = prof
+	if err := engine.CheckSignal(*signal); err != nil {
+		return bad("--%v", err)
+	}
 	cfg.Scenario = sc
+	cfg.Signal, cfg.NoProbe = *signal, *noProbe
 	cfg.Controller = *ctl
 	cfg.ThresholdMs = float64(threshold)
 	cfg.Duration = *duration
@@ -104,6 +113,7 @@ writes DIR/sim/ (figures, summary.json, index.html).`, stderr)
 	if err != nil {
 		return bad("%v", err)
 	}
+	prof := sc.Disk
 	if *plotPath != "" {
 		if err := res.Plot(*plotPath); err != nil {
 			return err

@@ -7,6 +7,7 @@ import (
 	"github.com/sanqos/sanqos/internal/control"
 	"github.com/sanqos/sanqos/internal/diskstats"
 	"github.com/sanqos/sanqos/internal/engine"
+	"github.com/sanqos/sanqos/internal/latency"
 	"github.com/sanqos/sanqos/internal/topology"
 )
 
@@ -22,22 +23,32 @@ func SimGains() Gains {
 // engineStepper drives the production engine: the simulated diskstats
 // text was already parsed by the production parser.
 type engineStepper struct {
-	e        *engine.Engine
-	inFlight *plantInFlight
+	e     *engine.Engine
+	plant *plantSource
+	probe bool
 }
 
-// plantInFlight lets the engine, made before the plant, ask the plant
-// for its reads in flight (RunWith connects them).
-type plantInFlight struct{ p *plant }
+// plantSource lets the engine, made before the plant, ask the plant for
+// its reads in flight and, with the probe on, its block-layer probe's
+// tick (RunWith connects them).
+type plantSource struct {
+	p    *plant
+	tick map[string]probeTick
+}
 
-func (f *plantInFlight) ReadsInFlight(device string) (uint64, bool) {
+func (f *plantSource) ReadsInFlight(device string) (uint64, bool) {
 	if f.p == nil {
 		return 0, false
 	}
 	return f.p.ReadsInFlight(device)
 }
 
-func (s engineStepper) attach(p *plant) { s.inFlight.p = p }
+func (f *plantSource) TickReads(device string) (latency.Ops, time.Duration, bool) {
+	t, ok := f.tick[device]
+	return t.reads, t.oldest, ok
+}
+
+func (s engineStepper) attach(p *plant) { s.plant.p = p }
 
 // resourceName is the shared resource of the scenario (the thesis's
 // volume group was "vg_aic").
@@ -65,6 +76,7 @@ func (cfg Config) EngineConfig() engine.Config {
 	ec.Tick = cfg.Tick
 	ec.Controller = cfg.Controller
 	ec.Control.ThresholdMs = cfg.ThresholdMs
+	ec.Signal = cfg.Signal
 	if g := cfg.Gains; g.Kp > 0 {
 		ec.Control.Kp = g.Kp
 		ec.Control.Ti = time.Duration(g.TiMs * float64(time.Millisecond))
@@ -81,16 +93,22 @@ func newEngineStepper(cfg Config) (Stepper, error) {
 		cfg.Tick = 100 * time.Millisecond
 	}
 	ec := cfg.EngineConfig()
-	f := &plantInFlight{}
+	f := &plantSource{tick: map[string]probeTick{}}
 	ec.InFlight = f
+	if !cfg.NoProbe {
+		ec.Fine = f
+	}
 	e, err := engine.New(ec, cfg.Scenario.Topology())
 	if err != nil {
 		return nil, fmt.Errorf("setting up the engine: %w", err)
 	}
-	return engineStepper{e, f}, nil
+	return engineStepper{e, f, !cfg.NoProbe}, nil
 }
 
 func (s engineStepper) Step(now time.Time, snap []diskstats.Stat) Decision {
+	if s.probe && s.plant.p != nil {
+		s.plant.p.sampleProbe(now, s.plant.tick)
+	}
 	d := s.e.Step(now, snap)
 	for _, r := range d.Resources {
 		if r.Name == resourceName {

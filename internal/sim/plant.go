@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sanqos/sanqos/internal/diskmodel"
+	"github.com/sanqos/sanqos/internal/latency"
 )
 
 // Scenario is the workload of one simulated experiment.
@@ -116,8 +117,20 @@ func RandWScenario() Scenario {
 	return sc
 }
 
+// SSDScenario is the thesis's workload on a SATA SSD (diskmodel "ssd"):
+// the reader waits a fraction of a millisecond alone and a few times that
+// behind the twelve streams, so its promise is sub-millisecond, which only
+// the block-layer probe's microseconds can hold.
+func SSDScenario() Scenario {
+	sc := ThesisScenario()
+	sc.Name = "ssd"
+	sc.Disk = mustProfile("ssd")
+	sc.WriteNetMs = 0.5
+	return sc
+}
+
 // Scenarios lists the built-in scenarios' names.
-func Scenarios() []string { return []string{"thesis", "surge24", "randw"} }
+func Scenarios() []string { return []string{"thesis", "surge24", "randw", "ssd"} }
 
 func mustProfile(name string) diskmodel.Profile {
 	p, err := diskmodel.ProfileByName(name)
@@ -136,6 +149,8 @@ func ScenarioByName(name string) (Scenario, error) {
 		return Surge24Scenario(), nil
 	case "randw":
 		return RandWScenario(), nil
+	case "ssd":
+		return SSDScenario(), nil
 	}
 	return Scenario{}, fmt.Errorf("unknown scenario %q (known: %s)", name, strings.Join(Scenarios(), ", "))
 }
@@ -148,6 +163,11 @@ type counters struct {
 	readMs, writeMs      float64
 	inFlight             int
 	readsInFlight        uint64
+	// tickReads are the reads completed since the engine's last sample
+	// (the block-layer probe's tick); readArrived the arrival of each read
+	// in flight, by id.
+	tickReads   latency.Ops
+	readArrived map[uint64]time.Time
 	ioMs, weightedMs     float64
 	busySince            time.Time
 	lastChange           time.Time
@@ -186,6 +206,7 @@ type event struct {
 }
 
 type ioReq struct {
+	id      uint64 // for the reads in flight of the probe
 	op      diskmodel.Op
 	offset  int64
 	length  int64
@@ -236,6 +257,7 @@ type plant struct {
 	reader  int // device index of the reader
 
 	readerNext time.Time // earliest issue time of the reader's next read
+	ioSeq      uint64
 	delayMs    float64   // current packet delay for throttled consumers
 	throttled  map[netip.Addr]bool
 
@@ -312,7 +334,8 @@ func (p *plant) issueRead(now time.Time) {
 	// A throttled consumer's reads pay one delay, on the response (see
 	// evComplete): its data packets are the delayed ones.
 	arrive := now.Add(msDur(sc.ReadNetMs))
-	p.push(event{at: arrive, kind: evArrive, actor: -1, io: ioReq{op: diskmodel.Read, offset: off, length: sc.ReadBytes, issued: now, device: p.reader}})
+	p.ioSeq++
+	p.push(event{at: arrive, kind: evArrive, actor: -1, io: ioReq{id: p.ioSeq, op: diskmodel.Read, offset: off, length: sc.ReadBytes, issued: now, device: p.reader}})
 	p.readerNext = now.Add(time.Duration(float64(sc.ReadBytes) / sc.ReaderBps * float64(time.Second)))
 }
 
@@ -360,6 +383,10 @@ func (p *plant) handle(e event) {
 		c.inFlight++
 		if e.io.op == diskmodel.Read {
 			c.readsInFlight++
+			if c.readArrived == nil {
+				c.readArrived = map[uint64]time.Time{}
+			}
+			c.readArrived[e.io.id] = e.at
 		}
 		e.io.arrived = e.at
 		done := p.array.Submit(e.at, e.io.op, e.io.offset, e.io.length, uint64(e.io.device))
@@ -372,6 +399,11 @@ func (p *plant) handle(e event) {
 		sectors := uint64(e.io.length / 512)
 		if e.io.op == diskmodel.Read {
 			c.readsInFlight--
+			delete(c.readArrived, e.io.id)
+			d := e.at.Sub(e.io.arrived)
+			c.tickReads.Count++
+			c.tickReads.Sum += d
+			c.tickReads.Hist.Add(d)
 			c.reads++
 			c.readSectors += sectors
 			c.readMs += lat
@@ -432,4 +464,26 @@ func (p *plant) ReadsInFlight(device string) (uint64, bool) {
 		}
 	}
 	return 0, false
+}
+
+// probeTick is one device's tick of the plant's block-layer probe.
+type probeTick struct {
+	reads  latency.Ops
+	oldest time.Duration
+}
+
+// sampleProbe is the plant's block-layer probe: per device, the reads
+// completed since the last sample, timed from their arrival at the device
+// to completion as the kernel's request stamps are, and the age of the
+// oldest read in flight at now.
+func (p *plant) sampleProbe(now time.Time, into map[string]probeTick) {
+	for i, d := range p.sc.Devices {
+		c := &p.dev[i]
+		var oldest time.Duration
+		for _, at := range c.readArrived {
+			oldest = max(oldest, now.Sub(at))
+		}
+		into[d.Name] = probeTick{c.tickReads, oldest}
+		c.tickReads = latency.Ops{}
+	}
 }

@@ -36,6 +36,13 @@ type Config struct {
 	Tick        time.Duration
 	// Gains, when non-zero, override the pid controller's defaults.
 	Gains Gains
+	// Signal is what the controller follows (engine.SignalMean, …; ""
+	// is the mean).
+	Signal string
+	// NoProbe measures the reads from the simulated /proc/diskstats only
+	// (whole milliseconds), as the daemon does where eBPF cannot run; by
+	// default the engine also reads the plant's block-layer probe.
+	NoProbe bool
 }
 
 // Gains are the PID tuning the run uses.

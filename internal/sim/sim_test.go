@@ -324,3 +324,27 @@ func TestHarderWriters(t *testing.T) {
 		})
 	}
 }
+
+// TestSSDSubMillisecond: on the simulated SSD the reader waits 0.15 ms
+// alone and tens of ms behind the streams; through the plant's block-layer
+// probe (microseconds) pid holds sub-millisecond thresholds on the median
+// second, with p95 as the signal, where diskstats' whole milliseconds
+// cannot even see the threshold.
+func TestSSDSubMillisecond(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Scenario = SSDScenario()
+	cfg.Controller = "none"
+	none := run(t, cfg).Summary
+	for _, th := range []float64{0.5, 1, 2} {
+		cfg := DefaultConfig()
+		cfg.Scenario = SSDScenario()
+		cfg.ThresholdMs = th
+		cfg.Signal = "p95"
+		s := run(t, cfg).Summary
+		t.Logf("ssd p95 at %g ms: reader p50 %.2f p95 %.2f ms, %.1f%% over, %.0f MB/s (uncontrolled p50 %.1f ms, %.0f MB/s)",
+			th, s.ReadLatencyMs.P50, s.ReadLatencyMs.P95, s.OverThresholdPct, s.WriteMBs, none.ReadLatencyMs.P50, none.WriteMBs)
+		if s.ReadLatencyMs.P50 > th || s.ReadLatencyMs.P95 > none.ReadLatencyMs.P95/5 {
+			t.Errorf("threshold %g ms: reader p50 %.2f ms, p95 %.2f ms; want p50 under the threshold and p95 under a fifth of uncontrolled %.1f", th, s.ReadLatencyMs.P50, s.ReadLatencyMs.P95, none.ReadLatencyMs.P95)
+		}
+	}
+}
