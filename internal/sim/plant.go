@@ -166,11 +166,11 @@ type counters struct {
 	// tickReads are the reads completed since the engine's last sample
 	// (the block-layer probe's tick); readArrived the arrival of each read
 	// in flight, by id.
-	tickReads   latency.Ops
-	readArrived map[uint64]time.Time
-	ioMs, weightedMs     float64
-	busySince            time.Time
-	lastChange           time.Time
+	tickReads        latency.Ops
+	readArrived      map[uint64]time.Time
+	ioMs, weightedMs float64
+	busySince        time.Time
+	lastChange       time.Time
 }
 
 // account moves the in-flight based counters (io_ticks, time_in_queue) up
@@ -258,7 +258,7 @@ type plant struct {
 
 	readerNext time.Time // earliest issue time of the reader's next read
 	ioSeq      uint64
-	delayMs    float64   // current packet delay for throttled consumers
+	delayMs    float64 // current packet delay for throttled consumers
 	throttled  map[netip.Addr]bool
 
 	// Observations for the per-second samples.
