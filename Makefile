@@ -8,7 +8,7 @@ LDFLAGS   := -X main.version=$(VERSION)
 APT_PKGS  := tgt ethtool libiscsi-bin libiscsi-dev fio ipset iptables fuse3 libnetfilter-queue-dev iperf3 iproute2 pkg-config gcc
 REPORT    ?= report
 
-.PHONY: all build deps test demo fmt vet clean bpf fuzz soak
+.PHONY: all build deps test demo fmt vet clean bpf fuzz soak install
 
 all: build
 
@@ -26,6 +26,16 @@ build: deps
 	mkdir -p $(BIN)
 	CGO_ENABLED=0 $(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/sanqos ./cmd/sanqos
 	@if [ -d cmd/sanqos-iscsiload ]; then $(GO) build -o $(BIN)/sanqos-iscsiload ./cmd/sanqos-iscsiload; fi
+
+# install puts the daemon, its systemd unit and the example configuration in
+# place (the configuration only if there is none yet); DESTDIR stages it.
+PREFIX ?= /usr/local
+install:
+	@test -x $(BIN)/sanqos || { echo "run 'make build' first (as root it also installs the build's dependencies)"; exit 1; }
+	install -D -m 0755 $(BIN)/sanqos $(DESTDIR)$(PREFIX)/sbin/sanqos
+	install -D -m 0644 deploy/sanqos.service $(DESTDIR)/etc/systemd/system/sanqos.service
+	@if [ -e $(DESTDIR)/etc/sanqos/sanqos.toml ]; then echo "kept $(DESTDIR)/etc/sanqos/sanqos.toml"; 	else install -D -m 0644 deploy/sanqos.example.toml $(DESTDIR)/etc/sanqos/sanqos.toml; fi
+	@echo "installed; then: systemctl daemon-reload && systemctl enable --now sanqos"
 
 # bpf regenerates the block-latency probe's BPF object, which is committed
 # and embedded so that sanqos needs no compiler at run time. Only this target
