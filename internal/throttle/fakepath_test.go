@@ -141,7 +141,9 @@ func (q *fakeQueue) poller(int) poller  { return q }
 func newFakePath(t *testing.T, cfg NfqueueConfig, proc string) (*Nfqueue, *fakeClock, *fakeQueue) {
 	t.Helper()
 	cfg.SmallSegment = DefaultSmallSegment
-	cfg.MaxBacklog = DefaultMaxBacklog
+	if cfg.MaxBacklog == 0 {
+		cfg.MaxBacklog = DefaultMaxBacklog
+	}
 	clk := &fakeClock{Fake: clock.NewFake(t0)}
 	q := &fakeQueue{clk: clk}
 	b := &Nfqueue{cfg: cfg, log: quietLog(), place: func(int) {}, cpu: 1, standbyCPU: 0,

@@ -1,6 +1,7 @@
 package throttle
 
 import (
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -15,7 +16,7 @@ const ms = time.Millisecond
 // TestPacketLoopHoldsEachPacketItsDelay: the packet thread gives each
 // packet its verdict exactly at arrival + the delay of its direction
 // (the fake clock has no wake-up latency, so any error is the loop's),
-// accepts at once what needs no delay in the round it came, and keeps a
+// accepts at once, in the round it came, what needs no delay, and keeps a
 // flow's order when a later packet has the shorter delay.
 func TestPacketLoopHoldsEachPacketItsDelay(t *testing.T) {
 	b, _, q := newFakePath(t, NfqueueConfig{NoRiseLimit: true}, "/nonexistent")
@@ -23,14 +24,14 @@ func TestPacketLoopHoldsEachPacketItsDelay(t *testing.T) {
 	small, big := 48, 1000
 	q.packet(1*ms, 1, tcpPacket(small, 3260, 40001), 52+small)
 	q.packet(2*ms, 2, tcpPacket(big, 3260, 40001), 52+big)
-	q.packet(3*ms, 3, tcpPacket(0, 3260, 40002), 52)                           // pure ACK: passes (AckDelay off)
-	q.packet(3*ms, 4, to(tcpPacket(small, 3260, 40003), "10.0.0.9"), 52+small) // not throttled
+	q.packet(3*ms, 3, tcpPacket(0, 3260, 40002), 52)                                            // pure ACK: passes (AckDelay off)
+	q.packet(3500*time.Microsecond, 4, to(tcpPacket(small, 3260, 40003), "10.0.0.9"), 52+small) // not throttled
 	q.packet(4*ms, 5, tcpPacket(small, 3260, 40002), 52+small)
 	q.packet(4500*time.Microsecond, 6, tcpPacket(small, 3260, 40001), 52+small) // behind 2 in its flow
 	stop := runThread(t, b, b.loop, b.loopDone)
 	waitFor(t, "six verdicts", func() bool { return len(q.given()) == 6 })
 	stop()
-	want := []verdict{{3, t0.Add(3 * ms)}, {4, t0.Add(3 * ms)}, {1, t0.Add(6 * ms)}, {5, t0.Add(9 * ms)}, {2, t0.Add(14 * ms)}, {6, t0.Add(14 * ms)}}
+	want := []verdict{{3, t0.Add(3 * ms)}, {4, t0.Add(3500 * time.Microsecond)}, {1, t0.Add(6 * ms)}, {5, t0.Add(9 * ms)}, {2, t0.Add(14 * ms)}, {6, t0.Add(14 * ms)}}
 	if got := q.given(); !slices.Equal(got, want) {
 		t.Errorf("verdicts (id, time after t0):\n got %v\nwant %v", since(got), since(want))
 	}
@@ -42,11 +43,34 @@ func TestPacketLoopHoldsEachPacketItsDelay(t *testing.T) {
 	}
 }
 
+// TestPacketLoopOverflowKeepsArrivalOrder: when a packet finds the
+// backlog full, its flow's held packets leave at once, in order, before
+// it; and a packet accepted at once earlier in the same round leaves
+// before them, since it came first.
+func TestPacketLoopOverflowKeepsArrivalOrder(t *testing.T) {
+	b, _, q := newFakePath(t, NfqueueConfig{NoRiseLimit: true, MaxBacklog: 2}, "/nonexistent")
+	b.table.Store(&delays{ip("10.0.0.2"): {write: 5 * ms, read: 5 * ms}})
+	q.packet(1*ms, 1, tcpPacket(48, 3260, 40001), 100)
+	q.packet(1*ms, 2, tcpPacket(48, 3260, 40002), 100) // the backlog is full
+	q.packet(2*ms, 3, to(tcpPacket(48, 3260, 40003), "10.0.0.9"), 100)
+	q.packet(2*ms, 4, tcpPacket(48, 3260, 40001), 100) // overflows: 1, then 4
+	stop := runThread(t, b, b.loop, b.loopDone)
+	waitFor(t, "four verdicts", func() bool { return len(q.given()) == 4 })
+	stop()
+	want := []verdict{{3, t0.Add(2 * ms)}, {1, t0.Add(2 * ms)}, {4, t0.Add(2 * ms)}, {2, t0.Add(6 * ms)}}
+	if got := q.given(); !slices.Equal(got, want) {
+		t.Errorf("verdicts (id, time after t0):\n got %v\nwant %v", since(got), since(want))
+	}
+	if s := b.Stats(); s.Bypassed != 1 {
+		t.Errorf("bypassed %d, want 1", s.Bypassed)
+	}
+}
+
 // since renders verdicts with their times after t0.
 func since(vs []verdict) []string {
 	var out []string
 	for _, v := range vs {
-		out = append(out, time.Duration(v.at.Sub(t0)).String()+"#"+string(rune('0'+v.id)))
+		out = append(out, fmt.Sprintf("%d@%v", v.id, v.at.Sub(t0)))
 	}
 	return out
 }
