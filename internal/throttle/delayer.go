@@ -379,6 +379,12 @@ func (d *Delayer) limitRise(f flowKey, dir Direction, ack uint32, delay time.Dur
 	k := riseKey{f, dir}
 	delay = max(delay, 0)
 	st, known := d.rise[k]
+	if known && now.Sub(st.seen) >= riseForget {
+		// Forgotten, whether or not the sweep has come by yet: the
+		// sweep looks at a few entries a packet, in random order.
+		delete(d.rise, k)
+		st, known = riseState{}, false
+	}
 	sample := !known
 	if dir == Read {
 		st.n++
