@@ -102,6 +102,12 @@ type NfqueueConfig struct {
 // commands instead of taking a lock it also needs (see onLoop). While
 // that thread's CPU is stalled, a standby thread on another CPU does its
 // work (see standby).
+//
+// The parts live in files of their own: this one has the lifecycle and
+// the rules; packetloop.go the packet thread; standby.go the standby;
+// commands.go the command channel; rt_linux.go the threads' real-time
+// placement; pathio.go the seams (pathClock, queueSocket) through which
+// unit tests drive the packet path with a fake clock and queue.
 type Nfqueue struct {
 	cfg      NfqueueConfig
 	lock     *instanceLock // held until Close has removed everything
