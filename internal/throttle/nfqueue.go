@@ -6,18 +6,12 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
-	"os"
-	"runtime"
-	"slices"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
-	"unsafe"
 
 	"golang.org/x/sys/unix"
 
-	"github.com/sanqos/sanqos/internal/clock"
 	"github.com/sanqos/sanqos/internal/nfq"
 )
 
@@ -87,30 +81,6 @@ type NfqueueConfig struct {
 	NoStandby bool
 }
 
-// delays is the per-consumer delay table the packet path reads.
-type delays map[netip.Addr]dirDelays
-
-type dirDelays struct{ write, read time.Duration }
-
-// of returns the delay of a segment with payload bytes: pure ACKs and
-// small segments (R2T, SCSI Response) clock writes, larger ones carry
-// reads.
-func (d dirDelays) of(payload, small int) time.Duration {
-	if payload <= small {
-		return d.write
-	}
-	return d.read
-}
-
-// directionOf is the direction a segment with payload bytes belongs to,
-// by the same rule as dirDelays.of.
-func directionOf(payload, small int) Direction {
-	if payload <= small {
-		return Write
-	}
-	return Read
-}
-
 // Nfqueue is the default backend: iptables sends the packets a throttled
 // consumer receives from the target ports to an NFQUEUE, and the Delayer
 // holds each for the delay of its class. Only members of active groups are
@@ -132,6 +102,12 @@ func directionOf(payload, small int) Direction {
 // commands instead of taking a lock it also needs (see onLoop). While
 // that thread's CPU is stalled, a standby thread on another CPU does its
 // work (see standby).
+//
+// The parts live in files of their own: this one has the lifecycle and
+// the rules; packetloop.go the packet thread; standby.go the standby;
+// commands.go the command channel; rt_linux.go the threads' real-time
+// placement; pathio.go the seams (pathClock, queueSocket) through which
+// unit tests drive the packet path with a fake clock and queue.
 type Nfqueue struct {
 	cfg      NfqueueConfig
 	lock     *instanceLock // held until Close has removed everything
@@ -139,8 +115,11 @@ type Nfqueue struct {
 	rec6     *reconciler // the IPv6 half; nil: IPv6 consumers are refused
 	table    atomic.Pointer[delays]
 	del      *Delayer
-	sock     *nfq.Socket
-	wake     int // eventfd: a command is waiting, or stop
+	sock     queueSocket
+	clk      pathClock
+	place    func(cpu int) // makes the calling thread one of the packet path's (see boost)
+	proc     string        // the /proc root the packet path reads
+	wake     int           // eventfd: a command is waiting, or stop
 	log      *slog.Logger
 	onPacket func(nfq.Packet)
 	atOnce   []uint32 // packets read this round that need no delay
@@ -228,8 +207,6 @@ func newNfqueue(ctx context.Context, cfg NfqueueConfig, lock *instanceLock) (*Nf
 	if cfg.NoStandby {
 		b.standbyCPU = -1
 	}
-	b.onPacket = b.handle
-	b.table.Store(&delays{})
 	if err := b.rec.reset(ctx); err != nil {
 		return nil, fmt.Errorf("removing leftovers of an earlier run: %w", err)
 	}
@@ -272,18 +249,10 @@ func newNfqueue(ctx context.Context, cfg NfqueueConfig, lock *instanceLock) (*Nf
 		unix.Close(wake)
 		return nil, fmt.Errorf("creating the packet thread's eventfd: %w", err)
 	}
-	b.sock, b.wake, b.done = sock, wake, done
-	b.del = NewDelayer(clock.Real{}, cfg.MaxBacklog, b.release)
-	b.del.AckDelay = cfg.AckDelay
-	switch {
-	case cfg.NoRiseLimit:
-		b.del.Rise = RiseLimit{}
-	case cfg.RiseLimit != (RiseLimit{}):
-		b.del.Rise = cfg.RiseLimit
-	}
-	b.alive.Store(time.Now().UnixNano())
+	b.place = b.boost
+	b.initPath(kernelQueue{sock}, wake, done, kernelClock{}, "/proc")
 	b.unreserve = append(b.unreserve, reserveProc())
-	if err := raiseOtherThreads(); err != nil {
+	if err := raiseOtherThreads(b.proc); err != nil {
 		b.log.Warn("the daemon's other threads keep their priority; the packet thread may wait for them under CPU load", "err", err)
 	}
 	go b.loop()
@@ -299,305 +268,25 @@ func newNfqueue(ctx context.Context, cfg NfqueueConfig, lock *instanceLock) (*Nf
 	return b, nil
 }
 
-// reserveProc gives the Go scheduler one P (the right to run Go code)
-// more than before, for as long as a packet thread runs; release gives it
-// back. The packet thread keeps its P even while it waits (see
-// yieldEvery), so without one more the daemon's ordinary goroutines, and
-// a garbage collection, would have a CPU's worth less than the machine
-// has.
-var procs struct {
-	sync.Mutex
-	base, threads int
-}
-
-func reserveProc() (release func()) {
-	procs.Lock()
-	defer procs.Unlock()
-	if procs.threads == 0 {
-		procs.base = runtime.GOMAXPROCS(0)
+// initPath gives the packet path its socket, eventfds (wake: a command
+// or stop waits; done: the command ran), clock and /proc root, and makes
+// its delayer. The backend gives it the kernel's, unit tests fakes.
+func (b *Nfqueue) initPath(sock queueSocket, wake, done int, clk pathClock, proc string) {
+	b.sock, b.wake, b.done, b.clk, b.proc = sock, wake, done, clk, proc
+	b.onPacket = b.handle
+	b.table.Store(&delays{})
+	b.del = NewDelayer(clk, b.cfg.MaxBacklog, b.release)
+	b.del.AckDelay = b.cfg.AckDelay
+	switch {
+	case b.cfg.NoRiseLimit:
+		b.del.Rise = RiseLimit{}
+	case b.cfg.RiseLimit != (RiseLimit{}):
+		b.del.Rise = b.cfg.RiseLimit
 	}
-	procs.threads++
-	runtime.GOMAXPROCS(procs.base + procs.threads)
-	return func() {
-		procs.Lock()
-		defer procs.Unlock()
-		procs.threads--
-		runtime.GOMAXPROCS(procs.base + procs.threads)
-	}
+	b.alive.Store(clk.Now().UnixNano())
 }
 
 func (b *Nfqueue) Name() string { return "nfqueue" }
-
-// accept gives the kernel the verdicts for released packets.
-func (b *Nfqueue) accept(ids []uint32) {
-	if err := b.sock.Accept(ids...); err != nil {
-		b.errs.Add(uint64(len(ids)))
-		b.loopError(err)
-	}
-}
-
-// release is the delayer's release. The packets of this round that
-// are to be accepted at once (atOnce) go first: they came before, and
-// when a full backlog makes the delayer let a flow's held packets go in
-// the middle of a round (see Delayer.Submit), one of that flow's may be
-// among them.
-func (b *Nfqueue) release(ids []uint32) {
-	b.flushAtOnce()
-	b.accept(ids)
-}
-
-// loopError logs a failure of the packet thread at most every 10 s; the
-// count is in the data-path counters.
-func (b *Nfqueue) loopError(err error) {
-	if now := time.Now(); now.Sub(b.lastLog) >= 10*time.Second {
-		b.lastLog = now
-		b.log.Error("packet path", "err", err)
-	}
-}
-
-// rtPriority is the SCHED_FIFO priority of the packet thread. TCP sends a
-// loss probe when an ACK is late by about two RTTs; on a busy target a
-// normal-priority thread can wait that long for a CPU, and every such
-// stall is a retransmission. The thread sleeps between packets, and the
-// kernel's RT throttling caps it anyway. 10 is low among RT priorities:
-// kernel threads and anything the operator made real-time still come
-// first.
-const rtPriority = 10
-
-// boost locks the calling goroutine to its thread for good, makes the
-// thread real-time and pins it to cpu. It stays on one CPU because an
-// accepted packet is transmitted from the thread that accepted it: on a
-// veth (and any device without a queue) it lands in that CPU's backlog,
-// so verdicts for one flow issued from two CPUs could leave in the wrong
-// order (the standby therefore waits for the packet CPU's backlog to
-// empty before it takes over). Failures only cost latency or order under
-// load, so they are logged, not fatal.
-func (b *Nfqueue) boost(cpu int) {
-	runtime.LockOSThread()
-	if err := unix.SchedSetAttr(0, &unix.SchedAttr{Policy: unix.SCHED_FIFO, Priority: rtPriority}, 0); err != nil {
-		b.log.Warn("packet path runs at normal priority; delays may stretch under CPU load", "err", err)
-	}
-	var set unix.CPUSet
-	set.Set(cpu)
-	if err := unix.SchedSetaffinity(0, &set); err != nil {
-		b.log.Warn("packet path not pinned to one CPU", "cpu", cpu, "err", err)
-	}
-}
-
-// otherThreadsNice is the nice value the process's other threads get. The
-// packet thread cannot avoid them entirely: every 10–20 ms without a quiet
-// moment, the Go scheduler preempts it, and it runs again only once one of
-// them hands its P back. Under EEVDF a waking nice −10 thread (weight
-// about 9.3 × nice 0) takes a CPU from tgtd or the initiators' work at
-// once, so that hand-back costs microseconds, not the milliseconds of a
-// nice 0 thread queued behind them. The daemon's own work is a few
-// percent of a CPU; it cannot crowd out the target's.
-const otherThreadsNice = -10
-
-// raiseOtherThreads sets otherThreadsNice on every thread of the process
-// that has a lower priority. New threads inherit it from the threads that
-// create them.
-func raiseOtherThreads() error {
-	tids, err := processThreads()
-	if err != nil {
-		return err
-	}
-	var first error
-	for _, tid := range tids {
-		// The raw system call answers 20 − nice.
-		prio, err := unix.Getpriority(unix.PRIO_PROCESS, tid)
-		if err != nil || 20-prio <= otherThreadsNice {
-			continue // gone, or already at least as high
-		}
-		if err := unix.Setpriority(unix.PRIO_PROCESS, tid, otherThreadsNice); err != nil && first == nil {
-			first = err
-		}
-	}
-	return first
-}
-
-// processThreads lists the thread ids of this process.
-func processThreads() ([]int, error) {
-	tasks, err := os.ReadDir("/proc/self/task")
-	if err != nil {
-		return nil, fmt.Errorf("listing this process's threads: %w", err)
-	}
-	var tids []int
-	for _, e := range tasks {
-		if tid, err := strconv.Atoi(e.Name()); err == nil {
-			tids = append(tids, tid)
-		}
-	}
-	return tids, nil
-}
-
-// pathCPUs are the CPUs of the packet path: the packet thread's, the last
-// one this process may use (CPU 0 usually takes most device interrupts),
-// and the standby's, the first other one (-1 when there is none).
-func pathCPUs() (packet, standby int) {
-	var set unix.CPUSet
-	if err := unix.SchedGetaffinity(0, &set); err != nil {
-		return 0, -1
-	}
-	packet, standby = 0, -1
-	for i := range 1024 { // CPU_SETSIZE, the CPUs a unix.CPUSet can hold
-		if set.IsSet(i) {
-			packet = i
-		}
-	}
-	for i := range packet {
-		if set.IsSet(i) {
-			return packet, i
-		}
-	}
-	return packet, -1
-}
-
-// maxReadsPerRound bounds the datagrams read between two looks at the
-// release heap, so that a burst of arrivals cannot hold releases up: 256
-// reads take well under a millisecond.
-const maxReadsPerRound = 256
-
-// loop is the packet thread. It ends when Close sets stopping, after
-// releasing everything it holds.
-//
-// It holds the path lock (b.path) while it works and lets go of it while
-// it waits in ppoll, so that the standby (see standby) can take the path
-// over when this thread does not come back from a wait in time. It never
-// blocks on that lock: when the standby has it, the thread asks for it
-// back (b.back) and looks again shortly.
-func (b *Nfqueue) loop() {
-	defer close(b.loopDone)
-	b.boost(b.cpu)
-	t := b.newPathThread()
-	for !b.stopping.Load() {
-		yield := t.yield()
-		if !b.path.TryLock() {
-			b.back.Store(true)
-			rawSleep(backOff)
-			continue
-		}
-		if yield > 0 {
-			b.stalls.yields.add(yield)
-		}
-		at, holding := b.del.next()
-		if holding && !at.After(time.Now()) {
-			b.del.ReleaseDue(time.Now())
-			b.path.Unlock()
-			continue
-		}
-		b.path.Unlock()
-		err := t.wait(at, holding)
-		b.beat.Add(1)
-		b.alive.Store(time.Now().UnixNano())
-		if !b.path.TryLock() {
-			continue // the standby runs the path and handles what woke us
-		}
-		if err != nil {
-			b.errs.Add(1)
-			b.loopError(fmt.Errorf("waiting for packets: %w", err))
-			b.path.Unlock()
-			pause()
-			continue
-		}
-		if holding && t.timedOut() && !time.Now().Before(at) {
-			b.stalls.wakes.add(time.Since(at))
-		}
-		t.serve()
-		b.path.Unlock()
-	}
-	// On the way out we fail open: what we hold first, then what is
-	// still waiting in the socket, in the order it came. Close removed
-	// the rules before, so the socket runs dry. The standby gives the
-	// path back once it sees stopping.
-	for !b.path.TryLock() {
-		rawSleep(backOff)
-	}
-	b.del.releaseAll()
-	b.drain()
-	b.endCmds()
-}
-
-// drainQuiet is how long the socket must stay empty before the packet
-// thread lets the queue close: the kernel drops whatever is still queued
-// when it does (see Close), and a packet that passed the rule on another
-// CPU just before the rule went may reach the socket a moment later.
-const drainQuiet = 2 * time.Millisecond
-
-// drain accepts, in the order they come, the packets still in the socket,
-// until it has been empty for drainQuiet (at most a second and 65,536
-// reads: the rules are gone, so the socket runs dry).
-func (b *Nfqueue) drain() {
-	fds := []unix.PollFd{{Fd: int32(b.sock.Fd()), Events: unix.POLLIN}}
-	quiet := unix.NsecToTimespec(drainQuiet.Nanoseconds())
-	deadline := time.Now().Add(time.Second)
-	for n := 0; n < 1<<16 && time.Now().Before(deadline); {
-		more, err := b.sock.Read(func(p nfq.Packet) { b.atOnce = append(b.atOnce, p.ID) })
-		n++
-		if err != nil {
-			break
-		}
-		if more {
-			continue
-		}
-		b.flushAtOnce()
-		fds[0].Revents = 0
-		if rawPpoll(fds, &quiet) != nil || fds[0].Revents == 0 {
-			break
-		}
-	}
-	b.flushAtOnce()
-}
-
-// pathThread is what a thread that runs the packet path (the packet
-// thread, or the standby while it has taken over) keeps for itself.
-type pathThread struct {
-	b       *Nfqueue
-	fds     []unix.PollFd
-	ts      unix.Timespec
-	yielded time.Time
-}
-
-func (b *Nfqueue) newPathThread() *pathThread {
-	return &pathThread{b: b, yielded: time.Now(),
-		fds: []unix.PollFd{{Fd: int32(b.sock.Fd()), Events: unix.POLLIN}, {Fd: int32(b.wake), Events: unix.POLLIN}}}
-}
-
-// yield gives the Go scheduler a turn every yieldEvery, at a moment when
-// no packet is due within yieldRoom, and returns how long that took (0:
-// it did not yield).
-func (t *pathThread) yield() time.Duration {
-	now := time.Now()
-	if now.Sub(t.yielded) < yieldEvery {
-		return 0
-	}
-	if at, holding := t.b.del.next(); holding && at.Sub(now) < yieldRoom {
-		return 0
-	}
-	runtime.Gosched()
-	t.yielded = time.Now()
-	return t.yielded.Sub(now)
-}
-
-// wait waits in ppoll(2) for packets, a command, or (holding) the release
-// time at.
-func (t *pathThread) wait(at time.Time, holding bool) error {
-	// A real-time thread's timeouts have no timer slack: ppoll wakes
-	// within microseconds of the release time. With nothing held it
-	// still wakes every heartbeat, so that Healthy can tell a live
-	// packet thread from a stuck one.
-	wait := heartbeat
-	if holding {
-		wait = min(max(time.Until(at), 0), heartbeat)
-	}
-	t.ts = unix.NsecToTimespec(wait.Nanoseconds())
-	timeout := &t.ts
-	t.fds[0].Revents, t.fds[1].Revents = 0, 0
-	if err := rawPpoll(t.fds, timeout); err != nil && !errors.Is(err, unix.EINTR) {
-		return err
-	}
-	return nil
-}
 
 // heartbeat is the longest the packet thread waits without going round
 // its loop: a quarter of HealthyWithin, so that a live thread is never
@@ -623,189 +312,6 @@ func (b *Nfqueue) Healthy(now time.Time) error {
 		return fmt.Errorf("the nfqueue packet path has not run for %v (limit %v); held packets are not being released", age.Round(time.Millisecond), HealthyWithin)
 	}
 	return nil
-}
-
-// timedOut reports whether the last wait ended by its timeout.
-func (t *pathThread) timedOut() bool { return t.fds[0].Revents == 0 && t.fds[1].Revents == 0 }
-
-// serve handles what ended the last wait: a command, packets, then the
-// releases that are due. The path lock is held.
-func (t *pathThread) serve() {
-	b := t.b
-	if t.fds[1].Revents != 0 {
-		rawEventfd(unix.SYS_READ, b.wake)
-		b.runCmd()
-	}
-	if r := t.fds[0].Revents; r&(unix.POLLERR|unix.POLLNVAL) != 0 {
-		b.errs.Add(1)
-		b.loopError(fmt.Errorf("NFQUEUE socket: poll events %#x", r))
-		pause()
-	} else if r != 0 {
-		b.receive()
-	}
-	b.del.ReleaseDue(time.Now())
-}
-
-// The packet thread waits in raw system calls (rawPpoll; the socket's
-// reads and writes are raw too) and so keeps its P, the right to run Go
-// code, while it waits: it never depends on another thread to give one
-// back. The Go scheduler sees a goroutine that never yields, though, and
-// after 10–20 ms preempts it, which parks the thread until an ordinary
-// thread hands its P back — on a busy target a wait of milliseconds. So
-// the thread yields by itself, every yieldEvery, at a moment when no
-// packet is due within yieldRoom; the scheduler then never needs to.
-const (
-	yieldEvery = 5 * time.Millisecond
-	yieldRoom  = 2 * time.Millisecond
-)
-
-// stalls keeps the packet thread's recent stalls of its own, apart from
-// the delay errors they cause: how long its yields to the Go scheduler
-// took (another thread must hand its P back), how late the kernel woke it
-// for a release (the hypervisor took the CPU, or something of a higher
-// class ran), and how long the standby ran the path for it. The path lock
-// guards it; Stats reads it under that lock too.
-type stalls struct{ yields, wakes, takeovers recent }
-
-// recent holds the last 64 durations added.
-type recent struct {
-	d [64]time.Duration
-	n int // durations ever added
-}
-
-func (r *recent) add(d time.Duration) { r.d[r.n%len(r.d)] = d; r.n++ }
-func (r *recent) max() time.Duration  { return slices.Max(r.d[:]) }
-
-// rawPpoll is ppoll(2) without telling the Go scheduler; see yieldEvery.
-func rawPpoll(fds []unix.PollFd, timeout *unix.Timespec) error {
-	_, _, e := unix.RawSyscall6(unix.SYS_PPOLL, uintptr(unsafe.Pointer(&fds[0])), uintptr(len(fds)),
-		uintptr(unsafe.Pointer(timeout)), 0, 0, 0)
-	if e != 0 {
-		return e
-	}
-	return nil
-}
-
-// rawEventfd reads (clears) or writes (signals) an eventfd without telling
-// the Go scheduler, like rawPpoll.
-func rawEventfd(op uintptr, fd int) {
-	v := uint64(1)
-	unix.RawSyscall(op, uintptr(fd), uintptr(unsafe.Pointer(&v)), 8)
-}
-
-// pause keeps a failing packet thread from spinning at real-time
-// priority.
-func pause() { time.Sleep(10 * time.Millisecond) }
-
-// receive reads what the queue holds, up to maxReadsPerRound datagrams.
-func (b *Nfqueue) receive() {
-	for range maxReadsPerRound {
-		more, err := b.sock.Read(b.onPacket)
-		if err != nil {
-			b.errs.Add(1)
-			b.loopError(err)
-			break
-		}
-		if !more {
-			break
-		}
-	}
-	b.flushAtOnce()
-}
-
-// flushAtOnce accepts the packets of this round that need no delay. They
-// wait for the end of the round (a fraction of a millisecond) so that one
-// write carries them all; none of them can be overtaken meanwhile, since
-// a packet of the same flow arriving later is either held or also here,
-// after it.
-func (b *Nfqueue) flushAtOnce() {
-	if len(b.atOnce) > 0 {
-		b.accept(b.atOnce)
-		b.atOnce = b.atOnce[:0]
-	}
-}
-
-// handle classifies one queued packet and submits it to the delayer.
-func (b *Nfqueue) handle(pk nfq.Packet) {
-	total := int(pk.CapLen)
-	if total == 0 && len(pk.Payload) < copyRange {
-		total = len(pk.Payload)
-	}
-	p, ok := parseTCP(pk.Payload, total)
-	if !ok {
-		b.errs.Add(1)
-		b.atOnce = append(b.atOnce, pk.ID)
-		return
-	}
-	delay := (*b.table.Load())[p.flow.dst].of(p.payload, b.cfg.SmallSegment)
-	submit := b.del.Submit
-	if p.pureAck() {
-		submit = b.del.SubmitPureAck
-	}
-	if submit(pk.ID, p.flow, directionOf(p.payload, b.cfg.SmallSegment), p.ack, delay, time.Now()) {
-		b.atOnce = append(b.atOnce, pk.ID)
-	}
-}
-
-// onLoop runs f on the packet thread and waits for it (once the thread
-// has ended, f runs here). The control loop's work on the delayer goes
-// this way: were it to take the delayer's lock itself, a normal-priority
-// goroutine preempted while holding it would stall the real-time thread.
-// Both directions are eventfds, not channels: the packet thread never
-// makes a goroutine runnable, which would queue it on the thread's P and
-// invite the scheduler to take that P away while the thread waits.
-func (b *Nfqueue) onLoop(f func()) {
-	b.cmdMu.Lock()
-	defer b.cmdMu.Unlock()
-	if b.ended.Load() {
-		f()
-		return
-	}
-	b.ran.Store(false)
-	b.cmd.Store(&f)
-	b.kick()
-	var buf [8]byte
-	for {
-		// A blocking read: the kernel wakes this thread when the
-		// command ran.
-		if _, err := unix.Read(b.done, buf[:]); !errors.Is(err, unix.EINTR) {
-			break
-		}
-	}
-	// What f wrote is ours to read: the eventfd said so, and this load
-	// of what the packet thread stored after f says so to Go's memory
-	// model (and the race detector).
-	if !b.ran.Load() {
-		panic("throttle: packet thread answered a command it did not run")
-	}
-}
-
-// kick wakes the packet thread.
-func (b *Nfqueue) kick() {
-	one := [8]byte{1}
-	_, _ = unix.Write(b.wake, one[:])
-}
-
-// runCmd runs the command waiting for the packet thread, if any.
-func (b *Nfqueue) runCmd() {
-	if f := b.cmd.Swap(nil); f != nil {
-		(*f)()
-		b.ran.Store(true)
-		rawEventfd(unix.SYS_WRITE, b.done)
-	}
-}
-
-// endCmds stops taking commands. A caller holds cmdMu from queuing its
-// command until it ran, so running what waits while trying to take it
-// lets every caller through.
-func (b *Nfqueue) endCmds() {
-	for !b.cmdMu.TryLock() {
-		b.runCmd()
-		time.Sleep(50 * time.Microsecond)
-	}
-	b.runCmd()
-	b.ended.Store(true)
-	b.cmdMu.Unlock()
 }
 
 // rules renders one NFQUEUE rule per group. --queue-bypass makes the
@@ -835,7 +341,7 @@ func (b *Nfqueue) Apply(ctx context.Context, s State) error {
 	if b.closed {
 		return errors.New("backend is closed")
 	}
-	t := b.members.update(s, time.Now())
+	t := b.members.update(s, b.clk.Now())
 	// Delays first: a consumer joining finds its delay on its first packet.
 	b.table.Store(&t)
 	err := b.program(ctx)
@@ -848,7 +354,7 @@ func (b *Nfqueue) Apply(ctx context.Context, s State) error {
 // program reconciles the kernel with the last state plus the lingering
 // members, and schedules the next look at the lingering ones. b.mu held.
 func (b *Nfqueue) program(ctx context.Context) error {
-	now := time.Now()
+	now := b.clk.Now()
 	var rules []string
 	var sets map[string][]netip.Addr
 	var lingering bool
@@ -894,7 +400,7 @@ func (b *Nfqueue) Stats() Stats {
 	var s Stats
 	b.onLoop(func() {
 		s = b.del.Stats()
-		s.Errors = b.errs.Load() + b.sock.Errors
+		s.Errors = b.errs.Load() + b.sock.sockErrors()
 		s.YieldMax, s.WakeLateMax = b.stalls.yields.max(), b.stalls.wakes.max()
 		s.Takeovers, s.TakeoverMax = uint64(b.stalls.takeovers.n), b.stalls.takeovers.max()
 		s.TakeoversDeclined = b.declined.Load()

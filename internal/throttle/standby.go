@@ -2,6 +2,7 @@ package throttle
 
 import (
 	"bytes"
+	"path/filepath"
 	"time"
 	"unsafe"
 
@@ -64,28 +65,23 @@ const (
 	backOff = 100 * time.Microsecond
 )
 
-var (
-	tickTS  = unix.NsecToTimespec(standbyTick.Nanoseconds())
-	quietTS = unix.NsecToTimespec(standbyQuiet.Nanoseconds())
-	idleTS  = unix.NsecToTimespec(standbyIdle.Nanoseconds())
-)
-
 // standby watches the packet thread and takes the path over when it
 // stalls; it ends with stopping.
 func (b *Nfqueue) standby() {
 	defer close(b.standbyDone)
-	b.boost(b.standbyCPU)
+	b.place(b.standbyCPU)
 	t := b.newPathThread()
-	softnet, err := unix.Open(softnetPath, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	path := filepath.Join(b.proc, softnetStat)
+	softnet, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		softnet = -1
-		b.log.Warn("cannot read the CPUs' receive backlogs; the standby takes over without waiting for them", "path", softnetPath, "err", err)
+		b.log.Warn("cannot read the CPUs' receive backlogs; the standby takes over without waiting for them", "path", path, "err", err)
 	} else {
 		defer unix.Close(softnet)
 	}
 	buf := make([]byte, 16<<10)
 	var beat uint64
-	wait := &tickTS
+	wait := standbyTick
 	var since time.Time // work has waited with the packet thread away since
 	for !b.stopping.Load() {
 		// While it watches, the standby sleeps in ordinary system calls:
@@ -96,16 +92,16 @@ func (b *Nfqueue) standby() {
 		// scheduler slow to give it a P back, a takeover would come a
 		// little later; a wait never holds a packet.
 		if !b.active.Load() {
-			_ = unix.Nanosleep(&idleTS, nil)
+			b.clk.Sleep(standbyIdle)
 			since = time.Time{}
 			continue
 		}
-		_ = unix.Nanosleep(wait, nil)
-		now := time.Now()
+		b.clk.Sleep(wait)
+		now := b.clk.Now()
 		holding, pending := t.pending(now)
-		wait = &tickTS
+		wait = standbyTick
 		if !holding && !pending {
-			wait = &quietTS
+			wait = standbyQuiet
 		}
 		if cur := b.beat.Load(); cur != beat || !pending {
 			beat, since = cur, time.Time{}
@@ -139,20 +135,20 @@ func (t *pathThread) pending(now time.Time) (holding, pending bool) {
 	if holding && !at.After(now) {
 		return true, true
 	}
-	t.fds[0].Revents, t.fds[1].Revents = 0, 0
-	var zero unix.Timespec
-	return holding, rawPpoll(t.fds, &zero) == nil && !t.timedOut()
+	var err error
+	t.sock, t.woken, err = t.poll.wait(0)
+	return holding, err == nil && !t.timedOut()
 }
 
 // takeOver runs the packet path on the standby until the packet thread
 // asks for it back, or the backend stops. The path lock is held.
 func (b *Nfqueue) takeOver(t *pathThread) {
-	start := time.Now()
+	start := b.clk.Now()
 	b.back.Store(false)
 	t.yielded = start
 	for !b.stopping.Load() && !b.back.Load() {
 		t.yield()
-		now := time.Now()
+		now := b.clk.Now()
 		at, holding := b.del.next()
 		if holding && !at.After(now) {
 			b.del.ReleaseDue(now)
@@ -166,20 +162,15 @@ func (b *Nfqueue) takeOver(t *pathThread) {
 			b.loopError(err)
 			break
 		}
-		b.alive.Store(time.Now().UnixNano())
+		b.alive.Store(b.clk.Now().UnixNano())
 		t.serve()
 	}
-	b.stalls.takeovers.add(time.Since(start))
+	b.stalls.takeovers.add(b.clk.Now().Sub(start))
 }
 
-// rawSleep sleeps without telling the Go scheduler, like rawPpoll.
-func rawSleep(d time.Duration) {
-	ts := unix.NsecToTimespec(d.Nanoseconds())
-	unix.RawSyscall(unix.SYS_NANOSLEEP, uintptr(unsafe.Pointer(&ts)), 0, 0)
-}
-
-// softnetPath lists each CPU's network receive backlog, among others.
-const softnetPath = "/proc/net/softnet_stat"
+// softnetStat lists each CPU's network receive backlog, among others;
+// under the /proc root.
+const softnetStat = "net/softnet_stat"
 
 // backlogEmpty reports whether nothing waits in cpu's network receive
 // backlog, read from softnet (an open softnet_stat; -1: unknown, taken as
