@@ -5,10 +5,10 @@ GO        ?= go
 BIN       := bin
 VERSION   := $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS   := -X main.version=$(VERSION)
-APT_PKGS  := tgt ethtool libiscsi-bin libiscsi-dev fio ipset iptables fuse3 libnetfilter-queue-dev iperf3 iproute2 pkg-config gcc
+APT_PKGS  := qemu-system-x86 debootstrap kmod tgt ethtool libiscsi-bin libiscsi-dev fio ipset iptables fuse3 libnetfilter-queue-dev iperf3 iproute2 pkg-config gcc
 REPORT    ?= report
 
-.PHONY: all build deps test demo fmt vet clean
+.PHONY: all build deps test demo fmt vet clean kernel-lab
 
 all: build
 
@@ -41,6 +41,16 @@ vet:
 test: deps fmt vet build
 	$(GO) test -count=1 -p 1 -timeout 60m ./...
 	$(GO) test -count=1 -race -short ./internal/...
+
+# kernel-lab boots Debian bookworm's own kernel (KERNEL=cloud|rt|generic)
+# under qemu and runs the kernel-stack suite (SUITE) inside: LIO, open-iscsi,
+# dm-delay, LVM, netem. The rootfs and kernel are cached in
+# /var/cache/sanqos-kernel-lab (first run: a few minutes).
+KERNEL    ?= cloud
+SUITE     ?= all
+kernel-lab: build
+	CGO_ENABLED=0 $(GO) test -c -o $(BIN)/sanqos-guest.test ./internal/lab/vm/guesttest
+	$(BIN)/sanqos lab vm --kernel $(KERNEL) --suite $(SUITE)
 
 demo: build
 	$(BIN)/sanqos lab demo --out $(REPORT)

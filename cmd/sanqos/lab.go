@@ -24,6 +24,7 @@ var labCommands = []struct {
 	{"down", "remove everything the lab created (safe to repeat)", cmdLabDown},
 	{"run", "run one experiment in a fresh lab and write its report", labRun}, // labexp.go
 	{"demo", "write the demonstration report (simulation and lab)", labDemo},  // labexp.go
+	{"vm", "boot Debian's kernel under qemu, run kernel-stack tests inside", cmdLabVM},
 }
 
 func labUsage(w io.Writer) {
