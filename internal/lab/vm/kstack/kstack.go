@@ -2,7 +2,17 @@
 // sanqos's users run: loop files on tmpfs, dm-delay over one of them (a
 // disk with latency), LVM volume groups with logical volumes, LIO block
 // backstores exported by one iSCSI target with a node ACL per initiator,
-// and open-iscsi initiators in network namespaces logged in to it.
+// and open-iscsi initiators logged in to it, each from its own interface
+// and address.
+//
+// The target, not the initiators, sits in a network namespace (TargetNS):
+// this kernel's iSCSI initiator netlink (scsi_transport_iscsi) only
+// answers iscsid in the initial namespace ("iscsid: sendmsg: bug?" from a
+// namespaced iscsid at login), while LIO opens its portal socket in the
+// namespace of whoever configures it. Each initiator is an open-iscsi
+// iface bound (SO_BINDTODEVICE) to its own veth, so its sessions come from
+// its own address across the target namespace's bridge, whose egress is
+// where sanqos's backends act.
 //
 // It runs the same tools an administrator would (losetup, dmsetup, LVM,
 // rtslib, iscsiadm) in the guest, which has no udev: device-mapper gets
@@ -25,21 +35,26 @@ import (
 // Names and addresses of the stack. 10.77.0.0/24 is private to the guest.
 const (
 	TargetIQN = "iqn.2026-11.org.example:sanqos-t1"
-	Bridge    = "sanqos-br0"
+	TargetNS  = "sanqos-tgt"
+	Bridge    = "sanqos-br0" // in TargetNS
 	TargetIP  = "10.77.0.1"
 	Port      = 3260
-	VG0       = "sanqos-vg0" // on dm-delay over loop 0: two LVs
-	VG1       = "sanqos-vg1" // on loop 1: one LV
-	DelayDev  = "sanqos-slow0"
+	VG0       = "sanqos-vg0"    // on dm-delay over loop 0: two LVs
+	VG1       = "sanqos-vg1"    // on loop 1: one LV
+	DelayDev  = "sanqos-slow0"  // dm-delay over loop 0, VG0's PV
+	PlainDev  = "sanqos-plain1" // dm-linear over loop 1, VG1's PV
 	imgDir    = "/tmp/sanqos-kstack"
 )
 
-// lvmConfig turns LVM's udev cooperation off: the guest has no udev.
-const lvmConfig = "activation{udev_sync=0 udev_rules=0} devices{obtain_device_list_from_udev=0}"
+// lvmConfig turns LVM's udev cooperation off (the guest has no udev) and
+// hides the loop devices, so that LVM sees each PV once, through the dm
+// device over it, and not again as a duplicate on the loop below.
+const lvmConfig = `activation{udev_sync=0 udev_rules=0} devices{obtain_device_list_from_udev=0 filter=["r|^/dev/loop|"]}`
 
-// Initiator is one open-iscsi initiator in its own network namespace.
+// Initiator is one open-iscsi initiator: an iface of its own, bound to a
+// veth of that name in the initial namespace.
 type Initiator struct {
-	Name string // namespace, e.g. sanqos-i1
+	Name string // iface and veth, e.g. sanqos-i1
 	IQN  string
 	IP   string
 }
@@ -109,9 +124,20 @@ func Build(ctx context.Context, o Options) (_ *Stack, err error) {
 	if err := os.MkdirAll(imgDir, 0o755); err != nil {
 		return nil, err
 	}
-	// Disks: two sparse files on the guest's tmpfs, each on a loop device.
+	// Disks: two sparse files, each on a file system of its own (a
+	// tmpfs: the guest has no disk) and a loop device. One file system
+	// for both would make the two VGs one resource, rightly: the
+	// resolver follows loop devices to the file system holding their
+	// images, and both would share it.
 	for i, size := range []string{"384M", "192M"} {
-		img := filepath.Join(imgDir, fmt.Sprintf("disk%d.img", i))
+		fsDir := filepath.Join(imgDir, fmt.Sprintf("fs%d", i))
+		if err := os.MkdirAll(fsDir, 0o755); err != nil {
+			return nil, err
+		}
+		if _, err := run(ctx, "mount", "-t", "tmpfs", "-o", "size="+size, "sanqos-kstack", fsDir); err != nil {
+			return nil, err
+		}
+		img := filepath.Join(fsDir, "disk.img")
 		if _, err := run(ctx, "truncate", "-s", size, img); err != nil {
 			return nil, err
 		}
@@ -131,12 +157,20 @@ func Build(ctx context.Context, o Options) (_ *Stack, err error) {
 		return nil, err
 	}
 	s.Log("kstack: %s: dm-delay %d ms over %s", DelayDev, o.DelayMs, s.loops[0])
+	sectors, err = run(ctx, "blockdev", "--getsz", s.loops[1])
+	if err != nil {
+		return nil, err
+	}
+	table = fmt.Sprintf("0 %s linear %s 0", strings.TrimSpace(sectors), s.loops[1])
+	if _, err := run(ctx, "dmsetup", "create", PlainDev, "--table", table); err != nil {
+		return nil, err
+	}
 	for _, vg := range []struct {
 		name, pv string
 		lvs      []string
 	}{
 		{VG0, "/dev/mapper/" + DelayDev, []string{"lun1", "lun2"}},
-		{VG1, s.loops[1], []string{"lun3"}},
+		{VG1, "/dev/mapper/" + PlainDev, []string{"lun3"}},
 	} {
 		if _, err := lvm(ctx, "pvcreate", "-qq", "-y", vg.pv); err != nil {
 			return nil, err
@@ -160,31 +194,34 @@ func Build(ctx context.Context, o Options) (_ *Stack, err error) {
 	if err := s.target(ctx); err != nil {
 		return nil, err
 	}
-	for _, in := range s.Initiators {
-		if err := s.startIscsid(ctx, in); err != nil {
-			return nil, err
-		}
+	if err := s.startIscsid(ctx); err != nil {
+		return nil, err
 	}
 	return s, nil
 }
 
-// network makes the bridge with the target's address and one namespace
-// per initiator, joined to the bridge by a veth pair.
+// network makes the target namespace with a bridge holding the target's
+// address, and one veth pair per initiator from the initial namespace to
+// that bridge.
 func (s *Stack) network(ctx context.Context) error {
 	cmds := [][]string{
-		{"ip", "link", "add", Bridge, "type", "bridge"},
-		{"ip", "addr", "add", TargetIP + "/24", "dev", Bridge},
-		{"ip", "link", "set", Bridge, "up"},
+		// The initiators' addresses share a subnet in one namespace:
+		// answer ARP only on the interface that holds the address, so
+		// the target sends each initiator's packets down its own veth.
+		{"sysctl", "-qw", "net.ipv4.conf.all.arp_ignore=1", "net.ipv4.conf.all.arp_announce=2"},
+		{"ip", "netns", "add", TargetNS},
+		{"ip", "-n", TargetNS, "link", "set", "lo", "up"},
+		{"ip", "-n", TargetNS, "link", "add", Bridge, "type", "bridge"},
+		{"ip", "-n", TargetNS, "addr", "add", TargetIP + "/24", "dev", Bridge},
+		{"ip", "-n", TargetNS, "link", "set", Bridge, "up"},
 	}
-	for _, in := range s.Initiators {
-		host := in.Name + "h"
+	for i, in := range s.Initiators {
+		peer := fmt.Sprintf("p%d", i+1)
 		cmds = append(cmds,
-			[]string{"ip", "netns", "add", in.Name},
-			[]string{"ip", "link", "add", host, "type", "veth", "peer", "name", "eth0", "netns", in.Name},
-			[]string{"ip", "link", "set", host, "master", Bridge, "up"},
-			[]string{"ip", "-n", in.Name, "addr", "add", in.IP + "/24", "dev", "eth0"},
-			[]string{"ip", "-n", in.Name, "link", "set", "eth0", "up"},
-			[]string{"ip", "-n", in.Name, "link", "set", "lo", "up"},
+			[]string{"ip", "link", "add", in.Name, "type", "veth", "peer", "name", peer, "netns", TargetNS},
+			[]string{"ip", "-n", TargetNS, "link", "set", peer, "master", Bridge, "up"},
+			[]string{"ip", "addr", "add", in.IP + "/24", "dev", in.Name},
+			[]string{"ip", "link", "set", in.Name, "up"},
 		)
 	}
 	for _, c := range cmds {
@@ -213,65 +250,72 @@ func (s *Stack) target(ctx context.Context) error {
 	}
 	b.WriteString("tpg.set_attribute('authentication', '0')\n")
 	b.WriteString("tpg.enable = True\n")
-	if _, err := run(ctx, "python3", "-c", b.String()); err != nil {
+	// In the target namespace: LIO opens the portal's socket there.
+	if _, err := run(ctx, "nsenter", append(InTarget(), "python3", "-c", b.String())...); err != nil {
 		return fmt.Errorf("configuring LIO with rtslib: %w", err)
 	}
 	s.Log("kstack: LIO target %s on %s:%d with %d LUNs", TargetIQN, TargetIP, Port, len(s.LUNs))
 	return nil
 }
 
-// etcDir is the per-namespace /etc/iscsi: 'ip netns exec' bind-mounts
-// /etc/netns/NS/iscsi over /etc/iscsi, so each initiator has its own name
-// and node database.
-func etcDir(in Initiator) string { return filepath.Join("/etc/netns", in.Name, "iscsi") }
+// InTarget are nsenter's arguments to run a command in the target's
+// network namespace. Unlike 'ip netns exec' it keeps the mounts, so
+// configfs stays visible under /sys/kernel/config.
+func InTarget() []string { return []string{"--net=/run/netns/" + TargetNS, "--"} }
 
-// startIscsid runs one iscsid per namespace: it opens the iSCSI TCP
-// connections in user space, so they leave from the namespace it runs in.
-func (s *Stack) startIscsid(ctx context.Context, in Initiator) error {
-	dir := etcDir(in)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+// startIscsid runs iscsid in the initial namespace and makes one
+// open-iscsi iface per initiator, with its IQN and bound to its veth.
+func (s *Stack) startIscsid(ctx context.Context) error {
+	if err := os.WriteFile("/etc/iscsi/initiatorname.iscsi", []byte("InitiatorName=iqn.2026-11.org.example:sanqos-default\n"), 0o600); err != nil {
 		return err
 	}
-	if err := os.WriteFile(filepath.Join(dir, "initiatorname.iscsi"), []byte("InitiatorName="+in.IQN+"\n"), 0o600); err != nil {
-		return err
-	}
-	conf, err := os.ReadFile("/etc/iscsi/iscsid.conf")
-	if err != nil {
-		return fmt.Errorf("reading open-iscsi's iscsid.conf: %w", err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "iscsid.conf"), conf, 0o600); err != nil {
-		return err
-	}
-	cmd := exec.Command("ip", "netns", "exec", in.Name, "iscsid", "-f", "-p", "/run/"+in.Name+"-iscsid.pid")
+	cmd := exec.Command("iscsid", "-f")
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("starting iscsid in %s: %w", in.Name, err)
+		return fmt.Errorf("starting iscsid: %w", err)
 	}
 	s.iscsid = append(s.iscsid, cmd)
-	// iscsid listens on an abstract socket of its namespace; wait for it.
+	exited := make(chan struct{})
+	go func() { cmd.Process.Wait(); close(exited) }()
+	// iscsid listens on an abstract socket; wait for it.
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		if _, err := s.iscsiadm(ctx, in, "-m", "session"); err == nil || strings.Contains(err.Error(), "No active sessions") {
-			return nil
-		} else if time.Now().After(deadline) {
-			return fmt.Errorf("iscsid in %s did not answer: %w", in.Name, err)
+		out, err := run(ctx, "iscsiadm", "-m", "session")
+		if !strings.Contains(out, "can not connect") && (err == nil || strings.Contains(out, "No active sessions")) {
+			break
+		}
+		select {
+		case <-exited:
+			return errors.New("iscsid exited at start")
+		default:
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("iscsid did not answer: %w", err)
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-}
-
-func (s *Stack) iscsiadm(ctx context.Context, in Initiator, args ...string) (string, error) {
-	return run(ctx, "ip", append([]string{"netns", "exec", in.Name, "iscsiadm"}, args...)...)
+	for _, in := range s.Initiators {
+		for _, c := range [][]string{
+			{"-m", "iface", "-I", in.Name, "-o", "new"},
+			{"-m", "iface", "-I", in.Name, "-o", "update", "-n", "iface.net_ifacename", "-v", in.Name},
+			{"-m", "iface", "-I", in.Name, "-o", "update", "-n", "iface.initiatorname", "-v", in.IQN},
+		} {
+			if _, err := run(ctx, "iscsiadm", c...); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // Login discovers the target from the initiator's namespace and logs in;
 // it returns the initiator's SCSI disks (sdX), one per LUN, in LUN order.
 func (s *Stack) Login(ctx context.Context, in Initiator) ([]string, error) {
 	portal := fmt.Sprintf("%s:%d", TargetIP, Port)
-	if _, err := s.iscsiadm(ctx, in, "-m", "discovery", "-t", "sendtargets", "-p", portal); err != nil {
+	if _, err := run(ctx, "iscsiadm", "-m", "discovery", "-t", "sendtargets", "-p", portal, "-I", in.Name); err != nil {
 		return nil, err
 	}
-	if _, err := s.iscsiadm(ctx, in, "-m", "node", "-T", TargetIQN, "-p", portal, "--login"); err != nil {
+	if _, err := run(ctx, "iscsiadm", "-m", "node", "-T", TargetIQN, "-p", portal, "-I", in.Name, "--login"); err != nil {
 		return nil, err
 	}
 	// No udev: sd_mod is loaded at boot, and the disks appear in
@@ -291,20 +335,20 @@ func (s *Stack) Login(ctx context.Context, in Initiator) ([]string, error) {
 
 // Logout logs the initiator out of the target.
 func (s *Stack) Logout(ctx context.Context, in Initiator) error {
-	_, err := s.iscsiadm(ctx, in, "-m", "node", "-T", TargetIQN, "--logout")
+	_, err := run(ctx, "iscsiadm", "-m", "node", "-T", TargetIQN, "-I", in.Name, "--logout")
 	return err
 }
 
-// Disks lists the initiator's disks, by LUN, from sysfs: the session whose
-// initiatorname is the initiator's IQN.
+// Disks lists the initiator's disks, by LUN, from sysfs: the session of
+// the initiator's iface.
 func (s *Stack) Disks(in Initiator) ([]string, error) {
 	sessions, err := filepath.Glob("/sys/class/iscsi_session/session*")
 	if err != nil {
 		return nil, err
 	}
 	for _, sess := range sessions {
-		name, err := os.ReadFile(filepath.Join(sess, "initiatorname"))
-		if err != nil || strings.TrimSpace(string(name)) != in.IQN {
+		name, err := os.ReadFile(filepath.Join(sess, "ifacename"))
+		if err != nil || strings.TrimSpace(string(name)) != in.Name {
 			continue
 		}
 		// session dir -> device/target*/H:C:T:L/block/sdX
@@ -340,8 +384,7 @@ func (s *Stack) Close(ctx context.Context) error {
 		s.Logout(ctx, in)
 	}
 	for _, c := range s.iscsid {
-		c.Process.Kill()
-		c.Wait()
+		c.Process.Kill() // reaped by startIscsid's waiter
 	}
 	s.iscsid = nil
 	return Cleanup(ctx)
@@ -356,25 +399,29 @@ func Cleanup(ctx context.Context) error {
 			errs = append(errs, err)
 		}
 	}
-	// Initiators: log out everything, stop the iscsids.
-	nss, _ := filepath.Glob("/run/netns/sanqos-*")
-	for _, ns := range nss {
-		run(ctx, "ip", "netns", "exec", filepath.Base(ns), "iscsiadm", "-m", "node", "--logoutall=all")
-		if b, err := os.ReadFile("/run/" + filepath.Base(ns) + "-iscsid.pid"); err == nil {
-			run(ctx, "kill", "-9", strings.TrimSpace(string(b)))
-		}
+	// Initiators: log out everything. Each guest boots fresh, so no
+	// iscsid of an earlier run is left; Close stops this run's.
+	run(ctx, "iscsiadm", "-m", "node", "--logoutall=all")
+	ifaces, _ := filepath.Glob("/etc/iscsi/ifaces/sanqos-*")
+	for _, f := range ifaces {
+		os.Remove(f)
 	}
+	nodes, _ := filepath.Glob("/etc/iscsi/nodes/*sanqos*")
+	for _, f := range nodes {
+		os.RemoveAll(f)
+	}
+	os.RemoveAll("/etc/iscsi/send_targets")
 	// Target: rtslib's clear_existing removes every LIO object; the guest
 	// runs nothing else on LIO.
 	if _, err := os.Stat("/sys/kernel/config/target/iscsi"); err == nil {
 		try("python3", "-c", "import rtslib_fb as r; r.RTSRoot().clear_existing(confirm=True)")
 	}
-	for _, ns := range nss {
-		try("ip", "netns", "del", filepath.Base(ns))
-		os.RemoveAll(filepath.Join("/etc/netns", filepath.Base(ns)))
+	links, _ := filepath.Glob("/sys/class/net/sanqos-*")
+	for _, l := range links {
+		try("ip", "link", "del", filepath.Base(l)) // and its peer
 	}
-	if _, err := os.Stat("/sys/class/net/" + Bridge); err == nil {
-		try("ip", "link", "del", Bridge)
+	if _, err := os.Stat("/run/netns/" + TargetNS); err == nil {
+		try("ip", "netns", "del", TargetNS) // and the bridge
 	}
 	for _, vg := range []string{VG0, VG1} {
 		if _, err := lvm(ctx, "vgs", vg); err == nil {
@@ -383,14 +430,19 @@ func Cleanup(ctx context.Context) error {
 			}
 		}
 	}
-	if _, err := os.Stat("/dev/mapper/" + DelayDev); err == nil {
-		try("dmsetup", "remove", DelayDev)
+	for _, d := range []string{DelayDev, PlainDev} {
+		if _, err := os.Stat("/dev/mapper/" + d); err == nil {
+			try("dmsetup", "remove", d)
+		}
 	}
-	if out, err := run(ctx, "losetup", "-j", filepath.Join(imgDir, "disk0.img")); err == nil {
-		detachLoops(ctx, out, &errs)
-	}
-	if out, err := run(ctx, "losetup", "-j", filepath.Join(imgDir, "disk1.img")); err == nil {
-		detachLoops(ctx, out, &errs)
+	for i := 0; i < 2; i++ {
+		fsDir := filepath.Join(imgDir, fmt.Sprintf("fs%d", i))
+		if out, err := run(ctx, "losetup", "-j", filepath.Join(fsDir, "disk.img")); err == nil {
+			detachLoops(ctx, out, &errs)
+		}
+		if _, err := run(ctx, "mountpoint", "-q", fsDir); err == nil {
+			try("umount", fsDir)
+		}
 	}
 	os.RemoveAll(imgDir)
 	return errors.Join(errs...)
