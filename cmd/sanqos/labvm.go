@@ -45,6 +45,7 @@ Suites: `+strings.Join(vm.SuiteNames(), ", "), stderr)
 	testBin := fs.String("test-bin", "", "static guest test binary (default: sanqos-guest.test beside this binary)")
 	timeout := fs.Duration("timeout", 15*time.Minute, "limit on boot plus suite")
 	verbose := fs.Bool("v", true, "verbose guest test output")
+	cpus := fs.Int("smp", 1, "guest CPUs; under TCG each takes a host core, and on a busy host more than one made the guest's timing erratic")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -73,7 +74,7 @@ Suites: `+strings.Join(vm.SuiteNames(), ", "), stderr)
 	}
 	res, err := vm.Run(ctx, vm.Options{
 		Kernel: *kernel, Suite: *suite, Accel: *accel, CacheDir: *cache, Mirror: *mirror,
-		Sanqos: self, TestBin: *testBin, Timeout: *timeout, Verbose: *verbose,
+		Sanqos: self, TestBin: *testBin, Timeout: *timeout, Verbose: *verbose, CPUs: *cpus,
 	}, stdout)
 	if err != nil {
 		return fmt.Errorf("sanqos lab vm: %w", err)

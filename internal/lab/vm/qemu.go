@@ -38,6 +38,7 @@ type Options struct {
 	Sanqos   string // static sanqos binary for the guest
 	TestBin  string // static guest test binary
 	MemoryMB int
+	CPUs     int           // guest CPUs (default 1; under TCG each takes a host core)
 	Timeout  time.Duration // boot plus suite
 	Verbose  bool          // pass -test.v
 }
@@ -206,12 +207,16 @@ func qemuArgs(o Options, accel string, k Kernel, initrd string, cmdline string) 
 	if accel == "kvm" {
 		cpu = "host"
 	}
+	cpus := o.CPUs
+	if cpus == 0 {
+		cpus = 1
+	}
 	mem := o.MemoryMB
 	if mem == 0 {
 		mem = 3072
 	}
 	return []string{
-		"-accel", accel, "-cpu", cpu, "-smp", "1", "-m", strconv.Itoa(mem),
+		"-accel", accel, "-cpu", cpu, "-smp", strconv.Itoa(cpus), "-m", strconv.Itoa(mem),
 		"-display", "none", "-monitor", "none", "-serial", "stdio", "-nic", "none",
 		"-no-reboot", "-kernel", k.Vmlinuz, "-initrd", initrd, "-append", cmdline,
 	}
