@@ -248,8 +248,8 @@ var resultRE = regexp.MustCompile(ResultMarker + ` rc=(-?\d+)`)
 const initMarker = "sanqos guest-init:"
 
 // boot runs the guest to its result line, streaming the console.
-func boot(ctx context.Context, o Options, qemu, accel string, k Kernel, initrd string, out io.Writer, progress Progress) (rc int, bootT, suiteT time.Duration, err error) {
-	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
+func boot(outer context.Context, o Options, qemu, accel string, k Kernel, initrd string, out io.Writer, progress Progress) (rc int, bootT, suiteT time.Duration, err error) {
+	ctx, cancel := context.WithTimeout(outer, o.Timeout)
 	defer cancel()
 	cmd, console, err := startQemu(qemu, qemuArgs(o, accel, k, initrd, kernelCmdline(o)))
 	if err != nil {
@@ -319,7 +319,14 @@ func boot(ctx context.Context, o Options, qemu, accel string, k Kernel, initrd s
 			if !initAt.IsZero() {
 				what = "suite " + o.Suite
 			}
-			return -1, 0, 0, fmt.Errorf("%s did not finish within %s (%v); qemu killed; last console lines:\n%s", what, o.Timeout, context.Cause(ctx), strings.Join(last, "\n"))
+			tail := strings.Join(last, "\n")
+			if tail == "" {
+				tail = "(none: the kernel prints only warnings before init; a longer --timeout may do)"
+			}
+			if outer.Err() != nil {
+				return -1, 0, 0, fmt.Errorf("%s interrupted (%v); qemu killed; last console lines:\n%s", what, context.Cause(outer), tail)
+			}
+			return -1, 0, 0, fmt.Errorf("%s did not finish within --timeout %s; qemu killed; last console lines:\n%s", what, o.Timeout, tail)
 		}
 	}
 }
