@@ -19,6 +19,7 @@ var Suites = map[string]string{
 	"stack":   "^(TestKernel|TestStack|TestLIO|TestLVM)",
 	"netem":   "^(TestKernel|TestNetem)",
 	"nfqueue": "^(TestKernel|TestNfqueue)",
+	"loop":    "^(TestKernel|TestAutonomic)",
 	"all":     ".",
 }
 
