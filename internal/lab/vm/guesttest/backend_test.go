@@ -126,7 +126,7 @@ func backendTest(t *testing.T, backend string) {
 	writer := s.Initiators[0]
 	// LUN 2 is VG1's LV, on dm-linear: no disk delay, so the packet delay
 	// is what a write waits for.
-	disk := disks[writer.Name][2]
+	disk := diskOf(t, s, writer, 2)
 	socket := "/run/sanqos-klab-" + backend + ".sock"
 	args := []string{"run", "--manual", "--backend", backend, "--socket", socket}
 	if backend != "nfqueue" {

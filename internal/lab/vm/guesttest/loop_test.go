@@ -1,6 +1,7 @@
 package guesttest
 
 import (
+	"encoding/json"
 	"os"
 	"slices"
 	"strings"
@@ -24,8 +25,8 @@ import (
 func TestAutonomicLoop(t *testing.T) {
 	s := stack(t)
 	writer, reader := s.Initiators[0], s.Initiators[1]
-	wDisk := disks[writer.Name][1] // lun2 on VG0
-	rDisk := disks[reader.Name][0] // lun1 on VG0
+	wDisk := diskOf(t, s, writer, 1) // lun2 on VG0
+	rDisk := diskOf(t, s, reader, 0) // lun1 on VG0
 	threshold := time.Duration(s.DelayMs) * time.Millisecond / 2
 
 	// The writer writes and the reader reads, without pause, until stop.
@@ -132,9 +133,28 @@ func TestAutonomicLoop(t *testing.T) {
 		}
 	}
 	t.Logf("with sanqos (threshold %v, read latency floor %d ms): minimum write latency %v", threshold, s.DelayMs, during)
-	if rec, err := os.ReadFile("/tmp/sanqos-loop.jsonl"); err == nil {
-		lines := strings.Split(strings.TrimSpace(string(rec)), "\n")
-		t.Logf("last tick record: %s", lines[len(lines)-1])
+	// Only the writer is throttleable: the reader's LUN (its ACL maps
+	// lun1 alone on VG0) is not written to.
+	rec, err := os.ReadFile("/tmp/sanqos-loop.jsonl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(rec)), "\n")
+	var last struct {
+		Resources []struct {
+			Name    string  `json:"name"`
+			DelayMs float64 `json:"delay_ms"`
+			Members int     `json:"members"`
+		} `json:"resources"`
+	}
+	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &last); err != nil {
+		t.Fatalf("reading the tick record: %v", err)
+	}
+	for _, r := range last.Resources {
+		t.Logf("last tick: %s delay %.1f ms, %d throttleable", r.Name, r.DelayMs, r.Members)
+		if r.Name == "vg-"+kstack.VG0 && (r.Members != 1 || r.DelayMs <= 0) {
+			t.Errorf("%s: %d throttleable consumers at %.1f ms, want the writer alone, delayed", r.Name, r.Members, r.DelayMs)
+		}
 	}
 
 	// Clean-up: SIGTERM removes the data path, and the writer is free.

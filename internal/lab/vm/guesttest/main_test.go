@@ -49,6 +49,19 @@ func stack(t *testing.T) *kstack.Stack {
 	return theStack
 }
 
+// diskOf returns the initiator's disk that serves the portal group's LUN
+// lun (an index of Stack.LUNs).
+func diskOf(t *testing.T, s *kstack.Stack, in kstack.Initiator, lun int) string {
+	t.Helper()
+	for m, l := range s.LUNsOf(in) {
+		if l == lun {
+			return disks[in.Name][m]
+		}
+	}
+	t.Fatalf("%s has no LUN %d mapped", in.Name, lun)
+	return ""
+}
+
 func TestMain(m *testing.M) {
 	rc := m.Run()
 	if theStack != nil {

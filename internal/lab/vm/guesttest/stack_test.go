@@ -40,6 +40,21 @@ func TestLIODiscovery(t *testing.T) {
 			t.Errorf("session of %s: address %q, want %s (all: %v)", in.IQN, got[in.IQN], in.IP, got)
 		}
 	}
+	// Each session uses the LUNs its ACL maps, not the whole group's.
+	for _, ss := range g.Sessions {
+		for _, in := range s.Initiators {
+			if in.IQN != ss.Initiator {
+				continue
+			}
+			var want []string
+			for _, l := range s.LUNsOf(in) {
+				want = append(want, s.LUNs[l].Dev)
+			}
+			if !slices.Equal(ss.Backings, want) {
+				t.Errorf("%s: mapped backings %v, want %v", in.Name, ss.Backings, want)
+			}
+		}
+	}
 
 	// An initiator that logs out is gone at the next read, and back at
 	// the next read after it logs in again: one discovery interval.
@@ -135,8 +150,17 @@ func TestLVMResolution(t *testing.T) {
 		if len(addrs) != len(s.Initiators) {
 			t.Errorf("%s: consumer addresses %v, want every initiator's", name, addrs)
 		}
-		if len(r.Consumers) != len(lvs)*len(s.Initiators) {
-			t.Errorf("%s: %d consumers, want %d (one per initiator and LV)", name, len(r.Consumers), len(lvs)*len(s.Initiators))
+		// One consumer per initiator and LV of this VG mapped to it.
+		n := 0
+		for _, in := range s.Initiators {
+			for _, l := range s.LUNsOf(in) {
+				if "vg-"+s.LUNs[l].VG == name {
+					n++
+				}
+			}
+		}
+		if len(r.Consumers) != n {
+			t.Errorf("%s: %d consumers, want %d (one per initiator and LV mapped to it)", name, len(r.Consumers), n)
 		}
 	}
 }

@@ -246,7 +246,9 @@ func (s *Stack) target(ctx context.Context) error {
 	}
 	for _, in := range s.Initiators {
 		fmt.Fprintf(&b, "acl = r.NodeACL(tpg, %q)\n", in.IQN)
-		b.WriteString("for l in luns: r.MappedLUN(acl, l.lun, l)\n")
+		for m, l := range s.LUNsOf(in) {
+			fmt.Fprintf(&b, "r.MappedLUN(acl, %d, luns[%d])\n", m, l)
+		}
 	}
 	b.WriteString("tpg.set_attribute('authentication', '0')\n")
 	b.WriteString("tpg.enable = True\n")
@@ -308,8 +310,19 @@ func (s *Stack) startIscsid(ctx context.Context) error {
 	return nil
 }
 
+// LUNsOf returns the portal group's LUN numbers (indexes of s.LUNs) that
+// the initiator's ACL maps, in mapped-LUN order, as an administrator
+// gives each host its own volume and a shared one: odd initiators VG0's
+// lun2, even ones VG0's lun1, and every initiator VG1's lun3.
+func (s *Stack) LUNsOf(in Initiator) []int {
+	var n int
+	fmt.Sscanf(in.Name, "sanqos-i%d", &n)
+	return []int{n % 2, 2}
+}
+
 // Login discovers the target from the initiator's namespace and logs in;
-// it returns the initiator's SCSI disks (sdX), one per LUN, in LUN order.
+// it returns the initiator's SCSI disks (sdX), one per mapped LUN, in
+// mapped-LUN order (see LUNsOf).
 func (s *Stack) Login(ctx context.Context, in Initiator) ([]string, error) {
 	portal := fmt.Sprintf("%s:%d", TargetIP, Port)
 	if _, err := run(ctx, "iscsiadm", "-m", "discovery", "-t", "sendtargets", "-p", portal, "-I", in.Name); err != nil {
@@ -323,11 +336,11 @@ func (s *Stack) Login(ctx context.Context, in Initiator) ([]string, error) {
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		disks, err := s.Disks(in)
-		if err == nil && len(disks) == len(s.LUNs) {
+		if err == nil && len(disks) == len(s.LUNsOf(in)) {
 			return disks, nil
 		}
 		if time.Now().After(deadline) {
-			return nil, fmt.Errorf("%s logged in but has %d of %d disks (%v)", in.Name, len(disks), len(s.LUNs), err)
+			return nil, fmt.Errorf("%s logged in but has %d of %d disks (%v)", in.Name, len(disks), len(s.LUNsOf(in)), err)
 		}
 		time.Sleep(300 * time.Millisecond)
 	}
