@@ -20,7 +20,8 @@ var Suites = map[string]string{
 	"netem":   "^(TestKernel|TestNetem)",
 	"nfqueue": "^(TestKernel|TestNfqueue)",
 	"loop":    "^(TestKernel|TestAutonomic)",
-	"all":     ".",
+	"edt":     "^(TestKernel|TestEDTBackend)",
+	"all":     "^(TestKernel|TestStack|TestLIO|TestLVM|TestNetem|TestNfqueue|TestAutonomic|TestEDTBackend)",
 }
 
 // SuiteNames lists the suites, sorted.

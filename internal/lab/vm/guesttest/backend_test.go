@@ -249,11 +249,15 @@ func backendTest(t *testing.T, backend string) {
 // rules, ipsets.
 func assertClean(t *testing.T) {
 	t.Helper()
-	if q := runTarget(t, "tc", "qdisc", "show", "dev", kstack.Bridge); strings.Contains(q, "htb") || strings.Contains(q, "netem") || strings.Contains(q, "prio") || strings.Contains(q, "fq ") {
+	if q := runTarget(t, "tc", "qdisc", "show", "dev", kstack.Bridge); strings.Contains(q, "htb") || strings.Contains(q, "netem") || strings.Contains(q, "prio") || strings.Contains(q, "fq ") || strings.Contains(q, "clsact") {
 		t.Errorf("qdiscs left on %s:\n%s", kstack.Bridge, q)
 	}
-	if f := strings.TrimSpace(runTarget(t, "tc", "filter", "show", "dev", kstack.Bridge)); f != "" {
-		t.Errorf("filters left on %s:\n%s", kstack.Bridge, f)
+	for _, parent := range [][]string{nil, {"egress"}} {
+		// Without clsact, "egress" has no filters to list and tc fails.
+		out, err := inTarget("tc", append([]string{"filter", "show", "dev", kstack.Bridge}, parent...)...).CombinedOutput()
+		if f := strings.TrimSpace(string(out)); err == nil && f != "" {
+			t.Errorf("filters left on %s %v:\n%s", kstack.Bridge, parent, f)
+		}
 	}
 	if r := runTarget(t, "iptables-save"); strings.Contains(strings.ToLower(r), "sanqos") {
 		t.Errorf("iptables rules or chains left:\n%s", r)
