@@ -59,7 +59,7 @@ const skbTstamp = 152
 
 // program returns the classifier. Registers: r6 skb, r7 map value, r8 now,
 // r9 departure time.
-func program(m *ebpf.Map) asm.Instructions {
+func program(mapFD int) asm.Instructions {
 	return asm.Instructions{
 		asm.Mov.Reg(asm.R6, asm.R1),
 		// IPv4 only: skb->protocol is htons(ETH_P_IP).
@@ -74,7 +74,7 @@ func program(m *ebpf.Map) asm.Instructions {
 		asm.FnSkbLoadBytes.Call(),
 		asm.JNE.Imm(asm.R0, 0, "pass"),
 		// Look the destination address (header offset 16) up.
-		asm.LoadMapPtr(asm.R1, m.FD()),
+		asm.LoadMapPtr(asm.R1, mapFD),
 		asm.Mov.Reg(asm.R2, asm.R10),
 		asm.Add.Imm(asm.R2, -8),
 		asm.FnMapLookupElem.Call(),
@@ -148,7 +148,7 @@ func New(nsPath, dev string) (_ *EDT, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("edt: creating the delay map: %w", err)
 	}
-	e.prog, err = ebpf.NewProgram(&ebpf.ProgramSpec{Name: "sanqos_edt", Type: ebpf.SchedCLS, License: "GPL", Instructions: program(e.m)})
+	e.prog, err = ebpf.NewProgram(&ebpf.ProgramSpec{Name: "sanqos_edt", Type: ebpf.SchedCLS, License: "GPL", Instructions: program(e.m.FD())})
 	if err != nil {
 		return nil, fmt.Errorf("edt: loading the classifier: %w", err)
 	}

@@ -102,6 +102,18 @@ func TestEDTBackend(t *testing.T) {
 			t.Errorf("edt: %s moved across delay changes: target +%d, initiators +%d", k, after[k]-before[k], afterI[k]-beforeI[k])
 		}
 	}
+	// Reads: data segments only.
+	r0 := timedIO(t, disk, false)
+	if err := e.Set(addr, edt.Read, 20*time.Millisecond, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	timedIO(t, disk, false)
+	r20 := timedIO(t, disk, false)
+	e.Free(addr)
+	t.Logf("edt: 64 KiB reads (guest clock): free %v; 20ms %v", r0, r20)
+	if r20.Min < 20*time.Millisecond {
+		t.Errorf("a read was faster than its 20 ms delay: minimum %v", r20.Min)
+	}
 	if err := e.Close(); err != nil {
 		t.Fatal(err)
 	}
