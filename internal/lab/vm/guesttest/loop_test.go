@@ -139,7 +139,13 @@ func TestAutonomicLoop(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lines := strings.Split(strings.TrimSpace(string(rec)), "\n")
+	// The daemon is still writing: the last complete line is the one
+	// before the final newline.
+	lines := strings.Split(string(rec), "\n")
+	lines = lines[:len(lines)-1]
+	if len(lines) == 0 {
+		t.Fatal("the tick record has no complete line")
+	}
 	var last struct {
 		Resources []struct {
 			Name    string  `json:"name"`
