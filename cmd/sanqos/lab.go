@@ -22,9 +22,10 @@ var labCommands = []struct {
 	{"up", "build the lab: namespaces, bridge, LUN images, loop devices, tgtd", cmdLabUp},
 	{"status", "show the lab and whether anything is missing", cmdLabStatus},
 	{"down", "remove everything the lab created (safe to repeat)", cmdLabDown},
-	{"run", "run one experiment in a fresh lab and write its report", labRun},        // labexp.go
-	{"demo", "write the demonstration report (simulation and lab)", labDemo},         // labexp.go
-	{"soak", "run the fig5.11 workload for long and fail on daemon growth", labSoak}, // labsoak.go
+	{"run", "run one experiment in a fresh lab and write its report", labRun},          // labexp.go
+	{"demo", "write the demonstration report (simulation and lab)", labDemo},           // labexp.go
+	{"soak", "run the fig5.11 workload for long and fail on daemon growth", labSoak},   // labsoak.go
+	{"vm", "boot Debian's kernel under qemu, run kernel-stack tests inside", cmdLabVM}, // labvm.go
 }
 
 func labUsage(w io.Writer) {

@@ -19,18 +19,29 @@ import (
 // target_core_configfs.c and iscsi/iscsi_target_configfs.c):
 //
 //   - iscsi/<target-iqn>/tpgt_N/enable: "1" when the portal group serves;
+//
 //   - iscsi/<target-iqn>/tpgt_N/lun/lun_M/<link> -> ../../../../../../
 //     target/core/<hba>_K/<device>: the storage object of each LUN;
+//
 //   - core/<hba>_K/<device>/udev_path: the block device (iblock) or file
 //     (fileio) behind it, as configured;
+//
 //   - iscsi/<target-iqn>/tpgt_N/acls/<initiator-iqn>/info: the session of
 //     that initiator, with one "Address <ip> TCP ..." line per connection,
 //     or "No active iSCSI Session for Initiator Endpoint: <iqn>".
 //
+//   - iscsi/<target-iqn>/tpgt_N/acls/<initiator-iqn>/lun_K/<link> ->
+//     ../../../../lun/lun_M: the LUNs that initiator is given (mapped
+//     LUNs, what targetcli creates under an ACL).
+//
 // Sessions of initiators without a node ACL (demo mode,
-// generate_node_acls=1) have no info file and are not seen. Every LUN of
-// a portal group is taken to be used by every session of it; mapped LUN
-// subsets per ACL (acls/<iqn>/lun_*) are not read.
+// generate_node_acls=1) have no info file and are not seen. A session
+// uses the LUNs mapped in its ACL; an ACL without mapped LUNs is taken to
+// see every LUN of the portal group. (The first fixtures had no lun_*
+// under their ACLs, and the adapter gave every session every LUN; on a
+// live LIO with one LUN per initiator that made a reader a consumer of
+// the writers' LUNs, and the write rate of their devices made it
+// throttleable.)
 //
 // prometheus/procfs's iscsi package reads the LUN links and udev_path
 // too, but not ACL sessions, and it drops read errors; this reader reports
@@ -49,6 +60,9 @@ func (l *LIO) Name() string { return "lio" }
 type LIOSession struct {
 	Initiator string
 	Addrs     []netip.Addr
+	// Backings are the udev_paths of the LUNs mapped in the initiator's
+	// ACL; nil when the ACL maps none (then it uses the group's).
+	Backings []string
 }
 
 // LIOGroup is one enabled target portal group.
@@ -88,10 +102,14 @@ func (l *LIO) Groups() ([]LIOGroup, error) {
 				continue
 			}
 			g := LIOGroup{Target: t.Name(), TPGT: filepath.Base(tpg)}
-			if g.Backings, err = l.lunBackings(tpg); err != nil {
+			byLUN, err := l.lunBackings(tpg)
+			if err != nil {
 				return nil, err
 			}
-			if g.Sessions, err = l.sessions(tpg); err != nil {
+			for _, b := range byLUN {
+				g.Backings = append(g.Backings, b.path)
+			}
+			if g.Sessions, err = l.sessions(tpg, byLUN); err != nil {
 				return nil, err
 			}
 			out = append(out, g)
@@ -100,13 +118,19 @@ func (l *LIO) Groups() ([]LIOGroup, error) {
 	return out, nil
 }
 
-func (l *LIO) lunBackings(tpg string) ([]string, error) {
+// lunBacking is one LUN of a portal group and its backing store.
+type lunBacking struct {
+	lun  string // lun_M
+	path string // udev_path
+}
+
+func (l *LIO) lunBackings(tpg string) ([]lunBacking, error) {
 	luns, err := filepath.Glob(filepath.Join(tpg, "lun", "lun_*"))
 	if err != nil {
 		return nil, err
 	}
 	sort.Strings(luns)
-	var out []string
+	var out []lunBacking
 	for _, lun := range luns {
 		ents, err := os.ReadDir(lun)
 		if err != nil {
@@ -129,7 +153,7 @@ func (l *LIO) lunBackings(tpg string) ([]string, error) {
 			if p == "" {
 				return nil, fmt.Errorf("reading the backing store of %s: %s is empty (a ramdisk or user backstore has no device to measure)", lun, filepath.Join(obj, "udev_path"))
 			}
-			out = append(out, p)
+			out = append(out, lunBacking{lun: filepath.Base(lun), path: p})
 			found = true
 			break
 		}
@@ -140,7 +164,49 @@ func (l *LIO) lunBackings(tpg string) ([]string, error) {
 	return out, nil
 }
 
-func (l *LIO) sessions(tpg string) ([]LIOSession, error) {
+// mappedBackings returns the backing stores of the LUNs mapped in one ACL
+// directory, nil when it maps none.
+func mappedBackings(acl string, byLUN []lunBacking) ([]string, error) {
+	mapped, err := filepath.Glob(filepath.Join(acl, "lun_*"))
+	if err != nil {
+		return nil, err
+	}
+	sort.Strings(mapped)
+	var out []string
+	for _, m := range mapped {
+		ents, err := os.ReadDir(m)
+		if err != nil {
+			return nil, fmt.Errorf("reading mapped LUN %s: %w", m, err)
+		}
+		found := false
+		for _, e := range ents {
+			if e.Type()&fs.ModeSymlink == 0 {
+				continue
+			}
+			target, err := os.Readlink(filepath.Join(m, e.Name()))
+			if err != nil {
+				return nil, fmt.Errorf("reading mapped LUN link in %s: %w", m, err)
+			}
+			lun := filepath.Base(target)
+			for _, b := range byLUN {
+				if b.lun == lun {
+					out = append(out, b.path)
+					found = true
+				}
+			}
+			if !found {
+				return nil, fmt.Errorf("mapped LUN %s points to %s, which the portal group does not have", m, target)
+			}
+			break
+		}
+		if !found {
+			return nil, fmt.Errorf("reading mapped LUN %s: no link to a LUN in it", m)
+		}
+	}
+	return out, nil
+}
+
+func (l *LIO) sessions(tpg string, byLUN []lunBacking) ([]LIOSession, error) {
 	infos, err := filepath.Glob(filepath.Join(tpg, "acls", "*", "info"))
 	if err != nil {
 		return nil, err
@@ -159,6 +225,9 @@ func (l *LIO) sessions(tpg string) ([]LIOSession, error) {
 		if active {
 			if s.Initiator == "" {
 				s.Initiator = filepath.Base(filepath.Dir(p))
+			}
+			if s.Backings, err = mappedBackings(filepath.Dir(p), byLUN); err != nil {
+				return nil, err
 			}
 			out = append(out, s)
 		}
@@ -205,11 +274,13 @@ func (l *LIO) Attachments(context.Context) ([]Attachment, error) {
 	}
 	var out []Attachment
 	for _, g := range groups {
-		sessions := make([]session, len(g.Sessions))
-		for i, s := range g.Sessions {
-			sessions[i] = session{s.Initiator, s.Addrs}
+		for _, s := range g.Sessions {
+			b := s.Backings
+			if b == nil {
+				b = g.Backings
+			}
+			out = append(out, attachAll(g.Target, []session{{s.Initiator, s.Addrs}}, b)...)
 		}
-		out = append(out, attachAll(g.Target, sessions, g.Backings)...)
 	}
 	return out, nil
 }

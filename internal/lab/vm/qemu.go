@@ -1,0 +1,332 @@
+package vm
+
+import (
+	"bufio"
+	"context"
+	"debug/elf"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// ResultMarker starts the line the guest prints when its suite is over:
+// "SANQOS-VM-RESULT rc=N".
+const ResultMarker = "SANQOS-VM-RESULT"
+
+// GuestBin is where the sanqos binary lives in the guest; it is PID 1.
+const GuestBin = "/usr/local/bin/sanqos"
+
+// GuestTestBin is where the guest test binary lives in the guest.
+const GuestTestBin = "/usr/local/bin/sanqos-guest.test"
+
+// Options say what to boot and run.
+type Options struct {
+	Kernel   string // cloud, rt, generic
+	Suite    string // a key of Suites
+	Accel    string // auto, kvm, tcg
+	CacheDir string
+	Mirror   string
+	Sanqos   string // static sanqos binary for the guest
+	TestBin  string // static guest test binary
+	MemoryMB int
+	CPUs     int           // guest CPUs (default 1; under TCG each takes a host core)
+	Timeout  time.Duration // boot plus suite
+	Verbose  bool          // pass -test.v
+}
+
+// Result is what a run measured.
+type Result struct {
+	Accel     string
+	Kernel    Kernel
+	BuildTime time.Duration // rootfs + kernel (mostly cache hits when warm)
+	BootTime  time.Duration // qemu start to the guest's init
+	SuiteTime time.Duration // guest init to the result line
+	RC        int
+}
+
+// Run builds what is missing, boots the guest, streams its console to out
+// and returns the suite's result. qemu is killed on every exit path: the
+// context (Ctrl-C, timeout), a crash of this process (parent-death
+// signal), or an error.
+func Run(ctx context.Context, o Options, out io.Writer) (Result, error) {
+	var res Result
+	if _, ok := Suites[o.Suite]; !ok {
+		return res, fmt.Errorf("unknown suite %q: choose one of %s", o.Suite, strings.Join(SuiteNames(), ", "))
+	}
+	qemu, err := exec.LookPath("qemu-system-x86_64")
+	if err != nil {
+		return res, errors.New("the kernel lab needs qemu: apt-get install qemu-system-x86")
+	}
+	for _, p := range []struct{ path, what string }{{o.Sanqos, "sanqos"}, {o.TestBin, "guest test binary"}} {
+		if err := checkStatic(p.path); err != nil {
+			return res, fmt.Errorf("%s %s: %w", p.what, p.path, err)
+		}
+	}
+	if err := os.MkdirAll(o.CacheDir, 0o755); err != nil {
+		return res, fmt.Errorf("creating the cache %s: %w", o.CacheDir, err)
+	}
+	unlock, err := lockCache(ctx, o.CacheDir, out)
+	if err != nil {
+		return res, err
+	}
+	defer unlock()
+	progress := func(format string, args ...any) {
+		fmt.Fprintf(out, "kernel-lab: "+format+"\n", args...)
+	}
+	start := time.Now()
+	b := &Builder{CacheDir: o.CacheDir, Mirror: o.Mirror, Progress: progress}
+	k, err := b.Kernel(ctx, o.Kernel)
+	if err != nil {
+		return res, err
+	}
+	res.Kernel = k
+	rootfs, err := b.Rootfs(ctx)
+	if err != nil {
+		return res, err
+	}
+	payload, err := os.CreateTemp("", "sanqos-kernel-lab-payload-*.cpio")
+	if err != nil {
+		return res, err
+	}
+	payload.Close()
+	defer os.Remove(payload.Name())
+	if err := writeArchive(payload.Name(), func(w *CPIOWriter) error {
+		for _, d := range []string{"usr", "usr/local", "usr/local/bin", "etc"} {
+			if err := w.Dir(d, 0o755); err != nil {
+				return err
+			}
+		}
+		if err := w.CopyFile(strings.TrimPrefix(GuestBin, "/"), o.Sanqos, 0o755); err != nil {
+			return err
+		}
+		if err := w.CopyFile(strings.TrimPrefix(GuestTestBin, "/"), o.TestBin, 0o755); err != nil {
+			return err
+		}
+		return w.File("etc/sanqos-modules", 0o644, []byte(strings.Join(Modules, "\n")+"\n"))
+	}); err != nil {
+		return res, fmt.Errorf("packing the guest's binaries: %w", err)
+	}
+	initrd, err := os.CreateTemp("", "sanqos-kernel-lab-initrd-*.cpio")
+	if err != nil {
+		return res, err
+	}
+	defer os.Remove(initrd.Name())
+	for _, part := range []string{rootfs, k.Modules, payload.Name()} {
+		if err := appendFile(initrd, part); err != nil {
+			initrd.Close()
+			return res, fmt.Errorf("assembling the initrd: %w", err)
+		}
+	}
+	if err := initrd.Close(); err != nil {
+		return res, err
+	}
+	res.BuildTime = time.Since(start)
+
+	accel, why := chooseAccel(ctx, o, qemu, k, initrd.Name())
+	res.Accel = accel
+	progress("booting %s (%s) under qemu with %s: %s", k.Release, k.Package, accel, why)
+	rc, boot, suite, err := boot(ctx, o, qemu, accel, k, initrd.Name(), out, progress)
+	res.RC, res.BootTime, res.SuiteTime = rc, boot, suite
+	return res, err
+}
+
+// appendFile appends the file at src to w.
+func appendFile(w io.Writer, src string) error {
+	f, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	_, err = io.Copy(w, f)
+	return err
+}
+
+// checkStatic refuses a dynamically linked binary: the guest's libc may
+// differ, and the lab promises the host's freshly built sanqos.
+func checkStatic(p string) error {
+	f, err := elf.Open(p)
+	if err != nil {
+		return fmt.Errorf("not a readable ELF binary (build it with make kernel-lab): %w", err)
+	}
+	defer f.Close()
+	for _, prog := range f.Progs {
+		if prog.Type == elf.PT_INTERP {
+			return errors.New("is dynamically linked: build it with CGO_ENABLED=0")
+		}
+	}
+	return nil
+}
+
+// lockCache serialises runs on one cache (and so one qemu at a time: TCG
+// takes a whole core).
+func lockCache(ctx context.Context, dir string, out io.Writer) (func(), error) {
+	f, err := os.OpenFile(filepath.Join(dir, "lock"), os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	said := false
+	for {
+		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+		if err == nil {
+			return func() { f.Close() }, nil
+		}
+		if !said {
+			fmt.Fprintf(out, "kernel-lab: waiting for another run holding %s\n", f.Name())
+			said = true
+		}
+		select {
+		case <-ctx.Done():
+			f.Close()
+			return nil, ctx.Err()
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+// kernelCmdline boots the initramfs with sanqos as PID 1; everything after
+// "--" is passed to init as arguments.
+func kernelCmdline(o Options) string {
+	v := ""
+	if o.Verbose {
+		v = " -v"
+	}
+	return fmt.Sprintf("console=ttyS0 rdinit=%s panic=-1 loglevel=4 -- lab vm guest-init --suite %s%s", GuestBin, o.Suite, v)
+}
+
+func qemuArgs(o Options, accel string, k Kernel, initrd string, cmdline string) []string {
+	cpu := "max"
+	if accel == "kvm" {
+		cpu = "host"
+	}
+	cpus := o.CPUs
+	if cpus == 0 {
+		cpus = 1
+	}
+	mem := o.MemoryMB
+	if mem == 0 {
+		mem = 3072
+	}
+	return []string{
+		"-accel", accel, "-cpu", cpu, "-smp", strconv.Itoa(cpus), "-m", strconv.Itoa(mem),
+		"-display", "none", "-monitor", "none", "-serial", "stdio", "-nic", "none",
+		"-no-reboot", "-kernel", k.Vmlinuz, "-initrd", initrd, "-append", cmdline,
+	}
+}
+
+// startQemu starts qemu in its own process group, killed if we die.
+func startQemu(qemu string, args []string) (*exec.Cmd, io.ReadCloser, error) {
+	cmd := exec.Command(qemu, args...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	cmd.Stdin = nil
+	pr, pw := io.Pipe()
+	cmd.Stdout, cmd.Stderr = pw, pw
+	if err := cmd.Start(); err != nil {
+		return nil, nil, fmt.Errorf("starting qemu: %w", err)
+	}
+	go func() { pw.CloseWithError(cmd.Wait()) }()
+	return cmd, pr, nil
+}
+
+func killQemu(cmd *exec.Cmd) {
+	if cmd.Process != nil {
+		syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	}
+}
+
+var resultRE = regexp.MustCompile(ResultMarker + ` rc=(-?\d+)`)
+
+// initMarker is the guest's first line (guest-init prints it at once).
+const initMarker = "sanqos guest-init:"
+
+// boot runs the guest to its result line, streaming the console.
+func boot(outer context.Context, o Options, qemu, accel string, k Kernel, initrd string, out io.Writer, progress Progress) (rc int, bootT, suiteT time.Duration, err error) {
+	ctx, cancel := context.WithTimeout(outer, o.Timeout)
+	defer cancel()
+	cmd, console, err := startQemu(qemu, qemuArgs(o, accel, k, initrd, kernelCmdline(o)))
+	if err != nil {
+		return -1, 0, 0, err
+	}
+	defer killQemu(cmd)
+	start := time.Now()
+	var (
+		mu        sync.Mutex
+		last      []string
+		initAt    time.Time
+		gotResult = -1
+	)
+	lines := make(chan struct{})
+	go func() {
+		defer close(lines)
+		sc := bufio.NewScanner(console)
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		for sc.Scan() {
+			l := strings.TrimRight(sc.Text(), "\r")
+			fmt.Fprintf(out, "guest| %s\n", l)
+			mu.Lock()
+			last = append(last, l)
+			if len(last) > 30 {
+				last = last[1:]
+			}
+			if initAt.IsZero() && strings.Contains(l, initMarker) {
+				initAt = time.Now()
+				progress("guest up after %s, running suite %s", initAt.Sub(start).Round(100*time.Millisecond), o.Suite)
+			}
+			if m := resultRE.FindStringSubmatch(l); m != nil {
+				gotResult, _ = strconv.Atoi(m[1])
+			}
+			mu.Unlock()
+		}
+	}()
+	tick := time.NewTicker(30 * time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case <-lines:
+			mu.Lock()
+			defer mu.Unlock()
+			if !initAt.IsZero() {
+				bootT = initAt.Sub(start)
+				suiteT = time.Since(initAt)
+			}
+			if gotResult >= 0 {
+				progress("suite %s finished with rc=%d after %s (boot %s)", o.Suite, gotResult, suiteT.Round(100*time.Millisecond), bootT.Round(100*time.Millisecond))
+				return gotResult, bootT, suiteT, nil
+			}
+			return -1, bootT, suiteT, fmt.Errorf("the guest stopped without a result line (qemu: %v); last console lines:\n%s", cmd.ProcessState, strings.Join(last, "\n"))
+		case <-tick.C:
+			mu.Lock()
+			phase := "booting"
+			if !initAt.IsZero() {
+				phase = "suite " + o.Suite + " running"
+			}
+			progress("%s, %s elapsed", phase, time.Since(start).Round(time.Second))
+			mu.Unlock()
+		case <-ctx.Done():
+			killQemu(cmd)
+			<-lines
+			mu.Lock()
+			defer mu.Unlock()
+			what := "boot"
+			if !initAt.IsZero() {
+				what = "suite " + o.Suite
+			}
+			tail := strings.Join(last, "\n")
+			if tail == "" {
+				tail = "(none: the kernel prints only warnings before init; a longer --timeout may do)"
+			}
+			if outer.Err() != nil {
+				return -1, 0, 0, fmt.Errorf("%s interrupted (%v); qemu killed; last console lines:\n%s", what, context.Cause(outer), tail)
+			}
+			return -1, 0, 0, fmt.Errorf("%s did not finish within --timeout %s; qemu killed; last console lines:\n%s", what, o.Timeout, tail)
+		}
+	}
+}

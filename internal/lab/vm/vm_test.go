@@ -1,0 +1,129 @@
+package vm
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// readCPIO parses a newc archive into name → (mode, content).
+func readCPIO(t *testing.T, b []byte) map[string][2]string {
+	t.Helper()
+	out := map[string][2]string{}
+	off := 0
+	align := func() {
+		if off%4 != 0 {
+			off += 4 - off%4
+		}
+	}
+	for {
+		if off+110 > len(b) || string(b[off:off+6]) != "070701" {
+			t.Fatalf("bad header at %d", off)
+		}
+		field := func(i int) int {
+			v, err := strconv.ParseUint(string(b[off+6+8*i:off+14+8*i]), 16, 32)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return int(v)
+		}
+		mode, size, namesize := field(1), field(6), field(11)
+		name := string(b[off+110 : off+110+namesize-1])
+		off += 110 + namesize
+		align()
+		data := string(b[off : off+size])
+		off += size
+		align()
+		if name == "TRAILER!!!" {
+			if off != len(b) {
+				t.Fatalf("%d bytes after the trailer", len(b)-off)
+			}
+			return out
+		}
+		out[name] = [2]string{strconv.FormatUint(uint64(mode), 8), data}
+	}
+}
+
+func TestCPIOWriter(t *testing.T) {
+	dir := t.TempDir()
+	os.MkdirAll(filepath.Join(dir, "etc", "sub"), 0o755)
+	os.WriteFile(filepath.Join(dir, "etc", "a"), []byte("hello"), 0o640)
+	os.WriteFile(filepath.Join(dir, "etc", "sub", "odd"), []byte("x"), 0o755)
+	os.Symlink("usr/lib", filepath.Join(dir, "lib"))
+	os.MkdirAll(filepath.Join(dir, "skipme"), 0o755)
+	os.WriteFile(filepath.Join(dir, "skipme", "f"), []byte("no"), 0o644)
+	os.Mkdir(filepath.Join(dir, "tmp"), 0o755)
+	os.Chmod(filepath.Join(dir, "tmp"), 0o777|os.ModeSticky)
+
+	var buf bytes.Buffer
+	w := NewCPIOWriter(&buf)
+	if err := w.AddTree(dir, "", func(rel string) bool { return rel == "skipme" }); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.File("usr/local/bin/x", 0o755, []byte("abc")); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	got := readCPIO(t, buf.Bytes())
+	want := map[string][2]string{
+		"etc":             {"40755", ""},
+		"etc/a":           {"100640", "hello"},
+		"etc/sub":         {"40755", ""},
+		"etc/sub/odd":     {"100755", "x"},
+		"lib":             {"120777", "usr/lib"},
+		"tmp":             {"41777", ""},
+		"usr/local/bin/x": {"100755", "abc"},
+	}
+	if len(got) != len(want) {
+		t.Errorf("entries %v, want %v", got, want)
+	}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("%s: %v, want %v", k, got[k], v)
+		}
+	}
+}
+
+func TestRunRefusesBadInput(t *testing.T) {
+	ctx := context.Background()
+	if _, err := Run(ctx, Options{Suite: "nope"}, io.Discard); err == nil || !strings.Contains(err.Error(), "choose one of") {
+		t.Errorf("unknown suite: %v", err)
+	}
+	t.Setenv("PATH", t.TempDir())
+	if _, err := Run(ctx, Options{Suite: "smoke"}, io.Discard); err == nil || !strings.Contains(err.Error(), "apt-get install qemu-system-x86") {
+		t.Errorf("no qemu: %v", err)
+	}
+}
+
+func TestCheckStatic(t *testing.T) {
+	if err := checkStatic("/bin/sh"); err == nil || !strings.Contains(err.Error(), "CGO_ENABLED=0") {
+		t.Errorf("/bin/sh: %v, want a dynamically-linked error", err)
+	}
+	if err := checkStatic(filepath.Join(t.TempDir(), "missing")); err == nil {
+		t.Error("missing binary accepted")
+	}
+}
+
+func TestQemuArgs(t *testing.T) {
+	o := Options{Suite: "smoke", Timeout: time.Minute}
+	args := strings.Join(qemuArgs(o, "tcg", Kernel{Vmlinuz: "/k"}, "/i", kernelCmdline(o)), " ")
+	for _, w := range []string{"-accel tcg -cpu max", "-smp 1", "-no-reboot", "-nic none", "-kernel /k", "-initrd /i",
+		"rdinit=" + GuestBin, "panic=-1", "-- lab vm guest-init --suite smoke"} {
+		if !strings.Contains(args, w) {
+			t.Errorf("qemu args %q lack %q", args, w)
+		}
+	}
+	for name := range Suites {
+		if name == "" {
+			t.Error("empty suite name")
+		}
+	}
+}

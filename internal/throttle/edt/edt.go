@@ -1,0 +1,281 @@
+//go:build linux
+
+// Package edt is a kernel-native delay path that fails open: a tc/BPF
+// program on the target's egress gives each throttled initiator's packets
+// a departure time (Earliest Departure Time, skb->tstamp) of now + delay,
+// and the fq qdisc holds each packet until then. It is the technique of
+// Cilium's bandwidth manager, used here for delay instead of rate.
+//
+// The daemon writes one map entry per throttled initiator address:
+// the delay, which packets it applies to (an IP total-length range: small
+// segments and pure ACKs for writers, data for readers) and an expiry on
+// CLOCK_MONOTONIC. The program ignores an expired entry, so when the
+// daemon dies (kill -9, OOM, a hang) it stops renewing them and every
+// delay is gone one TTL later: the data path fails open on its own, with
+// nothing to run at exit. fq and the program stay; they pass unthrottled
+// traffic unchanged, and 'sanqos run --cleanup-only' in the unit's
+// ExecStopPost (or the next start) removes them.
+//
+// Order: fq keeps a flow's packets in departure-time order, so a packet
+// given an earlier time than one before it would overtake it when the
+// delay falls. The program never gives an initiator's packet a departure
+// time before the last one it gave that initiator (the entry's last
+// field), so a lowered delay drains the queue in order instead of
+// reordering it. (The update of last is not atomic across CPUs; two CPUs
+// sending to one initiator at the same nanosecond could still swap two
+// packets. A per-CPU or per-flow map, or an atomic compare-and-swap, would
+// close that.)
+package edt
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net/netip"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+)
+
+// FilterName names our tc filter, so a cleanup finds it.
+const FilterName = "sanqos-edt"
+
+// Map value layout: five little-endian u64s.
+const (
+	offDelay   = 0  // ns added to now
+	offExpires = 8  // CLOCK_MONOTONIC ns after which the entry is ignored
+	offLast    = 16 // last departure time given, for order
+	offMinLen  = 24 // IP total length range the delay applies to
+	offMaxLen  = 32
+	valueSize  = 40
+)
+
+// skbTstamp is the offset of tstamp in struct __sk_buff.
+const skbTstamp = 152
+
+// program returns the classifier. Registers: r6 skb, r7 map value, r8 now,
+// r9 departure time.
+func program(mapFD int) asm.Instructions {
+	return asm.Instructions{
+		asm.Mov.Reg(asm.R6, asm.R1),
+		// IPv4 only: skb->protocol is htons(ETH_P_IP).
+		asm.LoadMem(asm.R0, asm.R6, 16, asm.Word),
+		asm.JNE.Imm(asm.R0, 0x0008, "pass"),
+		// Copy the 20-byte IPv4 header (after Ethernet) to fp-24.
+		asm.Mov.Reg(asm.R1, asm.R6),
+		asm.Mov.Imm(asm.R2, 14),
+		asm.Mov.Reg(asm.R3, asm.R10),
+		asm.Add.Imm(asm.R3, -24),
+		asm.Mov.Imm(asm.R4, 20),
+		asm.FnSkbLoadBytes.Call(),
+		asm.JNE.Imm(asm.R0, 0, "pass"),
+		// Look the destination address (header offset 16) up.
+		asm.LoadMapPtr(asm.R1, mapFD),
+		asm.Mov.Reg(asm.R2, asm.R10),
+		asm.Add.Imm(asm.R2, -8),
+		asm.FnMapLookupElem.Call(),
+		asm.JEq.Imm(asm.R0, 0, "pass"),
+		asm.Mov.Reg(asm.R7, asm.R0),
+		// Only packets whose total length is in the entry's range.
+		asm.LoadMem(asm.R0, asm.R10, -22, asm.Half),
+		asm.HostTo(asm.BE, asm.R0, asm.Half),
+		asm.LoadMem(asm.R1, asm.R7, offMinLen, asm.DWord),
+		asm.JLT.Reg(asm.R0, asm.R1, "pass"),
+		asm.LoadMem(asm.R1, asm.R7, offMaxLen, asm.DWord),
+		asm.JGT.Reg(asm.R0, asm.R1, "pass"),
+		asm.FnKtimeGetNs.Call(),
+		asm.Mov.Reg(asm.R8, asm.R0),
+		// Fail open: an entry the daemon stopped renewing is ignored.
+		asm.LoadMem(asm.R1, asm.R7, offExpires, asm.DWord),
+		asm.JLT.Reg(asm.R1, asm.R8, "pass"),
+		asm.LoadMem(asm.R9, asm.R7, offDelay, asm.DWord),
+		asm.Add.Reg(asm.R9, asm.R8),
+		// Keep order: never before the last departure time given.
+		asm.LoadMem(asm.R1, asm.R7, offLast, asm.DWord),
+		asm.JGE.Reg(asm.R9, asm.R1, "store"),
+		asm.Mov.Reg(asm.R9, asm.R1),
+		asm.StoreMem(asm.R7, offLast, asm.R9, asm.DWord).WithSymbol("store"),
+		asm.StoreMem(asm.R6, skbTstamp, asm.R9, asm.DWord),
+		asm.Mov.Imm(asm.R0, 0).WithSymbol("pass"), // TC_ACT_OK
+		asm.Return(),
+	}
+}
+
+// EDT is the delay path on one interface of one network namespace.
+type EDT struct {
+	h    *netlink.Handle
+	link netlink.Link
+	m    *ebpf.Map
+	prog *ebpf.Program
+}
+
+// Direction selects packets by IP total length: Write holds pure ACKs and
+// small segments (R2T, SCSI response), Read holds data segments.
+type Direction int
+
+const (
+	Write Direction = iota
+	Read
+)
+
+// smallMax is the largest IP total length that counts as a small segment:
+// sanqos's default small-segment payload (128) plus IP and TCP headers.
+const smallMax = 128 + 100
+
+// New installs fq as the root qdisc of dev and the classifier on its
+// egress, in the network namespace at nsPath ("" for the current one),
+// after removing what an earlier run left.
+func New(nsPath, dev string) (_ *EDT, err error) {
+	h, err := handle(nsPath)
+	if err != nil {
+		return nil, err
+	}
+	e := &EDT{h: h}
+	defer func() {
+		if err != nil {
+			e.Close()
+		}
+	}()
+	if e.link, err = h.LinkByName(dev); err != nil {
+		return nil, fmt.Errorf("edt: interface %s: %w", dev, err)
+	}
+	cleanup(h, e.link)
+	e.m, err = ebpf.NewMap(&ebpf.MapSpec{Name: "sanqos_edt", Type: ebpf.Hash, KeySize: 4, ValueSize: valueSize, MaxEntries: 4096})
+	if err != nil {
+		return nil, fmt.Errorf("edt: creating the delay map: %w", err)
+	}
+	e.prog, err = ebpf.NewProgram(&ebpf.ProgramSpec{Name: "sanqos_edt", Type: ebpf.SchedCLS, License: "GPL", Instructions: program(e.m.FD())})
+	if err != nil {
+		return nil, fmt.Errorf("edt: loading the classifier: %w", err)
+	}
+	fq := &netlink.Fq{QdiscAttrs: netlink.QdiscAttrs{LinkIndex: e.link.Attrs().Index, Parent: netlink.HANDLE_ROOT, Handle: netlink.MakeHandle(0x5e, 0)}}
+	if err := h.QdiscReplace(fq); err != nil {
+		return nil, fmt.Errorf("edt: fq as root qdisc of %s: %w", dev, err)
+	}
+	clsact := &netlink.GenericQdisc{QdiscAttrs: netlink.QdiscAttrs{LinkIndex: e.link.Attrs().Index, Parent: netlink.HANDLE_CLSACT, Handle: netlink.MakeHandle(0xffff, 0)}, QdiscType: "clsact"}
+	if err := h.QdiscReplace(clsact); err != nil {
+		return nil, fmt.Errorf("edt: clsact on %s: %w", dev, err)
+	}
+	f := &netlink.BpfFilter{
+		FilterAttrs: netlink.FilterAttrs{LinkIndex: e.link.Attrs().Index, Parent: netlink.HANDLE_MIN_EGRESS, Handle: 1, Protocol: unix.ETH_P_ALL, Priority: 1},
+		Fd:          e.prog.FD(), Name: FilterName, DirectAction: true,
+	}
+	if err := h.FilterReplace(f); err != nil {
+		return nil, fmt.Errorf("edt: attaching the classifier to %s: %w", dev, err)
+	}
+	return e, nil
+}
+
+func handle(nsPath string) (*netlink.Handle, error) {
+	// Route netlink only: asking for every family fails on kernels
+	// without xfrm_user ("protocol not supported").
+	if nsPath == "" {
+		return netlink.NewHandle(unix.NETLINK_ROUTE)
+	}
+	ns, err := netns.GetFromPath(nsPath)
+	if err != nil {
+		return nil, fmt.Errorf("edt: network namespace %s: %w", nsPath, err)
+	}
+	defer ns.Close()
+	h, err := netlink.NewHandleAt(ns, unix.NETLINK_ROUTE)
+	if err != nil {
+		return nil, fmt.Errorf("edt: netlink in %s: %w", nsPath, err)
+	}
+	return h, nil
+}
+
+func monotonic() uint64 {
+	var ts unix.Timespec
+	unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
+	return uint64(ts.Nano())
+}
+
+// Set delays the packets to addr of direction dir by delay until ttl from
+// now; the daemon renews it every tick, so ttl bounds how long a delay
+// outlives a dead daemon.
+func (e *EDT) Set(addr netip.Addr, dir Direction, delay, ttl time.Duration) error {
+	if !addr.Is4() {
+		return fmt.Errorf("edt: %s: only IPv4 initiators", addr)
+	}
+	key := addr.As4()
+	v := make([]byte, valueSize)
+	if old, err := e.m.LookupBytes(key[:]); err == nil && old != nil {
+		copy(v, old) // keep last: order across the change
+	}
+	binary.LittleEndian.PutUint64(v[offDelay:], uint64(delay.Nanoseconds()))
+	binary.LittleEndian.PutUint64(v[offExpires:], monotonic()+uint64(ttl.Nanoseconds()))
+	lo, hi := uint64(0), uint64(smallMax)
+	if dir == Read {
+		lo, hi = smallMax+1, 65535
+	}
+	binary.LittleEndian.PutUint64(v[offMinLen:], lo)
+	binary.LittleEndian.PutUint64(v[offMaxLen:], hi)
+	if err := e.m.Put(key[:], v); err != nil {
+		return fmt.Errorf("edt: setting the delay of %s: %w", addr, err)
+	}
+	return nil
+}
+
+// Free removes addr's delay; its queued packets still leave in order.
+func (e *EDT) Free(addr netip.Addr) error {
+	key := addr.As4()
+	if err := e.m.Delete(key[:]); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		return fmt.Errorf("edt: freeing %s: %w", addr, err)
+	}
+	return nil
+}
+
+// Close removes the classifier and fq from the interface.
+func (e *EDT) Close() error {
+	var err error
+	if e.link != nil {
+		err = cleanup(e.h, e.link)
+	}
+	if e.prog != nil {
+		e.prog.Close()
+	}
+	if e.m != nil {
+		e.m.Close()
+	}
+	if e.h != nil {
+		e.h.Close()
+	}
+	return err
+}
+
+// Cleanup removes what an EDT on dev left (after kill -9, the filter
+// keeps the program and its map alive): the clsact qdisc with its
+// filters, and fq if it is the root qdisc.
+func Cleanup(nsPath, dev string) error {
+	h, err := handle(nsPath)
+	if err != nil {
+		return err
+	}
+	defer h.Close()
+	link, err := h.LinkByName(dev)
+	if err != nil {
+		return fmt.Errorf("edt: interface %s: %w", dev, err)
+	}
+	return cleanup(h, link)
+}
+
+func cleanup(h *netlink.Handle, link netlink.Link) error {
+	qs, err := h.QdiscList(link)
+	if err != nil {
+		return fmt.Errorf("edt: listing qdiscs of %s: %w", link.Attrs().Name, err)
+	}
+	var errs []error
+	for _, q := range qs {
+		a := q.Attrs()
+		if (q.Type() == "clsact" && a.Parent == netlink.HANDLE_CLSACT) || (q.Type() == "fq" && a.Parent == netlink.HANDLE_ROOT && a.Handle == netlink.MakeHandle(0x5e, 0)) {
+			if err := h.QdiscDel(q); err != nil {
+				errs = append(errs, fmt.Errorf("edt: removing %s from %s: %w", q.Type(), link.Attrs().Name, err))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
