@@ -51,9 +51,11 @@ It serves /metrics (Prometheus) and /status (read by 'sanqos status' and
 'sanqos top') on --listen, and the root-only control socket of 'sanqos
 throttle' on --socket (manual overrides win over the controller).
 
-Kernel objects (nfqueue backend): iptables chain SANQOS in the mangle table
-and ipsets sanqos-*, in the current network namespace; all removed on exit
-(Ctrl-C, SIGTERM) and at the next start after a crash. --cleanup-only removes
+Kernel objects (nfqueue backend): iptables/ip6tables chain SANQOS-<instance>
+in the mangle table and ipsets sanqos-<instance>-*, in the current network
+namespace; all removed on exit (Ctrl-C, SIGTERM, SIGHUP never exits) and at
+the next start after a crash. Each instance (q<queue> by default) owns its
+own objects and holds a lock; a second instance never touches them. --cleanup-only removes
 them and exits. The dry-run backend only logs and needs no root.
 
 Write delays hold the pure ACKs and the small segments that clock an iSCSI

@@ -65,9 +65,9 @@ func runManual(ctx context.Context, args []string, _, stderr io.Writer) error {
 		`Serve manual throttles only: no discovery, no controller. Delays are set,
 freed and listed with 'sanqos throttle' through a root-only unix socket.
 
-The nfqueue backend (default) installs an iptables chain SANQOS in the
-mangle table (jumped to from POSTROUTING) and ipsets named sanqos-*, in the
-current network namespace; run it inside the target's namespace with
+The nfqueue backend (default) installs an iptables (and ip6tables) chain
+SANQOS-<instance> in the mangle table (jumped to from POSTROUTING) and
+ipsets named sanqos-<instance>-*, in the current network namespace; run it inside the target's namespace with
 'ip netns exec NS sanqos run --manual'. Everything is removed on exit
 (Ctrl-C, SIGTERM); leftovers of a killed run are removed at the next start.
 If the daemon dies, the kernel lets traffic pass (fail open).

@@ -24,7 +24,7 @@ packets the target sends the initiator from the given ports: write delays
 small segments (R2T, SCSI response), and pure ACKs too if the daemon runs
 with --ack-delay, which slows its writes; read delays data segments, which
 slows its reads. --list shows which. Needs root.`, stderr)
-	ip := fs.String("ip", "", "initiator IPv4 address")
+	ip := fs.String("ip", "", "initiator IP address (IPv4 or IPv6)")
 	delay := fs.String("delay", "", "added delay, e.g. 4.6ms (more than 0, at most 1s)")
 	dir := fs.String("direction", "write", "write, read or both")
 	port := fs.String("port", "3260", "target port(s), comma-separated")

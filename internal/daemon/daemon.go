@@ -130,6 +130,7 @@ type Daemon struct {
 	topo         topology.Topology
 	prev         map[string]status.Resource // last tick's resources by name
 	saturated    map[string]saturation      // resources whose delay sits at its limit
+	refused      string                     // what the backend last left out of a state
 	seen         map[string]bool            // scratch of logTransitions, reused
 	applied      throttle.State             // last state applied successfully
 	needsResync  bool                       // applied is not known to be in the kernel
@@ -440,7 +441,24 @@ func (d *Daemon) apply(ctx context.Context, s throttle.State) error {
 	actx, cancel := context.WithTimeout(ctx, applyTimeout)
 	err := d.o.Backend.Apply(actx, s)
 	cancel()
+	var refused *throttle.Refused
+	if errors.As(err, &refused) {
+		// The backend applied the rest (an IPv6 consumer on a tc backend,
+		// say): the others are controlled; say what was left out when it
+		// changes, not every tick.
+		if msg := refused.Error(); msg != d.refused {
+			d.log.Warn("the backend left part of the throttle state out; the rest is in force", "backend", d.o.Backend.Name(), "left_out", msg)
+			d.refused = msg
+		}
+		err = nil
+	} else if err == nil {
+		d.refused = ""
+	}
 	d.metrics.Applied(err)
+	if err != nil && ctx.Err() != nil {
+		// Stopping: the apply was cut short, and Close removes everything.
+		return err
+	}
 	if err != nil {
 		d.needsResync = true
 		if !d.applyFailing {

@@ -458,3 +458,22 @@ func TestSaturationWarnedOnce(t *testing.T) {
 		t.Errorf("saturation warned %d times over 30 s at u_max, want once:\n%s", n, r.logs)
 	}
 }
+
+// A backend that leaves part of a state out (an IPv6 consumer on a tc
+// backend) has applied the rest: the state counts as in force (no retry
+// every tick), and what was left out is said once, not as a failure.
+func TestRefusedPartIsWarnedOnceAndTheRestApplied(t *testing.T) {
+	r := newRig(t, dec(30, 5, "10.99.0.3"))
+	r.be.refuse = "consumer 2001:db8::3: the htb backend controls IPv4 only"
+	r.ticks(20)
+	calls, _, _ := r.be.counts()
+	if calls != 1 {
+		t.Errorf("%d applies of an unchanged state, want 1: a refused part must not make it retry every tick", calls)
+	}
+	if n := r.logs.count("left part of the throttle state out", "2001:db8::3"); n != 1 {
+		t.Errorf("refusal said %d times, want once:\n%s", n, r.logs)
+	}
+	if n := r.logs.count("applying the throttle state failed"); n != 0 {
+		t.Errorf("a refusal was logged as a failure:\n%s", r.logs)
+	}
+}

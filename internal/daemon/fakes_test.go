@@ -68,6 +68,9 @@ type fakeBackend struct {
 	calls   int
 	failN   int
 	closed  int
+	// refuse, when set, is returned (as *throttle.Refused) by every Apply
+	// that otherwise succeeds: the backend applied the rest.
+	refuse string
 }
 
 func (b *fakeBackend) Name() string { return "fake" }
@@ -79,6 +82,9 @@ func (b *fakeBackend) Apply(_ context.Context, s throttle.State) error {
 		return errors.New("ipset add sanqos-fs-lab: operation not permitted")
 	}
 	b.applied = append(b.applied, cloneState(s))
+	if b.refuse != "" {
+		return &throttle.Refused{Reasons: []string{b.refuse}}
+	}
 	return nil
 }
 func (b *fakeBackend) Stats() throttle.Stats {
