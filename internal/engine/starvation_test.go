@@ -231,8 +231,8 @@ func TestCeilingFollowsTheWriters(t *testing.T) {
 		d.io("loop0", 10, 2, 0)
 		d.io("loop1", 0, 0, 2000)
 		r = e.Step(clk.Now(), d.snap()).Resources[0]
-		if r.Saturated {
-			t.Fatalf("saturated with the reads at 2 ms: %+v", r)
+		if r.Saturated && r.SignalMs <= r.TargetMs {
+			t.Fatalf("saturated with the signal under the set point: %+v", r)
 		}
 	}
 	if r.UMaxMs != cfg.Control.UMaxMs || r.DelayMs != 0 {
@@ -256,5 +256,43 @@ func TestThesisCeilingIsFixed(t *testing.T) {
 		if r.UMaxMs != cfg.Control.UMaxMs || r.UMaxLimitMs != cfg.Control.UMaxMs {
 			t.Fatalf("tick %d: thesis ceiling %v (limit %v), want fixed at %v", k, r.UMaxMs, r.UMaxLimitMs, cfg.Control.UMaxMs)
 		}
+	}
+}
+
+// wobbly is a controller whose output wobbles just under its clamp, as
+// pid's does at the rail while its P and D terms react to a noisy signal.
+type wobbly struct {
+	umax float64
+	k    int
+}
+
+func (w *wobbly) Update(float64) float64 {
+	w.k++
+	if w.k%2 == 0 {
+		return w.umax
+	}
+	return 0.9 * w.umax
+}
+func (w *wobbly) Reset()            {}
+func (w *wobbly) Name() string      { return "wobbly" }
+func (w *wobbly) SetUMax(u float64) { w.umax = u }
+func (w *wobbly) Rebase(float64)    {}
+
+// A delay that presses on the ceiling without sitting exactly on it every
+// tick (within pressShare of it) still raises the ceiling.
+func TestCeilingRisesUnderAWobblyRail(t *testing.T) {
+	clk := clock.NewFake(time.Unix(1000, 0))
+	d := newDisk("loop0", "loop1")
+	e := mustEngine(t, DefaultConfig(), oneResource(0))
+	e.res[0].ctrl = &wobbly{umax: 20}
+	e.Step(clk.Now(), d.snap())
+	var r ResourceDecision
+	for range 25 {
+		clk.Advance(100 * time.Millisecond)
+		overload(d)
+		r = e.Step(clk.Now(), d.snap()).Resources[0]
+	}
+	if r.UMaxMs <= 20 {
+		t.Fatalf("ceiling %v after 2.5 s of a delay wobbling between 18 and 20 ms with the latency at 50 ms; want it raised", r.UMaxMs)
 	}
 }
