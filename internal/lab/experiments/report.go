@@ -97,7 +97,22 @@ var page = template.Must(template.New("report").Funcs(template.FuncMap{
 		return describeEvents(evs)
 	},
 	"base": filepath.Base,
-	"join": func(xs []string) string { return strings.Join(xs, "\n") },
+	"secs": func(x float64) string {
+		if x < 0 {
+			return "never"
+		}
+		return fmt.Sprintf("%.1f", x)
+	},
+	"bursty": func(rs []*RunResult) bool {
+		for _, r := range rs {
+			if r.Bursts != nil {
+				return true
+			}
+		}
+		return false
+	},
+	"minoff": func() int { return minOffSeconds },
+	"join":   func(xs []string) string { return strings.Join(xs, "\n") },
 }).Parse(`<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
 <title>sanqos lab: {{.S.Experiment}}</title>
@@ -137,6 +152,19 @@ ended within 2 s, before the sets were clear, is "cut short" and not judged).</p
 <td>{{f1 .WriteMBs}}</td><td>{{f1 .ReaderKBs}}</td><td>{{.Retransmits}} ({{index .RetransmitsBy "sanqos-bm"}})</td><td>{{f2 .Jain}}</td><td>{{f1 .MaxWriteIOMs}}</td>
 <td>{{delay .}}</td><td>{{rel .}}</td></tr>
 {{end}}</table>
+{{if bursty .S.Runs}}<h2>Bursts</h2>
+<p>Each burst of the writers (from the start of the first second they were active, the onset, to the end of
+the last; pauses under {{minoff}} s are inside a burst): the peak of smalljob's 1-second mean wait, the seconds
+it spent above 1.2 × threshold (uncontrolled runs: the reference threshold), and the settle time — from the
+onset until the wait was back under that limit and stayed there to the burst's end ("never": still over at
+the end). Resolution 1 s: a burst whose first second only was over settles in 1 s.
+A second in which no read completed counts as over, with a wait of 1000 ms.</p>
+<table><tr><th>run</th><th>limit ms</th><th>bursts</th><th>settle median s</th><th>settle max s</th><th>never settled</th><th>peak max ms</th>
+<th>each burst: onset s, peak ms, seconds over, settle s</th></tr>
+{{range .S.Runs}}{{if .Bursts}}<tr><td>{{.Name}}</td><td>{{f1 .Bursts.LimitMs}}</td><td>{{.Bursts.N}}</td><td>{{secs .Bursts.SettleMedianS}}</td>
+<td>{{secs .Bursts.SettleMaxS}}</td><td>{{.Bursts.Unsettled}}</td><td>{{f1 .Bursts.PeakMaxMs}}</td>
+<td style="text-align:left; font-size:85%">{{range .Bursts.Bursts}}{{printf "%.0f" .OnsetS}}: {{printf "%.0f" .PeakMs}}, {{printf "%.0f" .AboveS}}, {{secs .SettleS}}{{if .Truncated}} (cut by the run's end){{end}}; {{end}}</td></tr>
+{{end}}{{end}}</table>{{end}}
 <h2>Retransmissions in time</h2>
 <p>Each initiator's TcpRetransSegs sampled once a second, beside the time the hypervisor
 took from this machine's CPUs in that second (steal: every thread stalls at once, and a loss probe

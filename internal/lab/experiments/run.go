@@ -142,6 +142,9 @@ type RunResult struct {
 	Jain        float64   `json:"jain"`
 	// MaxWriteIOMs is the longest single write I/O of any writer.
 	MaxWriteIOMs float64 `json:"max_write_io_ms"`
+	// Bursts is smalljob's wait in each burst of the writers: peak,
+	// seconds over, settle time (see Burst).
+	Bursts *BurstSummary `json:"bursts,omitempty"`
 	// Delay and Release come from the daemon's record.
 	Delay   *DelayStats     `json:"delay_ms,omitempty"`
 	Release *ReleaseSummary `json:"release,omitempty"`
@@ -533,6 +536,10 @@ func (e *env) runOne(ctx context.Context, name string, w Workload, c Control, re
 	res.ActiveSeconds = len(waits)
 	if refMs > 0 {
 		res.OverThresholdPct = iolog.Round3(overPct(waits, OverFactor*res.OverRefMs))
+	}
+	if readers == 1 && w.Writers > 0 && res.OverRefMs > 0 {
+		bs := analyzeBursts(tl, OverFactor*res.OverRefMs)
+		res.Bursts = &bs
 	}
 	if readers > 1 {
 		var mbs []float64
