@@ -79,7 +79,7 @@ func TestReportOfARealRun(t *testing.T) {
 	if page, err = os.ReadFile(path); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"<h2>Bursts</h2>", "1: 50, 2, 2.0;", "6: 60, 2, never (cut by the run&#39;s end);"} {
+	for _, want := range []string{"<h2>Bursts</h2>", "1: 50, 2, 2.0;", "6: 60, 2, never (cut by the run's end);"} {
 		if !strings.Contains(string(page), want) {
 			t.Errorf("the page does not say %q", want)
 		}
