@@ -25,6 +25,11 @@ type Check struct {
 // 2 s after the writers stop; the uncontrolled p95 is ≥ 2 × the reference
 // threshold.
 func checks(s *Summary) []Check {
+	return append(thesisChecks(s), guaranteeChecks(s)...)
+}
+
+// thesisChecks are the targets of the on/off interference runs.
+func thesisChecks(s *Summary) []Check {
 	var out []Check
 	for _, r := range s.Runs {
 		if r.Workload.On == "" {
@@ -112,7 +117,15 @@ var page = template.Must(template.New("report").Funcs(template.FuncMap{
 		return false
 	},
 	"minoff": func() int { return minOffSeconds },
-	"join":   func(xs []string) string { return strings.Join(xs, "\n") },
+	"guaranteed": func(rs []*RunResult) bool {
+		for _, r := range rs {
+			if r.Guarantees != nil {
+				return true
+			}
+		}
+		return false
+	},
+	"join": func(xs []string) string { return strings.Join(xs, "\n") },
 }).Parse(`<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
 <title>sanqos lab: {{.S.Experiment}}</title>
@@ -165,6 +178,21 @@ A second in which no read completed counts as over, with a wait of 1000 ms.</p>
 <td>{{secs .Bursts.SettleMaxS}}</td><td>{{.Bursts.Unsettled}}</td><td>{{f1 .Bursts.PeakMaxMs}}</td>
 <td style="text-align:left; font-size:85%">{{range .Bursts.Bursts}}{{printf "%.0f" .OnsetS}}: {{printf "%.0f" .PeakMs}}, {{printf "%.0f" .AboveS}}, {{secs .SettleS}}{{if .Truncated}} (cut by the run's end){{end}}; {{end}}</td></tr>
 {{end}}{{end}}</table>{{end}}
+{{if guaranteed .S.Runs}}<h2>Guarantees</h2>
+<p>What the source reports' guarantees are checked on (see Targets): Jain's index over the writer threads' MB/s in
+each burst (a thread's rate while it was on, from the load generator's burst lines), the longest single write and
+the longest wait of any writer thread from one completion to the next (the rate limit's and on/off pauses left
+out), TCP retransmission timeouts and retransmitted segments no receiver reported as duplicates (DSACK) over the
+initiators, the coefficient of variation of the writers' aggregate throughput in 100 ms bins over the steady
+seconds of the bursts (controlled runs: only seconds throttled throughout), and the reader's p95 wait and
+throughput (several readers: p95 of every reader's 1-second mean latency, and their sum).</p>
+<table><tr><th>run</th><th>min Jain (bursts)</th><th>longest write ms</th><th>longest gap ms</th><th>retransmits</th><th>RTOs</th><th>not DSACKed</th>
+<th>write CV 100 ms (seconds)</th><th>reader p95 ms</th><th>reader MB/s</th></tr>
+{{range .S.Runs}}{{if .Guarantees}}<tr><td>{{.Name}}</td><td>{{printf "%.3f" .Guarantees.MinJain}} ({{len .Guarantees.BurstJain}})</td>
+<td>{{f1 .Guarantees.MaxWriteIOMs}}</td><td>{{f1 .Guarantees.MaxWriteGapMs}}</td><td>{{.Retransmits}}</td><td>{{.Guarantees.RTOs}}</td><td>{{.Guarantees.Undetected}}</td>
+<td>{{if ge .Guarantees.WriteCV 0.0}}{{f2 .Guarantees.WriteCV}} ({{.Guarantees.CVSeconds}}){{else}}–{{end}}</td><td>{{f1 .Guarantees.ReaderP95Ms}}</td><td>{{printf "%.3f" .Guarantees.ReaderMBs}}</td></tr>
+{{end}}{{end}}
+</table>{{end}}
 <h2>Retransmissions in time</h2>
 <p>Each initiator's TcpRetransSegs sampled once a second, beside the time the hypervisor
 took from this machine's CPUs in that second (steal: every thread stalls at once, and a loss probe

@@ -145,6 +145,14 @@ type RunResult struct {
 	// Bursts is smalljob's wait in each burst of the writers: peak,
 	// seconds over, settle time (see Burst).
 	Bursts *BurstSummary `json:"bursts,omitempty"`
+	// Guarantees are what the source reports' guarantees are checked on.
+	Guarantees *Guarantees `json:"guarantees,omitempty"`
+	// Group names the workload a run belongs to in an experiment of
+	// several (guarantees); its controlled runs are compared with its
+	// uncontrolled one.
+	Group string `json:"group,omitempty"`
+	// FixedDelayMs is the fixed write delay of a frontier run.
+	FixedDelayMs float64 `json:"fixed_delay_ms,omitempty"`
 	// Delay and Release come from the daemon's record.
 	Delay   *DelayStats     `json:"delay_ms,omitempty"`
 	Release *ReleaseSummary `json:"release,omitempty"`
@@ -481,6 +489,8 @@ func (e *env) runOne(ctx context.Context, name string, w Workload, c Control, re
 
 	// Analysis, from the logs alone.
 	var readerRecs []iolog.Record
+	allReaders := map[string][]iolog.Record{}
+	var maxGap float64
 	res.ReadersMBs = map[string]float64{}
 	var wlogs []WriterLog
 	for _, p := range procs {
@@ -495,6 +505,7 @@ func (e *env) runOne(ctx context.Context, name string, w Workload, c Control, re
 			if s, ok := iolog.Summary(recs, ""); ok {
 				res.ReadersMBs[p.host] = s.MBs
 			}
+			allReaders[p.host] = recs
 			if readers > 1 {
 				// fig5.1: the readers' per-second MB/s is the plot.
 				wlogs = append(wlogs, WriterLog{Host: p.host, Records: recs})
@@ -512,6 +523,7 @@ func (e *env) runOne(ctx context.Context, name string, w Workload, c Control, re
 		}
 		if s, ok := iolog.Summary(recs, iolog.OpWrite); ok {
 			res.MaxWriteIOMs = max(res.MaxWriteIOMs, s.Lat.Max)
+			maxGap = max(maxGap, s.MaxGapMs)
 		}
 	}
 	if readers > 1 {
@@ -575,6 +587,23 @@ func (e *env) runOne(ctx context.Context, name string, w Workload, c Control, re
 			res.Release = &rs
 		}
 	}
+	g := &Guarantees{MaxWriteIOMs: res.MaxWriteIOMs, MaxWriteGapMs: maxGap, MinJain: 1, WriteCV: -1}
+	g.RTOs, g.Undetected = lossOf(res)
+	if res.Bursts != nil {
+		g.BurstJain = burstJain(res.Bursts.Bursts, wlogs)
+		for _, j := range g.BurstJain {
+			g.MinJain = min(g.MinJain, j)
+		}
+	}
+	if w.Writers > 0 {
+		g.WriteCV, g.CVSeconds = binCV(tl, steadySeconds(tl, res.ticks, res.ThresholdMs != nil))
+	}
+	if readers > 1 {
+		g.ReaderP95Ms, g.ReaderMBs = readersWait(allReaders, 0, w.Total.Seconds())
+	} else {
+		g.ReaderP95Ms, g.ReaderMBs = res.WaitMs.P95, iolog.Round3(res.ReaderKBs/1000)
+	}
+	res.Guarantees = g
 	// Without a daemon there are no ticks: the events carry steal only.
 	res.RetransmitEvents = retransmitEvents(samples, res.ticks)
 	if n := len(res.ticks); n > 0 {
