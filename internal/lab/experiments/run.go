@@ -67,6 +67,20 @@ type Workload struct {
 	// it on that many hosts from b2 on (fig5.1), with no writers.
 	Reader  string `json:"reader,omitempty"`
 	Readers int    `json:"readers,omitempty"`
+	// Name names the workload in an experiment of several (guarantees):
+	// runs of the same workload are compared with its uncontrolled run.
+	Name string `json:"name,omitempty"`
+	// WriterJob is the writers' preset; "" is seqwrite-64k (the
+	// thesis's). randw uses randwrite-8k.
+	WriterJob string `json:"writer_job,omitempty"`
+}
+
+// writerJob is the writers' preset.
+func (w Workload) writerJob() string {
+	if w.WriterJob == "" {
+		return "seqwrite-64k"
+	}
+	return w.WriterJob
 }
 
 // spread splits n writer threads over hosts as evenly as possible, the
@@ -287,7 +301,7 @@ func (e *env) runOne(ctx context.Context, name string, w Workload, c Control, re
 		return nil, fmt.Errorf("creating %s: %w", dir, err)
 	}
 	res = &RunResult{Name: name, Controller: c.Controller, Policy: c.Policy, Writers: w.Writers, Workload: w,
-		Dir: dir, OverRefMs: refMs, WriterUnit: "thread"}
+		Dir: dir, OverRefMs: refMs, WriterUnit: "thread", Group: w.Name}
 	if c.Controller == "" {
 		res.Controller = "none"
 	}
@@ -357,7 +371,7 @@ func (e *env) runOne(ctx context.Context, name string, w Workload, c Control, re
 			}
 			h := e.v.writers[i]
 			region := lunSize / int64(n) / (1 << 20) // MiB per thread
-			args := []string{"--job", "seqwrite-64k", "--name", "writers-" + h.name, "--threads", strconv.Itoa(n),
+			args := []string{"--job", w.writerJob(), "--name", "writers-" + h.name, "--threads", strconv.Itoa(n),
 				"--size", strconv.FormatInt(region, 10) + "m", "--per-thread",
 				"--runtime", w.WriterTime.String(), "--start-at", startAt(w.Lead), "--quiet"}
 			if w.On != "" {
