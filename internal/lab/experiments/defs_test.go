@@ -17,7 +17,7 @@ func TestHarderWorkloadPlans(t *testing.T) {
 		fullTotal time.Duration
 	}{
 		{"randw", []string{"none", "pid-15ms"}, "randwrite-8k", 24, 300 * time.Second},
-		{"surge24", []string{"none", "pid-15ms"}, "", 24, 300 * time.Second},
+		{"surge24", []string{"none", "pid-15ms"}, "seqwrite-64k", 24, 300 * time.Second},
 		{"guarantees", []string{"readers-none", "readers-pid-15ms", "writer1-none", "writer1-pid-15ms"}, "", -1, 300 * time.Second},
 	} {
 		x, err := Lookup(c.name)
