@@ -48,6 +48,9 @@ type Experiment struct {
 	// is measured against.
 	refMs float64
 	plots func(s *Summary, runs []*RunResult) ([]string, error)
+	// analyze, when set, adds the experiment's own results to the
+	// summary once every run is done (before the plots).
+	analyze func(s *Summary)
 }
 
 // plannedRun is one run of an experiment.
@@ -77,6 +80,8 @@ type Summary struct {
 	Plots      []string      `json:"plots"`
 	Checks     []Check       `json:"checks,omitempty"`
 	Sim        *SimReference `json:"sim,omitempty"`
+	// Frontier is the frontier experiment's result.
+	Frontier *Frontier `json:"frontier,omitempty"`
 }
 
 // SimReference points at the simulator's section of a demo report.
@@ -306,6 +311,9 @@ func (x Experiment) RunOn(ctx context.Context, l *lab.Lab, o Options) (*Summary,
 		e.prog.doneRun(res)
 	}
 	s.Finished = time.Now().UTC()
+	if x.analyze != nil {
+		x.analyze(s)
+	}
 	if s.Plots, err = x.plots(s, s.Runs); err != nil {
 		return s, err
 	}
@@ -397,6 +405,9 @@ func (c Control) describe() string {
 	case "":
 		return "no daemon"
 	case "none":
+		if c.FixedDelayMs > 0 {
+			return fmt.Sprintf("fixed write delay %g ms, daemon observing", c.FixedDelayMs)
+		}
 		return "uncontrolled, daemon observing"
 	}
 	pol := c.Policy

@@ -25,7 +25,7 @@ type Check struct {
 // 2 s after the writers stop; the uncontrolled p95 is ≥ 2 × the reference
 // threshold.
 func checks(s *Summary) []Check {
-	return append(thesisChecks(s), guaranteeChecks(s)...)
+	return append(append(thesisChecks(s), guaranteeChecks(s)...), frontierChecks(s.Frontier)...)
 }
 
 // thesisChecks are the targets of the on/off interference runs.
@@ -178,6 +178,18 @@ A second in which no read completed counts as over, with a wait of 1000 ms.</p>
 <td>{{secs .Bursts.SettleMaxS}}</td><td>{{.Bursts.Unsettled}}</td><td>{{f1 .Bursts.PeakMaxMs}}</td>
 <td style="text-align:left; font-size:85%">{{range .Bursts.Bursts}}{{printf "%.0f" .OnsetS}}: {{printf "%.0f" .PeakMs}}, {{printf "%.0f" .AboveS}}, {{secs .SettleS}}{{if .Truncated}} (cut by the run's end){{end}}; {{end}}</td></tr>
 {{end}}{{end}}</table>{{end}}
+{{with .S.Frontier}}<h2>The price of control</h2>
+<p>smalljob's p95 wait and the writers' MB/s under each fixed write delay (0: uncontrolled) and with the controller.
+The best static throttle of a threshold is the smallest fixed delay whose p95 is at most {{.MeetFactor}} × the threshold;
+the controller's MB/s is given as a share of its.</p>
+<table><tr><th>run</th><th>fixed delay ms</th><th>threshold ms</th><th>p95 ms</th><th>write MB/s</th></tr>
+{{range .Static}}<tr><td>{{.Run}}</td><td>{{.DelayMs}}</td><td>–</td><td>{{f1 .P95Ms}}</td><td>{{f1 .WriteMBs}}</td></tr>
+{{end}}{{range .Controller}}<tr><td>{{.Run}}</td><td>–</td><td>{{.ThresholdMs}}</td><td>{{f1 .P95Ms}}</td><td>{{f1 .WriteMBs}}</td></tr>
+{{end}}</table>
+<table><tr><th>threshold ms</th><th>p95 limit ms</th><th>best static delay ms</th><th>its p95 ms</th><th>its MB/s</th><th>controller run</th><th>controller p95 ms</th><th>controller MB/s</th><th>share %</th></tr>
+{{range .Best}}<tr><td>{{.ThresholdMs}}</td><td>{{f1 .LimitMs}}</td>{{if .Found}}<td>{{.DelayMs}}</td><td>{{f1 .P95Ms}}</td><td>{{f1 .WriteMBs}}</td>{{else}}<td colspan="3">none of the sweep met it</td>{{end}}
+<td>{{if .Controller}}{{.Controller}}{{else}}–{{end}}</td><td>{{f1 .ControllerP95Ms}}</td><td>{{f1 .ControllerMBs}}</td><td>{{if ge .SharePct 0.0}}{{f1 .SharePct}}{{else}}–{{end}}</td></tr>
+{{end}}</table>{{end}}
 {{if guaranteed .S.Runs}}<h2>Guarantees</h2>
 <p>What the source reports' guarantees are checked on (see Targets): Jain's index over the writer threads' MB/s in
 each burst (a thread's rate while it was on, from the load generator's burst lines), the longest single write and

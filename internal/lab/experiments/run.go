@@ -411,6 +411,15 @@ func (e *env) runOne(ctx context.Context, name string, w Workload, c Control, re
 			return nil, err
 		}
 		res.Commands = append(res.Commands, strings.Join(d.argv, " "))
+		if c.FixedDelayMs > 0 {
+			// Before t0: the writers start with the delay in force.
+			cmds, err := setFixedDelay(ctx, e.o.Sanqos, e.v, c.FixedDelayMs)
+			if err != nil {
+				return nil, err
+			}
+			res.Commands = append(res.Commands, cmds...)
+			res.FixedDelayMs = c.FixedDelayMs
+		}
 		defer func() {
 			if serr := d.stop(); serr != nil && err == nil {
 				err = fmt.Errorf("stopping the daemon: %w", serr)
