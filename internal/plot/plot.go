@@ -265,7 +265,7 @@ func (niceTicks) Ticks(lo, hi float64) []gplot.Tick {
 	}
 	var ticks []gplot.Tick
 	for v := math.Ceil(lo/step) * step; v <= hi+step*1e-9; v += step {
-		r := math.Round(v/step) * step
+		r := math.Round(v/step)*step + 0 // + 0 turns -0 into 0: no "-0" label
 		ticks = append(ticks, gplot.Tick{Value: r, Label: strconv.FormatFloat(r, 'f', -1, 64)})
 		// One unlabelled minor tick halfway.
 		if m := r + step/2; m <= hi {

@@ -86,3 +86,12 @@ func TestPointsOnly(t *testing.T) {
 		t.Error("a point series with 2 x and 1 y values drew")
 	}
 }
+
+// TestNoMinusZeroTick: an axis crossing zero labels it "0".
+func TestNoMinusZeroTick(t *testing.T) {
+	for _, tk := range (niceTicks{}).Ticks(-4, 14) {
+		if tk.Label == "-0" {
+			t.Fatalf("ticks %+v have a -0", (niceTicks{}).Ticks(-4, 14))
+		}
+	}
+}
