@@ -111,3 +111,16 @@ func TestFrontierPlan(t *testing.T) {
 		t.Errorf("--short takes %s", d)
 	}
 }
+
+// TestFixedDelayControl: a fixed-delay run is an observing daemon (the
+// controller never acts) named by its delay.
+func TestFixedDelayControl(t *testing.T) {
+	c := Control{Controller: "none", FixedDelayMs: 7.5}
+	if c.label() != "fixed-7.5ms" || !strings.Contains(c.describe(), "fixed write delay 7.5 ms") {
+		t.Errorf("label %q, describe %q", c.label(), c.describe())
+	}
+	cfg := daemonConfig(c, Gains{}, labView{port: 3260, controlPort: 2601}, "/tmp/r.jsonl")
+	if !strings.Contains(cfg, `controller = "none"`) {
+		t.Errorf("the daemon of a fixed-delay run would control:\n%s", cfg)
+	}
+}

@@ -160,7 +160,7 @@ ended within 2 s, before the sets were clear, is "cut short" and not judged).</p
 <table>
 <tr><th>run</th><th>controller</th><th>threshold ms</th><th>writers</th><th>wait mean</th><th>p50</th><th>p95</th><th>max</th><th>over %</th>
 <th>write MB/s</th><th>reader kB/s</th><th>retransmits</th><th>Jain</th><th>max write I/O ms</th><th>delay mean / max ms</th><th>released</th></tr>
-{{range .S.Runs}}<tr><td>{{.Name}}</td><td>{{.Controller}}{{if .Policy}} ({{.Policy}}){{end}}</td><td>{{th .ThresholdMs}}</td><td>{{.Writers}}</td>
+{{range .S.Runs}}<tr><td>{{.Name}}</td><td>{{.Controller}}{{if .Policy}} ({{.Policy}}){{end}}{{if .FixedDelayMs}}, fixed write delay {{.FixedDelayMs}} ms{{end}}</td><td>{{th .ThresholdMs}}</td><td>{{.Writers}}</td>
 <td>{{f1 .WaitMs.Mean}}</td><td>{{f1 .WaitMs.P50}}</td><td>{{f1 .WaitMs.P95}}</td><td>{{f1 .WaitMs.Max}}</td><td>{{f1 .OverThresholdPct}}</td>
 <td>{{f1 .WriteMBs}}</td><td>{{f1 .ReaderKBs}}</td><td>{{.Retransmits}} ({{index .RetransmitsBy "sanqos-bm"}})</td><td>{{f2 .Jain}}</td><td>{{f1 .MaxWriteIOMs}}</td>
 <td>{{delay .}}</td><td>{{rel .}}</td></tr>
