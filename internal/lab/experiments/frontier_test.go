@@ -63,6 +63,13 @@ func TestFrontierBestStatic(t *testing.T) {
 		t.Errorf("92.6 %% passed: %+v", cs[1])
 	}
 
+	// A controller that misses the limit keeps no share worth having.
+	runs[6].WriteMBs, runs[6].WaitMs.P95 = 26.1, 20
+	if cs := frontierChecks(frontierOf(runs)); cs[1].OK || !strings.Contains(cs[1].Got, "controller's p95 20.0 ms is over 16.5 ms") {
+		t.Errorf("a controller over the limit passed: %+v", cs[1])
+	}
+	runs[6].WaitMs.P95 = 16
+
 	// Without the controller's runs (--runs): the thresholds are still
 	// judged, with no share.
 	f = frontierOf(runs[:6])

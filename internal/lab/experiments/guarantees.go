@@ -22,10 +22,10 @@ const (
 	MaxStallMs = 1000
 	// CVFactor: the writers' throughput in 100 ms bins while throttled may
 	// vary by at most this × the uncontrolled run's coefficient of
-	// variation. A delay paced per packet must not make the writers
-	// burstier than the disk alone does; the margin is for the fewer
-	// I/Os per bin at a throttled rate (sampling noise grows as
-	// 1/sqrt(I/Os per bin): at half the rate, about 1.4 ×).
+	// variation (scaled for the rate, see cvLimit). A delay paced per
+	// packet must not make the writers burstier than the disk alone
+	// does; 1.5 leaves room for the VM's scheduling stalls, which hold a
+	// whole 100 ms bin's packets at once.
 	CVFactor = 1.5
 	// NoiseRel and NoiseAbsMs are what "within noise" means for the
 	// reader's p95 wait and throughput of two runs of the same workload:
@@ -57,12 +57,14 @@ type Guarantees struct {
 	RTOs       int64 `json:"rtos"`
 	Undetected int64 `json:"retransmits_not_dsacked"`
 	// WriteCV is the coefficient of variation of the writers' aggregate
-	// throughput in 100 ms bins over CVSeconds steady seconds: inside a
-	// burst (not its first or last second) and, in a controlled run,
-	// throttled through the whole second. -1: no such second or no bins
-	// in the logs.
+	// throughput over the 100 ms bins of a second (root mean square over
+	// CVSeconds steady seconds: inside a burst, not its first or last
+	// second, and in a controlled run throttled through the whole
+	// second), at CVMBs on average. -1: no such second or no bins in the
+	// logs.
 	WriteCV   float64 `json:"write_cv_100ms"`
 	CVSeconds int     `json:"cv_seconds"`
+	CVMBs     float64 `json:"cv_mb_s"`
 	// ReaderP95Ms and ReaderMBs are the reader side for "never worse":
 	// smalljob's p95 wait and kB/s/1000, or with several readers
 	// (fig5.1's load) the p95 of every reader's 1-second mean latency
@@ -178,33 +180,51 @@ func steadySeconds(tl Timeline, ticks []Tick, controlled bool) []bool {
 	return out
 }
 
-// binCV is the coefficient of variation of the writers' aggregate bytes
-// in 100 ms bins over the marked seconds (full seconds only), and how
-// many seconds it covers; -1 when none.
-func binCV(tl Timeline, mark []bool) (float64, int) {
-	var xs []float64
-	n := 0
+// binCV is how unevenly the writers move data within a second: in each
+// marked second (full seconds only), the coefficient of variation of
+// their aggregate bytes over its ten 100 ms bins; over the seconds, its
+// root mean square. Taking it within each second leaves out the slow
+// changes of the rate a controller makes on purpose and keeps the
+// unevenness of the pacing. It returns the CV, the seconds it covers and
+// the writers' mean MB/s over them; CV -1 when there is no such second.
+func binCV(tl Timeline, mark []bool) (cv float64, n int, mbs float64) {
+	var sq, bytes float64
 	for i, ok := range mark {
 		if !ok || i >= len(tl.WriteBins) || len(tl.WriteBins[i]) != 10 {
 			continue
 		}
-		n++
-		for _, b := range tl.WriteBins[i] {
-			xs = append(xs, float64(b))
+		xs := make([]float64, 10)
+		for k, b := range tl.WriteBins[i] {
+			xs[k] = float64(b)
 		}
+		m := iolog.Mean(xs)
+		if m == 0 {
+			continue
+		}
+		var v float64
+		for _, x := range xs {
+			v += (x - m) * (x - m)
+		}
+		sq += v / 10 / (m * m)
+		bytes += 10 * m
+		n++
 	}
-	if len(xs) < 2 {
-		return -1, 0
+	if n == 0 {
+		return -1, 0, 0
 	}
-	m := iolog.Mean(xs)
-	if m == 0 {
-		return -1, 0
+	return iolog.Round3(math.Sqrt(sq / float64(n))), n, iolog.Round3(bytes / float64(n) / 1e6)
+}
+
+// cvLimit is the largest CV a throttled run may show against its
+// uncontrolled run's: CVFactor × that CV, scaled for the rate. A bin of
+// fewer I/Os varies more by chance alone (as 1/sqrt of its I/Os), so a
+// run at a quarter of the rate may show twice the CV with the same
+// pacing.
+func cvLimit(base, baseMBs, mbs float64) float64 {
+	if mbs <= 0 || baseMBs <= 0 {
+		return CVFactor * base
 	}
-	var v float64
-	for _, x := range xs {
-		v += (x - m) * (x - m)
-	}
-	return iolog.Round3(math.Sqrt(v/float64(len(xs))) / m), n
+	return CVFactor * base * math.Sqrt(max(baseMBs/mbs, 1))
 }
 
 // lossOf is what the TCP counters say of a run: retransmission timeouts
@@ -261,8 +281,10 @@ func guaranteeChecks(s *Summary) []Check {
 		out = append(out, Check{r.Name, "nothing lost: no RTO, every retransmission a DSACKed probe", "0 RTOs, 0 not DSACKed",
 			fmt.Sprintf("%d segments, %d RTOs, %d not DSACKed (%s)", r.Retransmits, g.RTOs, g.Undetected, ref), g.RTOs == 0 && g.Undetected == 0})
 		if b != nil && g.WriteCV >= 0 && b.Guarantees.WriteCV > 0 {
-			lim := CVFactor * b.Guarantees.WriteCV
-			out = append(out, Check{r.Name, "writers' 100 ms throughput CV while throttled", fmt.Sprintf("≤ %g × uncontrolled's %.2f = %.2f", CVFactor, b.Guarantees.WriteCV, lim),
+			bg := b.Guarantees
+			lim := cvLimit(bg.WriteCV, bg.CVMBs, g.CVMBs)
+			out = append(out, Check{r.Name, "writers' 100 ms throughput CV while throttled",
+				fmt.Sprintf("≤ %g × uncontrolled's %.2f × √(%.1f/%.1f MB/s) = %.2f", CVFactor, bg.WriteCV, bg.CVMBs, g.CVMBs, lim),
 				fmt.Sprintf("%.2f over %d s", g.WriteCV, g.CVSeconds), g.WriteCV <= lim})
 		}
 		if r.Group != "" && b != nil {

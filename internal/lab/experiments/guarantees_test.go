@@ -45,21 +45,29 @@ func TestBurstJain(t *testing.T) {
 
 func TestBinCVAndSteadySeconds(t *testing.T) {
 	tl := synth([]float64{1, 1, 1, 1, 1, 1}, ".####.")
-	even := []int64{10, 10, 10, 10, 10, 10, 10, 10, 10, 10}
-	uneven := []int64{0, 20, 0, 20, 0, 20, 0, 20, 0, 20}
+	even := []int64{1e5, 1e5, 1e5, 1e5, 1e5, 1e5, 1e5, 1e5, 1e5, 1e5}
+	uneven := []int64{0, 2e5, 0, 2e5, 0, 2e5, 0, 2e5, 0, 2e5}
 	tl.WriteBins = [][]int64{nil, uneven, even, even, uneven, nil}
 	// The first and last active seconds are the burst's edges: out.
 	mark := steadySeconds(tl, nil, false)
 	if want := []bool{false, false, true, true, false, false}; !reflect.DeepEqual(mark, want) {
 		t.Fatalf("steady %v, want %v", mark, want)
 	}
-	if cv, n := binCV(tl, mark); cv != 0 || n != 2 {
-		t.Errorf("even bins: cv %v over %d s", cv, n)
+	if cv, n, mbs := binCV(tl, mark); cv != 0 || n != 2 || mbs != 1 {
+		t.Errorf("even bins: cv %v over %d s at %v MB/s", cv, n, mbs)
+	}
+	// One second alternating empty and double bins (CV 1), one even:
+	// the root mean square is √½.
+	tl.WriteBins[2] = uneven
+	if cv, n, _ := binCV(tl, mark); math.Abs(cv-math.Sqrt(0.5)) > 1e-3 || n != 2 {
+		t.Errorf("half uneven: cv %v over %d s, want %.3f", cv, n, math.Sqrt(0.5))
+	}
+	// A slow change of rate between seconds is not unevenness.
+	tl.WriteBins[2] = []int64{3e5, 3e5, 3e5, 3e5, 3e5, 3e5, 3e5, 3e5, 3e5, 3e5}
+	if cv, _, mbs := binCV(tl, mark); cv != 0 || mbs != 2 {
+		t.Errorf("two even seconds at different rates: cv %v at %v MB/s", cv, mbs)
 	}
 	tl.WriteBins[2] = uneven
-	if cv, n := binCV(tl, mark); math.Abs(cv-math.Sqrt(50)/10) > 1e-3 || n != 2 {
-		t.Errorf("half uneven: cv %v over %d s, want %.3f", cv, n, math.Sqrt(50)/10)
-	}
 	// Controlled: only seconds throttled through every tick.
 	var ticks []Tick
 	for i := 0; i < 60; i++ {
@@ -72,7 +80,7 @@ func TestBinCVAndSteadySeconds(t *testing.T) {
 	if mark := steadySeconds(tl, ticks, true); !reflect.DeepEqual(mark, []bool{false, false, true, false, false, false}) {
 		t.Errorf("controlled steady %v", mark)
 	}
-	if cv, n := binCV(tl, make([]bool, 6)); cv != -1 || n != 0 {
+	if cv, n, _ := binCV(tl, make([]bool, 6)); cv != -1 || n != 0 {
 		t.Errorf("no seconds: %v %d", cv, n)
 	}
 }
@@ -80,19 +88,19 @@ func TestBinCVAndSteadySeconds(t *testing.T) {
 func TestGuaranteeChecks(t *testing.T) {
 	th := 15.0
 	none := &RunResult{Name: "w-none", Group: "w", Writers: 1, Retransmits: 2,
-		Guarantees: &Guarantees{MinJain: 1, WriteCV: 0.2, ReaderP95Ms: 20, ReaderMBs: 0.262}}
+		Guarantees: &Guarantees{MinJain: 1, WriteCV: 0.2, CVMBs: 30, ReaderP95Ms: 20, ReaderMBs: 0.262}}
 	good := &RunResult{Name: "w-pid", Group: "w", Writers: 1, ThresholdMs: &th, Retransmits: 1,
 		RetransmitsBy: map[string]int64{"sanqos-b3": 1, "sanqos-bm": 3}, DSACKsBy: map[string]int64{"sanqos-b3": 1},
 		RTOsBy: map[string]int64{"sanqos-bm": 2},
 		Guarantees: &Guarantees{BurstJain: []float64{0.99, 0.95}, MinJain: 0.95, MaxWriteIOMs: 300, MaxWriteGapMs: 310,
-			WriteCV: 0.29, ReaderP95Ms: 22.9, ReaderMBs: 0.24}}
+			WriteCV: 0.42, CVMBs: 15, ReaderP95Ms: 22.9, ReaderMBs: 0.24}}
 	good.Guarantees.RTOs, good.Guarantees.Undetected = lossOf(good)
 	if good.Guarantees.RTOs != 0 || good.Guarantees.Undetected != 0 {
 		t.Fatalf("the target's namespace counted: %+v", good.Guarantees)
 	}
 	bad := &RunResult{Name: "w-bad", Group: "w", Writers: 1, ThresholdMs: &th, Retransmits: 3,
 		RetransmitsBy: map[string]int64{"sanqos-b3": 3}, DSACKsBy: map[string]int64{"sanqos-b3": 1}, RTOsBy: map[string]int64{"sanqos-b3": 1},
-		Guarantees: &Guarantees{BurstJain: []float64{0.8}, MinJain: 0.8, MaxWriteIOMs: 1200, WriteCV: 0.31, ReaderP95Ms: 23.1, ReaderMBs: 0.23}}
+		Guarantees: &Guarantees{BurstJain: []float64{0.8}, MinJain: 0.8, MaxWriteIOMs: 1200, WriteCV: 0.43, CVMBs: 15, ReaderP95Ms: 23.1, ReaderMBs: 0.23}}
 	bad.Guarantees.RTOs, bad.Guarantees.Undetected = lossOf(bad)
 	cs := guaranteeChecks(&Summary{Runs: []*RunResult{none, good, bad}})
 	verdict := map[string]bool{}
@@ -110,7 +118,7 @@ func TestGuaranteeChecks(t *testing.T) {
 		"w-bad: Jain's index over the writers, every burst":                 false,
 		"w-bad: longest wait of a writer thread for one I/O":                false,
 		"w-bad: nothing lost: no RTO, every retransmission a DSACKed probe": false,
-		"w-bad: writers' 100 ms throughput CV while throttled":              false, // 0.31 > 1.5 · 0.2
+		"w-bad: writers' 100 ms throughput CV while throttled":              false, // 0.43 > 1.5 · 0.2 · √(30/15) = 0.424
 		"w-bad: never worse: reader p95 wait":                               false,
 		"w-bad: never worse: reader throughput":                             false,
 	}

@@ -32,8 +32,8 @@ func checks(s *Summary) []Check {
 func thesisChecks(s *Summary) []Check {
 	var out []Check
 	for _, r := range s.Runs {
-		if r.Workload.On == "" {
-			continue // only the on/off interference experiments have targets
+		if r.Workload.On == "" || r.FixedDelayMs > 0 {
+			continue // only the on/off interference experiments have targets; a fixed delay is no control
 		}
 		if r.ThresholdMs == nil {
 			want := 2 * r.OverRefMs

@@ -619,7 +619,7 @@ func (e *env) runOne(ctx context.Context, name string, w Workload, c Control, re
 		}
 	}
 	if w.Writers > 0 {
-		g.WriteCV, g.CVSeconds = binCV(tl, steadySeconds(tl, res.ticks, res.ThresholdMs != nil))
+		g.WriteCV, g.CVSeconds, g.CVMBs = binCV(tl, steadySeconds(tl, res.ticks, res.ThresholdMs != nil))
 	}
 	if readers > 1 {
 		g.ReaderP95Ms, g.ReaderMBs = readersWait(allReaders, 0, w.Total.Seconds())
