@@ -138,6 +138,9 @@ func printChecks(w io.Writer, s *experiments.Summary) {
 		if r.Bursts != nil && r.Bursts.N > 0 {
 			fmt.Fprintf(w, "%-16s bursts %s\n", "", r.Bursts.Line())
 		}
+		if g := r.Guarantees; g != nil && r.Workload.Readers > 1 {
+			fmt.Fprintf(w, "%-16s (no writers: write is the readers' MB/s) readers' p95 wait %.1f ms, %.1f MB/s together\n", "", g.ReaderP95Ms, g.ReaderMBs)
+		}
 	}
 	for _, c := range s.Checks {
 		mark := "met   "

@@ -393,8 +393,13 @@ func (p *progress) doneRun(r *RunResult) {
 	if p.w == nil {
 		return
 	}
-	fmt.Fprintf(p.w, "%s: run %s done: wait p95 %.1f ms, write %.1f MB/s, retransmits %d\n",
-		p.x.Name, r.Name, r.WaitMs.P95, r.WriteMBs, r.Retransmits)
+	if g := r.Guarantees; g != nil && r.Workload.Readers > 1 {
+		fmt.Fprintf(p.w, "%s: run %s done: readers' p95 wait %.1f ms, %.1f MB/s together, retransmits %d\n",
+			p.x.Name, r.Name, g.ReaderP95Ms, g.ReaderMBs, r.Retransmits)
+	} else {
+		fmt.Fprintf(p.w, "%s: run %s done: wait p95 %.1f ms, write %.1f MB/s, retransmits %d\n",
+			p.x.Name, r.Name, r.WaitMs.P95, r.WriteMBs, r.Retransmits)
+	}
 	if len(r.RetransmitEvents) > 0 {
 		fmt.Fprintf(p.w, "%s: run %s retransmitted: %s\n", p.x.Name, r.Name, describeEvents(r.RetransmitEvents))
 	}
