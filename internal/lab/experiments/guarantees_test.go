@@ -93,14 +93,14 @@ func TestGuaranteeChecks(t *testing.T) {
 		RetransmitsBy: map[string]int64{"sanqos-b3": 1, "sanqos-bm": 3}, DSACKsBy: map[string]int64{"sanqos-b3": 1},
 		RTOsBy: map[string]int64{"sanqos-bm": 2},
 		Guarantees: &Guarantees{BurstJain: []float64{0.99, 0.95}, MinJain: 0.95, MaxWriteIOMs: 300, MaxWriteGapMs: 310,
-			WriteCV: 0.42, CVMBs: 15, ReaderP95Ms: 22.9, ReaderMBs: 0.24}}
+			WriteCV: 0.42, CVSeconds: 30, CVMBs: 15, ReaderP95Ms: 22.9, ReaderMBs: 0.24}}
 	good.Guarantees.RTOs, good.Guarantees.Undetected = lossOf(good)
 	if good.Guarantees.RTOs != 0 || good.Guarantees.Undetected != 0 {
 		t.Fatalf("the target's namespace counted: %+v", good.Guarantees)
 	}
 	bad := &RunResult{Name: "w-bad", Group: "w", Writers: 1, ThresholdMs: &th, Retransmits: 3,
 		RetransmitsBy: map[string]int64{"sanqos-b3": 3}, DSACKsBy: map[string]int64{"sanqos-b3": 1}, RTOsBy: map[string]int64{"sanqos-b3": 1},
-		Guarantees: &Guarantees{BurstJain: []float64{0.8}, MinJain: 0.8, MaxWriteIOMs: 1200, WriteCV: 0.43, CVMBs: 15, ReaderP95Ms: 23.1, ReaderMBs: 0.23}}
+		Guarantees: &Guarantees{BurstJain: []float64{0.8}, MinJain: 0.8, MaxWriteIOMs: 1200, WriteCV: 0.43, CVSeconds: 30, CVMBs: 15, ReaderP95Ms: 23.1, ReaderMBs: 0.23}}
 	bad.Guarantees.RTOs, bad.Guarantees.Undetected = lossOf(bad)
 	cs := guaranteeChecks(&Summary{Runs: []*RunResult{none, good, bad}})
 	verdict := map[string]bool{}
@@ -124,6 +124,13 @@ func TestGuaranteeChecks(t *testing.T) {
 	}
 	if !reflect.DeepEqual(verdict, want) {
 		t.Errorf("verdicts\n got %v\nwant %v", verdict, want)
+	}
+	// Too few throttled seconds: the CV is not judged.
+	bad.Guarantees.CVSeconds = 2
+	for _, c := range guaranteeChecks(&Summary{Runs: []*RunResult{none, bad}}) {
+		if strings.Contains(c.What, "CV") {
+			t.Errorf("CV judged on 2 s: %+v", c)
+		}
 	}
 	for _, c := range cs {
 		if strings.HasPrefix(c.What, "nothing lost") && c.Run == "w-pid" && !strings.Contains(c.Got, "uncontrolled: 2 segments") {
