@@ -29,8 +29,12 @@ throughput, IOPS and latency (mean, p50, p99, max) over all threads, plus one
 per thread with --per-thread, and summary lines at the end; the last line is
 the job's summary. Fields: kind (interval|summary), t (s since start, end of
 the interval), job, thread (0 = all threads, else 1..N), op (read|write), dur
-(s), mb_s (10^6 B/s), iops, lat_ms {mean,p50,p99,max}, ios, bytes; summaries
-add errors, and with --verify verified and mismatches. --io-log FILE adds one
+(s), mb_s (10^6 B/s), iops, lat_ms {mean,p50,p99,max}, ios, bytes, max_gap_ms
+(the longest wait from one completion to the next, the rate limit's and the
+on/off pauses left out); the job's intervals add bins_bytes (bytes completed
+in each 100 ms); summaries add errors, and with --verify verified and
+mismatches. An on/off job adds, per thread and burst, a line of kind burst
+(t: its last completion, dur: from the burst's start to it). --io-log FILE adds one
 line per I/O: t (s, when issued), thread, op, offset, len (bytes), lat_us.
 
 Each thread works on its own region of the LUN (--size bytes, one after the

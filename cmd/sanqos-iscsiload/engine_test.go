@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"math"
 	"strings"
 	"sync"
 	"testing"
@@ -251,5 +252,92 @@ func TestOnOffBurstsStartTogether(t *testing.T) {
 		if i > 0 && starts[i]-starts[i-1] < 0.3 {
 			t.Errorf("burst %d started %.3f s after the previous one, less than the off time", i, starts[i]-starts[i-1])
 		}
+	}
+}
+
+// slowDev delays the I/O at one offset, as a stalled target would.
+type slowDev struct {
+	memDev
+	at    int64
+	delay time.Duration
+}
+
+func (d slowDev) WriteAt(p []byte, off int64) error {
+	if off == d.at {
+		time.Sleep(d.delay)
+	}
+	return d.memDev.WriteAt(p, off)
+}
+
+// TestStallsAndBinsAreRecorded: a thread's longest I/O and longest gap
+// between completions reach the summary (a 250 ms stall of one write),
+// the rate limit's own waits are not counted as gaps, thread 0's
+// intervals carry 100 ms bins that add up to their bytes, and an on/off
+// job writes one burst line per thread and burst.
+func TestStallsAndBinsAreRecorded(t *testing.T) {
+	l := newMemLUN(1 << 20)
+	open := func(th int) (Device, error) {
+		d, err := l.open(th)
+		if err != nil {
+			return nil, err
+		}
+		return slowDev{memDev: d.(memDev), at: 8 * 4096, delay: 250 * time.Millisecond}, nil
+	}
+	job := loadspec.Job{Name: "st", Mode: loadspec.Write, BlockSize: 4096, Size: 64 << 10, Threads: 2,
+		OnSize: 32 << 10, OffTime: 200 * time.Millisecond, Runtime: 1500 * time.Millisecond, Seed: 1}
+	var out bytes.Buffer
+	e := &Engine{Job: job, Clock: clock.Real{}, Open: open, Out: iolog.NewWriter(&out), PerThread: true,
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	if _, err := e.Run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	recs, err := iolog.ReadRecords(&out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Thread 1's region starts at 0: its ninth block stalls (in its
+	// second burst, the region being 16 blocks); thread 2's never does.
+	s1 := iolog.Select(recs, iolog.KindSummary, 1, iolog.OpWrite)[0]
+	s2 := iolog.Select(recs, iolog.KindSummary, 2, iolog.OpWrite)[0]
+	if s1.Lat.Max < 250 || s1.MaxGapMs < s1.Lat.Max || s1.MaxGapMs > 400 {
+		t.Errorf("stalled thread: longest I/O %.1f ms, gap %.1f ms; want ≥ 250 and the gap ≥ the I/O", s1.Lat.Max, s1.MaxGapMs)
+	}
+	if s2.MaxGapMs > 100 {
+		t.Errorf("thread 2 never stalled but its longest gap is %.1f ms", s2.MaxGapMs)
+	}
+	if all, _ := iolog.Summary(recs, iolog.OpWrite); all.MaxGapMs != max(s1.MaxGapMs, s2.MaxGapMs) {
+		t.Errorf("job's longest gap %.1f, threads' %.1f and %.1f", all.MaxGapMs, s1.MaxGapMs, s2.MaxGapMs)
+	}
+	for _, iv := range iolog.Select(recs, iolog.KindInterval, 0, iolog.OpWrite) {
+		var sum int64
+		for _, b := range iv.BinsBytes {
+			sum += b
+		}
+		if sum != iv.Bytes || len(iv.BinsBytes) != int(math.Round(iv.Dur/iolog.BinSeconds)) {
+			t.Errorf("interval at %.3f s: %d bins adding to %d bytes, the interval has %d bytes over %.3f s", iv.T, len(iv.BinsBytes), sum, iv.Bytes, iv.Dur)
+		}
+	}
+	bursts := iolog.Select(recs, iolog.KindBurst, 1, iolog.OpWrite)
+	if len(bursts) < 2 {
+		t.Fatalf("thread 1 has %d burst lines, want one per burst (at least 2)", len(bursts))
+	}
+	for _, b := range bursts {
+		if b.Bytes != 32<<10 || b.IOs != 8 || b.MBs <= 0 {
+			t.Errorf("burst line %+v: want 32 KiB in 8 I/Os at a positive rate", b)
+		}
+	}
+	if b := bursts[1]; b.MaxGapMs < 250 || b.Lat.Max < 250 {
+		t.Errorf("the stalled burst says longest I/O %.1f ms, gap %.1f ms", b.Lat.Max, b.MaxGapMs)
+	}
+
+	// A rate-limited job waits 100 ms between I/Os by design: no gap.
+	job = loadspec.Job{Name: "r", Mode: loadspec.RandRead, BlockSize: 4096, Threads: 1, Rate: 40 << 10,
+		Runtime: 700 * time.Millisecond, TimeBased: true, Seed: 1}
+	_, recs, err = runEngine(t, context.Background(), newMemLUN(1<<20), job)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s, _ := iolog.Summary(recs, ""); s.IOs < 5 || s.MaxGapMs > 50 {
+		t.Errorf("paced job: %d I/Os, longest gap %.1f ms; the pacer's 100 ms waits are not stalls", s.IOs, s.MaxGapMs)
 	}
 }

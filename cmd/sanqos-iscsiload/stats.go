@@ -13,9 +13,13 @@ import (
 // interval exactly (for its percentiles) and the whole run in a histogram.
 type opStats struct {
 	cur      []float64 // latencies in ms this interval
+	curDone  []float64 // completion times (s since start) this interval
+	curSizes []int64   // bytes of each completion this interval
 	curBytes int64
+	curGap   float64 // longest gap between completions (ms) this interval
 	hist     iolog.Histogram
 	bytes    int64
+	gap      float64 // longest gap of the run (ms)
 }
 
 // threadStats is shared between a worker (adds) and the reporter (takes
@@ -36,12 +40,20 @@ const (
 
 var opNames = [2]string{iolog.OpRead, iolog.OpWrite}
 
-func (s *threadStats) add(op int, lat time.Duration, n int64) {
+// add records one completed I/O: its latency, its size, when it
+// completed (since the start) and the gap since the thread's previous
+// completion, waits the job asked for left out.
+func (s *threadStats) add(op int, lat time.Duration, n int64, done, gap time.Duration) {
 	ms := float64(lat) / float64(time.Millisecond)
+	gapMs := float64(gap) / float64(time.Millisecond)
 	s.mu.Lock()
 	o := &s.ops[op]
 	o.cur = append(o.cur, ms)
+	o.curDone = append(o.curDone, done.Seconds())
+	o.curSizes = append(o.curSizes, n)
 	o.curBytes += n
+	o.curGap = max(o.curGap, gapMs)
+	o.gap = max(o.gap, gapMs)
 	o.hist.Add(float64(lat) / float64(time.Microsecond))
 	o.bytes += n
 	s.mu.Unlock()
@@ -68,7 +80,10 @@ func (s *threadStats) addVerified(mismatch error) {
 // interval is one op's share of one thread's finished interval.
 type interval struct {
 	lat   []float64
+	done  []float64
+	sizes []int64
 	bytes int64
+	gap   float64
 }
 
 // take ends the current interval and returns it per op.
@@ -78,8 +93,8 @@ func (s *threadStats) take() [2]interval {
 	var out [2]interval
 	for i := range s.ops {
 		o := &s.ops[i]
-		out[i] = interval{lat: o.cur, bytes: o.curBytes}
-		o.cur, o.curBytes = nil, 0
+		out[i] = interval{lat: o.cur, done: o.curDone, sizes: o.curSizes, bytes: o.curBytes, gap: o.curGap}
+		o.cur, o.curDone, o.curSizes, o.curBytes, o.curGap = nil, nil, nil, 0, 0
 	}
 	return out
 }
@@ -122,24 +137,40 @@ func (r *reporter) pending() bool {
 func (r *reporter) interval(t float64) error {
 	dur := t - r.last
 	r.last = t
+	start := t - dur
 	var all [2][]float64
 	var allBytes [2]int64
+	var allGap [2]float64
+	var bins [2][]int64
+	for op := range bins {
+		bins[op] = make([]int64, iolog.BinCount(dur))
+	}
 	var lines []iolog.Record
 	for i, ts := range r.threads {
 		iv := ts.take()
 		for op := range iv {
 			all[op] = append(all[op], iv[op].lat...)
 			allBytes[op] += iv[op].bytes
+			allGap[op] = max(allGap[op], iv[op].gap)
+			for k, d := range iv[op].done {
+				b := min(max(int((d-start)/iolog.BinSeconds), 0), len(bins[op])-1)
+				bins[op][b] += iv[op].sizes[k]
+			}
 			if r.perThread && (op == r.primary || len(iv[op].lat) > 0) {
-				lines = append(lines, record(iolog.KindInterval, r.job, i+1, opNames[op], t, dur,
-					iolog.LatencyOf(iv[op].lat), int64(len(iv[op].lat)), iv[op].bytes))
+				rec := record(iolog.KindInterval, r.job, i+1, opNames[op], t, dur,
+					iolog.LatencyOf(iv[op].lat), int64(len(iv[op].lat)), iv[op].bytes)
+				rec.MaxGapMs = iolog.Round3(iv[op].gap)
+				lines = append(lines, rec)
 			}
 		}
 	}
 	for op := range all {
 		if op == r.primary || len(all[op]) > 0 {
-			if err := r.out.Write(record(iolog.KindInterval, r.job, 0, opNames[op], t, dur,
-				iolog.LatencyOf(all[op]), int64(len(all[op])), allBytes[op])); err != nil {
+			rec := record(iolog.KindInterval, r.job, 0, opNames[op], t, dur,
+				iolog.LatencyOf(all[op]), int64(len(all[op])), allBytes[op])
+			rec.MaxGapMs = iolog.Round3(allGap[op])
+			rec.BinsBytes = bins[op]
+			if err := r.out.Write(rec); err != nil {
 				return err
 			}
 		}
@@ -170,6 +201,7 @@ func (r *reporter) summary(elapsed float64, verifying bool) (totals, error) {
 	tot := totals{elapsed: elapsed, verifying: verifying, threadBytes: make([]int64, len(r.threads))}
 	var all [2]iolog.Histogram
 	var allBytes [2]int64
+	var allGap [2]float64
 	var lines []iolog.Record
 	order := []int{r.primary, 1 - r.primary}
 	for i, ts := range r.threads {
@@ -184,10 +216,12 @@ func (r *reporter) summary(elapsed float64, verifying bool) (totals, error) {
 			o := &ts.ops[op]
 			all[op].Merge(&o.hist)
 			allBytes[op] += o.bytes
+			allGap[op] = max(allGap[op], o.gap)
 			tot.threadBytes[i] += o.bytes
 			if op == r.primary || o.hist.Count() > 0 {
 				rec := record(iolog.KindSummary, r.job, i+1, opNames[op], elapsed, elapsed,
 					o.hist.Latency(), o.hist.Count(), o.bytes)
+				rec.MaxGapMs = iolog.Round3(o.gap)
 				if op == r.primary {
 					rec.Errors = ts.errors
 				}
@@ -210,6 +244,7 @@ func (r *reporter) summary(elapsed float64, verifying bool) (totals, error) {
 		}
 		rec := record(iolog.KindSummary, r.job, 0, opNames[op], elapsed, elapsed,
 			all[op].Latency(), all[op].Count(), allBytes[op])
+		rec.MaxGapMs = iolog.Round3(allGap[op])
 		if op == r.primary {
 			rec.Errors = tot.errors
 			tot.lat = rec.Lat

@@ -27,6 +27,7 @@ func (e *Engine) work(ctx context.Context, w *worker, t0 time.Time, sched *loads
 			th.buf[i] = byte(r.Uint32())
 		}
 	}
+	th.lastDone = t0
 	offs := loadspec.NewOffsets(w.region, bs, job.Mode.IsRandom(), job.Seed<<16^int64(w.id))
 	err := th.loop(ctx, offs, sched)
 	if errors.Is(err, errRuntimeOver) || ctx.Err() != nil && errors.Is(err, ctx.Err()) {
@@ -45,6 +46,21 @@ type thread struct {
 	t0, end      time.Time // end is t0 when there is no runtime
 	pacer        *loadspec.Pacer
 	buf, scratch []byte
+	// lastDone is the previous completion (or the start, or the end of
+	// an on/off pause); idle is the time since then spent in waits the
+	// job asked for (the rate limit), which is no stall.
+	lastDone time.Time
+	idle     time.Duration
+	// burst accumulates the thread's share of the current on/off burst.
+	burst burstStats
+}
+
+// burstStats is one thread's share of one on/off burst.
+type burstStats struct {
+	start      time.Time
+	ios, bytes int64
+	lat        []float64 // ms
+	gapMs      float64
 }
 
 func (th *thread) loop(ctx context.Context, offs *loadspec.Offsets, sched *loadspec.Schedule) error {
@@ -68,11 +84,17 @@ func (th *thread) loop(ctx context.Context, offs *loadspec.Offsets, sched *loads
 				return err
 			}
 			th.pacer.Restart() // no catch-up burst for the pause
+			// The pause is the schedule's, not a stall.
+			th.lastDone, th.idle = th.e.Clock.Now(), 0
+			th.burst = burstStats{start: th.lastDone}
 			for moved := int64(0); moved < job.OnSize; moved += job.BlockSize {
 				off, _ := offs.Next()
 				if err := th.io(ctx, op, off); err != nil {
 					return err
 				}
+			}
+			if err := th.endBurst(op); err != nil {
+				return err
 			}
 		}
 	case job.Verify && job.Mode.IsWrite():
@@ -107,9 +129,11 @@ func (th *thread) loop(ctx context.Context, offs *loadspec.Offsets, sched *loads
 
 // io does one paced, timed I/O.
 func (th *thread) io(ctx context.Context, op int, off int64) error {
+	paced := th.e.Clock.Now()
 	if err := th.pacer.Wait(ctx, int64(len(th.buf))); err != nil {
 		return err
 	}
+	th.idle += th.e.Clock.Now().Sub(paced)
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -128,13 +152,22 @@ func (th *thread) io(ctx context.Context, op int, off int64) error {
 	} else {
 		err = th.w.dev.ReadAt(th.buf, off)
 	}
-	lat := clk.Now().Sub(issued)
+	done := clk.Now()
+	lat := done.Sub(issued)
 	st := th.w.stats
 	if err != nil {
 		st.addError()
 		return fmt.Errorf("thread %d: %s of %d bytes at offset %d: %w", th.w.id, opNames[op], len(th.buf), off, err)
 	}
-	st.add(op, lat, int64(len(th.buf)))
+	gap := max(done.Sub(th.lastDone)-th.idle, lat)
+	th.lastDone, th.idle = done, 0
+	st.add(op, lat, int64(len(th.buf)), done.Sub(th.t0), gap)
+	if !th.burst.start.IsZero() {
+		th.burst.ios++
+		th.burst.bytes += int64(len(th.buf))
+		th.burst.lat = append(th.burst.lat, float64(lat)/float64(time.Millisecond))
+		th.burst.gapMs = max(th.burst.gapMs, float64(gap)/float64(time.Millisecond))
+	}
 	if th.e.IOLog != nil {
 		rec := iolog.IO{T: float64(issued.Sub(th.t0).Microseconds()) / 1e6, Thread: th.w.id, Op: opNames[op],
 			Offset: off, Len: int64(len(th.buf)), LatUs: float64(lat.Nanoseconds()/100) / 10}
@@ -146,4 +179,19 @@ func (th *thread) io(ctx context.Context, op int, off int64) error {
 		st.addVerified(loadspec.CheckPattern(th.buf, th.scratch, job.Seed, off))
 	}
 	return nil
+}
+
+// endBurst writes the thread's burst line: what it moved in the burst
+// that just ended, how fast while it was on, its longest I/O and gap.
+func (th *thread) endBurst(op int) error {
+	b := th.burst
+	th.burst = burstStats{}
+	if b.ios == 0 {
+		return nil
+	}
+	end := th.lastDone
+	r := record(iolog.KindBurst, th.e.Job.Name, th.w.id, opNames[op], end.Sub(th.t0).Seconds(), end.Sub(b.start).Seconds(),
+		iolog.LatencyOf(b.lat), b.ios, b.bytes)
+	r.MaxGapMs = iolog.Round3(b.gapMs)
+	return th.e.Out.Write(r)
 }

@@ -135,6 +135,12 @@ func printChecks(w io.Writer, s *experiments.Summary) {
 	for _, r := range s.Runs {
 		fmt.Fprintf(w, "%-16s wait p95 %6.1f ms (mean %5.1f), write %5.1f MB/s, reader %5.1f kB/s, retransmits %d\n",
 			r.Name, r.WaitMs.P95, r.WaitMs.Mean, r.WriteMBs, r.ReaderKBs, r.Retransmits)
+		if r.Bursts != nil && r.Bursts.N > 0 {
+			fmt.Fprintf(w, "%-16s bursts %s\n", "", r.Bursts.Line())
+		}
+		if g := r.Guarantees; g != nil && r.Workload.Readers > 1 {
+			fmt.Fprintf(w, "%-16s (no writers: write is the readers' MB/s) readers' p95 wait %.1f ms, %.1f MB/s together\n", "", g.ReaderP95Ms, g.ReaderMBs)
+		}
 	}
 	for _, c := range s.Checks {
 		mark := "met   "

@@ -26,7 +26,20 @@ const (
 	// KindSummary covers the whole run; the very last line of a run is the
 	// summary of thread 0.
 	KindSummary = "summary"
+	// KindBurst is one thread's share of one burst of an on/off job: T
+	// is its last completion, Dur the time from the burst's start to it,
+	// so MBs is the rate the thread got while it was on. Logs written
+	// before this kind existed simply have none.
+	KindBurst = "burst"
 )
+
+// BinSeconds is the width of the sub-second bins of BinsBytes: 100 ms,
+// fine enough to see a writer paced unevenly within a second.
+const BinSeconds = 0.1
+
+// BinCount is how many bins an interval of dur seconds has: a last bin
+// shorter than a millisecond is the ticker's jitter, not a bin.
+func BinCount(dur float64) int { return max(1, int(math.Ceil(dur/BinSeconds-0.01))) }
 
 // Ops.
 const (
@@ -60,6 +73,17 @@ type Record struct {
 	Lat   Latency `json:"lat_ms"`
 	IOs   int64   `json:"ios"`
 	Bytes int64   `json:"bytes"`
+
+	// MaxGapMs is the longest time the thread (thread 0: any thread)
+	// waited from one completion to the next, not counting the waits the
+	// job asks for (rate limit, on/off pauses): the longest an
+	// application on it would have stalled. Intervals, summaries and
+	// bursts; absent in older logs.
+	MaxGapMs float64 `json:"max_gap_ms,omitempty"`
+	// BinsBytes, in thread 0's intervals, is the bytes completed in each
+	// BinSeconds of the interval (the last bin may be shorter); absent
+	// in older logs.
+	BinsBytes []int64 `json:"bins_bytes,omitempty"`
 
 	// Errors counts failed I/Os.
 	Errors int64 `json:"errors,omitempty"`
@@ -113,7 +137,7 @@ func (w *Writer) Flush() error {
 // line that is not a record is an error naming its line number.
 func ReadRecords(r io.Reader) ([]Record, error) {
 	return readLines[Record](r, func(rec Record) error {
-		if rec.Kind != KindInterval && rec.Kind != KindSummary {
+		if rec.Kind != KindInterval && rec.Kind != KindSummary && rec.Kind != KindBurst {
 			return fmt.Errorf("unknown kind %q", rec.Kind)
 		}
 		return nil

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"math"
 	"os"
+	"reflect"
 	"strings"
 	"testing"
 )
@@ -41,7 +42,7 @@ func TestFixturesAreConsistent(t *testing.T) {
 				t.Fatalf("last line is not the job summary of %s: %+v", tc.op, last)
 			}
 			sum, ok := Summary(recs, "")
-			if !ok || sum != last {
+			if !ok || !reflect.DeepEqual(sum, last) {
 				t.Fatalf("Summary = %+v, %v; want the last line", sum, ok)
 			}
 			for _, op := range []string{OpRead, OpWrite} {
@@ -190,7 +191,7 @@ func TestWriterRoundTrip(t *testing.T) {
 	if err != nil || len(out) != 2 {
 		t.Fatalf("%v %v", out, err)
 	}
-	if out[0] != in[0] || *out[1].Verified != 4 || *out[1].Mismatches != 1 || out[1].Errors != 2 {
+	if !reflect.DeepEqual(out[0], in[0]) || *out[1].Verified != 4 || *out[1].Mismatches != 1 || out[1].Errors != 2 {
 		t.Errorf("round trip changed records: %+v", out)
 	}
 }

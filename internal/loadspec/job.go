@@ -78,6 +78,10 @@ var presets = map[string]Job{
 	"seqread-32k": {Mode: Read, BlockSize: 32 * KiB, Size: 2048 * MiB, Threads: 1},
 	// D.3 and D.5: the interfering sequential writer.
 	"seqwrite-64k": {Mode: Write, BlockSize: 64 * KiB, Size: 2048 * MiB, Threads: 1},
+	// Not in the thesis: small random writers, the many-VM or database
+	// load that saturates a disk array far harder than sequential
+	// streams (every I/O a seek), for the lab's randw experiment.
+	"randwrite-8k": {Mode: RandWrite, BlockSize: 8 * KiB, Size: 2048 * MiB, Threads: 1},
 	// D.2: the small rate-limited random reader whose latency is protected.
 	"smalljob": {Mode: RandRead, BlockSize: 8 * KiB, Size: 128 * MiB, Rate: 256 * KiB, Threads: 1},
 }

@@ -38,7 +38,10 @@ type HLine struct {
 type Panel struct {
 	Title, YLabel string
 	Series        []Series
-	HLines        []HLine
+	// Points are drawn as markers only (a few runs on a frontier), in
+	// the colours after the lines'.
+	Points []Series
+	HLines []HLine
 }
 
 // Size of the PNG: readable on a screen and in a report at 100 %.
@@ -71,7 +74,7 @@ func Stacked(path, title, xlabel string, panels []Panel) error {
 	}
 	xmin, xmax := math.Inf(1), math.Inf(-1)
 	for _, p := range panels {
-		for _, s := range p.Series {
+		for _, s := range append(append([]Series(nil), p.Series...), p.Points...) {
 			if len(s.X) != len(s.Y) {
 				return fmt.Errorf("plot: series %q has %d x and %d y values", s.Name, len(s.X), len(s.Y))
 			}
@@ -88,7 +91,7 @@ func Stacked(path, title, xlabel string, panels []Panel) error {
 		if err != nil {
 			return fmt.Errorf("plot: panel %q: %w", pn.Title, err)
 		}
-		if xmin <= xmax {
+		if xmin < xmax {
 			p.X.Min, p.X.Max = xmin, xmax
 		}
 		rows[i] = []*gplot.Plot{p}
@@ -182,6 +185,24 @@ func panel(pn Panel, bottom bool, xlabel string) (*gplot.Plot, error) {
 			}
 		}
 	}
+	for i, s := range pn.Points {
+		for _, seg := range segments(s.X, s.Y) {
+			sc, err := plotter.NewScatter(seg)
+			if err != nil {
+				return nil, fmt.Errorf("points %q: %w", s.Name, err)
+			}
+			sc.GlyphStyle.Color = Color(len(pn.Series) + i)
+			sc.GlyphStyle.Radius = vg.Points(5)
+			sc.GlyphStyle.Shape = draw.CircleGlyph{}
+			p.Add(sc)
+			if s.Name != "" {
+				p.Legend.Add(s.Name, sc)
+			}
+			for _, pt := range seg {
+				ymax = math.Max(ymax, pt.Y)
+			}
+		}
+	}
 	for i, hl := range pn.HLines {
 		y := hl.Y
 		f := plotter.NewFunction(func(float64) float64 { return y })
@@ -244,7 +265,7 @@ func (niceTicks) Ticks(lo, hi float64) []gplot.Tick {
 	}
 	var ticks []gplot.Tick
 	for v := math.Ceil(lo/step) * step; v <= hi+step*1e-9; v += step {
-		r := math.Round(v/step) * step
+		r := math.Round(v/step)*step + 0 // + 0 turns -0 into 0: no "-0" label
 		ticks = append(ticks, gplot.Tick{Value: r, Label: strconv.FormatFloat(r, 'f', -1, 64)})
 		// One unlabelled minor tick halfway.
 		if m := r + step/2; m <= hi {

@@ -71,3 +71,27 @@ func TestStackedRejectsBadInput(t *testing.T) {
 		t.Error("series with mismatched lengths accepted")
 	}
 }
+
+// TestPointsOnly: a panel of markers (a frontier's runs) draws, and a
+// malformed point series is refused like a line.
+func TestPointsOnly(t *testing.T) {
+	dir := t.TempDir()
+	err := Stacked(filepath.Join(dir, "p.png"), "frontier", "MB/s", []Panel{{Title: "p95", YLabel: "ms",
+		Series: []Series{{Name: "fixed delays", X: []float64{38, 30, 20}, Y: []float64{60, 20, 12}}},
+		Points: []Series{{Name: "pid 15 ms", X: []float64{28}, Y: []float64{17}}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := Stacked(filepath.Join(dir, "q.png"), "", "x", []Panel{{Points: []Series{{Name: "bad", X: []float64{1, 2}, Y: []float64{1}}}}}); err == nil {
+		t.Error("a point series with 2 x and 1 y values drew")
+	}
+}
+
+// TestNoMinusZeroTick: an axis crossing zero labels it "0".
+func TestNoMinusZeroTick(t *testing.T) {
+	for _, tk := range (niceTicks{}).Ticks(-4, 14) {
+		if tk.Label == "-0" {
+			t.Fatalf("ticks %+v have a -0", (niceTicks{}).Ticks(-4, 14))
+		}
+	}
+}

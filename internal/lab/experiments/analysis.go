@@ -69,6 +69,9 @@ type Timeline struct {
 	Active    []bool    // WriteMBs > ActiveMBs
 	// HostMBs is each writer host's MB/s (key: host).
 	HostMBs map[string][]float64
+	// WriteBins is, per second, the writers' bytes in each 100 ms of it,
+	// summed over the hosts (nil where a log has no bins).
+	WriteBins [][]int64
 }
 
 // secondOf maps an interval's end time to its second on the common axis.
@@ -89,6 +92,7 @@ func buildTimeline(reader []iolog.Record, writers []WriterLog) Timeline {
 		n = max(n, k)
 	}
 	hosts := map[string]map[int]iolog.Record{}
+	bins := map[int][]int64{}
 	for _, w := range writers {
 		m := map[int]iolog.Record{}
 		for _, r := range iolog.Select(w.Records, iolog.KindInterval, 0, "") {
@@ -99,6 +103,19 @@ func buildTimeline(reader []iolog.Record, writers []WriterLog) Timeline {
 			n = max(n, k)
 		}
 		hosts[w.Host] = m
+		for k, r := range m {
+			if len(r.BinsBytes) == 0 {
+				continue
+			}
+			b := bins[k]
+			if len(b) < len(r.BinsBytes) {
+				b = append(b, make([]int64, len(r.BinsBytes)-len(b))...)
+			}
+			for i, x := range r.BinsBytes {
+				b[i] += x
+			}
+			bins[k] = b
+		}
 	}
 	tl := Timeline{HostMBs: map[string][]float64{}}
 	for k := 1; k <= n; k++ {
@@ -121,6 +138,7 @@ func buildTimeline(reader []iolog.Record, writers []WriterLog) Timeline {
 		}
 		tl.WriteMBs = append(tl.WriteMBs, sum)
 		tl.Active = append(tl.Active, sum > ActiveMBs)
+		tl.WriteBins = append(tl.WriteBins, bins[k])
 	}
 	return tl
 }

@@ -33,6 +33,11 @@ type Control struct {
 	// at 0 (0: control.DefaultParams). A low threshold needs more delay
 	// than the default 20 ms to hold 12 writers.
 	UMaxMs float64 `json:"u_max_ms,omitempty"`
+	// FixedDelayMs, with Controller "none", holds every packet that
+	// clocks the writers (b3-b5) for this long through the whole run: a
+	// manual throttle per writer ('sanqos throttle') on the observing
+	// daemon, the frontier's static throttle.
+	FixedDelayMs float64 `json:"fixed_delay_ms,omitempty"`
 }
 
 // uMaxMs is the u_max the run's daemon gets: the user's (Gains), else
@@ -79,6 +84,9 @@ func (c Control) label() string {
 	case "":
 		return "nodaemon"
 	case "none":
+		if c.FixedDelayMs > 0 {
+			return fmt.Sprintf("fixed-%gms", c.FixedDelayMs)
+		}
 		return "none"
 	}
 	s := fmt.Sprintf("%s-%gms", c.Controller, c.ThresholdMs)
@@ -375,4 +383,21 @@ func isOurDaemon(argv []string) bool {
 		}
 	}
 	return false
+}
+
+// setFixedDelay sets the manual write throttle of every writer host on
+// the run's daemon, through its control socket, as an administrator
+// would with 'sanqos throttle'.
+func setFixedDelay(ctx context.Context, sanqos string, v labView, delayMs float64) ([]string, error) {
+	var cmds []string
+	for _, a := range v.writerAddrs() {
+		argv := []string{sanqos, "throttle", "--socket", filepath.Join(ctlSocketDir, "ctl.sock"), "--ip", a,
+			"--delay", strconv.FormatFloat(delayMs, 'f', -1, 64) + "ms", "--direction", "write", "--port", strconv.Itoa(v.port)}
+		cmd := lab.Command(ctx, lab.TargetNS, argv...)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return cmds, fmt.Errorf("setting the fixed delay of %s: %w: %s", a, err, strings.TrimSpace(string(out)))
+		}
+		cmds = append(cmds, strings.Join(cmd.Args, " "))
+	}
+	return cmds, nil
 }

@@ -53,6 +53,50 @@ func controlledRuns(policy string, short bool, total time.Duration) []plannedRun
 	return runs
 }
 
+// The harder workloads of issue 12, and their burst sizes: each burst
+// lasts about 10 s at the uncontrolled rate, as fig5.11's do.
+const (
+	// randwBurst: 24 random 8 KiB writer threads share the array's
+	// seeks; each moves this per burst.
+	randwBurst = "4m"
+	// surgeBurst: 24 sequential 64 KiB threads reach about the 12's
+	// 37-39 MB/s, so half of fig5.11's 32 MiB keeps a burst near 10 s.
+	surgeBurst = "16m"
+)
+
+// hardRuns are an experiment's uncontrolled run and pid at 15 ms for a
+// harder workload: writers threads of job, per burst on bytes each.
+func hardRuns(job string, writers int, on string, short bool) []plannedRun {
+	total := 300 * time.Second
+	if short {
+		total = 120 * time.Second
+	}
+	w := interference(total)
+	w.Writers, w.WriterJob, w.On = writers, job, on
+	pid := Control{Controller: "pid", ThresholdMs: 15}
+	return []plannedRun{{"none", w, Control{Controller: "none"}}, {pid.label(), w, pid}}
+}
+
+// guaranteeRuns are the "never worse than no control" workloads, each
+// uncontrolled and with pid at 15 ms: four equal sequential readers
+// (fig5.1's load: nobody writes, so there is nobody to throttle), and
+// one unbounded sequential writer beside smalljob (one stream cannot be
+// slowed much by delaying its ACKs, and smalljob barely suffers from it).
+func guaranteeRuns(short bool) []plannedRun {
+	total := 300 * time.Second
+	if short {
+		total = 60 * time.Second
+	}
+	readers := Workload{Name: "readers", Total: total, Reader: "seqread-32k", Readers: 4}
+	writer := Workload{Name: "writer1", Total: total, Lead: leadTime, WriterTime: total - leadTime - tailTime, Writers: 1}
+	pid := Control{Controller: "pid", ThresholdMs: 15}
+	var out []plannedRun
+	for _, w := range []Workload{readers, writer} {
+		out = append(out, plannedRun{w.Name + "-none", w, Control{Controller: "none"}}, plannedRun{w.Name + "-" + pid.label(), w, pid})
+	}
+	return out
+}
+
 func registry() []Experiment {
 	return []Experiment{
 		{
@@ -119,6 +163,47 @@ func registry() []Experiment {
 				return controlledRuns("", false, 300*time.Second)
 			},
 			plots: plotInterference,
+		},
+		{
+			Name:  "randw",
+			Title: "Small random writers: 24 threads of 8 KiB random writes (issue 12)",
+			Describe: "smalljob on b2; 24 random 8 KiB writer threads (8 per initiator on b3-b5, randwrite-8k) switched on together, " +
+				randwBurst + " per thread per burst, 5 s pause; uncontrolled and sanqos pid at 15 ms. Every I/O is a seek: " +
+				"the array saturates far harder than with fig5.11's sequential streams.",
+			refMs: 15,
+			plan:  func(short bool) []plannedRun { return hardRuns("randwrite-8k", 24, randwBurst, short) },
+			plots: plotInterference,
+		},
+		{
+			Name:  "surge24",
+			Title: "Twice the thesis's writers: 24 sequential 64 KiB threads switched on at once (issue 12)",
+			Describe: "smalljob on b2; 24 sequential 64 KiB writer threads (8 per initiator on b3-b5) switched on together, " +
+				surgeBurst + " per thread per burst, 5 s pause; uncontrolled and sanqos pid at 15 ms.",
+			refMs: 15,
+			plan:  func(short bool) []plannedRun { return hardRuns("seqwrite-64k", 24, surgeBurst, short) },
+			plots: plotInterference,
+		},
+		{
+			Name:  "guarantees",
+			Title: "Never worse than no control: workloads where throttling writers cannot help (issue 12)",
+			Describe: "Two workloads, each uncontrolled and with sanqos pid at 15 ms: four equal sequential 32 KiB readers " +
+				"on b2-b5 (fig5.1's load), and smalljob on b2 beside one unbounded sequential 64 KiB writer on b3. " +
+				"The readers' p95 wait and throughput with sanqos must be within noise of uncontrolled or better.",
+			refMs: 15,
+			plan:  guaranteeRuns,
+			plots: plotInterference,
+		},
+		{
+			Name:  "frontier",
+			Title: "The price of control: fixed write delays against the controller (issue 12)",
+			Describe: "fig5.11's workload (smalljob on b2, 12 on/off sequential 64 KiB writer threads on b3-b5) uncontrolled, " +
+				"under fixed write delays on b3-b5 from 2.5 to 60 ms (manual throttles on an observing daemon), and with " +
+				"sanqos pid at 20, 15 and 10 ms. For each threshold: the smallest fixed delay with p95 ≤ 1.1 × threshold " +
+				"(the best static throttle), its writers' MB/s, and the controller's MB/s as a share of it.",
+			refMs:   15,
+			plan:    frontierRuns,
+			plots:   plotFrontier,
+			analyze: analyzeFrontier,
 		},
 	}
 }

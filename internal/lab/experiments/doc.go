@@ -23,5 +23,19 @@
 //     read before and after a run;
 //   - "released" is the time from the writers stopping (the daemon's own
 //     per-tick write rates drop to nothing) until the record shows delay 0
-//     and an empty throttleable set.
+//     and an empty throttleable set;
+//   - a burst is a stretch of seconds with the writers active, pauses
+//     under 2 s included; its settle time runs from its onset until
+//     smalljob's wait is back under 1.2 × threshold and stays there to
+//     the burst's end (burst.go, at the 1 s resolution of the waits);
+//   - the source reports' guarantees (guarantees.go) — Jain's index per
+//     burst, the longest wait of a writer thread, nothing lost, the
+//     pacing's CV within each second, never worse than no control — are
+//     Checks of every run, beside the thesis's targets.
+//
+// Beyond the thesis: randw and surge24 saturate the disk harder (24
+// random 8 KiB or 24 sequential writer threads), guarantees runs the
+// workloads where throttling cannot help, and frontier sweeps fixed
+// write delays to price the controller against the best static throttle
+// (frontier.go).
 package experiments

@@ -48,6 +48,9 @@ type Experiment struct {
 	// is measured against.
 	refMs float64
 	plots func(s *Summary, runs []*RunResult) ([]string, error)
+	// analyze, when set, adds the experiment's own results to the
+	// summary once every run is done (before the plots).
+	analyze func(s *Summary)
 }
 
 // plannedRun is one run of an experiment.
@@ -77,6 +80,8 @@ type Summary struct {
 	Plots      []string      `json:"plots"`
 	Checks     []Check       `json:"checks,omitempty"`
 	Sim        *SimReference `json:"sim,omitempty"`
+	// Frontier is the frontier experiment's result.
+	Frontier *Frontier `json:"frontier,omitempty"`
 }
 
 // SimReference points at the simulator's section of a demo report.
@@ -306,6 +311,9 @@ func (x Experiment) RunOn(ctx context.Context, l *lab.Lab, o Options) (*Summary,
 		e.prog.doneRun(res)
 	}
 	s.Finished = time.Now().UTC()
+	if x.analyze != nil {
+		x.analyze(s)
+	}
 	if s.Plots, err = x.plots(s, s.Runs); err != nil {
 		return s, err
 	}
@@ -385,8 +393,13 @@ func (p *progress) doneRun(r *RunResult) {
 	if p.w == nil {
 		return
 	}
-	fmt.Fprintf(p.w, "%s: run %s done: wait p95 %.1f ms, write %.1f MB/s, retransmits %d\n",
-		p.x.Name, r.Name, r.WaitMs.P95, r.WriteMBs, r.Retransmits)
+	if g := r.Guarantees; g != nil && r.Workload.Readers > 1 {
+		fmt.Fprintf(p.w, "%s: run %s done: readers' p95 wait %.1f ms, %.1f MB/s together, retransmits %d\n",
+			p.x.Name, r.Name, g.ReaderP95Ms, g.ReaderMBs, r.Retransmits)
+	} else {
+		fmt.Fprintf(p.w, "%s: run %s done: wait p95 %.1f ms, write %.1f MB/s, retransmits %d\n",
+			p.x.Name, r.Name, r.WaitMs.P95, r.WriteMBs, r.Retransmits)
+	}
 	if len(r.RetransmitEvents) > 0 {
 		fmt.Fprintf(p.w, "%s: run %s retransmitted: %s\n", p.x.Name, r.Name, describeEvents(r.RetransmitEvents))
 	}
@@ -397,6 +410,9 @@ func (c Control) describe() string {
 	case "":
 		return "no daemon"
 	case "none":
+		if c.FixedDelayMs > 0 {
+			return fmt.Sprintf("fixed write delay %g ms, daemon observing", c.FixedDelayMs)
+		}
 		return "uncontrolled, daemon observing"
 	}
 	pol := c.Policy

@@ -77,7 +77,11 @@ func plotInterference(s *Summary, runs []*RunResult) ([]string, error) {
 		[]plot.Panel{wait, write, delay}); err != nil {
 		return files, err
 	}
-	return append([]string{"compare.png"}, files...), nil
+	bursts, err := plotBursts(s, runs)
+	if err != nil {
+		return files, err
+	}
+	return append(append([]string{"compare.png"}, bursts...), files...), nil
 }
 
 // outDir is the experiment's directory (each run's Dir is inside it).
@@ -138,4 +142,32 @@ func plotFig51(s *Summary, runs []*RunResult) ([]string, error) {
 		return nil, err
 	}
 	return []string{"fig5.1.png"}, nil
+}
+
+// plotBursts draws smalljob's wait around every burst of the writers,
+// aligned on its onset and overlaid, one panel per run: how high each
+// burst's start takes the wait and how fast it comes back.
+func plotBursts(s *Summary, runs []*RunResult) ([]string, error) {
+	var panels []plot.Panel
+	for _, r := range runs {
+		if r.Bursts == nil || r.Bursts.N == 0 {
+			continue
+		}
+		p := plot.Panel{Title: fmt.Sprintf("%s: smalljob's wait in each of %d bursts (1 s means, at the second's end)", r.Name, r.Bursts.N),
+			YLabel: "ms", HLines: []plot.HLine{{Y: r.Bursts.LimitMs, Label: fmt.Sprintf("%.1f ms (1.2 × threshold)", r.Bursts.LimitMs)}}}
+		xs, ys := alignedWaits(r.timeline, r.Bursts.Bursts, 5)
+		for i := range xs {
+			// Unnamed: dozens of bursts would bury the plot in legend.
+			p.Series = append(p.Series, plot.Series{X: xs[i], Y: ys[i]})
+		}
+		panels = append(panels, p)
+	}
+	if len(panels) == 0 {
+		return nil, nil
+	}
+	if err := plot.Stacked(filepath.Join(s.outDir(runs), "bursts.png"), s.Experiment+": every burst aligned on the writers' onset",
+		"time since the writers' onset (s)", panels); err != nil {
+		return nil, err
+	}
+	return []string{"bursts.png"}, nil
 }

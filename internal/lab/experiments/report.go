@@ -25,10 +25,15 @@ type Check struct {
 // 2 s after the writers stop; the uncontrolled p95 is ≥ 2 × the reference
 // threshold.
 func checks(s *Summary) []Check {
+	return append(append(thesisChecks(s), guaranteeChecks(s)...), frontierChecks(s.Frontier)...)
+}
+
+// thesisChecks are the targets of the on/off interference runs.
+func thesisChecks(s *Summary) []Check {
 	var out []Check
 	for _, r := range s.Runs {
-		if r.Workload.On == "" {
-			continue // only the on/off interference experiments have targets
+		if r.Workload.On == "" || r.FixedDelayMs > 0 {
+			continue // only the on/off interference experiments have targets; a fixed delay is no control
 		}
 		if r.ThresholdMs == nil {
 			want := 2 * r.OverRefMs
@@ -97,6 +102,29 @@ var page = template.Must(template.New("report").Funcs(template.FuncMap{
 		return describeEvents(evs)
 	},
 	"base": filepath.Base,
+	"secs": func(x float64) string {
+		if x < 0 {
+			return "never"
+		}
+		return fmt.Sprintf("%.1f", x)
+	},
+	"bursty": func(rs []*RunResult) bool {
+		for _, r := range rs {
+			if r.Bursts != nil {
+				return true
+			}
+		}
+		return false
+	},
+	"minoff": func() int { return minOffSeconds },
+	"guaranteed": func(rs []*RunResult) bool {
+		for _, r := range rs {
+			if r.Guarantees != nil {
+				return true
+			}
+		}
+		return false
+	},
 	"join": func(xs []string) string { return strings.Join(xs, "\n") },
 }).Parse(`<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
@@ -132,11 +160,51 @@ ended within 2 s, before the sets were clear, is "cut short" and not judged).</p
 <table>
 <tr><th>run</th><th>controller</th><th>threshold ms</th><th>writers</th><th>wait mean</th><th>p50</th><th>p95</th><th>max</th><th>over %</th>
 <th>write MB/s</th><th>reader kB/s</th><th>retransmits</th><th>Jain</th><th>max write I/O ms</th><th>delay mean / max ms</th><th>released</th></tr>
-{{range .S.Runs}}<tr><td>{{.Name}}</td><td>{{.Controller}}{{if .Policy}} ({{.Policy}}){{end}}</td><td>{{th .ThresholdMs}}</td><td>{{.Writers}}</td>
+{{range .S.Runs}}<tr><td>{{.Name}}</td><td>{{.Controller}}{{if .Policy}} ({{.Policy}}){{end}}{{if .FixedDelayMs}}, fixed write delay {{.FixedDelayMs}} ms{{end}}</td><td>{{th .ThresholdMs}}</td><td>{{.Writers}}</td>
 <td>{{f1 .WaitMs.Mean}}</td><td>{{f1 .WaitMs.P50}}</td><td>{{f1 .WaitMs.P95}}</td><td>{{f1 .WaitMs.Max}}</td><td>{{f1 .OverThresholdPct}}</td>
 <td>{{f1 .WriteMBs}}</td><td>{{f1 .ReaderKBs}}</td><td>{{.Retransmits}} ({{index .RetransmitsBy "sanqos-bm"}})</td><td>{{f2 .Jain}}</td><td>{{f1 .MaxWriteIOMs}}</td>
 <td>{{delay .}}</td><td>{{rel .}}</td></tr>
 {{end}}</table>
+{{if bursty .S.Runs}}<h2>Bursts</h2>
+<p>Each burst of the writers (from the start of the first second they were active, the onset, to the end of
+the last; pauses under {{minoff}} s are inside a burst): the peak of smalljob's 1-second mean wait, the seconds
+it spent above 1.2 × threshold (uncontrolled runs: the reference threshold), and the settle time — from the
+onset until the wait was back under that limit and stayed there to the burst's end ("never": still over at
+the end). Resolution 1 s: a burst whose first second only was over settles in 1 s.
+A second in which no read completed counts as over, with a wait of 1000 ms.</p>
+<table><tr><th>run</th><th>limit ms</th><th>bursts</th><th>settle median s</th><th>settle max s</th><th>never settled</th><th>peak max ms</th>
+<th>each burst: onset s, peak ms, seconds over, settle s</th></tr>
+{{range .S.Runs}}{{if .Bursts}}<tr><td>{{.Name}}</td><td>{{f1 .Bursts.LimitMs}}</td><td>{{.Bursts.N}}</td><td>{{secs .Bursts.SettleMedianS}}</td>
+<td>{{secs .Bursts.SettleMaxS}}</td><td>{{.Bursts.Unsettled}}</td><td>{{f1 .Bursts.PeakMaxMs}}</td>
+<td style="text-align:left; font-size:85%">{{range .Bursts.Bursts}}{{printf "%.0f" .OnsetS}}: {{printf "%.0f" .PeakMs}}, {{printf "%.0f" .AboveS}}, {{secs .SettleS}}{{if .Truncated}} (cut by the run's end){{end}}; {{end}}</td></tr>
+{{end}}{{end}}</table>{{end}}
+{{with .S.Frontier}}<h2>The price of control</h2>
+<p>smalljob's p95 wait and the writers' MB/s under each fixed write delay (0: uncontrolled) and with the controller.
+The best static throttle of a threshold is the smallest fixed delay whose p95 is at most {{.MeetFactor}} × the threshold;
+the controller's MB/s is given as a share of its.</p>
+<table><tr><th>run</th><th>fixed delay ms</th><th>threshold ms</th><th>p95 ms</th><th>write MB/s</th></tr>
+{{range .Static}}<tr><td>{{.Run}}</td><td>{{.DelayMs}}</td><td>–</td><td>{{f1 .P95Ms}}</td><td>{{f1 .WriteMBs}}</td></tr>
+{{end}}{{range .Controller}}<tr><td>{{.Run}}</td><td>–</td><td>{{.ThresholdMs}}</td><td>{{f1 .P95Ms}}</td><td>{{f1 .WriteMBs}}</td></tr>
+{{end}}</table>
+<table><tr><th>threshold ms</th><th>p95 limit ms</th><th>best static delay ms</th><th>its p95 ms</th><th>its MB/s</th><th>controller run</th><th>controller p95 ms</th><th>controller MB/s</th><th>share %</th></tr>
+{{range .Best}}<tr><td>{{.ThresholdMs}}</td><td>{{f1 .LimitMs}}</td>{{if .Found}}<td>{{.DelayMs}}</td><td>{{f1 .P95Ms}}</td><td>{{f1 .WriteMBs}}</td>{{else}}<td colspan="3">none of the sweep met it</td>{{end}}
+<td>{{if .Controller}}{{.Controller}}{{else}}–{{end}}</td><td>{{f1 .ControllerP95Ms}}</td><td>{{f1 .ControllerMBs}}</td><td>{{if ge .SharePct 0.0}}{{f1 .SharePct}}{{else}}–{{end}}</td></tr>
+{{end}}</table>{{end}}
+{{if guaranteed .S.Runs}}<h2>Guarantees</h2>
+<p>What the source reports' guarantees are checked on (see Targets): Jain's index over the writer threads' MB/s in
+each burst (a thread's rate while it was on, from the load generator's burst lines), the longest single write and
+the longest wait of any writer thread from one completion to the next (the rate limit's and on/off pauses left
+out), TCP retransmission timeouts and retransmitted segments no receiver reported as duplicates (DSACK) over the
+initiators, the coefficient of variation of the writers' aggregate throughput in 100 ms bins over the steady
+seconds of the bursts (controlled runs: only seconds throttled throughout), and the reader's p95 wait and
+throughput (several readers: p95 of every reader's 1-second mean latency, and their sum).</p>
+<table><tr><th>run</th><th>min Jain (bursts)</th><th>longest write ms</th><th>longest gap ms</th><th>retransmits</th><th>RTOs</th><th>not DSACKed</th>
+<th>write CV 100 ms (seconds)</th><th>reader p95 ms</th><th>reader MB/s</th></tr>
+{{range .S.Runs}}{{if .Guarantees}}<tr><td>{{.Name}}</td><td>{{printf "%.3f" .Guarantees.MinJain}} ({{len .Guarantees.BurstJain}})</td>
+<td>{{f1 .Guarantees.MaxWriteIOMs}}</td><td>{{f1 .Guarantees.MaxWriteGapMs}}</td><td>{{.Retransmits}}</td><td>{{.Guarantees.RTOs}}</td><td>{{.Guarantees.Undetected}}</td>
+<td>{{if ge .Guarantees.WriteCV 0.0}}{{f2 .Guarantees.WriteCV}} ({{.Guarantees.CVSeconds}}){{else}}–{{end}}</td><td>{{f1 .Guarantees.ReaderP95Ms}}</td><td>{{printf "%.3f" .Guarantees.ReaderMBs}}</td></tr>
+{{end}}{{end}}
+</table>{{end}}
 <h2>Retransmissions in time</h2>
 <p>Each initiator's TcpRetransSegs sampled once a second, beside the time the hypervisor
 took from this machine's CPUs in that second (steal: every thread stalls at once, and a loss probe

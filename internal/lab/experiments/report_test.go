@@ -65,4 +65,24 @@ func TestReportOfARealRun(t *testing.T) {
 	if want := "(" + s.Runs[1].Name + ": u_max 60 ms)"; !strings.Contains(string(page), want) {
 		t.Errorf("the page does not say %q", want)
 	}
+	if strings.Contains(string(page), "<h2>Bursts</h2>") {
+		t.Error("a summary without burst analysis has a Bursts section")
+	}
+
+	// A run with burst analysis gets its row, a burst that never settled
+	// says so.
+	bs := analyzeBursts(synth([]float64{8, 50, 30, 8, 8, 8, 60, 60}, ".###..##"), 18)
+	s.Runs[1].Bursts = &bs
+	s.Runs[1].Guarantees = &Guarantees{BurstJain: []float64{0.97, 0.95}, MinJain: 0.95, WriteCV: 0.25, CVSeconds: 40}
+	if err := WriteHTML(path, &s, ""); err != nil {
+		t.Fatal(err)
+	}
+	if page, err = os.ReadFile(path); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"<h2>Bursts</h2>", "1: 50, 2, 2.0;", "6: 60, 2, never (cut by the run's end);", "<h2>Guarantees</h2>", "0.950 (2)", "0.25 (40)"} {
+		if !strings.Contains(string(page), want) {
+			t.Errorf("the page does not say %q", want)
+		}
+	}
 }

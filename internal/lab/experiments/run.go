@@ -67,6 +67,20 @@ type Workload struct {
 	// it on that many hosts from b2 on (fig5.1), with no writers.
 	Reader  string `json:"reader,omitempty"`
 	Readers int    `json:"readers,omitempty"`
+	// Name names the workload in an experiment of several (guarantees):
+	// runs of the same workload are compared with its uncontrolled run.
+	Name string `json:"name,omitempty"`
+	// WriterJob is the writers' preset; "" is seqwrite-64k (the
+	// thesis's). randw uses randwrite-8k.
+	WriterJob string `json:"writer_job,omitempty"`
+}
+
+// writerJob is the writers' preset.
+func (w Workload) writerJob() string {
+	if w.WriterJob == "" {
+		return "seqwrite-64k"
+	}
+	return w.WriterJob
 }
 
 // spread splits n writer threads over hosts as evenly as possible, the
@@ -142,6 +156,17 @@ type RunResult struct {
 	Jain        float64   `json:"jain"`
 	// MaxWriteIOMs is the longest single write I/O of any writer.
 	MaxWriteIOMs float64 `json:"max_write_io_ms"`
+	// Bursts is smalljob's wait in each burst of the writers: peak,
+	// seconds over, settle time (see Burst).
+	Bursts *BurstSummary `json:"bursts,omitempty"`
+	// Guarantees are what the source reports' guarantees are checked on.
+	Guarantees *Guarantees `json:"guarantees,omitempty"`
+	// Group names the workload a run belongs to in an experiment of
+	// several (guarantees); its controlled runs are compared with its
+	// uncontrolled one.
+	Group string `json:"group,omitempty"`
+	// FixedDelayMs is the fixed write delay of a frontier run.
+	FixedDelayMs float64 `json:"fixed_delay_ms,omitempty"`
 	// Delay and Release come from the daemon's record.
 	Delay   *DelayStats     `json:"delay_ms,omitempty"`
 	Release *ReleaseSummary `json:"release,omitempty"`
@@ -276,7 +301,7 @@ func (e *env) runOne(ctx context.Context, name string, w Workload, c Control, re
 		return nil, fmt.Errorf("creating %s: %w", dir, err)
 	}
 	res = &RunResult{Name: name, Controller: c.Controller, Policy: c.Policy, Writers: w.Writers, Workload: w,
-		Dir: dir, OverRefMs: refMs, WriterUnit: "thread"}
+		Dir: dir, OverRefMs: refMs, WriterUnit: "thread", Group: w.Name}
 	if c.Controller == "" {
 		res.Controller = "none"
 	}
@@ -346,7 +371,7 @@ func (e *env) runOne(ctx context.Context, name string, w Workload, c Control, re
 			}
 			h := e.v.writers[i]
 			region := lunSize / int64(n) / (1 << 20) // MiB per thread
-			args := []string{"--job", "seqwrite-64k", "--name", "writers-" + h.name, "--threads", strconv.Itoa(n),
+			args := []string{"--job", w.writerJob(), "--name", "writers-" + h.name, "--threads", strconv.Itoa(n),
 				"--size", strconv.FormatInt(region, 10) + "m", "--per-thread",
 				"--runtime", w.WriterTime.String(), "--start-at", startAt(w.Lead), "--quiet"}
 			if w.On != "" {
@@ -386,6 +411,15 @@ func (e *env) runOne(ctx context.Context, name string, w Workload, c Control, re
 			return nil, err
 		}
 		res.Commands = append(res.Commands, strings.Join(d.argv, " "))
+		if c.FixedDelayMs > 0 {
+			// Before t0: the writers start with the delay in force.
+			cmds, err := setFixedDelay(ctx, e.o.Sanqos, e.v, c.FixedDelayMs)
+			if err != nil {
+				return nil, err
+			}
+			res.Commands = append(res.Commands, cmds...)
+			res.FixedDelayMs = c.FixedDelayMs
+		}
 		defer func() {
 			if serr := d.stop(); serr != nil && err == nil {
 				err = fmt.Errorf("stopping the daemon: %w", serr)
@@ -478,6 +512,8 @@ func (e *env) runOne(ctx context.Context, name string, w Workload, c Control, re
 
 	// Analysis, from the logs alone.
 	var readerRecs []iolog.Record
+	allReaders := map[string][]iolog.Record{}
+	var maxGap float64
 	res.ReadersMBs = map[string]float64{}
 	var wlogs []WriterLog
 	for _, p := range procs {
@@ -492,6 +528,7 @@ func (e *env) runOne(ctx context.Context, name string, w Workload, c Control, re
 			if s, ok := iolog.Summary(recs, ""); ok {
 				res.ReadersMBs[p.host] = s.MBs
 			}
+			allReaders[p.host] = recs
 			if readers > 1 {
 				// fig5.1: the readers' per-second MB/s is the plot.
 				wlogs = append(wlogs, WriterLog{Host: p.host, Records: recs})
@@ -509,6 +546,7 @@ func (e *env) runOne(ctx context.Context, name string, w Workload, c Control, re
 		}
 		if s, ok := iolog.Summary(recs, iolog.OpWrite); ok {
 			res.MaxWriteIOMs = max(res.MaxWriteIOMs, s.Lat.Max)
+			maxGap = max(maxGap, s.MaxGapMs)
 		}
 	}
 	if readers > 1 {
@@ -533,6 +571,10 @@ func (e *env) runOne(ctx context.Context, name string, w Workload, c Control, re
 	res.ActiveSeconds = len(waits)
 	if refMs > 0 {
 		res.OverThresholdPct = iolog.Round3(overPct(waits, OverFactor*res.OverRefMs))
+	}
+	if readers == 1 && w.Writers > 0 && res.OverRefMs > 0 {
+		bs := analyzeBursts(tl, OverFactor*res.OverRefMs)
+		res.Bursts = &bs
 	}
 	if readers > 1 {
 		var mbs []float64
@@ -568,6 +610,23 @@ func (e *env) runOne(ctx context.Context, name string, w Workload, c Control, re
 			res.Release = &rs
 		}
 	}
+	g := &Guarantees{MaxWriteIOMs: res.MaxWriteIOMs, MaxWriteGapMs: maxGap, MinJain: 1, WriteCV: -1}
+	g.RTOs, g.Undetected = lossOf(res)
+	if res.Bursts != nil {
+		g.BurstJain = burstJain(res.Bursts.Bursts, wlogs)
+		for _, j := range g.BurstJain {
+			g.MinJain = min(g.MinJain, j)
+		}
+	}
+	if w.Writers > 0 {
+		g.WriteCV, g.CVSeconds, g.CVMBs = binCV(tl, steadySeconds(tl, res.ticks, res.ThresholdMs != nil))
+	}
+	if readers > 1 {
+		g.ReaderP95Ms, g.ReaderMBs = readersWait(allReaders, 0, w.Total.Seconds())
+	} else {
+		g.ReaderP95Ms, g.ReaderMBs = res.WaitMs.P95, iolog.Round3(res.ReaderKBs/1000)
+	}
+	res.Guarantees = g
 	// Without a daemon there are no ticks: the events carry steal only.
 	res.RetransmitEvents = retransmitEvents(samples, res.ticks)
 	if n := len(res.ticks); n > 0 {

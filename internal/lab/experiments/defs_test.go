@@ -1,0 +1,49 @@
+package experiments
+
+import (
+	"reflect"
+	"testing"
+	"time"
+)
+
+// TestHarderWorkloadPlans: randw, surge24 and guarantees run 300 s each
+// in full and shorter with --short, with the workloads the issue asks.
+func TestHarderWorkloadPlans(t *testing.T) {
+	for _, c := range []struct {
+		name      string
+		runs      []string
+		job       string
+		writers   int
+		fullTotal time.Duration
+	}{
+		{"randw", []string{"none", "pid-15ms"}, "randwrite-8k", 24, 300 * time.Second},
+		{"surge24", []string{"none", "pid-15ms"}, "seqwrite-64k", 24, 300 * time.Second},
+		{"guarantees", []string{"readers-none", "readers-pid-15ms", "writer1-none", "writer1-pid-15ms"}, "", -1, 300 * time.Second},
+	} {
+		x, err := Lookup(c.name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := x.RunNames(false); !reflect.DeepEqual(got, c.runs) {
+			t.Errorf("%s runs %v, want %v", c.name, got, c.runs)
+		}
+		for _, r := range x.plan(false) {
+			if r.w.Total != c.fullTotal {
+				t.Errorf("%s/%s lasts %s, want %s", c.name, r.name, r.w.Total, c.fullTotal)
+			}
+			if c.writers >= 0 && (r.w.Writers != c.writers || r.w.WriterJob != c.job || r.w.On == "") {
+				t.Errorf("%s/%s workload %+v", c.name, r.name, r.w)
+			}
+		}
+		for _, r := range x.plan(true) {
+			if r.w.Total >= c.fullTotal {
+				t.Errorf("%s --short: %s lasts %s", c.name, r.name, r.w.Total)
+			}
+		}
+	}
+	x, _ := Lookup("guarantees")
+	p := x.plan(false)
+	if p[0].w.Readers != 4 || p[0].w.Writers != 0 || p[2].w.Writers != 1 || p[2].w.On != "" || p[2].w.Name != p[3].w.Name {
+		t.Errorf("guarantees workloads: %+v", p)
+	}
+}

@@ -1,0 +1,207 @@
+package experiments
+
+import (
+	"fmt"
+	"path/filepath"
+	"sort"
+	"time"
+
+	"github.com/sanqos/sanqos/internal/plot"
+)
+
+// MeetFactor: a run meets a threshold when smalljob's p95 wait is at
+// most this × the threshold, the issue's target for the controller at
+// 10, 15 and 20 ms; the best static throttle is held to the same.
+const MeetFactor = 1.1
+
+// MinShare: the controller's writers keep at least this share (%) of the
+// best static throttle's MB/s (the issue's target).
+const MinShare = 95.0
+
+// FrontierPoint is one run on the frontier: its fixed delay (static
+// runs) or threshold (controller runs), smalljob's p95 wait and the
+// writers' MB/s.
+type FrontierPoint struct {
+	Run         string  `json:"run"`
+	DelayMs     float64 `json:"delay_ms"`
+	ThresholdMs float64 `json:"threshold_ms,omitempty"`
+	P95Ms       float64 `json:"p95_ms"`
+	WriteMBs    float64 `json:"write_mb_s"`
+}
+
+// BestStatic is, for one threshold, the smallest fixed delay that meets
+// it and what the controller got there.
+type BestStatic struct {
+	ThresholdMs float64 `json:"threshold_ms"`
+	// LimitMs is MeetFactor × threshold.
+	LimitMs float64 `json:"limit_ms"`
+	// Found: some fixed delay of the sweep met the threshold; DelayMs,
+	// P95Ms and WriteMBs are that smallest delay's.
+	Found    bool    `json:"found"`
+	DelayMs  float64 `json:"delay_ms"`
+	P95Ms    float64 `json:"p95_ms"`
+	WriteMBs float64 `json:"write_mb_s"`
+	// Controller is the controller's run at this threshold ("" when the
+	// sweep ran without it); SharePct its writers' MB/s as a share of
+	// the best static's (-1 when either is missing).
+	Controller      string  `json:"controller_run,omitempty"`
+	ControllerP95Ms float64 `json:"controller_p95_ms,omitempty"`
+	ControllerMBs   float64 `json:"controller_write_mb_s,omitempty"`
+	SharePct        float64 `json:"share_pct"`
+}
+
+// Frontier is the price of control: what fixed delays buy and cost, and
+// where the controller lands.
+type Frontier struct {
+	MeetFactor float64         `json:"meet_factor"`
+	Static     []FrontierPoint `json:"static"`
+	Controller []FrontierPoint `json:"controller"`
+	Best       []BestStatic    `json:"best_static"`
+}
+
+// frontierThresholds are the thresholds the best static throttle is
+// found for even when the controller's runs were left out.
+var frontierThresholds = []float64{10, 15, 20}
+
+// frontierOf sorts the runs into the static sweep (uncontrolled = delay
+// 0, and the fixed delays) and the controller's runs, and finds the best
+// static throttle of each threshold.
+func frontierOf(runs []*RunResult) *Frontier {
+	f := &Frontier{MeetFactor: MeetFactor}
+	ths := map[float64]bool{}
+	for _, t := range frontierThresholds {
+		ths[t] = true
+	}
+	for _, r := range runs {
+		p := FrontierPoint{Run: r.Name, DelayMs: r.FixedDelayMs, P95Ms: r.WaitMs.P95, WriteMBs: r.WriteMBs}
+		if r.ThresholdMs != nil {
+			p.ThresholdMs = *r.ThresholdMs
+			ths[p.ThresholdMs] = true
+			f.Controller = append(f.Controller, p)
+			continue
+		}
+		f.Static = append(f.Static, p)
+	}
+	sort.Slice(f.Static, func(i, j int) bool { return f.Static[i].DelayMs < f.Static[j].DelayMs })
+	sort.Slice(f.Controller, func(i, j int) bool { return f.Controller[i].ThresholdMs < f.Controller[j].ThresholdMs })
+	var list []float64
+	for t := range ths {
+		list = append(list, t)
+	}
+	sort.Float64s(list)
+	for _, th := range list {
+		b := BestStatic{ThresholdMs: th, LimitMs: MeetFactor * th, SharePct: -1}
+		for _, p := range f.Static {
+			if p.P95Ms <= b.LimitMs {
+				b.Found, b.DelayMs, b.P95Ms, b.WriteMBs = true, p.DelayMs, p.P95Ms, p.WriteMBs
+				break
+			}
+		}
+		for _, c := range f.Controller {
+			if c.ThresholdMs == th {
+				b.Controller, b.ControllerP95Ms, b.ControllerMBs = c.Run, c.P95Ms, c.WriteMBs
+			}
+		}
+		if b.Found && b.Controller != "" && b.WriteMBs > 0 {
+			b.SharePct = round1(100 * b.ControllerMBs / b.WriteMBs)
+		}
+		f.Best = append(f.Best, b)
+	}
+	return f
+}
+
+// frontierChecks: at each threshold with both, the controller's writers
+// keep MinShare % of the best static throttle's MB/s, holding the same
+// p95 limit (a controller that misses it may keep any rate).
+func frontierChecks(f *Frontier) []Check {
+	if f == nil {
+		return nil
+	}
+	var out []Check
+	for _, b := range f.Best {
+		if b.Controller == "" {
+			continue
+		}
+		want := fmt.Sprintf("≥ %g %% of the best static throttle's MB/s, p95 ≤ %.1f ms", MinShare, b.LimitMs)
+		if !b.Found {
+			out = append(out, Check{b.Controller, "writers' MB/s against the best static throttle at the same p95 limit", want,
+				fmt.Sprintf("no fixed delay of the sweep held p95 ≤ %.1f ms", b.LimitMs), false})
+			continue
+		}
+		held := b.ControllerP95Ms <= b.LimitMs
+		got := fmt.Sprintf("%.1f %% (%.1f of %.1f MB/s at a fixed %g ms)", b.SharePct, b.ControllerMBs, b.WriteMBs, b.DelayMs)
+		if !held {
+			got += fmt.Sprintf(", but the controller's p95 %.1f ms is over %.1f ms", b.ControllerP95Ms, b.LimitMs)
+		}
+		out = append(out, Check{b.Controller, "writers' MB/s against the best static throttle at the same p95 limit", want, got,
+			held && b.SharePct >= MinShare})
+	}
+	return out
+}
+
+// frontierRuns are the sweep: the fig5.11 workload uncontrolled (delay
+// 0), under fixed write delays up to the largest u_max the controller's
+// runs use (60 ms at 10 ms), and the controller at 20, 15 and 10 ms.
+// --short: a 35 s run of one or two bursts per point, five points and
+// the controller at 15 ms, about 5 minutes in all.
+func frontierRuns(short bool) []plannedRun {
+	w := interference(300 * time.Second)
+	delays := []float64{2.5, 5, 7.5, 10, 15, 20, 30, 45, 60}
+	if short {
+		w = Workload{Total: 35 * time.Second, Lead: 5 * time.Second, WriterTime: 25 * time.Second,
+			Writers: 12, On: burstBytes, Off: burstOff}
+		delays = []float64{5, 10, 20, 40}
+	}
+	out := []plannedRun{{"none", w, Control{Controller: "none"}}}
+	for _, d := range delays {
+		c := Control{Controller: "none", FixedDelayMs: d}
+		out = append(out, plannedRun{c.label(), w, c})
+	}
+	for _, r := range controlledRuns("", short, w.Total) {
+		if r.c.Controller == "pid" {
+			r.w = w
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// analyzeFrontier stores the frontier in the summary.
+func analyzeFrontier(s *Summary) { s.Frontier = frontierOf(s.Runs) }
+
+// plotFrontier draws smalljob's p95 wait against the writers' MB/s: the
+// fixed delays as a line from no delay (right) to the largest (left), the
+// controller's runs as points, the thresholds as lines.
+func plotFrontier(s *Summary, runs []*RunResult) ([]string, error) {
+	files, err := plotInterference(s, runs)
+	if err != nil || s.Frontier == nil {
+		return files, err
+	}
+	f := s.Frontier
+	p := plot.Panel{Title: "smalljob's p95 wait against the writers' MB/s (fixed delays: line; controller: points)", YLabel: "p95 wait (ms)"}
+	var x, y []float64
+	for _, pt := range f.Static {
+		x, y = append(x, pt.WriteMBs), append(y, pt.P95Ms)
+	}
+	p.Series = append(p.Series, plot.Series{Name: "fixed write delay 0 … " + fmt.Sprint(maxDelay(f.Static)) + " ms", X: x, Y: y})
+	p.Points = append(p.Points, plot.Series{Name: "fixed delays", X: x, Y: y})
+	for _, c := range f.Controller {
+		p.Points = append(p.Points, plot.Series{Name: fmt.Sprintf("%s (threshold %g ms)", c.Run, c.ThresholdMs),
+			X: []float64{c.WriteMBs}, Y: []float64{c.P95Ms}})
+	}
+	for _, b := range f.Best {
+		p.HLines = append(p.HLines, plot.HLine{Y: b.LimitMs, Label: fmt.Sprintf("%.1f ms (1.1 × %g ms)", b.LimitMs, b.ThresholdMs)})
+	}
+	if err := plot.Stacked(filepath.Join(s.outDir(runs), "frontier.png"), s.Experiment+": the price of control", "writers' MB/s", []plot.Panel{p}); err != nil {
+		return files, err
+	}
+	return append([]string{"frontier.png"}, files...), nil
+}
+
+func maxDelay(ps []FrontierPoint) float64 {
+	m := 0.0
+	for _, p := range ps {
+		m = max(m, p.DelayMs)
+	}
+	return m
+}

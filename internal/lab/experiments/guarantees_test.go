@@ -1,0 +1,140 @@
+package experiments
+
+import (
+	"math"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/sanqos/sanqos/internal/iolog"
+)
+
+func burstLine(thread int, end, dur, mbs float64) iolog.Record {
+	return iolog.Record{Kind: iolog.KindBurst, Thread: thread, Op: iolog.OpWrite, T: end, Dur: dur, MBs: mbs}
+}
+
+func TestBurstJain(t *testing.T) {
+	bs := []Burst{{OnsetS: 10, EndS: 20}, {OnsetS: 30, EndS: 40}}
+	// Host b3 (offset 10 s) has two threads: equal in the first burst,
+	// one at a quarter of the other's rate in the second; host b4 has
+	// only per-second lines, which count when no burst line falls in a
+	// burst (none do here, as b3's do).
+	w := []WriterLog{{Host: "b3", Offset: 10, Records: []iolog.Record{
+		burstLine(1, 8, 8, 4), burstLine(2, 8, 8, 4),
+		burstLine(1, 28, 8, 4), burstLine(2, 28, 8, 1),
+	}}}
+	got := burstJain(bs, w)
+	// (4+1)² / (2·(16+1)) = 25/34
+	if want := []float64{1, iolog.Round3(25.0 / 34)}; !reflect.DeepEqual(got, want) {
+		t.Errorf("got %v, want %v", got, want)
+	}
+
+	// Without burst lines (continuous writers, older logs): bytes per
+	// thread over the burst's seconds.
+	var recs []iolog.Record
+	for k := 1; k <= 10; k++ {
+		recs = append(recs,
+			iolog.Record{Kind: iolog.KindInterval, Thread: 1, Op: iolog.OpWrite, T: float64(k), Bytes: 2e6},
+			iolog.Record{Kind: iolog.KindInterval, Thread: 2, Op: iolog.OpWrite, T: float64(k), Bytes: 2e6})
+	}
+	got = burstJain([]Burst{{OnsetS: 0, EndS: 10}}, []WriterLog{{Host: "b3", Records: recs}})
+	if !reflect.DeepEqual(got, []float64{1}) {
+		t.Errorf("from intervals: got %v, want [1]", got)
+	}
+}
+
+func TestBinCVAndSteadySeconds(t *testing.T) {
+	tl := synth([]float64{1, 1, 1, 1, 1, 1}, ".####.")
+	even := []int64{1e5, 1e5, 1e5, 1e5, 1e5, 1e5, 1e5, 1e5, 1e5, 1e5}
+	uneven := []int64{0, 2e5, 0, 2e5, 0, 2e5, 0, 2e5, 0, 2e5}
+	tl.WriteBins = [][]int64{nil, uneven, even, even, uneven, nil}
+	// The first and last active seconds are the burst's edges: out.
+	mark := steadySeconds(tl, nil, false)
+	if want := []bool{false, false, true, true, false, false}; !reflect.DeepEqual(mark, want) {
+		t.Fatalf("steady %v, want %v", mark, want)
+	}
+	if cv, n, mbs := binCV(tl, mark); cv != 0 || n != 2 || mbs != 1 {
+		t.Errorf("even bins: cv %v over %d s at %v MB/s", cv, n, mbs)
+	}
+	// One second alternating empty and double bins (CV 1), one even:
+	// the root mean square is √½.
+	tl.WriteBins[2] = uneven
+	if cv, n, _ := binCV(tl, mark); math.Abs(cv-math.Sqrt(0.5)) > 1e-3 || n != 2 {
+		t.Errorf("half uneven: cv %v over %d s, want %.3f", cv, n, math.Sqrt(0.5))
+	}
+	// A slow change of rate between seconds is not unevenness.
+	tl.WriteBins[2] = []int64{3e5, 3e5, 3e5, 3e5, 3e5, 3e5, 3e5, 3e5, 3e5, 3e5}
+	if cv, _, mbs := binCV(tl, mark); cv != 0 || mbs != 2 {
+		t.Errorf("two even seconds at different rates: cv %v at %v MB/s", cv, mbs)
+	}
+	tl.WriteBins[2] = uneven
+	// Controlled: only seconds throttled through every tick.
+	var ticks []Tick
+	for i := 0; i < 60; i++ {
+		tk := Tick{T: 0.05 + float64(i)*0.1, DelayMs: 5, Members: 3}
+		if tk.T > 3.5 && tk.T < 3.6 {
+			tk.DelayMs = 0 // one released tick in second 4
+		}
+		ticks = append(ticks, tk)
+	}
+	if mark := steadySeconds(tl, ticks, true); !reflect.DeepEqual(mark, []bool{false, false, true, false, false, false}) {
+		t.Errorf("controlled steady %v", mark)
+	}
+	if cv, n, _ := binCV(tl, make([]bool, 6)); cv != -1 || n != 0 {
+		t.Errorf("no seconds: %v %d", cv, n)
+	}
+}
+
+func TestGuaranteeChecks(t *testing.T) {
+	th := 15.0
+	none := &RunResult{Name: "w-none", Group: "w", Writers: 1, Retransmits: 2,
+		Guarantees: &Guarantees{MinJain: 1, WriteCV: 0.2, CVMBs: 30, ReaderP95Ms: 20, ReaderMBs: 0.262}}
+	good := &RunResult{Name: "w-pid", Group: "w", Writers: 1, ThresholdMs: &th, Retransmits: 1,
+		RetransmitsBy: map[string]int64{"sanqos-b3": 1, "sanqos-bm": 3}, DSACKsBy: map[string]int64{"sanqos-b3": 1},
+		RTOsBy: map[string]int64{"sanqos-bm": 2},
+		Guarantees: &Guarantees{BurstJain: []float64{0.99, 0.95}, MinJain: 0.95, MaxWriteIOMs: 300, MaxWriteGapMs: 310,
+			WriteCV: 0.42, CVSeconds: 30, CVMBs: 15, ReaderP95Ms: 22.9, ReaderMBs: 0.24}}
+	good.Guarantees.RTOs, good.Guarantees.Undetected = lossOf(good)
+	if good.Guarantees.RTOs != 0 || good.Guarantees.Undetected != 0 {
+		t.Fatalf("the target's namespace counted: %+v", good.Guarantees)
+	}
+	bad := &RunResult{Name: "w-bad", Group: "w", Writers: 1, ThresholdMs: &th, Retransmits: 3,
+		RetransmitsBy: map[string]int64{"sanqos-b3": 3}, DSACKsBy: map[string]int64{"sanqos-b3": 1}, RTOsBy: map[string]int64{"sanqos-b3": 1},
+		Guarantees: &Guarantees{BurstJain: []float64{0.8}, MinJain: 0.8, MaxWriteIOMs: 1200, WriteCV: 0.43, CVSeconds: 30, CVMBs: 15, ReaderP95Ms: 23.1, ReaderMBs: 0.23}}
+	bad.Guarantees.RTOs, bad.Guarantees.Undetected = lossOf(bad)
+	cs := guaranteeChecks(&Summary{Runs: []*RunResult{none, good, bad}})
+	verdict := map[string]bool{}
+	for _, c := range cs {
+		verdict[c.Run+": "+c.What] = c.OK
+	}
+	want := map[string]bool{
+		"w-none: longest wait of a writer thread for one I/O":               true,
+		"w-pid: Jain's index over the writers, every burst":                 true,
+		"w-pid: longest wait of a writer thread for one I/O":                true,
+		"w-pid: nothing lost: no RTO, every retransmission a DSACKed probe": true,
+		"w-pid: writers' 100 ms throughput CV while throttled":              true,
+		"w-pid: never worse: reader p95 wait":                               true, // 22.9 ≤ 20·1.1 + 1
+		"w-pid: never worse: reader throughput":                             true, // 0.24 ≥ 0.262·0.9
+		"w-bad: Jain's index over the writers, every burst":                 false,
+		"w-bad: longest wait of a writer thread for one I/O":                false,
+		"w-bad: nothing lost: no RTO, every retransmission a DSACKed probe": false,
+		"w-bad: writers' 100 ms throughput CV while throttled":              false, // 0.43 > 1.5 · 0.2 · √(30/15) = 0.424
+		"w-bad: never worse: reader p95 wait":                               false,
+		"w-bad: never worse: reader throughput":                             false,
+	}
+	if !reflect.DeepEqual(verdict, want) {
+		t.Errorf("verdicts\n got %v\nwant %v", verdict, want)
+	}
+	// Too few throttled seconds: the CV is not judged.
+	bad.Guarantees.CVSeconds = 2
+	for _, c := range guaranteeChecks(&Summary{Runs: []*RunResult{none, bad}}) {
+		if strings.Contains(c.What, "CV") {
+			t.Errorf("CV judged on 2 s: %+v", c)
+		}
+	}
+	for _, c := range cs {
+		if strings.HasPrefix(c.What, "nothing lost") && c.Run == "w-pid" && !strings.Contains(c.Got, "uncontrolled: 2 segments") {
+			t.Errorf("the loss check does not show the uncontrolled count: %q", c.Got)
+		}
+	}
+}
