@@ -206,6 +206,7 @@ func overPct(xs []float64, limit float64) float64 {
 type Tick struct {
 	T        float64 // seconds since the reader started
 	SignalMs float64 // largest resource signal
+	RawMs    float64 // largest resource raw (unfiltered) signal of the tick
 	DelayMs  float64 // largest resource delay
 	Members  int     // members of every throttleable set together
 	WriteKBs float64 // every consumer's write rate together
@@ -215,6 +216,62 @@ type Tick struct {
 	// Takeovers counts, since the daemon started, the times its standby
 	// ran the packet path for a stalled packet thread.
 	Takeovers uint64
+	// Source is where the daemon measured the tick's reads (ebpf, diskstats).
+	Source string
+}
+
+// SignalHold is how well a run's daemon held its own signal (the tick's
+// raw mean or percentile from the block-layer probe) under the threshold:
+// over the seconds in which the throttleable set had members, the share
+// whose mean raw signal was within OverFactor × the threshold.
+type SignalHold struct {
+	Signal     string  `json:"signal"`
+	Source     string  `json:"source"`
+	Seconds    int     `json:"seconds"`
+	WithinPct  float64 `json:"within_pct"`
+	P95RawMs   float64 `json:"p95_raw_ms"`
+	LimitMs    float64 `json:"limit_ms"`
+	EBPFTicks  int     `json:"ebpf_ticks"`
+	TotalTicks int     `json:"total_ticks"`
+}
+
+// signalHold computes SignalHold from a run's ticks.
+func signalHold(ticks []Tick, signal string, thresholdMs float64) SignalHold {
+	h := SignalHold{Signal: signal, LimitMs: OverFactor * thresholdMs, TotalTicks: len(ticks)}
+	sums := map[int]float64{}
+	ns := map[int]int{}
+	for _, t := range ticks {
+		if t.Source == "ebpf" {
+			h.EBPFTicks++
+		}
+		if t.Members == 0 {
+			continue
+		}
+		s := int(math.Floor(t.T))
+		sums[s] += t.RawMs
+		ns[s]++
+	}
+	var per []float64
+	for s, n := range ns {
+		per = append(per, sums[s]/float64(n))
+	}
+	h.Seconds = len(per)
+	if h.Seconds == 0 {
+		return h
+	}
+	within := 0
+	for _, v := range per {
+		if v <= h.LimitMs {
+			within++
+		}
+	}
+	h.WithinPct = math.Round(1000*float64(within)/float64(h.Seconds)) / 10
+	h.P95RawMs = math.Round(100*statsOf(per).P95) / 100
+	h.Source = "diskstats"
+	if h.EBPFTicks*2 > h.TotalTicks {
+		h.Source = "ebpf"
+	}
+	return h
 }
 
 // Throttling reports whether any packet can be held in this tick: a delay
@@ -228,6 +285,10 @@ func ticksOf(recs []status.Record, t0 float64) []Tick {
 		t := Tick{T: r.TS - t0, HoldErrMs: r.HoldErrorMaxMs, YieldMs: r.YieldMaxMs, WakeLateMs: r.WakeLateMaxMs, Takeovers: r.Takeovers}
 		for _, res := range r.Resources {
 			t.SignalMs = max(t.SignalMs, res.SignalMs)
+			t.RawMs = max(t.RawMs, res.RawMs)
+			if res.Source != "" {
+				t.Source = res.Source
+			}
 			t.DelayMs = max(t.DelayMs, res.DelayMs)
 			t.Members += res.Members
 		}

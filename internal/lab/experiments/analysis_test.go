@@ -276,6 +276,7 @@ func TestDaemonConfigLoads(t *testing.T) {
 		{Controller: "pid", ThresholdMs: 10},
 		{Controller: "thesis", ThresholdMs: 15},
 		{Controller: "pid", ThresholdMs: 20, Policy: "manual"},
+		{Controller: "pid", ThresholdMs: 1.5, Signal: "p95"},
 	} {
 		t.Run(c.label(), func(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "sanqos.toml")
@@ -293,6 +294,9 @@ func TestDaemonConfigLoads(t *testing.T) {
 			}
 			if cfg.PID.Kp != 0.4 || cfg.PID.Ti.Duration != 800*time.Millisecond || cfg.PID.Td.Duration == 0 {
 				t.Errorf("gains = %+v, want Kp 0.4, Ti 800ms and the default Td", cfg.PID)
+			}
+			if want := c.Signal; (want != "" && cfg.Signal != want) || (want == "" && cfg.Signal != "mean") {
+				t.Errorf("signal = %q, want %q (or mean)", cfg.Signal, want)
 			}
 			if c.ThresholdMs > 0 && cfg.Threshold.Duration != time.Duration(c.ThresholdMs*float64(time.Millisecond)) {
 				t.Errorf("threshold = %v, want %g ms", cfg.Threshold, c.ThresholdMs)
@@ -510,5 +514,29 @@ func TestLoadUsageErrorNamesTheBinary(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "flag provided but not defined: -name") ||
 		!strings.Contains(err.Error(), "make build") || strings.Contains(err.Error(), "-verify") {
 		t.Errorf("error %v, want the refused flag, the binary and 'make build', without the flag list", err)
+	}
+}
+
+// signalHold judges the seconds in which the set had members by their
+// mean raw signal against 1.2 × threshold, and says which source measured.
+func TestSignalHold(t *testing.T) {
+	var ticks []Tick
+	for i := range 100 { // 10 s; seconds 3 and 7 are over 1.2 × 1.5 ms
+		raw := 1.0
+		if s := i / 10; s == 3 || s == 7 {
+			raw = 2.5
+		}
+		ticks = append(ticks, Tick{T: float64(i) / 10, RawMs: raw, Members: 3, Source: "ebpf"})
+	}
+	ticks = append(ticks, Tick{T: 10.5, RawMs: 50, Members: 0, Source: "ebpf"}) // no writers: not judged
+	h := signalHold(ticks, "p95", 1.5)
+	if h.Seconds != 10 || h.WithinPct != 80 || h.Source != "ebpf" || math.Abs(h.LimitMs-1.8) > 1e-9 {
+		t.Fatalf("%+v: want 10 seconds, 80 %% within 1.8 ms, from ebpf", h)
+	}
+	for i := range ticks {
+		ticks[i].Source = "diskstats"
+	}
+	if h := signalHold(ticks, "p95", 1.5); h.Source != "diskstats" {
+		t.Fatalf("source %q, want diskstats", h.Source)
 	}
 }

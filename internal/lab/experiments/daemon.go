@@ -38,6 +38,9 @@ type Control struct {
 	// manual throttle per writer ('sanqos throttle') on the observing
 	// daemon, the frontier's static throttle.
 	FixedDelayMs float64 `json:"fixed_delay_ms,omitempty"`
+	// Signal is what the controller holds under the threshold (mean, p95,
+	// p99); "" is the daemon's default, the mean.
+	Signal string `json:"signal,omitempty"`
 }
 
 // uMaxMs is the u_max the run's daemon gets: the user's (Gains), else
@@ -90,6 +93,9 @@ func (c Control) label() string {
 		return "none"
 	}
 	s := fmt.Sprintf("%s-%gms", c.Controller, c.ThresholdMs)
+	if c.Signal != "" && c.Signal != "mean" {
+		s = fmt.Sprintf("%s-%s-%gms", c.Controller, c.Signal, c.ThresholdMs)
+	}
 	if c.Policy == "manual" {
 		s = "manual-" + s
 	}
@@ -118,6 +124,10 @@ func daemonConfig(c Control, g Gains, l labView, record string) string {
 		policy = "read-over-write"
 	}
 	controller := c.Controller
+	signal := c.Signal
+	if signal == "" {
+		signal = "mean"
+	}
 	threshold := c.ThresholdMs
 	if threshold == 0 {
 		threshold = 15 // unused by controller none, still validated
@@ -127,6 +137,7 @@ func daemonConfig(c Control, g Gains, l labView, record string) string {
 tick = "100ms"
 ewma_alpha = 0.25
 threshold = "%s"
+signal = %q
 controller = %q
 backend = "nfqueue"
 direction = "write"
@@ -146,7 +157,7 @@ u_max = "%s"
 adapter = "tgt"
 interval = "5s"
 tgt_control_port = %d
-`, msDuration(threshold), controller, l.port, policy, filepath.Join(ctlSocketDir, "ctl.sock"), record,
+`, msDuration(threshold), signal, controller, l.port, policy, filepath.Join(ctlSocketDir, "ctl.sock"), record,
 		g.Kp, g.Ti, g.Td, msDuration(g.UMaxMs), l.controlPort)
 	if policy == "manual" {
 		fmt.Fprintf(&b, "\n[manual]\nprotected = [%q]\nthrottle = [%s]\n", l.reader.addr, quoteList(l.writerAddrs()))

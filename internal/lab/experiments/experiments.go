@@ -47,7 +47,10 @@ type Experiment struct {
 	// refMs is the threshold an uncontrolled run's over-threshold share
 	// is measured against.
 	refMs float64
-	plots func(s *Summary, runs []*RunResult) ([]string, error)
+	// profile is the emulated disk the experiment is meant for ("": the
+	// lab's default, thesis-2010); --storage overrides it.
+	profile string
+	plots   func(s *Summary, runs []*RunResult) ([]string, error)
 	// analyze, when set, adds the experiment's own results to the
 	// summary once every run is done (before the plots).
 	analyze func(s *Summary)
@@ -420,4 +423,13 @@ func (c Control) describe() string {
 		pol = "read-over-write"
 	}
 	return fmt.Sprintf("%s at %g ms, %s", c.Controller, c.ThresholdMs, pol)
+}
+
+// Profile is the emulated disk profile the experiment runs on unless the
+// user names other storage.
+func (x Experiment) Profile() string {
+	if x.profile == "" {
+		return lab.DefaultStorage.Profile
+	}
+	return x.profile
 }

@@ -25,7 +25,35 @@ type Check struct {
 // 2 s after the writers stop; the uncontrolled p95 is ≥ 2 × the reference
 // threshold.
 func checks(s *Summary) []Check {
-	return append(append(thesisChecks(s), guaranteeChecks(s)...), frontierChecks(s.Frontier)...)
+	return append(append(append(thesisChecks(s), guaranteeChecks(s)...), frontierChecks(s.Frontier)...), signalChecks(s)...)
+}
+
+// signalChecks are the targets of runs that name their signal (the ssd
+// experiment): the daemon's own signal, from the block-layer probe,
+// within OverFactor × threshold in ≥ 95 % of the seconds with writers in
+// the set, and the reader's initiator-observed p95 below the
+// uncontrolled run's.
+func signalChecks(s *Summary) []Check {
+	var out []Check
+	var none *RunResult
+	for _, r := range s.Runs {
+		if r.ThresholdMs == nil && r.Workload.On != "" {
+			none = r
+		}
+	}
+	for _, r := range s.Runs {
+		h := r.SignalHold
+		if h == nil {
+			continue
+		}
+		out = append(out, Check{r.Name, fmt.Sprintf("daemon's %s signal (%s) within %g ms", h.Signal, h.Source, h.LimitMs), "≥ 95 % of seconds",
+			fmt.Sprintf("%.1f %% of %d s", h.WithinPct, h.Seconds), h.WithinPct >= 95 && h.Seconds > 0})
+		if none != nil {
+			out = append(out, Check{r.Name, "reader's p95 wait below uncontrolled", fmt.Sprintf("< %.2f ms", none.WaitMs.P95),
+				fmt.Sprintf("%.2f ms", r.WaitMs.P95), r.WaitMs.P95 < none.WaitMs.P95})
+		}
+	}
+	return out
 }
 
 // thesisChecks are the targets of the on/off interference runs.

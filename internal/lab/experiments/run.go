@@ -168,8 +168,11 @@ type RunResult struct {
 	// FixedDelayMs is the fixed write delay of a frontier run.
 	FixedDelayMs float64 `json:"fixed_delay_ms,omitempty"`
 	// Delay and Release come from the daemon's record.
-	Delay   *DelayStats     `json:"delay_ms,omitempty"`
-	Release *ReleaseSummary `json:"release,omitempty"`
+	Delay *DelayStats `json:"delay_ms,omitempty"`
+	// SignalHold, for a run that names its signal, is how well the daemon
+	// held that signal (as it measured it) under the threshold.
+	SignalHold *SignalHold     `json:"signal_hold,omitempty"`
+	Release    *ReleaseSummary `json:"release,omitempty"`
 	// ReadersMBs is each reader's MB/s (fig5.1).
 	ReadersMBs map[string]float64 `json:"readers_mb_s,omitempty"`
 	// Dir holds the run's raw logs; Commands are what was run.
@@ -603,6 +606,10 @@ func (e *env) runOne(ctx context.Context, name string, w Workload, c Control, re
 		res.ticks = ticksOf(recs, float64(t0.UnixNano())/1e9)
 		ds := delayStats(res.ticks)
 		res.Delay = &ds
+		if c.Signal != "" && res.ThresholdMs != nil {
+			h := signalHold(res.ticks, c.Signal, *res.ThresholdMs)
+			res.SignalHold = &h
+		}
 		if c.Controller != "none" {
 			// An observing daemon never delays; its set lingers by
 			// design and says nothing about release.
