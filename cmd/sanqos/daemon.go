@@ -355,7 +355,7 @@ func engineConfig(c config.Config) (engine.Config, error) {
 	cfg.LeaveKBs = float64(c.WriteLeave) / 1024
 	cfg.Policy = c.Policy
 	cfg.Manual = engine.ManualConfig{Protected: c.Manual.Protected, Throttle: c.Manual.Throttle}
-	d, err := throttle.ParseDirection(c.Direction)
+	d, err := engine.ParseDirection(c.Direction)
 	if err != nil {
 		return cfg, fmt.Errorf("direction: %w", err)
 	}

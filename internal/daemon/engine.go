@@ -7,6 +7,7 @@ import (
 	"github.com/sanqos/sanqos/internal/diskstats"
 	"github.com/sanqos/sanqos/internal/engine"
 	"github.com/sanqos/sanqos/internal/status"
+	"github.com/sanqos/sanqos/internal/throttle"
 	"github.com/sanqos/sanqos/internal/topology"
 )
 
@@ -60,7 +61,7 @@ func (a *engineAdapter) Step(now time.Time, snap []diskstats.Stat) Decision {
 	out := Decision{
 		Resources: make([]status.Resource, len(d.Resources)),
 		Consumers: make([]status.Consumer, len(d.Consumers)),
-		State:     d.ThrottleState(a.ports),
+		State:     throttleState(d.Throttles(), a.ports),
 	}
 	for i, r := range d.Resources {
 		out.Resources[i] = status.Resource{
@@ -78,4 +79,26 @@ func (a *engineAdapter) Step(now time.Time, snap []diskstats.Stat) Decision {
 		}
 	}
 	return out
+}
+
+// throttleState translates what the engine asks (per resource: members,
+// direction, delay) into the throttle backend's state: one group per
+// resource on the given ports. A throttle with no members and no delay
+// becomes an empty group, so the backend removes what it had installed.
+func throttleState(ts []engine.Throttle, ports []uint16) throttle.State {
+	s := throttle.State{Groups: make([]throttle.Group, len(ts))}
+	for i, t := range ts {
+		g := throttle.Group{Name: t.Name, Ports: ports}
+		if t.Delay > 0 && len(t.Members) > 0 {
+			g.Members = t.Members
+			if t.Direction&engine.Write != 0 {
+				g.WriteDelay = t.Delay
+			}
+			if t.Direction&engine.Read != 0 {
+				g.ReadDelay = t.Delay
+			}
+		}
+		s.Groups[i] = g
+	}
+	return s
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/sanqos/sanqos/internal/clock"
 	"github.com/sanqos/sanqos/internal/diskstats"
 	"github.com/sanqos/sanqos/internal/engine"
+	"github.com/sanqos/sanqos/internal/throttle"
 	"github.com/sanqos/sanqos/internal/topology"
 )
 
@@ -144,3 +145,43 @@ func BenchmarkTickRealEngine(b *testing.B) {
 type sliceStats struct{ snap []diskstats.Stat }
 
 func (s *sliceStats) Read() ([]diskstats.Stat, []diskstats.LineError, error) { return s.snap, nil, nil }
+
+// The adapter turns each engine throttle into a backend group on the
+// target ports, with the delay on the directions asked for, and an empty
+// group where nobody is held.
+func TestThrottleStateDirections(t *testing.T) {
+	ip := netip.MustParseAddr("10.0.0.3")
+	ts := []engine.Throttle{
+		{Name: "a", Members: []netip.Addr{ip}, Direction: engine.Both, Delay: 2500 * time.Microsecond},
+		{Name: "b", Members: []netip.Addr{ip}, Direction: engine.Read, Delay: time.Millisecond},
+		{Name: "c", Members: []netip.Addr{ip}, Direction: engine.Write, Delay: 3 * time.Millisecond},
+		{Name: "d", Direction: engine.Write},
+	}
+	st := throttleState(ts, []uint16{3260, 860})
+	want := []throttle.Group{
+		{Name: "a", Members: []netip.Addr{ip}, WriteDelay: 2500 * time.Microsecond, ReadDelay: 2500 * time.Microsecond},
+		{Name: "b", Members: []netip.Addr{ip}, ReadDelay: time.Millisecond},
+		{Name: "c", Members: []netip.Addr{ip}, WriteDelay: 3 * time.Millisecond},
+		{Name: "d"},
+	}
+	if len(st.Groups) != len(want) {
+		t.Fatalf("%d groups, want %d", len(st.Groups), len(want))
+	}
+	for i, g := range st.Groups {
+		w := want[i]
+		if g.Name != w.Name || len(g.Members) != len(w.Members) || g.WriteDelay != w.WriteDelay || g.ReadDelay != w.ReadDelay || len(g.Ports) != 2 {
+			t.Errorf("group %d = %+v, want %+v with 2 ports", i, g, w)
+		}
+	}
+}
+
+// The engine's directions print as the backend's do: the status and the
+// ctl output show one word for each.
+func TestDirectionNamesMatchBackend(t *testing.T) {
+	for _, d := range []engine.Direction{engine.Write, engine.Read, engine.Both} {
+		td, err := throttle.ParseDirection(d.String())
+		if err != nil || td.String() != d.String() {
+			t.Errorf("engine direction %v: backend reads %v, %v", d, td, err)
+		}
+	}
+}

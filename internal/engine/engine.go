@@ -22,7 +22,6 @@ import (
 	"github.com/sanqos/sanqos/internal/latency"
 	"github.com/sanqos/sanqos/internal/policy"
 	"github.com/sanqos/sanqos/internal/signal"
-	"github.com/sanqos/sanqos/internal/throttle"
 	"github.com/sanqos/sanqos/internal/topology"
 )
 
@@ -55,9 +54,9 @@ type Config struct {
 	// Policy is "read-over-write" or "manual".
 	Policy string
 	Manual ManualConfig
-	// Direction is what the delay slows: throttle.Write (default) delays
+	// Direction is what the delay slows: Write (default) delays
 	// the ACKs and R2Ts of the set's writes.
-	Direction throttle.Direction
+	Direction Direction
 	// UMaxLimitMs is how far the delay ceiling may rise above
 	// Control.UMaxMs when the writers need more delay than that (see
 	// "Authority" below); 0, or a value ≤ Control.UMaxMs, keeps the
@@ -205,7 +204,7 @@ func DefaultConfig() Config {
 		JoinKBs:    policy.DefaultJoinKBs,
 		LeaveKBs:   policy.DefaultJoinKBs / 2,
 		Policy:     policy.ReadOverWrite,
-		Direction:  throttle.Write,
+		Direction:  Write,
 		// UMaxLimitMs: see DefaultUMaxLimitMs.
 		UMaxLimitMs: DefaultUMaxLimitMs,
 	}
@@ -267,7 +266,7 @@ type ResourceDecision struct {
 	MeanMs, P95Ms, P99Ms float64
 	// Members is the throttleable set (whether or not DelayMs is 0).
 	Members   []netip.Addr
-	Direction throttle.Direction
+	Direction Direction
 	// MissingDevices counts this resource's devices absent from the
 	// snapshot.
 	MissingDevices int
@@ -280,28 +279,6 @@ type ConsumerRates struct {
 	Addr                                      netip.Addr
 	ReadKBs, WriteKBs, WriteEWMAKBs, RAwaitMs float64
 	Throttleable                              bool
-}
-
-// ThrottleState is the throttle state the decision asks for: one group
-// per resource. A resource with no delay or an empty set gets a group with
-// no members and no delay, so a backend removes what it had installed.
-func (d Decision) ThrottleState(ports []uint16) throttle.State {
-	s := throttle.State{Groups: make([]throttle.Group, len(d.Resources))}
-	for i, r := range d.Resources {
-		g := throttle.Group{Name: r.Name, Ports: ports}
-		if r.DelayMs > 0 && len(r.Members) > 0 {
-			g.Members = r.Members
-			delay := time.Duration(math.Round(r.DelayMs * float64(time.Millisecond)))
-			if r.Direction&throttle.Write != 0 {
-				g.WriteDelay = delay
-			}
-			if r.Direction&throttle.Read != 0 {
-				g.ReadDelay = delay
-			}
-		}
-		s.Groups[i] = g
-	}
-	return s
 }
 
 // device is the per-device memory: the last snapshot's counters and the
@@ -431,7 +408,7 @@ func (cfg Config) validate() error {
 		errs = append(errs, fmt.Errorf("headroom %v: want a fraction in [0, 0.5), e.g. 0.15", cfg.Headroom))
 	}
 	switch cfg.Direction {
-	case throttle.Write, throttle.Read, throttle.Both:
+	case Write, Read, Both:
 	default:
 		errs = append(errs, fmt.Errorf("direction %v: want write, read or both", cfg.Direction))
 	}

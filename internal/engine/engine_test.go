@@ -10,7 +10,6 @@ import (
 	"github.com/sanqos/sanqos/internal/clock"
 	"github.com/sanqos/sanqos/internal/diskstats"
 	"github.com/sanqos/sanqos/internal/policy"
-	"github.com/sanqos/sanqos/internal/throttle"
 	"github.com/sanqos/sanqos/internal/topology"
 )
 
@@ -144,8 +143,8 @@ func TestFirstStepThrottlesNothing(t *testing.T) {
 	if r.DelayMs != 0 || len(r.Members) != 0 || r.SignalMs != 0 || r.Reads != 0 {
 		t.Fatalf("first step decided %+v, want nothing", r)
 	}
-	for _, g := range dec.ThrottleState(nil).Groups {
-		if len(g.Members) != 0 || g.WriteDelay != 0 {
+	for _, g := range dec.Throttles() {
+		if len(g.Members) != 0 || g.Delay != 0 {
 			t.Fatalf("first step throttles %+v", g)
 		}
 	}
@@ -194,10 +193,9 @@ func TestOverloadThrottlesWriterThenWindsDown(t *testing.T) {
 			}
 		}
 	}
-	st := last.ThrottleState([]uint16{3260})
-	g := st.Groups[0]
-	if g.Name != "vg-data" || len(g.Members) != 1 || g.WriteDelay <= 0 || g.ReadDelay != 0 || g.Ports[0] != 3260 {
-		t.Fatalf("throttle group %+v, want the writer with a write delay on port 3260", g)
+	g := last.Throttles()[0]
+	if g.Name != "vg-data" || len(g.Members) != 1 || g.Delay <= 0 || g.Direction != Write {
+		t.Fatalf("throttle %+v, want the writer with a write delay", g)
 	}
 
 	// The load stops: no reads, no writes. The signal decays, the delay
@@ -213,7 +211,7 @@ func TestOverloadThrottlesWriterThenWindsDown(t *testing.T) {
 	if k == 600 {
 		t.Fatalf("still throttling 60 s after the load stopped: %+v", last.Resources[0])
 	}
-	if g := last.ThrottleState(nil).Groups[0]; len(g.Members) != 0 || g.WriteDelay != 0 {
+	if g := last.Throttles()[0]; len(g.Members) != 0 || g.Delay != 0 {
 		t.Fatalf("idle resource still throttled: %+v", g)
 	}
 }
@@ -233,7 +231,7 @@ func TestHealthyResourceNotThrottled(t *testing.T) {
 		}
 		// The heavy writer is in the set (it is throttleable) but with no
 		// delay the throttle state has no members.
-		if g := dec.ThrottleState(nil).Groups[0]; len(g.Members) != 0 {
+		if g := dec.Throttles()[0]; len(g.Members) != 0 {
 			t.Fatalf("tick %d: healthy resource's group has members %v", k, g.Members)
 		}
 	}
@@ -401,25 +399,40 @@ func TestManualPolicy(t *testing.T) {
 	}
 }
 
-func TestThrottleStateDirections(t *testing.T) {
+func TestThrottlesDirections(t *testing.T) {
 	dec := Decision{Resources: []ResourceDecision{
-		{Name: "a", DelayMs: 2.5, Members: []netip.Addr{writerIP}, Direction: throttle.Both},
-		{Name: "b", DelayMs: 1, Members: []netip.Addr{writerIP}, Direction: throttle.Read},
-		{Name: "c", DelayMs: 0, Members: []netip.Addr{writerIP}, Direction: throttle.Write},
-		{Name: "d", DelayMs: 3, Direction: throttle.Write},
+		{Name: "a", DelayMs: 2.5, Members: []netip.Addr{writerIP}, Direction: Both},
+		{Name: "b", DelayMs: 1, Members: []netip.Addr{writerIP}, Direction: Read},
+		{Name: "c", DelayMs: 0, Members: []netip.Addr{writerIP}, Direction: Write},
+		{Name: "d", DelayMs: 3, Direction: Write},
 	}}
-	st := dec.ThrottleState([]uint16{3260, 860})
-	want := []throttle.Group{
-		{Name: "a", Members: []netip.Addr{writerIP}, WriteDelay: 2500 * time.Microsecond, ReadDelay: 2500 * time.Microsecond},
-		{Name: "b", Members: []netip.Addr{writerIP}, ReadDelay: time.Millisecond},
-		{Name: "c"},
-		{Name: "d"},
+	want := []Throttle{
+		{Name: "a", Members: []netip.Addr{writerIP}, Direction: Both, Delay: 2500 * time.Microsecond},
+		{Name: "b", Members: []netip.Addr{writerIP}, Direction: Read, Delay: time.Millisecond},
+		{Name: "c", Direction: Write},
+		{Name: "d", Direction: Write},
 	}
-	for i, g := range st.Groups {
+	got := dec.Throttles()
+	if len(got) != len(want) {
+		t.Fatalf("%d throttles, want %d", len(got), len(want))
+	}
+	for i, g := range got {
 		w := want[i]
-		if g.Name != w.Name || len(g.Members) != len(w.Members) || g.WriteDelay != w.WriteDelay || g.ReadDelay != w.ReadDelay || len(g.Ports) != 2 {
-			t.Errorf("group %d = %+v, want %+v with 2 ports", i, g, w)
+		if g.Name != w.Name || len(g.Members) != len(w.Members) || g.Direction != w.Direction || g.Delay != w.Delay {
+			t.Errorf("throttle %d = %+v, want %+v", i, g, w)
 		}
+	}
+}
+
+func TestParseDirection(t *testing.T) {
+	for _, d := range []Direction{Write, Read, Both} {
+		got, err := ParseDirection(d.String())
+		if err != nil || got != d {
+			t.Errorf("ParseDirection(%q) = %v, %v; want %v", d.String(), got, err, d)
+		}
+	}
+	if _, err := ParseDirection("sideways"); err == nil {
+		t.Error("ParseDirection(sideways) succeeded, want an error naming write, read or both")
 	}
 }
 
@@ -565,7 +578,7 @@ func TestPausedWriterMeetsTheDelayItLeft(t *testing.T) {
 		t.Fatalf("controller output %v after the pause, want it kept above 0 (signal %.1f under the set point %.2f only a little)", r.ControlMs, r.SignalMs, r.TargetMs)
 	}
 	kept := r.ControlMs
-	if g := e.Step(clk.Now(), d.snap()).ThrottleState(nil).Groups[0]; len(g.Members) != 0 || g.WriteDelay != 0 {
+	if g := e.Step(clk.Now(), d.snap()).Throttles()[0]; len(g.Members) != 0 || g.Delay != 0 {
 		t.Fatalf("paused resource still throttled: %+v", g)
 	}
 	overload(d)

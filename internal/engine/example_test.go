@@ -38,9 +38,9 @@ func ExampleEngine_Step() {
 	}
 	r := d.Resources[0]
 	fmt.Printf("%s: signal %.1f ms > %.0f ms, delay %.1f ms for %v\n", r.Name, r.SignalMs, r.ThresholdMs, r.DelayMs, r.Members)
-	g := d.ThrottleState([]uint16{3260}).Groups[0]
-	fmt.Printf("group %s: %v write delay %v\n", g.Name, g.Members, g.WriteDelay)
+	g := d.Throttles()[0]
+	fmt.Printf("throttle %s: %v %s delay %v\n", g.Name, g.Members, g.Direction, g.Delay)
 	// Output:
 	// vg-data: signal 47.2 ms > 15 ms, delay 20.0 ms for [10.0.0.3]
-	// group vg-data: [10.0.0.3] write delay 20ms
+	// throttle vg-data: [10.0.0.3] write delay 20ms
 }
