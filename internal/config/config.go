@@ -239,14 +239,6 @@ var knownKeys = []string{
 	"policy", "manual.protected", "manual.throttle", "listen", "socket", "record", "record_max_size",
 }
 
-// ThresholdFor returns the threshold of the named resource.
-func (c *Config) ThresholdFor(resource string) time.Duration {
-	if r, ok := c.Resources[resource]; ok && r.Threshold.Duration > 0 {
-		return r.Threshold.Duration
-	}
-	return c.Threshold.Duration
-}
-
 // Validate checks every value; the first bad one is reported.
 func (c *Config) Validate() error {
 	bad := func(key string, val any, rule string) error {

@@ -40,11 +40,8 @@ func TestExampleFile(t *testing.T) {
 		t.Errorf("example file differs from the defaults:\n%+v\n%+v", c, d)
 	}
 	full, _ := Load("../../deploy/sanqos.example.toml")
-	if got := full.ThresholdFor("vg-data"); got != 20*time.Millisecond {
-		t.Errorf("ThresholdFor(vg-data) = %v, want 20ms", got)
-	}
-	if got := full.ThresholdFor("other"); got != 15*time.Millisecond {
-		t.Errorf("ThresholdFor(other) = %v, want the default 15ms", got)
+	if got := full.Resources["vg-data"].Threshold.Duration; got != 20*time.Millisecond {
+		t.Errorf("example resource vg-data threshold %v, want 20ms", got)
 	}
 }
 

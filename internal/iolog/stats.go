@@ -78,23 +78,6 @@ func Select(recs []Record, kind string, thread int, op string) []Record {
 	return out
 }
 
-// Series maps records to one value each, e.g. a per-second throughput
-// series: Series(Select(recs, KindInterval, 0, OpWrite), MBs).
-func Series(recs []Record, f func(Record) float64) []float64 {
-	out := make([]float64, len(recs))
-	for i, r := range recs {
-		out[i] = f(r)
-	}
-	return out
-}
-
-// Field accessors for Series.
-func MBs(r Record) float64     { return r.MBs }
-func IOPS(r Record) float64    { return r.IOPS }
-func LatMean(r Record) float64 { return r.Lat.Mean }
-func LatP99(r Record) float64  { return r.Lat.P99 }
-func LatMax(r Record) float64  { return r.Lat.Max }
-
 // Summary returns the last summary of thread 0 for op (any op if empty),
 // and whether there was one.
 func Summary(recs []Record, op string) (Record, bool) {

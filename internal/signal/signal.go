@@ -1,13 +1,10 @@
 // Package signal turns noisy per-tick measurements into the smooth signal
 // the controller acts on: an EWMA (the thesis's filter, with its decay
-// toward zero on idle ticks), a moving median to compare it with, and the
-// request-weighted read latency of a resource over its devices.
+// toward zero on idle ticks) and the request-weighted read latency of a
+// resource over its devices.
 package signal
 
-import (
-	"fmt"
-	"sort"
-)
+import "fmt"
 
 // ThesisAlpha is the EWMA weight of the thesis (Listings C.2, C.3): with a
 // 100 ms tick a step change is 90 % through after about 0.8 s, smoothing
@@ -61,56 +58,6 @@ func (e *EWMA) Alpha() float64 { return e.alpha }
 
 // Reset returns the average to 0.
 func (e *EWMA) Reset() { e.value = 0 }
-
-// Median is the median of the last n samples; thesis §5.6 compared moving
-// averages, and a median ignores single outliers entirely, at the cost of
-// lag. Kept for comparison with the EWMA in the simulator.
-type Median struct {
-	ring   []float64
-	next   int
-	full   bool
-	sorted []float64
-}
-
-// NewMedian returns a moving median over n ≥ 1 samples.
-func NewMedian(n int) (*Median, error) {
-	if n < 1 {
-		return nil, fmt.Errorf("median window %d: want at least 1 sample", n)
-	}
-	return &Median{ring: make([]float64, n), sorted: make([]float64, 0, n)}, nil
-}
-
-// Update adds x and returns the median of the window (the mean of the two
-// middle samples for an even count).
-func (m *Median) Update(x float64) float64 {
-	m.ring[m.next] = x
-	m.next++
-	if m.next == len(m.ring) {
-		m.next = 0
-		m.full = true
-	}
-	return m.Value()
-}
-
-// Value is the median of the samples seen, 0 before the first.
-func (m *Median) Value() float64 {
-	n := m.next
-	if m.full {
-		n = len(m.ring)
-	}
-	if n == 0 {
-		return 0
-	}
-	m.sorted = append(m.sorted[:0], m.ring[:n]...)
-	sort.Float64s(m.sorted)
-	if n%2 == 1 {
-		return m.sorted[n/2]
-	}
-	return (m.sorted[n/2-1] + m.sorted[n/2]) / 2
-}
-
-// Reset empties the window.
-func (m *Median) Reset() { m.next, m.full = 0, false }
 
 // ReadLatency aggregates one tick's read latency over a resource's
 // devices: Σ Δread_ms / Σ Δreads. Weighting by requests means a device
