@@ -19,6 +19,6 @@
 //	if err != nil { … }
 //	defer l.Down()
 //	for _, in := range l.Initiators() { … in.NS, in.IP, in.IQN, in.Loop … }
-//	ld, err := l.RunLoad(ctx, "b2", "--job", "smalljob", "--runtime", "20s", "--time-based")
-//	// ld.Summary.Lat.Mean; lab.Command(ctx, lab.TargetNS, "sanqos", "run", …)
+//	cmd, err := l.LoadCommand(ctx, "b2", "--job", "smalljob", "--runtime", "20s", "--time-based")
+//	// its stdout is iolog lines; lab.Command(ctx, lab.TargetNS, "sanqos", "run", …)
 package lab

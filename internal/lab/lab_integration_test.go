@@ -184,14 +184,46 @@ func assertNoProcessIn(t *testing.T, nets map[uint64]string) {
 	}
 }
 
-// runLoad runs the load generator to completion and returns its summary
-// of all threads.
+// runLoad runs the load generator in the initiator's namespace against its
+// own target until it ends (or ctx is done: the generator then stops
+// cleanly and still prints its summary) and returns its summary of all
+// threads, the last line it logs.
 func runLoad(ctx context.Context, l *Lab, initiator string, args ...string) (iolog.Record, error) {
-	ld, err := l.RunLoad(ctx, initiator, args...)
+	cmd, err := l.LoadCommand(context.WithoutCancel(ctx), initiator, args...)
 	if err != nil {
 		return iolog.Record{}, err
 	}
-	return ld.Summary, nil
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Start(); err != nil {
+		return iolog.Record{}, fmt.Errorf("starting load on %s: %w", initiator, err)
+	}
+	// On cancellation ask for a clean stop (sessions log out, summary is
+	// printed) rather than killing: a killed initiator leaves tgtd
+	// holding a stale session.
+	stopped := make(chan struct{})
+	go func() {
+		select {
+		case <-ctx.Done():
+			_ = cmd.Process.Signal(os.Interrupt)
+		case <-stopped:
+		}
+	}()
+	err = cmd.Wait()
+	close(stopped)
+	desc := initiator + " (" + strings.Join(args, " ") + ")"
+	if err != nil && ctx.Err() == nil {
+		return iolog.Record{}, fmt.Errorf("load on %s: %w: %s", desc, err, strings.TrimSpace(stderr.String()))
+	}
+	recs, perr := iolog.ReadRecords(&stdout)
+	if perr != nil {
+		return iolog.Record{}, fmt.Errorf("reading the log of load on %s: %w", desc, perr)
+	}
+	n := len(recs)
+	if n == 0 || recs[n-1].Kind != iolog.KindSummary || recs[n-1].Thread != 0 {
+		return iolog.Record{}, fmt.Errorf("load on %s ended without a summary: %s", desc, strings.TrimSpace(stderr.String()))
+	}
+	return recs[n-1], nil
 }
 
 func TestLabEndToEnd(t *testing.T) {

@@ -235,7 +235,8 @@ func (e *env) startLoad(ctx context.Context, host labHost, logPath string, fullB
 }
 
 // wait waits for the load to end; on ctx cancellation it asks for a clean
-// stop (sessions log out) with SIGINT, as lab.RunLoad does.
+// stop (sessions log out) with SIGINT rather than a kill, which would leave
+// tgtd holding a stale session.
 func (p *loadProc) wait(ctx context.Context) error {
 	var err error
 	select {
