@@ -175,40 +175,12 @@ func quoteList(xs []string) string {
 	return strings.Join(q, ", ")
 }
 
-// daemonArgs are the arguments of `sanqos run` for a run. A daemon that
-// reads --config gets the configuration file (tgt discovery); one that
-// does not yet gets the same settings as flags, with the lab's consumers
-// listed statically (the manual policy and pid gains need --config).
-func daemonArgs(c Control, g Gains, l labView, cfgPath, record string, hasConfig bool) ([]string, error) {
-	sock := filepath.Join(ctlSocketDir, "ctl.sock")
-	if hasConfig {
-		// --socket repeats the file's value so that the command line
-		// shows the daemon is ours (see stopLeftoverDaemons).
-		return []string{"run", "--config", cfgPath, "--socket", sock, "--record", record}, nil
-	}
-	if c.Policy == "manual" {
-		return nil, errors.New("the manual policy needs 'sanqos run --config', which this sanqos does not have")
-	}
-	if g != (Gains{}) {
-		return nil, errors.New("pid gains need 'sanqos run --config', which this sanqos does not have")
-	}
-	threshold := c.ThresholdMs
-	if threshold == 0 {
-		threshold = 15
-	}
-	args := []string{"run", "--backend", "nfqueue", "--controller", c.Controller,
-		"--threshold", fmt.Sprint(threshold), "--ports", fmt.Sprint(l.port),
-		"--listen", "127.0.0.1:9469", "--socket", sock, "--record", record}
-	for _, h := range l.hosts {
-		args = append(args, "--consumer", fmt.Sprintf("%s,%s,%s", resourceName, h.addr, h.loop))
-	}
-	return args, nil
-}
-
-// supportsConfig asks the sanqos binary whether 'run' takes --config.
-func supportsConfig(ctx context.Context, sanqos string) bool {
-	out, _ := exec.CommandContext(ctx, sanqos, "run", "--help").CombinedOutput()
-	return strings.Contains(string(out), "-config")
+// daemonArgs are the arguments of `sanqos run` for a run: the
+// configuration file (tgt discovery finds the lab's consumers) and the
+// record to write. --socket repeats the file's value so that the command
+// line shows the daemon is ours (see stopLeftoverDaemons).
+func daemonArgs(cfgPath, record string) []string {
+	return []string{"run", "--config", cfgPath, "--socket", filepath.Join(ctlSocketDir, "ctl.sock"), "--record", record}
 }
 
 // daemon is a sanqos daemon running in the target namespace.

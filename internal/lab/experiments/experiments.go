@@ -298,12 +298,6 @@ func (x Experiment) RunOn(ctx context.Context, l *lab.Lab, o Options) (*Summary,
 		return nil, err
 	}
 	e := &env{l: l, v: v, o: o, count: nstatCounter{run: runInNS}, prog: newProgress(o.Progress, x, plan)}
-	for _, r := range plan {
-		if r.c.Controller != "" {
-			e.hasConfig = supportsConfig(ctx, sanqos)
-			break
-		}
-	}
 	for i, r := range plan {
 		e.prog.startRun(i)
 		res, err := e.runOne(ctx, r.name, r.w, r.c, x.refMs)

@@ -185,12 +185,11 @@ type RunResult struct {
 
 // env is one experiment in progress on a lab.
 type env struct {
-	l         *lab.Lab
-	v         labView
-	o         Options
-	count     retransCounter
-	hasConfig bool
-	prog      *progress
+	l     *lab.Lab
+	v     labView
+	o     Options
+	count retransCounter
+	prog  *progress
 }
 
 // loadProc is one load generator writing its log to a file.
@@ -407,10 +406,8 @@ func (e *env) runOne(ctx context.Context, name string, w Workload, c Control, re
 		if err := os.WriteFile(cfgPath, []byte(daemonConfig(c, e.o.Gains, e.v, record)), 0o644); err != nil {
 			return nil, fmt.Errorf("writing the daemon's configuration: %w", err)
 		}
-		args, err := daemonArgs(c, e.o.Gains, e.v, cfgPath, record, e.hasConfig)
-		if err != nil {
-			return nil, err
-		}
+		args := daemonArgs(cfgPath, record)
+		var err error
 		if d, err = startDaemon(ctx, e.o.Sanqos, args, record, filepath.Join(dir, "daemon.log")); err != nil {
 			return nil, err
 		}
