@@ -6,7 +6,11 @@
 //
 // The engine does no I/O and reads no clock: the caller passes the time of
 // the snapshot, and rates use the real time elapsed between snapshots, not
-// the nominal tick, so a late tick does not look like a burst.
+// the nominal tick, so a late tick does not look like a burst. Nor does it
+// link the data path: it says per resource who is held, in which Direction
+// and by how much (Decision.Throttles), and the daemon translates that to
+// the throttle backend's state, so the engine and the simulator build and
+// test on any OS.
 package engine
 
 import (
