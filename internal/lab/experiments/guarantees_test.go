@@ -138,3 +138,18 @@ func TestGuaranteeChecks(t *testing.T) {
 		}
 	}
 }
+
+// A stream the disk alone keeps very even does not make a paced run's
+// ordinary unevenness a miss: the limit never falls under MinCVLimit,
+// while a bursty run (CV near 1) still misses.
+func TestCVLimitFloor(t *testing.T) {
+	if lim := cvLimit(0.04, 40.9, 26.5); lim != MinCVLimit {
+		t.Errorf("limit %v for an uncontrolled CV of 0.04, want the floor %v", lim, MinCVLimit)
+	}
+	if lim := cvLimit(0.3, 30, 30); math.Abs(lim-0.45) > 1e-9 {
+		t.Errorf("limit %v for an uncontrolled CV of 0.3, want 1.5 × 0.3", lim)
+	}
+	if 1.0 <= cvLimit(0.04, 40.9, 26.5) {
+		t.Error("a CV of 1 (all of a second's data in a few bins) passes")
+	}
+}
