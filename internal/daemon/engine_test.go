@@ -174,14 +174,3 @@ func TestThrottleStateDirections(t *testing.T) {
 		}
 	}
 }
-
-// The engine's directions print as the backend's do: the status and the
-// ctl output show one word for each.
-func TestDirectionNamesMatchBackend(t *testing.T) {
-	for _, d := range []engine.Direction{engine.Write, engine.Read, engine.Both} {
-		td, err := throttle.ParseDirection(d.String())
-		if err != nil || td.String() != d.String() {
-			t.Errorf("engine direction %v: backend reads %v, %v", d, td, err)
-		}
-	}
-}

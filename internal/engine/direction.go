@@ -1,51 +1,26 @@
 package engine
 
 import (
-	"fmt"
 	"math"
 	"net/netip"
 	"time"
+
+	"github.com/sanqos/sanqos/internal/direction"
 )
 
-// Direction says which of a consumer's I/O directions a delay slows. It is
-// the engine's own word for it, so the decision links nothing of the data
-// path; the daemon translates it to the throttle backend's.
-type Direction uint8
+// Direction says which of a consumer's I/O directions a delay slows
+// (package direction, shared with the data path, which it does not link).
+type Direction = direction.Direction
 
+// The directions, as the engine's configuration names them.
 const (
-	// Write slows the consumer's writes (the data path delays the packets
-	// that clock them: pure ACKs, R2Ts, SCSI responses).
-	Write Direction = 1 << iota
-	// Read slows the consumer's reads (the data segments that carry them).
-	Read
-	// Both slows everything the target sends the consumer.
-	Both = Write | Read
+	Write = direction.Write
+	Read  = direction.Read
+	Both  = direction.Both
 )
-
-func (d Direction) String() string {
-	switch d {
-	case Write:
-		return "write"
-	case Read:
-		return "read"
-	case Both:
-		return "both"
-	}
-	return fmt.Sprintf("direction(%d)", uint8(d))
-}
 
 // ParseDirection reads "write", "read" or "both".
-func ParseDirection(s string) (Direction, error) {
-	switch s {
-	case "write":
-		return Write, nil
-	case "read":
-		return Read, nil
-	case "both":
-		return Both, nil
-	}
-	return 0, fmt.Errorf("direction %q: want write, read or both", s)
-}
+func ParseDirection(s string) (Direction, error) { return direction.Parse(s) }
 
 // Throttle is what a decision asks of the data path for one resource:
 // delay the Members' packets in Direction by Delay.

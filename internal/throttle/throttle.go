@@ -58,45 +58,25 @@ import (
 	"fmt"
 	"net/netip"
 	"time"
+
+	"github.com/sanqos/sanqos/internal/direction"
 )
 
-// Direction says which of a consumer's I/O directions is slowed down.
-type Direction uint8
+// Direction says which of a consumer's I/O directions is slowed down
+// (package direction, the word the engine and the data path share).
+type Direction = direction.Direction
 
+// Write delays the packets that clock a consumer's writes: pure ACKs and
+// small control segments (iSCSI R2T and SCSI response PDUs); Read the data
+// segments that carry its reads; Both everything the target sends it.
 const (
-	// Write delays the packets that clock a consumer's writes: pure ACKs and
-	// small control segments (iSCSI R2T and SCSI response PDUs).
-	Write Direction = 1 << iota
-	// Read delays the data segments that carry a consumer's reads.
-	Read
-	// Both delays everything the target sends the consumer.
-	Both = Write | Read
+	Write = direction.Write
+	Read  = direction.Read
+	Both  = direction.Both
 )
-
-func (d Direction) String() string {
-	switch d {
-	case Write:
-		return "write"
-	case Read:
-		return "read"
-	case Both:
-		return "both"
-	}
-	return fmt.Sprintf("direction(%d)", uint8(d))
-}
 
 // ParseDirection reads "write", "read" or "both".
-func ParseDirection(s string) (Direction, error) {
-	switch s {
-	case "write":
-		return Write, nil
-	case "read":
-		return Read, nil
-	case "both":
-		return Both, nil
-	}
-	return 0, fmt.Errorf("direction %q: want write, read or both", s)
-}
+func ParseDirection(s string) (Direction, error) { return direction.Parse(s) }
 
 // DefaultPorts are the target ports throttled when none are configured:
 // iSCSI.
