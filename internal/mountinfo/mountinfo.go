@@ -99,14 +99,16 @@ func parseLine(line string) (Mount, error) {
 	if err1 != nil || err2 != nil {
 		return Mount{}, fmt.Errorf("expected numeric mount ids in fields 1 and 2, got %q", line)
 	}
+	// Device numbers are unsigned: ParseUint refuses a sign that Atoi
+	// would take ("-1:0", found by FuzzParse).
 	maj, min, ok := strings.Cut(f[2], ":")
-	ma, err1 := strconv.Atoi(maj)
-	mi, err2 := strconv.Atoi(min)
+	ma, err1 := strconv.ParseUint(maj, 10, 31)
+	mi, err2 := strconv.ParseUint(min, 10, 31)
 	if !ok || err1 != nil || err2 != nil {
 		return Mount{}, fmt.Errorf("expected MAJ:MIN in field 3, got %q", f[2])
 	}
 	m := Mount{
-		ID: id, Parent: parent, Major: ma, Minor: mi,
+		ID: id, Parent: parent, Major: int(ma), Minor: int(mi),
 		Root: Unescape(f[3]), Point: Unescape(f[4]), Options: f[5],
 		FSType: f[sep+1], Source: Unescape(f[sep+2]),
 	}
