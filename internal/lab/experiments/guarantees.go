@@ -106,6 +106,14 @@ func burstLines(writers []WriterLog) []threadBurst {
 	return out
 }
 
+// minJainBurstS: a burst shorter than this is not judged for fairness.
+// Such a burst is the tail of a run: the writers' time ends a second into
+// a new burst that only the host running ahead of the others had started
+// (the hosts' on/off schedules drift), so its Jain index over the threads
+// says 0.33 about a schedule, not about the throttle. A whole burst lasts
+// about 10 s; a writer starved in one is still caught by MaxStallMs.
+const minJainBurstS = 3
+
 // burstJain is Jain's index over the writer threads in each burst. A
 // thread with several burst lines in one (hosts drifting apart) counts
 // with their mean.
@@ -113,6 +121,9 @@ func burstJain(bs []Burst, writers []WriterLog) []float64 {
 	lines := burstLines(writers)
 	var out []float64
 	for _, b := range bs {
+		if b.EndS-b.OnsetS < minJainBurstS {
+			continue
+		}
 		per := map[string][]float64{}
 		for _, l := range lines {
 			// A host's burst may start up to a second before the

@@ -153,3 +153,17 @@ func TestCVLimitFloor(t *testing.T) {
 		t.Error("a CV of 1 (all of a second's data in a few bins) passes")
 	}
 }
+
+// The tail of a run, where the writers' time ends a second into a burst
+// only one host had started, is not judged for fairness; a whole burst
+// with the same imbalance is.
+func TestBurstJainSkipsTailBursts(t *testing.T) {
+	w := []WriterLog{{Host: "b3", Records: []iolog.Record{
+		burstLine(1, 20, 8, 4), burstLine(2, 20, 8, 0.01), burstLine(3, 20, 8, 0.01),
+		burstLine(1, 40.2, 0.5, 4), burstLine(2, 40.2, 0.5, 0.01), burstLine(3, 40.2, 0.5, 0.01),
+	}}}
+	got := burstJain([]Burst{{OnsetS: 12, EndS: 22}, {OnsetS: 40, EndS: 41}}, w)
+	if len(got) != 1 || got[0] > 0.4 {
+		t.Fatalf("got %v, want one judged burst (the whole one) with its index near 1/3", got)
+	}
+}
