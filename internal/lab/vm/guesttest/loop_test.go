@@ -103,7 +103,7 @@ func TestAutonomicLoop(t *testing.T) {
 	t.Logf("writer alone with the reader: minimum write latency %v over %d writes", before, n)
 
 	daemon := inTarget(vm.GuestBin, "run", "--adapter", "lio", "--backend", "netem", "--dev", kstack.Bridge,
-		"--threshold", threshold.String(), "--discovery-interval", "1s", "--listen", "", "--socket", "",
+		"--threshold", threshold.String(), "--discovery-interval", "1s", "--listen", "", "--socket", "/tmp/sanqos-loop.sock",
 		"--record", "/tmp/sanqos-loop.jsonl")
 	daemon.Stdout, daemon.Stderr = os.Stderr, os.Stderr
 	if err := daemon.Start(); err != nil {
