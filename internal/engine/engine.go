@@ -304,6 +304,9 @@ type device struct {
 	pendingSince time.Time
 	pending      bool
 	pendingMs    float64
+	// fine: the block-layer probe is trusted for this device: it has
+	// counted reads on it, and never none while diskstats counted some.
+	fine bool
 }
 
 type consumer struct {
@@ -642,6 +645,7 @@ func (e *Engine) Step(now time.Time, snap []diskstats.Stat) Decision {
 			}
 			d.rates = diskstats.Sub(&d.cur, &d.prev).Rates(now.Sub(d.prevAt))
 			d.valid = true
+			e.updateFine(d)
 			e.updatePending(d, now)
 		}
 		d.prev, d.prevAt, d.hasPrev = d.cur, now, true
@@ -762,7 +766,7 @@ func containsAddr(s []netip.Addr, a netip.Addr) bool {
 // "Starvation"); d.rates holds the Step's interval.
 func (e *Engine) updatePending(d *device, now time.Time) {
 	d.pending, d.pendingMs = false, 0
-	if !d.sig || d.rates.Reads > 0 || d.cur.InProgress == 0 || e.cfg.InFlight == nil || e.probed(d.name) {
+	if !d.sig || d.rates.Reads > 0 || d.cur.InProgress == 0 || e.cfg.InFlight == nil || d.fine {
 		// A completed read restarts the proof: the reads in flight now may
 		// be new ones. InProgress (reads and writes) 0 means none.
 		d.pendingSince = time.Time{}
@@ -843,7 +847,7 @@ func (e *Engine) measure(r *resource, rd *ResourceDecision) (raw float64, ok, pe
 		if !d.valid {
 			continue
 		}
-		if e.cfg.Fine != nil {
+		if d.fine {
 			if ops, oldest, ok := e.cfg.Fine.TickReads(d.name); ok {
 				fine++
 				fineReads += ops.Count
@@ -864,7 +868,9 @@ func (e *Engine) measure(r *resource, rd *ResourceDecision) (raw float64, ok, pe
 				continue
 			}
 		}
-		coarse++
+		if d.rates.Reads > 0 || d.pending {
+			coarse++ // a device with nothing to say does not make the tick coarse
+		}
 		agg.Add(d.rates.Reads, d.rates.ReadMs)
 		pending = pending || d.pending
 		if d.pendingMs > 0 {
@@ -893,12 +899,23 @@ func (e *Engine) measure(r *resource, rd *ResourceDecision) (raw float64, ok, pe
 	return raw, ok, pending
 }
 
-// probed reports whether the block-layer probe has the device this tick
-// (its reads in flight then come with their ages; see measure).
-func (e *Engine) probed(device string) bool {
+// updateFine decides whether the probe is trusted for d this tick. The
+// block tracepoints see only request-based queues: a bio-based device
+// (device-mapper, LVM, md) completes reads the probe never counts, so a
+// device is measured by the probe only once it has counted reads there,
+// and falls back to diskstats as soon as diskstats counts reads the probe
+// did not (found live on LVM over dm-delay in the kernel lab).
+func (e *Engine) updateFine(d *device) {
 	if e.cfg.Fine == nil {
-		return false
+		return
 	}
-	_, _, ok := e.cfg.Fine.TickReads(device)
-	return ok
+	ops, _, ok := e.cfg.Fine.TickReads(d.name)
+	switch {
+	case !ok:
+		d.fine = false
+	case ops.Count > 0:
+		d.fine = true
+	case d.rates.Reads > 0:
+		d.fine = false
+	}
 }
