@@ -106,7 +106,8 @@ func burstLines(writers []WriterLog) []threadBurst {
 	return out
 }
 
-// minJainBurstS: a burst shorter than this is not judged for fairness.
+// minJainBurstS: a burst shorter than this, or than half the run's median
+// burst, is not judged for fairness.
 // Such a burst is the tail of a run: the writers' time ends a second into
 // a new burst that only the host running ahead of the others had started
 // (the hosts' on/off schedules drift), so its Jain index over the threads
@@ -119,9 +120,19 @@ const minJainBurstS = 3
 // with their mean.
 func burstJain(bs []Burst, writers []WriterLog) []float64 {
 	lines := burstLines(writers)
+	// A burst under half the median length is a fragment (see
+	// minJainBurstS), however long the run's bursts are.
+	var lens []float64
+	for _, b := range bs {
+		lens = append(lens, b.EndS-b.OnsetS)
+	}
+	minLen := float64(minJainBurstS)
+	if len(lens) > 0 {
+		minLen = max(minLen, statsOf(lens).P50/2)
+	}
 	var out []float64
 	for _, b := range bs {
-		if b.EndS-b.OnsetS < minJainBurstS {
+		if b.EndS-b.OnsetS < minLen {
 			continue
 		}
 		per := map[string][]float64{}
