@@ -25,6 +25,7 @@ deps:
 build: deps
 	mkdir -p $(BIN)
 	CGO_ENABLED=0 $(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/sanqos ./cmd/sanqos
+	CGO_ENABLED=0 $(GO) build -o $(BIN)/sanqos-lab ./cmd/sanqos-lab
 	@if [ -d cmd/sanqos-iscsiload ]; then $(GO) build -o $(BIN)/sanqos-iscsiload ./cmd/sanqos-iscsiload; fi
 
 # install puts the daemon, its systemd unit and the example configuration in

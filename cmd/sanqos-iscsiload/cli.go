@@ -15,8 +15,8 @@ import (
 	"time"
 
 	"github.com/sanqos/sanqos/internal/clock"
-	"github.com/sanqos/sanqos/internal/iolog"
-	"github.com/sanqos/sanqos/internal/loadspec"
+	"github.com/sanqos/sanqos/internal/lab/iolog"
+	"github.com/sanqos/sanqos/internal/lab/loadspec"
 )
 
 const description = `An fio-like iSCSI load generator for the sanqos lab. It logs in to one LUN

@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/sanqos/sanqos/internal/clock"
-	"github.com/sanqos/sanqos/internal/iolog"
-	"github.com/sanqos/sanqos/internal/loadspec"
+	"github.com/sanqos/sanqos/internal/lab/iolog"
+	"github.com/sanqos/sanqos/internal/lab/loadspec"
 )
 
 // Device is one thread's connection to the LUN: an iSCSI session in the

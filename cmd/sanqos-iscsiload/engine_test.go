@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"github.com/sanqos/sanqos/internal/clock"
-	"github.com/sanqos/sanqos/internal/iolog"
-	"github.com/sanqos/sanqos/internal/loadspec"
+	"github.com/sanqos/sanqos/internal/lab/iolog"
+	"github.com/sanqos/sanqos/internal/lab/loadspec"
 )
 
 // memLUN is an in-memory LUN shared by the sessions of one test.

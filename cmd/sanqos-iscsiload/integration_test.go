@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sanqos/sanqos/internal/iolog"
-	"github.com/sanqos/sanqos/internal/loadspec"
+	"github.com/sanqos/sanqos/internal/lab/iolog"
+	"github.com/sanqos/sanqos/internal/lab/loadspec"
 )
 
 // The integration test runs the real binary against tgtd in a network

@@ -5,7 +5,7 @@
 // each thread separately. Each thread keeps one synchronous I/O in flight
 // (fio's ioengine=sync, direct=1).
 //
-// It writes one JSON line per second (internal/iolog) and a final summary,
+// It writes one JSON line per second (internal/lab/iolog) and a final summary,
 // and exits non-zero with one clear line when the target cannot be reached,
 // refuses the login, lacks the LUN, an I/O fails or a verify finds damage.
 package main

@@ -6,7 +6,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/sanqos/sanqos/internal/iolog"
+	"github.com/sanqos/sanqos/internal/lab/iolog"
 )
 
 // opStats is what one thread did with one op: the current one-second

@@ -7,8 +7,8 @@ import (
 	"math/rand/v2"
 	"time"
 
-	"github.com/sanqos/sanqos/internal/iolog"
-	"github.com/sanqos/sanqos/internal/loadspec"
+	"github.com/sanqos/sanqos/internal/lab/iolog"
+	"github.com/sanqos/sanqos/internal/lab/loadspec"
 )
 
 // work is one thread's I/O loop: one synchronous I/O at a time, paced to

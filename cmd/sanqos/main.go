@@ -24,18 +24,14 @@ type command struct {
 	run     func(ctx context.Context, args []string, stdout, stderr io.Writer) error
 }
 
-// errUsage marks an error that was already explained to the user together
-// with usage text; main exits 2 for it without repeating the message.
-var errUsage = errors.New("usage error")
-
 func commands() []command {
 	return []command{
 		{"run", "run the QoS daemon (autonomic control, or --manual throttling only)", cmdRun},
 		{"throttle", "set, free or list a manual packet delay for one initiator", cmdThrottle},
 		{"status", "print the running daemon's resources, signals and throttles", cmdStatus},
 		{"top", "live terminal view of the running daemon", cmdTop},
-		{"sim", "run the deterministic simulation of the thesis experiment", cmdSim},
-		{"lab", "bring up the iSCSI lab on this machine and run experiments", cmdLab},
+		{"sim", "run the deterministic simulation of the thesis experiment (sanqos-lab)", cmdSim},
+		{"lab", "bring up the iSCSI lab on this machine and run experiments (sanqos-lab)", cmdLab},
 		{"probe", "print per-device block I/O latency percentiles from the eBPF probe", cmdProbe},
 		{"version", "print the version", cmdVersion},
 	}

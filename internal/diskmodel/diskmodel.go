@@ -1,6 +1,6 @@
 // Package diskmodel is a timing model of a striped disk array: it says when
 // a request submitted at some instant completes. The simulator drives it in
-// virtual time and the lab's emulated disk (internal/diskemu) in real time,
+// virtual time and the lab's emulated disk (internal/lab/diskemu) in real time,
 // so that a laptop disk behaves like the ten 10k rpm SCSI disks of the
 // thesis lab, whose queueing is what makes writers hurt readers.
 //

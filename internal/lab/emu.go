@@ -3,7 +3,7 @@ package lab
 import (
 	"context"
 
-	"github.com/sanqos/sanqos/internal/diskemu"
+	"github.com/sanqos/sanqos/internal/lab/diskemu"
 )
 
 // serveEmu serves the emulated disk at mount over the image files in

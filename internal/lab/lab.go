@@ -399,18 +399,30 @@ const LoadgenName = "sanqos-iscsiload"
 
 // FindLoadgen looks for sanqos-iscsiload next to the running executable,
 // then in PATH.
-func FindLoadgen() (string, error) {
+func FindLoadgen() (string, error) { return findSibling(LoadgenName) }
+
+// DaemonName is the daemon's binary (cmd/sanqos), which the lab runs
+// as the daemon under test.
+const DaemonName = "sanqos"
+
+// FindDaemon looks for the sanqos daemon next to the running executable
+// (sanqos-lab), then in PATH.
+func FindDaemon() (string, error) { return findSibling(DaemonName) }
+
+// findSibling finds a binary of this build: next to the running
+// executable first, so that a fresh build is tested together, then in PATH.
+func findSibling(name string) (string, error) {
 	self, err := os.Executable()
 	if err == nil {
-		p := filepath.Join(filepath.Dir(self), LoadgenName)
+		p := filepath.Join(filepath.Dir(self), name)
 		if fi, err := os.Stat(p); err == nil && !fi.IsDir() {
 			return p, nil
 		}
 	}
-	if p, err := exec.LookPath(LoadgenName); err == nil {
+	if p, err := exec.LookPath(name); err == nil {
 		return p, nil
 	}
-	return "", fmt.Errorf("%s not found next to %s or in PATH: run 'make build'", LoadgenName, self)
+	return "", fmt.Errorf("%s not found next to %s or in PATH: run 'make build'", name, self)
 }
 
 func writeState(st *State) error {

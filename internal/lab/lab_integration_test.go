@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sanqos/sanqos/internal/iolog"
+	"github.com/sanqos/sanqos/internal/lab/iolog"
 )
 
 // The tests in this file build a real lab: they need root, tgt, iproute2,

@@ -57,7 +57,7 @@ func TestPurePackagesImportNoKernel(t *testing.T) {
 			}
 			t.Fatalf("GOOS=%s go list -deps -test %s: %v\n%s", goos, strings.Join(purePackages, " "), err, msg)
 		}
-		bad := kernelDeps(string(out))
+		bad := depsIn(string(out), kernelOnly)
 		for _, b := range bad {
 			t.Errorf("GOOS=%s: a pure package depends on %s", goos, b)
 		}
@@ -67,10 +67,11 @@ func TestPurePackagesImportNoKernel(t *testing.T) {
 	}
 }
 
-// kernelDeps reads `go list -f '{{.ImportPath}}<tab>{{join .Imports " "}}'`
+// depsIn reads `go list -f '{{.ImportPath}}<tab>{{join .Imports " "}}'`
 // output (a test variant's path has a space: "p [p.test]") and returns
-// each kernel-only package found, as "pkg (imported by a, b)".
-func kernelDeps(out string) []string {
+// each package under one of the forbidden prefixes, as "pkg (imported by
+// a, b)".
+func depsIn(out string, forbidden []string) []string {
 	importers := map[string][]string{}
 	var order []string
 	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
@@ -80,7 +81,7 @@ func kernelDeps(out string) []string {
 			continue
 		}
 		for _, imp := range strings.Fields(imports) {
-			if !isKernelOnly(imp) {
+			if !under(imp, forbidden) {
 				continue
 			}
 			if _, seen := importers[imp]; !seen {
@@ -90,7 +91,7 @@ func kernelDeps(out string) []string {
 				importers[imp] = append(importers[imp], pkg)
 			}
 		}
-		if _, seen := importers[pkg]; !seen && isKernelOnly(pkg) {
+		if _, seen := importers[pkg]; !seen && under(pkg, forbidden) {
 			order = append(order, pkg)
 			importers[pkg] = nil
 		}
@@ -102,8 +103,10 @@ func kernelDeps(out string) []string {
 	return bad
 }
 
-func isKernelOnly(path string) bool {
-	for _, k := range kernelOnly {
+// under says whether path is one of the prefixes or below one (a prefix
+// ending in "/" matches any path that starts with it).
+func under(path string, prefixes []string) bool {
+	for _, k := range prefixes {
 		if path == k || strings.HasPrefix(path, k) && (strings.HasSuffix(k, "/") || strings.HasPrefix(path[len(k):], "/")) {
 			return true
 		}
@@ -119,12 +122,40 @@ func TestKernelDepsCatchesTheDataPath(t *testing.T) {
 		"github.com/sanqos/sanqos/internal/throttle\tgolang.org/x/sys/unix\n" +
 		"golang.org/x/sys/unix\t\n" +
 		"github.com/sanqos/sanqos/internal/nfqish\tfmt\n"
-	got := kernelDeps(out)
+	got := depsIn(out, kernelOnly)
 	want := []string{
 		"github.com/sanqos/sanqos/internal/throttle (imported by github.com/sanqos/sanqos/internal/engine)",
 		"golang.org/x/sys/unix (imported by github.com/sanqos/sanqos/internal/throttle)",
 	}
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Errorf("kernelDeps =\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+// labOnly are what the lab and its reports bring: the emulated disk's FUSE
+// file system, plotting, and the lab's own packages. The daemon runs on a
+// storage target's data path and must not link them (cmd/sanqos-lab
+// does).
+var labOnly = []string{
+	"github.com/sanqos/sanqos/internal/lab",
+	"github.com/hanwen/go-fuse",
+	"gonum.org/v1/plot",
+}
+
+// TestDaemonLinksNoLab lists what the sanqos daemon binary links and
+// fails on the lab's FUSE disk, plotting or lab packages.
+func TestDaemonLinksNoLab(t *testing.T) {
+	if _, err := exec.LookPath("go"); err != nil {
+		t.Skip("no go command on PATH to list the dependencies with")
+	}
+	cmd := exec.Command("go", "list", "-deps", "-f", "{{.ImportPath}}\t{{join .Imports \" \"}}", "./cmd/sanqos")
+	cmd.Dir = moduleRoot(t)
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list -deps ./cmd/sanqos: %v", err)
+	}
+	for _, b := range depsIn(string(out), labOnly) {
+		t.Errorf("the sanqos daemon links %s; lab code belongs in cmd/sanqos-lab", b)
 	}
 }

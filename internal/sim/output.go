@@ -12,7 +12,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/sanqos/sanqos/internal/plot"
+	"github.com/sanqos/sanqos/internal/lab/plot"
 )
 
 // WriteCSV writes the run's 1-second samples, one row a second.

@@ -4,7 +4,7 @@ import (
 	"math"
 	"slices"
 
-	"github.com/sanqos/sanqos/internal/iolog"
+	"github.com/sanqos/sanqos/internal/lab/iolog"
 	"github.com/sanqos/sanqos/internal/status"
 )
 

@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"github.com/sanqos/sanqos/internal/config"
-	"github.com/sanqos/sanqos/internal/iolog"
+	"github.com/sanqos/sanqos/internal/lab/iolog"
 	"github.com/sanqos/sanqos/internal/status"
 )
 

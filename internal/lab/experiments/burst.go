@@ -5,7 +5,7 @@ import (
 	"math"
 	"slices"
 
-	"github.com/sanqos/sanqos/internal/iolog"
+	"github.com/sanqos/sanqos/internal/lab/iolog"
 )
 
 // minOffSeconds: the writers are off for at least this many whole seconds

@@ -22,8 +22,8 @@ type Options struct {
 	Out string
 	// Short runs the shortened version.
 	Short bool
-	// Sanqos is the sanqos binary the daemon runs from; "" is the running
-	// executable (right for the sanqos command, not for a test binary).
+	// Sanqos is the sanqos daemon binary; "" finds it next to the running
+	// executable (sanqos-lab) or in PATH (lab.FindDaemon).
 	Sanqos string
 	// Gains override the pid controller's gains in the daemon's
 	// configuration (zero fields: control.DefaultParams).
@@ -236,11 +236,7 @@ func sanqosBinary(o Options) (string, error) {
 		}
 		return o.Sanqos, nil
 	}
-	self, err := os.Executable()
-	if err != nil {
-		return "", fmt.Errorf("finding the sanqos executable for the daemon: %w", err)
-	}
-	return self, nil
+	return lab.FindDaemon()
 }
 
 // waitForFreeLab waits, polling every 20 s, while another lab is up: only

@@ -6,7 +6,7 @@ import (
 	"sort"
 	"time"
 
-	"github.com/sanqos/sanqos/internal/plot"
+	"github.com/sanqos/sanqos/internal/lab/plot"
 )
 
 // MeetFactor: a run meets a threshold when smalljob's p95 wait is at

@@ -5,8 +5,8 @@ import (
 	"math"
 	"sort"
 
-	"github.com/sanqos/sanqos/internal/iolog"
 	"github.com/sanqos/sanqos/internal/lab"
+	"github.com/sanqos/sanqos/internal/lab/iolog"
 )
 
 // The source reports' guarantees (issue 12, item 5), each with its limit

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sanqos/sanqos/internal/iolog"
+	"github.com/sanqos/sanqos/internal/lab/iolog"
 )
 
 func burstLine(thread int, end, dur, mbs float64) iolog.Record {

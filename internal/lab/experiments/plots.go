@@ -6,7 +6,7 @@ import (
 	"path/filepath"
 	"sort"
 
-	"github.com/sanqos/sanqos/internal/plot"
+	"github.com/sanqos/sanqos/internal/lab/plot"
 )
 
 const xLabel = "time since the reader started (s)"

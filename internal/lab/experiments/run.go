@@ -13,8 +13,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/sanqos/sanqos/internal/iolog"
 	"github.com/sanqos/sanqos/internal/lab"
+	"github.com/sanqos/sanqos/internal/lab/iolog"
 )
 
 // labHost is one initiator of the lab as a run sees it.

@@ -61,7 +61,7 @@ func utsString(b []int8) string {
 func probeKVM(ctx context.Context, o Options, qemu string, k Kernel, initrd string) (bool, string) {
 	ctx, cancel := context.WithTimeout(ctx, 40*time.Second)
 	defer cancel()
-	cmdline := fmt.Sprintf("console=ttyS0 rdinit=%s panic=-1 -- lab vm guest-init --probe", GuestBin)
+	cmdline := fmt.Sprintf("console=ttyS0 rdinit=%s panic=-1 -- vm guest-init --probe", GuestLabBin)
 	cmd, console, err := startQemu(qemu, qemuArgs(o, "kvm", k, initrd, cmdline))
 	if err != nil {
 		return false, err.Error()

@@ -22,8 +22,12 @@ import (
 // "SANQOS-VM-RESULT rc=N".
 const ResultMarker = "SANQOS-VM-RESULT"
 
-// GuestBin is where the sanqos binary lives in the guest; it is PID 1.
+// GuestBin is where the sanqos daemon binary lives in the guest.
 const GuestBin = "/usr/local/bin/sanqos"
+
+// GuestLabBin is where sanqos-lab lives in the guest; it is PID 1
+// ('sanqos-lab vm guest-init').
+const GuestLabBin = "/usr/local/bin/sanqos-lab"
 
 // GuestTestBin is where the guest test binary lives in the guest.
 const GuestTestBin = "/usr/local/bin/sanqos-guest.test"
@@ -36,6 +40,7 @@ type Options struct {
 	CacheDir string
 	Mirror   string
 	Sanqos   string // static sanqos binary for the guest
+	Lab      string // static sanqos-lab binary, the guest's init
 	TestBin  string // static guest test binary
 	MemoryMB int
 	CPUs     int           // guest CPUs (default 1; under TCG each takes a host core)
@@ -66,7 +71,7 @@ func Run(ctx context.Context, o Options, out io.Writer) (Result, error) {
 	if err != nil {
 		return res, errors.New("the kernel lab needs qemu: apt-get install qemu-system-x86")
 	}
-	for _, p := range []struct{ path, what string }{{o.Sanqos, "sanqos"}, {o.TestBin, "guest test binary"}} {
+	for _, p := range []struct{ path, what string }{{o.Sanqos, "sanqos"}, {o.Lab, "sanqos-lab"}, {o.TestBin, "guest test binary"}} {
 		if err := checkStatic(p.path); err != nil {
 			return res, fmt.Errorf("%s %s: %w", p.what, p.path, err)
 		}
@@ -106,6 +111,9 @@ func Run(ctx context.Context, o Options, out io.Writer) (Result, error) {
 			}
 		}
 		if err := w.CopyFile(strings.TrimPrefix(GuestBin, "/"), o.Sanqos, 0o755); err != nil {
+			return err
+		}
+		if err := w.CopyFile(strings.TrimPrefix(GuestLabBin, "/"), o.Lab, 0o755); err != nil {
 			return err
 		}
 		if err := w.CopyFile(strings.TrimPrefix(GuestTestBin, "/"), o.TestBin, 0o755); err != nil {
@@ -192,14 +200,14 @@ func lockCache(ctx context.Context, dir string, out io.Writer) (func(), error) {
 	}
 }
 
-// kernelCmdline boots the initramfs with sanqos as PID 1; everything after
+// kernelCmdline boots the initramfs with sanqos-lab as PID 1; everything after
 // "--" is passed to init as arguments.
 func kernelCmdline(o Options) string {
 	v := ""
 	if o.Verbose {
 		v = " -v"
 	}
-	return fmt.Sprintf("console=ttyS0 rdinit=%s panic=-1 loglevel=4 -- lab vm guest-init --suite %s%s", GuestBin, o.Suite, v)
+	return fmt.Sprintf("console=ttyS0 rdinit=%s panic=-1 loglevel=4 -- vm guest-init --suite %s%s", GuestLabBin, o.Suite, v)
 }
 
 func qemuArgs(o Options, accel string, k Kernel, initrd string, cmdline string) []string {

@@ -116,7 +116,7 @@ func TestQemuArgs(t *testing.T) {
 	o := Options{Suite: "smoke", Timeout: time.Minute}
 	args := strings.Join(qemuArgs(o, "tcg", Kernel{Vmlinuz: "/k"}, "/i", kernelCmdline(o)), " ")
 	for _, w := range []string{"-accel tcg -cpu max", "-smp 1", "-no-reboot", "-nic none", "-kernel /k", "-initrd /i",
-		"rdinit=" + GuestBin, "panic=-1", "-- lab vm guest-init --suite smoke"} {
+		"rdinit=" + GuestLabBin, "panic=-1", "-- vm guest-init --suite smoke"} {
 		if !strings.Contains(args, w) {
 			t.Errorf("qemu args %q lack %q", args, w)
 		}

@@ -26,6 +26,7 @@ var labCommands = []struct {
 	{"demo", "write the demonstration report (simulation and lab)", labDemo},           // labexp.go
 	{"soak", "run the fig5.11 workload for long and fail on daemon growth", labSoak},   // labsoak.go
 	{"vm", "boot Debian's kernel under qemu, run kernel-stack tests inside", cmdLabVM}, // labvm.go
+	{"sim", "run the deterministic simulation (also 'sanqos sim')", cmdSim},            // sim.go
 }
 
 func labUsage(w io.Writer) {
@@ -41,7 +42,7 @@ Commands:
 	for _, c := range labCommands {
 		fmt.Fprintf(w, "  %-8s %s\n", c.name, c.summary)
 	}
-	fmt.Fprintf(w, "\nRun 'sanqos lab <command> --help' for the flags of a command.\n")
+	fmt.Fprintf(w, "\nRun 'sanqos lab <command> --help' for the flags of a command. The lab is the\nseparate binary sanqos-lab; 'sanqos lab' hands over to it.\n")
 }
 
 func cmdLab(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -115,7 +116,7 @@ func labOptions(profile, storage, size string, seed int64, progress io.Writer) (
 		Storage:    st,
 		Size:       n,
 		Seed:       seed,
-		EmuCommand: []string{self, "lab", "diskemu"},
+		EmuCommand: []string{self, "diskemu"},
 		Progress:   progress,
 	}, nil
 }

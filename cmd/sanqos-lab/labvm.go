@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sanqos/sanqos/internal/lab"
 	"github.com/sanqos/sanqos/internal/lab/vm"
 )
 
@@ -64,17 +65,21 @@ Suites: `+strings.Join(vm.SuiteNames(), ", "), stderr)
 	}
 	self, err := os.Executable()
 	if err != nil {
-		return fmt.Errorf("finding this binary for the guest: %w", err)
+		return fmt.Errorf("sanqos lab vm: finding this binary for the guest: %w", err)
+	}
+	daemon, err := lab.FindDaemon()
+	if err != nil {
+		return fmt.Errorf("sanqos lab vm: the daemon for the guest: %w", err)
 	}
 	if *testBin == "" {
-		*testBin = filepath.Join(filepath.Dir(self), "sanqos-guest.test")
+		*testBin = filepath.Join(filepath.Dir(daemon), "sanqos-guest.test")
 		if _, err := os.Stat(*testBin); err != nil {
 			return fmt.Errorf("sanqos lab vm: no guest test binary at %s: build it with 'make kernel-lab' or CGO_ENABLED=0 go test -c -o %s ./internal/lab/vm/guesttest, or pass --test-bin", *testBin, *testBin)
 		}
 	}
 	res, err := vm.Run(ctx, vm.Options{
 		Kernel: *kernel, Suite: *suite, Accel: *accel, CacheDir: *cache, Mirror: *mirror,
-		Sanqos: self, TestBin: *testBin, Timeout: *timeout, Verbose: *verbose, CPUs: *cpus,
+		Sanqos: daemon, Lab: self, TestBin: *testBin, Timeout: *timeout, Verbose: *verbose, CPUs: *cpus,
 	}, stdout)
 	if err != nil {
 		return fmt.Errorf("sanqos lab vm: %w", err)

@@ -21,7 +21,7 @@ func TestLabRunBadArgs(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var out, errb bytes.Buffer
-			if code := dispatch(tc.args, &out, &errb); code != 2 {
+			if code := dispatch(tc.args[1:], &out, &errb); code != 2 {
 				t.Errorf("exit %d, want 2", code)
 			}
 			if !strings.Contains(errb.String(), tc.want) {

@@ -39,9 +39,9 @@ DIR/soak.tsv. The lab is taken down at the end, also on Ctrl-C.`, stderr)
 	if os.Geteuid() != 0 {
 		return errors.New("the lab needs root")
 	}
-	self, err := os.Executable()
+	daemon, err := lab.FindDaemon()
 	if err != nil {
-		return fmt.Errorf("finding the sanqos executable: %w", err)
+		return err
 	}
 	opts, err := labOptions(lab.DefaultStorage.Profile, "", "2GiB", 1, stdout)
 	if err != nil {
@@ -51,7 +51,7 @@ DIR/soak.tsv. The lab is taken down at the end, also on Ctrl-C.`, stderr)
 	if err != nil {
 		return err
 	}
-	rep, soakErr := l.Soak(ctx, lab.SoakOptions{Duration: *duration, Interval: *interval, Sanqos: self, Out: *out, Progress: stdout})
+	rep, soakErr := l.Soak(ctx, lab.SoakOptions{Duration: *duration, Interval: *interval, Sanqos: daemon, Out: *out, Progress: stdout})
 	if err := l.Down(); err != nil {
 		soakErr = errors.Join(soakErr, fmt.Errorf("taking the lab down: %w", err))
 	}
