@@ -63,7 +63,7 @@ writes DIR/sim/ (figures, summary.json, index.html).`, stderr)
 	signal := fs.String("signal", engine.SignalMean, "what the controller holds under the threshold: "+strings.Join(engine.Signals(), ", "))
 	noProbe := fs.Bool("no-probe", false, "measure reads from the simulated /proc/diskstats only (whole milliseconds), as without eBPF")
 	g := sim.SimGains()
-	kp := fs.Float64("kp", g.Kp, "pid proportional gain (ms of delay per ms of error)")
+	kp := fs.Float64("kp", g.Kp, "pid proportional gain: a relative error of 1 multiplies the delay by e^kp")
 	ti := fs.Duration("ti", time.Duration(g.TiMs*float64(time.Millisecond)), "pid integral time")
 	td := fs.Duration("td", time.Duration(g.TdMs*float64(time.Millisecond)), "pid derivative time")
 	if err := parseFlags(fs, args); err != nil {

@@ -28,7 +28,9 @@ type Params struct {
 	// ThresholdMs is the read latency (ms) the resource should stay under;
 	// the controller's set point.
 	ThresholdMs float64
-	// Kp is the proportional gain: ms of added delay per ms of error.
+	// Kp is the proportional gain of pid, dimensionless: a relative error
+	// (signal − set point)/set point of 1 multiplies the delay by e^Kp
+	// at once (see Update for why the law is in relative terms).
 	Kp float64
 	// Ti is the integral time: the integral term alone adds Kp·e per Ti.
 	Ti time.Duration
@@ -134,12 +136,22 @@ func clamp(x, lo, hi float64) float64 {
 // stays at its cap, Δe is 0, and the integral keeps adding.
 const DefaultErrCap = 3
 
-// PID is the single-sided velocity-form PID controller of doc.go.
+// FloorShare is the smallest delay pid applies, as a share of its set
+// point: the delay it starts from when it leaves rest, and the delay
+// under which a falling delay is released to 0. A law that acts by
+// factors needs a starting point above 0; 3 % of the set point (0.45 ms
+// at 15 ms, 6 µs at 0.2 ms) is far under what any writer needs and is
+// passed within two ticks of a real violation.
+const FloorShare = 0.03
+
+// PID is the single-sided velocity-form PID controller of doc.go, in
+// relative terms: the error is normalised by the set point and the
+// output moves by factors.
 type PID struct {
 	p      Params
 	ti, td float64 // T/Ti and Td/T
 	u      float64 // u_{k−1}
-	e1, e2 float64 // e_{k−1}, e_{k−2}
+	e1, e2 float64 // e_{k−1}, e_{k−2}, relative to the set point
 }
 
 // NewPID returns a pid controller at rest. p must be valid (see New).
@@ -151,26 +163,57 @@ func (c *PID) Name() string { return "pid" }
 
 func (c *PID) Reset() { c.u, c.e1, c.e2 = 0, 0, 0 }
 
-// Update applies
+// Update applies, with r the set point and ε_k = (signal − r)/r,
 //
-//	u_k = clamp(u_{k−1} + Kp·[(e_k − e_{k−1}) + (T/Ti)·e_k + (Td/T)·(e_k − 2e_{k−1} + e_{k−2})], 0, u_max)
+//	Δv = Kp·[(ε_k − ε_{k−1}) + (T/Ti)·ε_k + (Td/T)·(ε_k − 2ε_{k−1} + ε_{k−2})]
+//	u_k = clamp(max(u_{k−1}, u_floor)·e^Δv, 0, u_max)
 //
-// with e_k = signal − threshold. When the result is clamped at 0 with the
-// signal under threshold the controller is back at rest and its error
-// history is cleared (e_{k−1} = e_{k−2} = 0, as after Reset): how far under
-// the threshold a healthy resource is carries no information, and
-// remembering it, or a stale error of the active phase, would let the Δe
-// and D terms throttle a signal that never crosses the threshold.
+// that is the velocity-form PID on the logarithm of the delay, driven by
+// the error relative to the set point; u_floor = FloorShare·r, and a
+// delay falling under it is released to 0.
+//
+// Why relative, both ways. The signal's scale is the threshold: 1 ms
+// over means nothing at 50 ms and everything at 0.5 ms, so the error is
+// taken relative to the set point. The output's scale is the device's:
+// a per-I/O delay cuts a writer's rate by the ratio of its I/O time with
+// and without the delay, and that I/O time is a fraction of a
+// millisecond on flash and tens of ms on the thesis's array. A delay
+// step in ms is therefore either far too large for one or far too small
+// for the other whatever the threshold (measured in the simulator: with
+// steps in ms, an SSD held at 5 ms swung between 0 and 14 ms of delay,
+// twice a second, where 0.6 ms sufficed). Moving the delay by factors
+// makes each step proportionate to the delay these writers already
+// need, so the same gains hold 0.2 ms on flash and 50 ms on disks
+// (internal/sim TestThresholdsFitTheDevice) without retuning; at the
+// thesis's operating point (15 ms, about 7.5 ms of delay) the loop gain
+// is that of the former law in ms with the same Kp.
+//
+// When the delay is 0 with the signal under the set point the controller
+// is back at rest and its error history is cleared (as after Reset): how
+// far under the threshold a healthy resource is carries no information,
+// and remembering it, or a stale error of the active phase, would let
+// the Δε and D terms throttle a signal that never crosses the threshold.
 func (c *PID) Update(signalMs float64) float64 {
 	if math.IsNaN(signalMs) {
 		signalMs = 0 // no signal: treat as healthy; fail open
 	}
-	e := signalMs - c.p.ThresholdMs
+	r := c.p.ThresholdMs
+	e := (signalMs - r) / r
 	if c.p.ErrCap > 0 {
-		e = math.Min(e, c.p.ErrCap*c.p.ThresholdMs)
+		e = math.Min(e, c.p.ErrCap)
 	}
-	du := c.p.Kp * ((e - c.e1) + c.ti*e + c.td*(e-2*c.e1+c.e2))
-	c.u = clamp(c.u+du, 0, c.p.UMaxMs)
+	dv := c.p.Kp * ((e - c.e1) + c.ti*e + c.td*(e-2*c.e1+c.e2))
+	floor := FloorShare * r
+	switch {
+	case c.u == 0 && dv <= 0:
+		// At rest and not pushed: stay there.
+	default:
+		u := math.Max(c.u, floor) * math.Exp(dv)
+		if u < floor {
+			u = 0 // fell through the floor: release
+		}
+		c.u = clamp(u, 0, c.p.UMaxMs)
+	}
 	if c.u == 0 && e < 0 {
 		// Back at rest: forget the history, as Reset does.
 		c.e1, c.e2 = 0, 0
@@ -199,7 +242,7 @@ func (c *PID) Rebase(signalMs float64) {
 	if math.IsNaN(signalMs) {
 		return
 	}
-	c.e1 = signalMs - c.p.ThresholdMs
+	c.e1 = (signalMs - c.p.ThresholdMs) / c.p.ThresholdMs
 	c.e2 = c.e1
 }
 

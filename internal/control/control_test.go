@@ -76,20 +76,20 @@ func TestParamsValidate(t *testing.T) {
 func TestPIDExactArithmetic(t *testing.T) {
 	p := Params{ThresholdMs: 10, Kp: 0.5, Ti: 400 * time.Millisecond, Td: 200 * time.Millisecond, T: 100 * time.Millisecond, UMaxMs: 20}
 	c := NewPID(p)
-	// T/Ti = 0.25, Td/T = 2.
+	// T/Ti = 0.25, Td/T = 2; set point 10 ms, floor 0.03·10 = 0.3 ms; ε = (signal − 10)/10.
 	steps := []struct{ signal, want float64 }{
-		// e=2, e1=0, e2=0: 0.5·[2 + 0.5 + 2·2] = 3.25
-		{12, 3.25},
-		// e=4, e1=2, e2=0: 0.5·[2 + 1 + 2·(4−4+0)] = 1.5 → 4.75
-		{14, 4.75},
-		// e=4, e1=4, e2=2: 0.5·[0 + 1 + 2·(4−8+2)] = −1.5 → 3.25
-		{14, 3.25},
-		// e=−10, e1=4, e2=4: 0.5·[−14 − 2.5 + 2·(−10−8+4)] = −22.25 → clamp 0
+		// ε=.2, ε1=0, ε2=0: Δv = 0.5·[.2 + .05 + 2·.2] = .325; from rest: 0.3·e^.325
+		{12, 0.3 * math.Exp(0.325)},
+		// ε=.4, ε1=.2, ε2=0: Δv = 0.5·[.2 + .1 + 2·(.4−.4+0)] = .15
+		{14, 0.3 * math.Exp(0.325+0.15)},
+		// ε=.4, ε1=.4, ε2=.2: Δv = 0.5·[0 + .1 + 2·(.4−.8+.2)] = −.15
+		{14, 0.3 * math.Exp(0.325)},
+		// ε=−1: Δv = 0.5·[−1.4 − .25 + 2·(−1−.8+.4)] = −2.225: under the floor → 0
 		{0, 0},
-		// back at rest, history cleared. e=−1: 0.5·[−1 − .25 + 2·(−1)] < 0 → 0
+		// back at rest, history cleared. ε=−.1: Δv < 0 → stays 0
 		{9, 0},
-		// e=3, e1=0, e2=0 (not the stale 4): 0.5·[3 + .75 + 2·3] = 4.875
-		{13, 4.875},
+		// ε=.3, ε1=0, ε2=0 (not the stale .4): Δv = 0.5·[.3 + .075 + 2·.3] = .4875
+		{13, 0.3 * math.Exp(0.4875)},
 	}
 	for i, s := range steps {
 		if got := c.Update(s.signal); math.Abs(got-s.want) > 1e-9 {
@@ -178,9 +178,15 @@ func TestControllerBehaviour(t *testing.T) {
 				}
 			})
 			t.Run("winds down after the signal drops", func(t *testing.T) {
+				// As the engine feeds it: an EWMA (α 0.25), not a raw step.
 				c := mustNew(t, name, p)
 				run(c, repeat(th+20, 50))
-				out := run(c, repeat(th/2, 400))
+				sig := ewmaOf(repeat(th/2, 400), th+20)
+				for sig[0] > th { // the ticks still over the threshold
+					c.Update(sig[0])
+					sig = sig[1:]
+				}
+				out := run(c, sig)
 				if out[len(out)-1] != 0 {
 					t.Fatalf("delay %v after 400 ticks under threshold, want 0", out[len(out)-1])
 				}

@@ -117,7 +117,8 @@ func RandWScenario() Scenario {
 	return sc
 }
 
-// SSDScenario is the thesis's workload on a SATA SSD (diskmodel "ssd"):
+// SSDScenario is the thesis's workload on a SATA SSD (diskmodel "ssd"),
+// its bursts scaled to the device's speed:
 // the reader waits a fraction of a millisecond alone and a few times that
 // behind the twelve streams, so its promise is sub-millisecond, which only
 // the block-layer probe's microseconds can hold.
@@ -126,6 +127,10 @@ func SSDScenario() Scenario {
 	sc.Name = "ssd"
 	sc.Disk = mustProfile("ssd")
 	sc.WriteNetMs = 0.5
+	// Bursts as long as the thesis's (about 30 s of writing), not as
+	// large: its 96 MiB a thread last 3 s on flash, which would make
+	// every third second a burst onset and test nothing but onsets.
+	sc.BurstBytes = 960 << 20
 	return sc
 }
 
