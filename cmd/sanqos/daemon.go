@@ -337,7 +337,7 @@ func engineConfig(c config.Config) (engine.Config, error) {
 	cfg.Tick = c.Tick.Duration
 	cfg.Alpha = c.EWMAAlpha
 	cfg.Controller = c.Controller
-	cfg.Control.ThresholdMs = durMs(c.Threshold.Duration)
+	cfg.ThresholdMs = durMs(c.Threshold.Duration)
 	cfg.Headroom = c.Headroom
 	cfg.Signal = c.Signal
 	cfg.Control.Kp = c.PID.Kp

@@ -25,9 +25,11 @@ type Controller interface {
 // Params configure a controller. Durations are time.Duration so that the
 // ratios T/Ti and Td/T cannot be computed in mixed units by mistake.
 type Params struct {
-	// ThresholdMs is the read latency (ms) the resource should stay under;
-	// the controller's set point.
-	ThresholdMs float64
+	// TargetMs is the controller's set point (ms): the latency it holds
+	// the signal at. It is not the threshold the user promised: the
+	// engine aims a headroom below that (threshold × (1 − headroom)), so
+	// that single seconds keep the promise.
+	TargetMs float64
 	// Kp is the proportional gain of pid, dimensionless: a relative error
 	// (signal − set point)/set point of 1 multiplies the delay by e^Kp
 	// at once (see Update for why the law is in relative terms).
@@ -41,7 +43,7 @@ type Params struct {
 	// UMaxMs caps the delay (ms); the thesis's range ended at 20 ms. It is
 	// also the anti-windup clamp.
 	UMaxMs float64
-	// ErrCap bounds pid's error to ErrCap × ThresholdMs (DefaultErrCap);
+	// ErrCap bounds pid's error to ErrCap × TargetMs (DefaultErrCap);
 	// 0 leaves it unbounded, as before it was introduced.
 	ErrCap float64
 }
@@ -51,13 +53,13 @@ type Params struct {
 // never a global.
 func DefaultParams() Params {
 	return Params{
-		ThresholdMs: 15,
-		Kp:          0.6,
-		Ti:          500 * time.Millisecond,
-		Td:          50 * time.Millisecond,
-		T:           100 * time.Millisecond,
-		UMaxMs:      20,
-		ErrCap:      DefaultErrCap,
+		TargetMs: 15,
+		Kp:       0.6,
+		Ti:       500 * time.Millisecond,
+		Td:       50 * time.Millisecond,
+		T:        100 * time.Millisecond,
+		UMaxMs:   20,
+		ErrCap:   DefaultErrCap,
 	}
 }
 
@@ -65,8 +67,8 @@ func DefaultParams() Params {
 // to use instead.
 func (p Params) Validate() error {
 	var errs []error
-	if !(p.ThresholdMs > 0) || math.IsInf(p.ThresholdMs, 0) {
-		errs = append(errs, fmt.Errorf("threshold %v ms: want a positive latency, e.g. 15", p.ThresholdMs))
+	if !(p.TargetMs > 0) || math.IsInf(p.TargetMs, 0) {
+		errs = append(errs, fmt.Errorf("target %v ms: want a positive latency, e.g. 15", p.TargetMs))
 	}
 	if !(p.Kp > 0) || math.IsInf(p.Kp, 0) {
 		errs = append(errs, fmt.Errorf("Kp %v: want a positive gain, e.g. %v", p.Kp, DefaultParams().Kp))
@@ -197,7 +199,7 @@ func (c *PID) Update(signalMs float64) float64 {
 	if math.IsNaN(signalMs) {
 		signalMs = 0 // no signal: treat as healthy; fail open
 	}
-	r := c.p.ThresholdMs
+	r := c.p.TargetMs
 	e := (signalMs - r) / r
 	if c.p.ErrCap > 0 {
 		e = math.Min(e, c.p.ErrCap)
@@ -242,7 +244,7 @@ func (c *PID) Rebase(signalMs float64) {
 	if math.IsNaN(signalMs) {
 		return
 	}
-	c.e1 = (signalMs - c.p.ThresholdMs) / c.p.ThresholdMs
+	c.e1 = (signalMs - c.p.TargetMs) / c.p.TargetMs
 	c.e2 = c.e1
 }
 

@@ -42,8 +42,8 @@ func TestParamsValidate(t *testing.T) {
 		want string // substring of the error; "" for valid
 	}{
 		{"defaults", func(*Params) {}, ""},
-		{"zero threshold", func(p *Params) { p.ThresholdMs = 0 }, "threshold"},
-		{"NaN threshold", func(p *Params) { p.ThresholdMs = math.NaN() }, "threshold"},
+		{"zero target", func(p *Params) { p.TargetMs = 0 }, "target"},
+		{"NaN target", func(p *Params) { p.TargetMs = math.NaN() }, "target"},
 		{"negative Kp", func(p *Params) { p.Kp = -1 }, "Kp"},
 		{"zero Ti", func(p *Params) { p.Ti = 0 }, "Ti"},
 		{"negative Td", func(p *Params) { p.Td = -time.Millisecond }, "Td"},
@@ -74,7 +74,7 @@ func TestParamsValidate(t *testing.T) {
 // TestPIDExactArithmetic checks the velocity form step by step against the
 // formula evaluated by hand.
 func TestPIDExactArithmetic(t *testing.T) {
-	p := Params{ThresholdMs: 10, Kp: 0.5, Ti: 400 * time.Millisecond, Td: 200 * time.Millisecond, T: 100 * time.Millisecond, UMaxMs: 20}
+	p := Params{TargetMs: 10, Kp: 0.5, Ti: 400 * time.Millisecond, Td: 200 * time.Millisecond, T: 100 * time.Millisecond, UMaxMs: 20}
 	c := NewPID(p)
 	// T/Ti = 0.25, Td/T = 2; set point 10 ms, floor 0.03·10 = 0.3 ms; ε = (signal − 10)/10.
 	steps := []struct{ signal, want float64 }{
@@ -149,7 +149,7 @@ func concat(parts ...[]float64) []float64 {
 // The behavioural properties every throttling controller must have.
 func TestControllerBehaviour(t *testing.T) {
 	p := DefaultParams()
-	th := p.ThresholdMs
+	th := p.TargetMs
 	for _, name := range []string{"pid", "thesis"} {
 		t.Run(name, func(t *testing.T) {
 			t.Run("no throttling from rest while under threshold", func(t *testing.T) {
@@ -236,7 +236,7 @@ func TestPropertyRandomSignals(t *testing.T) {
 	r := rand.New(rand.NewPCG(42, 7))
 	for trial := 0; trial < 200; trial++ {
 		p := DefaultParams()
-		p.ThresholdMs = 1 + r.Float64()*50
+		p.TargetMs = 1 + r.Float64()*50
 		p.Kp = 0.01 + r.Float64()*2
 		p.Ti = time.Duration(10+r.IntN(5000)) * time.Millisecond
 		p.Td = time.Duration(r.IntN(300)) * time.Millisecond
@@ -255,9 +255,9 @@ func TestPropertyRandomSignals(t *testing.T) {
 				case 2:
 					s = r.Float64() * 1e6
 				default:
-					s = r.Float64() * p.ThresholdMs * 3
+					s = r.Float64() * p.TargetMs * 3
 				}
-				if !(s < p.ThresholdMs) && !math.IsNaN(s) {
+				if !(s < p.TargetMs) && !math.IsNaN(s) {
 					under = false
 				}
 				u := c.Update(s)
@@ -287,9 +287,9 @@ func TestPropertyPIDUnderThresholdNeverRises(t *testing.T) {
 	prev, prevS := 0.0, 0.0
 	falls := 0
 	for k := 0; k < 100000; k++ {
-		s := r.Float64() * 3 * p.ThresholdMs
+		s := r.Float64() * 3 * p.TargetMs
 		u := c.Update(s)
-		if s < p.ThresholdMs && s <= prevS {
+		if s < p.TargetMs && s <= prevS {
 			if u > prev+1e-12 {
 				t.Fatalf("tick %d: signal %v under threshold and falling raised delay %v → %v", k, s, prev, u)
 			}
@@ -330,15 +330,15 @@ func TestPropertyPIDRestIsClean(t *testing.T) {
 		for k := 0; k < 400; k++ {
 			var s float64
 			if r.IntN(4) == 0 {
-				s = p.ThresholdMs + r.Float64()*200 // overload burst
+				s = p.TargetMs + r.Float64()*200 // overload burst
 			} else {
-				s = r.Float64() * p.ThresholdMs * 0.999
+				s = r.Float64() * p.TargetMs * 0.999
 			}
 			u := c.Update(s)
-			if atRest && s < p.ThresholdMs && u != 0 {
+			if atRest && s < p.TargetMs && u != 0 {
 				t.Fatalf("%+v tick %d: at rest, signal %v under threshold gave delay %v", p, k, s, u)
 			}
-			if s >= p.ThresholdMs {
+			if s >= p.TargetMs {
 				atRest = false
 			} else if u == 0 {
 				if !atRest {
@@ -374,7 +374,7 @@ func TestErrCapKeepsDelayOnFallingSpike(t *testing.T) {
 	if u, umax := run(0); u > umax/2 {
 		t.Errorf("uncapped: delay %v after 320 → 272 ms, want under half of u_max %v; the case the cap is for no longer happens, revisit DefaultErrCap", u, umax)
 	}
-	if err := (Params{ThresholdMs: 15, Kp: 1, Ti: time.Second, T: time.Second, UMaxMs: 1, ErrCap: -1}).Validate(); err == nil {
+	if err := (Params{TargetMs: 15, Kp: 1, Ti: time.Second, T: time.Second, UMaxMs: 1, ErrCap: -1}).Validate(); err == nil {
 		t.Error("a negative error cap validates")
 	}
 }

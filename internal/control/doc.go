@@ -72,7 +72,7 @@
 //
 // # Tuning constants (DefaultParams)
 //
-//	ThresholdMs = 15   the thesis's §5.8 resource-wait threshold; the lab's
+//	TargetMs = 15      the thesis's §5.8 resource-wait threshold; the lab's
 //	                   reader waits 5–10 ms alone and 30–120 ms under load.
 //	Kp = 0.6           (dimensionless) a relative overshoot of 1 (the
 //	                   signal at twice the set point) multiplies the

@@ -43,8 +43,12 @@ type Config struct {
 	WriteAlpha float64
 	// Controller is a name registered in package control: pid, thesis, none.
 	Controller string
-	// Control configures the controller; Control.ThresholdMs is the default
-	// threshold, overridden per resource by topology.Resource.ThresholdMs.
+	// ThresholdMs is the default threshold (ms), the read latency the
+	// user promises; topology.Resource.ThresholdMs overrides it per
+	// resource.
+	ThresholdMs float64
+	// Control configures the controller; its TargetMs is set per
+	// resource to the threshold × (1 − Headroom).
 	Control control.Params
 	// Headroom is the fraction of the threshold the controller aims below
 	// it: its set point is threshold·(1−Headroom). A threshold is a promise
@@ -199,16 +203,17 @@ const DefaultHeadroom = 0.15
 // pid controller.
 func DefaultConfig() Config {
 	return Config{
-		Tick:       100 * time.Millisecond,
-		Alpha:      signal.ThesisAlpha,
-		WriteAlpha: signal.ThesisAlpha,
-		Controller: "pid",
-		Control:    control.DefaultParams(),
-		Headroom:   DefaultHeadroom,
-		JoinKBs:    policy.DefaultJoinKBs,
-		LeaveKBs:   policy.DefaultJoinKBs / 2,
-		Policy:     policy.ReadOverWrite,
-		Direction:  Write,
+		Tick:        100 * time.Millisecond,
+		Alpha:       signal.ThesisAlpha,
+		WriteAlpha:  signal.ThesisAlpha,
+		Controller:  "pid",
+		ThresholdMs: control.DefaultParams().TargetMs,
+		Control:     control.DefaultParams(),
+		Headroom:    DefaultHeadroom,
+		JoinKBs:     policy.DefaultJoinKBs,
+		LeaveKBs:    policy.DefaultJoinKBs / 2,
+		Policy:      policy.ReadOverWrite,
+		Direction:   Write,
 		// UMaxLimitMs: see DefaultUMaxLimitMs.
 		UMaxLimitMs: DefaultUMaxLimitMs,
 	}
@@ -419,7 +424,11 @@ func (cfg Config) validate() error {
 	default:
 		errs = append(errs, fmt.Errorf("direction %v: want write, read or both", cfg.Direction))
 	}
+	if !(cfg.ThresholdMs > 0) || math.IsInf(cfg.ThresholdMs, 0) {
+		errs = append(errs, fmt.Errorf("threshold %v ms: want a positive latency, e.g. 15", cfg.ThresholdMs))
+	}
 	p := cfg.Control
+	p.TargetMs = 1 // per resource; the threshold is checked above
 	p.T = cfg.Tick
 	if p.T <= 0 {
 		p.T = time.Millisecond // already reported above
@@ -538,7 +547,7 @@ func (e *Engine) SetTopology(topo topology.Topology) {
 	var cons []consumer
 	res := make([]resource, 0, len(topo.Resources))
 	for _, tr := range topo.Resources {
-		r := resource{name: tr.Name, threshold: e.cfg.Control.ThresholdMs, signal: e.cfg.Signal}
+		r := resource{name: tr.Name, threshold: e.cfg.ThresholdMs, signal: e.cfg.Signal}
 		if tr.ThresholdMs > 0 {
 			r.threshold = tr.ThresholdMs
 		}
@@ -564,7 +573,7 @@ func (e *Engine) SetTopology(topo topology.Topology) {
 			// A new resource, or a new threshold: the controller starts at
 			// rest (its history was about another set point).
 			p := e.cfg.Control
-			p.ThresholdMs = r.threshold * (1 - e.cfg.Headroom)
+			p.TargetMs = r.threshold * (1 - e.cfg.Headroom)
 			r.ctrl, _ = control.New(e.cfg.Controller, p) // validated in New
 			r.ceiling = p.UMaxMs
 		}

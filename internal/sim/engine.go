@@ -75,7 +75,7 @@ func (cfg Config) EngineConfig() engine.Config {
 	ec := engine.DefaultConfig()
 	ec.Tick = cfg.Tick
 	ec.Controller = cfg.Controller
-	ec.Control.ThresholdMs = cfg.ThresholdMs
+	ec.ThresholdMs = cfg.ThresholdMs
 	ec.Signal = cfg.Signal
 	if g := cfg.Gains; g.Kp > 0 {
 		ec.Control.Kp = g.Kp
