@@ -22,6 +22,7 @@ import (
 
 	"github.com/sanqos/sanqos/internal/control"
 	"github.com/sanqos/sanqos/internal/engine"
+	"github.com/sanqos/sanqos/internal/policy"
 	"github.com/sanqos/sanqos/internal/throttle"
 	"github.com/sanqos/sanqos/internal/topology"
 )
@@ -100,7 +101,9 @@ type Resource struct {
 	Signal    string   `toml:"signal"`
 }
 
-// PID is the [pid] section: the velocity-form PID controller's gains.
+// PID is the [pid] section: the TOML spelling of control.Gains (see
+// Gains), with u_max as a duration like every other time in the file,
+// and the ceiling's limit, which is the engine's.
 type PID struct {
 	Kp float64  `toml:"kp"`
 	Ti Duration `toml:"ti"`
@@ -147,18 +150,21 @@ type Manual struct {
 }
 
 // Default returns the built-in configuration. The PID gains are
-// control.DefaultParams: tuned against the simulated thesis array (see
+// control.DefaultGains: tuned against the simulated thesis array (see
 // internal/control/doc.go), so a config file and the library agree.
 func Default() Config {
-	pid := control.DefaultParams()
+	// Each default is its owner's: the engine's loop, control's gains,
+	// the throttle's first backend, the policy's name.
+	eng := engine.DefaultConfig()
+	pid := eng.Control.Gains
 	return Config{
-		Tick:       Duration{100 * time.Millisecond},
-		EWMAAlpha:  0.25,
-		Headroom:   engine.DefaultHeadroom,
+		Tick:       Duration{eng.Tick},
+		EWMAAlpha:  eng.Alpha,
+		Headroom:   eng.Headroom,
 		Signal:     engine.SignalMean,
 		Probe:      "auto",
-		Threshold:  Duration{15 * time.Millisecond},
-		Controller: "pid",
+		Threshold:  Duration{time.Duration(eng.ThresholdMs * float64(time.Millisecond))},
+		Controller: eng.Controller,
 		PID: PID{
 			Kp:   pid.Kp,
 			Ti:   Duration{pid.Ti},
@@ -168,15 +174,15 @@ func Default() Config {
 		WriteThreshold: 500e3,
 		WriteLeave:     250e3,
 		AckDelay:       true,
-		Backend:        "nfqueue",
-		Direction:      "write",
+		Backend:        throttle.Backends[0],
+		Direction:      eng.Direction.String(),
 		Ports:          []int{3260},
 		Discovery: Discovery{
 			Adapter:  "tgt",
 			Interval: Duration{5 * time.Second},
 			LIORoot:  "/sys/kernel/config/target",
 		},
-		Policy: "read-over-write",
+		Policy: eng.Policy,
 		Listen: "127.0.0.1:9469",
 		Socket: "/run/sanqos/sanqos.sock",
 
@@ -302,7 +308,7 @@ func (c *Config) Validate() error {
 			}
 			return nil
 		},
-		func() error { return oneOf("controller", c.Controller, "pid", "thesis", "none") },
+		func() error { return oneOf("controller", c.Controller, control.Names()...) },
 		func() error { return oneOf("signal", c.Signal, engine.Signals()...) },
 		func() error { return oneOf("probe", c.Probe, "auto", "off") },
 		func() error {
@@ -352,8 +358,13 @@ func (c *Config) Validate() error {
 			}
 			return nil
 		},
-		func() error { return oneOf("backend", c.Backend, "nfqueue", "netem", "htb", "dry-run") },
-		func() error { return oneOf("direction", c.Direction, "write", "read", "both") },
+		func() error { return oneOf("backend", c.Backend, throttle.Backends...) },
+		func() error {
+			if _, err := engine.ParseDirection(c.Direction); err != nil {
+				return bad("direction", strconv.Quote(c.Direction), "must be one of \"write\", \"read\", \"both\"")
+			}
+			return nil
+		},
 		func() error {
 			if len(c.Ports) == 0 {
 				return bad("ports", "[]", "must list at least one TCP port, like [3260]")
@@ -385,7 +396,7 @@ func (c *Config) Validate() error {
 			return nil
 		},
 		c.validateStatic,
-		func() error { return oneOf("policy", c.Policy, "read-over-write", "manual") },
+		func() error { return oneOf("policy", c.Policy, policy.ReadOverWrite, policy.ManualName) },
 		c.validateManual,
 		func() error {
 			if c.Listen == "" {
@@ -537,10 +548,16 @@ func (c *Config) validateManual() error {
 			return fmt.Errorf("%s = %q: entries must be IP addresses or initiator names (iqn., eui., naa.)", l.key, v)
 		}
 	}
-	if c.Policy == "manual" && len(c.Manual.Throttle) == 0 {
+	if c.Policy != policy.ManualName {
+		return nil
+	}
+	if len(c.Manual.Throttle) == 0 {
 		return fmt.Errorf("manual.throttle = []: policy = \"manual\" needs at least one consumer to throttle")
 	}
-	return nil
+	// The rest of the lists' rules are the policy's own (a protected
+	// consumer named, none in both lists), with its words.
+	_, err := policy.NewManual(c.EWMAAlpha, policy.ManualConfig{Protected: c.Manual.Protected, Throttle: c.Manual.Throttle})
+	return err
 }
 
 func quoteAll(s []string) []string {

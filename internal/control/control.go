@@ -4,7 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"sort"
+	"slices"
 	"strings"
 	"time"
 )
@@ -22,29 +22,64 @@ type Controller interface {
 	Name() string
 }
 
-// Params configure a controller. Durations are time.Duration so that the
-// ratios T/Ti and Td/T cannot be computed in mixed units by mistake.
+// Gains are pid's tuning, in control's units: Kp dimensionless, the
+// integral and derivative times as durations (so T/Ti and Td/T cannot be
+// computed in mixed units by mistake), the delay ceiling in ms like every
+// latency and delay the engine handles. They are the one shape of the
+// gains: the config's [pid] section (its TOML spelling), the simulator
+// and the lab's experiments all carry a Gains, and its JSON is the lab's.
+type Gains struct {
+	// Kp is the proportional gain of pid, dimensionless: a relative error
+	// (signal − set point)/set point of 1 multiplies the delay by e^Kp
+	// at once (see PID.Update for why the law is in relative terms).
+	Kp float64 `json:"kp"`
+	// Ti is the integral time: the integral term alone adds Kp·ε per Ti.
+	Ti time.Duration `json:"ti"`
+	// Td is the derivative time; 0 disables the D term.
+	Td time.Duration `json:"td"`
+	// UMaxMs caps the delay (ms); the thesis's range ended at 20 ms. It is
+	// also the anti-windup clamp, and the engine's ceiling starts there.
+	UMaxMs float64 `json:"u_max_ms"`
+}
+
+// DefaultGains are pid's default tuning; each value has its reason in
+// doc.go.
+func DefaultGains() Gains {
+	return Gains{Kp: 0.6, Ti: 500 * time.Millisecond, Td: 50 * time.Millisecond, UMaxMs: 20}
+}
+
+// WithDefaults fills the zero fields of g from DefaultGains (Td 0, no D
+// term, cannot be asked for this way: set it in a Params).
+func (g Gains) WithDefaults() Gains {
+	d := DefaultGains()
+	if g.Kp == 0 {
+		g.Kp = d.Kp
+	}
+	if g.Ti == 0 {
+		g.Ti = d.Ti
+	}
+	if g.Td == 0 {
+		g.Td = d.Td
+	}
+	if g.UMaxMs == 0 {
+		g.UMaxMs = d.UMaxMs
+	}
+	return g
+}
+
+// Params configure a controller: its set point, its gains, its tick.
 type Params struct {
 	// TargetMs is the controller's set point (ms): the latency it holds
 	// the signal at. It is not the threshold the user promised: the
 	// engine aims a headroom below that (threshold × (1 − headroom)), so
 	// that single seconds keep the promise.
 	TargetMs float64
-	// Kp is the proportional gain of pid, dimensionless: a relative error
-	// (signal − set point)/set point of 1 multiplies the delay by e^Kp
-	// at once (see Update for why the law is in relative terms).
-	Kp float64
-	// Ti is the integral time: the integral term alone adds Kp·e per Ti.
-	Ti time.Duration
-	// Td is the derivative time; 0 disables the D term.
-	Td time.Duration
+	Gains
 	// T is the tick: the time between two Updates.
 	T time.Duration
-	// UMaxMs caps the delay (ms); the thesis's range ended at 20 ms. It is
-	// also the anti-windup clamp.
-	UMaxMs float64
-	// ErrCap bounds pid's error to ErrCap × TargetMs (DefaultErrCap);
-	// 0 leaves it unbounded, as before it was introduced.
+	// ErrCap bounds pid's relative error to ErrCap (DefaultErrCap), that
+	// is the signal to (1 + ErrCap) × TargetMs; 0 leaves it unbounded,
+	// as before it was introduced.
 	ErrCap float64
 }
 
@@ -54,11 +89,8 @@ type Params struct {
 func DefaultParams() Params {
 	return Params{
 		TargetMs: 15,
-		Kp:       0.6,
-		Ti:       500 * time.Millisecond,
-		Td:       50 * time.Millisecond,
+		Gains:    DefaultGains(),
 		T:        100 * time.Millisecond,
-		UMaxMs:   20,
 		ErrCap:   DefaultErrCap,
 	}
 }
@@ -97,15 +129,12 @@ var registry = map[string]func(Params) Controller{
 	"none":   func(Params) Controller { return None{} },
 }
 
-// Names lists the registered controllers, sorted.
-func Names() []string {
-	names := make([]string, 0, len(registry))
-	for n := range registry {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	return names
-}
+// names lists the registered controllers in the order users read them:
+// the default first, the baseline last.
+var names = []string{"pid", "thesis", "none"}
+
+// Names lists the registered controllers, the default first.
+func Names() []string { return slices.Clone(names) }
 
 // New returns the controller registered as name, configured by p.
 func New(name string, p Params) (Controller, error) {

@@ -74,7 +74,7 @@ func TestParamsValidate(t *testing.T) {
 // TestPIDExactArithmetic checks the velocity form step by step against the
 // formula evaluated by hand.
 func TestPIDExactArithmetic(t *testing.T) {
-	p := Params{TargetMs: 10, Kp: 0.5, Ti: 400 * time.Millisecond, Td: 200 * time.Millisecond, T: 100 * time.Millisecond, UMaxMs: 20}
+	p := Params{TargetMs: 10, Gains: Gains{Kp: 0.5, Ti: 400 * time.Millisecond, Td: 200 * time.Millisecond, UMaxMs: 20}, T: 100 * time.Millisecond}
 	c := NewPID(p)
 	// T/Ti = 0.25, Td/T = 2; set point 10 ms, floor 0.03·10 = 0.3 ms; ε = (signal − 10)/10.
 	steps := []struct{ signal, want float64 }{
@@ -374,7 +374,39 @@ func TestErrCapKeepsDelayOnFallingSpike(t *testing.T) {
 	if u, umax := run(0); u > umax/2 {
 		t.Errorf("uncapped: delay %v after 320 → 272 ms, want under half of u_max %v; the case the cap is for no longer happens, revisit DefaultErrCap", u, umax)
 	}
-	if err := (Params{TargetMs: 15, Kp: 1, Ti: time.Second, T: time.Second, UMaxMs: 1, ErrCap: -1}).Validate(); err == nil {
+	if err := (Params{TargetMs: 15, Gains: Gains{Kp: 1, Ti: time.Second, UMaxMs: 1}, T: time.Second, ErrCap: -1}).Validate(); err == nil {
 		t.Error("a negative error cap validates")
+	}
+}
+
+// TestNamesAreTheRegistry: the names users are offered (config, flags)
+// are exactly the controllers New builds.
+func TestNamesAreTheRegistry(t *testing.T) {
+	if len(Names()) != len(registry) {
+		t.Fatalf("Names() %v, registry has %d controllers", Names(), len(registry))
+	}
+	for _, n := range Names() {
+		if _, err := New(n, DefaultParams()); err != nil {
+			t.Errorf("Names() lists %q, New: %v", n, err)
+		}
+	}
+}
+
+// TestGainsWithDefaults: zero fields take DefaultGains, set ones stay.
+func TestGainsWithDefaults(t *testing.T) {
+	d := DefaultGains()
+	for _, tc := range []struct {
+		in, want Gains
+	}{
+		{Gains{}, d},
+		{Gains{Kp: 1.5}, Gains{Kp: 1.5, Ti: d.Ti, Td: d.Td, UMaxMs: d.UMaxMs}},
+		{Gains{Ti: time.Second, UMaxMs: 40}, Gains{Kp: d.Kp, Ti: time.Second, Td: d.Td, UMaxMs: 40}},
+	} {
+		if got := tc.in.WithDefaults(); got != tc.want {
+			t.Errorf("%+v.WithDefaults() = %+v, want %+v", tc.in, got, tc.want)
+		}
+	}
+	if DefaultParams().Gains != d {
+		t.Errorf("DefaultParams().Gains %+v, DefaultGains %+v", DefaultParams().Gains, d)
 	}
 }

@@ -23,6 +23,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sanqos/sanqos/internal/control"
 	"github.com/sanqos/sanqos/internal/diskstats"
 )
 
@@ -45,13 +46,8 @@ type Config struct {
 	NoProbe bool
 }
 
-// Gains are the PID tuning the run uses.
-type Gains struct {
-	Kp     float64 `json:"kp"`
-	TiMs   float64 `json:"ti_ms"`
-	TdMs   float64 `json:"td_ms"`
-	UMaxMs float64 `json:"umax_ms"`
-}
+// Gains are the PID tuning the run uses: control's one gains type.
+type Gains = control.Gains
 
 // DefaultConfig is the thesis scenario under pid at 15 ms for 300 s.
 func DefaultConfig() Config {
