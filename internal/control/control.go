@@ -170,10 +170,12 @@ const DefaultErrCap = 3
 // FloorShare is the smallest delay pid applies, as a share of its set
 // point: the delay it starts from when it leaves rest, and the delay
 // under which a falling delay is released to 0. A law that acts by
-// factors needs a starting point above 0; 3 % of the set point (0.45 ms
-// at 15 ms, 6 µs at 0.2 ms) is far under what any writer needs and is
-// passed within two ticks of a real violation.
-const FloorShare = 0.03
+// factors needs a starting point above 0; 5 % of the set point (0.64 ms
+// at 15 ms, 9 µs at 0.2 ms) is under what these writers need and is
+// passed on the first tick of a real violation. (In the simulator, 3 %
+// let the first burst of a run through for a second longer; 10 % kicked
+// an SSD held at 5 ms into oscillation.)
+const FloorShare = 0.05
 
 // PID is the single-sided velocity-form PID controller of doc.go, in
 // relative terms: the error is normalised by the set point and the

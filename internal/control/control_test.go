@@ -76,20 +76,20 @@ func TestParamsValidate(t *testing.T) {
 func TestPIDExactArithmetic(t *testing.T) {
 	p := Params{TargetMs: 10, Gains: Gains{Kp: 0.5, Ti: 400 * time.Millisecond, Td: 200 * time.Millisecond, UMaxMs: 20}, T: 100 * time.Millisecond}
 	c := NewPID(p)
-	// T/Ti = 0.25, Td/T = 2; set point 10 ms, floor 0.03·10 = 0.3 ms; ε = (signal − 10)/10.
+	// T/Ti = 0.25, Td/T = 2; set point 10 ms, floor 0.05·10 = 0.5 ms; ε = (signal − 10)/10.
 	steps := []struct{ signal, want float64 }{
-		// ε=.2, ε1=0, ε2=0: Δv = 0.5·[.2 + .05 + 2·.2] = .325; from rest: 0.3·e^.325
-		{12, 0.3 * math.Exp(0.325)},
+		// ε=.2, ε1=0, ε2=0: Δv = 0.5·[.2 + .05 + 2·.2] = .325; from rest: 0.5·e^.325
+		{12, 0.5 * math.Exp(0.325)},
 		// ε=.4, ε1=.2, ε2=0: Δv = 0.5·[.2 + .1 + 2·(.4−.4+0)] = .15
-		{14, 0.3 * math.Exp(0.325+0.15)},
+		{14, 0.5 * math.Exp(0.325+0.15)},
 		// ε=.4, ε1=.4, ε2=.2: Δv = 0.5·[0 + .1 + 2·(.4−.8+.2)] = −.15
-		{14, 0.3 * math.Exp(0.325)},
+		{14, 0.5 * math.Exp(0.325)},
 		// ε=−1: Δv = 0.5·[−1.4 − .25 + 2·(−1−.8+.4)] = −2.225: under the floor → 0
 		{0, 0},
 		// back at rest, history cleared. ε=−.1: Δv < 0 → stays 0
 		{9, 0},
 		// ε=.3, ε1=0, ε2=0 (not the stale .4): Δv = 0.5·[.3 + .075 + 2·.3] = .4875
-		{13, 0.3 * math.Exp(0.4875)},
+		{13, 0.5 * math.Exp(0.4875)},
 	}
 	for i, s := range steps {
 		if got := c.Update(s.signal); math.Abs(got-s.want) > 1e-9 {

@@ -28,13 +28,13 @@
 // point, ε_k = (signal − r)/r the error relative to it, and T the tick:
 //
 //	Δv = Kp·[(ε_k − ε_{k−1}) + (T/Ti)·ε_k + (Td/T)·(ε_k − 2ε_{k−1} + ε_{k−2})]
-//	u_k = clamp(max(u_{k−1}, 0.03·r)·e^Δv, 0, u_max)
+//	u_k = clamp(max(u_{k−1}, 0.05·r)·e^Δv, 0, u_max)
 //
 // The law moves the logarithm of the delay: the error's scale is the
 // threshold and the delay's scale is the device (the writers' own I/O
 // time, a fraction of a ms on flash, tens of ms on the thesis's array),
 // so one set of gains holds 0.2 ms and 50 ms promises alike (see
-// PID.Update). A delay falling under 0.03·r is released to 0.
+// PID.Update). A delay falling under 0.05·r is released to 0.
 //
 // u is the added packet delay in ms. The velocity form computes the change
 // of the output, so the clamp on u is the whole anti-windup: no integral

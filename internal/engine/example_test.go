@@ -41,6 +41,6 @@ func ExampleEngine_Step() {
 	g := d.Throttles()[0]
 	fmt.Printf("throttle %s: %v %s delay %v\n", g.Name, g.Members, g.Direction, g.Delay)
 	// Output:
-	// vg-data: signal 47.2 ms > 15 ms, delay 17.4 ms for [10.0.0.3]
-	// throttle vg-data: [10.0.0.3] write delay 17.417369ms
+	// vg-data: signal 47.2 ms > 15 ms, delay 20.0 ms for [10.0.0.3]
+	// throttle vg-data: [10.0.0.3] write delay 20ms
 }

@@ -397,34 +397,7 @@ func (p *plant) handle(e event) {
 		done := p.array.Submit(e.at, e.io.op, e.io.offset, e.io.length, uint64(e.io.device))
 		p.push(event{at: done, kind: evComplete, actor: e.actor, io: e.io})
 	case evComplete:
-		c := &p.dev[e.io.device]
-		c.account(e.at)
-		c.inFlight--
-		lat := float64(e.at.Sub(e.io.arrived)) / float64(time.Millisecond)
-		sectors := uint64(e.io.length / 512)
-		if e.io.op == diskmodel.Read {
-			c.readsInFlight--
-			delete(c.readArrived, e.io.id)
-			d := e.at.Sub(e.io.arrived)
-			c.tickReads.Count++
-			c.tickReads.Sum += d
-			c.tickReads.Hist.Add(d)
-			c.reads++
-			c.readSectors += sectors
-			c.readMs += lat
-			p.obs.readLatSum += lat
-			p.obs.readCount++
-			p.obs.readBytes += e.io.length
-		} else {
-			c.writes++
-			c.writeSectors += sectors
-			c.writeMs += lat
-			p.obs.writeBytes += e.io.length
-			p.obs.writeLatSum += lat
-			p.obs.writeCount++
-		}
-		resp := msDur(sc.ResponseNetMs) + p.delayFor(e.io.device)
-		p.push(event{at: e.at.Add(resp), kind: evResponse, actor: e.actor, io: e.io})
+		p.complete(e)
 	case evResponse:
 		if e.actor < 0 {
 			next := e.at
@@ -444,6 +417,40 @@ func (p *plant) handle(e event) {
 			p.push(event{at: e.at.Add(sc.Pause), kind: evBurst})
 		}
 	}
+}
+
+// complete accounts an I/O the array completed and sends its response
+// on, one packet delay later for a throttled consumer.
+func (p *plant) complete(e event) {
+	sc := p.sc
+	c := &p.dev[e.io.device]
+	c.account(e.at)
+	c.inFlight--
+	lat := float64(e.at.Sub(e.io.arrived)) / float64(time.Millisecond)
+	sectors := uint64(e.io.length / 512)
+	if e.io.op == diskmodel.Read {
+		c.readsInFlight--
+		delete(c.readArrived, e.io.id)
+		d := e.at.Sub(e.io.arrived)
+		c.tickReads.Count++
+		c.tickReads.Sum += d
+		c.tickReads.Hist.Add(d)
+		c.reads++
+		c.readSectors += sectors
+		c.readMs += lat
+		p.obs.readLatSum += lat
+		p.obs.readCount++
+		p.obs.readBytes += e.io.length
+	} else {
+		c.writes++
+		c.writeSectors += sectors
+		c.writeMs += lat
+		p.obs.writeBytes += e.io.length
+		p.obs.writeLatSum += lat
+		p.obs.writeCount++
+	}
+	resp := msDur(sc.ResponseNetMs) + p.delayFor(e.io.device)
+	p.push(event{at: e.at.Add(resp), kind: evResponse, actor: e.actor, io: e.io})
 }
 
 // snapshot renders the devices' counters as /proc/diskstats text (the
