@@ -84,7 +84,8 @@
 //	                   Ti 200–500 ms, Td 0–50 ms, thresholds 10/15/20 ms):
 //	                   lowest worst-case p95/threshold, while higher Kp
 //	                   cost write throughput for no gain (sim.SimGains).
-//	Ti = 500 ms        five ticks: the integral adds Kp·e per 0.5 s, which
+//	Ti = 500 ms        five ticks: the integral moves the delay by e^(Kp·ε)
+//	                   per 0.5 s, which
 //	                   removes the steady-state error of P alone without
 //	                   racing the EWMA's ~0.35 s lag into oscillation.
 //	Td = 50 ms         Td/T = 0.5: a small D term damps the overshoot the
