@@ -13,14 +13,14 @@ import (
 )
 
 // labSoak is 'sanqos lab soak': the fig5.11 workload against one daemon
-// for --duration while its RSS, threads, descriptors and kernel objects
+// for --duration while its RSS, threads, goroutines, descriptors and kernel objects
 // are sampled; it fails on growth or leftovers.
 func labSoak(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("lab soak", "sanqos lab soak [--duration 1h] [--out DIR]",
 		`Bring up a fresh lab, run the fig5.11 workload (smalljob on b2, 12
 sequential 64 KiB writers on b3-b5 in 32 MiB bursts with 5 s pauses)
 against one sanqos daemon (pid at 15 ms, tgt discovery, nfqueue) for
---duration, and sample the daemon every --interval: RSS, threads, open
+--duration, and sample the daemon every --interval: RSS, threads, goroutines (from its metrics), open
 descriptors, and the kernel objects it owns in the target namespace
 (SANQOS rules, sanqos-* ipsets). After a minute of warm-up, a
 least-squares line through each must not grow over the run by more than
@@ -59,8 +59,8 @@ DIR/soak.tsv. The lab is taken down at the end, also on Ctrl-C.`, stderr)
 		return soakErr
 	}
 	fmt.Fprintf(stdout, "soak %v, %d samples, judged over %v after warm-up:\n", *duration, len(rep.Samples), rep.Span.Round(time.Second))
-	fmt.Fprintf(stdout, "  RSS %+.0f KiB/h, threads %+.2f/h, descriptors %+.2f/h, kernel objects %+.2f/h\n",
-		rep.RSSKiBPerHour, rep.ThreadsPerHour, rep.FDsPerHour, rep.ObjectsPerHour)
+	fmt.Fprintf(stdout, "  RSS %+.0f KiB/h, threads %+.2f/h, goroutines %+.2f/h, descriptors %+.2f/h, kernel objects %+.2f/h\n",
+		rep.RSSKiBPerHour, rep.ThreadsPerHour, rep.GoroutinesPerHour, rep.FDsPerHour, rep.ObjectsPerHour)
 	if len(rep.Failures) > 0 {
 		return fmt.Errorf("soak failed:\n  %s", strings.Join(rep.Failures, "\n  "))
 	}

@@ -8,6 +8,8 @@ import (
 	"os"
 	"runtime"
 	"strings"
+
+	"github.com/vishvananda/netns"
 )
 
 // Offloads are the segmentation and receive offloads of the lab's
@@ -167,4 +169,34 @@ func readCongestionControl(ctx context.Context, r runner, ns string) (string, er
 		return "", fmt.Errorf("reading TCP congestion control in %s: %w", ns, err)
 	}
 	return strings.TrimSpace(string(out)), nil
+}
+
+// InNetNS runs f on an OS thread switched into the named network
+// namespace; sockets f opens belong to it. The thread is released only
+// once it is back in its own namespace; otherwise it stays locked and the
+// runtime ends it with its goroutine.
+func InNetNS(name string, f func() error) error {
+	runtime.LockOSThread()
+	orig, err := netns.Get()
+	if err != nil {
+		runtime.UnlockOSThread()
+		return fmt.Errorf("reading this thread's network namespace: %w", err)
+	}
+	defer orig.Close()
+	h, err := netns.GetFromName(name)
+	if err != nil {
+		runtime.UnlockOSThread()
+		return fmt.Errorf("opening network namespace %s: %w", name, err)
+	}
+	defer h.Close()
+	if err := netns.Set(h); err != nil {
+		runtime.UnlockOSThread()
+		return fmt.Errorf("entering network namespace %s: %w", name, err)
+	}
+	defer func() {
+		if netns.Set(orig) == nil {
+			runtime.UnlockOSThread()
+		}
+	}()
+	return f()
 }

@@ -9,12 +9,9 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"testing"
 	"time"
-
-	"github.com/vishvananda/netns"
 
 	"github.com/sanqos/sanqos/internal/blkprobe"
 )
@@ -136,7 +133,7 @@ func quantile(sorted []float64, q float64) float64 {
 func handshakeRTT(t *testing.T, ns, addr string) float64 {
 	t.Helper()
 	var rtts []float64
-	err := inNetNS(ns, func() error {
+	err := InNetNS(ns, func() error {
 		for range 31 {
 			start := time.Now()
 			c, err := net.DialTimeout("tcp", addr, 2*time.Second)
@@ -153,26 +150,4 @@ func handshakeRTT(t *testing.T, ns, addr string) float64 {
 	}
 	slices.Sort(rtts)
 	return rtts[len(rtts)/2]
-}
-
-// inNetNS runs f on a thread switched into the named network namespace;
-// sockets f opens belong to it.
-func inNetNS(name string, f func() error) error {
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	orig, err := netns.Get()
-	if err != nil {
-		return err
-	}
-	defer orig.Close()
-	h, err := netns.GetFromName(name)
-	if err != nil {
-		return err
-	}
-	defer h.Close()
-	if err := netns.Set(h); err != nil {
-		return err
-	}
-	defer netns.Set(orig)
-	return f()
 }

@@ -22,8 +22,8 @@ func TestJudge(t *testing.T) {
 	grow := &SoakReport{}
 	for i := range 60 {
 		at := time.Duration(i) * time.Minute
-		flat.Samples = append(flat.Samples, SoakSample{At: at, RSSKiB: 30000 + int64(i%3)*100, Threads: 12, FDs: 20, Objects: 8})
-		grow.Samples = append(grow.Samples, SoakSample{At: at, RSSKiB: 30000 + int64(i)*200, Threads: 12, FDs: 20 + int64(i/10), Objects: 8})
+		flat.Samples = append(flat.Samples, SoakSample{At: at, RSSKiB: 30000 + int64(i%3)*100, Threads: 12, Goroutines: 40 + int64(i%5), FDs: 20, Objects: 8})
+		grow.Samples = append(grow.Samples, SoakSample{At: at, RSSKiB: 30000 + int64(i)*200, Threads: 12, Goroutines: 40 + int64(i), FDs: 20 + int64(i/10), Objects: 8})
 	}
 	Judge(flat)
 	if len(flat.Failures) != 0 {
@@ -31,12 +31,27 @@ func TestJudge(t *testing.T) {
 	}
 	Judge(grow)
 	f := strings.Join(grow.Failures, "\n")
-	if !strings.Contains(f, "RSS") || !strings.Contains(f, "descriptors") || strings.Contains(f, "threads") {
-		t.Errorf("growing run: failures %q, want RSS and descriptors only", f)
+	if !strings.Contains(f, "RSS") || !strings.Contains(f, "descriptors") || !strings.Contains(f, "goroutines") || strings.Contains(f, "threads") {
+		t.Errorf("growing run: failures %q, want RSS, goroutines and descriptors only", f)
+	}
+	unread := &SoakReport{Samples: append([]SoakSample(nil), flat.Samples...)}
+	unread.Samples[30].Goroutines = -1
+	Judge(unread)
+	if !strings.Contains(strings.Join(unread.Failures, "\n"), "could not be read in 1 samples") {
+		t.Errorf("unreadable metrics not failed: %q", unread.Failures)
 	}
 	left := &SoakReport{Samples: flat.Samples, Leftovers: []string{"ipset sanqos-x"}}
 	Judge(left)
 	if !strings.Contains(strings.Join(left.Failures, "\n"), "left behind: ipset sanqos-x") {
 		t.Errorf("leftovers not failed: %q", left.Failures)
+	}
+}
+
+func TestMetricValue(t *testing.T) {
+	expo := "# HELP go_goroutines Number of goroutines that currently exist.\n# TYPE go_goroutines gauge\ngo_goroutines 37\ngo_threads 9\nsanqos_delay_ms{resource=\"a\"} 3\n"
+	for name, want := range map[string]int64{"go_goroutines": 37, "go_threads": 9, "sanqos_delay_ms": -1, "absent": -1} {
+		if got := metricValue(expo, name); got != want {
+			t.Errorf("metricValue(%s) = %d, want %d", name, got, want)
+		}
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/sanqos/sanqos/internal/status"
@@ -66,6 +67,9 @@ func New(snapshot func() status.Status) *Metrics {
 	}
 	m.reg.MustRegister(m.tickDuration, m.ticks, m.applies, m.applyErrors, m.statsErrors,
 		m.discoveryOK, m.discoveryErrors, &snapshotCollector{snapshot: snapshot})
+	// The process's own health: goroutines, heap, descriptors and RSS let
+	// an administrator (and the soak) see a daemon that grows.
+	m.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
 

@@ -53,7 +53,12 @@ func TestMetricsGolden(t *testing.T) {
 	m.StatsErrors(2)
 	m.Discovered(errors.New("tgtadm failed"))
 	m.Discovered(nil)
-	got := scrape(t, m)
+	got, runtime := sanqosOnly(scrape(t, m))
+	for _, want := range []string{"go_goroutines ", "process_open_fds ", "process_resident_memory_bytes "} {
+		if !strings.Contains(runtime, "\n"+want) {
+			t.Errorf("/metrics lacks the process's own %q", want)
+		}
+	}
 	p := filepath.Join("testdata", "metrics.golden")
 	if *update {
 		if err := os.WriteFile(p, []byte(got), 0o644); err != nil {
@@ -99,4 +104,20 @@ func TestDiscoveryGauge(t *testing.T) {
 	if !strings.Contains(out, "sanqos_discovery_success 1\n") || !strings.Contains(out, "sanqos_discovery_errors_total 1\n") {
 		t.Errorf("recovered discovery not visible:\n%s", out)
 	}
+}
+
+// sanqosOnly splits a scrape into the sanqos metrics, which are
+// deterministic, and the Go runtime's and process's (go_*, process_*),
+// which are not.
+func sanqosOnly(scrape string) (sanqos, runtime string) {
+	var a, b strings.Builder
+	for _, line := range strings.SplitAfter(scrape, "\n") {
+		f := strings.Fields(strings.TrimPrefix(strings.TrimPrefix(line, "# HELP "), "# TYPE "))
+		if len(f) > 0 && (strings.HasPrefix(f[0], "go_") || strings.HasPrefix(f[0], "process_")) {
+			b.WriteString(line)
+			continue
+		}
+		a.WriteString(line)
+	}
+	return a.String(), "\n" + b.String()
 }
