@@ -313,6 +313,7 @@ func parseRunOptions(args []string, stderr io.Writer) (runOptions, error) {
 		cleanupOnly: *cleanup,
 		backend:     throttle.Options{Backend: c.Backend, Dev: *dev, QueueNum: uint16(*queue), SmallSegment: *small, AckDelay: c.AckDelay},
 	}
+	o.backend.SmallSegments = c.SmallSegments(*small, flagSet(fs, "small-segment"))
 	for _, p := range c.Ports {
 		o.ports = append(o.ports, uint16(p)) // validated: 1-65535
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -118,7 +119,7 @@ func restartOnly(a, b runOptions) []string {
 	add(a.engine.Tick != b.engine.Tick, "tick")
 	ab, bb := a.backend, b.backend
 	add(ab.Backend != bb.Backend || ab.Dev != bb.Dev || ab.QueueNum != bb.QueueNum ||
-		ab.SmallSegment != bb.SmallSegment || ab.AckDelay != bb.AckDelay, "backend settings")
+		ab.SmallSegment != bb.SmallSegment || !maps.Equal(ab.SmallSegments, bb.SmallSegments) || ab.AckDelay != bb.AckDelay, "backend settings")
 	add(a.fixed != b.fixed, "--consumer")
 	return out
 }
