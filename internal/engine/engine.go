@@ -365,6 +365,7 @@ type Engine struct {
 	// idleHold is the const idleHold; a test sets 0 to run the thesis's
 	// rule beside the current one.
 	idleHold time.Duration
+	wire     wireState // per-client wire rates, see wire.go
 }
 
 // New validates cfg and topo and returns an engine at rest.
@@ -705,7 +706,7 @@ func (e *Engine) Step(now time.Time, snap []diskstats.Stat) Decision {
 				d = &e.devs[c.dev]
 				rt := &d.rates
 				cr.ReadKBs, cr.WriteKBs, cr.RAwaitMs = rt.ReadKBs, rt.WriteKBs, rt.RAwaitMs
-				cr.Throttleable = e.pol.Update(&c.st, c.c, rt.WriteKBs)
+				cr.Throttleable = e.pol.Update(&c.st, c.c, e.writeKBs(c, rt.WriteKBs))
 				cr.WriteEWMAKBs = c.st.WriteEWMAKBs
 			}
 			if !r.started {
