@@ -170,6 +170,11 @@ func runDaemon(ctx context.Context, o runOptions, log *slog.Logger, args []strin
 	if err != nil {
 		return fmt.Errorf("starting the %s backend: %w", o.backend.Backend, err)
 	}
+	wire := openWire(ctx, o, log)
+	if wire != nil {
+		defer wire.Close()
+		dopts.Engine = daemon.WithWire(dopts.Engine, wire, o.topo, log)
+	}
 	overrides := &ctl.Overrides{}
 	dopts.Backend, dopts.Overrides = b, overrides
 	d, err := daemon.New(dopts)
@@ -214,7 +219,7 @@ func runDaemon(ctx context.Context, o runOptions, log *slog.Logger, args []strin
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		(&reloader{args: args, cur: o, d: d, disc: swap, log: log, notify: notify}).loop(sctx)
+		(&reloader{args: args, cur: o, d: d, disc: swap, log: log, notify: notify, wire: wire}).loop(sctx)
 	}()
 	log.Info("control socket ready", "socket", o.socket, "record", o.record)
 	runErr := d.Run(ctx)

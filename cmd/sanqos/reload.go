@@ -15,6 +15,7 @@ import (
 	"github.com/sanqos/sanqos/internal/discover"
 	"github.com/sanqos/sanqos/internal/engine"
 	"github.com/sanqos/sanqos/internal/sdnotify"
+	"github.com/sanqos/sanqos/internal/throttle"
 	"github.com/sanqos/sanqos/internal/topology"
 )
 
@@ -34,6 +35,7 @@ type reloader struct {
 	// notify hears RELOADING=1 and READY=1 around each reload (nil outside
 	// systemd: a no-op).
 	notify *sdnotify.Notifier
+	wire   *throttle.Wire // nil: no wire counters (see openWire)
 }
 
 func (r *reloader) loop(ctx context.Context) {
@@ -77,6 +79,9 @@ func (r *reloader) reload() error {
 		return fmt.Errorf("configuration: %w", err)
 	}
 	rl := daemon.Reload{Engine: daemon.FromEngine(eng, o.ports, probe)}
+	if r.wire != nil {
+		rl.Engine = daemon.WithWire(rl.Engine, r.wire, o.topo, r.log)
+	}
 	if o.fixed {
 		rl.Topology = &o.topo
 	} else {
