@@ -34,12 +34,16 @@ type sockEntry struct {
 }
 
 // readProcNet reads tcp and tcp6 under the net directory of a /proc root
-// (normally /proc/self/net: the daemon's network namespace). A missing
-// tcp6 (IPv6 disabled) is no error.
-func readProcNet(procRoot string) ([]sockEntry, error) {
+// (normally /proc/self/net: the daemon's network namespace; of process
+// pid's namespace when pid is not ""). A missing tcp6 (IPv6 disabled) is
+// no error.
+func readProcNet(procRoot, pid string) ([]sockEntry, error) {
+	if pid == "" {
+		pid = "self"
+	}
 	var all []sockEntry
 	for _, name := range []string{"tcp", "tcp6"} {
-		p := filepath.Join(procRoot, "self", "net", name)
+		p := filepath.Join(procRoot, pid, "net", name)
 		f, err := os.Open(p)
 		if err != nil {
 			if name == "tcp6" && os.IsNotExist(err) {

@@ -22,6 +22,9 @@ type SocketConfig struct {
 	Exports []string
 	// ProcRoot is the /proc root ("/proc"); tests point it at testdata.
 	ProcRoot string
+	// netOf is the process whose network namespace's socket table is
+	// read ("self" when empty): a live test reads a namespace of its own.
+	netOf string
 	// FileRoot is prepended to the paths of configuration files read
 	// from a server's command line (ganesha's -f); "" is "/".
 	FileRoot string
@@ -63,7 +66,7 @@ func (s *Socket) Name() string { return "socket" }
 // port nobody listens on has no clients (the server may be restarting);
 // if none of the ports has a listener, that is an error.
 func (s *Socket) Attachments(ctx context.Context) ([]Attachment, error) {
-	socks, err := readProcNet(s.cfg.ProcRoot)
+	socks, err := readProcNet(s.cfg.ProcRoot, s.cfg.netOf)
 	if err != nil {
 		return nil, err
 	}

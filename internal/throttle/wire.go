@@ -129,7 +129,10 @@ func OpenWire(ctx context.Context, cfg WireConfig) (*Wire, error) {
 // install creates the two counting sets and the chain.
 func (w *Wire) install(ctx context.Context) error {
 	for _, n := range []string{wireSent, wireRecv} {
-		opts := netlink.IpsetCreateOptions{Replace: true, Family: unix.AF_INET, Counters: true}
+		// Revision 1 of hash:ip is the one that added counters: the
+		// library's default, 0, has the kernel count all the same, but
+		// ipset(8) would not show the counters.
+		opts := netlink.IpsetCreateOptions{Replace: true, Family: unix.AF_INET, Counters: true, Revision: 1}
 		if err := w.h.IpsetCreate(w.own.set(n), "hash:ip", opts); err != nil {
 			return fmt.Errorf("wire counters: creating ipset %s: %w", w.own.set(n), err)
 		}
