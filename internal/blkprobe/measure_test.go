@@ -72,26 +72,62 @@ func fioPct(r fioResult, p string) time.Duration {
 	return time.Duration(r.Jobs[0].Read.ClatNs.Percentile[p])
 }
 
-// TestMeasureOverhead runs one fio job (a 4 KiB random reader at queue
-// depth 1) on a loop device over tmpfs for half a minute and attaches and
-// detaches the probe's programs every second (the probe sampled every 100
-// ms like the daemon's tick), in ABBA order so that drift cancels. The
-// reads completed in each phase come from /proc/diskstats, which does not
-// depend on the probe, and each phase's IOPS is compared with its
+// TestMeasureOverhead measures the probe's cost in two cases, each a fio
+// job run for half a minute while the probe's programs are attached and
+// detached every second (the probe sampled every 100 ms like the daemon's
+// tick), in ABBA order so that drift cancels:
+//
+//   - "disk": 4 KiB random reads at queue depth 16 (libaio) on a loop
+//     device over a file on this machine's disk, at over 20k IOPS: the
+//     case of the issue, a flash-like device under a high IOPS load. The
+//     attached phases must keep at least 98 % of the detached phases'
+//     IOPS (median over the pairs).
+//   - "tmpfs": 4 KiB random reads at queue depth 1 on a loop device over
+//     tmpfs, where a read takes a few µs and the CPU, not a device, sets
+//     the rate: the worst case, reported, with the kernel's own account of
+//     the probe's CPU time per read held under 5 % of a read's time.
+//
+// The reads completed in each phase come from /proc/diskstats, which does
+// not depend on the probe, and each phase's IOPS is compared with its
 // neighbour's: side by side within two seconds, so the neighbours' load on
-// this shared machine moves both alike. It also measures the probe's cost
-// directly: the kernel's run-time statistics of the two programs
-// (BPF_ENABLE_STATS, for this process's lifetime) give the CPU time the
-// probe adds per read, to set against the time a read takes.
+// this shared machine moves both alike. The kernel's run-time statistics
+// of the two programs (BPF_ENABLE_STATS, for this process's lifetime) give
+// the CPU time the probe adds per read; they include the statistics' own
+// clock reads, so they bound the cost from above.
 func TestMeasureOverhead(t *testing.T) {
 	needMeasure(t)
 	clearLeftovers(t)
-	dev := loopDevice(t, 256<<20, true)
-	stats, err := ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME))
-	if err != nil {
-		t.Fatalf("enabling BPF run-time statistics: %v", err)
+	for _, c := range []struct {
+		name     string
+		tmpfs    bool
+		fioArgs  []string
+		minRatio float64 // 0: report only
+	}{
+		{"disk", false, []string{"--ioengine=libaio", "--iodepth=16"}, 0.98},
+		{"tmpfs", true, []string{"--ioengine=psync", "--iodepth=1"}, 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			dev := loopDevice(t, 256<<20, c.tmpfs)
+			ratio, offIOPS := measureOverhead(t, dev, c.fioArgs)
+			if offIOPS < 20000 {
+				t.Skipf("the device gave %.0f IOPS detached, under the 20k the measurement is for: the machine is busy", offIOPS)
+			}
+			if c.minRatio > 0 && ratio < c.minRatio {
+				t.Errorf("attached/detached IOPS median %.3f at %.0f IOPS: the probe costs over %.0f %% of throughput", ratio, offIOPS, 100*(1-c.minRatio))
+			}
+		})
 	}
-	defer stats.Close()
+}
+
+// measureOverhead runs fio (4 KiB random direct reads, fioArgs for the
+// engine and depth) on dev, attaching the probe in ABBA phases, and
+// returns the median attached/detached IOPS ratio over the pairs and the
+// detached phases' median IOPS. Then, still under the same load, it
+// attaches the probe for two more seconds with the kernel's run-time
+// statistics on (they slow every program run, so they are off while the
+// ratio is measured) and reports the CPU time per read.
+func measureOverhead(t *testing.T, dev string, fioArgs []string) (ratio, offMedian float64) {
+	t.Helper()
 	p, err := Open([]string{dev}, Options{})
 	if errors.Is(err, ErrUnavailable) {
 		t.Skipf("probe unavailable: %v", err)
@@ -103,14 +139,43 @@ func TestMeasureOverhead(t *testing.T) {
 	if err := p.detach(); err != nil {
 		t.Fatal(err)
 	}
-	stop := make(chan struct{})
-	done := make(chan error)
+	defer sampleEvery(t, p, 100*time.Millisecond)()
+
+	fio := exec.Command("fio", append([]string{"--name=sanqos-probe", "--filename=/dev/" + dev, "--rw=randread", "--bs=4k",
+		"--direct=1", "--time_based", "--runtime=60", "--output-format=json"}, fioArgs...)...)
+	if err := fio.Start(); err != nil {
+		t.Fatalf("starting fio: %v", err)
+	}
+	defer fio.Wait()
+	defer fio.Process.Signal(unix.SIGINT)
+	time.Sleep(time.Second) // fio's start
+
+	ratios, offIOPS := abbaPhases(t, p, dev, 32)
+	for i := range ratios {
+		t.Logf("pair %2d: detached %6.0f IOPS, attached %6.0f IOPS: ratio %.3f", i+1, offIOPS[i], offIOPS[i]*ratios[i], ratios[i])
+	}
+	t.Logf("attached/detached IOPS over %d pairs: median %.3f, mean %.3f, range %.3f–%.3f; detached median %.0f IOPS",
+		len(ratios), median(ratios), mean(ratios), slices.Min(ratios), slices.Max(ratios), median(offIOPS))
+	perRead := probeCPUPerRead(t, p, dev)
+	readTime := time.Duration(float64(time.Second) / median(offIOPS))
+	t.Logf("probe programs: %v of CPU per read of %s (every device's requests run them and are charged here) = %.2f %% of a read's time (%v at the detached median IOPS)",
+		perRead, dev, 100*float64(perRead)/float64(readTime), readTime)
+	if float64(perRead) > 0.05*float64(readTime) {
+		t.Errorf("probe costs %v per read, %.1f %% of a read's %v", perRead, 100*float64(perRead)/float64(readTime), readTime)
+	}
+	return median(ratios), median(offIOPS)
+}
+
+// sampleEvery samples p every period, as the daemon's tick does, until
+// the returned stop is called.
+func sampleEvery(t *testing.T, p *Probe, period time.Duration) (stop func()) {
+	quit, done := make(chan struct{}), make(chan error)
 	go func() {
-		tk := time.NewTicker(100 * time.Millisecond)
+		tk := time.NewTicker(period)
 		defer tk.Stop()
 		for {
 			select {
-			case <-stop:
+			case <-quit:
 				done <- nil
 				return
 			case now := <-tk.C:
@@ -121,29 +186,26 @@ func TestMeasureOverhead(t *testing.T) {
 			}
 		}
 	}()
-	defer func() {
-		close(stop)
+	return func() {
+		close(quit)
 		if err := <-done; err != nil {
 			t.Error(err)
 		}
-	}()
-
-	const phases = 32
-	fio := exec.Command("fio", "--name=sanqos-probe", "--filename=/dev/"+dev, "--rw=randread", "--bs=4k",
-		"--direct=1", "--ioengine=psync", "--iodepth=1", "--time_based", "--runtime=60", "--output-format=json")
-	if err := fio.Start(); err != nil {
-		t.Fatalf("starting fio: %v", err)
 	}
-	defer fio.Wait()
-	defer fio.Process.Signal(unix.SIGINT)
-	time.Sleep(time.Second) // fio's start
+}
+
+// abbaPhases runs phases of 0.9 s, the probe detached, attached, attached,
+// detached, …, and returns per pair the attached/detached IOPS ratio and
+// the detached IOPS, from /proc/diskstats. It checks that the probe timed
+// every read diskstats counted while it was attached.
+func abbaPhases(t *testing.T, p *Probe, dev string, phases int) (ratios, offIOPS []float64) {
 	before, err := p.Sample(time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
-	on := []bool{false, true, true, false} // ABBA
+	on := []bool{false, true, true, false}
 	iops := make([]float64, phases)
-	var timedReads, phaseReads uint64
+	var phaseReads uint64
 	for i := 0; i < phases; i++ {
 		if on[i%4] {
 			if err := p.attach(); err != nil {
@@ -167,11 +229,9 @@ func TestMeasureOverhead(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	timedReads = after.Sub(before).Devices[dev].Read.Count
-	if timedReads < phaseReads {
-		t.Errorf("probe timed %d reads, diskstats counted %d in the attached phases", timedReads, phaseReads)
+	if timed := after.Sub(before).Devices[dev].Read.Count; timed < phaseReads {
+		t.Errorf("probe timed %d reads, diskstats counted %d in the attached phases", timed, phaseReads)
 	}
-	var ratios, offIOPS []float64
 	for i := 0; i+1 < phases; i += 2 {
 		a, b := iops[i], iops[i+1] // ABBA: (off,on), (on,off)
 		if on[i%4] {
@@ -179,46 +239,57 @@ func TestMeasureOverhead(t *testing.T) {
 		}
 		offIOPS = append(offIOPS, a)
 		ratios = append(ratios, b/a)
-		t.Logf("pair %2d: detached %6.0f IOPS, attached %6.0f IOPS: ratio %.3f", i/2+1, a, b, b/a)
 	}
-	med := func(xs []float64) float64 {
-		ys := append([]float64(nil), xs...)
-		sort.Float64s(ys)
-		if len(ys)%2 == 0 {
-			return (ys[len(ys)/2-1] + ys[len(ys)/2]) / 2
-		}
-		return ys[len(ys)/2]
-	}
-	var sum float64
-	for _, r := range ratios {
-		sum += r
-	}
-	t.Logf("attached/detached IOPS over %d pairs: median %.3f, mean %.3f, range %.3f–%.3f; detached median %.0f IOPS",
-		len(ratios), med(ratios), sum/float64(len(ratios)), slices.Min(ratios), slices.Max(ratios), med(offIOPS))
+	return ratios, offIOPS
+}
 
-	var progTime time.Duration
-	var progRuns uint64
-	for _, prog := range p.coll.Programs {
-		st, err := prog.Stats()
-		if err != nil {
-			t.Fatal(err)
+// probeCPUPerRead attaches p for two seconds with the kernel's BPF
+// run-time statistics on and returns the programs' CPU time per read of
+// dev completed meanwhile.
+func probeCPUPerRead(t *testing.T, p *Probe, dev string) time.Duration {
+	stats, err := ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME))
+	if err != nil {
+		t.Fatalf("enabling BPF run-time statistics: %v", err)
+	}
+	defer stats.Close()
+	progTime := func() (d time.Duration) {
+		for _, prog := range p.coll.Programs {
+			st, err := prog.Stats()
+			if err != nil {
+				t.Fatal(err)
+			}
+			d += st.Runtime
 		}
-		progTime += st.Runtime
-		progRuns += st.RunCount
+		return d
 	}
-	// The runs include every other device's requests (the programs see all
-	// block requests and filter in the kernel); all are charged to the
-	// watched reads, so this is an upper bound.
-	perRead := progTime / time.Duration(max(timedReads, 1))
-	readTime := time.Duration(float64(time.Second) / med(offIOPS))
-	t.Logf("probe programs: %d runs, %v, %v per run; %v per timed read = %.2f %% of a read's time (%v at the detached median IOPS)",
-		progRuns, progTime, progTime/time.Duration(max(progRuns, 1)), perRead, 100*float64(perRead)/float64(readTime), readTime)
-	if float64(perRead) > 0.05*float64(readTime) {
-		t.Errorf("probe costs %v per read, %.1f %% of a read's %v", perRead, 100*float64(perRead)/float64(readTime), readTime)
+	t0 := progTime()
+	r0, _, _, _ := diskstatsReads(t, dev)
+	if err := p.attach(); err != nil {
+		t.Fatal(err)
 	}
-	if med(offIOPS) < 20000 {
-		t.Logf("below the 20k IOPS the issue asks for: the machine is busy; the ratio still holds for this rate")
+	time.Sleep(2 * time.Second)
+	if err := p.detach(); err != nil {
+		t.Fatal(err)
 	}
+	r1, _, _, _ := diskstatsReads(t, dev)
+	return (progTime() - t0) / time.Duration(max(r1-r0, 1))
+}
+
+func median(xs []float64) float64 {
+	ys := append([]float64(nil), xs...)
+	sort.Float64s(ys)
+	if len(ys)%2 == 0 {
+		return (ys[len(ys)/2-1] + ys[len(ys)/2]) / 2
+	}
+	return ys[len(ys)/2]
+}
+
+func mean(xs []float64) float64 {
+	var sum float64
+	for _, x := range xs {
+		sum += x
+	}
+	return sum / float64(len(xs))
 }
 
 // TestMeasureAgreementWithFio runs one steady reader (500 reads/s, queue
