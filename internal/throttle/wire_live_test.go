@@ -154,9 +154,44 @@ func TestWireLive(t *testing.T) {
 		t.Logf("wire counters on a bulk TCP transfer, %s: %.2f Gbit/s without, %.2f with: ratio %.3f (%d alternated pairs of %d s)",
 			name, off[d]/pairs/1e9, on[d]/pairs/1e9, on[d]/off[d], pairs, secs)
 	}
-	save, _ := exec.Command("ip", "netns", "exec", wireSrvNS, "iptables-save", "-t", "mangle").Output()
-	sets, _ := exec.Command("ip", "netns", "exec", wireSrvNS, "ipset", "list", "-n").Output()
-	if strings.Contains(string(save), "SANQOS") || strings.Contains(string(sets), "sanqos") {
-		t.Errorf("Close left objects:\n%s\n%s", save, sets)
+	wireAssertClean(t, "Close")
+
+	// A crashed daemon's counters (the lock gone with the process, the
+	// objects left) are removed by another instance's start-up sweep,
+	// the INPUT jump included.
+	w, err := OpenWire(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.lock.release()
+	w.lock = nil
+	if save := wireSave(t); !strings.Contains(save, "-A INPUT -j SANQOS-wt17") {
+		t.Fatalf("no INPUT jump installed:\n%s", save)
+	}
+	other := newOwnedReconciler(cfg.Firewall, Ipsets{Handle: h}, "q9", int(nsh))
+	if err := other.sweepDead(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	wireAssertClean(t, "another instance's sweep of the dead one")
+}
+
+func wireSave(t *testing.T) string {
+	t.Helper()
+	out, err := exec.Command("ip", "netns", "exec", wireSrvNS, "iptables-save", "-t", "mangle").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(out)
+}
+
+func wireAssertClean(t *testing.T, after string) {
+	t.Helper()
+	save := wireSave(t)
+	sets, err := exec.Command("ip", "netns", "exec", wireSrvNS, "ipset", "list", "-n").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(save, "SANQOS") || strings.Contains(string(sets), "sanqos") {
+		t.Errorf("%s left objects:\n%s\n%s", after, save, sets)
 	}
 }
