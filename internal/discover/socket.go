@@ -25,6 +25,9 @@ type SocketConfig struct {
 	// netOf is the process whose network namespace's socket table is
 	// read ("self" when empty): a live test reads a namespace of its own.
 	netOf string
+	// SysRoot is the sysfs root ("/sys"), for the device numbers of a
+	// server's mounts (see mountns.go).
+	SysRoot string
 	// FileRoot is prepended to the paths of configuration files read
 	// from a server's command line (ganesha's -f); "" is "/".
 	FileRoot string
@@ -54,6 +57,9 @@ func NewSocket(cfg SocketConfig) (*Socket, error) {
 	}
 	if cfg.ProcRoot == "" {
 		cfg.ProcRoot = "/proc"
+	}
+	if cfg.SysRoot == "" {
+		cfg.SysRoot = "/sys"
 	}
 	return &Socket{cfg: cfg, pids: map[uint16]int{}}, nil
 }
@@ -152,7 +158,7 @@ func (s *Socket) served(port uint16, ino uint64) (string, []string, error) {
 		if err != nil {
 			return "", nil, fmt.Errorf("socket discovery: port %d is nfs-ganesha (pid %d): %w; or name the exports with discovery.exports", port, l.PID, err)
 		}
-		return l.Comm, ps, nil
+		return l.Comm, s.ownNS(l.PID, ps), nil
 	}
 	files, err := servedFiles(s.cfg.ProcRoot, l.PID)
 	if err != nil {
@@ -161,5 +167,13 @@ func (s *Socket) served(port uint16, ino uint64) (string, []string, error) {
 	if len(files) == 0 {
 		return "", nil, fmt.Errorf("socket discovery: port %d: %s (pid %d) holds no disk image, block device or data file open; name what it serves with discovery.exports", port, l.Comm, l.PID)
 	}
-	return l.Comm, files, nil
+	return l.Comm, s.ownNS(l.PID, files), nil
+}
+
+// ownNS makes the paths process pid serves resolvable here (mountns.go).
+func (s *Socket) ownNS(pid int, paths []string) []string {
+	if inOwnMountNS(s.cfg.ProcRoot, pid) {
+		return paths
+	}
+	return devicesInNS(s.cfg.ProcRoot, s.cfg.SysRoot, pid, paths)
 }

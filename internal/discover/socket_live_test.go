@@ -80,8 +80,14 @@ func TestSocketLive(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(atts) != 1 || atts[0].Addr.String() != "127.0.0.1" || atts[0].Backing != img || !strings.HasPrefix(atts[0].Target, "qemu-nbd:10809") {
-		t.Fatalf("attachments %+v, want 127.0.0.1 using %s of qemu-nbd:10809", atts, img)
+	// "ip netns exec" gives qemu-nbd a mount namespace of its own (it
+	// remounts /sys), so the image is named by the device holding it.
+	want, err := topology.DefaultResolver().Resolve(img)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(atts) != 1 || atts[0].Addr.String() != "127.0.0.1" || atts[0].Backing != want.Device || atts[0].Target != "qemu-nbd:10809" {
+		t.Fatalf("attachments %+v, want 127.0.0.1 using %s (holding %s) of qemu-nbd:10809", atts, want.Device, img)
 	}
 	topo, err := New(s, topology.DefaultResolver(), nil).Discover(t.Context())
 	if err != nil {

@@ -5,6 +5,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/sanqos/sanqos/internal/mountinfo"
 )
 
 // The fixtures under testdata/socket are real: captured with
@@ -68,12 +70,20 @@ func TestSocketAttachments(t *testing.T) {
 	}{
 		{
 			name: "qemu-nbd: the image it holds open read-write; its log (write-only) is not served",
-			cfg:  SocketConfig{Ports: []int{10809}, ProcRoot: "testdata/socket/qemu-nbd/proc"},
+			cfg:  SocketConfig{Ports: []int{10809}, ProcRoot: "testdata/socket/qemu-nbd/proc", SysRoot: "testdata/socket/ganesha/sys"},
 			want: []Attachment{{Target: "qemu-nbd:10809", Addr: client, Backing: "/tmp/sanqos-w17/nbd.img"}},
 		},
 		{
+			// ganesha ran in a mount namespace of its own (a private
+			// /run): its export is resolved through its mount table to
+			// the device holding it, vda (254:0).
 			name: "ganesha: the exports of its own configuration (its -f), one consumer for two connections",
-			cfg:  SocketConfig{Ports: []int{2049}, ProcRoot: "testdata/socket/ganesha/proc", FileRoot: "testdata/socket/ganesha/root"},
+			cfg:  SocketConfig{Ports: []int{2049}, ProcRoot: "testdata/socket/ganesha/proc", SysRoot: "testdata/socket/ganesha/sys", FileRoot: "testdata/socket/ganesha/root"},
+			want: []Attachment{{Target: "ganesha.nfsd:2049", Addr: client, Backing: "vda"}},
+		},
+		{
+			name: "ganesha in its own mount namespace, the device number unknown here: the path stays",
+			cfg:  SocketConfig{Ports: []int{2049}, ProcRoot: "testdata/socket/ganesha/proc", SysRoot: "testdata/socket/nonexistent", FileRoot: "testdata/socket/ganesha/root"},
 			want: []Attachment{{Target: "ganesha.nfsd:2049", Addr: client, Backing: "/tmp/sanqos-w17/export"}},
 		},
 		{
@@ -95,7 +105,7 @@ func TestSocketAttachments(t *testing.T) {
 		},
 		{
 			name:    "ganesha whose configuration cannot be read",
-			cfg:     SocketConfig{Ports: []int{2049}, ProcRoot: "testdata/socket/ganesha/proc", FileRoot: "testdata/socket/nonexistent"},
+			cfg:     SocketConfig{Ports: []int{2049}, ProcRoot: "testdata/socket/ganesha/proc", SysRoot: "testdata/socket/ganesha/sys", FileRoot: "testdata/socket/nonexistent"},
 			wantErr: "discovery.exports",
 		},
 		{
@@ -185,6 +195,30 @@ func TestGaneshaConfig(t *testing.T) {
 	for _, tc := range tests {
 		if got := ganeshaConfig(tc.args); got != tc.want {
 			t.Errorf("%q: %s, want %s", tc.args, got, tc.want)
+		}
+	}
+}
+
+func TestHoldingMount(t *testing.T) {
+	ms := []mountinfo.Mount{
+		{Point: "/", Major: 254},
+		{Point: "/srv", Major: 7, Minor: 1},
+		{Point: "/srv/export", Major: 7, Minor: 3},
+		{Point: "/srv/export", Major: 0, Minor: 44}, // mounted over it: on top
+	}
+	tests := []struct {
+		path string
+		want string
+	}{
+		{"/srv/export/a", "0:44"},
+		{"/srv/exported", "7:1"},
+		{"/srv", "7:1"},
+		{"/tmp/x", "254:0"},
+	}
+	for _, tc := range tests {
+		m, ok := holdingMount(ms, tc.path)
+		if !ok || m.Dev() != tc.want {
+			t.Errorf("%s: %v %v, want %s", tc.path, m.Dev(), ok, tc.want)
 		}
 	}
 }
