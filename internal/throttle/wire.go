@@ -33,18 +33,26 @@ import (
 // per tick. The objects follow the ownership rules of owner.go: the
 // instance is "w" and the backend's instance, with its own lock, so
 // start-up clean-up of any instance removes a dead one's (Iptables.Remove
-// knows a wire chain is also jumped to from INPUT). IPv4 clients only for
-// now: an IPv6 client has no wire rate and keeps its device's.
+// knows a wire chain is also jumped to from INPUT). IPv6 clients are
+// counted the same way in ip6tables and sets of family inet6, where
+// ip6tables works.
 type Wire struct {
-	own   owner
-	lock  *instanceLock
-	fw    Firewall
-	h     *netlink.Handle
-	ports []uint16
-	log   *slog.Logger
+	halves []wireHalf // IPv4, and IPv6 where ip6tables works
+	lock   *instanceLock
+	h      *netlink.Handle
+	ns     int
+	ports  []uint16
+	log    *slog.Logger
 
 	mu      sync.Mutex
 	clients map[netip.Addr]bool
+}
+
+// wireHalf is the chain and sets of one address family: the IPv6 half's
+// owner has v6 set (sets of family inet6, the chain in ip6tables).
+type wireHalf struct {
+	own owner
+	fw  Firewall
 }
 
 // WireConfig configures OpenWire. Zero values take defaults.
@@ -53,10 +61,13 @@ type WireConfig struct {
 	// counters' is WireInstance of it.
 	Instance string
 	Ports    []uint16
-	Firewall Firewall        // default: iptables here
-	Handle   *netlink.Handle // default: this network namespace
-	NetNS    int             // for the lock; 0: here
-	Logger   *slog.Logger
+	Firewall Firewall // default: iptables here
+	// Firewall6 counts IPv6 clients; default: ip6tables beside Firewall
+	// when that is an *Iptables and ip6tables works, else none.
+	Firewall6 Firewall
+	Handle    *netlink.Handle // default: this network namespace
+	NetNS     int             // for the lock; 0: here
+	Logger    *slog.Logger
 }
 
 // wireMark starts the instance name of wire counters: Iptables.Remove
@@ -88,7 +99,7 @@ const (
 )
 
 // OpenWire removes what a dead earlier run left and installs the
-// counting chain and its empty sets; SetClients fills them.
+// counting chains and their empty sets; SetClients fills them.
 func OpenWire(ctx context.Context, cfg WireConfig) (*Wire, error) {
 	if len(cfg.Ports) == 0 {
 		return nil, errors.New("wire counters: no ports")
@@ -103,6 +114,9 @@ func OpenWire(ctx context.Context, cfg WireConfig) (*Wire, error) {
 	if cfg.Firewall == nil {
 		cfg.Firewall = &Iptables{Run: ExecRunner{}}
 	}
+	if ipt, ok := cfg.Firewall.(*Iptables); ok && cfg.Firewall6 == nil && !ipt.V6 {
+		cfg.Firewall6 = &Iptables{Run: ipt.Run, V6: true}
+	}
 	if cfg.Handle == nil {
 		cfg.Handle = &netlink.Handle{}
 	}
@@ -113,28 +127,50 @@ func OpenWire(ctx context.Context, cfg WireConfig) (*Wire, error) {
 	if err != nil {
 		return nil, err
 	}
-	w := &Wire{own: owner{name: inst}, lock: lock, fw: cfg.Firewall, h: cfg.Handle, ports: cfg.Ports,
-		log: cfg.Logger.With("part", "wire", "instance", inst), clients: map[netip.Addr]bool{}}
-	rec := newOwnedReconciler(cfg.Firewall, Ipsets{Handle: cfg.Handle}, inst, cfg.NetNS)
-	if err := rec.reset(ctx); err != nil {
+	w := &Wire{halves: []wireHalf{{owner{name: inst}, cfg.Firewall}}, lock: lock, h: cfg.Handle, ns: cfg.NetNS,
+		ports: cfg.Ports, log: cfg.Logger.With("part", "wire", "instance", inst), clients: map[netip.Addr]bool{}}
+	if cfg.Firewall6 != nil {
+		if _, err := cfg.Firewall6.Chains(ctx); err != nil {
+			w.log.Warn("ip6tables does not work here: IPv6 clients keep their devices' rates", "err", err)
+		} else {
+			w.halves = append(w.halves, wireHalf{owner{name: inst, v6: true}, cfg.Firewall6})
+		}
+	}
+	if err := w.reset(ctx); err != nil {
 		lock.release()
 		return nil, fmt.Errorf("wire counters: removing leftovers of an earlier run: %w", err)
 	}
-	if err := w.install(ctx); err != nil {
-		return nil, errors.Join(err, w.Close())
+	for _, hf := range w.halves {
+		if err := w.install(ctx, hf); err != nil {
+			return nil, errors.Join(err, w.Close())
+		}
 	}
 	return w, nil
 }
 
-// install creates the two counting sets and the chain.
-func (w *Wire) install(ctx context.Context) error {
+// reset removes every half's chain, jumps and sets.
+func (w *Wire) reset(ctx context.Context) error {
+	var errs []error
+	for _, hf := range w.halves {
+		rec := newOwnedReconciler(hf.fw, Ipsets{Handle: w.h}, hf.own.name, w.ns)
+		rec.own = hf.own
+		errs = append(errs, rec.reset(ctx))
+	}
+	return errors.Join(errs...)
+}
+
+// install creates the two counting sets and the chain of one half.
+func (w *Wire) install(ctx context.Context, hf wireHalf) error {
 	for _, n := range []string{wireSent, wireRecv} {
 		// Revision 1 of hash:ip is the one that added counters: the
 		// library's default, 0, has the kernel count all the same, but
 		// ipset(8) would not show the counters.
 		opts := netlink.IpsetCreateOptions{Replace: true, Family: unix.AF_INET, Counters: true, Revision: 1}
-		if err := w.h.IpsetCreate(w.own.set(n), "hash:ip", opts); err != nil {
-			return fmt.Errorf("wire counters: creating ipset %s: %w", w.own.set(n), err)
+		if hf.own.v6 {
+			opts.Family = unix.AF_INET6
+		}
+		if err := w.h.IpsetCreate(hf.own.set(n), "hash:ip", opts); err != nil {
+			return fmt.Errorf("wire counters: creating ipset %s: %w", hf.own.set(n), err)
 		}
 	}
 	ports := make([]string, len(w.ports))
@@ -142,89 +178,114 @@ func (w *Wire) install(ctx context.Context) error {
 		ports[i] = fmt.Sprint(p)
 	}
 	ps := strings.Join(ports, ",")
-	chain := w.own.chain()
+	chain := hf.own.chain()
 	rules := []string{
 		// Replace adds the jump from POSTROUTING; this one, once, from
 		// INPUT, which sees what the clients send.
 		fmt.Sprintf("-A INPUT -j %s", chain),
-		fmt.Sprintf("-A %s -p tcp -m multiport --dports %s -m set --match-set %s src", chain, ps, w.own.set(wireSent)),
-		fmt.Sprintf("-A %s -p tcp -m multiport --sports %s -m set --match-set %s dst", chain, ps, w.own.set(wireRecv)),
+		fmt.Sprintf("-A %s -p tcp -m multiport --dports %s -m set --match-set %s src", chain, ps, hf.own.set(wireSent)),
+		fmt.Sprintf("-A %s -p tcp -m multiport --sports %s -m set --match-set %s dst", chain, ps, hf.own.set(wireRecv)),
 	}
-	if err := w.fw.Replace(ctx, chain, rules); err != nil {
+	if err := hf.fw.Replace(ctx, chain, rules); err != nil {
 		return fmt.Errorf("wire counters: %w", err)
 	}
 	return nil
 }
 
-// SetClients makes the sets hold exactly addrs (IPv4 ones; others are
-// skipped). A client that stays keeps its counters.
+// half returns the half that counts a, if any.
+func (w *Wire) half(a netip.Addr) (wireHalf, bool) {
+	for _, hf := range w.halves {
+		if hf.own.v6 == a.Is6() {
+			return hf, true
+		}
+	}
+	return wireHalf{}, false
+}
+
+// SetClients makes the sets hold exactly addrs (those of a family
+// counted; see OpenWire). A client that stays keeps its counters.
 func (w *Wire) SetClients(addrs []netip.Addr) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	want := map[netip.Addr]bool{}
 	for _, a := range addrs {
-		if a = a.Unmap(); a.Is4() {
-			want[a] = true
+		if _, ok := w.half(a.Unmap()); ok {
+			want[a.Unmap()] = true
 		}
 	}
 	var errs []error
 	for a := range want {
-		if w.clients[a] {
-			continue
+		if !w.clients[a] {
+			errs = append(errs, w.member(a, true))
+			w.clients[a] = true
 		}
-		for _, n := range []string{wireSent, wireRecv} {
-			if err := w.h.IpsetAdd(w.own.set(n), &netlink.IPSetEntry{IP: net.IP(a.AsSlice()), Replace: true}); err != nil {
-				errs = append(errs, fmt.Errorf("wire counters: adding %s to %s: %w", a, w.own.set(n), err))
-			}
-		}
-		w.clients[a] = true
 	}
 	for a := range w.clients {
-		if want[a] {
-			continue
+		if !want[a] {
+			errs = append(errs, w.member(a, false))
+			delete(w.clients, a)
 		}
-		for _, n := range []string{wireSent, wireRecv} {
-			if err := w.h.IpsetDel(w.own.set(n), &netlink.IPSetEntry{IP: net.IP(a.AsSlice())}); err != nil {
-				errs = append(errs, fmt.Errorf("wire counters: removing %s from %s: %w", a, w.own.set(n), err))
-			}
-		}
-		delete(w.clients, a)
 	}
 	return errors.Join(errs...)
 }
 
-// Read returns every client's counters: two netlink dumps.
+// member adds a to (or removes it from) both sets of its half.
+func (w *Wire) member(a netip.Addr, add bool) error {
+	hf, _ := w.half(a)
+	verb := "adding"
+	if !add {
+		verb = "removing"
+	}
+	var errs []error
+	for _, n := range []string{wireSent, wireRecv} {
+		var err error
+		if add {
+			err = w.h.IpsetAdd(hf.own.set(n), &netlink.IPSetEntry{IP: net.IP(a.AsSlice()), Replace: true})
+		} else {
+			err = w.h.IpsetDel(hf.own.set(n), &netlink.IPSetEntry{IP: net.IP(a.AsSlice())})
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("wire counters: %s %s in %s: %w", verb, a, hf.own.set(n), err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Read returns every client's counters: two netlink dumps per half.
 func (w *Wire) Read() (map[netip.Addr]attribution.Counters, error) {
 	out := map[netip.Addr]attribution.Counters{}
-	for _, n := range []string{wireSent, wireRecv} {
-		r, err := w.h.IpsetList(w.own.set(n))
-		if err != nil {
-			return nil, fmt.Errorf("wire counters: reading %s: %w", w.own.set(n), err)
-		}
-		for _, e := range r.Entries {
-			a, ok := netip.AddrFromSlice(e.IP)
-			if !ok || e.Bytes == nil {
-				continue
+	for _, hf := range w.halves {
+		for _, n := range []string{wireSent, wireRecv} {
+			r, err := w.h.IpsetList(hf.own.set(n))
+			if err != nil {
+				return nil, fmt.Errorf("wire counters: reading %s: %w", hf.own.set(n), err)
 			}
-			c := out[a.Unmap()]
-			if n == wireSent {
-				c.Sent = *e.Bytes
-			} else {
-				c.Received = *e.Bytes
+			for _, e := range r.Entries {
+				a, ok := netip.AddrFromSlice(e.IP)
+				if !ok || e.Bytes == nil {
+					continue
+				}
+				a = a.Unmap()
+				c := out[a]
+				if n == wireSent {
+					c.Sent = *e.Bytes
+				} else {
+					c.Received = *e.Bytes
+				}
+				out[a] = c
 			}
-			out[a.Unmap()] = c
 		}
 	}
 	return out, nil
 }
 
-// Close removes the chain, its jumps and the sets, and releases the lock.
+// Close removes the chains, their jumps and the sets, and releases the
+// lock.
 func (w *Wire) Close() error {
 	if w.lock == nil {
 		return nil
 	}
-	rec := newOwnedReconciler(w.fw, Ipsets{Handle: w.h}, w.own.name, 0)
-	err := rec.reset(context.Background())
+	err := w.reset(context.Background())
 	w.lock.release()
 	w.lock = nil
 	if err != nil {

@@ -44,6 +44,8 @@ func wireSetupNS(t *testing.T) {
 		{"ip", "-n", wireCliNS, "addr", "add", "10.218.0.2/24", "dev", "sq17wc"},
 		{"ip", "-n", wireSrvNS, "link", "set", "sq17ws", "up"}, {"ip", "-n", wireCliNS, "link", "set", "sq17wc", "up"},
 		{"ip", "-n", wireSrvNS, "link", "set", "lo", "up"}, {"ip", "-n", wireCliNS, "link", "set", "lo", "up"},
+		{"ip", "-n", wireSrvNS, "addr", "add", "fd17::1/64", "dev", "sq17ws", "nodad"},
+		{"ip", "-n", wireCliNS, "addr", "add", "fd17::2/64", "dev", "sq17wc", "nodad"},
 	} {
 		if out, err := exec.Command(c[0], c[1:]...).CombinedOutput(); err != nil {
 			t.Fatalf("%v: %v: %s", c, err, out)
@@ -54,8 +56,12 @@ func wireSetupNS(t *testing.T) {
 // iperf runs one iperf3 transfer from the client namespace (reverse: the
 // server sends) and returns the bytes received and the rate, bit/s.
 func iperf(t *testing.T, secs int, reverse bool) (bytes float64, bps float64) {
+	return iperfTo(t, "10.218.0.1", secs, reverse)
+}
+
+func iperfTo(t *testing.T, server string, secs int, reverse bool) (bytes float64, bps float64) {
 	t.Helper()
-	args := []string{"netns", "exec", wireCliNS, "iperf3", "-c", "10.218.0.1", "-p", fmt.Sprint(wirePort), "-t", fmt.Sprint(secs), "-J"}
+	args := []string{"netns", "exec", wireCliNS, "iperf3", "-c", server, "-p", fmt.Sprint(wirePort), "-t", fmt.Sprint(secs), "-J"}
 	if reverse {
 		args = append(args, "-R")
 	}
@@ -156,6 +162,31 @@ func TestWireLive(t *testing.T) {
 	}
 	wireAssertClean(t, "Close")
 
+	// IPv6: the same counting in ip6tables and inet6 sets.
+	w6, err := OpenWire(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	client6 := netip.MustParseAddr("fd17::2")
+	if err := w6.SetClients([]netip.Addr{client, client6}); err != nil {
+		t.Fatal(err)
+	}
+	got, _ := iperfTo(t, "fd17::1", 1, false)
+	c, err := w6.Read()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if counted := float64(c[client6].Sent); counted < got || counted > 1.1*got {
+		t.Errorf("IPv6: counted %.0f bytes, iperf3 received %.0f: want within +10 %%", counted, got)
+	}
+	if c[client].Sent != 0 {
+		t.Errorf("IPv6 transfer counted for the IPv4 address: %+v", c[client])
+	}
+	if err := w6.Close(); err != nil {
+		t.Fatal(err)
+	}
+	wireAssertClean(t, "Close (IPv6)")
+
 	// A crashed daemon's counters (the lock gone with the process, the
 	// objects left) are removed by another instance's start-up sweep,
 	// the INPUT jump included.
@@ -169,19 +200,26 @@ func TestWireLive(t *testing.T) {
 		t.Fatalf("no INPUT jump installed:\n%s", save)
 	}
 	other := newOwnedReconciler(cfg.Firewall, Ipsets{Handle: h}, "q9", int(nsh))
-	if err := other.sweepDead(t.Context()); err != nil {
-		t.Fatal(err)
+	other6 := newV6Reconciler(&Iptables{Run: run, V6: true}, Ipsets{Handle: h}, "q9", int(nsh))
+	for _, r := range []*reconciler{other, other6} {
+		if err := r.sweepDead(t.Context()); err != nil {
+			t.Fatal(err)
+		}
 	}
 	wireAssertClean(t, "another instance's sweep of the dead one")
 }
 
 func wireSave(t *testing.T) string {
 	t.Helper()
-	out, err := exec.Command("ip", "netns", "exec", wireSrvNS, "iptables-save", "-t", "mangle").Output()
-	if err != nil {
-		t.Fatal(err)
+	var all string
+	for _, save := range []string{"iptables-save", "ip6tables-save"} {
+		out, err := exec.Command("ip", "netns", "exec", wireSrvNS, save, "-t", "mangle").Output()
+		if err != nil {
+			t.Fatal(err)
+		}
+		all += string(out)
 	}
-	return string(out)
+	return all
 }
 
 func wireAssertClean(t *testing.T, after string) {
