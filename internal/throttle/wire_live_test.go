@@ -83,11 +83,23 @@ func iperfTo(t *testing.T, server string, secs int, reverse bool) (bytes float64
 	return r.End.SumReceived.Bytes, r.End.SumReceived.BitsPerSecond
 }
 
+// wireEnv is the live test's server side: the counters' configuration
+// in the server namespace, with its netlink handle and namespace.
+type wireEnv struct {
+	cfg    WireConfig
+	run    ExecRunner
+	h      *netlink.Handle
+	ns     int
+	client netip.Addr
+}
+
 // TestWireLive counts a bulk transfer in both directions and measures
 // what counting costs: the same transfer without and with the counting
 // rules, alternated in one run, their throughput ratio logged (the
 // number of the note). It asserts that the counters see the
-// transferred bytes, only the client's, and that Close leaves nothing.
+// transferred bytes, only the client's, over IPv4 and IPv6, that Close
+// leaves nothing, and that a dead instance's objects go with another's
+// start-up sweep.
 func TestWireLive(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root (namespaces, iptables, ipset)")
@@ -114,16 +126,27 @@ func TestWireLive(t *testing.T) {
 	}
 	defer h.Close()
 	run := ExecRunner{Prefix: []string{"ip", "netns", "exec", wireSrvNS}}
-	cfg := WireConfig{Instance: "t17", Ports: []uint16{wirePort}, Firewall: &Iptables{Run: run}, Handle: h, NetNS: int(nsh)}
-	client := netip.MustParseAddr("10.218.0.2")
+	env := wireEnv{
+		cfg: WireConfig{Instance: "t17", Ports: []uint16{wirePort}, Firewall: &Iptables{Run: run}, Handle: h, NetNS: int(nsh)},
+		run: run, h: h, ns: int(nsh), client: netip.MustParseAddr("10.218.0.2"),
+	}
+	wireCost(t, env)
+	wireAssertClean(t, "Close")
+	wireIPv6(t, env)
+	wireAssertClean(t, "Close (IPv6)")
+	wireDeadSwept(t, env)
+}
 
+// wireCost alternates transfers without and with the counters.
+func wireCost(t *testing.T, env wireEnv) {
+	client := env.client
 	const secs, pairs = 2, 3
 	var off, on [2]float64 // [write, read] bit/s sums
 	for i := range pairs {
 		for d, rev := range []bool{false, true} {
 			_, bps := iperf(t, secs, rev)
 			off[d] += bps
-			w, err := OpenWire(t.Context(), cfg)
+			w, err := OpenWire(t.Context(), env.cfg)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -160,15 +183,16 @@ func TestWireLive(t *testing.T) {
 		t.Logf("wire counters on a bulk TCP transfer, %s: %.2f Gbit/s without, %.2f with: ratio %.3f (%d alternated pairs of %d s)",
 			name, off[d]/pairs/1e9, on[d]/pairs/1e9, on[d]/off[d], pairs, secs)
 	}
-	wireAssertClean(t, "Close")
+}
 
-	// IPv6: the same counting in ip6tables and inet6 sets.
-	w6, err := OpenWire(t.Context(), cfg)
+// wireIPv6 counts a transfer over IPv6: ip6tables and inet6 sets.
+func wireIPv6(t *testing.T, env wireEnv) {
+	w6, err := OpenWire(t.Context(), env.cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	client6 := netip.MustParseAddr("fd17::2")
-	if err := w6.SetClients([]netip.Addr{client, client6}); err != nil {
+	if err := w6.SetClients([]netip.Addr{env.client, client6}); err != nil {
 		t.Fatal(err)
 	}
 	got, _ := iperfTo(t, "fd17::1", 1, false)
@@ -179,18 +203,19 @@ func TestWireLive(t *testing.T) {
 	if counted := float64(c[client6].Sent); counted < got || counted > 1.1*got {
 		t.Errorf("IPv6: counted %.0f bytes, iperf3 received %.0f: want within +10 %%", counted, got)
 	}
-	if c[client].Sent != 0 {
-		t.Errorf("IPv6 transfer counted for the IPv4 address: %+v", c[client])
+	if c[env.client].Sent != 0 {
+		t.Errorf("IPv6 transfer counted for the IPv4 address: %+v", c[env.client])
 	}
 	if err := w6.Close(); err != nil {
 		t.Fatal(err)
 	}
-	wireAssertClean(t, "Close (IPv6)")
+}
 
-	// A crashed daemon's counters (the lock gone with the process, the
-	// objects left) are removed by another instance's start-up sweep,
-	// the INPUT jump included.
-	w, err := OpenWire(t.Context(), cfg)
+// wireDeadSwept: a crashed daemon's counters (the lock gone with the
+// process, the objects left) are removed by another instance's start-up
+// sweep, the INPUT jump included.
+func wireDeadSwept(t *testing.T, env wireEnv) {
+	w, err := OpenWire(t.Context(), env.cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -199,8 +224,8 @@ func TestWireLive(t *testing.T) {
 	if save := wireSave(t); !strings.Contains(save, "-A INPUT -j SANQOS-wt17") {
 		t.Fatalf("no INPUT jump installed:\n%s", save)
 	}
-	other := newOwnedReconciler(cfg.Firewall, Ipsets{Handle: h}, "q9", int(nsh))
-	other6 := newV6Reconciler(&Iptables{Run: run, V6: true}, Ipsets{Handle: h}, "q9", int(nsh))
+	other := newOwnedReconciler(env.cfg.Firewall, Ipsets{Handle: env.h}, "q9", env.ns)
+	other6 := newV6Reconciler(&Iptables{Run: env.run, V6: true}, Ipsets{Handle: env.h}, "q9", env.ns)
 	for _, r := range []*reconciler{other, other6} {
 		if err := r.sweepDead(t.Context()); err != nil {
 			t.Fatal(err)
