@@ -62,9 +62,10 @@ func TestWireAttributionInTheLoop(t *testing.T) {
 		name string
 		wire bool
 		want []string
+		from string // every consumer's WriteFrom in /status
 	}{
-		{"wire counters", true, []string{writer.String()}},
-		{"device rates only", false, []string{reader.String(), writer.String()}},
+		{"wire counters", true, []string{writer.String()}, "wire"},
+		{"device rates only", false, []string{reader.String(), writer.String()}, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e, err := engine.New(engine.DefaultConfig(), topo)
@@ -95,6 +96,14 @@ func TestWireAttributionInTheLoop(t *testing.T) {
 			}
 			if m := s.Resources[0].Members; !slices.Equal(m, tc.want) {
 				t.Errorf("members %v, want %v", m, tc.want)
+			}
+			if len(s.Consumers) != 2 {
+				t.Fatalf("status has %d consumers, want 2", len(s.Consumers))
+			}
+			for _, c := range s.Consumers {
+				if c.WriteFrom != tc.from {
+					t.Errorf("consumer %s: write rate from %q, want %q", c.Addr, c.WriteFrom, tc.from)
+				}
 			}
 		})
 	}

@@ -283,6 +283,10 @@ type ConsumerRates struct {
 	Addr                                      netip.Addr
 	ReadKBs, WriteKBs, WriteEWMAKBs, RAwaitMs float64
 	Throttleable                              bool
+	// WriteFrom says which write rate the policy judged (and
+	// WriteEWMAKBs follows): "wire" or "device"; "" without wire
+	// counters, where it is always the device's. See wire.go.
+	WriteFrom string
 }
 
 // device is the per-device memory: the last snapshot's counters and the
@@ -706,7 +710,8 @@ func (e *Engine) Step(now time.Time, snap []diskstats.Stat) Decision {
 				d = &e.devs[c.dev]
 				rt := &d.rates
 				cr.ReadKBs, cr.WriteKBs, cr.RAwaitMs = rt.ReadKBs, rt.WriteKBs, rt.RAwaitMs
-				cr.Throttleable = e.pol.Update(&c.st, c.c, e.writeKBs(c, rt.WriteKBs))
+				kbs, from := e.writeKBs(c, rt.WriteKBs)
+				cr.Throttleable, cr.WriteFrom = e.pol.Update(&c.st, c.c, kbs), from
 				cr.WriteEWMAKBs = c.st.WriteEWMAKBs
 			}
 			if !r.started {

@@ -30,13 +30,14 @@ func (e *Engine) SetWire(rates map[netip.Addr]attribution.Rates) {
 	e.wire.shared = attribution.Shared(cs)
 }
 
-// writeKBs is the write rate the policy judges consumer c by: its
-// device's, or its wire rate where its device is shared (attribution.Choose).
-func (e *Engine) writeKBs(c *consumer, deviceKBs float64) float64 {
+// writeKBs is the write rate the policy judges consumer c by, and where
+// it came from: its device's, or its wire rate where its device is
+// shared (attribution.Choose); "" for the source without wire rates.
+func (e *Engine) writeKBs(c *consumer, deviceKBs float64) (float64, string) {
 	if e.wire.rates == nil {
-		return deviceKBs
+		return deviceKBs, ""
 	}
-	r, _ := attribution.Choose(attribution.Consumer{Addr: c.c.Addr, Device: c.c.Device}, e.wire.shared,
+	r, src := attribution.Choose(attribution.Consumer{Addr: c.c.Addr, Device: c.c.Device}, e.wire.shared,
 		attribution.Rates{WriteKBs: deviceKBs}, e.wire.rates)
-	return r.WriteKBs
+	return r.WriteKBs, string(src)
 }
