@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"time"
 )
 
 // SocketConfig configures the socket adapter.
@@ -20,6 +21,9 @@ type SocketConfig struct {
 	// listening process (ganesha's own configuration, or the disk
 	// images and block devices it holds open).
 	Exports []string
+	// Linger keeps a client for this long after its last connection
+	// (0: DefaultLinger; negative: not at all).
+	Linger time.Duration
 	// ProcRoot is the /proc root ("/proc"); tests point it at testdata.
 	ProcRoot string
 	// netOf is the process whose network namespace's socket table is
@@ -43,7 +47,17 @@ type SocketConfig struct {
 type Socket struct {
 	cfg  SocketConfig
 	pids map[uint16]int // the listener found last, per port: tried first
+	// seen is when each client of each port last had a connection:
+	// clients that connect per job (libnfs tools, qemu-img) come and go
+	// between discoveries, and a consumer that flickers in and out of
+	// the topology would lose its rate history and throttle each time.
+	seen map[uint16]map[netip.Addr]time.Time
+	now  func() time.Time
 }
+
+// DefaultLinger is how long a client stays a consumer after its last
+// connection closed: several discovery intervals, under a minute.
+const DefaultLinger = 30 * time.Second
 
 // NewSocket checks the configuration once.
 func NewSocket(cfg SocketConfig) (*Socket, error) {
@@ -61,7 +75,10 @@ func NewSocket(cfg SocketConfig) (*Socket, error) {
 	if cfg.SysRoot == "" {
 		cfg.SysRoot = "/sys"
 	}
-	return &Socket{cfg: cfg, pids: map[uint16]int{}}, nil
+	if cfg.Linger == 0 {
+		cfg.Linger = DefaultLinger
+	}
+	return &Socket{cfg: cfg, pids: map[uint16]int{}, seen: map[uint16]map[netip.Addr]time.Time{}, now: time.Now}, nil
 }
 
 // Name implements Adapter.
@@ -85,7 +102,7 @@ func (s *Socket) Attachments(ctx context.Context) ([]Attachment, error) {
 			continue
 		}
 		listening++
-		clients := clientsOf(socks, port)
+		clients := s.linger(port, clientsOf(socks, port))
 		if len(clients) == 0 {
 			continue
 		}
@@ -104,6 +121,30 @@ func (s *Socket) Attachments(ctx context.Context) ([]Attachment, error) {
 		return nil, fmt.Errorf("socket discovery: nothing listens on TCP port(s) %v in this network namespace; start the storage server, or run sanqos in the server's namespace", s.cfg.Ports)
 	}
 	return out, nil
+}
+
+// linger adds to the clients connected now those of port seen within
+// the linger time, sorted, and forgets the older ones.
+func (s *Socket) linger(port uint16, now []netip.Addr) []netip.Addr {
+	t := s.now()
+	m := s.seen[port]
+	if m == nil {
+		m = map[netip.Addr]time.Time{}
+		s.seen[port] = m
+	}
+	for _, a := range now {
+		m[a] = t
+	}
+	var out []netip.Addr
+	for a, at := range m {
+		if t.Sub(at) > s.cfg.Linger {
+			delete(m, a)
+			continue
+		}
+		out = append(out, a)
+	}
+	slices.SortFunc(out, func(a, b netip.Addr) int { return a.Compare(b) })
+	return out
 }
 
 // listenInode returns the inode of a socket listening on port (any local

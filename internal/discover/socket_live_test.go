@@ -67,7 +67,7 @@ func TestSocketLive(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = cli.Process.Kill(); _ = cli.Wait() })
 
-	s, err := NewSocket(SocketConfig{Ports: []int{10809}, netOf: strconv.Itoa(srv.Process.Pid)})
+	s, err := NewSocket(SocketConfig{Ports: []int{10809}, Linger: time.Second, netOf: strconv.Itoa(srv.Process.Pid)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,9 +98,12 @@ func TestSocketLive(t *testing.T) {
 	}
 	t.Logf("discovered %s on %s: resource %s", atts[0].Addr, topo.Resources[0].Consumers[0].Device, topo.Resources[0].Name)
 
-	// The client leaves: no attachment at the next discovery.
+	// The client leaves: it lingers for a second, then is gone.
 	_ = cli.Process.Kill()
 	_ = cli.Wait()
+	if atts, err = s.Attachments(t.Context()); err != nil || len(atts) != 1 {
+		t.Errorf("right after the client left: %+v, %v; want it lingering", atts, err)
+	}
 	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
 		if atts, err = s.Attachments(t.Context()); err == nil && len(atts) == 0 {
 			break

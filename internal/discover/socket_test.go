@@ -5,6 +5,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sanqos/sanqos/internal/mountinfo"
 )
@@ -219,6 +220,38 @@ func TestHoldingMount(t *testing.T) {
 		m, ok := holdingMount(ms, tc.path)
 		if !ok || m.Dev() != tc.want {
 			t.Errorf("%s: %v %v, want %s", tc.path, m.Dev(), ok, tc.want)
+		}
+	}
+}
+
+func TestSocketLinger(t *testing.T) {
+	s, err := NewSocket(SocketConfig{Ports: []int{10809}, Linger: 10 * time.Second, ProcRoot: "testdata/socket/qemu-nbd/proc", SysRoot: "testdata/socket/ganesha/sys"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Unix(1000, 0)
+	s.now = func() time.Time { return now }
+	gone := netip.MustParseAddr("10.217.0.9")
+	s.seen[10809] = map[netip.Addr]time.Time{gone: now.Add(-9 * time.Second)}
+	tests := []struct {
+		after time.Duration
+		want  []string
+	}{
+		{0, []string{"10.217.0.2", "10.217.0.9"}}, // connected now; closed 9 s ago
+		{2 * time.Second, []string{"10.217.0.2"}}, // the closed one is 11 s past
+	}
+	for _, tc := range tests {
+		now = now.Add(tc.after)
+		atts, err := s.Attachments(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, a := range atts {
+			got = append(got, a.Addr.String())
+		}
+		if !reflect.DeepEqual(got, tc.want) {
+			t.Errorf("after %v: clients %v, want %v", tc.after, got, tc.want)
 		}
 	}
 }
