@@ -26,6 +26,18 @@ const (
 	tcpListen      = 0x0A
 )
 
+// connected reports whether a socket in state st has, or just had, a
+// peer: established, or closing (FIN_WAIT1/2, TIME_WAIT, CLOSE_WAIT,
+// LAST_ACK, CLOSING). SYN_RECV is not: a scan or a refused client is no
+// consumer.
+func connected(st int) bool {
+	switch st {
+	case tcpEstablished, 0x04, 0x05, 0x06, 0x08, 0x09, 0x0B:
+		return true
+	}
+	return false
+}
+
 // sockEntry is one line of the table.
 type sockEntry struct {
 	Local, Remote netip.AddrPort

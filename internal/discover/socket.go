@@ -158,13 +158,14 @@ func listenInode(socks []sockEntry, port uint16) (uint64, bool) {
 	return 0, false
 }
 
-// clientsOf returns the addresses with an established connection to
-// port, sorted, each once (a client with several connections, as NFS
-// and multi-connection NBD clients have, is one consumer).
+// clientsOf returns the addresses with a connection to port, established
+// or closing (a client that has just left still counts, see linger),
+// sorted, each once (a client with several connections, as NFS and
+// multi-connection NBD clients have, is one consumer).
 func clientsOf(socks []sockEntry, port uint16) []netip.Addr {
 	var out []netip.Addr
 	for _, e := range socks {
-		if e.State == tcpEstablished && e.Local.Port() == port {
+		if connected(e.State) && e.Local.Port() == port {
 			out = append(out, e.Remote.Addr())
 		}
 	}

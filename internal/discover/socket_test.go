@@ -97,7 +97,7 @@ func TestSocketAttachments(t *testing.T) {
 		},
 		{
 			name: "a port that listens but has no clients: nothing, no error",
-			cfg:  SocketConfig{Ports: []int{3260}, ProcRoot: "testdata/socket/ganesha/proc"},
+			cfg:  SocketConfig{Ports: []int{10809}, ProcRoot: "testdata/socket/ganesha/proc"},
 		},
 		{
 			name:    "nothing listens on any port: an error that says what to do",
@@ -252,6 +252,18 @@ func TestSocketLinger(t *testing.T) {
 		}
 		if !reflect.DeepEqual(got, tc.want) {
 			t.Errorf("after %v: clients %v, want %v", tc.after, got, tc.want)
+		}
+	}
+}
+
+func TestConnected(t *testing.T) {
+	// include/net/tcp_states.h: 1 ESTABLISHED, 2 SYN_SENT, 3 SYN_RECV,
+	// 4 FIN_WAIT1, 5 FIN_WAIT2, 6 TIME_WAIT, 7 CLOSE, 8 CLOSE_WAIT,
+	// 9 LAST_ACK, 10 LISTEN, 11 CLOSING, 12 NEW_SYN_RECV.
+	want := map[int]bool{1: true, 4: true, 5: true, 6: true, 8: true, 9: true, 11: true}
+	for st := 0; st <= 12; st++ {
+		if connected(st) != want[st] {
+			t.Errorf("state %d: connected %v, want %v", st, connected(st), want[st])
 		}
 	}
 }
