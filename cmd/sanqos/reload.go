@@ -126,6 +126,7 @@ func restartOnly(a, b runOptions) []string {
 	add(ab.Backend != bb.Backend || ab.Dev != bb.Dev || ab.QueueNum != bb.QueueNum ||
 		ab.SmallSegment != bb.SmallSegment || !maps.Equal(ab.SmallSegments, bb.SmallSegments) || ab.AckDelay != bb.AckDelay, "backend settings")
 	add(a.fixed != b.fixed, "--consumer")
+	add(a.config.WireOn() != b.config.WireOn(), "attribution (wire counters on or off)")
 	return out
 }
 
