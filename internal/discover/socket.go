@@ -137,7 +137,7 @@ func (s *Socket) linger(port uint16, now []netip.Addr) []netip.Addr {
 	}
 	var out []netip.Addr
 	for a, at := range m {
-		if t.Sub(at) > s.cfg.Linger {
+		if t.Sub(at) > max(s.cfg.Linger, 0) {
 			delete(m, a)
 			continue
 		}

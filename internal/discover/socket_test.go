@@ -267,3 +267,17 @@ func TestConnected(t *testing.T) {
 		}
 	}
 }
+
+func TestSocketNoLinger(t *testing.T) {
+	s, err := NewSocket(SocketConfig{Ports: []int{10809}, Linger: -1, ProcRoot: "testdata/socket/qemu-nbd/proc", SysRoot: "testdata/socket/ganesha/sys"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Unix(1000, 0)
+	s.now = func() time.Time { return now }
+	s.seen[10809] = map[netip.Addr]time.Time{netip.MustParseAddr("10.217.0.9"): now.Add(-time.Second)}
+	atts, err := s.Attachments(t.Context())
+	if err != nil || len(atts) != 1 || atts[0].Addr.String() != "10.217.0.2" {
+		t.Errorf("without linger: %+v, %v; want only the client connected now", atts, err)
+	}
+}
