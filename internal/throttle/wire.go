@@ -36,6 +36,13 @@ import (
 // knows a wire chain is also jumped to from INPUT). IPv6 clients are
 // counted the same way in ip6tables and sets of family inet6, where
 // ip6tables works.
+//
+// Why not conntrack accounting: it needs the namespace-wide
+// nf_conntrack_acct switch (not an object of ours to remove on exit),
+// connection tracking of every flow on the host, and a dump of the whole
+// table each tick; the sets hold only our clients, are read in two
+// messages, and go with the chain. Cost, measured side by side on a bulk
+// transfer (TestWireLive): within the run-to-run noise, ratio 0.93–1.05.
 type Wire struct {
 	halves []wireHalf // IPv4, and IPv6 where ip6tables works
 	lock   *instanceLock
