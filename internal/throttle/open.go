@@ -19,8 +19,7 @@ type Options struct {
 	Dev          string // netem, htb: interface towards the initiators
 	QueueNum     uint16 // nfqueue
 	SmallSegment int    // payload bytes still counted as write direction
-	// SmallSegments (nfqueue) overrides SmallSegment per target port;
-	// the tc backends classify in iptables with the one SmallSegment.
+	// SmallSegments overrides SmallSegment per target port.
 	SmallSegments map[uint16]int
 	// AckDelay (nfqueue) holds pure ACKs in the write direction too; see
 	// NfqueueConfig.AckDelay.
@@ -32,38 +31,15 @@ type Options struct {
 // removing whatever a dead earlier run of it (or of any dead instance)
 // left there. It refuses to start an instance that is running.
 func Open(ctx context.Context, o Options) (Backend, error) {
-	if o.Backend == "netem" || o.Backend == "htb" {
-		warnOneSplit(o)
-	}
 	switch o.Backend {
 	case "", "nfqueue":
 		return NewNfqueue(ctx, NfqueueConfig{Instance: o.Instance, QueueNum: o.QueueNum, SmallSegment: o.SmallSegment, SmallSegments: o.SmallSegments, AckDelay: o.AckDelay, Logger: o.Logger})
 	case "netem":
-		return NewNetem(ctx, TCConfig{Instance: o.Instance, Dev: o.Dev, SmallSegment: o.SmallSegment, Logger: o.Logger})
+		return NewNetem(ctx, TCConfig{Instance: o.Instance, Dev: o.Dev, SmallSegment: o.SmallSegment, SmallSegments: o.SmallSegments, Logger: o.Logger})
 	case "htb":
-		return NewHTB(ctx, TCConfig{Instance: o.Instance, Dev: o.Dev, SmallSegment: o.SmallSegment, Logger: o.Logger})
+		return NewHTB(ctx, TCConfig{Instance: o.Instance, Dev: o.Dev, SmallSegment: o.SmallSegment, SmallSegments: o.SmallSegments, Logger: o.Logger})
 	case "dry-run":
 		return NewDryRun(o.Logger), nil
 	}
 	return nil, fmt.Errorf("unknown backend %q: choose one of nfqueue (default), netem, htb, dry-run", o.Backend)
-}
-
-// warnOneSplit says when per-port splits cannot be honoured: the tc
-// backends classify in iptables with one length for all ports.
-func warnOneSplit(o Options) {
-	small := o.SmallSegment
-	if small == 0 {
-		small = DefaultSmallSegment
-	}
-	for p, v := range o.SmallSegments {
-		if v != small {
-			log := o.Logger
-			if log == nil {
-				log = slog.Default()
-			}
-			log.Warn("the netem and htb backends classify every port with one small-segment split; per-port splits need the nfqueue backend",
-				"split", small, "port", p, "port_split", v)
-			return
-		}
-	}
 }

@@ -91,3 +91,28 @@ func SmallSegmentsFor(ports []uint16, set map[uint16]int, def int) map[uint16]in
 	}
 	return out
 }
+
+// portGroup is ports that share one split.
+type portGroup struct {
+	small int
+	ports []uint16
+}
+
+// splitGroups groups ports by their split, in order of split, for the
+// backends that classify in iptables: one rule per split. Ports of one
+// split (the usual case) give one group, so one rule, as before splits
+// were per port.
+func splitGroups(ports []uint16, byPort map[uint16]int, def int) []portGroup {
+	var out []portGroup
+	for _, p := range ports {
+		v := smallOf(byPort, def, p)
+		i := slices.IndexFunc(out, func(g portGroup) bool { return g.small == v })
+		if i < 0 {
+			out = append(out, portGroup{small: v})
+			i = len(out) - 1
+		}
+		out[i].ports = append(out[i].ports, p)
+	}
+	slices.SortFunc(out, func(a, b portGroup) int { return a.small - b.small })
+	return out
+}
