@@ -268,7 +268,7 @@ func parseRunOptions(args []string, stderr io.Writer) (runOptions, error) {
 	proc := fs.String("proc", "/proc", "proc file system to read diskstats from")
 	dev := fs.String("dev", "", "interface towards the initiators (netem and htb backends)")
 	queue := fs.Uint("queue-num", uint(throttle.DefaultQueueNum), "NFQUEUE number (nfqueue backend)")
-	small := fs.Int("small-segment", throttle.DefaultSmallSegment, "largest TCP payload in bytes that counts as write-direction traffic (R2T, SCSI response)")
+	small := fs.Int("small-segment", throttle.DefaultSmallSegment, "largest TCP payload in bytes that counts as write-direction traffic (R2T, SCSI response); given, it applies to every port, else each known protocol port has its measured default (NFS 2049: 256) and small_segment.<port> overrides")
 	cleanup := fs.Bool("cleanup-only", false, "remove the kernel objects a sanqos daemon left behind, then exit")
 	// Parsed only so that --help lists it and --manual=false is accepted:
 	// cmdRun has already sent --manual to runManual.
