@@ -27,7 +27,7 @@ func openWire(ctx context.Context, o runOptions, log *slog.Logger) *throttle.Wir
 	if inst == "" {
 		inst = throttle.DefaultInstance(o.backend)
 	}
-	w, err := throttle.OpenWire(ctx, throttle.WireConfig{Instance: inst, Ports: o.ports, Logger: log})
+	w, err := throttle.OpenWire(ctx, throttle.WireConfig{Instance: inst, Ports: o.ports, SmallSegment: o.backend.SmallSegment, SmallSegments: o.backend.SmallSegments, Logger: log})
 	if err != nil {
 		log.Warn("no wire counters: every consumer's write rate comes from its device", "err", err)
 		return nil

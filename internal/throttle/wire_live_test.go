@@ -170,6 +170,15 @@ func wireCost(t *testing.T, env wireEnv) {
 				if counted < got || counted > 1.1*got {
 					t.Errorf("reverse %v: counted %0.f bytes, iperf3 received %.0f: want within +10 %%", rev, counted, got)
 				}
+				// The other direction carries ACKs only: not data, not
+				// counted (a reader must not look like a writer).
+				other := float64(c[client].Received)
+				if rev {
+					other = float64(c[client].Sent)
+				}
+				if other > 0.001*got {
+					t.Errorf("reverse %v: %.0f bytes counted against the data's direction (ACKs), want none", rev, other)
+				}
 				if o := c[netip.MustParseAddr("10.218.0.9")]; o.Sent != 0 || o.Received != 0 {
 					t.Errorf("a client that sent nothing counted %+v", o)
 				}
