@@ -196,7 +196,12 @@ func (s *Socket) served(port uint16, ino uint64) (string, []string, error) {
 	}
 	s.pids[port] = l.PID
 	if l.Comm == "ganesha.nfsd" {
-		ps, err := readExports(filepath.Join(s.cfg.FileRoot, ganeshaConfig(l.Args)))
+		conf := filepath.Join(s.cfg.FileRoot, ganeshaConfig(l.Args))
+		if c := ganeshaConfig(l.Args); !filepath.IsAbs(c) {
+			// Relative to the directory ganesha was started in.
+			conf = filepath.Join(s.cfg.ProcRoot, strconv.Itoa(l.PID), "cwd", c)
+		}
+		ps, err := readExports(conf)
 		if err != nil {
 			return "", nil, fmt.Errorf("socket discovery: port %d is nfs-ganesha (pid %d): %w; or name the exports with discovery.exports", port, l.PID, err)
 		}
