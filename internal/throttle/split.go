@@ -18,9 +18,9 @@ import (
 //   - iSCSI, 3260 (tgt 1.0.85, the lab's libiscsi load generator, 64 KiB
 //     and 8 KiB writes, 8 KiB reads): R2T and SCSI Response PDUs are
 //     48 bytes (a basic header segment, no digests, no sense data); read
-//     data segments 1000–7240 bytes (an 8 KiB Data-In of 8240 split
-//     7240 + 1000). Split 128: the 48-byte PDUs with room for sense data,
-//     far under any read.
+//     data segments 424–65160 bytes (an 8 KiB Data-In of 8240 went as
+//     7240 + 1000, 64 KiB reads left 424-byte tails). Split 128: the
+//     48-byte PDUs with room for sense data, under any read segment seen.
 //   - NFSv3, 2049 (nfs-ganesha 4.3 VFS, libnfs 4.0 nfs-cp): WRITE replies
 //     140 bytes, COMMIT 132 (RPC record mark 4 + reply; with pre-op
 //     attributes a WRITE reply is at most 164, which the lab saw);
@@ -31,7 +31,8 @@ import (
 //   - NBD, 10809 (qemu-nbd 7.2, qemu-io client, structured replies):
 //     write and flush replies are 16-byte simple replies; option replies
 //     18–66 during the handshake; read replies carry at least one
-//     512-byte sector plus a 16–28 byte header. Split 128.
+//     512-byte sector plus a 28-byte chunk header (512 B: 540, 4 KiB:
+//     4124). Split 128.
 //   - NVMe/TCP, 4420: not measured here (this kernel has no nvmet-tcp
 //     and no module loading). From the NVMe/TCP transport specification
 //     1.0: CapsuleResp and R2T PDUs are 24 bytes (28 with a header
