@@ -82,6 +82,13 @@ func (a *engineAdapter) Step(now time.Time, snap []diskstats.Stat) Decision {
 			WriteFrom: c.WriteFrom,
 		}
 	}
+	if a.wire != nil {
+		addrs := make([]netip.Addr, len(d.Consumers))
+		for i, c := range d.Consumers {
+			addrs[i] = c.Addr
+		}
+		a.wire.show(out.Consumers, addrs)
+	}
 	return out
 }
 

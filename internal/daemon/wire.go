@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/sanqos/sanqos/internal/attribution"
+	"github.com/sanqos/sanqos/internal/status"
 	"github.com/sanqos/sanqos/internal/topology"
 )
 
@@ -23,6 +24,7 @@ type WireSource interface {
 type wireSampler struct {
 	src     WireSource
 	meter   attribution.Meter
+	last    map[netip.Addr]attribution.Rates // the last tick's rates
 	log     *slog.Logger
 	failing bool
 }
@@ -77,5 +79,19 @@ func (w *wireSampler) sample(now time.Time) map[netip.Addr]attribution.Rates {
 		w.log.Info("wire counters read again")
 		w.failing = false
 	}
-	return w.meter.Update(now, c)
+	w.last = w.meter.Update(now, c)
+	return w.last
+}
+
+// show makes the status of each consumer judged by its wire rates show
+// them: its device's rates are every client's of that device.
+func (w *wireSampler) show(cs []status.Consumer, addrs []netip.Addr) {
+	if w == nil {
+		return
+	}
+	for i := range cs {
+		if r, ok := w.last[addrs[i]]; ok && cs[i].WriteFrom == string(attribution.Wire) {
+			cs[i].ReadKBs, cs[i].WriteKBs = r.ReadKBs, r.WriteKBs
+		}
+	}
 }

@@ -104,6 +104,15 @@ func TestWireAttributionInTheLoop(t *testing.T) {
 				if c.WriteFrom != tc.from {
 					t.Errorf("consumer %s: write rate from %q, want %q", c.Addr, c.WriteFrom, tc.from)
 				}
+				// The device writes 20 MB/s; on the wire the writer
+				// sends 20 MB/s (2 MB a tick), the reader 1 kB/s.
+				want := 20000.0
+				if tc.wire && c.Addr == reader.String() {
+					want = 1
+				}
+				if c.WriteKBs < 0.99*want || c.WriteKBs > 1.01*want {
+					t.Errorf("consumer %s: write_kbs %.1f, want %.0f", c.Addr, c.WriteKBs, want)
+				}
 			}
 		})
 	}
