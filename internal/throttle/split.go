@@ -33,8 +33,9 @@ import (
 //     18–66 during the handshake; read replies carry at least one
 //     512-byte sector plus a 28-byte chunk header (512 B: 540, 4 KiB:
 //     4124). Split 128.
-//   - NVMe/TCP, 4420: not measured here (this kernel has no nvmet-tcp
-//     and no module loading). From the NVMe/TCP transport specification
+//   - NVMe/TCP, 4420: not measured here (this kernel is built without
+//     an NVMe target, CONFIG_NVME_TARGET is not set, and loads no
+//     modules). From the NVMe/TCP transport specification
 //     1.0: CapsuleResp and R2T PDUs are 24 bytes (28 with a header
 //     digest), C2HData is a 24-byte header plus data. Split 128.
 var DefaultSmallSegments = map[uint16]int{
