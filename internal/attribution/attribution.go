@@ -39,10 +39,11 @@ type Meter struct {
 // since the previous Update. A client seen for the first time, or whose
 // counters went back (its set entry was re-created), has no rate this
 // tick; nor has anyone at the first Update or when time did not advance.
+// The map is never nil: the counters run, and a client missing from it
+// is one not measured yet (see Choose).
 func (m *Meter) Update(now time.Time, cur map[netip.Addr]Counters) map[netip.Addr]Rates {
-	var out map[netip.Addr]Rates
+	out := make(map[netip.Addr]Rates, len(cur))
 	if dt := now.Sub(m.at).Seconds(); m.prev != nil && dt > 0 {
-		out = make(map[netip.Addr]Rates, len(cur))
 		for a, c := range cur {
 			p, ok := m.prev[a]
 			if !ok || c.Sent < p.Sent || c.Received < p.Received {
@@ -97,15 +98,16 @@ func Shared(cs []Consumer) map[string]bool {
 }
 
 // Choose returns the rates a consumer is judged by: its wire rates where
-// its device is shared and the wire has measured the client this tick,
-// else its device's. Without wire counters (wire nil) every consumer
-// keeps its device's rates, as before wire attribution existed.
+// its device is shared, else its device's. A client of a shared device
+// that the wire has not measured yet (just discovered, or its counters
+// just re-created) writes nothing as far as the wire knows: judged by its
+// device, every reader of the export would join the throttleable set
+// for the seconds its write-rate average takes to decay, and be delayed.
+// Without wire counters (wire nil) every consumer keeps its device's
+// rates, as before wire attribution existed.
 func Choose(c Consumer, shared map[string]bool, device Rates, wire map[netip.Addr]Rates) (Rates, Source) {
-	if !shared[c.Device] {
+	if wire == nil || !shared[c.Device] {
 		return device, Device
 	}
-	if w, ok := wire[c.Addr]; ok {
-		return w, Wire
-	}
-	return device, Device
+	return wire[c.Addr], Wire
 }

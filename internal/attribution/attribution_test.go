@@ -65,12 +65,14 @@ func TestThrottleableSet(t *testing.T) {
 			wantSrc:   Wire,
 		},
 		{
-			name:      "shared, but the wire has not measured a client yet: its device rate, not nothing",
+			// Found live: a reader just discovered joined the set for
+			// two seconds on its device's rate, and was delayed.
+			name:      "shared, a client the wire has not measured yet: not a writer",
 			consumers: []Consumer{{reader, "loop1"}, {w1, "loop1"}},
 			device:    map[string]Rates{"loop1": {WriteKBs: 20000}},
 			wire:      map[netip.Addr]Rates{w1: {WriteKBs: 20000}},
-			want:      []netip.Addr{reader, w1},
-			wantSrc:   Device,
+			want:      []netip.Addr{w1},
+			wantSrc:   Wire,
 		},
 	}
 	for _, tc := range tests {
@@ -122,8 +124,8 @@ func TestShared(t *testing.T) {
 func TestMeter(t *testing.T) {
 	t0 := time.Unix(1000, 0)
 	var m Meter
-	if r := m.Update(t0, map[netip.Addr]Counters{w1: {Sent: 1000, Received: 10}}); r != nil {
-		t.Errorf("first update: %v, want no rates", r)
+	if r := m.Update(t0, map[netip.Addr]Counters{w1: {Sent: 1000, Received: 10}}); r == nil || len(r) != 0 {
+		t.Errorf("first update: %v, want an empty map (counters run, nobody measured yet)", r)
 	}
 	r := m.Update(t0.Add(100*time.Millisecond), map[netip.Addr]Counters{
 		w1:     {Sent: 1000 + 2e6, Received: 10 + 1e4}, // 2 MB and 10 kB in 100 ms
@@ -138,7 +140,7 @@ func TestMeter(t *testing.T) {
 	if !reflect.DeepEqual(r, want) {
 		t.Errorf("after a reset: %v, want %v", r, want)
 	}
-	if r := m.Update(t0.Add(200*time.Millisecond), nil); r != nil {
+	if r := m.Update(t0.Add(200*time.Millisecond), nil); r == nil || len(r) != 0 {
 		t.Errorf("no time passed: %v, want no rates", r)
 	}
 }

@@ -18,9 +18,9 @@ type WireSource interface {
 }
 
 // wireSampler feeds the engine per-client wire rates each tick (issue
-// 17). A failing read leaves the engine on device rates for that tick and
-// is logged once until reads work again: attribution degrades, control
-// goes on.
+// 17). A failing read gives no rates for that tick, so no client of a
+// shared device counts as a writer (the fail-open side: nobody delayed
+// on a guess), and is logged once until reads work again.
 type wireSampler struct {
 	src     WireSource
 	meter   attribution.Meter
@@ -62,7 +62,8 @@ func (w *wireSampler) setTopology(t topology.Topology) {
 	}
 }
 
-// sample returns the rates since the last tick (nil: none, device rates).
+// sample returns the rates since the last tick (nil only without a
+// sampler: device rates).
 func (w *wireSampler) sample(now time.Time) map[netip.Addr]attribution.Rates {
 	if w == nil {
 		return nil
@@ -70,10 +71,11 @@ func (w *wireSampler) sample(now time.Time) map[netip.Addr]attribution.Rates {
 	c, err := w.src.Read()
 	if err != nil {
 		if !w.failing {
-			w.log.Warn("reading wire counters failed; write rates come from devices until it works", "err", err)
+			w.log.Warn("reading wire counters failed; clients of shared devices count as not writing until it works", "err", err)
 		}
 		w.failing = true
-		return nil
+		w.last = map[netip.Addr]attribution.Rates{}
+		return w.last
 	}
 	if w.failing {
 		w.log.Info("wire counters read again")
