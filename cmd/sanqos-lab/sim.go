@@ -63,9 +63,9 @@ writes DIR/sim/ (figures, summary.json, index.html).`, stderr)
 	signal := fs.String("signal", engine.SignalMean, "what the controller holds under the threshold: "+strings.Join(engine.Signals(), ", "))
 	noProbe := fs.Bool("no-probe", false, "measure reads from the simulated /proc/diskstats only (whole milliseconds), as without eBPF")
 	g := sim.SimGains()
-	kp := fs.Float64("kp", g.Kp, "pid proportional gain (ms of delay per ms of error)")
-	ti := fs.Duration("ti", time.Duration(g.TiMs*float64(time.Millisecond)), "pid integral time")
-	td := fs.Duration("td", time.Duration(g.TdMs*float64(time.Millisecond)), "pid derivative time")
+	kp := fs.Float64("kp", g.Kp, "pid proportional gain: a relative error of 1 multiplies the delay by e^kp")
+	ti := fs.Duration("ti", g.Ti, "pid integral time")
+	td := fs.Duration("td", g.Td, "pid derivative time")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -101,8 +101,8 @@ writes DIR/sim/ (figures, summary.json, index.html).`, stderr)
 	cfg.Duration = *duration
 	cfg.Seed = *seed
 	cfg.Gains.Kp = *kp
-	cfg.Gains.TiMs = float64(*ti) / float64(time.Millisecond)
-	cfg.Gains.TdMs = float64(*td) / float64(time.Millisecond)
+	cfg.Gains.Ti = *ti
+	cfg.Gains.Td = *td
 	switch {
 	case cfg.Duration < time.Second || cfg.Duration > 24*time.Hour:
 		return bad("--duration %v: want between 1s and 24h of virtual time, e.g. 300s", cfg.Duration)
@@ -133,7 +133,7 @@ writes DIR/sim/ (figures, summary.json, index.html).`, stderr)
 	fmt.Fprintf(stdout, "scenario %s on %s, controller %s, threshold %g ms, %v virtual, seed %d\n",
 		s.Scenario, prof.Name, s.Controller, s.ThresholdMs, cfg.Duration, s.Seed)
 	if s.Gains != nil {
-		fmt.Fprintf(stdout, "  pid gains        Kp %g, Ti %g ms, Td %g ms, max delay %g ms\n", s.Gains.Kp, s.Gains.TiMs, s.Gains.TdMs, s.Gains.UMaxMs)
+		fmt.Fprintf(stdout, "  pid gains        Kp %g, Ti %v, Td %v, max delay %g ms\n", s.Gains.Kp, s.Gains.Ti, s.Gains.Td, s.Gains.UMaxMs)
 	}
 	fmt.Fprintf(stdout, "  reader latency   mean %.1f ms, p50 %.1f, p95 %.1f, p99 %.1f, max %.1f (alone: %.1f ms)\n",
 		s.ReadLatencyMs.Mean, s.ReadLatencyMs.P50, s.ReadLatencyMs.P95, s.ReadLatencyMs.P99, s.ReadLatencyMs.Max, s.ReaderIdleMs)

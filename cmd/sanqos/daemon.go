@@ -10,7 +10,6 @@ import (
 	"os"
 	"strings"
 	"sync"
-	"time"
 
 	"github.com/sanqos/sanqos/internal/blkprobe"
 	"github.com/sanqos/sanqos/internal/clock"
@@ -306,13 +305,7 @@ func parseRunOptions(args []string, stderr io.Writer) (runOptions, error) {
 	if *small < 0 || *small > 65535 {
 		errs = append(errs, fmt.Errorf("--small-segment %d: want 0 to 65535 bytes", *small))
 	}
-	cfg, err := engineConfig(c)
-	if err != nil {
-		errs = append(errs, err)
-	} else if _, err := engine.New(cfg, topology.Topology{}); err != nil && flagsErr == nil {
-		// (After a config error the engine would repeat it.)
-		errs = append(errs, err)
-	}
+	cfg := c.EngineConfig() // config.Validate (in ApplyFlags) checked it all
 	o := runOptions{
 		config: c, engine: cfg, listen: c.Listen, socket: c.Socket, record: c.Record, procRoot: *proc,
 		cleanupOnly: *cleanup,
@@ -336,40 +329,6 @@ func parseRunOptions(args []string, stderr io.Writer) (runOptions, error) {
 	}
 	return o, nil
 }
-
-// engineConfig maps the configuration onto the engine's.
-func engineConfig(c config.Config) (engine.Config, error) {
-	cfg := engine.DefaultConfig()
-	cfg.Tick = c.Tick.Duration
-	cfg.Alpha = c.EWMAAlpha
-	cfg.Controller = c.Controller
-	cfg.Control.ThresholdMs = durMs(c.Threshold.Duration)
-	cfg.Headroom = c.Headroom
-	cfg.Signal = c.Signal
-	cfg.Control.Kp = c.PID.Kp
-	cfg.Control.Ti = c.PID.Ti.Duration
-	cfg.Control.Td = c.PID.Td.Duration
-	cfg.Control.T = c.Tick.Duration
-	cfg.Control.UMaxMs = durMs(c.PID.UMax.Duration)
-	cfg.UMaxLimitMs = max(engine.DefaultUMaxLimitMs, cfg.Control.UMaxMs)
-	if c.PID.UMaxLimit.Duration > 0 {
-		cfg.UMaxLimitMs = durMs(c.PID.UMaxLimit.Duration)
-	}
-	// The config's rates are bytes/s; the engine's kB are diskstats' (1024
-	// bytes, two sectors).
-	cfg.JoinKBs = float64(c.WriteThreshold) / 1024
-	cfg.LeaveKBs = float64(c.WriteLeave) / 1024
-	cfg.Policy = c.Policy
-	cfg.Manual = engine.ManualConfig{Protected: c.Manual.Protected, Throttle: c.Manual.Throttle}
-	d, err := engine.ParseDirection(c.Direction)
-	if err != nil {
-		return cfg, fmt.Errorf("direction: %w", err)
-	}
-	cfg.Direction = d
-	return cfg, nil
-}
-
-func durMs(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
 // consumerFlag collects --consumer RESOURCE,ADDR,DEVICE.
 type consumerFlag []struct {

@@ -9,6 +9,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sanqos/sanqos/internal/engine"
+	"github.com/sanqos/sanqos/internal/topology"
 )
 
 func write(t *testing.T, text string) string {
@@ -72,7 +75,7 @@ device = "/dev/loop0"
 resource = "pool"
 addr = "2001:db8::2"
 device = "dm-1"`, func(c Config) bool { return len(c.Static.Consumers) == 2 && c.Static.Consumers[1].Device == "dm-1" }},
-		{"manual", "policy = \"manual\"\n[manual]\nthrottle = [\"192.0.2.5\", \"iqn.2026-11.x:y\"]", func(c Config) bool { return len(c.Manual.Throttle) == 2 }},
+		{"manual", "policy = \"manual\"\n[manual]\nprotected = [\"192.0.2.9\"]\nthrottle = [\"192.0.2.5\", \"iqn.2026-11.x:y\"]", func(c Config) bool { return len(c.Manual.Throttle) == 2 }},
 		{"listen disabled", `listen = ""`, func(c Config) bool { return c.Listen == "" }},
 		{"pid", "[pid]\nkp = 1.5\nti = \"2s\"\ntd = \"0s\"\nu_max = \"40ms\"", func(c Config) bool {
 			return c.PID == PID{Kp: 1.5, Ti: Duration{2 * time.Second}, UMax: Duration{40 * time.Millisecond}}
@@ -86,6 +89,10 @@ device = "dm-1"`, func(c Config) bool { return len(c.Static.Consumers) == 2 && c
 		}
 		if !tt.check(c) {
 			t.Errorf("%s: wrong result %+v", tt.name, c)
+		}
+		// Validate is the one check: what it accepts, the engine takes.
+		if _, err := engine.New(c.EngineConfig(), topology.Topology{}); err != nil {
+			t.Errorf("%s: accepted by Validate, refused by the engine: %v", tt.name, err)
 		}
 	}
 }
@@ -121,6 +128,9 @@ func TestLoadBad(t *testing.T) {
 		{"static bad addr", "[discovery]\nadapter = \"static\"\n[[static.consumers]]\nresource = \"p\"\naddr = \"host1\"\ndevice = \"sda\"", []string{`static.consumers[0].addr = "host1"`}},
 		{"static no device", "[discovery]\nadapter = \"static\"\n[[static.consumers]]\nresource = \"p\"\naddr = \"192.0.2.1\"", []string{"static.consumers[0].device"}},
 		{"manual empty", `policy = "manual"`, []string{"manual.throttle = []"}},
+		// Once refused by the daemon's trial engine, now here, in its words.
+		{"manual unprotected", "policy = \"manual\"\n[manual]\nthrottle = [\"192.0.2.5\"]", []string{"name at least one protected consumer"}},
+		{"manual both", "policy = \"manual\"\n[manual]\nprotected = [\"192.0.2.5\"]\nthrottle = [\"192.0.2.5\"]", []string{"192.0.2.5 both protected and throttled"}},
 		{"manual bad entry", "[manual]\nprotected = [\"bob\"]", []string{`manual.protected = "bob"`}},
 		{"listen", `listen = "9469"`, []string{`listen = "9469"`, "HOST:PORT"}},
 		{"socket", `socket = "sanqos.sock"`, []string{"socket", "absolute"}},

@@ -125,7 +125,7 @@ var flagDefs = []flagDef{
 	{"signal", "signal", "statistic of the reads held under the threshold: mean (r_await), p95 or p99 (p95/p99 need the eBPF probe)", func(c *Config) string { return c.Signal }, setString(func(c *Config) *string { return &c.Signal })},
 	{"probe", "probe", "auto (time reads with the eBPF block-layer probe where the kernel allows, else /proc/diskstats) or off", func(c *Config) string { return c.Probe }, setString(func(c *Config) *string { return &c.Probe })},
 	{"controller", "controller", "pid, thesis (the thesis's own arithmetic, to compare) or none (measure only, never throttle)", func(c *Config) string { return c.Controller }, setString(func(c *Config) *string { return &c.Controller })},
-	{"kp", "pid.kp", "PID proportional gain (ms of delay per ms of latency error)", func(c *Config) string { return fmt.Sprint(c.PID.Kp) }, setFloat(func(c *Config) *float64 { return &c.PID.Kp })},
+	{"kp", "pid.kp", "PID proportional gain: a latency error of 1 × the target multiplies the delay by e^kp", func(c *Config) string { return fmt.Sprint(c.PID.Kp) }, setFloat(func(c *Config) *float64 { return &c.PID.Kp })},
 	{"ti", "pid.ti", "PID integral time", func(c *Config) string { return c.PID.Ti.String() }, setDuration(func(c *Config) *Duration { return &c.PID.Ti })},
 	{"td", "pid.td", "PID derivative time", func(c *Config) string { return c.PID.Td.String() }, setDuration(func(c *Config) *Duration { return &c.PID.Td })},
 	{"u-max", "pid.u_max", "packet delay ceiling the controller starts with", func(c *Config) string { return c.PID.UMax.String() }, setDuration(func(c *Config) *Duration { return &c.PID.UMax })},

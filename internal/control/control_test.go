@@ -42,8 +42,8 @@ func TestParamsValidate(t *testing.T) {
 		want string // substring of the error; "" for valid
 	}{
 		{"defaults", func(*Params) {}, ""},
-		{"zero threshold", func(p *Params) { p.ThresholdMs = 0 }, "threshold"},
-		{"NaN threshold", func(p *Params) { p.ThresholdMs = math.NaN() }, "threshold"},
+		{"zero target", func(p *Params) { p.TargetMs = 0 }, "target"},
+		{"NaN target", func(p *Params) { p.TargetMs = math.NaN() }, "target"},
 		{"negative Kp", func(p *Params) { p.Kp = -1 }, "Kp"},
 		{"zero Ti", func(p *Params) { p.Ti = 0 }, "Ti"},
 		{"negative Td", func(p *Params) { p.Td = -time.Millisecond }, "Td"},
@@ -74,22 +74,22 @@ func TestParamsValidate(t *testing.T) {
 // TestPIDExactArithmetic checks the velocity form step by step against the
 // formula evaluated by hand.
 func TestPIDExactArithmetic(t *testing.T) {
-	p := Params{ThresholdMs: 10, Kp: 0.5, Ti: 400 * time.Millisecond, Td: 200 * time.Millisecond, T: 100 * time.Millisecond, UMaxMs: 20}
+	p := Params{TargetMs: 10, Gains: Gains{Kp: 0.5, Ti: 400 * time.Millisecond, Td: 200 * time.Millisecond, UMaxMs: 20}, T: 100 * time.Millisecond}
 	c := NewPID(p)
-	// T/Ti = 0.25, Td/T = 2.
+	// T/Ti = 0.25, Td/T = 2; set point 10 ms, floor 0.05·10 = 0.5 ms; ε = (signal − 10)/10.
 	steps := []struct{ signal, want float64 }{
-		// e=2, e1=0, e2=0: 0.5·[2 + 0.5 + 2·2] = 3.25
-		{12, 3.25},
-		// e=4, e1=2, e2=0: 0.5·[2 + 1 + 2·(4−4+0)] = 1.5 → 4.75
-		{14, 4.75},
-		// e=4, e1=4, e2=2: 0.5·[0 + 1 + 2·(4−8+2)] = −1.5 → 3.25
-		{14, 3.25},
-		// e=−10, e1=4, e2=4: 0.5·[−14 − 2.5 + 2·(−10−8+4)] = −22.25 → clamp 0
+		// ε=.2, ε1=0, ε2=0: Δv = 0.5·[.2 + .05 + 2·.2] = .325; from rest: 0.5·e^.325
+		{12, 0.5 * math.Exp(0.325)},
+		// ε=.4, ε1=.2, ε2=0: Δv = 0.5·[.2 + .1 + 2·(.4−.4+0)] = .15
+		{14, 0.5 * math.Exp(0.325+0.15)},
+		// ε=.4, ε1=.4, ε2=.2: Δv = 0.5·[0 + .1 + 2·(.4−.8+.2)] = −.15
+		{14, 0.5 * math.Exp(0.325)},
+		// ε=−1: Δv = 0.5·[−1.4 − .25 + 2·(−1−.8+.4)] = −2.225: under the floor → 0
 		{0, 0},
-		// back at rest, history cleared. e=−1: 0.5·[−1 − .25 + 2·(−1)] < 0 → 0
+		// back at rest, history cleared. ε=−.1: Δv < 0 → stays 0
 		{9, 0},
-		// e=3, e1=0, e2=0 (not the stale 4): 0.5·[3 + .75 + 2·3] = 4.875
-		{13, 4.875},
+		// ε=.3, ε1=0, ε2=0 (not the stale .4): Δv = 0.5·[.3 + .075 + 2·.3] = .4875
+		{13, 0.5 * math.Exp(0.4875)},
 	}
 	for i, s := range steps {
 		if got := c.Update(s.signal); math.Abs(got-s.want) > 1e-9 {
@@ -149,7 +149,7 @@ func concat(parts ...[]float64) []float64 {
 // The behavioural properties every throttling controller must have.
 func TestControllerBehaviour(t *testing.T) {
 	p := DefaultParams()
-	th := p.ThresholdMs
+	th := p.TargetMs
 	for _, name := range []string{"pid", "thesis"} {
 		t.Run(name, func(t *testing.T) {
 			t.Run("no throttling from rest while under threshold", func(t *testing.T) {
@@ -178,9 +178,15 @@ func TestControllerBehaviour(t *testing.T) {
 				}
 			})
 			t.Run("winds down after the signal drops", func(t *testing.T) {
+				// As the engine feeds it: an EWMA (α 0.25), not a raw step.
 				c := mustNew(t, name, p)
 				run(c, repeat(th+20, 50))
-				out := run(c, repeat(th/2, 400))
+				sig := ewmaOf(repeat(th/2, 400), th+20)
+				for sig[0] > th { // the ticks still over the threshold
+					c.Update(sig[0])
+					sig = sig[1:]
+				}
+				out := run(c, sig)
 				if out[len(out)-1] != 0 {
 					t.Fatalf("delay %v after 400 ticks under threshold, want 0", out[len(out)-1])
 				}
@@ -230,7 +236,7 @@ func TestPropertyRandomSignals(t *testing.T) {
 	r := rand.New(rand.NewPCG(42, 7))
 	for trial := 0; trial < 200; trial++ {
 		p := DefaultParams()
-		p.ThresholdMs = 1 + r.Float64()*50
+		p.TargetMs = 1 + r.Float64()*50
 		p.Kp = 0.01 + r.Float64()*2
 		p.Ti = time.Duration(10+r.IntN(5000)) * time.Millisecond
 		p.Td = time.Duration(r.IntN(300)) * time.Millisecond
@@ -249,9 +255,9 @@ func TestPropertyRandomSignals(t *testing.T) {
 				case 2:
 					s = r.Float64() * 1e6
 				default:
-					s = r.Float64() * p.ThresholdMs * 3
+					s = r.Float64() * p.TargetMs * 3
 				}
-				if !(s < p.ThresholdMs) && !math.IsNaN(s) {
+				if !(s < p.TargetMs) && !math.IsNaN(s) {
 					under = false
 				}
 				u := c.Update(s)
@@ -281,9 +287,9 @@ func TestPropertyPIDUnderThresholdNeverRises(t *testing.T) {
 	prev, prevS := 0.0, 0.0
 	falls := 0
 	for k := 0; k < 100000; k++ {
-		s := r.Float64() * 3 * p.ThresholdMs
+		s := r.Float64() * 3 * p.TargetMs
 		u := c.Update(s)
-		if s < p.ThresholdMs && s <= prevS {
+		if s < p.TargetMs && s <= prevS {
 			if u > prev+1e-12 {
 				t.Fatalf("tick %d: signal %v under threshold and falling raised delay %v → %v", k, s, prev, u)
 			}
@@ -324,15 +330,15 @@ func TestPropertyPIDRestIsClean(t *testing.T) {
 		for k := 0; k < 400; k++ {
 			var s float64
 			if r.IntN(4) == 0 {
-				s = p.ThresholdMs + r.Float64()*200 // overload burst
+				s = p.TargetMs + r.Float64()*200 // overload burst
 			} else {
-				s = r.Float64() * p.ThresholdMs * 0.999
+				s = r.Float64() * p.TargetMs * 0.999
 			}
 			u := c.Update(s)
-			if atRest && s < p.ThresholdMs && u != 0 {
+			if atRest && s < p.TargetMs && u != 0 {
 				t.Fatalf("%+v tick %d: at rest, signal %v under threshold gave delay %v", p, k, s, u)
 			}
-			if s >= p.ThresholdMs {
+			if s >= p.TargetMs {
 				atRest = false
 			} else if u == 0 {
 				if !atRest {
@@ -368,7 +374,39 @@ func TestErrCapKeepsDelayOnFallingSpike(t *testing.T) {
 	if u, umax := run(0); u > umax/2 {
 		t.Errorf("uncapped: delay %v after 320 → 272 ms, want under half of u_max %v; the case the cap is for no longer happens, revisit DefaultErrCap", u, umax)
 	}
-	if err := (Params{ThresholdMs: 15, Kp: 1, Ti: time.Second, T: time.Second, UMaxMs: 1, ErrCap: -1}).Validate(); err == nil {
+	if err := (Params{TargetMs: 15, Gains: Gains{Kp: 1, Ti: time.Second, UMaxMs: 1}, T: time.Second, ErrCap: -1}).Validate(); err == nil {
 		t.Error("a negative error cap validates")
+	}
+}
+
+// TestNamesAreTheRegistry: the names users are offered (config, flags)
+// are exactly the controllers New builds.
+func TestNamesAreTheRegistry(t *testing.T) {
+	if len(Names()) != len(registry) {
+		t.Fatalf("Names() %v, registry has %d controllers", Names(), len(registry))
+	}
+	for _, n := range Names() {
+		if _, err := New(n, DefaultParams()); err != nil {
+			t.Errorf("Names() lists %q, New: %v", n, err)
+		}
+	}
+}
+
+// TestGainsWithDefaults: zero fields take DefaultGains, set ones stay.
+func TestGainsWithDefaults(t *testing.T) {
+	d := DefaultGains()
+	for _, tc := range []struct {
+		in, want Gains
+	}{
+		{Gains{}, d},
+		{Gains{Kp: 1.5}, Gains{Kp: 1.5, Ti: d.Ti, Td: d.Td, UMaxMs: d.UMaxMs}},
+		{Gains{Ti: time.Second, UMaxMs: 40}, Gains{Kp: d.Kp, Ti: time.Second, Td: d.Td, UMaxMs: 40}},
+	} {
+		if got := tc.in.WithDefaults(); got != tc.want {
+			t.Errorf("%+v.WithDefaults() = %+v, want %+v", tc.in, got, tc.want)
+		}
+	}
+	if DefaultParams().Gains != d {
+		t.Errorf("DefaultParams().Gains %+v, DefaultGains %+v", DefaultParams().Gains, d)
 	}
 }

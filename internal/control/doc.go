@@ -24,10 +24,17 @@
 //
 // # Control law (pid)
 //
-// A single-sided PID in velocity form. With e_k = signal − threshold (ms)
-// and T the tick:
+// A single-sided PID in velocity form, in relative terms. With r the set
+// point, ε_k = (signal − r)/r the error relative to it, and T the tick:
 //
-//	u_k = clamp(u_{k−1} + Kp·[(e_k − e_{k−1}) + (T/Ti)·e_k + (Td/T)·(e_k − 2e_{k−1} + e_{k−2})], 0, u_max)
+//	Δv = Kp·[(ε_k − ε_{k−1}) + (T/Ti)·ε_k + (Td/T)·(ε_k − 2ε_{k−1} + ε_{k−2})]
+//	u_k = clamp(max(u_{k−1}, 0.05·r)·e^Δv, 0, u_max)
+//
+// The law moves the logarithm of the delay: the error's scale is the
+// threshold and the delay's scale is the device (the writers' own I/O
+// time, a fraction of a ms on flash, tens of ms on the thesis's array),
+// so one set of gains holds 0.2 ms and 50 ms promises alike (see
+// PID.Update). A delay falling under 0.05·r is released to 0.
 //
 // u is the added packet delay in ms. The velocity form computes the change
 // of the output, so the clamp on u is the whole anti-windup: no integral
@@ -59,21 +66,26 @@
 // reopens its window. So the delay should rise promptly on a violation
 // and fall steadily, not drop to 0 the moment the EWMA dips under, which
 // would let the writers refill the queue at once and oscillate. The
-// integral term gives exactly that: below the threshold the delay falls at
-// Kp·(T/Ti)·|e| ms per tick, fast when the resource is far under the
-// threshold, slowly near it.
+// integral term gives exactly that: below the threshold the delay falls by
+// a factor e^(Kp·(T/Ti)·|ε|) per tick, fast when the resource is far under
+// the threshold, slowly near it.
 //
 // # Tuning constants (DefaultParams)
 //
-//	ThresholdMs = 15   the thesis's §5.8 resource-wait threshold; the lab's
+//	TargetMs = 15      the thesis's §5.8 resource-wait threshold; the lab's
 //	                   reader waits 5–10 ms alone and 30–120 ms under load.
-//	Kp = 0.6 ms/ms     a 10 ms overshoot moves the delay 6 ms at once, so
+//	Kp = 0.6           (dimensionless) a relative overshoot of 1 (the
+//	                   signal at twice the set point) multiplies the
+//	                   delay by e^0.6 ≈ 1.8 at once; at the thesis's
+//	                   operating point (15 ms, ~7.5 ms of delay) that is
+//	                   the former 0.6 ms per ms of error. So
 //	                   a violent burst of writers is met within a tick or
 //	                   two; found by the simulator's sweep (Kp 0.3–0.8,
 //	                   Ti 200–500 ms, Td 0–50 ms, thresholds 10/15/20 ms):
 //	                   lowest worst-case p95/threshold, while higher Kp
 //	                   cost write throughput for no gain (sim.SimGains).
-//	Ti = 500 ms        five ticks: the integral adds Kp·e per 0.5 s, which
+//	Ti = 500 ms        five ticks: the integral moves the delay by e^(Kp·ε)
+//	                   per 0.5 s, which
 //	                   removes the steady-state error of P alone without
 //	                   racing the EWMA's ~0.35 s lag into oscillation.
 //	Td = 50 ms         Td/T = 0.5: a small D term damps the overshoot the

@@ -44,9 +44,9 @@ type Thesis struct {
 	mark           int
 }
 
-// NewThesis returns the thesis controller with set point p.ThresholdMs and
+// NewThesis returns the thesis controller with set point p.TargetMs and
 // delay cap p.UMaxMs; the gains are the listing's constants.
-func NewThesis(p Params) *Thesis { return &Thesis{setpoint: p.ThresholdMs, umax: p.UMaxMs} }
+func NewThesis(p Params) *Thesis { return &Thesis{setpoint: p.TargetMs, umax: p.UMaxMs} }
 
 func (c *Thesis) Name() string { return "thesis" }
 

@@ -33,7 +33,7 @@ func (r *reference) step(ewma float64) (uk float64, latched int) {
 
 func TestThesisMatchesListingA2(t *testing.T) {
 	p := DefaultParams()
-	p.ThresholdMs = 10 // $setpoint
+	p.TargetMs = 10 // $setpoint
 	c := NewThesis(p)
 	ref := &reference{setpoint: 10}
 	signals := []float64{0, 5, 12, 30, 45, 60, 60, 40, 25, 12, 11, 9, 3, 0, 0, 50, 200, 200, 200, 5, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
@@ -57,7 +57,7 @@ func TestThesisMatchesListingA2(t *testing.T) {
 
 func TestThesisKnownSteps(t *testing.T) {
 	p := DefaultParams()
-	p.ThresholdMs = 10
+	p.TargetMs = 10
 	c := NewThesis(p)
 	// e=−10: u = 0 + 0.2904 − 3 + 0.01875·(−10) = −2.8971 → mark 2 → 0.6 ms.
 	if d := c.Update(20); c.Mark() != 2 || math.Abs(d-0.6) > 1e-12 {

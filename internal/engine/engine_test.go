@@ -92,8 +92,8 @@ func TestNewValidates(t *testing.T) {
 		{"zero tick", func(c *Config) { c.Tick = 0 }, good, "tick"},
 		{"bad alpha", func(c *Config) { c.Alpha = 2 }, good, "read-latency"},
 		{"bad write alpha", func(c *Config) { c.WriteAlpha = 0 }, good, "write-rate"},
-		{"unknown controller", func(c *Config) { c.Controller = "fuzzy" }, good, "none, pid, thesis"},
-		{"bad threshold", func(c *Config) { c.Control.ThresholdMs = -1 }, good, "threshold"},
+		{"unknown controller", func(c *Config) { c.Controller = "fuzzy" }, good, "pid, thesis, none"},
+		{"bad threshold", func(c *Config) { c.ThresholdMs = -1 }, good, "threshold"},
 		{"unknown policy", func(c *Config) { c.Policy = "fair" }, good, "read-over-write"},
 		{"leave above join", func(c *Config) { c.LeaveKBs = 1000 }, good, "leave"},
 		{"bad direction", func(c *Config) { c.Direction = 0 }, good, "direction"},
@@ -270,7 +270,7 @@ func TestPerResourceThreshold(t *testing.T) {
 		dec = e.Step(now, d.snap())
 	}
 	strict, lenient := dec.Resources[0], dec.Resources[1]
-	if strict.ThresholdMs != DefaultConfig().Control.ThresholdMs || lenient.ThresholdMs != 100 {
+	if strict.ThresholdMs != DefaultConfig().ThresholdMs || lenient.ThresholdMs != 100 {
 		t.Fatalf("thresholds %v and %v, want default and 100", strict.ThresholdMs, lenient.ThresholdMs)
 	}
 	if strict.DelayMs == 0 || lenient.DelayMs != 0 {

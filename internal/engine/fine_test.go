@@ -68,7 +68,7 @@ func TestFineSignal(t *testing.T) {
 			cfg := DefaultConfig()
 			cfg.Signal = tc.signal
 			cfg.Fine = f
-			cfg.Control.ThresholdMs = 0.5
+			cfg.ThresholdMs = 0.5
 			e := mustEngine(t, cfg, oneResource(0))
 			e.Step(clk.Now(), d.snap())
 			clk.Advance(100 * time.Millisecond)

@@ -11,14 +11,13 @@ import (
 	"github.com/sanqos/sanqos/internal/topology"
 )
 
-// SimGains is the pid tuning found against this simulator: the gains
-// with the lowest worst-case p95/threshold over thresholds 10, 15, 20 ms
-// and seeds 1–4 in a sweep of Kp 0.3–0.8, Ti 200–500 ms, Td 0–50 ms
-// (worst 1.17; higher Kp costs write throughput for no gain in p95).
-// Recommended as control defaults.
-func SimGains() Gains {
-	return Gains{Kp: 0.6, TiMs: 500, TdMs: 50, UMaxMs: control.DefaultParams().UMaxMs}
-}
+// SimGains is the pid tuning found against this simulator, adopted as
+// control.DefaultGains: the gains with the lowest worst-case
+// p95/threshold over thresholds 10, 15, 20 ms and seeds 1–4 in a sweep
+// of Kp 0.3–0.8, Ti 200–500 ms, Td 0–50 ms (worst 1.17; higher Kp costs
+// write throughput for no gain in p95); TestThresholdsFitTheDevice holds
+// them from 0.2 to 50 ms.
+func SimGains() Gains { return control.DefaultGains() }
 
 // engineStepper drives the production engine: the simulated diskstats
 // text was already parsed by the production parser.
@@ -75,15 +74,13 @@ func (cfg Config) EngineConfig() engine.Config {
 	ec := engine.DefaultConfig()
 	ec.Tick = cfg.Tick
 	ec.Controller = cfg.Controller
-	ec.Control.ThresholdMs = cfg.ThresholdMs
+	ec.ThresholdMs = cfg.ThresholdMs
 	ec.Signal = cfg.Signal
 	if g := cfg.Gains; g.Kp > 0 {
-		ec.Control.Kp = g.Kp
-		ec.Control.Ti = time.Duration(g.TiMs * float64(time.Millisecond))
-		ec.Control.Td = time.Duration(g.TdMs * float64(time.Millisecond))
-		if g.UMaxMs > 0 {
-			ec.Control.UMaxMs = g.UMaxMs
-		}
+		td := g.Td
+		g = g.WithDefaults()
+		g.Td = td // 0 is no D term here, as it was
+		ec.Control.Gains = g
 	}
 	return ec
 }

@@ -23,6 +23,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sanqos/sanqos/internal/control"
 	"github.com/sanqos/sanqos/internal/diskstats"
 )
 
@@ -45,13 +46,8 @@ type Config struct {
 	NoProbe bool
 }
 
-// Gains are the PID tuning the run uses.
-type Gains struct {
-	Kp     float64 `json:"kp"`
-	TiMs   float64 `json:"ti_ms"`
-	TdMs   float64 `json:"td_ms"`
-	UMaxMs float64 `json:"umax_ms"`
-}
+// Gains are the PID tuning the run uses: control's one gains type.
+type Gains = control.Gains
 
 // DefaultConfig is the thesis scenario under pid at 15 ms for 300 s.
 func DefaultConfig() Config {
@@ -191,17 +187,10 @@ func RunWith(cfg Config, st Stepper) (*Result, error) {
 			break
 		}
 		if at.Equal(nextTick) {
-			p.snapshot(at, &sb)
-			var bad []diskstats.LineError
-			snap, bad = parser.Parse(snap[:0], []byte(sb.String()))
-			if len(bad) > 0 {
-				return nil, fmt.Errorf("parsing the simulated diskstats: %v", bad[0])
-			}
-			d := st.Step(at, snap)
-			p.delayMs = d.DelayMs
-			clear(p.throttled)
-			for _, a := range d.Members {
-				p.throttled[a] = true
+			var d Decision
+			var err error
+			if snap, d, err = p.stepControl(at, st, &sb, &parser, snap); err != nil {
+				return nil, err
 			}
 			res.Ticks = append(res.Ticks, Tick{
 				T: at.Sub(epoch).Seconds(), SignalMs: d.SignalMs, RawMs: d.RawMs,
@@ -212,30 +201,54 @@ func RunWith(cfg Config, st Stepper) (*Result, error) {
 			nextTick = nextTick.Add(cfg.Tick)
 		}
 		if at.Equal(nextSecond) {
-			o := &p.obs
-			s := Second{
-				T: at.Sub(epoch).Seconds(), ReadMs: math.NaN(), Reads: o.readCount,
-				WriteMBs:  float64(o.writeBytes) / 1e6,
-				ReaderKBs: float64(o.readBytes) / 1024,
-				WritersOn: o.activeSecond, WriteAwaitMs: math.NaN(),
-			}
-			if o.readCount > 0 {
-				s.ReadMs = o.readLatSum / float64(o.readCount)
-			}
-			if o.writeCount > 0 {
-				s.WriteAwaitMs = o.writeLatSum / float64(o.writeCount)
-			}
-			if delayN > 0 {
-				s.DelayMs = delaySum / float64(delayN)
-			}
-			res.Seconds = append(res.Seconds, s)
-			*o = observer{activeSecond: p.active}
+			res.Seconds = append(res.Seconds, p.second(at, delaySum, delayN))
 			delaySum, delayN = 0, 0
 			nextSecond = nextSecond.Add(time.Second)
 		}
 	}
 	res.Summary = summarize(cfg, res.Seconds)
 	return res, nil
+}
+
+// stepControl renders the plant's counters at at as /proc/diskstats
+// text, passes them through the production parser to the control path
+// and applies its decision to the plant; snap is reused.
+func (p *plant) stepControl(at time.Time, st Stepper, sb *strings.Builder, parser *diskstats.Parser, snap []diskstats.Stat) ([]diskstats.Stat, Decision, error) {
+	p.snapshot(at, sb)
+	snap, bad := parser.Parse(snap[:0], []byte(sb.String()))
+	if len(bad) > 0 {
+		return snap, Decision{}, fmt.Errorf("parsing the simulated diskstats: %v", bad[0])
+	}
+	d := st.Step(at, snap)
+	p.delayMs = d.DelayMs
+	clear(p.throttled)
+	for _, a := range d.Members {
+		p.throttled[a] = true
+	}
+	return snap, d, nil
+}
+
+// second closes the 1-second sample ending at at (delaySum over delayN
+// ticks) and starts the next.
+func (p *plant) second(at time.Time, delaySum float64, delayN int) Second {
+	o := &p.obs
+	s := Second{
+		T: at.Sub(epoch).Seconds(), ReadMs: math.NaN(), Reads: o.readCount,
+		WriteMBs:  float64(o.writeBytes) / 1e6,
+		ReaderKBs: float64(o.readBytes) / 1024,
+		WritersOn: o.activeSecond, WriteAwaitMs: math.NaN(),
+	}
+	if o.readCount > 0 {
+		s.ReadMs = o.readLatSum / float64(o.readCount)
+	}
+	if o.writeCount > 0 {
+		s.WriteAwaitMs = o.writeLatSum / float64(o.writeCount)
+	}
+	if delayN > 0 {
+		s.DelayMs = delaySum / float64(delayN)
+	}
+	*o = observer{activeSecond: p.active}
+	return s
 }
 
 // summarize computes the figures of merit over the seconds in which the

@@ -1,0 +1,71 @@
+package engine
+
+import (
+	"time"
+
+	"github.com/sanqos/sanqos/internal/control"
+)
+
+// Authority. A per-packet delay slows each of a writer's I/Os by about
+// one delay, so it cuts the writers' rate only as far as their
+// concurrency allows: by Little's law, holding a saturated disk's queue
+// down takes a delay near the writers' outstanding I/Os times the service
+// time, which grows with threads, sessions and queue depth. The ceiling
+// therefore starts at Control.UMaxMs (the thesis's range) and, while the
+// delay has pressed on it (within pressShare of it) with the read latency
+// over the set point and a non-empty set for raiseAfter, rises by
+// raiseFactor, up to UMaxLimitMs;
+// it falls back by the same factor after lowerAfter with the delay under
+// half of it. Rising by factors keeps TCP's RTT estimate ahead of the
+// delay (the data path also limits the rise per packet). A ceiling at the
+// limit with the latency still over the threshold is reported as
+// saturation: packet delay alone cannot hold these writers.
+const (
+	raiseAfter  = time.Second
+	raiseFactor = 1.5
+	lowerAfter  = 10 * time.Second
+	// pressShare is how near the ceiling the delay must be to press on it.
+	pressShare = 0.85
+)
+
+// scaleCeiling moves r's delay ceiling with the writers' need (see
+// "Authority") and reports saturation in rd.
+func (e *Engine) scaleCeiling(r *resource, rd *ResourceDecision, now time.Time) {
+	base := e.cfg.Control.UMaxMs
+	limit := max(e.cfg.UMaxLimitMs, base)
+	c, movable := r.ctrl.(control.Ceiling)
+	if !movable {
+		limit = base
+	}
+	if r.ceiling <= 0 {
+		r.ceiling = base
+	}
+	// Pressing: the delay near the ceiling and the latency still over the
+	// set point. Near, not at: the P and D terms keep the output a few
+	// percent under the clamp from tick to tick while it is not enough
+	// (the lab's 24 sequential writers held it at 17-20 ms of 20 with the
+	// latency at 15-39 ms for 40 s before "at" was true for a second).
+	atCeiling := r.controlMs >= r.ceiling*pressShare && r.signalMs > r.threshold*(1-e.cfg.Headroom) && len(rd.Members) > 0
+	if !atCeiling {
+		r.satSince = time.Time{}
+	} else if r.satSince.IsZero() {
+		r.satSince = now
+	}
+	if r.controlMs >= r.ceiling/2 {
+		r.lowSince = time.Time{}
+	} else if r.lowSince.IsZero() {
+		r.lowSince = now
+	}
+	switch {
+	case movable && atCeiling && r.ceiling < limit && now.Sub(r.satSince) >= raiseAfter:
+		r.ceiling = min(r.ceiling*raiseFactor, limit)
+		c.SetUMax(r.ceiling)
+		r.satSince = time.Time{}
+	case movable && r.ceiling > base && !r.lowSince.IsZero() && now.Sub(r.lowSince) >= lowerAfter:
+		r.ceiling = max(r.ceiling/raiseFactor, base)
+		c.SetUMax(r.ceiling)
+		r.lowSince = time.Time{}
+	}
+	rd.UMaxMs, rd.UMaxLimitMs = r.ceiling, limit
+	rd.Saturated = atCeiling && r.ceiling >= limit && !r.satSince.IsZero() && now.Sub(r.satSince) >= raiseAfter
+}

@@ -1,0 +1,193 @@
+package engine
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/sanqos/sanqos/internal/latency"
+
+	"github.com/sanqos/sanqos/internal/signal"
+)
+
+// The signals a resource's controller can follow.
+const (
+	SignalMean = "mean"
+	SignalP95  = "p95"
+	SignalP99  = "p99"
+)
+
+// Signals lists the valid Signal names.
+func Signals() []string { return []string{SignalMean, SignalP95, SignalP99} }
+
+// CheckSignal reports whether name is a signal the engine knows ("" is
+// the default, mean).
+func CheckSignal(name string) error {
+	switch name {
+	case "", SignalMean, SignalP95, SignalP99:
+		return nil
+	}
+	return fmt.Errorf("signal %q: want %s", name, strings.Join(Signals(), ", "))
+}
+
+// The signal sources a decision names.
+const (
+	SourceDiskstats = "diskstats"
+	SourceEBPF      = "ebpf"
+)
+
+// FineReads is one tick of the block-layer probe: the device's reads
+// completed in the tick and the age of its oldest read in flight now (0:
+// none). ok is false when the device is not probed.
+type FineReads interface {
+	TickReads(device string) (reads latency.Ops, oldest time.Duration, ok bool)
+}
+
+// InFlight reports the reads a device has in flight now (the kernel's
+// /sys/class/block/DEV/inflight). ok is false when it cannot tell.
+type InFlight interface {
+	ReadsInFlight(device string) (n uint64, ok bool)
+}
+
+// Starvation. A reader whose reads take longer than a tick completes none
+// in most ticks, exactly when the disk is at its worst; the thesis's rule
+// (a tick without reads decays the signal) then reads the worst moments
+// as health and lets the controller release the writers. So a tick
+// without a completed read is classified:
+//
+//   - reads in flight that were already in flight a tick ago (no read of
+//     the device completed in between, so they are the same reads): each
+//     device adds one read of its age so far, a lower bound of its
+//     latency, to the signal;
+//   - reads in flight seen for the first time, or no read in flight but a
+//     read sample less than idleHold ago: the signal and the delay are
+//     held (there is no new evidence either way);
+//   - otherwise the resource is idle: the signal decays as in the thesis.
+const (
+	// idleHold bridges the think time of slow readers (a reader of a few
+	// reads a second leaves most ticks without a read in flight), so that
+	// the delay is neither released between two reads nor kept on stale
+	// news once the readers have gone.
+	idleHold = time.Second
+	// pendingTrustMax: a read in flight longer than this is past the SCSI
+	// layer's 30 s command timeout; an in-flight count that old is a
+	// kernel's accounting leak, not a read, and is ignored rather than
+	// throttling the writers forever.
+	pendingTrustMax = 30 * time.Second
+)
+
+// updatePending classifies d's reads in flight for this Step (see
+// "Starvation"); d.rates holds the Step's interval.
+func (e *Engine) updatePending(d *device, now time.Time) {
+	d.pending, d.pendingMs = false, 0
+	if !d.sig || d.rates.Reads > 0 || d.cur.InProgress == 0 || e.cfg.InFlight == nil || d.fine {
+		// A completed read restarts the proof: the reads in flight now may
+		// be new ones. InProgress (reads and writes) 0 means none.
+		d.pendingSince = time.Time{}
+		return
+	}
+	if n, ok := e.cfg.InFlight.ReadsInFlight(d.name); !ok || n == 0 {
+		d.pendingSince = time.Time{}
+		return
+	}
+	if d.pendingSince.IsZero() {
+		d.pendingSince = now
+	}
+	age := now.Sub(d.pendingSince)
+	if age > pendingTrustMax {
+		return
+	}
+	d.pending = true
+	d.pendingMs = float64(age) / float64(time.Millisecond)
+}
+
+// measure aggregates the tick's reads of r's signal devices into the raw
+// value of r's signal: from the probe where it has the device, from
+// /proc/diskstats otherwise (see "Starvation" for reads in flight). It
+// fills rd's Reads, PendingMs, Signal, Source and the probe's statistics.
+// ok is false when there was no read to measure; pending is true when
+// reads are known to be in flight.
+func (e *Engine) measure(r *resource, rd *ResourceDecision) (raw float64, ok, pending bool) {
+	var agg signal.ReadLatency
+	rd.Signal = r.signal
+	clear(r.hist[:])
+	var fineReads uint64
+	var fineSum time.Duration
+	fine, coarse := 0, 0
+	for _, di := range r.sigDevs {
+		d := &e.devs[di]
+		if !d.valid {
+			continue
+		}
+		if d.fine {
+			if ops, oldest, ok := e.cfg.Fine.TickReads(d.name); ok {
+				fine++
+				fineReads += ops.Count
+				fineSum += ops.Sum
+				r.hist.AddHist(&ops.Hist)
+				agg.AddMicros(ops.Count, ops.Sum.Microseconds())
+				// The probe knows each read's issue time: a read in flight
+				// counts by its age at once, no tick of proof needed,
+				// when nothing completed or it is older than the tick's
+				// slowest completed reads.
+				if oldest > 0 && (ops.Count == 0 || oldest > ops.Hist.Quantile(0.99)) {
+					pending = true
+					ms := float64(oldest) / float64(time.Millisecond)
+					agg.AddPending(ms)
+					r.hist.Add(oldest)
+					rd.PendingMs = max(rd.PendingMs, ms)
+				}
+				continue
+			}
+		}
+		if d.rates.Reads > 0 || d.pending {
+			coarse++ // a device with nothing to say does not make the tick coarse
+		}
+		agg.Add(d.rates.Reads, d.rates.ReadMs)
+		pending = pending || d.pending
+		if d.pendingMs > 0 {
+			agg.AddPending(d.pendingMs)
+			rd.PendingMs = max(rd.PendingMs, d.pendingMs)
+		}
+	}
+	rd.Reads = agg.Reads()
+	rd.Source = SourceDiskstats
+	if fine > 0 && coarse == 0 {
+		rd.Source = SourceEBPF
+	}
+	if fineReads > 0 {
+		rd.MeanMs = float64(fineSum) / float64(fineReads) / float64(time.Millisecond)
+		rd.P95Ms = float64(r.hist.Quantile(0.95)) / float64(time.Millisecond)
+		rd.P99Ms = float64(r.hist.Quantile(0.99)) / float64(time.Millisecond)
+	}
+	raw, ok = agg.Value()
+	if ok && rd.Source == SourceEBPF && r.signal != SignalMean {
+		q := 0.95
+		if r.signal == SignalP99 {
+			q = 0.99
+		}
+		raw = float64(r.hist.Quantile(q)) / float64(time.Millisecond)
+	}
+	return raw, ok, pending
+}
+
+// updateFine decides whether the probe is trusted for d this tick. The
+// block tracepoints see only request-based queues: a bio-based device
+// (device-mapper, LVM, md) completes reads the probe never counts, so a
+// device is measured by the probe only once it has counted reads there,
+// and falls back to diskstats as soon as diskstats counts reads the probe
+// did not (found live on LVM over dm-delay in the kernel lab).
+func (e *Engine) updateFine(d *device) {
+	if e.cfg.Fine == nil {
+		return
+	}
+	ops, _, ok := e.cfg.Fine.TickReads(d.name)
+	switch {
+	case !ok:
+		d.fine = false
+	case ops.Count > 0:
+		d.fine = true
+	case d.rates.Reads > 0:
+		d.fine = false
+	}
+}

@@ -1,0 +1,158 @@
+package sim
+
+import (
+	"fmt"
+	"net/netip"
+	"strings"
+	"time"
+
+	"github.com/sanqos/sanqos/internal/diskmodel"
+)
+
+// Scenario is the workload of one simulated experiment.
+type Scenario struct {
+	Name string
+	// Disk is the disk array (internal/diskmodel).
+	Disk diskmodel.Profile
+	// Devices are the consumers' block devices on the target, each with its
+	// own region of the array (like logical volumes of one volume group).
+	Devices []Device
+	// LUNBytes is each device's size; device i starts at i·LUNStride.
+	LUNBytes, LUNStride int64
+
+	// Writers: sequential sync writes of WriteBytes, each thread writing
+	// BurstBytes, all threads switched on together, PauseAfter once the
+	// last has finished, repeated.
+	WriteBytes, BurstBytes int64
+	Pause                  time.Duration
+	// Reader: random sync reads of ReadBytes over its whole device,
+	// rate-limited to ReaderBps (bytes/s), no catch-up (fio rate= with the
+	// sync engine waits for the I/O before pacing the next).
+	ReadBytes int64
+	ReaderBps float64
+	// Start delays the writers' first burst so the reader's idle latency
+	// is seen first.
+	Start time.Duration
+
+	// Network and initiator cost of one I/O without throttling, before the
+	// target sees it (command + data) and after (response).
+	WriteNetMs, ReadNetMs, ResponseNetMs float64
+	// WriteDelayFactor is how many times the packet delay a throttled sync
+	// write pays: the delayed R2T/ACKs that clock the data in, and the
+	// delayed response. Thesis Fig. 5.6: one 64 KiB sync writer goes from
+	// 15 MB/s (4.4 ms a write) to 2.5 MB/s (26 ms) with 9.6 ms of delay,
+	// (26.2−4.4)/9.6 ≈ 2.3 delays per write.
+	WriteDelayFactor float64
+	// RandomWrites: each writer thread writes at random blocks of its
+	// region instead of sequentially (small random writers seek on every
+	// I/O and saturate the array far harder than streams).
+	RandomWrites bool
+}
+
+// Device is one consumer: an initiator and the device serving it.
+type Device struct {
+	Name    string // as in /proc/diskstats
+	Addr    netip.Addr
+	Threads int // writer threads (0 for the reader)
+	Reader  bool
+}
+
+// ThesisScenario is thesis §5.7/§5.9 (Fig. 5.9–5.13): on host b2 an 8 KiB
+// random reader limited to 256 kB/s ("smalljob", Listing D.2); on b3–b5
+// four 64 KiB sequential sync writer threads each (Listing D.3), all on
+// one volume group striped over ten disks.
+func ThesisScenario() Scenario {
+	ip := func(s string) netip.Addr { return netip.MustParseAddr(s) }
+	return Scenario{
+		Name: "thesis",
+		Disk: mustProfile("thesis-2010"),
+		Devices: []Device{
+			{Name: "dm-0", Addr: ip("10.0.0.242"), Reader: true},
+			{Name: "dm-1", Addr: ip("10.0.0.243"), Threads: 4},
+			{Name: "dm-2", Addr: ip("10.0.0.244"), Threads: 4},
+			{Name: "dm-3", Addr: ip("10.0.0.245"), Threads: 4},
+		},
+		LUNBytes: 8 << 30, LUNStride: 8 << 30,
+		WriteBytes: 64 << 10, BurstBytes: 96 << 20, Pause: 5 * time.Second,
+		ReadBytes: 8 << 10, ReaderBps: 256 << 10,
+		Start:      10 * time.Second,
+		WriteNetMs: 4.0, ReadNetMs: 0.15, ResponseNetMs: 0.1,
+		WriteDelayFactor: 2.3,
+	}
+}
+
+// Surge24Scenario is the thesis scenario with twice its writer threads
+// (eight per writer host, 24 in all) switched on at once: a per-packet
+// delay slows each thread's I/O, so twice the threads need about twice
+// the delay for the same cut in rate.
+func Surge24Scenario() Scenario {
+	sc := ThesisScenario()
+	sc.Name = "surge24"
+	for i := range sc.Devices {
+		if !sc.Devices[i].Reader {
+			sc.Devices[i].Threads = 8
+		}
+	}
+	sc.BurstBytes = 48 << 20 // the same data per burst as the thesis's
+	return sc
+}
+
+// RandWScenario has small random writers, eight 8 KiB threads per writer
+// host, beside the thesis's reader: every write seeks, so the array's
+// queue and the reader's wait grow far beyond the thesis's streams. An
+// 8 KiB write travels as immediate data, so a throttled write waits for
+// about one delayed packet, its response (WriteDelayFactor 1.2: now and
+// then a delayed ACK too).
+func RandWScenario() Scenario {
+	sc := Surge24Scenario()
+	sc.Name = "randw"
+	sc.WriteBytes = 8 << 10
+	sc.BurstBytes = 4 << 20
+	sc.RandomWrites = true
+	sc.WriteNetMs = 0.5
+	sc.WriteDelayFactor = 1.2
+	return sc
+}
+
+// SSDScenario is the thesis's workload on a SATA SSD (diskmodel "ssd"),
+// its bursts scaled to the device's speed:
+// the reader waits a fraction of a millisecond alone and a few times that
+// behind the twelve streams, so its promise is sub-millisecond, which only
+// the block-layer probe's microseconds can hold.
+func SSDScenario() Scenario {
+	sc := ThesisScenario()
+	sc.Name = "ssd"
+	sc.Disk = mustProfile("ssd")
+	sc.WriteNetMs = 0.5
+	// Bursts as long as the thesis's (about 30 s of writing), not as
+	// large: its 96 MiB a thread last 3 s on flash, which would make
+	// every third second a burst onset and test nothing but onsets.
+	sc.BurstBytes = 960 << 20
+	return sc
+}
+
+// Scenarios lists the built-in scenarios' names.
+func Scenarios() []string { return []string{"thesis", "surge24", "randw", "ssd"} }
+
+func mustProfile(name string) diskmodel.Profile {
+	p, err := diskmodel.ProfileByName(name)
+	if err != nil {
+		panic(err)
+	}
+	return p
+}
+
+// ScenarioByName returns a built-in scenario.
+func ScenarioByName(name string) (Scenario, error) {
+	switch name {
+	case "thesis":
+		return ThesisScenario(), nil
+	case "surge24":
+		return Surge24Scenario(), nil
+	case "randw":
+		return RandWScenario(), nil
+	case "ssd":
+		return SSDScenario(), nil
+	}
+	return Scenario{}, fmt.Errorf("unknown scenario %q (known: %s)", name, strings.Join(Scenarios(), ", "))
+}
