@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"errors"
 	"net/netip"
 	"slices"
 	"testing"
@@ -115,5 +116,44 @@ func TestWireAttributionInTheLoop(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// brokenWire fails every read.
+type brokenWire struct{}
+
+func (brokenWire) SetClients([]netip.Addr) error { return nil }
+func (brokenWire) Read() (map[netip.Addr]attribution.Counters, error) {
+	return nil, errors.New("netlink: no such set")
+}
+
+// When the counters cannot be read, clients of a shared device count as
+// not writing (nobody is delayed on a guess), and the log says so once.
+func TestWireReadFailureFailsOpen(t *testing.T) {
+	reader, writer := netip.MustParseAddr("10.99.0.2"), netip.MustParseAddr("10.99.0.3")
+	topo := topology.Topology{Resources: []topology.Resource{{Name: "fs-nfs", Consumers: []topology.Consumer{
+		{Addr: reader, Device: "loop1"}, {Addr: writer, Device: "loop1"},
+	}}}}
+	e, err := engine.New(engine.DefaultConfig(), topo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs := &logBuf{}
+	eng := WithWire(FromEngine(e, []uint16{2049}, nil), brokenWire{}, topo, newLogger(logs))
+	d, err := New(Options{Clock: clock.NewFake(t0), Engine: eng, Stats: &sharedStats{}, Backend: &fakeBackend{},
+		Logger: newLogger(&logBuf{}), Topology: topo})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := t0
+	for range 30 {
+		now = now.Add(100 * time.Millisecond)
+		d.tick(context.Background(), now)
+	}
+	if m := d.Status().Resources[0].Members; len(m) != 0 {
+		t.Errorf("members %v with unreadable wire counters, want none", m)
+	}
+	if n := logs.count("reading wire counters failed"); n != 1 {
+		t.Errorf("failure logged %d times, want once:\n%s", n, logs)
 	}
 }
