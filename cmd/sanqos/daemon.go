@@ -169,6 +169,11 @@ func runDaemon(ctx context.Context, o runOptions, log *slog.Logger, args []strin
 	if err != nil {
 		return fmt.Errorf("starting the %s backend: %w", o.backend.Backend, err)
 	}
+	wire := openWire(ctx, o, log)
+	if wire != nil {
+		defer wire.Close()
+		dopts.Engine = daemon.WithWire(dopts.Engine, wire, o.topo, log)
+	}
 	overrides := &ctl.Overrides{}
 	dopts.Backend, dopts.Overrides = b, overrides
 	d, err := daemon.New(dopts)
@@ -213,7 +218,7 @@ func runDaemon(ctx context.Context, o runOptions, log *slog.Logger, args []strin
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		(&reloader{args: args, cur: o, d: d, disc: swap, log: log, notify: notify}).loop(sctx)
+		(&reloader{args: args, cur: o, d: d, disc: swap, log: log, notify: notify, wire: wire}).loop(sctx)
 	}()
 	log.Info("control socket ready", "socket", o.socket, "record", o.record)
 	runErr := d.Run(ctx)
@@ -262,7 +267,7 @@ func parseRunOptions(args []string, stderr io.Writer) (runOptions, error) {
 	proc := fs.String("proc", "/proc", "proc file system to read diskstats from")
 	dev := fs.String("dev", "", "interface towards the initiators (netem and htb backends)")
 	queue := fs.Uint("queue-num", uint(throttle.DefaultQueueNum), "NFQUEUE number (nfqueue backend)")
-	small := fs.Int("small-segment", throttle.DefaultSmallSegment, "largest TCP payload in bytes that counts as write-direction traffic (R2T, SCSI response)")
+	small := fs.Int("small-segment", throttle.DefaultSmallSegment, "largest TCP payload in bytes that counts as write-direction traffic (R2T, SCSI response); given, it applies to every port, else each known protocol port has its measured default (NFS 2049: 256) and small_segment.<port> overrides")
 	cleanup := fs.Bool("cleanup-only", false, "remove the kernel objects a sanqos daemon left behind, then exit")
 	// Parsed only so that --help lists it and --manual=false is accepted:
 	// cmdRun has already sent --manual to runManual.
@@ -306,6 +311,7 @@ func parseRunOptions(args []string, stderr io.Writer) (runOptions, error) {
 		cleanupOnly: *cleanup,
 		backend:     throttle.Options{Backend: c.Backend, Dev: *dev, QueueNum: uint16(*queue), SmallSegment: *small, AckDelay: c.AckDelay},
 	}
+	o.backend.SmallSegments = c.SmallSegments(*small, flagSet(fs, "small-segment"))
 	for _, p := range c.Ports {
 		o.ports = append(o.ports, uint16(p)) // validated: 1-65535
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -14,6 +15,7 @@ import (
 	"github.com/sanqos/sanqos/internal/discover"
 	"github.com/sanqos/sanqos/internal/engine"
 	"github.com/sanqos/sanqos/internal/sdnotify"
+	"github.com/sanqos/sanqos/internal/throttle"
 	"github.com/sanqos/sanqos/internal/topology"
 )
 
@@ -33,6 +35,7 @@ type reloader struct {
 	// notify hears RELOADING=1 and READY=1 around each reload (nil outside
 	// systemd: a no-op).
 	notify *sdnotify.Notifier
+	wire   *throttle.Wire // nil: no wire counters (see openWire)
 }
 
 func (r *reloader) loop(ctx context.Context) {
@@ -76,6 +79,9 @@ func (r *reloader) reload() error {
 		return fmt.Errorf("configuration: %w", err)
 	}
 	rl := daemon.Reload{Engine: daemon.FromEngine(eng, o.ports, probe)}
+	if r.wire != nil {
+		rl.Engine = daemon.WithWire(rl.Engine, r.wire, o.topo, r.log)
+	}
 	if o.fixed {
 		rl.Topology = &o.topo
 	} else {
@@ -118,8 +124,9 @@ func restartOnly(a, b runOptions) []string {
 	add(a.engine.Tick != b.engine.Tick, "tick")
 	ab, bb := a.backend, b.backend
 	add(ab.Backend != bb.Backend || ab.Dev != bb.Dev || ab.QueueNum != bb.QueueNum ||
-		ab.SmallSegment != bb.SmallSegment || ab.AckDelay != bb.AckDelay, "backend settings")
+		ab.SmallSegment != bb.SmallSegment || !maps.Equal(ab.SmallSegments, bb.SmallSegments) || ab.AckDelay != bb.AckDelay, "backend settings")
 	add(a.fixed != b.fixed, "--consumer")
+	add(a.config.WireOn() != b.config.WireOn(), "attribution (wire counters on or off)")
 	return out
 }
 

@@ -84,6 +84,9 @@ type Config struct {
 	// is started, so the record never takes more than twice this. About
 	// 0.5 GB a day with three consumers: the default keeps some hours.
 	RecordMaxSize Size `toml:"record_max_size"`
+	// Attribution and SmallSegment: see wire.go.
+	Attribution  string         `toml:"attribution"`
+	SmallSegment map[string]int `toml:"small_segment"`
 
 	// origin maps a key to the flag that set it, for error messages.
 	origin map[string]string
@@ -121,6 +124,10 @@ type Discovery struct {
 	TgtControlPort int `toml:"tgt_control_port"`
 	// LIORoot is the LIO configfs root.
 	LIORoot string `toml:"lio_root"`
+	// Exports (socket adapter) are export list files naming what the
+	// server on the ports serves (ganesha.conf, /etc/exports); empty:
+	// found from the listening process. See wire.go.
+	Exports []string `toml:"exports"`
 }
 
 // Static is the [static] section.
@@ -181,6 +188,7 @@ func Default() Config {
 		Socket: "/run/sanqos/sanqos.sock",
 
 		RecordMaxSize: 64 << 20,
+		Attribution:   "auto",
 	}
 }
 
@@ -235,7 +243,7 @@ var knownKeys = []string{
 	"controller", "pid.kp", "pid.ti", "pid.td", "pid.u_max", "pid.u_max_limit",
 	"write_threshold", "write_leave", "backend", "direction", "ports",
 	"discovery.adapter", "discovery.interval", "discovery.tgt_control_port",
-	"discovery.lio_root", "static.consumers.{resource,addr,device}",
+	"discovery.lio_root", "discovery.exports", "attribution", "small_segment.<port>", "static.consumers.{resource,addr,device}",
 	"policy", "manual.protected", "manual.throttle", "listen", "socket", "record", "record_max_size",
 }
 

@@ -147,7 +147,8 @@ var flagDefs = []flagDef{
 		c.Ports = ports
 		return nil
 	}},
-	{"adapter", "discovery.adapter", "discovery: tgt, lio or static", func(c *Config) string { return c.Discovery.Adapter }, setString(func(c *Config) *string { return &c.Discovery.Adapter })},
+	{"adapter", "discovery.adapter", "discovery: tgt, lio, static or socket (the clients of --ports from the socket table)", func(c *Config) string { return c.Discovery.Adapter }, setString(func(c *Config) *string { return &c.Discovery.Adapter })},
+	{"attribution", "attribution", "per-client write rates: auto (from the wire where clients share a device), wire or device", func(c *Config) string { return c.Attribution }, setString(func(c *Config) *string { return &c.Attribution })},
 	{"discovery-interval", "discovery.interval", "time between discoveries", func(c *Config) string { return c.Discovery.Interval.String() }, setDuration(func(c *Config) *Duration { return &c.Discovery.Interval })},
 	{"tgt-control-port", "discovery.tgt_control_port", "tgtd management port (tgtadm -C); 0 uses tgtadm's own default", func(c *Config) string { return strconv.Itoa(c.Discovery.TgtControlPort) }, func(c *Config, s string) error {
 		p, err := strconv.Atoi(s)

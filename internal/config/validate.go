@@ -162,7 +162,8 @@ func (c *Config) dataPathChecks() []func() error {
 			}
 			return nil
 		},
-		func() error { return oneOf("discovery.adapter", c.Discovery.Adapter, "tgt", "lio", "static") },
+		func() error { return oneOf("discovery.adapter", c.Discovery.Adapter, "tgt", "lio", "static", "socket") },
+		c.validateWire,
 		func() error {
 			return durIn("discovery.interval", c.Discovery.Interval, 100*time.Millisecond, time.Hour)
 		},

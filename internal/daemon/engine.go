@@ -27,12 +27,14 @@ type engineAdapter struct {
 	// names caches the text of each consumer address: formatting them
 	// anew was most of the adapter's allocations per tick.
 	names map[netip.Addr]string
+	wire  *wireSampler // nil: device rates only (see WithWire)
 }
 
 func (a *engineAdapter) SetTopology(t topology.Topology) {
 	clear(a.names) // forget addresses that left
 	a.probe.SetTopology(t)
 	a.e.SetTopology(t)
+	a.wire.setTopology(t)
 }
 
 func (a *engineAdapter) name(ip netip.Addr) string {
@@ -57,6 +59,7 @@ func (a *engineAdapter) addrNames(as []netip.Addr) []string {
 
 func (a *engineAdapter) Step(now time.Time, snap []diskstats.Stat) Decision {
 	a.probe.Sample(now)
+	a.e.SetWire(a.wire.sample(now))
 	d := a.e.Step(now, snap)
 	out := Decision{
 		Resources: make([]status.Resource, len(d.Resources)),
@@ -76,7 +79,15 @@ func (a *engineAdapter) Step(now time.Time, snap []diskstats.Stat) Decision {
 		out.Consumers[i] = status.Consumer{
 			Resource: c.Resource, Device: c.Device, Addr: a.name(c.Addr), ReadKBs: c.ReadKBs,
 			WriteKBs: c.WriteKBs, WriteEWMAKBs: c.WriteEWMAKBs, RAwaitMs: c.RAwaitMs, Throttleable: c.Throttleable,
+			WriteFrom: c.WriteFrom,
 		}
+	}
+	if a.wire != nil {
+		addrs := make([]netip.Addr, len(d.Consumers))
+		for i, c := range d.Consumers {
+			addrs[i] = c.Addr
+		}
+		a.wire.show(out.Consumers, addrs)
 	}
 	return out
 }

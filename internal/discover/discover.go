@@ -1,7 +1,8 @@
 // Package discover finds what sanqos controls on a storage target: which
 // initiators (by IP address) use which LUNs, and which shared resource each
 // LUN's block device lands on. Adapters read the target's configuration
-// (tgt through tgtadm, LIO through configfs, or a static list); the
+// (tgt through tgtadm, LIO through configfs, the clients of a port from
+// the kernel's socket table, or a static list); the
 // topology resolver walks each backing store down to the devices it
 // shares.
 package discover

@@ -23,8 +23,10 @@ func NewAdapter(c config.Config) (Adapter, error) {
 			list[i] = StaticConsumer{Resource: s.Resource, Addr: s.Addr, Device: s.Device}
 		}
 		return NewStatic(list)
+	case "socket":
+		return NewSocket(SocketConfig{Ports: c.Ports, Exports: c.Discovery.Exports})
 	}
-	return nil, fmt.Errorf("discovery.adapter = %q: must be one of \"tgt\", \"lio\", \"static\"", c.Discovery.Adapter)
+	return nil, fmt.Errorf("discovery.adapter = %q: must be one of \"tgt\", \"lio\", \"static\", \"socket\"", c.Discovery.Adapter)
 }
 
 // FromConfig returns a Discoverer for the running system as configured

@@ -197,6 +197,10 @@ type ConsumerRates struct {
 	Addr                                      netip.Addr
 	ReadKBs, WriteKBs, WriteEWMAKBs, RAwaitMs float64
 	Throttleable                              bool
+	// WriteFrom says which write rate the policy judged (and
+	// WriteEWMAKBs follows): "wire" or "device"; "" without wire
+	// counters, where it is always the device's. See wire.go.
+	WriteFrom string
 }
 
 // device is the per-device memory: the last snapshot's counters and the
@@ -279,6 +283,7 @@ type Engine struct {
 	// idleHold is the const idleHold; a test sets 0 to run the thesis's
 	// rule beside the current one.
 	idleHold time.Duration
+	wire     wireState // per-client wire rates, see wire.go
 }
 
 // New validates cfg and topo and returns an engine at rest.
@@ -393,7 +398,8 @@ func (e *Engine) stepResource(r *resource, now time.Time, members []netip.Addr, 
 			d = &e.devs[c.dev]
 			rt := &d.rates
 			cr.ReadKBs, cr.WriteKBs, cr.RAwaitMs = rt.ReadKBs, rt.WriteKBs, rt.RAwaitMs
-			cr.Throttleable = e.pol.Update(&c.st, c.c, rt.WriteKBs)
+			kbs, from := e.writeKBs(c, rt.WriteKBs)
+			cr.Throttleable, cr.WriteFrom = e.pol.Update(&c.st, c.c, kbs), from
 			cr.WriteEWMAKBs = c.st.WriteEWMAKBs
 		}
 		if !r.started {

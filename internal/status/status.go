@@ -102,6 +102,11 @@ type Consumer struct {
 	WriteEWMAKBs float64 `json:"write_ewma_kbs"`
 	RAwaitMs     float64 `json:"r_await_ms"`
 	Throttleable bool    `json:"throttleable"`
+	// WriteFrom is where the judged write rate came from: "wire" (the
+	// client's bytes, where clients share a device; ReadKBs and WriteKBs
+	// are then the client's on the wire) or "device"; empty without wire
+	// counters.
+	WriteFrom string `json:"write_from,omitempty"`
 }
 
 // BackendStats are the data-path counters of the throttle backend.

@@ -85,8 +85,10 @@ func (b *HTB) plan(s State) (map[int]uint64, []string) {
 		}
 		classes[mi] = w[a]
 		ps := slices.Compact(slices.Sorted(slices.Values(ports[a])))
-		rules = append(rules, fmt.Sprintf("-A %s -d %s/32 %s %s -j CLASSIFY --set-class %s",
-			Chain, a, portMatch(ps), dirMatch(Read, b.cfg.SmallSegment), classID(HTBHandle, mi)))
+		for _, pg := range splitGroups(ps, b.cfg.SmallSegments, b.cfg.SmallSegment) {
+			rules = append(rules, fmt.Sprintf("-A %s -d %s/32 %s %s -j CLASSIFY --set-class %s",
+				Chain, a, portMatch(pg.ports), dirMatch(Read, pg.small), classID(HTBHandle, mi)))
+		}
 	}
 	return classes, rules
 }

@@ -117,7 +117,11 @@ func (f *Iptables) bin() string {
 }
 
 func (f *Iptables) hasJump(ctx context.Context, chain string) bool {
-	_, err := f.Run.Run(ctx, "", f.bin(), "-w", "-t", table, "-C", hook, "-j", chain)
+	return f.hasJumpFrom(ctx, hook, chain)
+}
+
+func (f *Iptables) hasJumpFrom(ctx context.Context, from, chain string) bool {
+	_, err := f.Run.Run(ctx, "", f.bin(), "-w", "-t", table, "-C", from, "-j", chain)
 	return err == nil
 }
 
@@ -137,9 +141,11 @@ func (f *Iptables) Remove(ctx context.Context, chain string) error {
 	// A crashed run may have left more than one jump; delete them all.
 	// 64 bounds the loop should a jump refuse to go, far above the one
 	// jump a run adds.
-	for i := 0; i < 64 && f.hasJump(ctx, chain); i++ {
-		if _, err := f.Run.Run(ctx, "", f.bin(), "-w", "-t", table, "-D", hook, "-j", chain); err != nil {
-			return fmt.Errorf("removing jump to %s: %w", chain, err)
+	for _, from := range jumpsTo(chain) {
+		for i := 0; i < 64 && f.hasJumpFrom(ctx, from, chain); i++ {
+			if _, err := f.Run.Run(ctx, "", f.bin(), "-w", "-t", table, "-D", from, "-j", chain); err != nil {
+				return fmt.Errorf("removing jump to %s: %w", chain, err)
+			}
 		}
 	}
 	delete(f.jumped, chain)

@@ -44,10 +44,13 @@ type TCConfig struct {
 	Instance     string          // see Options.Instance; "" names it after Dev
 	Steps        []time.Duration // netem delays; DefaultNetemSteps when empty
 	SmallSegment int
-	Run          Runner   // default: ExecRunner
-	Firewall     Firewall // default: iptables through Run
-	Sets         Sets     // default: ipsets over netlink
-	Logger       *slog.Logger
+	// SmallSegments overrides SmallSegment per target port: the rules
+	// classify each split's ports apart (see splitGroups).
+	SmallSegments map[uint16]int
+	Run           Runner   // default: ExecRunner
+	Firewall      Firewall // default: iptables through Run
+	Sets          Sets     // default: ipsets over netlink
+	Logger        *slog.Logger
 }
 
 func (c *TCConfig) defaults(backend string) error {
@@ -59,6 +62,9 @@ func (c *TCConfig) defaults(backend string) error {
 	}
 	if c.SmallSegment == 0 {
 		c.SmallSegment = DefaultSmallSegment
+	}
+	if err := ValidateSmallSegments(c.SmallSegments); err != nil {
+		return err
 	}
 	if c.Run == nil {
 		c.Run = ExecRunner{}
@@ -169,8 +175,10 @@ func (b *Netem) Rules(s State) []string {
 			if i < 0 {
 				continue
 			}
-			out = append(out, fmt.Sprintf("-A %s %s -m set --match-set %s dst %s -j CLASSIFY --set-class %s",
-				Chain, portMatch(g.ports()), SetName(g.Name), dirMatch(dir, b.cfg.SmallSegment), classID(NetemHandle, classBase+i)))
+			for _, pg := range splitGroups(g.ports(), b.cfg.SmallSegments, b.cfg.SmallSegment) {
+				out = append(out, fmt.Sprintf("-A %s %s -m set --match-set %s dst %s -j CLASSIFY --set-class %s",
+					Chain, portMatch(pg.ports), SetName(g.Name), dirMatch(dir, pg.small), classID(NetemHandle, classBase+i)))
+			}
 		}
 	}
 	return out

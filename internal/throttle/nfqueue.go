@@ -52,8 +52,11 @@ type NfqueueConfig struct {
 	Instance     string
 	QueueNum     uint16
 	SmallSegment int
-	MaxBacklog   int
-	Firewall     Firewall // default: iptables on this machine
+	// SmallSegments overrides SmallSegment per target port (see
+	// DefaultSmallSegments): the split is the protocol's.
+	SmallSegments map[uint16]int
+	MaxBacklog    int
+	Firewall      Firewall // default: iptables on this machine
 	// Firewall6 programs the IPv6 half; default: ip6tables beside
 	// Firewall when that is an *Iptables, else none (IPv6 consumers are
 	// then refused).
@@ -185,6 +188,9 @@ func NewNfqueue(ctx context.Context, cfg NfqueueConfig) (*Nfqueue, error) {
 		cfg.Instance = DefaultInstance(Options{QueueNum: cfg.QueueNum})
 	}
 	if err := CheckInstance(cfg.Instance); err != nil {
+		return nil, err
+	}
+	if err := ValidateSmallSegments(cfg.SmallSegments); err != nil {
 		return nil, err
 	}
 	lock, err := lockInstance(cfg.NetNS, cfg.Instance)

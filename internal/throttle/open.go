@@ -19,6 +19,8 @@ type Options struct {
 	Dev          string // netem, htb: interface towards the initiators
 	QueueNum     uint16 // nfqueue
 	SmallSegment int    // payload bytes still counted as write direction
+	// SmallSegments overrides SmallSegment per target port.
+	SmallSegments map[uint16]int
 	// AckDelay (nfqueue) holds pure ACKs in the write direction too; see
 	// NfqueueConfig.AckDelay.
 	AckDelay bool
@@ -31,11 +33,11 @@ type Options struct {
 func Open(ctx context.Context, o Options) (Backend, error) {
 	switch o.Backend {
 	case "", "nfqueue":
-		return NewNfqueue(ctx, NfqueueConfig{Instance: o.Instance, QueueNum: o.QueueNum, SmallSegment: o.SmallSegment, AckDelay: o.AckDelay, Logger: o.Logger})
+		return NewNfqueue(ctx, NfqueueConfig{Instance: o.Instance, QueueNum: o.QueueNum, SmallSegment: o.SmallSegment, SmallSegments: o.SmallSegments, AckDelay: o.AckDelay, Logger: o.Logger})
 	case "netem":
-		return NewNetem(ctx, TCConfig{Instance: o.Instance, Dev: o.Dev, SmallSegment: o.SmallSegment, Logger: o.Logger})
+		return NewNetem(ctx, TCConfig{Instance: o.Instance, Dev: o.Dev, SmallSegment: o.SmallSegment, SmallSegments: o.SmallSegments, Logger: o.Logger})
 	case "htb":
-		return NewHTB(ctx, TCConfig{Instance: o.Instance, Dev: o.Dev, SmallSegment: o.SmallSegment, Logger: o.Logger})
+		return NewHTB(ctx, TCConfig{Instance: o.Instance, Dev: o.Dev, SmallSegment: o.SmallSegment, SmallSegments: o.SmallSegments, Logger: o.Logger})
 	case "dry-run":
 		return NewDryRun(o.Logger), nil
 	}

@@ -298,12 +298,13 @@ func (b *Nfqueue) handle(pk nfq.Packet) {
 		b.atOnce = append(b.atOnce, pk.ID)
 		return
 	}
-	delay := (*b.table.Load())[p.flow.dst].of(p.payload, b.cfg.SmallSegment)
+	small := smallOf(b.cfg.SmallSegments, b.cfg.SmallSegment, p.flow.sport)
+	delay := (*b.table.Load())[p.flow.dst].of(p.payload, small)
 	submit := b.del.Submit
 	if p.pureAck() {
 		submit = b.del.SubmitPureAck
 	}
-	if submit(pk.ID, p.flow, directionOf(p.payload, b.cfg.SmallSegment), p.ack, delay, b.clk.Now()) {
+	if submit(pk.ID, p.flow, directionOf(p.payload, small), p.ack, delay, b.clk.Now()) {
 		b.atOnce = append(b.atOnce, pk.ID)
 	}
 }

@@ -1,0 +1,155 @@
+package throttle
+
+import (
+	"bufio"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// replyLine is one line of a testdata/replies capture (see its README).
+type replyLine struct {
+	phase   string
+	payload int
+	kind    string
+}
+
+func readReplies(t *testing.T, path string) []replyLine {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var out []replyLine
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || line[0] == '#' {
+			continue
+		}
+		f := strings.Fields(line)
+		if len(f) != 4 {
+			t.Fatalf("%s: %q: want PHASE BYTES COUNT KIND", path, line)
+		}
+		n, err := strconv.Atoi(f[1])
+		if err != nil {
+			t.Fatalf("%s: %q: %v", path, line, err)
+		}
+		out = append(out, replyLine{f[0], n, f[3]})
+	}
+	return out
+}
+
+// TestDefaultSmallSegmentsFitCaptures holds every per-port default to
+// the captured reply sizes: each reply that clocks a writer is at or
+// under the port's split (the write direction), each read data segment
+// over it. The captures have both kinds for every protocol measured, so
+// a default moved too low or too high fails here.
+func TestDefaultSmallSegmentsFitCaptures(t *testing.T) {
+	files, err := filepath.Glob("testdata/replies/*-*.txt")
+	if err != nil || len(files) < 3 {
+		t.Fatalf("captures: %v %v, want iSCSI, NFS and NBD", files, err)
+	}
+	for _, path := range files {
+		name := strings.TrimSuffix(filepath.Base(path), ".txt")
+		port, err := strconv.Atoi(name[strings.LastIndexByte(name, '-')+1:])
+		if err != nil {
+			t.Fatalf("%s: name must end in -PORT", path)
+		}
+		small, ok := DefaultSmallSegments[uint16(port)]
+		if !ok {
+			t.Errorf("%s: port %d has no default", path, port)
+			continue
+		}
+		var replies, data int
+		for _, l := range readReplies(t, path) {
+			dir := directionOf(l.payload, small)
+			switch l.kind {
+			case "reply":
+				replies++
+				if dir != Write {
+					t.Errorf("%s %s: a %d-byte reply that clocks a writer is over the split %d: classed as read", name, l.phase, l.payload, small)
+				}
+			case "data":
+				data++
+				if dir != Read {
+					t.Errorf("%s %s: a %d-byte read data segment is at or under the split %d: classed as write", name, l.phase, l.payload, small)
+				}
+			}
+		}
+		if replies == 0 || data == 0 {
+			t.Errorf("%s: %d replies, %d data segments: a capture must have both", name, replies, data)
+		}
+	}
+}
+
+// TestISCSISplitMisclassesNFS is the issue's finding, from the captures:
+// the old one-for-all 128 bytes puts NFS WRITE replies in the read
+// direction, so delaying "write" traffic did not slow NFS writers.
+func TestISCSISplitMisclassesNFS(t *testing.T) {
+	over := 0
+	for _, l := range readReplies(t, "testdata/replies/nfs-2049.txt") {
+		if l.kind == "reply" && directionOf(l.payload, DefaultSmallSegment) == Read {
+			over++
+		}
+	}
+	if over == 0 {
+		t.Error("no NFS write reply over 128 bytes: the per-port split would not be needed")
+	}
+}
+
+func TestSmallSegmentsFor(t *testing.T) {
+	tests := []struct {
+		name  string
+		ports []uint16
+		set   map[uint16]int
+		def   int
+		want  map[uint16]int
+	}{
+		{"protocol defaults", []uint16{3260, 2049, 10809, 4420}, nil, 128, map[uint16]int{3260: 128, 2049: 256, 10809: 128, 4420: 128}},
+		{"unknown port takes def", []uint16{3261}, nil, 100, map[uint16]int{3261: 100}},
+		{"configured wins", []uint16{2049, 3260}, map[uint16]int{2049: 300}, 128, map[uint16]int{2049: 300, 3260: 128}},
+	}
+	for _, tc := range tests {
+		got := SmallSegmentsFor(tc.ports, tc.set, tc.def)
+		if len(got) != len(tc.want) {
+			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
+		}
+		for p, v := range tc.want {
+			if got[p] != v {
+				t.Errorf("%s: port %d = %d, want %d", tc.name, p, got[p], v)
+			}
+		}
+	}
+	if err := ValidateSmallSegments(map[uint16]int{2049: MaxSmallSegment + 1}); err == nil {
+		t.Error("a split over MaxSmallSegment accepted")
+	}
+	if smallOf(map[uint16]int{2049: 256}, 128, 2049) != 256 || smallOf(nil, 128, 2049) != 128 {
+		t.Error("smallOf: per-port split not used, or default not used without one")
+	}
+}
+
+func TestSplitGroupsRules(t *testing.T) {
+	n := &Netem{newTCRoot(TCConfig{SmallSegment: 128, SmallSegments: map[uint16]int{2049: 256, 3260: 128}, Steps: DefaultNetemSteps(), Logger: quietLog()}, "netem", NetemHandle)}
+	rules := n.Rules(State{Groups: []Group{{Name: "fs-a", Ports: []uint16{3260, 2049, 10809}, WriteDelay: 5 * time.Millisecond}}})
+	want := []string{
+		"-A SANQOS -p tcp -m multiport --sports 3260,10809 -m set --match-set sanqos-fs-a dst -m length --length 0:228 -j CLASSIFY",
+		"-A SANQOS -p tcp -m tcp --sport 2049 -m set --match-set sanqos-fs-a dst -m length --length 0:356 -j CLASSIFY",
+	}
+	if len(rules) != len(want) {
+		t.Fatalf("rules:\n%s\nwant one per split", strings.Join(rules, "\n"))
+	}
+	for i, w := range want {
+		if !strings.HasPrefix(rules[i], w) {
+			t.Errorf("rule %d:\n%s\nwant it to start\n%s", i, rules[i], w)
+		}
+	}
+	one := splitGroups([]uint16{3260, 3261}, nil, 128)
+	if len(one) != 1 || len(one[0].ports) != 2 {
+		t.Errorf("one split: %+v, want one group of both ports", one)
+	}
+}
