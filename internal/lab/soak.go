@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -400,29 +401,31 @@ func ownedObjects(ctx context.Context) ([]string, error) {
 }
 
 // daemonGoroutines reads go_goroutines from the daemon's metrics in the
-// target namespace, or -1.
+// target namespace, or -1. The connection is dialled on the thread that
+// is in the namespace; http.Transport would dial on another goroutine,
+// so the request is written by hand.
 func daemonGoroutines(ctx context.Context) int64 {
-	var body []byte
+	var conn net.Conn
 	err := InNetNS(TargetNS, func() error {
-		ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		defer cancel()
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+soakMetrics+"/metrics", nil)
-		if err != nil {
-			return err
-		}
-		// A transport of its own: its connections are made in the
-		// namespace and must not be reused from another.
-		tr := &http.Transport{DisableKeepAlives: true}
-		defer tr.CloseIdleConnections()
-		resp, err := (&http.Client{Transport: tr}).Do(req)
-		if err != nil {
-			return err
-		}
-		defer resp.Body.Close()
-		body, err = io.ReadAll(io.LimitReader(resp.Body, 4<<20))
+		var err error
+		conn, err = (&net.Dialer{Timeout: 2 * time.Second}).DialContext(ctx, "tcp", soakMetrics)
 		return err
 	})
 	if err != nil {
+		return -1
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(3 * time.Second))
+	if _, err := fmt.Fprintf(conn, "GET /metrics HTTP/1.0\r\nHost: %s\r\n\r\n", soakMetrics); err != nil {
+		return -1
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		return -1
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
+	if err != nil || resp.StatusCode != http.StatusOK {
 		return -1
 	}
 	return metricValue(string(body), "go_goroutines")
