@@ -39,9 +39,19 @@ type daemon struct {
 // up, and answers only after).
 func (l *lab) startDaemon(t *testing.T, bin, sock string, args ...string) *daemon {
 	t.Helper()
+	return l.startDaemonArgs(t, nil, sock, append([]string{bin, "run", "--manual", "--socket", sock}, args...))
+}
+
+// startDaemonArgs runs argv in the target namespace with env added to
+// this process's environment and waits until it answers on sock.
+func (l *lab) startDaemonArgs(t *testing.T, env []string, sock string, argv []string) *daemon {
+	t.Helper()
 	d := &daemon{stderr: &bytes.Buffer{}, done: make(chan error, 1)}
-	d.cmd = exec.Command("ip", append([]string{"netns", "exec", l.tns, bin, "run", "--manual", "--socket", sock}, args...)...)
+	d.cmd = exec.Command("ip", append([]string{"netns", "exec", l.tns}, argv...)...)
 	d.cmd.Stderr = d.stderr
+	if env != nil {
+		d.cmd.Env = append(os.Environ(), env...)
+	}
 	if err := d.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}

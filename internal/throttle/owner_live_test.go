@@ -100,7 +100,7 @@ func TestLiveTwoDaemonsAndCleanupOnly(t *testing.T) {
 // TestLiveSIGTERMLosesNothing (issue 14, finding 6): a daemon throttling
 // echo and iSCSI-like writes at 20 ms is stopped with SIGTERM while
 // packets are held: every held packet leaves, in order, before the queue
-// closes, so neither side retransmits anything.
+// closes, so neither side retransmits anything (noRetransmissions).
 func TestLiveSIGTERMLosesNothing(t *testing.T) {
 	l := newLab(t)
 	bin := buildSanqos(t)
@@ -118,38 +118,9 @@ func TestLiveSIGTERMLosesNothing(t *testing.T) {
 	t0, c0 := counters(t, l.targetRunner), counters(t, l.clientRunner)
 
 	// Traffic on both connections until well after the exit.
-	var wg sync.WaitGroup
 	stop := make(chan struct{})
-	errs := make(chan error, 2)
-	loop := func(f func() error) {
-		defer wg.Done()
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			if err := f(); err != nil {
-				errs <- err
-				return
-			}
-		}
-	}
-	var b [1]byte
-	buf := make([]byte, 64<<10)
-	wg.Add(2)
-	go loop(func() error {
-		echo.SetDeadline(time.Now().Add(5 * time.Second))
-		if _, err := echo.Write(b[:]); err != nil {
-			return err
-		}
-		_, err := io.ReadFull(echo, b[:])
-		return err
-	})
-	go loop(func() error {
-		writes.SetDeadline(time.Now().Add(5 * time.Second))
-		return oneIO(writes, 'i', buf)
-	})
+	worst, echoDone := echoLoop(echo, stop)
+	ioDone := ioLoop(writes, 'i', stop)
 	time.Sleep(300 * time.Millisecond)
 	if err := d.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
@@ -164,24 +135,12 @@ func TestLiveSIGTERMLosesNothing(t *testing.T) {
 	}
 	time.Sleep(500 * time.Millisecond)
 	close(stop)
-	wg.Wait()
-	select {
-	case err := <-errs:
-		t.Fatalf("traffic across the exit: %v", err)
-	default:
+	for _, c := range []<-chan error{echoDone, ioDone} {
+		if err := <-c; err != nil {
+			t.Fatalf("traffic across the exit: %v", err)
+		}
 	}
-	// Nothing may be lost across the exit: no retransmission timeout, no
-	// fast retransmit, and any retransmitted segment a loss probe the
-	// receiver reported back as a duplicate (DSACK). A spurious probe is
-	// what a scheduling stall of this VM makes of a held ACK whatever the
-	// exit does (one came in a CI run with the machine otherwise idle);
-	// a lost packet would show as a probe without a DSACK, or a timeout.
-	nothingLost(t, "target across SIGTERM", l.targetRunner, t0)
-	nothingLost(t, "initiator across SIGTERM", l.clientRunner, c0)
-	re, why := retransSince(t, l.targetRunner, t0)
-	rc, whyc := retransSince(t, l.clientRunner, c0)
-	t.Logf("retransmissions across SIGTERM of a daemon throttling at 20ms: target %d (%s), initiator %d (%s)", re, why, rc, whyc)
-	var _ net.Conn = echo
+	noRetransmissions(t, l, "SIGTERM", t0, c0, worst(), 20*time.Millisecond)
 }
 
 // TestLiveSIGSTOPWorstRTT (issue 14, finding 5) measures the worst echo
