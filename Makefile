@@ -89,6 +89,7 @@ FUZZ_TARGETS := \
 	internal/diskstats:FuzzParse \
 	internal/mountinfo:FuzzParse internal/mountinfo:FuzzUnescape \
 	internal/discover:FuzzParseTgtShow internal/discover:FuzzParseLIOInfo \
+	internal/discover:FuzzParseProcNet internal/discover:FuzzParseExports \
 	internal/nfq:FuzzParseDatagram \
 	internal/throttle:FuzzParseIPv4TCP internal/throttle:FuzzParseTCP \
 	internal/config:FuzzDecode internal/ctl:FuzzRequestLines internal/ctl:FuzzParseManual
