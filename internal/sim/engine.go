@@ -2,6 +2,7 @@ package sim
 
 import (
 	"fmt"
+	"net/netip"
 	"time"
 
 	"github.com/sanqos/sanqos/internal/control"
@@ -113,4 +114,26 @@ func (s engineStepper) Step(now time.Time, snap []diskstats.Stat) Decision {
 		}
 	}
 	return Decision{}
+}
+
+// fixedStepper delays the writers' packets by a constant, whatever the
+// disk does: the frontier's static throttle.
+type fixedStepper struct {
+	writers []netip.Addr
+	delayMs float64
+}
+
+func (f fixedStepper) Step(time.Time, []diskstats.Stat) Decision {
+	return Decision{DelayMs: f.delayMs, Members: f.writers}
+}
+
+// writers are the addresses of the scenario's writing consumers.
+func (sc Scenario) writers() []netip.Addr {
+	var out []netip.Addr
+	for _, d := range sc.Devices {
+		if !d.Reader {
+			out = append(out, d.Addr)
+		}
+	}
+	return out
 }

@@ -44,6 +44,11 @@ type Config struct {
 	// (whole milliseconds), as the daemon does where eBPF cannot run; by
 	// default the engine also reads the plant's block-layer probe.
 	NoProbe bool
+	// FixedDelayMs, with Controller "none", delays every writer's packets
+	// by this much for the whole run, as the lab's frontier experiment
+	// does with manual throttles: the plant's delay→throughput curve,
+	// without a controller in the loop.
+	FixedDelayMs float64
 }
 
 // Gains are the PID tuning the run uses: control's one gains type.
@@ -139,6 +144,12 @@ var epoch = time.Date(2010, 5, 1, 12, 0, 0, 0, time.UTC)
 
 // Run runs the simulation with the production engine.
 func Run(cfg Config) (*Result, error) {
+	if cfg.FixedDelayMs > 0 {
+		if cfg.Controller != "none" {
+			return nil, fmt.Errorf("a fixed delay of %g ms replaces the controller: use controller none, not %q", cfg.FixedDelayMs, cfg.Controller)
+		}
+		return RunWith(cfg, fixedStepper{cfg.Scenario.writers(), cfg.FixedDelayMs})
+	}
 	st, err := newEngineStepper(cfg)
 	if err != nil {
 		return nil, err

@@ -395,3 +395,35 @@ func TestThresholdsFitTheDevice(t *testing.T) {
 		})
 	}
 }
+
+// TestFixedDelayFrontier: a static throttle on the writers (the lab's
+// frontier experiment) costs them throughput and spares the reader, more
+// so the larger the delay; it replaces the controller, so asking for both
+// is an error.
+func TestFixedDelayFrontier(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Controller, cfg.Duration = "none", 60*time.Second
+	prevMBs, prevP95 := math.Inf(1), math.Inf(1)
+	for _, d := range []float64{0, 5, 7.5, 10, 15, 20, 60} {
+		cfg.FixedDelayMs = d
+		res, err := Run(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := res.Summary
+		t.Logf("fixed %2g ms: writers %.1f MB/s, reader p95 %.1f ms, delay mean %.1f ms", d, s.WriteMBs, s.ReadLatencyMs.P95, s.ThrottleMs.Mean)
+		if d > 0 && math.Abs(s.ThrottleMs.Mean-d) > 1e-9 {
+			t.Errorf("fixed %g ms: the plant saw a mean delay of %g ms", d, s.ThrottleMs.Mean)
+		}
+		// A small delay only trims the disk's queue (a few % either way
+		// in throughput); the reader must gain from every step.
+		if s.WriteMBs > 1.03*prevMBs || s.ReadLatencyMs.P95 >= prevP95 {
+			t.Errorf("fixed %g ms: writers %.1f MB/s, p95 %.1f ms; want p95 below and MB/s not above the smaller delay's (%.1f, %.1f)", d, s.WriteMBs, s.ReadLatencyMs.P95, prevMBs, prevP95)
+		}
+		prevMBs, prevP95 = s.WriteMBs, s.ReadLatencyMs.P95
+	}
+	cfg.Controller = "pid"
+	if _, err := Run(cfg); err == nil || !strings.Contains(err.Error(), "controller none") {
+		t.Errorf("a fixed delay with pid: err %v, want one that says to use controller none", err)
+	}
+}
