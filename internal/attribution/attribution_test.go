@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/sanqos/sanqos/internal/policy"
-	"github.com/sanqos/sanqos/internal/signal"
+	"github.com/sanqos/sanqos/internal/smoothing"
 	"github.com/sanqos/sanqos/internal/topology"
 )
 
@@ -77,7 +77,7 @@ func TestThrottleableSet(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			pol, err := policy.NewReadOverWrite(signal.ThesisAlpha, 500, 250)
+			pol, err := policy.NewReadOverWrite(smoothing.ThesisAlpha, 500, 250)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -8,7 +8,7 @@
 // the milliseconds its consumer devices spent on reads completed in the
 // tick, divided by the number of those reads (iostat's r_await, weighted
 // by requests across the resource's devices), then an EWMA with α = 0.25
-// (package signal). Reads still in flight that were in flight a tick ago
+// (package smoothing). Reads still in flight that were in flight a tick ago
 // count as reads of their age so far: a reader slower than a tick
 // completes nothing in most ticks exactly when the disk is worst, and
 // reading those ticks as idle released the writers at the worst moment.
@@ -105,7 +105,7 @@
 //	                   the P term of a falling spike (320 → 272 ms at
 //	                   15 ms, a recorded lab trace) took the delay from
 //	                   u_max to 0 while the latency was 18 × over.
-//	EWMA α = 0.25      the thesis's filter weight (package signal).
+//	EWMA α = 0.25      the thesis's filter weight (package smoothing).
 //
 // The simulator tunes these against the disk model; change them through
 // Params, never here alone.

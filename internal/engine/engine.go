@@ -22,7 +22,7 @@ import (
 	"github.com/sanqos/sanqos/internal/diskstats"
 	"github.com/sanqos/sanqos/internal/latency"
 	"github.com/sanqos/sanqos/internal/policy"
-	"github.com/sanqos/sanqos/internal/signal"
+	"github.com/sanqos/sanqos/internal/smoothing"
 	"github.com/sanqos/sanqos/internal/topology"
 )
 
@@ -113,8 +113,8 @@ const DefaultHeadroom = 0.15
 func DefaultConfig() Config {
 	return Config{
 		Tick:        100 * time.Millisecond,
-		Alpha:       signal.ThesisAlpha,
-		WriteAlpha:  signal.ThesisAlpha,
+		Alpha:       smoothing.ThesisAlpha,
+		WriteAlpha:  smoothing.ThesisAlpha,
 		Controller:  "pid",
 		ThresholdMs: control.DefaultParams().TargetMs,
 		Control:     control.DefaultParams(),
@@ -241,7 +241,7 @@ type resource struct {
 	// to save an allocation per tick.
 	hist     latency.Histogram
 	ctrl     control.Controller
-	ewma     *signal.EWMA
+	ewma     *smoothing.EWMA
 	signalMs float64
 	// started: the resource has been measured at least once; from then on
 	// a tick without measurements counts as a tick without reads.

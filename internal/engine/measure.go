@@ -7,7 +7,7 @@ import (
 
 	"github.com/sanqos/sanqos/internal/latency"
 
-	"github.com/sanqos/sanqos/internal/signal"
+	"github.com/sanqos/sanqos/internal/smoothing"
 )
 
 // The signals a resource's controller can follow.
@@ -108,7 +108,7 @@ func (e *Engine) updatePending(d *device, now time.Time) {
 // ok is false when there was no read to measure; pending is true when
 // reads are known to be in flight.
 func (e *Engine) measure(r *resource, rd *ResourceDecision) (raw float64, ok, pending bool) {
-	var agg signal.ReadLatency
+	var agg smoothing.ReadLatency
 	rd.Signal = r.signal
 	clear(r.hist[:])
 	var fineReads uint64

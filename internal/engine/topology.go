@@ -4,7 +4,7 @@ import (
 	"net/netip"
 
 	"github.com/sanqos/sanqos/internal/control"
-	"github.com/sanqos/sanqos/internal/signal"
+	"github.com/sanqos/sanqos/internal/smoothing"
 	"github.com/sanqos/sanqos/internal/topology"
 )
 
@@ -112,7 +112,7 @@ func (e *Engine) resourceFor(tr topology.Resource, old *resource) resource {
 		}
 	}
 	if r.ewma == nil {
-		r.ewma, _ = signal.NewEWMA(e.cfg.Alpha) // alpha validated in New
+		r.ewma, _ = smoothing.NewEWMA(e.cfg.Alpha) // alpha validated in New
 	}
 	if r.ctrl == nil {
 		// A new resource, or a new threshold: the controller starts at

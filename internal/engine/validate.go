@@ -8,7 +8,7 @@ import (
 
 	"github.com/sanqos/sanqos/internal/control"
 	"github.com/sanqos/sanqos/internal/policy"
-	"github.com/sanqos/sanqos/internal/signal"
+	"github.com/sanqos/sanqos/internal/smoothing"
 	"github.com/sanqos/sanqos/internal/topology"
 )
 
@@ -17,10 +17,10 @@ func (cfg Config) validate() error {
 	if cfg.Tick <= 0 {
 		errs = append(errs, fmt.Errorf("tick %v: want a positive period, e.g. 100ms", cfg.Tick))
 	}
-	if err := signal.CheckAlpha(cfg.Alpha); err != nil {
+	if err := smoothing.CheckAlpha(cfg.Alpha); err != nil {
 		errs = append(errs, fmt.Errorf("read-latency %w", err))
 	}
-	if err := signal.CheckAlpha(cfg.WriteAlpha); err != nil {
+	if err := smoothing.CheckAlpha(cfg.WriteAlpha); err != nil {
 		errs = append(errs, fmt.Errorf("write-rate %w", err))
 	}
 	if !(cfg.UMaxLimitMs >= 0) || math.IsInf(cfg.UMaxLimitMs, 0) {
@@ -106,6 +106,6 @@ func policyManual(cfg Config) (*policy.Manual, bool) {
 	if cfg.Policy != policy.ManualName {
 		return nil, false
 	}
-	m, err := policy.NewManual(signal.ThesisAlpha, cfg.Manual)
+	m, err := policy.NewManual(smoothing.ThesisAlpha, cfg.Manual)
 	return m, err == nil
 }

@@ -16,7 +16,7 @@ var purePackages = []string{
 	"./internal/engine/...",
 	"./internal/control/...",
 	"./internal/policy/...",
-	"./internal/signal/...",
+	"./internal/smoothing/...",
 	"./internal/sim/...",
 	"./internal/latency/...",
 }

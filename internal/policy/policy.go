@@ -24,7 +24,7 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/sanqos/sanqos/internal/signal"
+	"github.com/sanqos/sanqos/internal/smoothing"
 	"github.com/sanqos/sanqos/internal/topology"
 )
 
@@ -68,7 +68,7 @@ type Hysteresis struct {
 // weight alpha, join above joinKBs, leave below leaveKBs. leaveKBs 0 means
 // joinKBs/2.
 func NewReadOverWrite(alpha, joinKBs, leaveKBs float64) (*Hysteresis, error) {
-	if err := signal.CheckAlpha(alpha); err != nil {
+	if err := smoothing.CheckAlpha(alpha); err != nil {
 		return nil, fmt.Errorf("write-rate EWMA: %w", err)
 	}
 	if !(joinKBs > 0) || math.IsInf(joinKBs, 0) {
@@ -119,7 +119,7 @@ type Manual struct {
 // NewManual returns the manual policy; alpha weighs the write-rate EWMA,
 // which is kept for monitoring only.
 func NewManual(alpha float64, cfg ManualConfig) (*Manual, error) {
-	if err := signal.CheckAlpha(alpha); err != nil {
+	if err := smoothing.CheckAlpha(alpha); err != nil {
 		return nil, fmt.Errorf("write-rate EWMA: %w", err)
 	}
 	var errs []error

@@ -1,8 +1,8 @@
-// Package signal turns noisy per-tick measurements into the smooth signal
+// Package smoothing turns noisy per-tick measurements into the smooth signal
 // the controller acts on: an EWMA (the thesis's filter, with its decay
 // toward zero on idle ticks) and the request-weighted read latency of a
 // resource over its devices.
-package signal
+package smoothing
 
 import "fmt"
 
