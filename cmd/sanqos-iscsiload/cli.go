@@ -137,7 +137,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		defer f.Close()
 		out = f
 	}
-	e := &Engine{
+	e := &Generator{
 		Job:       job,
 		Clock:     clock.Real{},
 		Out:       iolog.NewWriter(out),

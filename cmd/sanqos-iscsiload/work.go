@@ -14,7 +14,7 @@ import (
 // work is one thread's I/O loop: one synchronous I/O at a time, paced to
 // the rate, until its share is done or ctx ends. It returns nil when
 // stopped by ctx: running out of time is not a failure.
-func (e *Engine) work(ctx context.Context, w *worker, t0 time.Time, sched *loadspec.Schedule) error {
+func (e *Generator) work(ctx context.Context, w *worker, t0 time.Time, sched *loadspec.Schedule) error {
 	job := e.Job
 	bs := job.BlockSize
 	th := &thread{e: e, w: w, t0: t0, end: t0.Add(job.Runtime), pacer: loadspec.NewPacer(e.Clock, job.Rate),
@@ -41,7 +41,7 @@ func (e *Engine) work(ctx context.Context, w *worker, t0 time.Time, sched *loads
 var errRuntimeOver = errors.New("runtime over")
 
 type thread struct {
-	e            *Engine
+	e            *Generator
 	w            *worker
 	t0, end      time.Time // end is t0 when there is no runtime
 	pacer        *loadspec.Pacer

@@ -134,7 +134,7 @@ func runDaemon(ctx context.Context, o runOptions, log *slog.Logger, args []strin
 		return fmt.Errorf("configuration: %w", err)
 	}
 	dopts := daemon.Options{
-		Clock: clock.Real{}, Tick: o.engine.Tick, Engine: daemon.FromEngine(eng, o.ports, probe), Stats: stats,
+		Clock: clock.Real{}, Tick: o.engine.Tick, Decider: daemon.FromEngine(eng, o.ports, probe), Stats: stats,
 		Topology: o.topo, Logger: log, Version: version, DiscoveryInterval: o.config.Discovery.Interval.Duration,
 	}
 	var swap *swapDiscoverer
@@ -172,7 +172,7 @@ func runDaemon(ctx context.Context, o runOptions, log *slog.Logger, args []strin
 	wire := openWire(ctx, o, log)
 	if wire != nil {
 		defer wire.Close()
-		dopts.Engine = daemon.WithWire(dopts.Engine, wire, o.topo, log)
+		dopts.Decider = daemon.WithWire(dopts.Decider, wire, o.topo, log)
 	}
 	overrides := &ctl.Overrides{}
 	dopts.Backend, dopts.Overrides = b, overrides

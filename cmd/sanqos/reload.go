@@ -78,9 +78,9 @@ func (r *reloader) reload() error {
 	if err != nil {
 		return fmt.Errorf("configuration: %w", err)
 	}
-	rl := daemon.Reload{Engine: daemon.FromEngine(eng, o.ports, probe)}
+	rl := daemon.Reload{Decider: daemon.FromEngine(eng, o.ports, probe)}
 	if r.wire != nil {
-		rl.Engine = daemon.WithWire(rl.Engine, r.wire, o.topo, r.log)
+		rl.Decider = daemon.WithWire(rl.Decider, r.wire, o.topo, r.log)
 	}
 	if o.fixed {
 		rl.Topology = &o.topo

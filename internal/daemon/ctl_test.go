@@ -13,7 +13,7 @@ import (
 func TestCtlManualOverrideWins(t *testing.T) {
 	ov := &ctl.Overrides{}
 	be := &fakeBackend{}
-	d, err := New(Options{Clock: clock.NewFake(t0), Engine: &fakeEngine{decisions: []Decision{dec(20, 2, "10.99.0.3", "10.99.0.4")}},
+	d, err := New(Options{Clock: clock.NewFake(t0), Decider: &fakeEngine{decisions: []Decision{dec(20, 2, "10.99.0.3", "10.99.0.4")}},
 		Stats: &fakeStats{}, Backend: be, Logger: newLogger(&logBuf{}), Overrides: ov})
 	if err != nil {
 		t.Fatal(err)
@@ -62,7 +62,7 @@ func TestCtlManualOverrideWins(t *testing.T) {
 
 func TestCtlBadRequests(t *testing.T) {
 	ov := &ctl.Overrides{}
-	d, _ := New(Options{Clock: clock.NewFake(t0), Engine: &fakeEngine{}, Stats: &fakeStats{}, Backend: &fakeBackend{}, Overrides: ov,
+	d, _ := New(Options{Clock: clock.NewFake(t0), Decider: &fakeEngine{}, Stats: &fakeStats{}, Backend: &fakeBackend{}, Overrides: ov,
 		Logger: newLogger(&logBuf{})})
 	h := d.CtlHandler(ov)
 	for _, r := range []ctl.Request{

@@ -36,10 +36,10 @@ import (
 	"github.com/sanqos/sanqos/internal/topology"
 )
 
-// Engine is the pure per-tick step (internal/engine behind an adapter, see
+// Decider is the pure per-tick step (internal/engine behind an adapter, see
 // FromEngine). Step must not keep references into snap past the next call,
 // and the Decision it returns belongs to the daemon.
-type Engine interface {
+type Decider interface {
 	SetTopology(topology.Topology)
 	Step(now time.Time, snap []diskstats.Stat) Decision
 }
@@ -76,12 +76,12 @@ type Overrides interface {
 	Groups() []throttle.Group
 }
 
-// Options configure a Daemon. Clock, Engine, Stats and Backend are required.
+// Options configure a Daemon. Clock, Decider, Stats and Backend are required.
 type Options struct {
 	Clock clock.Clock
 	// Tick is the control period; 100 ms when 0 (the thesis's period).
 	Tick   time.Duration
-	Engine Engine
+	Decider Decider
 	Stats  StatsSource
 	// Backend programs the data path. It must allow Stats to be called
 	// concurrently with Apply (the HTTP handlers read it).
@@ -154,8 +154,8 @@ func New(o Options) (*Daemon, error) {
 	switch {
 	case o.Clock == nil:
 		return nil, errors.New("daemon: Options.Clock is required")
-	case o.Engine == nil:
-		return nil, errors.New("daemon: Options.Engine is required")
+	case o.Decider == nil:
+		return nil, errors.New("daemon: Options.Decider is required")
 	case o.Stats == nil:
 		return nil, errors.New("daemon: Options.Stats is required")
 	case o.Backend == nil:
@@ -337,7 +337,7 @@ func (d *Daemon) discover(ctx context.Context, last topology.Topology, failing b
 // swapTopology installs topo in the engine and logs what changed.
 func (d *Daemon) swapTopology(topo topology.Topology) {
 	diff := diffTopology(d.topo, topo)
-	d.o.Engine.SetTopology(topo)
+	d.o.Decider.SetTopology(topo)
 	d.topo = topo
 	if diff.empty() {
 		return
@@ -371,7 +371,7 @@ func (d *Daemon) tick(ctx context.Context, now time.Time) {
 		d.statsFailing = 0
 	}
 
-	dec := d.o.Engine.Step(now, snap)
+	dec := d.o.Decider.Step(now, snap)
 	d.logTransitions(dec.Resources)
 	d.warnSaturation(now, dec.Resources)
 	state := dec.State

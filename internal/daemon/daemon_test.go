@@ -53,7 +53,7 @@ func newRig(t *testing.T, decisions ...Decision) *rig {
 	t.Helper()
 	r := &rig{eng: &fakeEngine{decisions: decisions}, stats: &fakeStats{fail: map[int]bool{}},
 		be: &fakeBackend{}, logs: &logBuf{}, clk: clock.NewFake(t0), now: t0}
-	d, err := New(Options{Clock: r.clk, Engine: r.eng, Stats: r.stats, Backend: r.be, Logger: newLogger(r.logs), Version: "test"})
+	d, err := New(Options{Clock: r.clk, Decider: r.eng, Stats: r.stats, Backend: r.be, Logger: newLogger(r.logs), Version: "test"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -177,7 +177,7 @@ func TestStatsFailureHoldsThenReleases(t *testing.T) {
 func TestRecordLines(t *testing.T) {
 	var rec bytes.Buffer
 	eng := &fakeEngine{decisions: []Decision{dec(5, 0), dec(20, 2, "10.99.0.3", "10.99.0.4")}}
-	d, err := New(Options{Clock: clock.NewFake(t0), Engine: eng, Stats: &fakeStats{}, Backend: &fakeBackend{},
+	d, err := New(Options{Clock: clock.NewFake(t0), Decider: eng, Stats: &fakeStats{}, Backend: &fakeBackend{},
 		Logger: newLogger(&logBuf{}), Recorder: &rec})
 	if err != nil {
 		t.Fatal(err)
@@ -216,7 +216,7 @@ func TestRecordFailureDoesNotStopControl(t *testing.T) {
 	fw := &failWriter{}
 	logs := &logBuf{}
 	be := &fakeBackend{}
-	d, _ := New(Options{Clock: clock.NewFake(t0), Engine: &fakeEngine{decisions: []Decision{dec(5, 0), dec(20, 2, "10.99.0.3")}},
+	d, _ := New(Options{Clock: clock.NewFake(t0), Decider: &fakeEngine{decisions: []Decision{dec(5, 0), dec(20, 2, "10.99.0.3")}},
 		Stats: &fakeStats{}, Backend: be, Logger: newLogger(logs), Recorder: fw})
 	for i := range 5 {
 		d.tick(context.Background(), t0.Add(time.Duration(i)*100*time.Millisecond))
@@ -251,7 +251,7 @@ func TestRunDiscoveryFailureKeepsLastTopology(t *testing.T) {
 	be := &fakeBackend{}
 	clk := clock.NewFake(t0)
 	d, err := New(Options{Clock: clk, Tick: 100 * time.Millisecond, DiscoveryInterval: time.Second,
-		Engine: eng, Stats: &fakeStats{}, Backend: be, Discoverer: disc, Logger: newLogger(logs)})
+		Decider: eng, Stats: &fakeStats{}, Backend: be, Discoverer: disc, Logger: newLogger(logs)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -304,7 +304,7 @@ func TestRunDiscoveryFailingAtStart(t *testing.T) {
 	logs := &logBuf{}
 	eng := &fakeEngine{decisions: []Decision{dec(5, 0)}}
 	clk := clock.NewFake(t0)
-	d, _ := New(Options{Clock: clk, DiscoveryInterval: time.Second, Engine: eng, Stats: &fakeStats{},
+	d, _ := New(Options{Clock: clk, DiscoveryInterval: time.Second, Decider: eng, Stats: &fakeStats{},
 		Backend: &fakeBackend{}, Discoverer: disc, Logger: newLogger(logs)})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -325,7 +325,7 @@ func TestRunShutdownClosesBackend(t *testing.T) {
 	be := &fakeBackend{}
 	clk := clock.NewFake(t0)
 	logs := &logBuf{}
-	d, _ := New(Options{Clock: clk, Engine: &fakeEngine{decisions: []Decision{dec(20, 2, "10.99.0.3")}},
+	d, _ := New(Options{Clock: clk, Decider: &fakeEngine{decisions: []Decision{dec(20, 2, "10.99.0.3")}},
 		Stats: &fakeStats{}, Backend: be, Logger: newLogger(logs)})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -385,10 +385,10 @@ func TestHTTPStatusAndMetrics(t *testing.T) {
 }
 
 func TestNewRejectsMissingParts(t *testing.T) {
-	good := Options{Clock: clock.NewFake(t0), Engine: &fakeEngine{}, Stats: &fakeStats{}, Backend: &fakeBackend{}}
+	good := Options{Clock: clock.NewFake(t0), Decider: &fakeEngine{}, Stats: &fakeStats{}, Backend: &fakeBackend{}}
 	for name, mut := range map[string]func(*Options){
 		"clock":   func(o *Options) { o.Clock = nil },
-		"engine":  func(o *Options) { o.Engine = nil },
+		"engine":  func(o *Options) { o.Decider = nil },
 		"stats":   func(o *Options) { o.Stats = nil },
 		"backend": func(o *Options) { o.Backend = nil },
 		"tick":    func(o *Options) { o.Tick = -time.Second },
@@ -422,7 +422,7 @@ func BenchmarkTick(b *testing.B) {
 		d0.Resources = append(d0.Resources, r)
 		d0.State.Groups = append(d0.State.Groups, g)
 	}
-	d, _ := New(Options{Clock: clock.NewFake(t0), Engine: &fakeEngine{decisions: []Decision{d0}}, Stats: &fakeStats{},
+	d, _ := New(Options{Clock: clock.NewFake(t0), Decider: &fakeEngine{decisions: []Decision{d0}}, Stats: &fakeStats{},
 		Backend: &fakeBackend{}, Logger: newLogger(&logBuf{})})
 	ctx := context.Background()
 	now := t0

@@ -16,7 +16,7 @@ import (
 // the given target ports (throttle.DefaultPorts when empty). probe, when
 // not nil, must be the engine's Fine source: it is sampled before each
 // Step and follows the topology's devices.
-func FromEngine(e *engine.Engine, ports []uint16, probe *Probe) Engine {
+func FromEngine(e *engine.Engine, ports []uint16, probe *Probe) Decider {
 	return &engineAdapter{e: e, ports: ports, probe: probe, names: map[netip.Addr]string{}}
 }
 

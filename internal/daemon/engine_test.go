@@ -51,7 +51,7 @@ func TestRealEngineThrottlesWriter(t *testing.T) {
 	stats := &loadStats{readMs: 60, writeKBs: 20000}
 	be := &fakeBackend{}
 	logs := &logBuf{}
-	d, err := New(Options{Clock: clock.NewFake(t0), Engine: FromEngine(e, []uint16{3260}, nil), Stats: stats, Backend: be,
+	d, err := New(Options{Clock: clock.NewFake(t0), Decider: FromEngine(e, []uint16{3260}, nil), Stats: stats, Backend: be,
 		Logger: newLogger(logs), Topology: topo})
 	if err != nil {
 		t.Fatal(err)
@@ -125,7 +125,7 @@ func BenchmarkTickRealEngine(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	d, _ := New(Options{Clock: clock.NewFake(t0), Engine: FromEngine(e, nil, nil), Stats: &sliceStats{snap: snap},
+	d, _ := New(Options{Clock: clock.NewFake(t0), Decider: FromEngine(e, nil, nil), Stats: &sliceStats{snap: snap},
 		Backend: &fakeBackend{}, Logger: newLogger(&logBuf{}), Topology: topo})
 	ctx := context.Background()
 	now := t0

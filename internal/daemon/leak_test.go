@@ -48,7 +48,7 @@ func TestLongRunDoesNotLeak(t *testing.T) {
 	be := &fakeBackend{failN: 50}
 	clk := clock.NewFake(t0)
 	logs := &logBuf{}
-	d, err := New(Options{Clock: clk, Engine: eng, Stats: stats, Backend: be, Discoverer: disc, Logger: newLogger(logs)})
+	d, err := New(Options{Clock: clk, Decider: eng, Stats: stats, Backend: be, Discoverer: disc, Logger: newLogger(logs)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,7 +73,7 @@ func TestLongRunDoesNotLeak(t *testing.T) {
 	runtime.GC()
 	g0, f0 := runtime.NumGoroutine(), openFDs(t)
 	step(2000)
-	d.Reload(Reload{Engine: eng})
+	d.Reload(Reload{Decider: eng})
 	step(3000)
 	runtime.GC()
 	time.Sleep(10 * time.Millisecond)

@@ -11,7 +11,7 @@ import (
 // built from it, and for a fixed topology (no discovery) the new one. The
 // caller has validated it exactly as 'sanqos run' does at start.
 type Reload struct {
-	Engine Engine
+	Decider Decider
 	// Topology, when set, replaces the fixed topology. Without it the
 	// current (discovered) topology is given to the new engine, through
 	// Adjust when set (to apply the new per-resource thresholds at once
@@ -49,7 +49,7 @@ func (d *Daemon) takeReload(now time.Time) {
 	} else if r.Adjust != nil {
 		topo = r.Adjust(topo)
 	}
-	d.o.Engine = r.Engine
+	d.o.Decider = r.Decider
 	d.topo = topology.Topology{} // so that swapTopology logs the difference against nothing
 	d.swapTopology(topo)
 	d.holdUntil = now.Add(reloadHold)

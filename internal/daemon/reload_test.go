@@ -29,7 +29,7 @@ func TestReloadSwapsEngineAndKeepsThrottles(t *testing.T) {
 	fresh := &fakeEngine{decisions: []Decision{dec(0, 0), dec(0, 0), dec(0, 0), dec(0, 0), dec(0, 0),
 		dec(0, 0), dec(0, 0), dec(0, 0), dec(0, 0), dec(0, 0), dec(0, 0), dec(0, 0), dec(20, 3, "10.99.0.3")}}
 	topo := topology.Topology{Resources: []topology.Resource{{Name: "fs-lab", ThresholdMs: 20}}}
-	r.d.Reload(Reload{Engine: fresh, Topology: &topo})
+	r.d.Reload(Reload{Decider: fresh, Topology: &topo})
 	r.ticks(1)
 	if got := fresh.topologies(); len(got) != 1 || got[0].Resources[0].ThresholdMs != 20 {
 		t.Fatalf("new engine got topologies %+v, want the reloaded one", got)

@@ -48,7 +48,7 @@ func TestCounterResetDoesNotMakeAWriter(t *testing.T) {
 	}
 	stats := &resetStats{resetAt: 30, base2: 3_000_000} // 1.5 GB written long ago
 	be := &fakeBackend{}
-	d, err := New(Options{Clock: clock.NewFake(t0), Engine: FromEngine(e, []uint16{3260}, nil), Stats: stats, Backend: be,
+	d, err := New(Options{Clock: clock.NewFake(t0), Decider: FromEngine(e, []uint16{3260}, nil), Stats: stats, Backend: be,
 		Logger: newLogger(&logBuf{}), Topology: topo})
 	if err != nil {
 		t.Fatal(err)

@@ -84,7 +84,7 @@ func TestWatchdogFedOnlyWhileAlive(t *testing.T) {
 	be := &healthBackend{fakeBackend: &fakeBackend{}}
 	logs := &logBuf{}
 	clk := clock.NewFake(t0)
-	d, err := New(Options{Clock: clk, Engine: &fakeEngine{decisions: []Decision{dec(5, 0)}}, Stats: &fakeStats{},
+	d, err := New(Options{Clock: clk, Decider: &fakeEngine{decisions: []Decision{dec(5, 0)}}, Stats: &fakeStats{},
 		Backend: be, Logger: newLogger(logs)})
 	if err != nil {
 		t.Fatal(err)

@@ -31,9 +31,9 @@ type wireSampler struct {
 
 // WithWire makes an engine from FromEngine count each consumer's bytes on
 // the wire with src and judge consumers of shared devices by them,
-// starting with the consumers of topo. Any other Engine, or a nil src,
+// starting with the consumers of topo. Any other Decider, or a nil src,
 // is returned as it is.
-func WithWire(e Engine, src WireSource, topo topology.Topology, log *slog.Logger) Engine {
+func WithWire(e Decider, src WireSource, topo topology.Topology, log *slog.Logger) Decider {
 	a, ok := e.(*engineAdapter)
 	if !ok || src == nil {
 		return e

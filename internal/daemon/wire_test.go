@@ -81,7 +81,7 @@ func TestWireAttributionInTheLoop(t *testing.T) {
 					t.Fatalf("wire counts %v, want both consumers", fw.clients)
 				}
 			}
-			d, err := New(Options{Clock: clock.NewFake(t0), Engine: eng, Stats: &sharedStats{}, Backend: &fakeBackend{},
+			d, err := New(Options{Clock: clock.NewFake(t0), Decider: eng, Stats: &sharedStats{}, Backend: &fakeBackend{},
 				Logger: newLogger(&logBuf{}), Topology: topo})
 			if err != nil {
 				t.Fatal(err)
@@ -140,7 +140,7 @@ func TestWireReadFailureFailsOpen(t *testing.T) {
 	}
 	logs := &logBuf{}
 	eng := WithWire(FromEngine(e, []uint16{2049}, nil), brokenWire{}, topo, newLogger(logs))
-	d, err := New(Options{Clock: clock.NewFake(t0), Engine: eng, Stats: &sharedStats{}, Backend: &fakeBackend{},
+	d, err := New(Options{Clock: clock.NewFake(t0), Decider: eng, Stats: &sharedStats{}, Backend: &fakeBackend{},
 		Logger: newLogger(&logBuf{}), Topology: topo})
 	if err != nil {
 		t.Fatal(err)

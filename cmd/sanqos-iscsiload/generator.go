@@ -27,9 +27,9 @@ type Device interface {
 	Close() error
 }
 
-// Engine runs one job: it opens a device per thread, starts all threads
+// Generator runs one job: it opens a device per thread, starts all threads
 // together, and reports per-second and summary lines.
-type Engine struct {
+type Generator struct {
 	Job   loadspec.Job
 	Clock clock.Clock
 	// Open connects thread n (1-based); it is called on the OS thread that
@@ -71,7 +71,7 @@ type opened struct {
 
 // Run runs the job until it is done, its runtime is over, ctx ends, or a
 // thread fails. Every session is logged out on every path.
-func (e *Engine) Run(ctx context.Context) (Result, error) {
+func (e *Generator) Run(ctx context.Context) (Result, error) {
 	job := e.Job
 	n := job.Threads
 	// Each worker goroutine keeps its OS thread from opening the session to
@@ -238,7 +238,7 @@ func (e *Engine) Run(ctx context.Context) (Result, error) {
 }
 
 // layout checks the LUN against the job and gives each thread its region.
-func (e *Engine) layout(workers []*worker) error {
+func (e *Generator) layout(workers []*worker) error {
 	dev := workers[0].dev
 	if bs := dev.BlockSize(); bs <= 0 || e.Job.BlockSize%bs != 0 || e.Job.Offset%bs != 0 {
 		return fmt.Errorf("--bs %s and --offset %s must be multiples of the LUN's %d-byte blocks",
@@ -254,7 +254,7 @@ func (e *Engine) layout(workers []*worker) error {
 	return nil
 }
 
-func (e *Engine) progress(el time.Duration, workers []*worker) {
+func (e *Generator) progress(el time.Duration, workers []*worker) {
 	var b int64
 	for _, w := range workers {
 		w.stats.mu.Lock()

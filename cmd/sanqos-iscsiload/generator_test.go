@@ -77,7 +77,7 @@ func (d memDev) WriteAt(p []byte, off int64) error {
 func runEngine(t *testing.T, ctx context.Context, l *memLUN, job loadspec.Job) (Result, []iolog.Record, error) {
 	t.Helper()
 	var out bytes.Buffer
-	e := &Engine{Job: job, Clock: clock.Real{}, Open: l.open, Out: iolog.NewWriter(&out), PerThread: true,
+	e := &Generator{Job: job, Clock: clock.Real{}, Open: l.open, Out: iolog.NewWriter(&out), PerThread: true,
 		Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	res, err := e.Run(ctx)
 	recs, rerr := iolog.ReadRecords(&out)
@@ -148,7 +148,7 @@ func TestFailuresStopTheRun(t *testing.T) {
 	job := loadspec.Job{Name: "f", Mode: loadspec.Read, BlockSize: 4096, Threads: 3, Seed: 1}
 	l := newMemLUN(1 << 20)
 	l.openFail = 2
-	if _, err := (&Engine{Job: job, Clock: clock.Real{}, Open: l.open, Out: iolog.NewWriter(io.Discard),
+	if _, err := (&Generator{Job: job, Clock: clock.Real{}, Open: l.open, Out: iolog.NewWriter(io.Discard),
 		Log: slog.New(slog.NewTextHandler(io.Discard, nil))}).Run(context.Background()); err == nil ||
 		!strings.Contains(err.Error(), "thread 2: login refused") {
 		t.Fatalf("login failure: %v", err)
@@ -210,7 +210,7 @@ func TestOnOffBurstsStartTogether(t *testing.T) {
 		OnSize: 64 << 10, OffTime: 300 * time.Millisecond, Runtime: 1150 * time.Millisecond, Seed: 1}
 	l := newMemLUN(1 << 20)
 	var out, ioLog bytes.Buffer
-	e := &Engine{Job: job, Clock: clock.Real{}, Open: l.open, Out: iolog.NewWriter(&out), IOLog: iolog.NewWriter(&ioLog),
+	e := &Generator{Job: job, Clock: clock.Real{}, Open: l.open, Out: iolog.NewWriter(&out), IOLog: iolog.NewWriter(&ioLog),
 		Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	res, err := e.Run(context.Background())
 	if err != nil {
@@ -286,7 +286,7 @@ func TestStallsAndBinsAreRecorded(t *testing.T) {
 	job := loadspec.Job{Name: "st", Mode: loadspec.Write, BlockSize: 4096, Size: 64 << 10, Threads: 2,
 		OnSize: 32 << 10, OffTime: 200 * time.Millisecond, Runtime: 1500 * time.Millisecond, Seed: 1}
 	var out bytes.Buffer
-	e := &Engine{Job: job, Clock: clock.Real{}, Open: open, Out: iolog.NewWriter(&out), PerThread: true,
+	e := &Generator{Job: job, Clock: clock.Real{}, Open: open, Out: iolog.NewWriter(&out), PerThread: true,
 		Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	if _, err := e.Run(context.Background()); err != nil {
 		t.Fatal(err)
