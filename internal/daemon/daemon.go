@@ -80,9 +80,9 @@ type Overrides interface {
 type Options struct {
 	Clock clock.Clock
 	// Tick is the control period; 100 ms when 0 (the thesis's period).
-	Tick   time.Duration
+	Tick    time.Duration
 	Decider Decider
-	Stats  StatsSource
+	Stats   StatsSource
 	// Backend programs the data path. It must allow Stats to be called
 	// concurrently with Apply (the HTTP handlers read it).
 	Backend throttle.Backend
