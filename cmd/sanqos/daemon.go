@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/netip"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 
@@ -69,15 +70,9 @@ a reply waits for its held first part and a 64 KiB read is delayed twice.
 With --manual, sanqos serves manual throttles only: no discovery, no
 controller (see 'sanqos run --manual --help').`
 
-// cmdRunAutonomic is 'sanqos run' without --manual: the control loop and
-// the data path. run.go delegates here.
-func cmdRunAutonomic(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	o, err := parseRunOptions(args, stderr)
-	if err != nil {
-		return err
-	}
-	log := slog.New(slog.NewTextHandler(stderr, nil))
-	o.backend.Logger = log
+// runAutonomic is 'sanqos run' without --manual: the control loop and
+// the data path.
+func runAutonomic(ctx context.Context, o runOptions, log *slog.Logger, args []string) error {
 	for _, w := range o.config.Warnings() {
 		log.Warn(w)
 	}
@@ -105,49 +100,18 @@ func cleanupOnly(ctx context.Context, o runOptions, log *slog.Logger) error {
 	return nil
 }
 
+// runDaemon starts the senses, the data path and the listeners around one
+// daemon.Daemon and runs it until ctx ends.
 func runDaemon(ctx context.Context, o runOptions, log *slog.Logger, args []string) error {
-	stats := diskstats.NewFS(o.procRoot) // kept open for the daemon's life
-	defer stats.Close()
-	if _, _, err := stats.Read(); err != nil {
-		return fmt.Errorf("reading block device statistics (is %s a proc file system?): %w", o.procRoot, err)
-	}
-	// Reads in flight come from sysfs, and reads are timed by the eBPF
-	// block-layer probe where the kernel allows (it says once when it
-	// cannot and leaves them to diskstats). Both look at the real devices:
-	// with another --proc (a fixture) they are left out.
-	live := o.procRoot == "/proc"
-	if live {
-		inFlight := diskstats.NewInFlight("/sys")
-		defer inFlight.Close()
-		o.engine.InFlight = inFlight
-	}
-	var open daemon.ProbeOpener
-	if o.config.Probe != "off" && live {
-		open = func(devs []string) (blkprobe.Sampler, error) { return blkprobe.Open(devs, blkprobe.Options{}) }
-	}
-	probe := daemon.NewProbe(open, log)
-	defer probe.Close()
-	probe.SetTopology(o.topo)
-	o.engine.Fine = probe
-	eng, err := engine.New(o.engine, o.topo)
+	sn, err := openSenses(&o, log)
 	if err != nil {
-		return fmt.Errorf("configuration: %w", err)
+		return err
 	}
-	dopts := daemon.Options{
-		Clock: clock.Real{}, Tick: o.engine.Tick, Decider: daemon.FromEngine(eng, o.ports, probe), Stats: stats,
-		Topology: o.topo, Logger: log, Version: version, DiscoveryInterval: o.config.Discovery.Interval.Duration,
+	defer sn.close()
+	dopts, swap, err := daemonOptions(o, sn, log)
+	if err != nil {
+		return err
 	}
-	var swap *swapDiscoverer
-	if !o.fixed {
-		d, err := discover.FromConfig(o.config, log)
-		if err != nil {
-			return fmt.Errorf("discovery: %w", err)
-		}
-		swap = &swapDiscoverer{} // a reload replaces it (reload.go)
-		swap.set(withThresholds{d: d, c: o.config, log: log, warned: map[string]bool{}})
-		dopts.Discoverer = swap
-	}
-
 	// What collides with another daemon comes before the kernel is
 	// touched: the control socket. The HTTP address is not a reason to
 	// stay down: it is bound in the background, retried while taken.
@@ -164,7 +128,6 @@ func runDaemon(ctx context.Context, o runOptions, log *slog.Logger, args []strin
 		defer rec.Close()
 		dopts.Recorder = rec
 	}
-
 	b, err := throttle.Open(ctx, o.backend)
 	if err != nil {
 		return fmt.Errorf("starting the %s backend: %w", o.backend.Backend, err)
@@ -180,25 +143,101 @@ func runDaemon(ctx context.Context, o runOptions, log *slog.Logger, args []strin
 	if err != nil {
 		return errors.Join(err, b.Close())
 	}
+	r := &reloader{args: args, cur: o, d: d, disc: swap, log: log, wire: wire}
+	return serve(ctx, o, d, srv, overrides, r)
+}
 
+// senses are what the daemon reads the devices through, opened once.
+type senses struct {
+	stats   *diskstats.FS
+	closers []func() error
+	probe   *daemon.Probe
+}
+
+func (s *senses) close() {
+	for _, c := range slices.Backward(s.closers) {
+		_ = c()
+	}
+}
+
+// openSenses opens /proc/diskstats (kept open for the daemon's life) and,
+// on the real /proc, the sysfs reads in flight and the eBPF block-layer
+// probe, where the kernel allows it (it says once when it cannot and
+// leaves the reads to diskstats). With another --proc (a fixture) only
+// diskstats is read. It sets o.engine's sources.
+func openSenses(o *runOptions, log *slog.Logger) (*senses, error) {
+	s := &senses{stats: diskstats.NewFS(o.procRoot)}
+	s.closers = append(s.closers, s.stats.Close)
+	if _, _, err := s.stats.Read(); err != nil {
+		s.close()
+		return nil, fmt.Errorf("reading block device statistics (is %s a proc file system?): %w", o.procRoot, err)
+	}
+	live := o.procRoot == "/proc"
+	if live {
+		inFlight := diskstats.NewInFlight("/sys")
+		s.closers = append(s.closers, inFlight.Close)
+		o.engine.InFlight = inFlight
+	}
+	var open daemon.ProbeOpener
+	if o.config.Probe != "off" && live {
+		open = func(devs []string) (blkprobe.Sampler, error) { return blkprobe.Open(devs, blkprobe.Options{}) }
+	}
+	s.probe = daemon.NewProbe(open, log)
+	s.closers = append(s.closers, s.probe.Close)
+	s.probe.SetTopology(o.topo)
+	o.engine.Fine = s.probe
+	return s, nil
+}
+
+// daemonOptions builds the engine and the discovery of the daemon; the
+// data path and the listeners are added by the caller.
+func daemonOptions(o runOptions, sn *senses, log *slog.Logger) (daemon.Options, *swapDiscoverer, error) {
+	eng, err := engine.New(o.engine, o.topo)
+	if err != nil {
+		return daemon.Options{}, nil, fmt.Errorf("configuration: %w", err)
+	}
+	dopts := daemon.Options{
+		Clock: clock.Real{}, Tick: o.engine.Tick, Decider: daemon.FromEngine(eng, o.ports, sn.probe), Stats: sn.stats,
+		Topology: o.topo, Logger: log, Version: version, DiscoveryInterval: o.config.Discovery.Interval.Duration,
+	}
+	if o.fixed {
+		return dopts, nil, nil
+	}
+	d, err := discover.FromConfig(o.config, log)
+	if err != nil {
+		return daemon.Options{}, nil, fmt.Errorf("discovery: %w", err)
+	}
+	swap := &swapDiscoverer{} // a reload replaces it (reload.go)
+	swap.set(withThresholds{d: d, c: o.config, log: log, warned: map[string]bool{}})
+	dopts.Discoverer = swap
+	return dopts, swap, nil
+}
+
+// serve runs the daemon with its HTTP listener, control socket, systemd
+// watchdog and SIGHUP reloader beside it, and stops them all when it ends.
+func serve(ctx context.Context, o runOptions, d *daemon.Daemon, srv *ctl.Server, overrides *ctl.Overrides, r *reloader) error {
+	log := r.log
 	sctx, stop := context.WithCancel(ctx)
 	var wg sync.WaitGroup
-	if o.listen != "" {
+	goWith := func(f func()) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			f()
+		}()
+	}
+	if o.listen != "" {
+		goWith(func() {
 			if err := daemon.ListenAndServe(sctx, o.listen, d.Handler(), daemon.DefaultHTTPLimits, log, 0); err != nil {
 				log.Error("HTTP listener failed; /metrics and /status are gone, control goes on", "err", err)
 			}
-		}()
+		})
 	}
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
+	goWith(func() {
 		if err := srv.Serve(sctx, d.CtlHandler(overrides)); err != nil && sctx.Err() == nil {
 			log.Error("control socket failed; manual overrides unavailable, control goes on", "err", err)
 		}
-	}()
+	})
 	// systemd (Type=notify, WatchdogSec): READY=1, WATCHDOG=1 only while
 	// the loop ticks and the backend is healthy, RELOADING=1, STOPPING=1.
 	notify, err := sdnotify.FromEnv()
@@ -209,17 +248,10 @@ func runDaemon(ctx context.Context, o runOptions, log *slog.Logger, args []strin
 	wdctx, stopWatchdog := context.WithCancel(ctx) // ends on a signal, or when Run returns
 	defer stopWatchdog()
 	if notify.Enabled() {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			d.Watchdog(wdctx, notify)
-		}()
+		goWith(func() { d.Watchdog(wdctx, notify) })
 	}
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		(&reloader{args: args, cur: o, d: d, disc: swap, log: log, notify: notify, wire: wire}).loop(sctx)
-	}()
+	r.notify = notify
+	goWith(func() { r.loop(sctx) })
 	log.Info("control socket ready", "socket", o.socket, "record", o.record)
 	runErr := d.Run(ctx)
 	stopWatchdog()
@@ -259,8 +291,12 @@ func (w withThresholds) Unresolved() []string { return w.d.Unresolved() }
 // parseRunOptions reads the configuration file (--config), lets the flags
 // override it and validates the result. Every problem is reported before
 // anything is started.
-func parseRunOptions(args []string, stderr io.Writer) (runOptions, error) {
-	fs := newFlagSet("run", "sanqos run [--config FILE] [flags]", runDescription, stderr)
+func parseRunOptions(args []string, manual bool, stderr io.Writer) (runOptions, error) {
+	usage, description := "sanqos run [--config FILE] [flags]", runDescription
+	if manual {
+		usage, description = "sanqos run --manual [--backend nfqueue] [--socket PATH] [flags]", manualDescription
+	}
+	fs := newFlagSet("run", usage, description, stderr)
 	c := config.Default()
 	configPath := fs.String("config", "", "TOML configuration `file` (see deploy/sanqos.example.toml); flags override it")
 	c.RegisterFlags(fs)
@@ -269,10 +305,9 @@ func parseRunOptions(args []string, stderr io.Writer) (runOptions, error) {
 	queue := fs.Uint("queue-num", uint(throttle.DefaultQueueNum), "NFQUEUE number (nfqueue backend)")
 	small := fs.Int("small-segment", throttle.DefaultSmallSegment, "largest TCP payload in bytes that counts as write-direction traffic (R2T, SCSI response); given, it applies to every port, else each known protocol port has its measured default (NFS 2049: 256) and small_segment.<port> overrides")
 	cleanup := fs.Bool("cleanup-only", false, "remove the kernel objects a sanqos daemon left behind, then exit")
-	// Parsed only so that --help lists it and --manual=false is accepted:
-	// cmdRun has already sent --manual to runManual.
+	// Parsed here only so that --help lists it: cmdRun has read the mode.
 	var manualFlag config.BoolFlag
-	fs.Var(&manualFlag, "manual", "serve manual throttles only, no controller (see 'sanqos run --manual --help')")
+	fs.Var(&manualFlag, "manual", "serve manual throttles only: no discovery, no controller (see 'sanqos run --manual --help')")
 	var consumers consumerFlag
 	fs.Var(&consumers, "consumer", "add a fixed `RESOURCE,ADDR,DEVICE` consumer (e.g. fs-lab,10.0.0.3,loop1), device taken as its kernel name; repeat for each; replaces discovery")
 	if err := parseFlags(fs, args); err != nil {
@@ -315,7 +350,11 @@ func parseRunOptions(args []string, stderr io.Writer) (runOptions, error) {
 	for _, p := range c.Ports {
 		o.ports = append(o.ports, uint16(p)) // validated: 1-65535
 	}
-	if len(consumers) > 0 {
+	if manual {
+		if len(consumers) > 0 {
+			errs = append(errs, errors.New("--consumer: manual mode has no controller to give consumers to; leave --consumer out or drop --manual"))
+		}
+	} else if len(consumers) > 0 {
 		o.fixed = true
 		o.topo = discover.ApplyThresholds(consumers.topology(), c)
 		if err := engine.ValidateTopology(o.topo, cfg); err != nil {

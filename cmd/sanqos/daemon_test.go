@@ -86,7 +86,7 @@ func TestRunDryRunEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	go func() {
-		done <- cmdRunAutonomic(ctx, []string{"--config", cfg, "--threshold", "25ms", "--proc", proc,
+		done <- cmdRun(ctx, []string{"--config", cfg, "--threshold", "25ms", "--proc", proc,
 			"--consumer", "fs-lab,10.99.0.2,loop1", "--consumer", "fs-b,10.99.0.3,loop2"},
 			&bytes.Buffer{}, &syncWriter{w: &errb})
 	}()
@@ -181,7 +181,7 @@ func TestRunAckDelayOption(t *testing.T) {
 		{[]string{"--config", cfg, "--ack-delay"}, true},
 	} {
 		args := append([]string{"--backend", "dry-run", "--consumer", "fs,10.0.0.3,loop1"}, c.args...)
-		o, err := parseRunOptions(args, io.Discard)
+		o, err := parseRunOptions(args, false, io.Discard)
 		if err != nil {
 			t.Fatalf("%v: %v", c.args, err)
 		}

@@ -126,7 +126,7 @@ func TestIdleConnectionsFromNobody(t *testing.T) {
 	logs := &syncWriter{w: &errb}
 	done := make(chan error, 1)
 	go func() {
-		done <- cmdRunAutonomic(ctx, []string{"--backend", "dry-run", "--tick", "50ms", "--threshold", "15ms", "--listen", addr,
+		done <- cmdRun(ctx, []string{"--backend", "dry-run", "--tick", "50ms", "--threshold", "15ms", "--listen", addr,
 			"--socket", sock, "--record", rec, "--proc", proc, "--write-threshold", "1MB/s", "--write-leave", "500kB/s",
 			"--consumer", "fs-lab,10.99.0.2,loop1", "--consumer", "fs-lab,10.99.0.3,loop2"}, &bytes.Buffer{}, logs)
 	}()

@@ -44,3 +44,53 @@ func TestManualFlagValues(t *testing.T) {
 		})
 	}
 }
+
+// Issue 15: manual mode is a policy of 'sanqos run', not a second flag
+// set. Every flag is defined once: a bad value is refused with the same
+// error in both modes, and a flag of either mode is known to the other.
+func TestRunModesShareFlags(t *testing.T) {
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--queue-num", "0"}, "--queue-num 0: want 1 to 65535"},
+		{[]string{"--queue-num", "70000"}, "--queue-num 70000: want 1 to 65535"},
+		{[]string{"--small-segment", "-1"}, "--small-segment -1: want 0 to 65535 bytes"},
+		{[]string{"--small-segment", "65536"}, "--small-segment 65536: want 0 to 65535 bytes"},
+		{[]string{"--backend", "tape"}, "backend"},
+		{[]string{"--socket", "relative.sock"}, "socket"},
+		{[]string{"--no-such-flag"}, "flag provided but not defined: -no-such-flag"},
+	} {
+		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
+			var msgs [2]string
+			for i, mode := range [][]string{{"run"}, {"run", "--manual"}} {
+				var out, errb bytes.Buffer
+				code := dispatch(append(append([]string{}, mode...), tt.args...), &out, &errb)
+				if code == 0 {
+					t.Fatalf("%v %v: exit 0, want an error", mode, tt.args)
+				}
+				if !strings.Contains(errb.String(), tt.want) {
+					t.Errorf("%v %v: stderr lacks %q:\n%s", mode, tt.args, tt.want, errb.String())
+				}
+				msgs[i] = errb.String()
+			}
+			if msgs[0] != msgs[1] {
+				t.Errorf("the modes refuse %v differently:\nautonomic: %s\nmanual:    %s", tt.args, msgs[0], msgs[1])
+			}
+		})
+	}
+	// Flags that once belonged to one mode only are known to both.
+	for _, f := range []string{"--dev", "--queue-num", "--small-segment", "--ack-delay", "--config", "--proc", "--cleanup-only", "--threshold"} {
+		for _, mode := range [][]string{{"run"}, {"run", "--manual"}} {
+			var out, errb bytes.Buffer
+			dispatch(append(append([]string{}, mode...), "--help"), &out, &errb)
+			if !strings.Contains(errb.String(), "  -"+strings.TrimPrefix(f, "--")) {
+				t.Errorf("%v --help does not list %s", mode, f)
+			}
+		}
+	}
+	var out, errb bytes.Buffer
+	if code := dispatch([]string{"run", "--manual", "--consumer", "fs,10.0.0.3,loop1"}, &out, &errb); code == 0 || !strings.Contains(errb.String(), "manual mode has no controller") {
+		t.Errorf("--consumer with --manual: exit %d, stderr:\n%s", code, errb.String())
+	}
+}

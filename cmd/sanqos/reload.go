@@ -60,7 +60,7 @@ func (r *reloader) loop(ctx context.Context) {
 
 func (r *reloader) reload() error {
 	var msgs bytes.Buffer
-	o, err := parseRunOptions(r.args, &msgs)
+	o, err := parseRunOptions(r.args, false, &msgs)
 	if err != nil {
 		if errors.Is(err, errUsage) {
 			return errors.New(strings.TrimSpace(msgs.String()))

@@ -14,19 +14,26 @@ import (
 	"github.com/sanqos/sanqos/internal/throttle"
 )
 
-// cmdRun is 'sanqos run'. With --manual it only serves manual throttle
-// requests on the control socket; without, it is the autonomic daemon
-// (daemon.go), which serves the same socket.
+// cmdRun is 'sanqos run': the autonomic daemon (daemon.go) or, with
+// --manual, a daemon that only serves manual throttles on the control
+// socket. Both take the same flags (parseRunOptions); the mode decides
+// which of them are used and which --help text explains them.
 func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	manual, err := manualMode(args)
 	if err != nil {
 		fmt.Fprintf(stderr, "sanqos run: %v\nRun 'sanqos run --help' for usage.\n", err)
 		return errUsage
 	}
-	if !manual {
-		return cmdRunAutonomic(ctx, args, stdout, stderr)
+	o, err := parseRunOptions(args, manual, stderr)
+	if err != nil {
+		return err
 	}
-	return runManual(ctx, args, stdout, stderr)
+	log := slog.New(slog.NewTextHandler(stderr, nil))
+	o.backend.Logger = log
+	if manual {
+		return runManual(ctx, o, log)
+	}
+	return runAutonomic(ctx, o, log, args)
 }
 
 // manualMode reports whether args ask for manual mode, before the flag
@@ -60,10 +67,12 @@ func manualMode(args []string) (bool, error) {
 	return manual, nil
 }
 
-func runManual(ctx context.Context, args []string, _, stderr io.Writer) error {
-	fs := newFlagSet("run", "sanqos run --manual [--backend nfqueue] [--socket PATH]",
-		`Serve manual throttles only: no discovery, no controller. Delays are set,
+// manualDescription is --help's text in manual mode.
+const manualDescription = `Serve manual throttles only: no discovery, no controller. Delays are set,
 freed and listed with 'sanqos throttle' through a root-only unix socket.
+The flags are those of 'sanqos run' (see 'sanqos run --help'); this mode
+uses --backend, --socket, --dev, --queue-num, --small-segment, --ack-delay
+and --cleanup-only, from a --config file or the command line.
 
 The nfqueue backend (default) installs an iptables (and ip6tables) chain
 SANQOS-<instance> in the mangle table (jumped to from POSTROUTING) and
@@ -79,41 +88,29 @@ segments.
 
 Read delays are exact only with TCP autocorking off on the target
 (sysctl net.ipv4.tcp_autocorking=0): otherwise the tail of a reply waits
-for its held first part and a 64 KiB read is delayed twice.`, stderr)
-	manualFlag := config.BoolFlag(true)
-	fs.Var(&manualFlag, "manual", "serve manual throttles only (this mode)")
-	backend := fs.String("backend", "nfqueue", "data path: "+strings.Join(throttle.Backends, ", "))
-	socket := fs.String("socket", ctl.DefaultSocket, "control socket path")
-	dev := fs.String("dev", "", "interface towards the initiators (netem and htb backends)")
-	queue := fs.Uint("queue-num", throttle.DefaultQueueNum, "NFQUEUE number (nfqueue backend)")
-	small := fs.Int("small-segment", throttle.DefaultSmallSegment, "largest TCP payload in bytes that counts as write-direction traffic (R2T, SCSI response)")
-	ackDelay := fs.Bool("ack-delay", true, config.AckDelayUsage)
-	if err := parseFlags(fs, args); err != nil {
-		return err
-	}
-	if *queue == 0 || *queue > 65535 {
-		return usageError(fs, "--queue-num %d: want 1 to 65535", *queue)
-	}
-	if *small < 1 || *small > 65535 {
-		return usageError(fs, "--small-segment %d: want 1 to 65535 bytes", *small)
-	}
+for its held first part and a 64 KiB read is delayed twice.`
+
+// runManual serves manual throttles on the control socket until ctx ends.
+func runManual(ctx context.Context, o runOptions, log *slog.Logger) error {
 	if os.Geteuid() != 0 {
 		return errors.New("must run as root: it programs iptables and ipsets and owns a root-only socket")
 	}
-	log := slog.New(slog.NewTextHandler(stderr, nil))
+	if o.cleanupOnly {
+		return cleanupOnly(ctx, o, log)
+	}
 
 	// The socket first: if another daemon is running, stop here before
 	// touching the kernel objects it owns.
-	srv, err := ctl.Listen(*socket, log)
+	srv, err := ctl.Listen(o.socket, log)
 	if err != nil {
 		return err
 	}
 	defer srv.Close()
-	b, err := throttle.Open(ctx, throttle.Options{Backend: *backend, Dev: *dev, QueueNum: uint16(*queue), SmallSegment: *small, AckDelay: *ackDelay, Logger: log})
+	b, err := throttle.Open(ctx, o.backend)
 	if err != nil {
-		return fmt.Errorf("starting the %s backend: %w", *backend, err)
+		return fmt.Errorf("starting the %s backend: %w", o.backend.Backend, err)
 	}
-	log.Info("manual throttling ready", "backend", b.Name(), "socket", *socket, "ack_delay", *ackDelay)
+	log.Info("manual throttling ready", "backend", b.Name(), "socket", o.socket, "ack_delay", o.backend.AckDelay)
 	hctx, stopHangups := context.WithCancel(ctx)
 	defer stopHangups()
 	go func() {
