@@ -117,7 +117,13 @@ func TestLiveSIGTERMLosesNothing(t *testing.T) {
 	l.pastRampIOs(writes, 'i')
 	t0, c0 := counters(t, l.targetRunner), counters(t, l.clientRunner)
 
-	// Traffic on both connections until well after the exit.
+	// Traffic on both connections, with packets held, until the signal:
+	// each loop then finishes the I/O it is in, whose packets the exit
+	// must release. No new traffic starts after it: an unthrottled flow's
+	// RTT falls to a tenth of a millisecond, and this VM's scheduling
+	// then makes loss probes of its own (measured: 3 probes of segments
+	// first sent 300–400 ms after the exit, with no daemon left), which
+	// say nothing about the exit.
 	stop := make(chan struct{})
 	worst, echoDone := echoLoop(echo, stop)
 	ioDone := ioLoop(writes, 'i', stop)
@@ -125,6 +131,7 @@ func TestLiveSIGTERMLosesNothing(t *testing.T) {
 	if err := d.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
+	close(stop)
 	select {
 	case err := <-d.done:
 		if err != nil {
@@ -133,13 +140,14 @@ func TestLiveSIGTERMLosesNothing(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatalf("daemon did not exit within 10s of SIGTERM\n%s", d.stderr)
 	}
-	time.Sleep(500 * time.Millisecond)
-	close(stop)
 	for _, c := range []<-chan error{echoDone, ioDone} {
 		if err := <-c; err != nil {
 			t.Fatalf("traffic across the exit: %v", err)
 		}
 	}
+	// Long enough for any timer of a packet lost at the exit to fire
+	// (an RTO is at least 200 ms).
+	time.Sleep(time.Second)
 	noRetransmissions(t, l, "SIGTERM", t0, c0, worst(), 20*time.Millisecond)
 }
 
