@@ -1,0 +1,304 @@
+package experiments
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sanqos/sanqos/internal/lab"
+	"github.com/sanqos/sanqos/internal/lab/iolog"
+)
+
+// run is one run of an experiment in progress: a workload under a control.
+type run struct {
+	e      *env
+	w      Workload
+	c      Control
+	dir    string
+	res    *RunResult
+	t0     time.Time // the loads' common start
+	procs  []*loadProc
+	d      *daemon // nil without a controller
+	record string  // the daemon's --record file
+	refMs  float64 // the threshold an uncontrolled run is judged against
+}
+
+// runOne runs a workload under a control and analyses it. refMs is the
+// threshold an uncontrolled run's over_threshold_pct is measured against.
+func (e *env) runOne(ctx context.Context, name string, w Workload, c Control, refMs float64) (res *RunResult, err error) {
+	r := &run{e: e, w: w, c: c, dir: filepath.Join(e.o.Out, name), refMs: refMs}
+	if err := os.MkdirAll(r.dir, 0o755); err != nil {
+		return nil, fmt.Errorf("creating %s: %w", r.dir, err)
+	}
+	r.res = newRunResult(name, w, c, refMs, r.dir, e.o.Gains)
+	r.record = filepath.Join(r.dir, "daemon-record.jsonl")
+	r.t0 = time.Now().Add(c.startSlack()).Truncate(time.Second).Add(time.Second)
+	namespaces := []string{lab.TargetNS}
+	for _, h := range e.v.hosts {
+		namespaces = append(namespaces, h.ns)
+	}
+	before, err := e.count.Counters(ctx, namespaces)
+	if err != nil {
+		return nil, err
+	}
+	defer r.stopLoads()
+	if err := r.startLoads(ctx); err != nil {
+		return nil, err
+	}
+	if c.Controller != "" {
+		serr := r.startController(ctx)
+		if r.d != nil {
+			defer func() {
+				if serr := r.d.stop(); serr != nil && err == nil {
+					err = fmt.Errorf("stopping the daemon: %w", serr)
+				}
+				os.RemoveAll(ctlSocketDir)
+			}()
+		}
+		if serr != nil {
+			return nil, serr
+		}
+	}
+	samples, err := r.waitLoads(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := r.countRetransmits(ctx, namespaces, before, samples); err != nil {
+		return nil, err
+	}
+	if err := r.checkComplete(); err != nil {
+		return nil, err
+	}
+	if err := r.analyze(samples); err != nil {
+		return nil, err
+	}
+	if err := writeJSON(filepath.Join(r.dir, "result.json"), r.res); err != nil {
+		return nil, err
+	}
+	return r.res, nil
+}
+
+// newRunResult is the result's description before anything is measured.
+func newRunResult(name string, w Workload, c Control, refMs float64, dir string, g Gains) *RunResult {
+	res := &RunResult{Name: name, Controller: c.Controller, Policy: c.Policy, Writers: w.Writers, Workload: w,
+		Dir: dir, OverRefMs: refMs, WriterUnit: "thread", Group: w.Name}
+	if c.Controller == "" {
+		res.Controller = "none"
+	}
+	if c.Controller != "" && c.Controller != "none" {
+		th := c.ThresholdMs
+		res.ThresholdMs = &th
+		res.OverRefMs = th
+		if c.Controller == "pid" {
+			res.UMaxMs = c.uMaxMs(g)
+		}
+	}
+	return res
+}
+
+// stopLoads asks every load still running to stop (on an error path;
+// the lab's Down would kill them anyway, but a clean logout keeps tgtd
+// tidy).
+func (r *run) stopLoads() {
+	for _, p := range r.procs {
+		select {
+		case err := <-p.done:
+			p.done <- err
+		default:
+			_ = p.cmd.Process.Signal(os.Interrupt)
+		}
+	}
+}
+
+// startAt is the load generators' --start-at for off after t0.
+func (r *run) startAt(off time.Duration) string {
+	return strconv.FormatFloat(float64(r.t0.Add(off).UnixNano())/1e9, 'f', 3, 64)
+}
+
+func (r *run) start(ctx context.Context, h labHost, file string, fullBytes int64, args ...string) error {
+	p, err := r.e.startLoad(ctx, h, filepath.Join(r.dir, file), fullBytes, args...)
+	if err != nil {
+		return err
+	}
+	r.procs = append(r.procs, p)
+	r.res.Commands = append(r.res.Commands, strings.Join(p.cmd.Args, " "))
+	return nil
+}
+
+// readers is how many readers the workload runs (at least one).
+func (w Workload) readers() int { return max(w.Readers, 1) }
+
+// readerJob is the readers' load generator preset.
+func (w Workload) readerJob() string {
+	if w.Reader == "" {
+		return "smalljob"
+	}
+	return w.Reader
+}
+
+// startLoads starts the readers and the writers; they wait for t0.
+func (r *run) startLoads(ctx context.Context) error {
+	w := r.w
+	for i := 0; i < w.readers(); i++ {
+		h := r.e.v.hosts[i]
+		if err := r.start(ctx, h, "reader-"+h.name+".jsonl", 0, "--job", w.readerJob(), "--name", "reader-"+h.name,
+			"--runtime", w.Total.String(), "--start-at", r.startAt(0), "--quiet"); err != nil {
+			return err
+		}
+	}
+	if w.Writers == 0 {
+		return nil
+	}
+	lunSize := r.e.l.State().Size
+	for i, n := range spread(w.Writers, len(r.e.v.writers)) {
+		if n == 0 {
+			continue
+		}
+		h := r.e.v.writers[i]
+		region := lunSize / int64(n) / (1 << 20) // MiB per thread
+		args := []string{"--job", w.writerJob(), "--name", "writers-" + h.name, "--threads", strconv.Itoa(n),
+			"--size", strconv.FormatInt(region, 10) + "m", "--per-thread",
+			"--runtime", w.WriterTime.String(), "--start-at", r.startAt(w.Lead), "--quiet"}
+		full := int64(n) * region << 20
+		if w.On != "" {
+			args = append(args, "--on", w.On, "--off", w.Off.String())
+			full = 0 // bursts: it runs for its runtime
+		}
+		if err := r.start(ctx, h, "writers-"+h.name+".jsonl", full, args...); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// startController starts the daemon once the load generators have logged
+// in (they wait for t0): its first discovery then sees every session,
+// which the manual policy needs to resolve its consumers, and it records
+// its first ticks before t0. A fixed delay is set before t0, so that the
+// writers start with it in force.
+func (r *run) startController(ctx context.Context) error {
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(loginSlack):
+	}
+	cfgPath := filepath.Join(r.dir, "sanqos.toml")
+	if err := os.WriteFile(cfgPath, []byte(daemonConfig(r.c, r.e.o.Gains, r.e.v, r.record)), 0o644); err != nil {
+		return fmt.Errorf("writing the daemon's configuration: %w", err)
+	}
+	d, err := startDaemon(ctx, r.e.o.Sanqos, daemonArgs(cfgPath, r.record), r.record, filepath.Join(r.dir, "daemon.log"))
+	if err != nil {
+		return err
+	}
+	r.d = d
+	r.res.Commands = append(r.res.Commands, strings.Join(d.argv, " "))
+	if r.c.FixedDelayMs > 0 {
+		cmds, err := setFixedDelay(ctx, r.e.o.Sanqos, r.e.v, r.c.FixedDelayMs)
+		if err != nil {
+			return err
+		}
+		r.res.Commands = append(r.res.Commands, cmds...)
+		r.res.FixedDelayMs = r.c.FixedDelayMs
+	}
+	return nil
+}
+
+// waitLoads waits for every load, showing progress, while sampling the
+// hosts' TCP counters to place retransmissions in time.
+func (r *run) waitLoads(ctx context.Context) ([]tcpSample, error) {
+	var nsProcs []nsProc
+	for _, p := range r.procs {
+		nsProcs = append(nsProcs, nsProc{host: p.host, ns: p.ns, pid: p.cmd.Process.Pid})
+	}
+	sampleCtx, stopSampling := context.WithCancel(ctx)
+	defer stopSampling()
+	sampled := make(chan []tcpSample, 1)
+	go func() { sampled <- sampleTCP(sampleCtx, nsProcs, r.t0) }()
+
+	end := r.t0.Add(r.w.Total)
+	tick := time.NewTicker(10 * time.Second)
+	defer tick.Stop()
+	waitErr := make(chan error, 1)
+	go func() {
+		var errs []error
+		for _, p := range r.procs {
+			if err := p.wait(ctx); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		waitErr <- errors.Join(errs...)
+	}()
+	for done := false; !done; {
+		select {
+		case err := <-waitErr:
+			if err != nil {
+				return nil, err
+			}
+			done = true
+		case <-tick.C:
+			r.e.prog.update(time.Until(end))
+		}
+	}
+	stopSampling()
+	samples := <-sampled
+	if err := writeSamples(filepath.Join(r.dir, "tcp-samples.jsonl"), samples); err != nil {
+		return nil, err
+	}
+	return samples, nil
+}
+
+// countRetransmits stores the run's TCP counters and its retransmissions
+// by namespace. The daemon records the release after the writers' last
+// stop: the reader ran on after them, so the record already covers it.
+func (r *run) countRetransmits(ctx context.Context, namespaces []string, before map[string]map[string]int64, samples []tcpSample) error {
+	res := r.res
+	res.StealMs = stealDuring(samples)
+	after, err := r.e.count.Counters(ctx, namespaces)
+	if err != nil {
+		return err
+	}
+	diff := counterDiff(before, after)
+	if err := writeJSON(filepath.Join(r.dir, "tcp-counters.json"), diff); err != nil {
+		return err
+	}
+	res.RetransmitsBy = counter(diff, "TcpRetransSegs")
+	res.LossProbesBy = counter(diff, "TcpExtTCPLossProbes")
+	res.RTOsBy = counter(diff, "TcpExtTCPTimeouts")
+	res.DSACKsBy = counter(diff, "TcpExtTCPDSACKRecvSegs")
+	for ns, n := range res.RetransmitsBy {
+		if ns != lab.TargetNS {
+			res.Retransmits += n
+		}
+	}
+	return nil
+}
+
+// checkComplete refuses a run that was cut short (a load generator killed
+// from outside, the lab taken down under it): it must not pass for a
+// measurement.
+func (r *run) checkComplete() error {
+	for _, p := range r.procs {
+		recs, err := p.records()
+		if err != nil {
+			return err
+		}
+		want := r.w.Total
+		if !strings.HasPrefix(filepath.Base(p.log), "reader-") {
+			want = r.w.WriterTime
+		}
+		s, ok := iolog.Summary(recs, "")
+		if ok && p.fullBytes > 0 && s.Bytes >= p.fullBytes {
+			continue // it wrote its whole region: done, not stopped
+		}
+		if !ok || s.T < 0.95*want.Seconds() {
+			return fmt.Errorf("the load on %s ran %.0f s of %s: it was stopped from outside (was the lab taken down?); see %s",
+				p.host, s.T, want, p.errf)
+		}
+	}
+	return nil
+}
