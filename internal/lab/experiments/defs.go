@@ -108,19 +108,18 @@ func guaranteeRuns(short bool) []plannedRun {
 }
 
 func registry() []Experiment {
+	return append(thesisExperiments(), harderExperiments()...)
+}
+
+// thesisExperiments are the thesis's own experiments (chapter 5).
+func thesisExperiments() []Experiment {
 	return []Experiment{
 		{
 			Name:  "fig5.1",
 			Title: "Four equal sequential readers share the disk (thesis Fig. 5.1)",
 			Describe: "seqread-32k (sequential 32 KiB reads, one thread) on each of b2-b5, started together; " +
 				"each initiator's MB/s over time and Jain's index over them.",
-			plan: func(short bool) []plannedRun {
-				total := 120 * time.Second
-				if short {
-					total = 40 * time.Second
-				}
-				return []plannedRun{{"readers", Workload{Total: total, Reader: "seqread-32k", Readers: 4}, Control{}}}
-			},
+			plan:  fig51Runs,
 			plots: plotFig51,
 		},
 		{
@@ -130,18 +129,7 @@ func registry() []Experiment {
 				"writer threads spread over b3-b5 started after it; no sanqos. Wait statistics are over the " +
 				"interference window (while the writers run).",
 			refMs: 15,
-			plan: func(short bool) []plannedRun {
-				lead, wt := 60*time.Second, 60*time.Second
-				if short {
-					lead, wt = 15*time.Second, 30*time.Second
-				}
-				var out []plannedRun
-				for _, n := range []int{0, 1, 3, 12} {
-					out = append(out, plannedRun{fmt.Sprintf("writers-%d", n),
-						Workload{Total: lead + wt + 5*time.Second, Lead: lead, WriterTime: wt, Writers: n}, Control{}})
-				}
-				return out
-			},
+			plan:  fig57Runs,
 			plots: plotFig57,
 		},
 		{
@@ -174,6 +162,13 @@ func registry() []Experiment {
 			},
 			plots: plotInterference,
 		},
+	}
+}
+
+// harderExperiments go beyond the thesis: harder writers, flash, the
+// guarantees of the source reports and the price of control.
+func harderExperiments() []Experiment {
+	return []Experiment{
 		{
 			Name:  "randw",
 			Title: "Small random writers: 24 threads of 8 KiB random writes (issue 12)",
@@ -201,17 +196,8 @@ func registry() []Experiment {
 				"block-layer probe, under " + fmt.Sprint(ssdThresholdMs) + " ms.",
 			refMs:   ssdThresholdMs,
 			profile: "ssd",
-			plan: func(short bool) []plannedRun {
-				total := 300 * time.Second
-				if short {
-					total = 120 * time.Second
-				}
-				w := interference(total)
-				w.On = ssdBurst
-				pid := Control{Controller: "pid", ThresholdMs: ssdThresholdMs, Signal: "p95"}
-				return []plannedRun{{"none", w, Control{Controller: "none"}}, {pid.label(), w, pid}}
-			},
-			plots: plotInterference,
+			plan:    ssdRuns,
+			plots:   plotInterference,
 		},
 		{
 			Name:  "guarantees",
@@ -236,6 +222,41 @@ func registry() []Experiment {
 			analyze: analyzeFrontier,
 		},
 	}
+}
+
+// fig51Runs: four equal readers, no sanqos.
+func fig51Runs(short bool) []plannedRun {
+	total := 120 * time.Second
+	if short {
+		total = 40 * time.Second
+	}
+	return []plannedRun{{"readers", Workload{Total: total, Reader: "seqread-32k", Readers: 4}, Control{}}}
+}
+
+// fig57Runs: smalljob alone and beside 1, 3 and 12 writers, no sanqos.
+func fig57Runs(short bool) []plannedRun {
+	lead, wt := 60*time.Second, 60*time.Second
+	if short {
+		lead, wt = 15*time.Second, 30*time.Second
+	}
+	var out []plannedRun
+	for _, n := range []int{0, 1, 3, 12} {
+		out = append(out, plannedRun{fmt.Sprintf("writers-%d", n),
+			Workload{Total: lead + wt + 5*time.Second, Lead: lead, WriterTime: wt, Writers: n}, Control{}})
+	}
+	return out
+}
+
+// ssdRuns: fig5.11's workload on flash, uncontrolled and holding p95.
+func ssdRuns(short bool) []plannedRun {
+	total := 300 * time.Second
+	if short {
+		total = 120 * time.Second
+	}
+	w := interference(total)
+	w.On = ssdBurst
+	pid := Control{Controller: "pid", ThresholdMs: ssdThresholdMs, Signal: "p95"}
+	return []plannedRun{{"none", w, Control{Controller: "none"}}, {pid.label(), w, pid}}
 }
 
 // Custom is an experiment of the interference workload with the given runs,
