@@ -56,30 +56,9 @@ func (c Control) uMaxMs(g Gains) float64 {
 }
 
 // Gains are the pid controller's gains the experiment passes in the
-// daemon's configuration; zero fields keep control.DefaultParams.
-type Gains struct {
-	Kp     float64       `json:"kp"`
-	Ti     time.Duration `json:"ti"`
-	Td     time.Duration `json:"td"`
-	UMaxMs float64       `json:"u_max_ms"`
-}
-
-func (g Gains) withDefaults() Gains {
-	d := control.DefaultParams()
-	if g.Kp == 0 {
-		g.Kp = d.Kp
-	}
-	if g.Ti == 0 {
-		g.Ti = d.Ti
-	}
-	if g.Td == 0 {
-		g.Td = d.Td
-	}
-	if g.UMaxMs == 0 {
-		g.UMaxMs = d.UMaxMs
-	}
-	return g
-}
+// daemon's configuration (control's one gains type); zero fields keep
+// control.DefaultGains.
+type Gains = control.Gains
 
 // label names a control for file names and legends.
 func (c Control) label() string {
@@ -117,7 +96,7 @@ const resourceName = "lab-emu"
 // tick and EWMA, and the experiment's controller and gains.
 func daemonConfig(c Control, g Gains, l labView, record string) string {
 	umax := c.uMaxMs(g)
-	g = g.withDefaults()
+	g = g.WithDefaults()
 	g.UMaxMs = umax
 	policy := c.Policy
 	if policy == "" {

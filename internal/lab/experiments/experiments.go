@@ -289,7 +289,7 @@ func (x Experiment) RunOn(ctx context.Context, l *lab.Lab, o Options) (*Summary,
 	st := l.State()
 	s := &Summary{Experiment: x.Name, Title: x.Title, Describe: x.Describe, Short: o.Short, Started: time.Now().UTC(),
 		Lab:   LabInfo{Storage: st.Storage.String(), LUNBytes: st.Size, MTU: st.MTU, Offloads: st.Offloads, Portal: st.Target.Portal()},
-		Gains: o.Gains.withDefaults()}
+		Gains: o.Gains.WithDefaults()}
 	if err := stopLeftoverDaemons("/proc"); err != nil {
 		return nil, err
 	}
