@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/BurntSushi/toml"
+	"github.com/sanqos/sanqos/internal/config"
 	"github.com/sanqos/sanqos/internal/control"
 	"github.com/sanqos/sanqos/internal/lab"
 	"github.com/sanqos/sanqos/internal/status"
@@ -93,66 +95,46 @@ const resourceName = "lab-emu"
 
 // daemonConfig is the TOML configuration of the daemon for a run:
 // discovery through the lab's tgtd, the nfqueue backend, the thesis's
-// tick and EWMA, and the experiment's controller and gains.
+// tick and EWMA, and the experiment's controller and gains. It is the
+// daemon's own config.Config, with its defaults, marshalled: what the
+// lab does not set is what a user's daemon would do.
 func daemonConfig(c Control, g Gains, l labView, record string) string {
+	cfg := config.Default()
 	umax := c.uMaxMs(g)
 	g = g.WithDefaults()
-	g.UMaxMs = umax
-	policy := c.Policy
-	if policy == "" {
-		policy = "read-over-write"
+	cfg.PID.Kp, cfg.PID.Ti.Duration, cfg.PID.Td.Duration = g.Kp, g.Ti, g.Td
+	cfg.PID.UMax.Duration = msDuration(umax)
+	cfg.Policy = c.Policy
+	if cfg.Policy == "" {
+		cfg.Policy = "read-over-write"
 	}
-	controller := c.Controller
-	signal := c.Signal
-	if signal == "" {
-		signal = "mean"
+	cfg.Controller = c.Controller
+	cfg.Signal = c.Signal
+	if cfg.Signal == "" {
+		cfg.Signal = "mean"
 	}
 	threshold := c.ThresholdMs
 	if threshold == 0 {
 		threshold = 15 // unused by controller none, still validated
 	}
+	cfg.Threshold.Duration = msDuration(threshold)
+	cfg.Tick.Duration, cfg.EWMAAlpha = 100*time.Millisecond, 0.25
+	cfg.Backend, cfg.Direction, cfg.Ports = "nfqueue", "write", []int{l.port}
+	cfg.Listen, cfg.Socket, cfg.Record = "127.0.0.1:9469", filepath.Join(ctlSocketDir, "ctl.sock"), record
+	cfg.Discovery.Adapter, cfg.Discovery.Interval.Duration, cfg.Discovery.TgtControlPort = "tgt", 5*time.Second, l.controlPort
+	if cfg.Policy == "manual" {
+		cfg.Manual.Protected, cfg.Manual.Throttle = []string{l.reader.addr}, l.writerAddrs()
+	}
 	var b strings.Builder
-	fmt.Fprintf(&b, `# sanqos configuration written by the lab experiment for one run.
-tick = "100ms"
-ewma_alpha = 0.25
-threshold = "%s"
-signal = %q
-controller = %q
-backend = "nfqueue"
-direction = "write"
-ports = [%d]
-policy = %q
-listen = "127.0.0.1:9469"
-socket = %q
-record = %q
-
-[pid]
-kp = %g
-ti = "%s"
-td = "%s"
-u_max = "%s"
-
-[discovery]
-adapter = "tgt"
-interval = "5s"
-tgt_control_port = %d
-`, msDuration(threshold), signal, controller, l.port, policy, filepath.Join(ctlSocketDir, "ctl.sock"), record,
-		g.Kp, g.Ti, g.Td, msDuration(g.UMaxMs), l.controlPort)
-	if policy == "manual" {
-		fmt.Fprintf(&b, "\n[manual]\nprotected = [%q]\nthrottle = [%s]\n", l.reader.addr, quoteList(l.writerAddrs()))
+	b.WriteString("# sanqos configuration written by the lab experiment for one run.\n")
+	if err := toml.NewEncoder(&b).Encode(cfg); err != nil {
+		// A config.Config always encodes; this is a programming error.
+		panic(fmt.Sprintf("encoding the daemon's configuration: %v", err))
 	}
 	return b.String()
 }
 
 func msDuration(ms float64) time.Duration { return time.Duration(ms * float64(time.Millisecond)) }
-
-func quoteList(xs []string) string {
-	q := make([]string, len(xs))
-	for i, x := range xs {
-		q[i] = fmt.Sprintf("%q", x)
-	}
-	return strings.Join(q, ", ")
-}
 
 // daemonArgs are the arguments of `sanqos run` for a run: the
 // configuration file (tgt discovery finds the lab's consumers) and the
