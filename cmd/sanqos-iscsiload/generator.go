@@ -69,109 +69,129 @@ type opened struct {
 	err error
 }
 
+// genRun is one Run in progress: the worker goroutines, each holding its
+// OS thread from opening its session to its logout, and what they share.
+type genRun struct {
+	e         *Generator
+	workers   []*worker
+	errs      []error // per worker, written by its goroutine only
+	openedCh  chan opened
+	start     chan time.Time
+	abort     chan struct{}
+	runCtx    context.Context
+	cancelRun context.CancelFunc
+	wg        sync.WaitGroup
+	// sched is set before start is sent, which orders it before the
+	// workers read it.
+	sched *loadspec.Schedule
+}
+
 // Run runs the job until it is done, its runtime is over, ctx ends, or a
 // thread fails. Every session is logged out on every path.
 func (e *Generator) Run(ctx context.Context) (Result, error) {
-	job := e.Job
-	n := job.Threads
-	// Each worker goroutine keeps its OS thread from opening the session to
-	// its logout; it reports once opened and then waits for go (or abort).
-	openedCh := make(chan opened, n)
-	start := make(chan time.Time)
-	abort := make(chan struct{})
-	runCtx, cancelRun := context.WithCancel(context.Background())
-	defer cancelRun()
-	workers := make([]*worker, n)
-	errs := make([]error, n)
-	// sched is set before start is sent, which orders it before the reads.
-	var sched *loadspec.Schedule
-	var wg sync.WaitGroup
+	n := e.Job.Threads
+	g := &genRun{e: e, workers: make([]*worker, n), errs: make([]error, n),
+		openedCh: make(chan opened, n), start: make(chan time.Time), abort: make(chan struct{})}
+	g.runCtx, g.cancelRun = context.WithCancel(context.Background())
+	defer g.cancelRun()
 	for i := range n {
-		w := &worker{id: i + 1, stats: &threadStats{}}
-		workers[i] = w
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			runtime.LockOSThread()
-			defer runtime.UnlockOSThread()
-			dev, err := e.Open(w.id)
-			if err != nil {
-				openedCh <- opened{w, fmt.Errorf("thread %d: %w", w.id, err)}
-				return
-			}
-			w.dev = dev
-			defer func() {
-				// After a failed I/O the logout usually fails too; that
-				// adds nothing to the error already reported.
-				if err := dev.Close(); err != nil && errs[w.id-1] == nil {
-					e.Log.Warn("logout failed", "thread", w.id, "err", err)
-				}
-			}()
-			openedCh <- opened{w, nil}
-			select {
-			case t0 := <-start:
-				// One failed thread ends the run: its numbers would be
-				// missing from every later second.
-				if errs[w.id-1] = e.work(runCtx, w, t0, sched); errs[w.id-1] != nil {
-					cancelRun()
-				}
-			case <-abort:
-			}
-		}()
+		g.launch(i)
 	}
-
-	// Wait for every session; the first failure aborts the others.
-	var openErr error
-	for range n {
-		select {
-		case o := <-openedCh:
-			if o.err != nil && openErr == nil {
-				openErr = o.err
-			}
-		case <-ctx.Done():
-			if openErr == nil {
-				openErr = fmt.Errorf("interrupted while logging in: %w", ctx.Err())
-			}
-		}
-		if openErr != nil {
-			break
-		}
+	if err := g.ready(ctx); err != nil {
+		close(g.abort)
+		g.wg.Wait()
+		return Result{}, err
 	}
-	if openErr == nil {
-		openErr = e.layout(workers)
-	}
-	if openErr == nil && !e.StartAt.IsZero() {
-		if d := e.StartAt.Sub(e.Clock.Now()); d > 0 {
-			e.Log.Info("waiting for --start-at", "in", d.Round(time.Millisecond))
-			if err := loadspec.Sleep(ctx, e.Clock, d); err != nil {
-				openErr = fmt.Errorf("interrupted while waiting for --start-at: %w", err)
-			}
-		}
-	}
-	if openErr != nil {
-		close(abort)
-		wg.Wait()
-		return Result{}, openErr
-	}
-
 	t0 := e.Clock.Now()
-	rep := &reporter{job: job.Name, primary: opRead, perThread: e.PerThread, out: e.Out}
-	if job.Mode.IsWrite() {
+	rep := &reporter{job: e.Job.Name, primary: opRead, perThread: e.PerThread, out: e.Out}
+	if e.Job.Mode.IsWrite() {
 		rep.primary = opWrite
 	}
-	for _, w := range workers {
+	for _, w := range g.workers {
 		rep.threads = append(rep.threads, w.stats)
 	}
-	if job.OnSize > 0 {
-		sched = loadspec.NewSchedule(e.Clock, n, job.OffTime, t0.Add(job.Runtime))
+	if e.Job.OnSize > 0 {
+		g.sched = loadspec.NewSchedule(e.Clock, n, e.Job.OffTime, t0.Add(e.Job.Runtime))
 	}
 	for range n {
-		start <- t0
+		g.start <- t0
 	}
+	interrupted, outErr := g.supervise(ctx, t0, rep)
+	return g.finish(t0, rep, interrupted, outErr)
+}
 
-	// Stop on the runtime, a signal, or when every worker is done.
+// launch starts worker i: it opens its session, reports, and waits for
+// the start (or the abort).
+func (g *genRun) launch(i int) {
+	e := g.e
+	w := &worker{id: i + 1, stats: &threadStats{}}
+	g.workers[i] = w
+	g.wg.Add(1)
+	go func() {
+		defer g.wg.Done()
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		dev, err := e.Open(w.id)
+		if err != nil {
+			g.openedCh <- opened{w, fmt.Errorf("thread %d: %w", w.id, err)}
+			return
+		}
+		w.dev = dev
+		defer func() {
+			// After a failed I/O the logout usually fails too; that
+			// adds nothing to the error already reported.
+			if err := dev.Close(); err != nil && g.errs[w.id-1] == nil {
+				e.Log.Warn("logout failed", "thread", w.id, "err", err)
+			}
+		}()
+		g.openedCh <- opened{w, nil}
+		select {
+		case t0 := <-g.start:
+			// One failed thread ends the run: its numbers would be
+			// missing from every later second.
+			if g.errs[w.id-1] = e.work(g.runCtx, w, t0, g.sched); g.errs[w.id-1] != nil {
+				g.cancelRun()
+			}
+		case <-g.abort:
+		}
+	}()
+}
+
+// ready waits for every session (the first failure aborts the others),
+// lays the threads out on the LUN and waits for --start-at.
+func (g *genRun) ready(ctx context.Context) error {
+	e := g.e
+	for range len(g.workers) {
+		select {
+		case o := <-g.openedCh:
+			if o.err != nil {
+				return o.err
+			}
+		case <-ctx.Done():
+			return fmt.Errorf("interrupted while logging in: %w", ctx.Err())
+		}
+	}
+	if err := e.layout(g.workers); err != nil {
+		return err
+	}
+	if e.StartAt.IsZero() {
+		return nil
+	}
+	if d := e.StartAt.Sub(e.Clock.Now()); d > 0 {
+		e.Log.Info("waiting for --start-at", "in", d.Round(time.Millisecond))
+		if err := loadspec.Sleep(ctx, e.Clock, d); err != nil {
+			return fmt.Errorf("interrupted while waiting for --start-at: %w", err)
+		}
+	}
+	return nil
+}
+
+// supervise reports every second and stops the workers on the runtime,
+// a signal, or an output error; it returns when they are all done.
+func (g *genRun) supervise(ctx context.Context, t0 time.Time, rep *reporter) (interrupted bool, outErr error) {
+	e, job := g.e, g.e.Job
 	done := make(chan struct{})
-	go func() { wg.Wait(); close(done) }()
+	go func() { g.wg.Wait(); close(done) }()
 	var runtimeOver <-chan time.Time
 	if job.Runtime > 0 {
 		runtimeOver = e.Clock.After(job.Runtime)
@@ -184,26 +204,25 @@ func (e *Generator) Run(ctx context.Context) (Result, error) {
 		defer pt.Stop()
 		progress = pt.C()
 	}
-	interrupted, timeUp, workersDone := false, false, false
-	var outErr error
+	timeUp, workersDone := false, false
 	sigCh := ctx.Done()
 	for {
 		select {
 		case now := <-tick.C():
 			if err := rep.interval(now.Sub(t0).Seconds()); err != nil && outErr == nil {
 				outErr = err
-				cancelRun()
+				g.cancelRun()
 			}
 		case now := <-progress:
-			e.progress(now.Sub(t0), workers)
+			e.progress(now.Sub(t0), g.workers)
 		case <-runtimeOver:
 			timeUp = true
 			runtimeOver = nil
-			cancelRun()
+			g.cancelRun()
 		case <-sigCh:
 			interrupted = true
 			sigCh = nil
-			cancelRun()
+			g.cancelRun()
 		case <-done:
 			workersDone = true
 			done = nil
@@ -211,10 +230,15 @@ func (e *Generator) Run(ctx context.Context) (Result, error) {
 		// An on/off run lasts its runtime even when no further burst fits
 		// in it: the last pause is part of the schedule the lab plots.
 		if workersDone && (timeUp || interrupted || job.OnSize == 0) {
-			break
+			return interrupted, outErr
 		}
 	}
-	elapsed := e.Clock.Now().Sub(t0).Seconds()
+}
+
+// finish writes the last interval and the summary and picks the error to
+// report.
+func (g *genRun) finish(t0 time.Time, rep *reporter, interrupted bool, outErr error) (Result, error) {
+	elapsed := g.e.Clock.Now().Sub(t0).Seconds()
 	// The last, partial interval is worth a line if it saw I/O or is long
 	// enough for its rate to mean something.
 	if elapsed-rep.last > 0.05 || rep.pending() {
@@ -222,14 +246,14 @@ func (e *Generator) Run(ctx context.Context) (Result, error) {
 			outErr = err
 		}
 	}
-	tot, err := rep.summary(elapsed, job.Verify)
+	tot, err := rep.summary(elapsed, g.e.Job.Verify)
 	if outErr == nil {
 		outErr = err
 	}
 	res := Result{totals: tot, Interrupted: interrupted}
 	// The first failure is the one to report (one line); the others
 	// usually follow from it.
-	for _, err := range errs {
+	for _, err := range g.errs {
 		if err != nil {
 			return res, err
 		}
