@@ -52,6 +52,98 @@ bad flags.`
 
 // run is the whole command; it returns the exit status.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	o, code := parseCLI(args, stderr)
+	if code >= 0 {
+		return code
+	}
+	fail := func(err error) int {
+		fmt.Fprintf(stderr, "sanqos-iscsiload: %v\n", err)
+		return 1
+	}
+	// libiscsi's text for a refused TCP connection is about reconnecting;
+	// probing the port first gives the user the real reason.
+	if err := probe(ctx, o.addr, o.dialTimeout); err != nil {
+		return fail(err)
+	}
+	out := stdout
+	if o.logPath != "" {
+		f, err := os.Create(o.logPath)
+		if err != nil {
+			return fail(fmt.Errorf("creating --log file: %w", err))
+		}
+		defer f.Close()
+		out = f
+	}
+	e := o.generator(out, stderr)
+	if o.ioLogPath != "" {
+		f, err := os.Create(o.ioLogPath)
+		if err != nil {
+			return fail(fmt.Errorf("creating --io-log file: %w", err))
+		}
+		defer f.Close()
+		e.IOLog = iolog.NewWriter(f)
+		defer e.IOLog.Flush()
+	}
+	res, err := e.Run(ctx)
+	if e.IOLog != nil {
+		if ferr := e.IOLog.Flush(); ferr != nil && err == nil {
+			err = fmt.Errorf("writing --io-log: %w", ferr)
+		}
+	}
+	if err != nil {
+		return fail(err)
+	}
+	if !o.quiet {
+		note := ""
+		if res.Interrupted {
+			note = " (interrupted)"
+		}
+		fmt.Fprintf(stderr, "sanqos-iscsiload: %s%s: %s\n", o.job.Name, note, res.totals)
+	}
+	if res.mismatches > 0 {
+		return fail(fmt.Errorf("verify: %d of %d blocks differ from what was written; first: %s", res.mismatches, res.verified, res.firstMismatch))
+	}
+	return 0
+}
+
+// cliOptions are the parsed and checked command line.
+type cliOptions struct {
+	job                     loadspec.Job
+	addr, target, initiator string
+	lun                     int
+	headerDigest, perThread bool
+	quiet                   bool
+	ioTimeout, dialTimeout  time.Duration
+	progressEvery           time.Duration
+	logPath, ioLogPath      string
+	start                   time.Time
+}
+
+// generator is the Generator the options describe, writing to out and
+// logging to stderr.
+func (o cliOptions) generator(out, stderr io.Writer) *Generator {
+	e := &Generator{
+		Job:       o.job,
+		Clock:     clock.Real{},
+		Out:       iolog.NewWriter(out),
+		PerThread: o.perThread,
+		StartAt:   o.start,
+		Log:       slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+		Open: func(thread int) (Device, error) {
+			return openSession(sessionConfig{Portal: o.addr, Target: o.target, LUN: o.lun,
+				Initiator: fmt.Sprintf("%s-%d", o.initiator, thread), HeaderDigest: o.headerDigest,
+				Timeout: int(o.ioTimeout / time.Second)})
+		},
+	}
+	if !o.quiet {
+		e.Progress, e.ProgressEvery = stderr, o.progressEvery
+	}
+	return e
+}
+
+// parseCLI parses and checks the flags; code is the exit code to return
+// at once (0 for --help, 2 for a usage error), or -1 to go on.
+func parseCLI(args []string, stderr io.Writer) (o cliOptions, code int) {
 	fs := flag.NewFlagSet("sanqos-iscsiload", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
@@ -64,124 +156,56 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if err != nil || host == "" {
 		host = "sanqos"
 	}
-	var (
-		portal        = fs.String("portal", "", "target portal, HOST or HOST:PORT (port 3260 when left out) (required)")
-		target        = fs.String("target", "", "target IQN, e.g. iqn.2010-05.sanqos:lun1 (required)")
-		lun           = fs.Int("lun", 1, "LUN number (tgt's LUN 0 is its controller, disks start at 1)")
-		initiator     = fs.String("initiator", "iqn.2010-05.sanqos.load:"+host, "initiator name; \"-N\" is appended for thread N")
-		headerDigest  = fs.Bool("header-digest", false, "use CRC32C header digests")
-		ioTimeout     = fs.Duration("io-timeout", 30*time.Second, "fail an iSCSI command (or login) that takes longer than this; whole seconds, 0 for none")
-		dialTimeout   = fs.Duration("connect-timeout", 5*time.Second, "how long to wait for the portal's TCP port before giving up")
-		logPath       = fs.String("log", "", "write the per-second JSON lines to FILE instead of stdout")
-		ioLogPath     = fs.String("io-log", "", "also write one JSON line per I/O to FILE")
-		perThread     = fs.Bool("per-thread", false, "also write per-second lines for each thread")
-		startAt       = fs.String("start-at", "", "start the I/O at this Unix time (seconds, may have decimals), after all threads logged in; lets generators in several namespaces start together")
-		quiet         = fs.Bool("quiet", false, "no progress and no closing summary on stderr")
-		progressEvery = fs.Duration("progress", 10*time.Second, "interval of the progress line on stderr")
-	)
+	portal := fs.String("portal", "", "target portal, HOST or HOST:PORT (port 3260 when left out) (required)")
+	fs.StringVar(&o.target, "target", "", "target IQN, e.g. iqn.2010-05.sanqos:lun1 (required)")
+	fs.IntVar(&o.lun, "lun", 1, "LUN number (tgt's LUN 0 is its controller, disks start at 1)")
+	fs.StringVar(&o.initiator, "initiator", "iqn.2010-05.sanqos.load:"+host, "initiator name; \"-N\" is appended for thread N")
+	fs.BoolVar(&o.headerDigest, "header-digest", false, "use CRC32C header digests")
+	fs.DurationVar(&o.ioTimeout, "io-timeout", 30*time.Second, "fail an iSCSI command (or login) that takes longer than this; whole seconds, 0 for none")
+	fs.DurationVar(&o.dialTimeout, "connect-timeout", 5*time.Second, "how long to wait for the portal's TCP port before giving up")
+	fs.StringVar(&o.logPath, "log", "", "write the per-second JSON lines to FILE instead of stdout")
+	fs.StringVar(&o.ioLogPath, "io-log", "", "also write one JSON line per I/O to FILE")
+	fs.BoolVar(&o.perThread, "per-thread", false, "also write per-second lines for each thread")
+	startAt := fs.String("start-at", "", "start the I/O at this Unix time (seconds, may have decimals), after all threads logged in; lets generators in several namespaces start together")
+	fs.BoolVar(&o.quiet, "quiet", false, "no progress and no closing summary on stderr")
+	fs.DurationVar(&o.progressEvery, "progress", 10*time.Second, "interval of the progress line on stderr")
 	jf := loadspec.BindFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			return 0
+			return o, 0
 		}
-		return 2
+		return o, 2
 	}
-	usageErr := func(format string, a ...any) int {
+	usageErr := func(format string, a ...any) (cliOptions, int) {
 		fmt.Fprintf(stderr, "sanqos-iscsiload: "+format+"\n", a...)
 		fmt.Fprintf(stderr, "Run 'sanqos-iscsiload --help' for the flags.\n")
-		return 2
+		return o, 2
 	}
 	if fs.NArg() > 0 {
 		return usageErr("unexpected argument %q", fs.Arg(0))
 	}
-	job, err := jf.Job()
-	if err != nil {
+	if o.job, err = jf.Job(); err != nil {
 		return usageErr("%v", err)
 	}
-	if *portal == "" || *target == "" {
+	if *portal == "" || o.target == "" {
 		return usageErr("--portal and --target are required")
 	}
-	addr := *portal
-	if _, _, err := net.SplitHostPort(addr); err != nil {
-		addr = net.JoinHostPort(addr, "3260")
+	o.addr = *portal
+	if _, _, err := net.SplitHostPort(o.addr); err != nil {
+		o.addr = net.JoinHostPort(o.addr, "3260")
 	}
-	if *ioTimeout < 0 || *ioTimeout%time.Second != 0 {
+	if o.ioTimeout < 0 || o.ioTimeout%time.Second != 0 {
 		return usageErr("--io-timeout must be whole seconds, e.g. 30s")
 	}
-	var start time.Time
 	if *startAt != "" {
 		f, err := strconv.ParseFloat(*startAt, 64)
 		if err != nil || f <= 0 {
 			return usageErr("--start-at %q: want a Unix time in seconds, e.g. %d", *startAt, time.Now().Unix()+5)
 		}
 		sec, frac := math.Modf(f)
-		start = time.Unix(int64(sec), int64(frac*1e9))
+		o.start = time.Unix(int64(sec), int64(frac*1e9))
 	}
-	fail := func(err error) int {
-		fmt.Fprintf(stderr, "sanqos-iscsiload: %v\n", err)
-		return 1
-	}
-
-	// libiscsi's text for a refused TCP connection is about reconnecting;
-	// probing the port first gives the user the real reason.
-	if err := probe(ctx, addr, *dialTimeout); err != nil {
-		return fail(err)
-	}
-
-	out := stdout
-	if *logPath != "" {
-		f, err := os.Create(*logPath)
-		if err != nil {
-			return fail(fmt.Errorf("creating --log file: %w", err))
-		}
-		defer f.Close()
-		out = f
-	}
-	e := &Generator{
-		Job:       job,
-		Clock:     clock.Real{},
-		Out:       iolog.NewWriter(out),
-		PerThread: *perThread,
-		StartAt:   start,
-		Log:       slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
-		Open: func(thread int) (Device, error) {
-			return openSession(sessionConfig{Portal: addr, Target: *target, LUN: *lun,
-				Initiator: fmt.Sprintf("%s-%d", *initiator, thread), HeaderDigest: *headerDigest,
-				Timeout: int(*ioTimeout / time.Second)})
-		},
-	}
-	if *ioLogPath != "" {
-		f, err := os.Create(*ioLogPath)
-		if err != nil {
-			return fail(fmt.Errorf("creating --io-log file: %w", err))
-		}
-		defer f.Close()
-		e.IOLog = iolog.NewWriter(f)
-		defer e.IOLog.Flush()
-	}
-	if !*quiet {
-		e.Progress, e.ProgressEvery = stderr, *progressEvery
-	}
-	res, err := e.Run(ctx)
-	if e.IOLog != nil {
-		if ferr := e.IOLog.Flush(); ferr != nil && err == nil {
-			err = fmt.Errorf("writing --io-log: %w", ferr)
-		}
-	}
-	if err != nil {
-		return fail(err)
-	}
-	if !*quiet {
-		note := ""
-		if res.Interrupted {
-			note = " (interrupted)"
-		}
-		fmt.Fprintf(stderr, "sanqos-iscsiload: %s%s: %s\n", job.Name, note, res.totals)
-	}
-	if res.mismatches > 0 {
-		return fail(fmt.Errorf("verify: %d of %d blocks differ from what was written; first: %s", res.mismatches, res.verified, res.firstMismatch))
-	}
-	return 0
+	return o, -1
 }
 
 // probe checks that the portal accepts TCP connections, and explains why
