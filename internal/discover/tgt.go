@@ -132,134 +132,150 @@ func (t *Tgt) Attachments(ctx context.Context) ([]Attachment, error) {
 // silently misread. Unknown "Key: value" lines inside a LUN or the
 // system block are tolerated (tgt adds such fields between versions).
 func ParseTgtShow(b []byte) ([]TgtTarget, error) {
-	var (
-		out     []TgtTarget
-		tg      *TgtTarget
-		nexus   *TgtNexus
-		lun     *TgtLUN
-		section string
-	)
+	p := &tgtParser{}
 	sc := bufio.NewScanner(bytes.NewReader(b))
-	n := 0
-	bad := func(line, want string) error {
-		return fmt.Errorf("tgtadm show line %d: %q: expected %s", n, strings.TrimSpace(line), want)
-	}
 	for sc.Scan() {
-		n++
-		raw := sc.Text()
-		line := strings.TrimSpace(raw)
-		if line == "" {
-			continue
-		}
-		if strings.HasPrefix(raw, "Target ") {
-			// "Target 1: iqn.2026-11.org.sanqos:two-luns"
-			id, name, ok := strings.Cut(strings.TrimPrefix(raw, "Target "), ": ")
-			tid, err := strconv.Atoi(id)
-			if !ok || err != nil {
-				return nil, bad(raw, `"Target <tid>: <iqn>"`)
-			}
-			out = append(out, TgtTarget{TID: tid, Name: strings.TrimSpace(name)})
-			tg, nexus, lun, section = &out[len(out)-1], nil, nil, ""
-			continue
-		}
-		if tg == nil {
-			return nil, bad(raw, `"Target <tid>: <iqn>" first`)
-		}
-		switch line {
-		case "System information:":
-			section = "system"
-			continue
-		case "I_T nexus information:":
-			section = "nexus"
-			continue
-		case "LUN information:":
-			section = "lun"
-			continue
-		case "Account information:":
-			section = "account"
-			continue
-		case "ACL information:":
-			section = "acl"
-			continue
-		}
-		key, val, hasColon := strings.Cut(line, ":")
-		val = strings.TrimSpace(val)
-		switch section {
-		case "system":
-			if !hasColon {
-				return nil, bad(raw, `"Key: value" in System information`)
-			}
-			if key == "State" {
-				tg.State = val
-			}
-		case "nexus":
-			switch key {
-			case "I_T nexus":
-				id, err := strconv.Atoi(val)
-				if err != nil {
-					return nil, bad(raw, `"I_T nexus: <number>"`)
-				}
-				tg.Nexus = append(tg.Nexus, TgtNexus{ID: id})
-				nexus = &tg.Nexus[len(tg.Nexus)-1]
-			case "Initiator":
-				if nexus == nil {
-					return nil, bad(raw, `"I_T nexus: <number>" before Initiator`)
-				}
-				// "iqn... alias: none": the IQN has no spaces.
-				nexus.Initiator, _, _ = strings.Cut(val, " ")
-			case "Connection":
-				if nexus == nil {
-					return nil, bad(raw, `"I_T nexus: <number>" before Connection`)
-				}
-			case "IP Address":
-				if nexus == nil {
-					return nil, bad(raw, `"I_T nexus: <number>" before IP Address`)
-				}
-				a, err := netip.ParseAddr(strings.Trim(val, "[]"))
-				if err != nil {
-					return nil, bad(raw, `"IP Address: <IPv4 or IPv6 address>"`)
-				}
-				nexus.Addrs = append(nexus.Addrs, a.Unmap())
-			default:
-				return nil, bad(raw, `"I_T nexus:", "Initiator:", "Connection:" or "IP Address:" in I_T nexus information`)
-			}
-		case "lun":
-			if !hasColon {
-				return nil, bad(raw, `"Key: value" in LUN information`)
-			}
-			switch key {
-			case "LUN":
-				id, err := strconv.Atoi(val)
-				if err != nil {
-					return nil, bad(raw, `"LUN: <number>"`)
-				}
-				tg.LUNs = append(tg.LUNs, TgtLUN{LUN: id})
-				lun = &tg.LUNs[len(tg.LUNs)-1]
-				continue
-			}
-			if lun == nil {
-				return nil, bad(raw, `"LUN: <number>" first in LUN information`)
-			}
-			switch key {
-			case "Type":
-				lun.Type = val
-			case "Backing store type":
-				lun.BackingType = val
-			case "Backing store path":
-				if val != "None" {
-					lun.BackingPath = val
-				}
-			}
-		case "account":
-			// Account names (CHAP users) are not needed; tolerated.
-		case "acl":
-			tg.ACLs = append(tg.ACLs, line)
-		default:
-			return nil, bad(raw, "a section header (System, I_T nexus, LUN, Account or ACL information)")
+		p.n++
+		if err := p.line(sc.Text()); err != nil {
+			return nil, err
 		}
 	}
 	if err := sc.Err(); err != nil {
 		return nil, fmt.Errorf("reading tgtadm show: %w", err)
 	}
-	return out, nil
+	return p.out, nil
+}
+
+// tgtParser is ParseTgtShow's state: the targets so far and where in the
+// current one it is.
+type tgtParser struct {
+	out     []TgtTarget
+	tg      *TgtTarget
+	nexus   *TgtNexus
+	lun     *TgtLUN
+	section string
+	n       int // line number
+}
+
+// tgtSections are the section headers of a target, by their line.
+var tgtSections = map[string]string{
+	"System information:":    "system",
+	"I_T nexus information:": "nexus",
+	"LUN information:":       "lun",
+	"Account information:":   "account",
+	"ACL information:":       "acl",
+}
+
+func (p *tgtParser) bad(line, want string) error {
+	return fmt.Errorf("tgtadm show line %d: %q: expected %s", p.n, strings.TrimSpace(line), want)
+}
+
+func (p *tgtParser) line(raw string) error {
+	line := strings.TrimSpace(raw)
+	if line == "" {
+		return nil
+	}
+	if strings.HasPrefix(raw, "Target ") {
+		// "Target 1: iqn.2026-11.org.sanqos:two-luns"
+		id, name, ok := strings.Cut(strings.TrimPrefix(raw, "Target "), ": ")
+		tid, err := strconv.Atoi(id)
+		if !ok || err != nil {
+			return p.bad(raw, `"Target <tid>: <iqn>"`)
+		}
+		p.out = append(p.out, TgtTarget{TID: tid, Name: strings.TrimSpace(name)})
+		p.tg, p.nexus, p.lun, p.section = &p.out[len(p.out)-1], nil, nil, ""
+		return nil
+	}
+	if p.tg == nil {
+		return p.bad(raw, `"Target <tid>: <iqn>" first`)
+	}
+	if s, ok := tgtSections[line]; ok {
+		p.section = s
+		return nil
+	}
+	key, val, hasColon := strings.Cut(line, ":")
+	val = strings.TrimSpace(val)
+	switch p.section {
+	case "system":
+		if !hasColon {
+			return p.bad(raw, `"Key: value" in System information`)
+		}
+		if key == "State" {
+			p.tg.State = val
+		}
+	case "nexus":
+		return p.nexusLine(raw, key, val)
+	case "lun":
+		if !hasColon {
+			return p.bad(raw, `"Key: value" in LUN information`)
+		}
+		return p.lunLine(raw, key, val)
+	case "account":
+		// Account names (CHAP users) are not needed; tolerated.
+	case "acl":
+		p.tg.ACLs = append(p.tg.ACLs, line)
+	default:
+		return p.bad(raw, "a section header (System, I_T nexus, LUN, Account or ACL information)")
+	}
+	return nil
+}
+
+// nexusLine reads a line of I_T nexus information.
+func (p *tgtParser) nexusLine(raw, key, val string) error {
+	if key == "I_T nexus" {
+		id, err := strconv.Atoi(val)
+		if err != nil {
+			return p.bad(raw, `"I_T nexus: <number>"`)
+		}
+		p.tg.Nexus = append(p.tg.Nexus, TgtNexus{ID: id})
+		p.nexus = &p.tg.Nexus[len(p.tg.Nexus)-1]
+		return nil
+	}
+	switch key {
+	case "Initiator", "Connection", "IP Address":
+		if p.nexus == nil {
+			return p.bad(raw, `"I_T nexus: <number>" before `+key)
+		}
+	default:
+		return p.bad(raw, `"I_T nexus:", "Initiator:", "Connection:" or "IP Address:" in I_T nexus information`)
+	}
+	switch key {
+	case "Initiator":
+		// "iqn... alias: none": the IQN has no spaces.
+		p.nexus.Initiator, _, _ = strings.Cut(val, " ")
+	case "IP Address":
+		a, err := netip.ParseAddr(strings.Trim(val, "[]"))
+		if err != nil {
+			return p.bad(raw, `"IP Address: <IPv4 or IPv6 address>"`)
+		}
+		p.nexus.Addrs = append(p.nexus.Addrs, a.Unmap())
+	}
+	return nil
+}
+
+// lunLine reads a "Key: value" line of LUN information.
+func (p *tgtParser) lunLine(raw, key, val string) error {
+	if key == "LUN" {
+		id, err := strconv.Atoi(val)
+		if err != nil {
+			return p.bad(raw, `"LUN: <number>"`)
+		}
+		p.tg.LUNs = append(p.tg.LUNs, TgtLUN{LUN: id})
+		p.lun = &p.tg.LUNs[len(p.tg.LUNs)-1]
+		return nil
+	}
+	if p.lun == nil {
+		return p.bad(raw, `"LUN: <number>" first in LUN information`)
+	}
+	switch key {
+	case "Type":
+		p.lun.Type = val
+	case "Backing store type":
+		p.lun.BackingType = val
+	case "Backing store path":
+		if val != "None" {
+			p.lun.BackingPath = val
+		}
+	}
+	return nil
 }
