@@ -22,91 +22,11 @@ type Placed struct {
 // made unique; the result is sorted by name so it is stable across
 // discoveries.
 func Group(items []Placed) Topology {
-	parent := make([]int, len(items))
-	for i := range parent {
-		parent[i] = i
-	}
-	var find func(int) int
-	find = func(i int) int {
-		for parent[i] != i {
-			parent[i] = parent[parent[i]]
-			i = parent[i]
-		}
-		return i
-	}
-	union := func(a, b int) {
-		ra, rb := find(a), find(b)
-		if ra != rb {
-			if ra < rb {
-				parent[rb] = ra
-			} else {
-				parent[ra] = rb
-			}
-		}
-	}
-	byLeaf := map[string]int{}
-	byName := map[string]int{}
-	for i, it := range items {
-		if it.Resource != "" {
-			if j, ok := byName[it.Resource]; ok {
-				union(i, j)
-			} else {
-				byName[it.Resource] = i
-			}
-		}
-		for _, l := range it.Resolution.Leaves {
-			if j, ok := byLeaf[l]; ok {
-				union(i, j)
-			} else {
-				byLeaf[l] = i
-			}
-		}
-	}
-	groups := map[int][]int{}
-	var roots []int
-	for i := range items {
-		r := find(i)
-		if _, ok := groups[r]; !ok {
-			roots = append(roots, r)
-		}
-		groups[r] = append(groups[r], i)
-	}
 	var t Topology
 	count := map[string]int{}
-	for _, r := range roots {
-		var res Resource
-		leaves := map[string]bool{}
-		name := ""
-		for _, i := range groups[r] {
-			it := items[i]
-			res.Consumers = append(res.Consumers, it.Consumer)
-			for _, l := range it.Resolution.Leaves {
-				leaves[l] = true
-			}
-			cand := it.Resource
-			if cand == "" {
-				cand = it.Resolution.Name
-			}
-			if better(cand, name) {
-				name = cand
-			}
-		}
-		if name == "" {
-			name = "res"
-		}
-		res.Leaves = sortedKeys(leaves)
-		res.Name = SanitizeName(name)
+	for _, members := range connected(items) {
+		res := resourceOf(items, members)
 		count[res.Name]++
-		sort.Slice(res.Consumers, func(a, b int) bool {
-			ca, cb := res.Consumers[a], res.Consumers[b]
-			if ca.Device != cb.Device {
-				return ca.Device < cb.Device
-			}
-			if ca.Addr != cb.Addr {
-				return ca.Addr.Less(cb.Addr)
-			}
-			return strings.Join(ca.IQNs, " ") < strings.Join(cb.IQNs, " ")
-		})
 		t.Resources = append(t.Resources, res)
 	}
 	// Groups suggesting the same name (mounts "/a b" and "/a-b" sanitize
@@ -121,6 +41,100 @@ func Group(items []Placed) Topology {
 	}
 	sort.Slice(t.Resources, func(a, b int) bool { return t.Resources[a].Name < t.Resources[b].Name })
 	return t
+}
+
+// connected groups the items that share a leaf or a configured resource
+// name (union-find), each group as the indices of its items, in the order
+// of their first items.
+func connected(items []Placed) [][]int {
+	parent := make([]int, len(items))
+	for i := range parent {
+		parent[i] = i
+	}
+	find := func(i int) int {
+		for parent[i] != i {
+			parent[i] = parent[parent[i]]
+			i = parent[i]
+		}
+		return i
+	}
+	union := func(a, b int) {
+		ra, rb := find(a), find(b)
+		if ra < rb {
+			parent[rb] = ra
+		} else if rb < ra {
+			parent[ra] = rb
+		}
+	}
+	byLeaf := map[string]int{}
+	byName := map[string]int{}
+	join := func(seen map[string]int, key string, i int) {
+		if j, ok := seen[key]; ok {
+			union(i, j)
+		} else {
+			seen[key] = i
+		}
+	}
+	for i, it := range items {
+		if it.Resource != "" {
+			join(byName, it.Resource, i)
+		}
+		for _, l := range it.Resolution.Leaves {
+			join(byLeaf, l, i)
+		}
+	}
+	groups := map[int][]int{}
+	var roots []int
+	for i := range items {
+		r := find(i)
+		if _, ok := groups[r]; !ok {
+			roots = append(roots, r)
+		}
+		groups[r] = append(groups[r], i)
+	}
+	out := make([][]int, len(roots))
+	for k, r := range roots {
+		out[k] = groups[r]
+	}
+	return out
+}
+
+// resourceOf is the resource of one group of items: their consumers
+// (sorted), their leaves, and the best name any of them suggests.
+func resourceOf(items []Placed, members []int) Resource {
+	var res Resource
+	leaves := map[string]bool{}
+	name := ""
+	for _, i := range members {
+		it := items[i]
+		res.Consumers = append(res.Consumers, it.Consumer)
+		for _, l := range it.Resolution.Leaves {
+			leaves[l] = true
+		}
+		cand := it.Resource
+		if cand == "" {
+			cand = it.Resolution.Name
+		}
+		if better(cand, name) {
+			name = cand
+		}
+	}
+	if name == "" {
+		name = "res"
+	}
+	res.Leaves = sortedKeys(leaves)
+	res.Name = SanitizeName(name)
+	sort.Slice(res.Consumers, func(a, b int) bool {
+		ca, cb := res.Consumers[a], res.Consumers[b]
+		if ca.Device != cb.Device {
+			return ca.Device < cb.Device
+		}
+		if ca.Addr != cb.Addr {
+			return ca.Addr.Less(cb.Addr)
+		}
+		return strings.Join(ca.IQNs, " ") < strings.Join(cb.IQNs, " ")
+	})
+	return res
 }
 
 // withHash shortens name so that "-" and 6 hex digits of key's hash fit
