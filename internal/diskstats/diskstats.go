@@ -241,20 +241,11 @@ func (p *Parser) parseLine(l []byte, nums *[maxFields]uint64, pos int) (Stat, er
 		if field-3 >= maxFields {
 			return s, fmt.Errorf("more than %d fields", maxFields+3)
 		}
-		// One pass: accumulate digits up to the next blank. Overflow is
-		// checked on the value, not the number of digits, so that
-		// zero-padded numbers parse as strconv does; the comparison
-		// against maxDiv10 costs no division.
-		var v uint64
-		j := 0
-		for ; j < len(l) && !isBlank(l[j]); j++ {
-			d := uint64(l[j]) - '0'
-			if d > 9 || v > maxDiv10 || (v == maxDiv10 && d > maxMod10) {
-				return s, fmt.Errorf("field %d %q is not a 64-bit unsigned integer", field+1, token(l))
-			}
-			v = v*10 + d
+		v, n, ok := leadingUint(l)
+		if !ok {
+			return s, fmt.Errorf("field %d %q is not a 64-bit unsigned integer", field+1, token(l))
 		}
-		l = l[j:]
+		l = l[n:]
 		switch field {
 		case 0, 1:
 			if v > 1<<32-1 {
@@ -278,25 +269,52 @@ func (p *Parser) parseLine(l []byte, nums *[maxFields]uint64, pos int) (Stat, er
 		return s, fmt.Errorf("%d fields, want 14, 18 or 20", field)
 	}
 	s.Fields = field
-	if pos < len(p.last) && p.last[pos] == string(name) {
-		s.Device = p.last[pos]
-	} else if n, ok := p.names[string(name)]; ok {
-		s.Device = n
-	} else {
-		n := string(name)
-		p.names[n] = n
-		s.Device = n
+	s.Device = p.intern(name, pos)
+	s.setCounters(nums, field)
+	return s, nil
+}
+
+// leadingUint reads the decimal number that starts l and runs to the next
+// blank, in one pass, and says how many bytes it took. Overflow is checked
+// on the value, not the number of digits, so that zero-padded numbers
+// parse as strconv does; the comparison against maxDiv10 costs no
+// division.
+func leadingUint(l []byte) (v uint64, n int, ok bool) {
+	for ; n < len(l) && !isBlank(l[n]); n++ {
+		d := uint64(l[n]) - '0'
+		if d > 9 || v > maxDiv10 || (v == maxDiv10 && d > maxMod10) {
+			return 0, n, false
+		}
+		v = v*10 + d
 	}
+	return v, n, true
+}
+
+// intern returns the device name as a string without allocating when the
+// line at pos of the last read had it, or it was seen before.
+func (p *Parser) intern(name []byte, pos int) string {
+	if pos < len(p.last) && p.last[pos] == string(name) {
+		return p.last[pos]
+	}
+	if n, ok := p.names[string(name)]; ok {
+		return n
+	}
+	n := string(name)
+	p.names[n] = n
+	return n
+}
+
+// setCounters copies the counters of a line with fields fields.
+func (s *Stat) setCounters(nums *[maxFields]uint64, fields int) {
 	s.ReadIOs, s.ReadMerges, s.ReadSectors, s.ReadTicks = nums[0], nums[1], nums[2], nums[3]
 	s.WriteIOs, s.WriteMerges, s.WriteSectors, s.WriteTicks = nums[4], nums[5], nums[6], nums[7]
 	s.InProgress, s.IOTicks, s.WeightedIOTicks = nums[8], nums[9], nums[10]
-	if field >= 18 {
+	if fields >= 18 {
 		s.DiscardIOs, s.DiscardMerges, s.DiscardSectors, s.DiscardTicks = nums[11], nums[12], nums[13], nums[14]
 	}
-	if field >= 20 {
+	if fields >= 20 {
 		s.FlushIOs, s.FlushTicks = nums[15], nums[16]
 	}
-	return s, nil
 }
 
 // maxDiv10 and maxMod10 split 2^64−1: v*10+d overflows exactly when v >
