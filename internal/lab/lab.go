@@ -180,7 +180,32 @@ func Up(ctx context.Context, opts Options) (l *Lab, err error) {
 	if err := os.MkdirAll(StateDir, 0o755); err != nil {
 		return l, fmt.Errorf("creating state directory: %w", err)
 	}
+	hosts, err := l.plan(opts)
+	if err != nil {
+		return l, err
+	}
+	for _, step := range []func() error{
+		func() error { return l.network(ctx, hosts) },
+		func() error { return l.storage(ctx, opts) },
+		func() error { return l.loops(ctx) },
+		func() error { return l.targets(ctx) },
+	} {
+		pr.next()
+		if err := step(); err != nil {
+			return l, err
+		}
+	}
+	l.loadgen = opts.Loadgen
+	if opts.Progress != nil {
+		fmt.Fprintf(opts.Progress, "lab up: ready: target %s, %d initiators, storage %s\n",
+			l.st.Target.Portal(), len(l.st.Initiators), l.st.Storage)
+	}
+	return l, nil
+}
 
+// plan records the lab's addresses and names in its state before
+// anything is created, so that a clean-up knows what to look for.
+func (l *Lab) plan(opts Options) ([]host, error) {
 	st := &l.st
 	st.Started = time.Now().UTC()
 	st.Storage, st.Size = opts.Storage, opts.Size
@@ -192,31 +217,36 @@ func Up(ctx context.Context, opts Options) (l *Lab, err error) {
 		st.Initiators = append(st.Initiators, in)
 		hosts = append(hosts, host{in.NS, in.IP})
 	}
-	if err := writeState(st); err != nil {
-		return l, err
-	}
+	return hosts, writeState(st)
+}
 
-	pr.next()
-	if err := setupNetwork(ctx, r, hosts); err != nil {
-		return l, err
+// network creates the namespaces and the bridge and reads what the
+// target's interface offloads and which congestion control it uses.
+func (l *Lab) network(ctx context.Context, hosts []host) (err error) {
+	st := &l.st
+	if err := setupNetwork(ctx, l.r, hosts); err != nil {
+		return err
 	}
-	if st.Offloads, err = readOffloads(ctx, r, TargetNS, ifName); err != nil {
-		return l, err
+	if st.Offloads, err = readOffloads(ctx, l.r, TargetNS, ifName); err != nil {
+		return err
 	}
-	if st.TCPCongestionControl, err = readCongestionControl(ctx, r, TargetNS); err != nil {
-		return l, err
-	}
+	st.TCPCongestionControl, err = readCongestionControl(ctx, l.r, TargetNS)
+	return err
+}
 
-	pr.next()
+// storage creates the LUN images, behind the emulated disk or in a
+// directory, and records them before anything can fail on them.
+func (l *Lab) storage(ctx context.Context, opts Options) error {
+	st := &l.st
 	imageDir := opts.Storage.Dir
 	if opts.Storage.Kind == "emu" {
 		for _, in := range st.Initiators {
 			if err := createImage(filepath.Join(emuBackingDir(), imageName(in.Name)), opts.Size); err != nil {
-				return l, err
+				return err
 			}
 		}
 		if err := l.startEmu(ctx, opts); err != nil {
-			return l, err
+			return err
 		}
 		st.EmuMount = emuMountpoint()
 		imageDir = st.EmuMount
@@ -226,38 +256,33 @@ func Up(ctx context.Context, opts Options) (l *Lab, err error) {
 		in.Image = filepath.Join(imageDir, imageName(in.Name))
 		if opts.Storage.Kind == "dir" {
 			if err := createImage(in.Image, opts.Size); err != nil {
-				return l, err
+				return err
 			}
 		}
 	}
-	if err := writeState(st); err != nil { // images recorded before anything can fail on them
-		return l, err
-	}
+	return writeState(st)
+}
 
-	pr.next()
-	for i := range st.Initiators {
-		in := &st.Initiators[i]
-		if in.Loop, err = attachLoop(ctx, r, "/sys", in.Image); err != nil {
-			return l, err
+// loops attaches every image to a loop device with direct I/O.
+func (l *Lab) loops(ctx context.Context) (err error) {
+	for i := range l.st.Initiators {
+		in := &l.st.Initiators[i]
+		if in.Loop, err = attachLoop(ctx, l.r, "/sys", in.Image); err != nil {
+			return err
 		}
 	}
+	return nil
+}
 
-	pr.next()
-	if err := startTgtd(ctx, r); err != nil {
-		return l, err
+// targets starts tgtd and configures a target per initiator.
+func (l *Lab) targets(ctx context.Context) error {
+	if err := startTgtd(ctx, l.r); err != nil {
+		return err
 	}
-	if err := configureTargets(ctx, r, st.Initiators); err != nil {
-		return l, err
+	if err := configureTargets(ctx, l.r, l.st.Initiators); err != nil {
+		return err
 	}
-	if err := writeState(st); err != nil {
-		return l, err
-	}
-	l.loadgen = opts.Loadgen
-	if opts.Progress != nil {
-		fmt.Fprintf(opts.Progress, "lab up: ready: target %s, %d initiators, storage %s\n",
-			st.Target.Portal(), len(st.Initiators), st.Storage)
-	}
-	return l, nil
+	return writeState(&l.st)
 }
 
 // startEmu serves the emulated disk, as a process of its own or in this
