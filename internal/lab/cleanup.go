@@ -38,14 +38,32 @@ func cleanup(ctx context.Context, r runner, stopEmu func()) error {
 	// Cleanup must finish even when the caller's context was cancelled
 	// (Ctrl-C is the usual reason to clean up).
 	ctx = context.WithoutCancel(ctx)
-	var errs []error
 	st, _ := readState() // best effort: what a crashed run recorded
+	errs := stopLabProcesses(ctx, r)
+	if err := detachLabLoops(ctx, r); err != nil {
+		errs = append(errs, err)
+	}
+	if stopEmu != nil {
+		stopEmu()
+	}
+	if err := stopPid(readPid(emuPidFile()), "diskemu", 5*time.Second); err != nil {
+		errs = append(errs, err)
+	}
+	errs = append(errs, removeLabObjects(ctx, r, st)...)
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("cleaning up the lab: %w", err)
+	}
+	return nil
+}
 
-	// Processes first: they hold loop devices (tgtd) and mounts open.
-	// Initiators first, so that load generators log out while the target
-	// still answers; then the rest (a daemon under test gets a chance to
-	// remove its rules); tgtd last and killed outright, as it ignores
-	// SIGTERM while it has targets and waiting for it would only cost time.
+// stopLabProcesses stops what runs in the lab's namespaces, first: they
+// hold loop devices (tgtd) and mounts open. Initiators first, so that
+// load generators log out while the target still answers; then the rest
+// (a daemon under test gets a chance to remove its rules); tgtd last and
+// killed outright, as it ignores SIGTERM while it has targets and waiting
+// for it would only cost time.
+func stopLabProcesses(ctx context.Context, r runner) []error {
+	var errs []error
 	var initiators, others, tgtds []int
 	for _, ns := range Namespaces() {
 		if !nsExists(ns) {
@@ -61,9 +79,8 @@ func cleanup(ctx context.Context, r runner, stopEmu func()) error {
 			if err != nil {
 				continue
 			}
-			comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
 			switch {
-			case strings.TrimSpace(string(comm)) == "tgtd":
+			case isTgtd(pid):
 				tgtds = append(tgtds, pid)
 			case ns == TargetNS || ns == SwitchNS:
 				others = append(others, pid)
@@ -72,10 +89,8 @@ func cleanup(ctx context.Context, r runner, stopEmu func()) error {
 			}
 		}
 	}
-	if pid := readPid(tgtdPidFile()); pid != 0 {
-		if comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid)); strings.TrimSpace(string(comm)) == "tgtd" {
-			tgtds = append(tgtds, pid)
-		}
+	if pid := readPid(tgtdPidFile()); pid != 0 && isTgtd(pid) {
+		tgtds = append(tgtds, pid)
 	}
 	for _, group := range []struct {
 		pids  []int
@@ -86,15 +101,18 @@ func cleanup(ctx context.Context, r runner, stopEmu func()) error {
 			errs = append(errs, err)
 		}
 	}
-	if err := detachLabLoops(ctx, r); err != nil {
-		errs = append(errs, err)
-	}
-	if stopEmu != nil {
-		stopEmu()
-	}
-	if err := stopPid(readPid(emuPidFile()), "diskemu", 5*time.Second); err != nil {
-		errs = append(errs, err)
-	}
+	return errs
+}
+
+func isTgtd(pid int) bool {
+	comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
+	return strings.TrimSpace(string(comm)) == "tgtd"
+}
+
+// removeLabObjects removes, once nothing runs, the lab's mounts,
+// namespaces, tgtd sockets, images and directories.
+func removeLabObjects(ctx context.Context, r runner, st *State) []error {
+	var errs []error
 	mounts, err := labMounts()
 	if err != nil {
 		errs = append(errs, err)
@@ -133,10 +151,7 @@ func cleanup(ctx context.Context, r runner, stopEmu func()) error {
 			errs = append(errs, fmt.Errorf("removing %s: %w", d, err))
 		}
 	}
-	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("cleaning up the lab: %w", err)
-	}
-	return nil
+	return errs
 }
 
 // procOps are the process operations of stopAll; realProcs acts on this
