@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -35,6 +36,50 @@ func (m *msFlag) Set(s string) error {
 }
 
 func cmdSim(_ context.Context, args []string, stdout, stderr io.Writer) error {
+	o, err := parseSim(args, stderr)
+	if err != nil {
+		return err
+	}
+	if o.report != "" {
+		if err := sim.Report(o.report, o.cfg.Seed); err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "wrote %s\n", strings.TrimRight(o.report, "/")+"/sim/")
+		return nil
+	}
+	res, err := sim.Run(o.cfg)
+	if err != nil {
+		return usageError(o.fs, "%v", err)
+	}
+	if o.plotPath != "" {
+		if err := res.Plot(o.plotPath); err != nil {
+			return err
+		}
+	}
+	if o.csvPath != "" {
+		if err := writeFileWith(o.csvPath, res.WriteCSV); err != nil {
+			return err
+		}
+	}
+	if o.asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(res.Summary)
+	}
+	printSimSummary(stdout, o.cfg, res.Summary)
+	return nil
+}
+
+// simOptions are sanqos sim's parsed and checked command line.
+type simOptions struct {
+	fs                        *flag.FlagSet
+	cfg                       sim.Config
+	report, plotPath, csvPath string
+	asJSON                    bool
+}
+
+// parseSim parses and checks sanqos sim's flags into a simulation config.
+func parseSim(args []string, stderr io.Writer) (simOptions, error) {
 	fs := newFlagSet("sim", "sanqos sim [--scenario thesis] [--controller pid|thesis|none] [--threshold 15ms] [--duration 300s] [--seed 1] [--json] [--plot FILE.png] [--csv FILE] | --report DIR",
 		`Run the deterministic simulation of the thesis experiment (Fig. 5.9–5.13).
 
@@ -66,20 +111,19 @@ writes DIR/sim/ (figures, summary.json, index.html).`, stderr)
 	kp := fs.Float64("kp", g.Kp, "pid proportional gain: a relative error of 1 multiplies the delay by e^kp")
 	ti := fs.Duration("ti", g.Ti, "pid integral time")
 	td := fs.Duration("td", g.Td, "pid derivative time")
+	fixed := msFlag(0)
+	fs.Var(&fixed, "fixed-delay", "instead of a controller (with --controller none), delay the writers by this much all along, as the lab's frontier does (e.g. 10ms)")
 	if err := parseFlags(fs, args); err != nil {
-		return err
+		return simOptions{}, err
 	}
-	bad := func(format string, a ...any) error { return usageError(fs, format, a...) }
-
-	if *report != "" {
-		if err := sim.Report(*report, *seed); err != nil {
-			return err
-		}
-		fmt.Fprintf(stdout, "wrote %s\n", strings.TrimRight(*report, "/")+"/sim/")
-		return nil
-	}
-
+	o := simOptions{fs: fs, report: *report, plotPath: *plotPath, csvPath: *csvPath, asJSON: *asJSON}
+	bad := func(format string, a ...any) (simOptions, error) { return o, usageError(fs, format, a...) }
 	cfg := sim.DefaultConfig()
+	cfg.Seed = *seed
+	o.cfg = cfg
+	if *report != "" {
+		return o, nil
+	}
 	sc, err := sim.ScenarioByName(*scenario)
 	if err != nil {
 		return bad("%v", err)
@@ -98,50 +142,37 @@ writes DIR/sim/ (figures, summary.json, index.html).`, stderr)
 	cfg.Signal, cfg.NoProbe = *signal, *noProbe
 	cfg.Controller = *ctl
 	cfg.ThresholdMs = float64(threshold)
+	cfg.FixedDelayMs = float64(fixed)
 	cfg.Duration = *duration
-	cfg.Seed = *seed
-	cfg.Gains.Kp = *kp
-	cfg.Gains.Ti = *ti
-	cfg.Gains.Td = *td
+	cfg.Gains.Kp, cfg.Gains.Ti, cfg.Gains.Td = *kp, *ti, *td
 	switch {
 	case cfg.Duration < time.Second || cfg.Duration > 24*time.Hour:
 		return bad("--duration %v: want between 1s and 24h of virtual time, e.g. 300s", cfg.Duration)
 	case cfg.ThresholdMs <= 0:
 		return bad("--threshold %v: want a positive latency, e.g. 15ms", threshold.String())
+	case cfg.FixedDelayMs < 0:
+		return bad("--fixed-delay %v: want a positive delay, e.g. 10ms", fixed.String())
 	}
-	res, err := sim.Run(cfg)
-	if err != nil {
-		return bad("%v", err)
+	o.cfg = cfg
+	return o, nil
+}
+
+// printSimSummary prints a run's summary for people.
+func printSimSummary(w io.Writer, cfg sim.Config, s sim.Summary) {
+	fmt.Fprintf(w, "scenario %s on %s, controller %s, threshold %g ms, %v virtual, seed %d\n",
+		s.Scenario, cfg.Scenario.Disk.Name, s.Controller, s.ThresholdMs, cfg.Duration, s.Seed)
+	if cfg.FixedDelayMs > 0 {
+		fmt.Fprintf(w, "  fixed delay      %g ms on every writer, all along\n", cfg.FixedDelayMs)
 	}
-	prof := sc.Disk
-	if *plotPath != "" {
-		if err := res.Plot(*plotPath); err != nil {
-			return err
-		}
-	}
-	if *csvPath != "" {
-		if err := writeFileWith(*csvPath, res.WriteCSV); err != nil {
-			return err
-		}
-	}
-	s := res.Summary
-	if *asJSON {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(s)
-	}
-	fmt.Fprintf(stdout, "scenario %s on %s, controller %s, threshold %g ms, %v virtual, seed %d\n",
-		s.Scenario, prof.Name, s.Controller, s.ThresholdMs, cfg.Duration, s.Seed)
 	if s.Gains != nil {
-		fmt.Fprintf(stdout, "  pid gains        Kp %g, Ti %v, Td %v, max delay %g ms\n", s.Gains.Kp, s.Gains.Ti, s.Gains.Td, s.Gains.UMaxMs)
+		fmt.Fprintf(w, "  pid gains        Kp %g, Ti %v, Td %v, max delay %g ms\n", s.Gains.Kp, s.Gains.Ti, s.Gains.Td, s.Gains.UMaxMs)
 	}
-	fmt.Fprintf(stdout, "  reader latency   mean %.1f ms, p50 %.1f, p95 %.1f, p99 %.1f, max %.1f (alone: %.1f ms)\n",
+	fmt.Fprintf(w, "  reader latency   mean %.1f ms, p50 %.1f, p95 %.1f, p99 %.1f, max %.1f (alone: %.1f ms)\n",
 		s.ReadLatencyMs.Mean, s.ReadLatencyMs.P50, s.ReadLatencyMs.P95, s.ReadLatencyMs.P99, s.ReadLatencyMs.Max, s.ReaderIdleMs)
-	fmt.Fprintf(stdout, "  over 1.2×thresh. %.1f %% of %d seconds with writers on\n", s.OverThresholdPct, s.ActiveSamples)
-	fmt.Fprintf(stdout, "  writers          %.1f MB/s aggregate while on\n", s.WriteMBs)
-	fmt.Fprintf(stdout, "  throttle delay   mean %.1f ms, max %.1f ms\n", s.ThrottleMs.Mean, s.ThrottleMs.Max)
-	fmt.Fprintf(stdout, "  reader achieved  %.0f kB/s (asks for 256)\n", s.ReaderKBs)
-	return nil
+	fmt.Fprintf(w, "  over 1.2×thresh. %.1f %% of %d seconds with writers on\n", s.OverThresholdPct, s.ActiveSamples)
+	fmt.Fprintf(w, "  writers          %.1f MB/s aggregate while on\n", s.WriteMBs)
+	fmt.Fprintf(w, "  throttle delay   mean %.1f ms, max %.1f ms\n", s.ThrottleMs.Mean, s.ThrottleMs.Max)
+	fmt.Fprintf(w, "  reader achieved  %.0f kB/s (asks for 256)\n", s.ReaderKBs)
 }
 
 // writeFileWith creates path and fills it with write.
