@@ -121,69 +121,11 @@ func Build(ctx context.Context, o Options) (_ *Stack, err error) {
 			s.Close(ctx)
 		}
 	}()
-	if err := os.MkdirAll(imgDir, 0o755); err != nil {
+	if err := s.disks(ctx); err != nil {
 		return nil, err
 	}
-	// Disks: two sparse files, each on a file system of its own (a
-	// tmpfs: the guest has no disk) and a loop device. One file system
-	// for both would make the two VGs one resource, rightly: the
-	// resolver follows loop devices to the file system holding their
-	// images, and both would share it.
-	for i, size := range []string{"384M", "192M"} {
-		fsDir := filepath.Join(imgDir, fmt.Sprintf("fs%d", i))
-		if err := os.MkdirAll(fsDir, 0o755); err != nil {
-			return nil, err
-		}
-		if _, err := run(ctx, "mount", "-t", "tmpfs", "-o", "size="+size, "sanqos-kstack", fsDir); err != nil {
-			return nil, err
-		}
-		img := filepath.Join(fsDir, "disk.img")
-		if _, err := run(ctx, "truncate", "-s", size, img); err != nil {
-			return nil, err
-		}
-		out, err := run(ctx, "losetup", "--find", "--show", img)
-		if err != nil {
-			return nil, err
-		}
-		s.loops = append(s.loops, strings.TrimSpace(out))
-	}
-	// dm-delay over disk 0: every read and write waits DelayMs.
-	sectors, err := run(ctx, "blockdev", "--getsz", s.loops[0])
-	if err != nil {
+	if err := s.volumes(ctx); err != nil {
 		return nil, err
-	}
-	table := fmt.Sprintf("0 %s delay %s 0 %d", strings.TrimSpace(sectors), s.loops[0], o.DelayMs)
-	if _, err := run(ctx, "dmsetup", "create", DelayDev, "--table", table); err != nil {
-		return nil, err
-	}
-	s.Log("kstack: %s: dm-delay %d ms over %s", DelayDev, o.DelayMs, s.loops[0])
-	sectors, err = run(ctx, "blockdev", "--getsz", s.loops[1])
-	if err != nil {
-		return nil, err
-	}
-	table = fmt.Sprintf("0 %s linear %s 0", strings.TrimSpace(sectors), s.loops[1])
-	if _, err := run(ctx, "dmsetup", "create", PlainDev, "--table", table); err != nil {
-		return nil, err
-	}
-	for _, vg := range []struct {
-		name, pv string
-		lvs      []string
-	}{
-		{VG0, "/dev/mapper/" + DelayDev, []string{"lun1", "lun2"}},
-		{VG1, "/dev/mapper/" + PlainDev, []string{"lun3"}},
-	} {
-		if _, err := lvm(ctx, "pvcreate", "-qq", "-y", vg.pv); err != nil {
-			return nil, err
-		}
-		if _, err := lvm(ctx, "vgcreate", "-qq", vg.name, vg.pv); err != nil {
-			return nil, err
-		}
-		for _, lv := range vg.lvs {
-			if _, err := lvm(ctx, "lvcreate", "-qq", "-y", "-Wn", "-Zn", "-L", "96M", "-n", lv, vg.name); err != nil {
-				return nil, err
-			}
-			s.LUNs = append(s.LUNs, LUN{VG: vg.name, LV: lv, Dev: "/dev/mapper/" + strings.ReplaceAll(vg.name, "-", "--") + "-" + lv})
-		}
 	}
 	for i := 1; i <= o.Initiators; i++ {
 		s.Initiators = append(s.Initiators, InitiatorFor(i))
@@ -198,6 +140,76 @@ func Build(ctx context.Context, o Options) (_ *Stack, err error) {
 		return nil, err
 	}
 	return s, nil
+}
+
+// disks makes two sparse files, each on a file system of its own (a
+// tmpfs: the guest has no disk) and a loop device, and device-mapper
+// devices over them: dm-delay over disk 0 (every read and write waits
+// DelayMs), dm-linear over disk 1. One file system for both would make
+// the two VGs one resource, rightly: the resolver follows loop devices
+// to the file system holding their images, and both would share it.
+func (s *Stack) disks(ctx context.Context) error {
+	if err := os.MkdirAll(imgDir, 0o755); err != nil {
+		return err
+	}
+	for i, size := range []string{"384M", "192M"} {
+		fsDir := filepath.Join(imgDir, fmt.Sprintf("fs%d", i))
+		if err := os.MkdirAll(fsDir, 0o755); err != nil {
+			return err
+		}
+		if _, err := run(ctx, "mount", "-t", "tmpfs", "-o", "size="+size, "sanqos-kstack", fsDir); err != nil {
+			return err
+		}
+		img := filepath.Join(fsDir, "disk.img")
+		if _, err := run(ctx, "truncate", "-s", size, img); err != nil {
+			return err
+		}
+		out, err := run(ctx, "losetup", "--find", "--show", img)
+		if err != nil {
+			return err
+		}
+		s.loops = append(s.loops, strings.TrimSpace(out))
+	}
+	for i, dm := range []struct{ name, target string }{
+		{DelayDev, fmt.Sprintf("delay %s 0 %d", s.loops[0], s.DelayMs)},
+		{PlainDev, fmt.Sprintf("linear %s 0", s.loops[1])},
+	} {
+		sectors, err := run(ctx, "blockdev", "--getsz", s.loops[i])
+		if err != nil {
+			return err
+		}
+		if _, err := run(ctx, "dmsetup", "create", dm.name, "--table", "0 "+strings.TrimSpace(sectors)+" "+dm.target); err != nil {
+			return err
+		}
+	}
+	s.Log("kstack: %s: dm-delay %d ms over %s", DelayDev, s.DelayMs, s.loops[0])
+	return nil
+}
+
+// volumes makes two volume groups: VG0 with two LVs on the delayed
+// disk, VG1 with one on the plain one.
+func (s *Stack) volumes(ctx context.Context) error {
+	for _, vg := range []struct {
+		name, pv string
+		lvs      []string
+	}{
+		{VG0, "/dev/mapper/" + DelayDev, []string{"lun1", "lun2"}},
+		{VG1, "/dev/mapper/" + PlainDev, []string{"lun3"}},
+	} {
+		if _, err := lvm(ctx, "pvcreate", "-qq", "-y", vg.pv); err != nil {
+			return err
+		}
+		if _, err := lvm(ctx, "vgcreate", "-qq", vg.name, vg.pv); err != nil {
+			return err
+		}
+		for _, lv := range vg.lvs {
+			if _, err := lvm(ctx, "lvcreate", "-qq", "-y", "-Wn", "-Zn", "-L", "96M", "-n", lv, vg.name); err != nil {
+				return err
+			}
+			s.LUNs = append(s.LUNs, LUN{VG: vg.name, LV: lv, Dev: "/dev/mapper/" + strings.ReplaceAll(vg.name, "-", "--") + "-" + lv})
+		}
+	}
+	return nil
 }
 
 // network makes the target namespace with a bridge holding the target's
