@@ -67,14 +67,9 @@ func Run(ctx context.Context, o Options, out io.Writer) (Result, error) {
 	if _, ok := Suites[o.Suite]; !ok {
 		return res, fmt.Errorf("unknown suite %q: choose one of %s", o.Suite, strings.Join(SuiteNames(), ", "))
 	}
-	qemu, err := exec.LookPath("qemu-system-x86_64")
+	qemu, err := checkInputs(o)
 	if err != nil {
-		return res, errors.New("the kernel lab needs qemu: apt-get install qemu-system-x86")
-	}
-	for _, p := range []struct{ path, what string }{{o.Sanqos, "sanqos"}, {o.Lab, "sanqos-lab"}, {o.TestBin, "guest test binary"}} {
-		if err := checkStatic(p.path); err != nil {
-			return res, fmt.Errorf("%s %s: %w", p.what, p.path, err)
-		}
+		return res, err
 	}
 	if err := os.MkdirAll(o.CacheDir, 0o755); err != nil {
 		return res, fmt.Errorf("creating the cache %s: %w", o.CacheDir, err)
@@ -98,51 +93,17 @@ func Run(ctx context.Context, o Options, out io.Writer) (Result, error) {
 	if err != nil {
 		return res, err
 	}
-	payload, err := os.CreateTemp("", "sanqos-kernel-lab-payload-*.cpio")
+	initrd, err := assembleInitrd(o, rootfs, k)
 	if err != nil {
 		return res, err
 	}
-	payload.Close()
-	defer os.Remove(payload.Name())
-	if err := writeArchive(payload.Name(), func(w *CPIOWriter) error {
-		for _, d := range []string{"usr", "usr/local", "usr/local/bin", "etc"} {
-			if err := w.Dir(d, 0o755); err != nil {
-				return err
-			}
-		}
-		if err := w.CopyFile(strings.TrimPrefix(GuestBin, "/"), o.Sanqos, 0o755); err != nil {
-			return err
-		}
-		if err := w.CopyFile(strings.TrimPrefix(GuestLabBin, "/"), o.Lab, 0o755); err != nil {
-			return err
-		}
-		if err := w.CopyFile(strings.TrimPrefix(GuestTestBin, "/"), o.TestBin, 0o755); err != nil {
-			return err
-		}
-		return w.File("etc/sanqos-modules", 0o644, []byte(strings.Join(Modules, "\n")+"\n"))
-	}); err != nil {
-		return res, fmt.Errorf("packing the guest's binaries: %w", err)
-	}
-	initrd, err := os.CreateTemp("", "sanqos-kernel-lab-initrd-*.cpio")
-	if err != nil {
-		return res, err
-	}
-	defer os.Remove(initrd.Name())
-	for _, part := range []string{rootfs, k.Modules, payload.Name()} {
-		if err := appendFile(initrd, part); err != nil {
-			initrd.Close()
-			return res, fmt.Errorf("assembling the initrd: %w", err)
-		}
-	}
-	if err := initrd.Close(); err != nil {
-		return res, err
-	}
+	defer os.Remove(initrd)
 	res.BuildTime = time.Since(start)
 
-	accel, why := chooseAccel(ctx, o, qemu, k, initrd.Name())
+	accel, why := chooseAccel(ctx, o, qemu, k, initrd)
 	res.Accel = accel
 	progress("booting %s (%s) under qemu with %s: %s", k.Release, k.Package, accel, why)
-	rc, boot, suite, err := boot(ctx, o, qemu, accel, k, initrd.Name(), out, progress)
+	rc, boot, suite, err := boot(ctx, o, qemu, accel, k, initrd, out, progress)
 	res.RC, res.BootTime, res.SuiteTime = rc, boot, suite
 	return res, err
 }
@@ -255,79 +216,150 @@ var resultRE = regexp.MustCompile(ResultMarker + ` rc=(-?\d+)`)
 // initMarker is the guest's first line (guest-init prints it at once).
 const initMarker = "sanqos guest-init:"
 
+// checkInputs finds qemu and checks that the binaries for the guest are
+// static.
+func checkInputs(o Options) (qemu string, err error) {
+	qemu, err = exec.LookPath("qemu-system-x86_64")
+	if err != nil {
+		return "", errors.New("the kernel lab needs qemu: apt-get install qemu-system-x86")
+	}
+	for _, p := range []struct{ path, what string }{{o.Sanqos, "sanqos"}, {o.Lab, "sanqos-lab"}, {o.TestBin, "guest test binary"}} {
+		if err := checkStatic(p.path); err != nil {
+			return "", fmt.Errorf("%s %s: %w", p.what, p.path, err)
+		}
+	}
+	return qemu, nil
+}
+
+// assembleInitrd writes the guest's initrd to a temporary file: the
+// cached rootfs and kernel modules, then this build's binaries. The
+// caller removes it.
+func assembleInitrd(o Options, rootfs string, k Kernel) (string, error) {
+	payload, err := os.CreateTemp("", "sanqos-kernel-lab-payload-*.cpio")
+	if err != nil {
+		return "", err
+	}
+	payload.Close()
+	defer os.Remove(payload.Name())
+	if err := writeArchive(payload.Name(), func(w *CPIOWriter) error {
+		for _, d := range []string{"usr", "usr/local", "usr/local/bin", "etc"} {
+			if err := w.Dir(d, 0o755); err != nil {
+				return err
+			}
+		}
+		for _, f := range []struct{ at, from string }{{GuestBin, o.Sanqos}, {GuestLabBin, o.Lab}, {GuestTestBin, o.TestBin}} {
+			if err := w.CopyFile(strings.TrimPrefix(f.at, "/"), f.from, 0o755); err != nil {
+				return err
+			}
+		}
+		return w.File("etc/sanqos-modules", 0o644, []byte(strings.Join(Modules, "\n")+"\n"))
+	}); err != nil {
+		return "", fmt.Errorf("packing the guest's binaries: %w", err)
+	}
+	initrd, err := os.CreateTemp("", "sanqos-kernel-lab-initrd-*.cpio")
+	if err != nil {
+		return "", err
+	}
+	for _, part := range []string{rootfs, k.Modules, payload.Name()} {
+		if err := appendFile(initrd, part); err != nil {
+			initrd.Close()
+			os.Remove(initrd.Name())
+			return "", fmt.Errorf("assembling the initrd: %w", err)
+		}
+	}
+	if err := initrd.Close(); err != nil {
+		os.Remove(initrd.Name())
+		return "", err
+	}
+	return initrd.Name(), nil
+}
+
+// console follows the guest's console: the last lines (for errors),
+// when init started, and the suite's result line.
+type console struct {
+	start    time.Time
+	suite    string
+	progress Progress
+
+	mu     sync.Mutex
+	last   []string
+	initAt time.Time
+	result int // -1 until the result line
+}
+
+// read streams the console to out, line by line, until it ends.
+func (c *console) read(r io.Reader, out io.Writer) {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		l := strings.TrimRight(sc.Text(), "\r")
+		fmt.Fprintf(out, "guest| %s\n", l)
+		c.mu.Lock()
+		c.last = append(c.last, l)
+		if len(c.last) > 30 {
+			c.last = c.last[1:]
+		}
+		if c.initAt.IsZero() && strings.Contains(l, initMarker) {
+			c.initAt = time.Now()
+			c.progress("guest up after %s, running suite %s", c.initAt.Sub(c.start).Round(100*time.Millisecond), c.suite)
+		}
+		if m := resultRE.FindStringSubmatch(l); m != nil {
+			c.result, _ = strconv.Atoi(m[1])
+		}
+		c.mu.Unlock()
+	}
+}
+
 // boot runs the guest to its result line, streaming the console.
 func boot(outer context.Context, o Options, qemu, accel string, k Kernel, initrd string, out io.Writer, progress Progress) (rc int, bootT, suiteT time.Duration, err error) {
 	ctx, cancel := context.WithTimeout(outer, o.Timeout)
 	defer cancel()
-	cmd, console, err := startQemu(qemu, qemuArgs(o, accel, k, initrd, kernelCmdline(o)))
+	cmd, consoleR, err := startQemu(qemu, qemuArgs(o, accel, k, initrd, kernelCmdline(o)))
 	if err != nil {
 		return -1, 0, 0, err
 	}
 	defer killQemu(cmd)
 	start := time.Now()
-	var (
-		mu        sync.Mutex
-		last      []string
-		initAt    time.Time
-		gotResult = -1
-	)
+	c := &console{start: start, suite: o.Suite, progress: progress, result: -1}
 	lines := make(chan struct{})
 	go func() {
 		defer close(lines)
-		sc := bufio.NewScanner(console)
-		sc.Buffer(make([]byte, 64<<10), 1<<20)
-		for sc.Scan() {
-			l := strings.TrimRight(sc.Text(), "\r")
-			fmt.Fprintf(out, "guest| %s\n", l)
-			mu.Lock()
-			last = append(last, l)
-			if len(last) > 30 {
-				last = last[1:]
-			}
-			if initAt.IsZero() && strings.Contains(l, initMarker) {
-				initAt = time.Now()
-				progress("guest up after %s, running suite %s", initAt.Sub(start).Round(100*time.Millisecond), o.Suite)
-			}
-			if m := resultRE.FindStringSubmatch(l); m != nil {
-				gotResult, _ = strconv.Atoi(m[1])
-			}
-			mu.Unlock()
-		}
+		c.read(consoleR, out)
 	}()
 	tick := time.NewTicker(30 * time.Second)
 	defer tick.Stop()
 	for {
 		select {
 		case <-lines:
-			mu.Lock()
-			defer mu.Unlock()
-			if !initAt.IsZero() {
-				bootT = initAt.Sub(start)
-				suiteT = time.Since(initAt)
+			c.mu.Lock()
+			defer c.mu.Unlock()
+			if !c.initAt.IsZero() {
+				bootT = c.initAt.Sub(start)
+				suiteT = time.Since(c.initAt)
 			}
-			if gotResult >= 0 {
-				progress("suite %s finished with rc=%d after %s (boot %s)", o.Suite, gotResult, suiteT.Round(100*time.Millisecond), bootT.Round(100*time.Millisecond))
-				return gotResult, bootT, suiteT, nil
+			if c.result >= 0 {
+				progress("suite %s finished with rc=%d after %s (boot %s)", o.Suite, c.result, suiteT.Round(100*time.Millisecond), bootT.Round(100*time.Millisecond))
+				return c.result, bootT, suiteT, nil
 			}
-			return -1, bootT, suiteT, fmt.Errorf("the guest stopped without a result line (qemu: %v); last console lines:\n%s", cmd.ProcessState, strings.Join(last, "\n"))
+			return -1, bootT, suiteT, fmt.Errorf("the guest stopped without a result line (qemu: %v); last console lines:\n%s", cmd.ProcessState, strings.Join(c.last, "\n"))
 		case <-tick.C:
-			mu.Lock()
+			c.mu.Lock()
 			phase := "booting"
-			if !initAt.IsZero() {
+			if !c.initAt.IsZero() {
 				phase = "suite " + o.Suite + " running"
 			}
 			progress("%s, %s elapsed", phase, time.Since(start).Round(time.Second))
-			mu.Unlock()
+			c.mu.Unlock()
 		case <-ctx.Done():
 			killQemu(cmd)
 			<-lines
-			mu.Lock()
-			defer mu.Unlock()
+			c.mu.Lock()
+			defer c.mu.Unlock()
 			what := "boot"
-			if !initAt.IsZero() {
+			if !c.initAt.IsZero() {
 				what = "suite " + o.Suite
 			}
-			tail := strings.Join(last, "\n")
+			tail := strings.Join(c.last, "\n")
 			if tail == "" {
 				tail = "(none: the kernel prints only warnings before init; a longer --timeout may do)"
 			}
