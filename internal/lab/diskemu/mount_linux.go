@@ -72,19 +72,7 @@ func (s *Server) mountFS(root fs.InodeEmbedder) error {
 		}
 		return err
 	}
-	one := time.Second
-	fo := &fs.Options{
-		MountOptions: fuse.MountOptions{
-			FsName:        FSType,
-			Name:          FSType,
-			MaxBackground: o.MaxBackground,
-			MaxWrite:      o.MaxWrite,
-			DisableXAttrs: true,
-			Logger:        log.New(slogWriter{s.log}, "", 0),
-		},
-		EntryTimeout: &one,
-		AttrTimeout:  &one,
-	}
+	fo := s.fuseOptions()
 	// NewServer does the INIT handshake before it returns.
 	srv, err := fuse.NewServer(fs.NewNodeFS(root, fo), fmt.Sprintf("/dev/fd/%d", serverFd), &fo.MountOptions)
 	if err != nil {
@@ -102,7 +90,31 @@ func (s *Server) mountFS(root fs.InodeEmbedder) error {
 	}
 	s.fuse = srv
 	go srv.Serve()
-	if err := srv.WaitMount(); err != nil {
+	return s.settle()
+}
+
+// fuseOptions are go-fuse's options for the mount.
+func (s *Server) fuseOptions() *fs.Options {
+	one := time.Second
+	return &fs.Options{
+		MountOptions: fuse.MountOptions{
+			FsName:        FSType,
+			Name:          FSType,
+			MaxBackground: s.opts.MaxBackground,
+			MaxWrite:      s.opts.MaxWrite,
+			DisableXAttrs: true,
+			Logger:        log.New(slogWriter{s.log}, "", 0),
+		},
+		EntryTimeout: &one,
+		AttrTimeout:  &one,
+	}
+}
+
+// settle waits for the served mount and records its identity; on a
+// failure it detaches it.
+func (s *Server) settle() error {
+	o := &s.opts
+	if err := s.fuse.WaitMount(); err != nil {
 		unix.Unmount(o.Mountpoint, unix.MNT_DETACH)
 		return fmt.Errorf("waiting for the fuse mount: %w", err)
 	}
