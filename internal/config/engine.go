@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/sanqos/sanqos/internal/control"
+	"github.com/sanqos/sanqos/internal/direction"
 	"github.com/sanqos/sanqos/internal/engine"
 )
 
@@ -36,7 +37,7 @@ func (c *Config) EngineConfig() engine.Config {
 	cfg.LeaveKBs = float64(c.WriteLeave) / 1024
 	cfg.Policy = c.Policy
 	cfg.Manual = engine.ManualConfig{Protected: c.Manual.Protected, Throttle: c.Manual.Throttle}
-	if d, err := engine.ParseDirection(c.Direction); err == nil {
+	if d, err := direction.Parse(c.Direction); err == nil {
 		cfg.Direction = d // Validate took only the names ParseDirection reads
 	}
 	return cfg

@@ -40,10 +40,28 @@ func (d Duration) MarshalText() ([]byte, error) { return []byte(d.String()), nil
 // what 'sanqos run --write-threshold 500' has always meant).
 type Rate float64
 
-var rateUnits = []struct {
+// unit is a suffix and what it multiplies by.
+type unit struct {
 	suffix string
 	mult   float64
-}{
+}
+
+// withUnit reads "<number><unit>", the unit one of units (longer suffixes
+// first where one ends another) or none, which means bare.
+func withUnit(b []byte, units []unit, bare float64) (float64, error) {
+	s := strings.TrimSpace(string(b))
+	mult := bare
+	for _, u := range units {
+		if strings.HasSuffix(s, u.suffix) {
+			s, mult = strings.TrimSpace(strings.TrimSuffix(s, u.suffix)), u.mult
+			break
+		}
+	}
+	f, err := strconv.ParseFloat(s, 64)
+	return f * mult, err
+}
+
+var rateUnits = []unit{
 	{"KiB/s", 1 << 10}, {"MiB/s", 1 << 20}, {"GiB/s", 1 << 30},
 	{"kB/s", 1e3}, {"KB/s", 1e3}, {"MB/s", 1e6}, {"GB/s", 1e9}, {"B/s", 1},
 }
@@ -65,19 +83,11 @@ func (r *Rate) UnmarshalTOML(v any) error {
 
 // UnmarshalText parses a rate string.
 func (r *Rate) UnmarshalText(b []byte) error {
-	s := strings.TrimSpace(string(b))
-	mult := 1e3 // a bare number is kB/s
-	for _, u := range rateUnits {
-		if strings.HasSuffix(s, u.suffix) {
-			s, mult = strings.TrimSpace(strings.TrimSuffix(s, u.suffix)), u.mult
-			break
-		}
-	}
-	f, err := strconv.ParseFloat(s, 64)
+	v, err := withUnit(b, rateUnits, 1e3) // a bare number is kB/s
 	if err != nil {
 		return fmt.Errorf("%q: must be a rate like \"500kB/s\", \"2MB/s\", \"512KiB/s\" or a bare number of kB/s", b)
 	}
-	*r = Rate(f * mult)
+	*r = Rate(v)
 	return nil
 }
 
@@ -96,10 +106,7 @@ func (r Rate) MarshalText() ([]byte, error) { return []byte(r.String()), nil }
 // as a bare number of bytes.
 type Size int64
 
-var sizeUnits = []struct {
-	suffix string
-	mult   float64
-}{
+var sizeUnits = []unit{
 	{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30},
 	{"kB", 1e3}, {"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"B", 1},
 }
@@ -118,19 +125,11 @@ func (z *Size) UnmarshalTOML(v any) error {
 
 // UnmarshalText parses a size string.
 func (z *Size) UnmarshalText(b []byte) error {
-	s := strings.TrimSpace(string(b))
-	mult := 1.0
-	for _, u := range sizeUnits {
-		if strings.HasSuffix(s, u.suffix) {
-			s, mult = strings.TrimSpace(strings.TrimSuffix(s, u.suffix)), u.mult
-			break
-		}
-	}
-	f, err := strconv.ParseFloat(s, 64)
-	if err != nil || math.IsNaN(f) || math.IsInf(f, 0) || f*mult > math.MaxInt64/2 {
+	v, err := withUnit(b, sizeUnits, 1)
+	if err != nil || math.IsNaN(v) || math.IsInf(v, 0) || v > math.MaxInt64/2 {
 		return fmt.Errorf("%q: must be a size like \"64MiB\", \"500MB\" or a number of bytes", b)
 	}
-	*z = Size(f * mult)
+	*z = Size(v)
 	return nil
 }
 

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/sanqos/sanqos/internal/control"
+	"github.com/sanqos/sanqos/internal/direction"
 	"github.com/sanqos/sanqos/internal/engine"
 	"github.com/sanqos/sanqos/internal/policy"
 	"github.com/sanqos/sanqos/internal/throttle"
@@ -143,7 +144,7 @@ func (c *Config) dataPathChecks() []func() error {
 		},
 		func() error { return oneOf("backend", c.Backend, throttle.Backends...) },
 		func() error {
-			if _, err := engine.ParseDirection(c.Direction); err != nil {
+			if _, err := direction.Parse(c.Direction); err != nil {
 				return bad("direction", strconv.Quote(c.Direction), "must be one of \"write\", \"read\", \"both\"")
 			}
 			return nil

@@ -4,6 +4,7 @@ import (
 	"net/netip"
 	"time"
 
+	"github.com/sanqos/sanqos/internal/direction"
 	"github.com/sanqos/sanqos/internal/diskstats"
 	"github.com/sanqos/sanqos/internal/engine"
 	"github.com/sanqos/sanqos/internal/status"
@@ -102,10 +103,10 @@ func throttleState(ts []engine.Throttle, ports []uint16) throttle.State {
 		g := throttle.Group{Name: t.Name, Ports: ports}
 		if t.Delay > 0 && len(t.Members) > 0 {
 			g.Members = t.Members
-			if t.Direction&engine.Write != 0 {
+			if t.Direction&direction.Write != 0 {
 				g.WriteDelay = t.Delay
 			}
-			if t.Direction&engine.Read != 0 {
+			if t.Direction&direction.Read != 0 {
 				g.ReadDelay = t.Delay
 			}
 		}

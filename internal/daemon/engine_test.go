@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sanqos/sanqos/internal/clock"
+	"github.com/sanqos/sanqos/internal/direction"
 	"github.com/sanqos/sanqos/internal/diskstats"
 	"github.com/sanqos/sanqos/internal/engine"
 	"github.com/sanqos/sanqos/internal/throttle"
@@ -152,10 +153,10 @@ func (s *sliceStats) Read() ([]diskstats.Stat, []diskstats.LineError, error) { r
 func TestThrottleStateDirections(t *testing.T) {
 	ip := netip.MustParseAddr("10.0.0.3")
 	ts := []engine.Throttle{
-		{Name: "a", Members: []netip.Addr{ip}, Direction: engine.Both, Delay: 2500 * time.Microsecond},
-		{Name: "b", Members: []netip.Addr{ip}, Direction: engine.Read, Delay: time.Millisecond},
-		{Name: "c", Members: []netip.Addr{ip}, Direction: engine.Write, Delay: 3 * time.Millisecond},
-		{Name: "d", Direction: engine.Write},
+		{Name: "a", Members: []netip.Addr{ip}, Direction: direction.Both, Delay: 2500 * time.Microsecond},
+		{Name: "b", Members: []netip.Addr{ip}, Direction: direction.Read, Delay: time.Millisecond},
+		{Name: "c", Members: []netip.Addr{ip}, Direction: direction.Write, Delay: 3 * time.Millisecond},
+		{Name: "d", Direction: direction.Write},
 	}
 	st := throttleState(ts, []uint16{3260, 860})
 	want := []throttle.Group{

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"net"
-	"os"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -35,12 +34,7 @@ type fakeSystemd struct {
 
 func newFakeSystemd(t *testing.T) *fakeSystemd {
 	t.Helper()
-	d, err := os.MkdirTemp("", "sanqos-wd")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(d) })
-	p := filepath.Join(d, "notify")
+	p := filepath.Join(t.TempDir(), "notify")
 	c, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: p, Net: "unixgram"})
 	if err != nil {
 		t.Fatal(err)

@@ -125,82 +125,93 @@ type lunBacking struct {
 }
 
 func (l *LIO) lunBackings(tpg string) ([]lunBacking, error) {
-	luns, err := filepath.Glob(filepath.Join(tpg, "lun", "lun_*"))
+	luns, err := linkedDirs(filepath.Join(tpg, "lun", "lun_*"), "", "storage object link")
 	if err != nil {
 		return nil, err
 	}
-	sort.Strings(luns)
 	var out []lunBacking
-	for _, lun := range luns {
-		ents, err := os.ReadDir(lun)
+	for _, d := range luns {
+		lun, link := d[0], d[1]
+		obj, err := filepath.EvalSymlinks(link)
 		if err != nil {
-			return nil, fmt.Errorf("reading %s: %w", lun, err)
+			return nil, fmt.Errorf("following storage object link %s: %w", link, err)
 		}
-		found := false
-		for _, e := range ents {
-			if e.Type()&fs.ModeSymlink == 0 {
-				continue
-			}
-			obj, err := filepath.EvalSymlinks(filepath.Join(lun, e.Name()))
-			if err != nil {
-				return nil, fmt.Errorf("following storage object link %s: %w", filepath.Join(lun, e.Name()), err)
-			}
-			b, err := os.ReadFile(filepath.Join(obj, "udev_path"))
-			if err != nil {
-				return nil, fmt.Errorf("reading the backing store of %s: %w", lun, err)
-			}
-			p := strings.TrimSpace(string(b))
-			if p == "" {
-				return nil, fmt.Errorf("reading the backing store of %s: %s is empty (a ramdisk or user backstore has no device to measure)", lun, filepath.Join(obj, "udev_path"))
-			}
-			out = append(out, lunBacking{lun: filepath.Base(lun), path: p})
-			found = true
-			break
+		b, err := os.ReadFile(filepath.Join(obj, "udev_path"))
+		if err != nil {
+			return nil, fmt.Errorf("reading the backing store of %s: %w", lun, err)
 		}
-		if !found {
-			return nil, fmt.Errorf("reading %s: no storage object link in it", lun)
+		p := strings.TrimSpace(string(b))
+		if p == "" {
+			return nil, fmt.Errorf("reading the backing store of %s: %s is empty (a ramdisk or user backstore has no device to measure)", lun, filepath.Join(obj, "udev_path"))
 		}
+		out = append(out, lunBacking{lun: filepath.Base(lun), path: p})
 	}
 	return out, nil
+}
+
+// linkedDirs are the directories matching pattern, sorted, each with the
+// first symbolic link in it; one without is an error (what names the
+// directories, kind the link in it).
+func linkedDirs(pattern, what, kind string) ([][2]string, error) {
+	dirs, err := filepath.Glob(pattern)
+	if err != nil {
+		return nil, err
+	}
+	sort.Strings(dirs)
+	out := make([][2]string, 0, len(dirs))
+	for _, d := range dirs {
+		link, err := firstLink(d)
+		if err != nil {
+			return nil, fmt.Errorf("reading %s%s: %w", what, d, err)
+		}
+		if link == "" {
+			return nil, fmt.Errorf("reading %s%s: no %s in it", what, d, kind)
+		}
+		out = append(out, [2]string{d, link})
+	}
+	return out, nil
+}
+
+// firstLink is the path of the first symbolic link in dir (configfs puts
+// one in a LUN directory: to its storage object, or in an ACL's mapped
+// LUN: to the portal group's LUN), "" when there is none.
+func firstLink(dir string) (string, error) {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return "", err
+	}
+	for _, e := range ents {
+		if e.Type()&fs.ModeSymlink != 0 {
+			return filepath.Join(dir, e.Name()), nil
+		}
+	}
+	return "", nil
 }
 
 // mappedBackings returns the backing stores of the LUNs mapped in one ACL
 // directory, nil when it maps none.
 func mappedBackings(acl string, byLUN []lunBacking) ([]string, error) {
-	mapped, err := filepath.Glob(filepath.Join(acl, "lun_*"))
+	mapped, err := linkedDirs(filepath.Join(acl, "lun_*"), "mapped LUN ", "link to a LUN")
 	if err != nil {
 		return nil, err
 	}
-	sort.Strings(mapped)
 	var out []string
-	for _, m := range mapped {
-		ents, err := os.ReadDir(m)
+	for _, d := range mapped {
+		m, link := d[0], d[1]
+		target, err := os.Readlink(link)
 		if err != nil {
-			return nil, fmt.Errorf("reading mapped LUN %s: %w", m, err)
+			return nil, fmt.Errorf("reading mapped LUN link in %s: %w", m, err)
 		}
+		lun := filepath.Base(target)
 		found := false
-		for _, e := range ents {
-			if e.Type()&fs.ModeSymlink == 0 {
-				continue
+		for _, b := range byLUN {
+			if b.lun == lun {
+				out = append(out, b.path)
+				found = true
 			}
-			target, err := os.Readlink(filepath.Join(m, e.Name()))
-			if err != nil {
-				return nil, fmt.Errorf("reading mapped LUN link in %s: %w", m, err)
-			}
-			lun := filepath.Base(target)
-			for _, b := range byLUN {
-				if b.lun == lun {
-					out = append(out, b.path)
-					found = true
-				}
-			}
-			if !found {
-				return nil, fmt.Errorf("mapped LUN %s points to %s, which the portal group does not have", m, target)
-			}
-			break
 		}
 		if !found {
-			return nil, fmt.Errorf("reading mapped LUN %s: no link to a LUN in it", m)
+			return nil, fmt.Errorf("mapped LUN %s points to %s, which the portal group does not have", m, target)
 		}
 	}
 	return out, nil

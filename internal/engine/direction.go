@@ -12,16 +12,6 @@ import (
 // (package direction, shared with the data path, which it does not link).
 type Direction = direction.Direction
 
-// The directions, as the engine's configuration names them.
-const (
-	Write = direction.Write
-	Read  = direction.Read
-	Both  = direction.Both
-)
-
-// ParseDirection reads "write", "read" or "both".
-func ParseDirection(s string) (Direction, error) { return direction.Parse(s) }
-
 // Throttle is what a decision asks of the data path for one resource:
 // delay the Members' packets in Direction by Delay.
 type Throttle struct {

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/sanqos/sanqos/internal/control"
+	"github.com/sanqos/sanqos/internal/direction"
 	"github.com/sanqos/sanqos/internal/diskstats"
 	"github.com/sanqos/sanqos/internal/latency"
 	"github.com/sanqos/sanqos/internal/policy"
@@ -122,7 +123,7 @@ func DefaultConfig() Config {
 		JoinKBs:     policy.DefaultJoinKBs,
 		LeaveKBs:    policy.DefaultJoinKBs / 2,
 		Policy:      policy.ReadOverWrite,
-		Direction:   Write,
+		Direction:   direction.Write,
 		// UMaxLimitMs: see DefaultUMaxLimitMs.
 		UMaxLimitMs: DefaultUMaxLimitMs,
 	}

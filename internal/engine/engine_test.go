@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sanqos/sanqos/internal/clock"
+	"github.com/sanqos/sanqos/internal/direction"
 	"github.com/sanqos/sanqos/internal/diskstats"
 	"github.com/sanqos/sanqos/internal/policy"
 	"github.com/sanqos/sanqos/internal/topology"
@@ -194,7 +195,7 @@ func TestOverloadThrottlesWriterThenWindsDown(t *testing.T) {
 		}
 	}
 	g := last.Throttles()[0]
-	if g.Name != "vg-data" || len(g.Members) != 1 || g.Delay <= 0 || g.Direction != Write {
+	if g.Name != "vg-data" || len(g.Members) != 1 || g.Delay <= 0 || g.Direction != direction.Write {
 		t.Fatalf("throttle %+v, want the writer with a write delay", g)
 	}
 
@@ -401,16 +402,16 @@ func TestManualPolicy(t *testing.T) {
 
 func TestThrottlesDirections(t *testing.T) {
 	dec := Decision{Resources: []ResourceDecision{
-		{Name: "a", DelayMs: 2.5, Members: []netip.Addr{writerIP}, Direction: Both},
-		{Name: "b", DelayMs: 1, Members: []netip.Addr{writerIP}, Direction: Read},
-		{Name: "c", DelayMs: 0, Members: []netip.Addr{writerIP}, Direction: Write},
-		{Name: "d", DelayMs: 3, Direction: Write},
+		{Name: "a", DelayMs: 2.5, Members: []netip.Addr{writerIP}, Direction: direction.Both},
+		{Name: "b", DelayMs: 1, Members: []netip.Addr{writerIP}, Direction: direction.Read},
+		{Name: "c", DelayMs: 0, Members: []netip.Addr{writerIP}, Direction: direction.Write},
+		{Name: "d", DelayMs: 3, Direction: direction.Write},
 	}}
 	want := []Throttle{
-		{Name: "a", Members: []netip.Addr{writerIP}, Direction: Both, Delay: 2500 * time.Microsecond},
-		{Name: "b", Members: []netip.Addr{writerIP}, Direction: Read, Delay: time.Millisecond},
-		{Name: "c", Direction: Write},
-		{Name: "d", Direction: Write},
+		{Name: "a", Members: []netip.Addr{writerIP}, Direction: direction.Both, Delay: 2500 * time.Microsecond},
+		{Name: "b", Members: []netip.Addr{writerIP}, Direction: direction.Read, Delay: time.Millisecond},
+		{Name: "c", Direction: direction.Write},
+		{Name: "d", Direction: direction.Write},
 	}
 	got := dec.Throttles()
 	if len(got) != len(want) {
@@ -421,18 +422,6 @@ func TestThrottlesDirections(t *testing.T) {
 		if g.Name != w.Name || len(g.Members) != len(w.Members) || g.Direction != w.Direction || g.Delay != w.Delay {
 			t.Errorf("throttle %d = %+v, want %+v", i, g, w)
 		}
-	}
-}
-
-func TestParseDirection(t *testing.T) {
-	for _, d := range []Direction{Write, Read, Both} {
-		got, err := ParseDirection(d.String())
-		if err != nil || got != d {
-			t.Errorf("ParseDirection(%q) = %v, %v; want %v", d.String(), got, err, d)
-		}
-	}
-	if _, err := ParseDirection("sideways"); err == nil {
-		t.Error("ParseDirection(sideways) succeeded, want an error naming write, read or both")
 	}
 }
 

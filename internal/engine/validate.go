@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sanqos/sanqos/internal/control"
+	"github.com/sanqos/sanqos/internal/direction"
 	"github.com/sanqos/sanqos/internal/policy"
 	"github.com/sanqos/sanqos/internal/smoothing"
 	"github.com/sanqos/sanqos/internal/topology"
@@ -33,7 +34,7 @@ func (cfg Config) validate() error {
 		errs = append(errs, fmt.Errorf("headroom %v: want a fraction in [0, 0.5), e.g. 0.15", cfg.Headroom))
 	}
 	switch cfg.Direction {
-	case Write, Read, Both:
+	case direction.Write, direction.Read, direction.Both:
 	default:
 		errs = append(errs, fmt.Errorf("direction %v: want write, read or both", cfg.Direction))
 	}

@@ -108,34 +108,58 @@ func (m *Metrics) Discovered(err error) {
 	m.discoveryOK.Set(1)
 }
 
+// resDesc, conDesc and pathDesc describe a metric of a resource, of a
+// consumer and of the data path.
+func resDesc(name, help string) *prometheus.Desc {
+	return prometheus.NewDesc("sanqos_resource_"+name, help, resLabels, nil)
+}
+
+func conDesc(name, help string) *prometheus.Desc {
+	return prometheus.NewDesc("sanqos_consumer_"+name, help, conLabels, nil)
+}
+
+func pathDesc(name, help string) *prometheus.Desc {
+	return prometheus.NewDesc("sanqos_datapath_"+name, help, nil, nil)
+}
+
 var (
 	resLabels = []string{"resource"}
 	conLabels = []string{"resource", "addr", "device"}
 
-	descInfo       = prometheus.NewDesc("sanqos_build_info", "Version and throttle backend of the running daemon; always 1.", []string{"version", "backend"}, nil)
-	descUptime     = prometheus.NewDesc("sanqos_uptime_seconds", "Time since the daemon started.", nil, nil)
-	descSignal     = prometheus.NewDesc("sanqos_resource_read_latency_seconds", "EWMA-filtered read latency (r_await) of the resource: the controlled signal.", resLabels, nil)
-	descRaw        = prometheus.NewDesc("sanqos_resource_read_latency_raw_seconds", "Unfiltered read latency of the last tick (0 when it had no reads).", resLabels, nil)
-	descThreshold  = prometheus.NewDesc("sanqos_resource_threshold_seconds", "Read latency the controller keeps the resource under.", resLabels, nil)
-	descDelay      = prometheus.NewDesc("sanqos_resource_throttle_delay_seconds", "Packet delay applied to the resource's throttleable set.", resLabels, nil)
-	descControl    = prometheus.NewDesc("sanqos_resource_controller_output_seconds", "The controller's output delay, kept while the throttleable set is empty.", resLabels, nil)
-	descCeiling    = prometheus.NewDesc("sanqos_resource_delay_ceiling_seconds", "The controller's current delay ceiling: u_max, raised toward u_max_limit while the writers need more.", resLabels, nil)
-	descSaturated  = prometheus.NewDesc("sanqos_resource_saturated", "1 while the delay sits at u_max_limit with the read latency over the threshold: packet delay alone is not holding the writers.", resLabels, nil)
-	descPending    = prometheus.NewDesc("sanqos_resource_pending_read_age_seconds", "Age of the oldest read in flight for more than a tick (0: none); counted in the signal before it completes.", resLabels, nil)
-	descP95        = prometheus.NewDesc("sanqos_resource_read_latency_p95_seconds", "95th percentile of the last tick's completed reads (eBPF probe only; 0 without it).", resLabels, nil)
-	descP99        = prometheus.NewDesc("sanqos_resource_read_latency_p99_seconds", "99th percentile of the last tick's completed reads (eBPF probe only; 0 without it).", resLabels, nil)
-	descFollows    = prometheus.NewDesc("sanqos_resource_signal_info", "The statistic the controller holds under the threshold (mean, p95, p99) and where the reads were measured (ebpf, diskstats); always 1.", []string{"resource", "signal", "source"}, nil)
-	descSetSize    = prometheus.NewDesc("sanqos_resource_throttle_members", "Consumers in the resource's throttleable set.", resLabels, nil)
-	descReadBps    = prometheus.NewDesc("sanqos_consumer_read_bytes_per_second", "Consumer's read rate in the last tick.", conLabels, nil)
-	descWriteBps   = prometheus.NewDesc("sanqos_consumer_write_bytes_per_second", "Consumer's write rate in the last tick.", conLabels, nil)
-	descWriteEWMA  = prometheus.NewDesc("sanqos_consumer_write_ewma_bytes_per_second", "Filtered write rate that decides membership of the throttleable set.", conLabels, nil)
-	descThrottle   = prometheus.NewDesc("sanqos_consumer_throttleable", "1 if the consumer is in its resource's throttleable set.", conLabels, nil)
-	descHeld       = prometheus.NewDesc("sanqos_datapath_packets_held_total", "Packets the backend delayed.", nil, nil)
-	descPassed     = prometheus.NewDesc("sanqos_datapath_packets_passed_total", "Packets the backend released.", nil, nil)
-	descBacklog    = prometheus.NewDesc("sanqos_datapath_backlog_packets", "Packets held right now.", nil, nil)
-	descErrP50     = prometheus.NewDesc("sanqos_datapath_delay_error_p50_seconds", "Median of actual hold time minus requested delay.", nil, nil)
-	descErrMax     = prometheus.NewDesc("sanqos_datapath_delay_error_max_seconds", "Maximum of actual hold time minus requested delay.", nil, nil)
-	descTakeovers  = prometheus.NewDesc("sanqos_datapath_standby_takeovers_total", "Times the standby thread ran the packet path because the packet thread's CPU had stalled.", nil, nil)
+	descInfo   = prometheus.NewDesc("sanqos_build_info", "Version and throttle backend of the running daemon; always 1.", []string{"version", "backend"}, nil)
+	descUptime = prometheus.NewDesc("sanqos_uptime_seconds", "Time since the daemon started.", nil, nil)
+
+	// What the controller sees of each resource.
+	descSignal    = resDesc("read_latency_seconds", "EWMA-filtered read latency (r_await) of the resource: the controlled signal.")
+	descRaw       = resDesc("read_latency_raw_seconds", "Unfiltered read latency of the last tick (0 when it had no reads).")
+	descThreshold = resDesc("threshold_seconds", "Read latency the controller keeps the resource under.")
+
+	// What the controller does about it.
+	descDelay     = resDesc("throttle_delay_seconds", "Packet delay applied to the resource's throttleable set.")
+	descControl   = resDesc("controller_output_seconds", "The controller's output delay, kept while the throttleable set is empty.")
+	descCeiling   = resDesc("delay_ceiling_seconds", "The controller's current delay ceiling: u_max, raised toward u_max_limit while the writers need more.")
+	descSaturated = resDesc("saturated", "1 while the delay sits at u_max_limit with the read latency over the threshold: packet delay alone is not holding the writers.")
+
+	// The block-layer probe's view of the reads.
+	descPending = resDesc("pending_read_age_seconds", "Age of the oldest read in flight for more than a tick (0: none); counted in the signal before it completes.")
+	descP95     = resDesc("read_latency_p95_seconds", "95th percentile of the last tick's completed reads (eBPF probe only; 0 without it).")
+	descP99     = resDesc("read_latency_p99_seconds", "99th percentile of the last tick's completed reads (eBPF probe only; 0 without it).")
+	descFollows = prometheus.NewDesc("sanqos_resource_signal_info", "The statistic the controller holds under the threshold (mean, p95, p99) and where the reads were measured (ebpf, diskstats); always 1.", []string{"resource", "signal", "source"}, nil)
+
+	// Who is throttled, and why.
+	descSetSize   = resDesc("throttle_members", "Consumers in the resource's throttleable set.")
+	descReadBps   = conDesc("read_bytes_per_second", "Consumer's read rate in the last tick.")
+	descWriteBps  = conDesc("write_bytes_per_second", "Consumer's write rate in the last tick.")
+	descWriteEWMA = conDesc("write_ewma_bytes_per_second", "Filtered write rate that decides membership of the throttleable set.")
+	descThrottle  = conDesc("throttleable", "1 if the consumer is in its resource's throttleable set.")
+
+	// The data path.
+	descHeld       = pathDesc("packets_held_total", "Packets the backend delayed.")
+	descPassed     = pathDesc("packets_passed_total", "Packets the backend released.")
+	descBacklog    = pathDesc("backlog_packets", "Packets held right now.")
+	descErrP50     = pathDesc("delay_error_p50_seconds", "Median of actual hold time minus requested delay.")
+	descErrMax     = pathDesc("delay_error_max_seconds", "Maximum of actual hold time minus requested delay.")
+	descTakeovers  = pathDesc("standby_takeovers_total", "Times the standby thread ran the packet path because the packet thread's CPU had stalled.")
 	descUnresolved = prometheus.NewDesc("sanqos_discovery_unresolved_luns", "LUNs the last discovery left out because their backing device could not be resolved: their initiators are neither measured nor throttled.", nil, nil)
 )
 

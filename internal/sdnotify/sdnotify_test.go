@@ -10,15 +10,10 @@ import (
 	"time"
 )
 
-// FakeSystemd is a notify socket that records what it receives.
+// fakeSocket is a notify socket that records what it receives.
 func fakeSocket(t *testing.T) (string, *net.UnixConn) {
 	t.Helper()
-	d, err := os.MkdirTemp("", "sanqos-notify")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(d) })
-	p := filepath.Join(d, "notify")
+	p := filepath.Join(t.TempDir(), "notify")
 	c, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: p, Net: "unixgram"})
 	if err != nil {
 		t.Fatal(err)

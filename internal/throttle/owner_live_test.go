@@ -174,31 +174,8 @@ func TestLiveSIGSTOPWorstRTT(t *testing.T) {
 			defer echo.Close()
 			l.pastRamp(echo)
 			t0, c0 := counters(t, l.targetRunner), counters(t, l.clientRunner)
-			var worst time.Duration
-			done := make(chan error, 1)
 			stop := make(chan struct{})
-			go func() {
-				var b [1]byte
-				for {
-					select {
-					case <-stop:
-						done <- nil
-						return
-					default:
-					}
-					start := time.Now()
-					echo.SetDeadline(time.Now().Add(10 * time.Second))
-					if _, err := echo.Write(b[:]); err != nil {
-						done <- err
-						return
-					}
-					if _, err := io.ReadFull(echo, b[:]); err != nil {
-						done <- err
-						return
-					}
-					worst = max(worst, time.Since(start))
-				}
-			}()
+			worst, done := echoLoop(echo, stop)
 			time.Sleep(200 * time.Millisecond)
 			pid := d.cmd.Process.Pid
 			// ip netns exec execs the daemon: the pid is sanqos's.
@@ -221,9 +198,9 @@ func TestLiveSIGSTOPWorstRTT(t *testing.T) {
 			re, why := retransSince(t, l.targetRunner, t0)
 			rc, whyc := retransSince(t, l.clientRunner, c0)
 			t.Logf("SIGSTOP, %v later %s: worst echo RTT %v under a 20ms throttle; retransmissions target %d (%s), initiator %d (%s)",
-				stall, how, worst.Round(time.Millisecond), re, why, rc, whyc)
-			if worst > stall+time.Second {
-				t.Errorf("worst RTT %v: more than a second beyond the watchdog's %v", worst, stall)
+				stall, how, worst().Round(time.Millisecond), re, why, rc, whyc)
+			if worst() > stall+time.Second {
+				t.Errorf("worst RTT %v: more than a second beyond the watchdog's %v", worst(), stall)
 			}
 		})
 	}

@@ -52,22 +52,27 @@ func parseIPv4TCP(pkt []byte, total int) (parsed, bool) {
 	if total == 0 {
 		total = int(binary.BigEndian.Uint16(pkt[2:4]))
 	}
-	tcp := pkt[ihl:]
+	return segment(netip.AddrFrom4([4]byte(pkt[16:20])), pkt[ihl:], total-ihl), true
+}
+
+// segment reads the TCP header at the start of tcp, of a segment of
+// length bytes (header included) sent to dst.
+func segment(dst netip.Addr, tcp []byte, length int) parsed {
 	doff := int(tcp[12]>>4) * 4
 	p := parsed{
 		flow: flowKey{
-			dst:   netip.AddrFrom4([4]byte(pkt[16:20])),
+			dst:   dst,
 			sport: binary.BigEndian.Uint16(tcp[0:2]),
 			dport: binary.BigEndian.Uint16(tcp[2:4]),
 		},
-		payload: total - ihl - doff,
+		payload: length - doff,
 		ack:     binary.BigEndian.Uint32(tcp[8:12]),
 		flags:   tcp[13],
 	}
 	if p.payload < 0 {
 		p.payload = 0
 	}
-	return p, true
+	return p
 }
 
 // parseTCP reads an IPv4 or IPv6 packet (see parseIPv4TCP, parseIPv6TCP).
@@ -89,23 +94,8 @@ func parseIPv6TCP(pkt []byte, total int) (parsed, bool) {
 	if total == 0 {
 		total = hdr + int(binary.BigEndian.Uint16(pkt[4:6]))
 	}
-	tcp := pkt[hdr:]
-	doff := int(tcp[12]>>4) * 4
-	p := parsed{
-		flow: flowKey{
-			// Not unmapped: an IPv4-mapped address never travels in an
-			// IPv6 header, and a crafted one must not take an IPv4
-			// consumer's delay (found by FuzzParseTCP).
-			dst:   netip.AddrFrom16([16]byte(pkt[24:40])),
-			sport: binary.BigEndian.Uint16(tcp[0:2]),
-			dport: binary.BigEndian.Uint16(tcp[2:4]),
-		},
-		payload: total - hdr - doff,
-		ack:     binary.BigEndian.Uint32(tcp[8:12]),
-		flags:   tcp[13],
-	}
-	if p.payload < 0 {
-		p.payload = 0
-	}
-	return p, true
+	// Not unmapped: an IPv4-mapped address never travels in an IPv6
+	// header, and a crafted one must not take an IPv4 consumer's delay
+	// (found by FuzzParseTCP).
+	return segment(netip.AddrFrom16([16]byte(pkt[24:40])), pkt[hdr:], total-hdr), true
 }

@@ -139,12 +139,7 @@ func thesisExperiments() []Experiment {
 				"32 MiB per thread per burst, 5 s pause; sanqos with policy manual (protected b2, throttle b3, b4, b5), " +
 				"uncontrolled and at 20, 15, 10 ms, and the thesis controller at 15 ms.",
 			refMs: 15,
-			plan: func(short bool) []plannedRun {
-				if short {
-					return controlledRuns("manual", true, 120*time.Second)
-				}
-				return controlledRuns("manual", false, 300*time.Second)
-			},
+			plan:  interferencePlan("manual"),
 			plots: plotInterference,
 		},
 		{
@@ -154,12 +149,7 @@ func thesisExperiments() []Experiment {
 				"32 MiB per thread per burst, 5 s pause; sanqos (read-over-write, tgt discovery, nfqueue) " +
 				"uncontrolled and at 20, 15, 10 ms, and the thesis controller at 15 ms.",
 			refMs: 15,
-			plan: func(short bool) []plannedRun {
-				if short {
-					return controlledRuns("", true, 120*time.Second)
-				}
-				return controlledRuns("", false, 300*time.Second)
-			},
+			plan:  interferencePlan(""),
 			plots: plotInterference,
 		},
 	}
@@ -221,6 +211,17 @@ func harderExperiments() []Experiment {
 			plots:   plotFrontier,
 			analyze: analyzeFrontier,
 		},
+	}
+}
+
+// interferencePlan: fig5.9 and fig5.11, the thesis's runs under policy
+// ("" for the autonomic read-over-write), 300 s each (--short 120 s).
+func interferencePlan(policy string) func(short bool) []plannedRun {
+	return func(short bool) []plannedRun {
+		if short {
+			return controlledRuns(policy, true, 120*time.Second)
+		}
+		return controlledRuns(policy, false, 300*time.Second)
 	}
 }
 
