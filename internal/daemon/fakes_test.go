@@ -125,6 +125,12 @@ func (f *fakeDiscoverer) Discover(context.Context) (topology.Topology, error) {
 	return r.topo, r.err
 }
 
+func (f *fakeDiscoverer) callCount() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.calls
+}
+
 func (f *fakeDiscoverer) Unresolved() []string {
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -627,13 +627,16 @@ func checkRetrans(t *testing.T, what string, r ExecRunner, c0 map[string]int, ba
 	switch {
 	case reorder > 0 && baseline == 0:
 		t.Errorf("%s: %d retransmitted segments (%s): the flow was reordered", what, re, why)
-	case re > 0 && !busy && steal == 0 && !onlyProbes && !raceEnabled:
+	case re > 0 && !onlyProbes && (busy || steal > 0 || raceEnabled):
+		// Under the race detector the packet path runs several times
+		// slower and ACKs come late; under load or steal a held packet
+		// can be late whatever the delayer does: the run cannot judge
+		// timing (order was judged above).
+		t.Skipf("%s: %d retransmitted segments (%s) on a machine that cannot judge them: race detector %v, load average %s on %d CPUs, hypervisor stole %d ms", what, re, why, raceEnabled, load, runtime.NumCPU(), steal)
+	case re > 0 && !onlyProbes:
 		t.Errorf("%s: %d retransmitted segments (%s), want 0", what, re, why)
 	case re > 0 || reorder > 0:
-		// Under the race detector the packet path runs several times
-		// slower and ACKs come late: that says nothing about timing (the
-		// normal run judges it); order is still judged above.
-		t.Logf("%s: %d retransmissions tolerated: race detector %v, load average %s on %d CPUs, hypervisor stole %d ms, loss probes tolerated %d, baseline reorder events %d (%s)", what, re, raceEnabled, load, runtime.NumCPU(), steal, probes, baseline, why)
+		t.Logf("%s: %d retransmissions, all loss probes within the %d this test allows; baseline reorder events %d (%s)", what, re, probes, baseline, why)
 	}
 	note := fmt.Sprintf("%d %s", re, why)
 	if steal > 0 {

@@ -1,7 +1,6 @@
 package throttle
 
 import (
-	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -105,6 +104,10 @@ func TestLiveMeasure(t *testing.T) {
 	pps := float64(s1.PacketsPassed-s0.PacketsPassed) / el
 	t.Logf("40 MB/s write stream (measured %.1f MB/s), write delay 1ms: %.0f packets/s through the delayer; packet thread: user %.1f%%, system %.1f%% of one core (system includes the veth peers' TCP work); delay error p50 %v max %v",
 		rate/1e6, pps, 100*float64(u1-u0)/ticksPerSecond/el, 100*float64(k1-k0)/ticksPerSecond/el, s1.DelayErrorP50, s1.DelayErrorMax)
+	if s1.PacketsHeld == s0.PacketsHeld || s1.PacketsPassed == s0.PacketsPassed {
+		t.Errorf("40 MB/s write stream under a 1ms write delay: held %d, passed %d packets; want the delayer to hold and release its ACKs",
+			s1.PacketsHeld-s0.PacketsHeld, s1.PacketsPassed-s0.PacketsPassed)
+	}
 
 	// Capacity: unpaced upload, ACKs per segment, write delay 0.5 ms.
 	l.throttle(t, b, 500*time.Microsecond, 0)
@@ -119,5 +122,7 @@ func TestLiveMeasure(t *testing.T) {
 	user := float64(u1-u0) / ticksPerSecond / el
 	t.Logf("unpaced upload (%.1f MB/s), write delay 0.5ms: %.0f packets/s held and released; packet thread: user %.1f%%, system %.1f%% of one core → user-space capacity about %.0f packets/s per core; bypassed %d",
 		rate/1e6, pps, 100*user, 100*float64(k1-k0)/ticksPerSecond/el, pps/max(user, 0.01), s1.Bypassed)
-	fmt.Fprint(os.Stderr)
+	if s1.PacketsHeld == s0.PacketsHeld {
+		t.Error("unpaced upload under a 0.5ms write delay: no packet held")
+	}
 }
