@@ -68,13 +68,13 @@ func cmdLab(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 }
 
 func cmdLabUp(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("lab up", "sanqos lab up [--profile thesis-2010] [--storage emu:PROFILE|dir:PATH] [--size 2GiB]",
+	fs := newFlagSet("lab up", "sanqos lab up [--profile thesis-2010] [--storage emu:PROFILE|emu-mem:PROFILE|dir:PATH] [--size 2GiB]",
 		`Build the lab, after removing whatever an earlier run left. LUN images are
 sparse files on the emulated disk (a FUSE file system over a disk model,
 default) or in a directory on real storage (dir:PATH, whose file system must
 support O_DIRECT). The lab stays up until 'sanqos lab down'.`, stderr)
 	profile := fs.String("profile", lab.DefaultStorage.Profile, "disk model of the emulated disk (thesis-2010, ssd, ram)")
-	storage := fs.String("storage", "", "where LUN images live: emu:PROFILE or dir:PATH (default emu:<profile>)")
+	storage := fs.String("storage", "", "where LUN images live: emu:PROFILE (the emulated disk), emu-mem:PROFILE (its backing files in RAM, for profiles faster than this machine's disk) or dir:PATH (default emu:<profile>)")
 	size := fs.String("size", "2GiB", "size of each LUN image (sparse)")
 	seed := fs.Int64("seed", 1, "seed of the emulated disk's random numbers")
 	if err := parseFlags(fs, args); err != nil {

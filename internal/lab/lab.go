@@ -240,6 +240,11 @@ func (l *Lab) storage(ctx context.Context, opts Options) error {
 	st := &l.st
 	imageDir := opts.Storage.Dir
 	if opts.Storage.Kind == "emu" {
+		if opts.Storage.Memory {
+			if err := mountMemoryBacking(int64(len(st.Initiators)) * opts.Size); err != nil {
+				return err
+			}
+		}
 		for _, in := range st.Initiators {
 			if err := createImage(filepath.Join(emuBackingDir(), imageName(in.Name)), opts.Size); err != nil {
 				return err

@@ -22,6 +22,8 @@ func TestParseStorage(t *testing.T) {
 	}{
 		{"emu:thesis-2010", "emu:thesis-2010", false},
 		{"emu:ssd", "emu:ssd", false},
+		{"emu-mem:ssd", "emu-mem:ssd", false},
+		{"emu-mem:", "", true},
 		{"dir:/var/tmp/x", "dir:/var/tmp/x", false},
 		{"dir:/var/tmp/x/../y", "dir:/var/tmp/y", false},
 		{"emu:", "", true},

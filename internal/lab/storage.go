@@ -21,21 +21,31 @@ type Storage struct {
 	Profile string `json:"profile,omitempty"`
 	// Dir is the directory of "dir".
 	Dir string `json:"dir,omitempty"`
+	// Memory keeps the emulated disk's backing files in RAM (a tmpfs)
+	// instead of on this machine's disk: for a profile faster than the
+	// host's page-cache writeback, whose stalls would otherwise show up
+	// as the emulated device's.
+	Memory bool `json:"memory,omitempty"`
 }
 
 func (s Storage) String() string {
-	if s.Kind == "emu" {
+	switch {
+	case s.Kind == "emu" && s.Memory:
+		return "emu-mem:" + s.Profile
+	case s.Kind == "emu":
 		return "emu:" + s.Profile
 	}
 	return "dir:" + s.Dir
 }
 
-// ParseStorage reads "emu:PROFILE" or "dir:PATH".
+// ParseStorage reads "emu:PROFILE", "emu-mem:PROFILE" or "dir:PATH".
 func ParseStorage(s string) (Storage, error) {
 	kind, arg, ok := strings.Cut(s, ":")
 	switch {
 	case ok && kind == "emu" && arg != "":
 		return Storage{Kind: "emu", Profile: arg}, nil
+	case ok && kind == "emu-mem" && arg != "":
+		return Storage{Kind: "emu", Profile: arg, Memory: true}, nil
 	case ok && kind == "dir" && arg != "":
 		abs, err := filepath.Abs(arg)
 		if err != nil {
@@ -43,7 +53,7 @@ func ParseStorage(s string) (Storage, error) {
 		}
 		return Storage{Kind: "dir", Dir: abs}, nil
 	}
-	return Storage{}, fmt.Errorf("storage %q: want emu:PROFILE (e.g. emu:thesis-2010) or dir:PATH", s)
+	return Storage{}, fmt.Errorf("storage %q: want emu:PROFILE (e.g. emu:thesis-2010), emu-mem:PROFILE (its backing files in RAM) or dir:PATH", s)
 }
 
 // ParseSize reads a size such as 2GiB, 512MiB, 1G or a byte count.
@@ -201,4 +211,20 @@ func detachLabLoops(ctx context.Context, r runner) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// mountMemoryBacking mounts a tmpfs of size bytes (the images' full size:
+// they are sparse, so it holds only what is written) on the emulated
+// disk's backing directory. Clean-up unmounts it with the lab's other
+// mounts.
+func mountMemoryBacking(size int64) error {
+	dir := emuBackingDir()
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("creating %s: %w", dir, err)
+	}
+	if err := syscall.Mount("sanqos-lab-backing", dir, "tmpfs", syscall.MS_NOSUID|syscall.MS_NODEV,
+		fmt.Sprintf("size=%d,mode=0755", size)); err != nil {
+		return fmt.Errorf("mounting a tmpfs for the emulated disk's backing files on %s: %w", dir, err)
+	}
+	return nil
 }
