@@ -128,32 +128,42 @@ var (
 
 	descInfo   = prometheus.NewDesc("sanqos_build_info", "Version and throttle backend of the running daemon; always 1.", []string{"version", "backend"}, nil)
 	descUptime = prometheus.NewDesc("sanqos_uptime_seconds", "Time since the daemon started.", nil, nil)
+)
 
-	// What the controller sees of each resource.
+// What the controller sees of each resource.
+var (
 	descSignal    = resDesc("read_latency_seconds", "EWMA-filtered read latency (r_await) of the resource: the controlled signal.")
 	descRaw       = resDesc("read_latency_raw_seconds", "Unfiltered read latency of the last tick (0 when it had no reads).")
 	descThreshold = resDesc("threshold_seconds", "Read latency the controller keeps the resource under.")
+)
 
-	// What the controller does about it.
+// What the controller does about it.
+var (
 	descDelay     = resDesc("throttle_delay_seconds", "Packet delay applied to the resource's throttleable set.")
 	descControl   = resDesc("controller_output_seconds", "The controller's output delay, kept while the throttleable set is empty.")
 	descCeiling   = resDesc("delay_ceiling_seconds", "The controller's current delay ceiling: u_max, raised toward u_max_limit while the writers need more.")
 	descSaturated = resDesc("saturated", "1 while the delay sits at u_max_limit with the read latency over the threshold: packet delay alone is not holding the writers.")
+)
 
-	// The block-layer probe's view of the reads.
+// The block-layer probe's view of the reads.
+var (
 	descPending = resDesc("pending_read_age_seconds", "Age of the oldest read in flight for more than a tick (0: none); counted in the signal before it completes.")
 	descP95     = resDesc("read_latency_p95_seconds", "95th percentile of the last tick's completed reads (eBPF probe only; 0 without it).")
 	descP99     = resDesc("read_latency_p99_seconds", "99th percentile of the last tick's completed reads (eBPF probe only; 0 without it).")
 	descFollows = prometheus.NewDesc("sanqos_resource_signal_info", "The statistic the controller holds under the threshold (mean, p95, p99) and where the reads were measured (ebpf, diskstats); always 1.", []string{"resource", "signal", "source"}, nil)
+)
 
-	// Who is throttled, and why.
+// Who is throttled, and why.
+var (
 	descSetSize   = resDesc("throttle_members", "Consumers in the resource's throttleable set.")
 	descReadBps   = conDesc("read_bytes_per_second", "Consumer's read rate in the last tick.")
 	descWriteBps  = conDesc("write_bytes_per_second", "Consumer's write rate in the last tick.")
 	descWriteEWMA = conDesc("write_ewma_bytes_per_second", "Filtered write rate that decides membership of the throttleable set.")
 	descThrottle  = conDesc("throttleable", "1 if the consumer is in its resource's throttleable set.")
+)
 
-	// The data path.
+// The data path.
+var (
 	descHeld       = pathDesc("packets_held_total", "Packets the backend delayed.")
 	descPassed     = pathDesc("packets_passed_total", "Packets the backend released.")
 	descBacklog    = pathDesc("backlog_packets", "Packets held right now.")
