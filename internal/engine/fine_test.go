@@ -160,3 +160,48 @@ func TestFineFallsBackOnBioBasedDevices(t *testing.T) {
 		t.Fatalf("%+v: want the reads measured from diskstats (50 ms) and the writer throttled", r)
 	}
 }
+
+// TestProbePendingNeedsTheKernelsWord: the probe's oldest read in flight
+// counts only while the kernel's own count (sysfs inflight) has reads in
+// flight on the device, or cannot be read. Found in the lab: a probe slot
+// that was not freed aged to 1.9 s while every read completed in under a
+// millisecond, and the writers were throttled at 20 ms for it.
+func TestProbePendingNeedsTheKernelsWord(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		inFlight fakeInFlight // nil: no sysfs
+		pending  bool
+	}{
+		{"the kernel counts a read in flight", fakeInFlight{"loop0": 1}, true},
+		{"the kernel counts none: a stale slot", fakeInFlight{"loop0": 0}, false},
+		{"the kernel's count cannot be read", fakeInFlight{}, true},
+		{"no sysfs at all", nil, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			clk := clock.NewFake(time.Unix(1000, 0))
+			d := newDisk("loop0", "loop1")
+			f := fakeFine{}
+			cfg := DefaultConfig()
+			cfg.Signal = SignalP95
+			cfg.Fine = f
+			cfg.ThresholdMs = 1
+			if tc.inFlight != nil {
+				cfg.InFlight = tc.inFlight
+			}
+			e := mustEngine(t, cfg, oneResource(0))
+			e.Step(clk.Now(), d.snap())
+			clk.Advance(100 * time.Millisecond)
+			d.stats["loop0"].ReadIOs += 3
+			d.stats["loop0"].ReadTicks += 1
+			f["loop0"] = fineTick{opsOf(400*time.Microsecond, 400*time.Microsecond, 500*time.Microsecond), 500 * time.Millisecond}
+			f["loop1"] = fineTick{latency.Ops{}, 0}
+			r := e.Step(clk.Now(), d.snap()).Resources[0]
+			if got := r.PendingMs > 0; got != tc.pending {
+				t.Errorf("pending %v (raw %.2f ms, pending %.1f ms), want %v", got, r.RawMs, r.PendingMs, tc.pending)
+			}
+			if !tc.pending && r.RawMs > 1 {
+				t.Errorf("raw %.2f ms: a stale slot reached the signal", r.RawMs)
+			}
+		})
+	}
+}
