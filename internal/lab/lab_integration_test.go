@@ -43,6 +43,9 @@ func testStorage(t *testing.T) Storage {
 // requireLab skips unless the machine can run the lab.
 func requireLab(t *testing.T, extra ...string) {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("builds the shared lab (and waits for it while another run holds it): not in -short")
+	}
 	if os.Geteuid() != 0 {
 		t.Skip("the lab needs root (network namespaces, loop devices, mounts)")
 	}
