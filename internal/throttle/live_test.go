@@ -528,6 +528,10 @@ func TestLiveIscsiWritesWithoutAckDelay(t *testing.T) {
 			t.Errorf("AckDelay on without rise limit: no loss probe in %d steps: the steps do not provoke them, so this test proves nothing", on.throttled+on.unthrott)
 		}
 		if off.retrans+off.probes > 0 {
+			if busy, load := loaded(); busy {
+				t.Skipf("AckDelay off: %d retransmitted segments, %d loss probes in throttled steps, with the load average at %s on %d CPUs: a held segment can be late whatever the delayer does; cannot decide",
+					off.retrans, off.probes, load, runtime.NumCPU())
+			}
 			t.Errorf("AckDelay off: %d retransmitted segments, %d loss probes in throttled steps, want none (AckDelay on, no rise limit: %d, %d)",
 				off.retrans, off.probes, on.retrans, on.probes)
 		}
