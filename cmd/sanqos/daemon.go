@@ -138,6 +138,9 @@ func runDaemon(ctx context.Context, o runOptions, log *slog.Logger, args []strin
 		dopts.Decider = daemon.WithWire(dopts.Decider, wire, o.topo, log)
 	}
 	overrides := &ctl.Overrides{}
+	if err := overrides.SetReadRates(o.config.Manual.ReadRates, o.ports); err != nil {
+		return errors.Join(err, b.Close())
+	}
 	dopts.Backend, dopts.Overrides = b, overrides
 	d, err := daemon.New(dopts)
 	if err != nil {
@@ -344,7 +347,7 @@ func parseRunOptions(args []string, manual bool, stderr io.Writer) (runOptions, 
 	o := runOptions{
 		config: c, engine: cfg, listen: c.Listen, socket: c.Socket, record: c.Record, procRoot: *proc,
 		cleanupOnly: *cleanup,
-		backend:     throttle.Options{Backend: c.Backend, Dev: *dev, QueueNum: uint16(*queue), SmallSegment: *small, AckDelay: c.AckDelay},
+		backend:     throttle.Options{Backend: c.Backend, Dev: *dev, RateDev: c.RateDev, QueueNum: uint16(*queue), SmallSegment: *small, AckDelay: c.AckDelay},
 	}
 	o.backend.SmallSegments = c.SmallSegments(*small, flagSet(fs, "small-segment"))
 	for _, p := range c.Ports {

@@ -123,7 +123,14 @@ func runManual(ctx context.Context, o runOptions, log *slog.Logger) error {
 			}
 		}
 	}()
-	serveErr := srv.Serve(ctx, ctl.NewManualHandler(b))
+	h := ctl.NewManualHandler(b)
+	if err := h.Overrides.SetReadRates(o.config.Manual.ReadRates, o.ports); err != nil {
+		return errors.Join(err, b.Close())
+	}
+	if err := h.Apply(ctx); err != nil {
+		return errors.Join(fmt.Errorf("applying manual.read_rates: %w", err), b.Close())
+	}
+	serveErr := srv.Serve(ctx, h)
 	if err := b.Close(); err != nil {
 		return errors.Join(serveErr, fmt.Errorf("removing the data path: %w", err))
 	}

@@ -16,6 +16,7 @@ import (
 
 func cmdThrottle(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("throttle", `sanqos throttle --ip IP --delay D [--direction write|read|both] [--port 3260]
+       sanqos throttle --ip IP --rate R [--direction read] [--port 3260]
        sanqos throttle --ip IP --free
        sanqos throttle --list`,
 		`Set, free or list a manual packet delay for one initiator, on the running
@@ -23,10 +24,17 @@ daemon ('sanqos run', manual or autonomic). The delay applies to the TCP
 packets the target sends the initiator from the given ports: write delays
 small segments (R2T, SCSI response), and pure ACKs too if the daemon runs
 with --ack-delay, which slows its writes; read delays data segments, which
-slows its reads. --list shows which. Needs root.`, stderr)
+slows its reads. --list shows which.
+
+--rate caps the rate the target sends the initiator (its reads) with an
+HTB class instead (thesis §5.2): the daemon needs a rate data path, either
+--backend htb --dev IFACE, or its delay backend with --rate-dev IFACE (the
+interface towards the initiators). An initiator has a delay or a rate at a
+time, not both: --free the one to set the other. Needs root.`, stderr)
 	ip := fs.String("ip", "", "initiator IP address (IPv4 or IPv6)")
 	delay := fs.String("delay", "", "added delay, e.g. 4.6ms (more than 0, at most 1s)")
-	dir := fs.String("direction", "write", "write, read or both")
+	rate := fs.String("rate", "", "read rate cap, e.g. 10MB/s, 512KiB/s, 80Mbit/s (more than 0, at most the link)")
+	dir := fs.String("direction", "", "write, read or both (default: write for --delay, read for --rate, which caps reads only)")
 	port := fs.String("port", "3260", "target port(s), comma-separated")
 	free := fs.Bool("free", false, "remove the initiator's manual delay")
 	list := fs.Bool("list", false, "list the throttles in force")
@@ -35,15 +43,16 @@ slows its reads. --list shows which. Needs root.`, stderr)
 		return err
 	}
 	modes := 0
-	for _, on := range []bool{*delay != "", *free, *list} {
+	for _, on := range []bool{*delay != "", *rate != "", *free, *list} {
 		if on {
 			modes++
 		}
 	}
 	if modes != 1 {
-		return usageError(fs, "give exactly one of --delay D (set a delay), --free (remove it) or --list")
+		return usageError(fs, "give exactly one of --delay D (set a delay), --rate R (cap reads), --free (remove either) or --list")
 	}
 	var req ctl.Request
+	var set ctl.Manual
 	switch {
 	case *list:
 		req = ctl.Request{Op: ctl.OpStatus}
@@ -57,12 +66,14 @@ slows its reads. --list shows which. Needs root.`, stderr)
 		if err != nil {
 			return err
 		}
-		req = ctl.Request{Op: ctl.OpThrottle, IP: *ip, Delay: *delay, Direction: *dir, Ports: ports}
+		req = ctl.Request{Op: ctl.OpThrottle, IP: *ip, Delay: *delay, Rate: *rate, Direction: *dir, Ports: ports}
 		// Reject bad input here too, so the message does not depend on a
 		// daemon being up.
-		if _, err := ctl.ParseManual(req); err != nil {
+		m, err := ctl.ParseManual(req)
+		if err != nil {
 			return err
 		}
+		set = m
 	}
 	if os.Geteuid() != 0 {
 		return errors.New("the daemon's control socket is root-only; run as root")
@@ -78,7 +89,7 @@ slows its reads. --list shows which. Needs root.`, stderr)
 	}
 	switch req.Op {
 	case ctl.OpThrottle:
-		fmt.Fprintf(stdout, "%s: %s delay %s on port(s) %s\n", *ip, *dir, *delay, *port)
+		fmt.Fprintf(stdout, "%s: %s on port(s) %s\n", *ip, set.Kind(), *port)
 	case ctl.OpFree:
 		fmt.Fprintf(stdout, "%s: throttle removed\n", *ip)
 	default:
@@ -105,13 +116,13 @@ func printThrottles(w io.Writer, r ctl.Response) {
 		fmt.Fprintln(w, "no throttles")
 	} else {
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "IP\tDELAY\tDIRECTION\tPORTS\tSOURCE")
+		fmt.Fprintln(tw, "IP\tDELAY\tRATE\tDIRECTION\tPORTS\tSOURCE")
 		for _, t := range r.Throttles {
 			ps := make([]string, len(t.Ports))
 			for i, p := range t.Ports {
 				ps[i] = strconv.Itoa(int(p))
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", t.IP, t.Delay, t.Direction, strings.Join(ps, ","), t.Source)
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", t.IP, dash(t.Delay), dash(t.Rate), t.Direction, strings.Join(ps, ","), t.Source)
 		}
 		tw.Flush()
 	}
@@ -125,4 +136,12 @@ func printThrottles(w io.Writer, r ctl.Response) {
 		fmt.Fprintf(w, "packets held %d, passed %d, backlog %d, bypassed %d, errors %d, delay error p50 %v max %v\n",
 			s.PacketsHeld, s.PacketsPassed, s.Backlog, s.Bypassed, s.Errors, s.DelayErrorP50, s.DelayErrorMax)
 	}
+}
+
+// dash shows an empty column as "-".
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
 }

@@ -34,3 +34,39 @@ func TestPrintThrottlesShowsAckDelay(t *testing.T) {
 		}
 	}
 }
+
+// TestThrottleRateFlags: bad rates and a rate with a delay get one clear
+// error each, before any daemon is asked.
+func TestThrottleRateFlags(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--ip", "10.0.0.3", "--rate", "0MB/s"}, "not above 0"},
+		{[]string{"--ip", "10.0.0.3", "--rate", "-3MB/s"}, "not above 0"},
+		{[]string{"--ip", "10.0.0.3", "--rate", "quick"}, "want a number and a unit"},
+		{[]string{"--ip", "10.0.0.3", "--rate", "20Gbit/s"}, "above 1250MB/s"},
+		{[]string{"--ip", "10.0.0.3", "--rate", "10MB/s", "--direction", "write"}, "caps reads only"},
+		{[]string{"--ip", "10.0.0.3", "--rate", "10MB/s", "--delay", "5ms"}, "exactly one of"},
+	} {
+		var out, errb bytes.Buffer
+		code := dispatch(append([]string{"throttle", "--socket", "/nonexistent/s.sock"}, c.args...), &out, &errb)
+		if code == 0 || !strings.Contains(errb.String(), c.want) || strings.Contains(errb.String(), "no sanqos daemon") {
+			t.Errorf("%v: exit %d, stderr %q; want a refusal containing %q before any daemon is called", c.args, code, errb.String(), c.want)
+		}
+	}
+}
+
+func TestPrintThrottlesShowsRates(t *testing.T) {
+	var b bytes.Buffer
+	printThrottles(&b, ctl.Response{OK: true, Mode: "manual", Backend: "nfqueue+htb", Throttles: []ctl.Throttle{
+		{IP: "10.0.0.3", Rate: "10MB/s", Direction: "read", Ports: []uint16{3260}, Source: "manual"},
+		{IP: "10.0.0.4", Delay: "5ms", Direction: "write", Ports: []uint16{3260}, Source: "vg-data"},
+	}})
+	out := b.String()
+	for _, want := range []string{"RATE", "10.0.0.3  -      10MB/s", "10.0.0.4  5ms    -"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+}

@@ -53,6 +53,10 @@ type Config struct {
 	WriteLeave     Rate `toml:"write_leave"`
 	// Backend is the data path: "nfqueue", "netem", "htb" or "dry-run".
 	Backend string `toml:"backend"`
+	// RateDev is the interface towards the initiators on which a delay
+	// backend gets an htb backend beside it for read rate caps ('sanqos
+	// throttle --rate', manual.read_rates); "" means no rates.
+	RateDev string `toml:"rate_dev"`
 	// Direction is what is delayed: "write" (ACKs and control segments),
 	// "read" (data segments) or "both".
 	Direction string `toml:"direction"`
@@ -145,9 +149,14 @@ type StaticConsumer struct {
 // Manual is the [manual] section, used with policy = "manual": consumers
 // (IP addresses or initiator IQNs) that are never throttled, and those
 // that are throttled whenever their resource is over threshold.
+//
+// ReadRates caps the rate the target sends a consumer, by IP address,
+// whatever the policy: standing manual throttles (thesis §5.2's HTB
+// classes) that 'sanqos throttle --list' shows with source "config".
 type Manual struct {
-	Protected []string `toml:"protected"`
-	Throttle  []string `toml:"throttle"`
+	Protected []string          `toml:"protected"`
+	Throttle  []string          `toml:"throttle"`
+	ReadRates map[string]string `toml:"read_rates"`
 }
 
 // Default returns the built-in configuration. The PID gains are
@@ -241,10 +250,10 @@ func (c *Config) decode(text string) error {
 var knownKeys = []string{
 	"tick", "ewma_alpha", "threshold", "headroom", "signal", "probe", "resources.<name>.{threshold,signal}",
 	"controller", "pid.kp", "pid.ti", "pid.td", "pid.u_max", "pid.u_max_limit",
-	"write_threshold", "write_leave", "backend", "direction", "ports",
+	"write_threshold", "write_leave", "backend", "rate_dev", "direction", "ports",
 	"discovery.adapter", "discovery.interval", "discovery.tgt_control_port",
 	"discovery.lio_root", "discovery.exports", "attribution", "small_segment.<port>", "static.consumers.{resource,addr,device}",
-	"policy", "manual.protected", "manual.throttle", "listen", "socket", "record", "record_max_size",
+	"policy", "manual.protected", "manual.throttle", "manual.read_rates", "listen", "socket", "record", "record_max_size",
 }
 
 // Warnings returns what is valid but probably not meant, one sentence

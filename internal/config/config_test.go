@@ -64,6 +64,11 @@ func TestLoadGood(t *testing.T) {
 		{"rate bytes", "write_threshold = \"900000B/s\"\nwrite_leave = \"256 KiB/s\"", func(c Config) bool {
 			return c.WriteThreshold == 900000 && c.WriteLeave == 256*1024
 		}},
+		{"read rates", "rate_dev = \"eth1\"\n[manual]\nread_rates = { \"192.0.2.5\" = \"10MB/s\", \"fd00::5\" = \"80Mbit/s\" }", func(c Config) bool {
+			return c.RateDev == "eth1" && len(c.Manual.ReadRates) == 2
+		}},
+		{"read rates on htb", "backend = \"htb\"\n[manual]\nread_rates = { \"192.0.2.5\" = \"10MB/s\" }", func(c Config) bool { return c.Backend == "htb" }},
+		{"bit rate threshold", `write_threshold = "8Mbit/s"`, func(c Config) bool { return c.WriteThreshold == 1e6 }},
 		{"ports replace", "ports = [3260, 3261]", func(c Config) bool { return reflect.DeepEqual(c.Ports, []int{3260, 3261}) }},
 		{"static", `[discovery]
 adapter = "static"
@@ -132,6 +137,11 @@ func TestLoadBad(t *testing.T) {
 		{"manual unprotected", "policy = \"manual\"\n[manual]\nthrottle = [\"192.0.2.5\"]", []string{"name at least one protected consumer"}},
 		{"manual both", "policy = \"manual\"\n[manual]\nprotected = [\"192.0.2.5\"]\nthrottle = [\"192.0.2.5\"]", []string{"192.0.2.5 both protected and throttled"}},
 		{"manual bad entry", "[manual]\nprotected = [\"bob\"]", []string{`manual.protected = "bob"`}},
+		{"read rate without rate_dev", "[manual]\nread_rates = { \"192.0.2.5\" = \"10MB/s\" }", []string{"manual.read_rates", "rate_dev"}},
+		{"read rate by name", "rate_dev = \"eth1\"\n[manual]\nread_rates = { \"iqn.2026-11.org.example:db\" = \"10MB/s\" }", []string{"not an IP address", "by address"}},
+		{"read rate zero", "rate_dev = \"eth1\"\n[manual]\nread_rates = { \"192.0.2.5\" = \"0MB/s\" }", []string{`manual.read_rates."192.0.2.5"`, "not above 0"}},
+		{"read rate unit", "rate_dev = \"eth1\"\n[manual]\nread_rates = { \"192.0.2.5\" = \"10mb\" }", []string{"unknown unit"}},
+		{"rate_dev beside htb", "backend = \"htb\"\nrate_dev = \"eth1\"", []string{"rate_dev", "needs none"}},
 		{"listen", `listen = "9469"`, []string{`listen = "9469"`, "HOST:PORT"}},
 		{"socket", `socket = "sanqos.sock"`, []string{"socket", "absolute"}},
 		{"syntax", "tick = \"100ms\"\nthreshold = 15 ms\n", []string{"line 2"}},

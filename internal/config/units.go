@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/sanqos/sanqos/internal/throttle"
 )
 
 // Duration is a time.Duration written as a Go duration string in TOML
@@ -61,11 +63,6 @@ func withUnit(b []byte, units []unit, bare float64) (float64, error) {
 	return f * mult, err
 }
 
-var rateUnits = []unit{
-	{"KiB/s", 1 << 10}, {"MiB/s", 1 << 20}, {"GiB/s", 1 << 30},
-	{"kB/s", 1e3}, {"KB/s", 1e3}, {"MB/s", 1e6}, {"GB/s", 1e9}, {"B/s", 1},
-}
-
 // UnmarshalTOML accepts a number (kB/s) or a string with a unit.
 func (r *Rate) UnmarshalTOML(v any) error {
 	switch x := v.(type) {
@@ -83,7 +80,13 @@ func (r *Rate) UnmarshalTOML(v any) error {
 
 // UnmarshalText parses a rate string.
 func (r *Rate) UnmarshalText(b []byte) error {
-	v, err := withUnit(b, rateUnits, 1e3) // a bare number is kB/s
+	// The units are the data path's (throttle.RateBytes); a bare number
+	// is kB/s.
+	v, ok, err := throttle.RateBytes(string(b))
+	if !ok && err == nil {
+		v, err = strconv.ParseFloat(strings.TrimSpace(string(b)), 64)
+		v *= 1e3
+	}
 	if err != nil {
 		return fmt.Errorf("%q: must be a rate like \"500kB/s\", \"2MB/s\", \"512KiB/s\" or a bare number of kB/s", b)
 	}

@@ -2,10 +2,12 @@ package config
 
 import (
 	"fmt"
+	"maps"
 	"math"
 	"net"
 	"net/netip"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -331,6 +333,9 @@ func (c *Config) validateManual() error {
 			return fmt.Errorf("%s = %q: entries must be IP addresses or initiator names (iqn., eui., naa.)", l.key, v)
 		}
 	}
+	if err := c.validateReadRates(); err != nil {
+		return err
+	}
 	if c.Policy != policy.ManualName {
 		return nil
 	}
@@ -341,6 +346,26 @@ func (c *Config) validateManual() error {
 	// consumer named, none in both lists), with its words.
 	_, err := policy.NewManual(c.EWMAAlpha, policy.ManualConfig{Protected: c.Manual.Protected, Throttle: c.Manual.Throttle})
 	return err
+}
+
+// validateReadRates checks manual.read_rates and that the data path can
+// cap rates.
+func (c *Config) validateReadRates() error {
+	for _, k := range slices.Sorted(maps.Keys(c.Manual.ReadRates)) {
+		if _, err := netip.ParseAddr(k); err != nil {
+			return fmt.Errorf("manual.read_rates: %q is not an IP address; read rates name consumers by address (like \"192.0.2.21\" = \"10MB/s\")", k)
+		}
+		if _, err := throttle.ParseRate(c.Manual.ReadRates[k]); err != nil {
+			return fmt.Errorf("manual.read_rates.%q: %w", k, err)
+		}
+	}
+	switch {
+	case c.RateDev != "" && (c.Backend == "htb" || c.Backend == "dry-run"):
+		return fmt.Errorf("rate_dev = %q adds read rates to a delay backend (nfqueue or netem); backend %q needs none: leave rate_dev out", c.RateDev, c.Backend)
+	case len(c.Manual.ReadRates) > 0 && c.RateDev == "" && c.Backend != "htb" && c.Backend != "dry-run":
+		return fmt.Errorf("manual.read_rates needs a data path that caps rates: set rate_dev (--rate-dev) to the interface towards the initiators")
+	}
+	return nil
 }
 
 func quoteAll(s []string) []string {

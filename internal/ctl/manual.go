@@ -14,12 +14,23 @@ import (
 type ManualHandler struct {
 	Backend   throttle.Backend
 	Overrides *Overrides
-	mu        sync.Mutex // one Apply at a time, in request order
+	// Sys is where sysfs is, for the link speed a rate is checked
+	// against; "" means /sys.
+	Sys string
+	mu  sync.Mutex // one Apply at a time, in request order
 }
 
 // NewManualHandler returns a handler applying manual throttles to b.
 func NewManualHandler(b throttle.Backend) *ManualHandler {
 	return &ManualHandler{Backend: b, Overrides: &Overrides{}}
+}
+
+// Apply applies the overrides as they are (the configuration's read
+// rates at start).
+func (h *ManualHandler) Apply(ctx context.Context) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.apply(ctx)
 }
 
 func (h *ManualHandler) apply(ctx context.Context) error {
@@ -38,6 +49,9 @@ func (h *ManualHandler) Handle(ctx context.Context, r Request) Response {
 			return Response{Error: err.Error()}
 		}
 		prev, had := h.Overrides.Get(m.IP)
+		if err := Check(m, prev, had, h.Backend, h.Sys); err != nil {
+			return Response{Error: err.Error()}
+		}
 		h.Overrides.Set(m)
 		if err := h.apply(ctx); err != nil {
 			h.Overrides.Restore(m.IP, prev, had)

@@ -97,7 +97,7 @@ func mergeOverrides(s throttle.State, manual []throttle.Group) throttle.State {
 // Apply at most).
 func stateEqual(a, b throttle.State) bool {
 	return slices.EqualFunc(a.Groups, b.Groups, func(x, y throttle.Group) bool {
-		return x.Name == y.Name && x.WriteDelay == y.WriteDelay && x.ReadDelay == y.ReadDelay &&
+		return x.Name == y.Name && x.WriteDelay == y.WriteDelay && x.ReadDelay == y.ReadDelay && x.ReadRate == y.ReadRate &&
 			slices.Equal(x.Members, y.Members) && slices.Equal(x.Ports, y.Ports)
 	})
 }

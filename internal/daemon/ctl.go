@@ -23,8 +23,12 @@ func (d *Daemon) CtlHandler(o *ctl.Overrides) ctl.Handler {
 			if err != nil {
 				return ctl.Response{Error: err.Error()}
 			}
+			prev, had := o.Get(m.IP)
+			if err := ctl.Check(m, prev, had, d.o.Backend, ""); err != nil {
+				return ctl.Response{Error: err.Error()}
+			}
 			o.Set(m)
-			d.log.Info("manual throttle set", "ip", m.IP, "delay", m.Delay, "direction", m.Direction)
+			d.log.Info("manual throttle set", "ip", m.IP, "throttle", m.Kind(), "direction", m.Direction)
 		case ctl.OpFree:
 			a, err := netip.ParseAddr(r.IP)
 			if err != nil {

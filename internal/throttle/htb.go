@@ -138,3 +138,6 @@ func sortedInts[V any](m map[int]V) []int {
 	slices.Sort(out)
 	return out
 }
+
+// Dev is the interface the classes are on.
+func (b *HTB) Dev() string { return b.cfg.Dev }

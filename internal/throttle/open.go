@@ -2,6 +2,7 @@ package throttle
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 )
@@ -17,6 +18,10 @@ type Options struct {
 	// DefaultInstance.
 	Instance     string
 	Dev          string // netem, htb: interface towards the initiators
+	// RateDev, with a delay backend (nfqueue, netem), adds an htb
+	// backend on this interface towards the initiators for read rates
+	// (see Composite); "" means delays only.
+	RateDev string
 	QueueNum     uint16 // nfqueue
 	SmallSegment int    // payload bytes still counted as write direction
 	// SmallSegments overrides SmallSegment per target port.
@@ -29,8 +34,28 @@ type Options struct {
 
 // Open starts the named backend in the current network namespace, after
 // removing whatever a dead earlier run of it (or of any dead instance)
-// left there. It refuses to start an instance that is running.
+// left there. It refuses to start an instance that is running. With
+// RateDev it starts an htb backend there too and returns both as one
+// Composite.
 func Open(ctx context.Context, o Options) (Backend, error) {
+	if o.RateDev == "" {
+		return open(ctx, o)
+	}
+	if o.Backend == "htb" || o.Backend == "dry-run" {
+		return nil, fmt.Errorf("--rate-dev adds read rates to a delay backend (nfqueue or netem); the %s backend needs none", o.Backend)
+	}
+	d, err := open(ctx, o)
+	if err != nil {
+		return nil, err
+	}
+	r, err := NewHTB(ctx, TCConfig{Dev: o.RateDev, SmallSegment: o.SmallSegment, SmallSegments: o.SmallSegments, Logger: o.Logger})
+	if err != nil {
+		return nil, errors.Join(fmt.Errorf("starting read rates on %s: %w", o.RateDev, err), d.Close())
+	}
+	return &Composite{Delay: d, Rate: r}, nil
+}
+
+func open(ctx context.Context, o Options) (Backend, error) {
 	switch o.Backend {
 	case "", "nfqueue":
 		return NewNfqueue(ctx, NfqueueConfig{Instance: o.Instance, QueueNum: o.QueueNum, SmallSegment: o.SmallSegment, SmallSegments: o.SmallSegments, AckDelay: o.AckDelay, Logger: o.Logger})
