@@ -98,7 +98,42 @@ func loopDevice(t *testing.T, size int64, tmpfs bool) string {
 			t.Errorf("detaching %s: %v", dev, err)
 		}
 	})
-	return filepath.Base(dev)
+	name := filepath.Base(dev)
+	quiesce(t, name)
+	return name
+}
+
+// quiesce waits until nobody else reads the new device: udev's blkid and
+// the partition scan read a loop device right after it is set up, and a
+// read of theirs that began before the probe was attached completes
+// uncounted by it but counted by diskstats (CI saw 2999 against 3000).
+// Quiet is no request in flight and no count changing for 300 ms.
+func quiesce(t *testing.T, dev string) {
+	t.Helper()
+	if udevadm, err := exec.LookPath("udevadm"); err == nil {
+		_ = exec.Command(udevadm, "settle", "--timeout=5").Run()
+	}
+	last, quietSince := "", time.Now()
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		b, err := os.ReadFile("/sys/block/" + dev + "/stat")
+		if err != nil {
+			t.Fatal(err)
+		}
+		f := strings.Fields(string(b))
+		if len(f) < 9 {
+			t.Fatalf("/sys/block/%s/stat: %q", dev, b)
+		}
+		// Fields 1 and 5 count completed reads and writes, 9 is in flight.
+		now := f[0] + " " + f[4] + " " + f[8]
+		if now != last || f[8] != "0" {
+			last, quietSince = now, time.Now()
+			continue
+		}
+		if time.Since(quietSince) >= 300*time.Millisecond {
+			return
+		}
+	}
+	t.Logf("%s: still busy after 5 s; its counts may include others' I/O", dev)
 }
 
 // diskstatsReads returns the reads and writes completed of dev and the
