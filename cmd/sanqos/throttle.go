@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -36,7 +37,7 @@ time, not both: --free the one to set the other. Needs root.`, stderr)
 	rate := fs.String("rate", "", "read rate cap, e.g. 10MB/s, 512KiB/s, 80Mbit/s (more than 0, at most the link)")
 	dir := fs.String("direction", "", "write, read or both (default: write for --delay, read for --rate, which caps reads only)")
 	port := fs.String("port", "3260", "target port(s), comma-separated")
-	free := fs.Bool("free", false, "remove the initiator's manual delay")
+	free := fs.Bool("free", false, "remove the initiator's manual delay or rate")
 	list := fs.Bool("list", false, "list the throttles in force")
 	socket := fs.String("socket", ctl.DefaultSocket, "control socket of the daemon")
 	if err := parseFlags(fs, args); err != nil {
@@ -51,29 +52,9 @@ time, not both: --free the one to set the other. Needs root.`, stderr)
 	if modes != 1 {
 		return usageError(fs, "give exactly one of --delay D (set a delay), --rate R (cap reads), --free (remove either) or --list")
 	}
-	var req ctl.Request
-	var set ctl.Manual
-	switch {
-	case *list:
-		req = ctl.Request{Op: ctl.OpStatus}
-	case *free:
-		if *ip == "" {
-			return usageError(fs, "--free needs the --ip of the initiator to free")
-		}
-		req = ctl.Request{Op: ctl.OpFree, IP: *ip}
-	default:
-		ports, err := parsePorts(*port)
-		if err != nil {
-			return err
-		}
-		req = ctl.Request{Op: ctl.OpThrottle, IP: *ip, Delay: *delay, Rate: *rate, Direction: *dir, Ports: ports}
-		// Reject bad input here too, so the message does not depend on a
-		// daemon being up.
-		m, err := ctl.ParseManual(req)
-		if err != nil {
-			return err
-		}
-		set = m
+	req, set, err := throttleRequest(fs, *ip, *delay, *rate, *dir, *port, *free, *list)
+	if err != nil {
+		return err
 	}
 	if os.Geteuid() != 0 {
 		return errors.New("the daemon's control socket is root-only; run as root")
@@ -96,6 +77,28 @@ time, not both: --free the one to set the other. Needs root.`, stderr)
 		printThrottles(stdout, resp)
 	}
 	return nil
+}
+
+// throttleRequest builds the control request of one 'sanqos throttle' and
+// checks it as the daemon will, so the message does not depend on a
+// daemon being up.
+func throttleRequest(fs *flag.FlagSet, ip, delay, rate, dir, port string, free, list bool) (ctl.Request, ctl.Manual, error) {
+	switch {
+	case list:
+		return ctl.Request{Op: ctl.OpStatus}, ctl.Manual{}, nil
+	case free:
+		if ip == "" {
+			return ctl.Request{}, ctl.Manual{}, usageError(fs, "--free needs the --ip of the initiator to free")
+		}
+		return ctl.Request{Op: ctl.OpFree, IP: ip}, ctl.Manual{}, nil
+	}
+	ports, err := parsePorts(port)
+	if err != nil {
+		return ctl.Request{}, ctl.Manual{}, err
+	}
+	req := ctl.Request{Op: ctl.OpThrottle, IP: ip, Delay: delay, Rate: rate, Direction: dir, Ports: ports}
+	m, err := ctl.ParseManual(req)
+	return req, m, err
 }
 
 func parsePorts(s string) ([]uint16, error) {

@@ -19,6 +19,9 @@ const (
 	bridgeName = "sqbr0"
 	// ifName is the lab interface inside the target and initiator namespaces.
 	ifName = "eth0"
+	// TargetDev is the target namespace's interface towards the
+	// initiators (where read rates are capped).
+	TargetDev = ifName
 	// ControlPort is tgtd's management port (tgtd -C, tgtadm -C). It is not
 	// the default 0 so that a tgtd the machine may run for itself is never
 	// addressed by the lab.

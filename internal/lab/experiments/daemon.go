@@ -43,6 +43,9 @@ type Control struct {
 	// Signal is what the controller holds under the threshold (mean, p95,
 	// p99); "" is the daemon's default, the mean.
 	Signal string `json:"signal,omitempty"`
+	// Schedule, with Controller "none", sets and frees manual throttles
+	// at fixed times (thesis §5.2–5.4).
+	Schedule []Step `json:"schedule,omitempty"`
 }
 
 // uMaxMs is the u_max the run's daemon gets: the user's (Gains), else
@@ -124,6 +127,9 @@ func daemonConfig(c Control, g Gains, l labView, record string) string {
 	cfg.Discovery.Adapter, cfg.Discovery.Interval.Duration, cfg.Discovery.TgtControlPort = "tgt", 5*time.Second, l.controlPort
 	if cfg.Policy == "manual" {
 		cfg.Manual.Protected, cfg.Manual.Throttle = []string{l.reader.addr}, l.writerAddrs()
+	}
+	if needsRates(c.Schedule) {
+		cfg.RateDev = lab.TargetDev
 	}
 	var b strings.Builder
 	b.WriteString("# sanqos configuration written by the lab experiment for one run.\n")

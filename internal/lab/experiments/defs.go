@@ -108,7 +108,11 @@ func guaranteeRuns(short bool) []plannedRun {
 }
 
 func registry() []Experiment {
-	return append(thesisExperiments(), harderExperiments()...)
+	x := thesisExperiments()
+	// The mechanism's experiments go between fig5.1 and fig5.7, in the
+	// thesis's order.
+	x = append(x[:1], append(mechanismExperiments(), x[1:]...)...)
+	return append(x, harderExperiments()...)
 }
 
 // thesisExperiments are the thesis's own experiments (chapter 5).
@@ -151,6 +155,68 @@ func thesisExperiments() []Experiment {
 			refMs: 15,
 			plan:  interferencePlan(""),
 			plots: plotInterference,
+		},
+	}
+}
+
+// mechanismExperiments are the thesis's experiments that show why the
+// mechanism works (§5.2–5.4, §5.8): throttles switched at fixed times,
+// delay against throughput, and what it costs when idle.
+func mechanismExperiments() []Experiment {
+	return []Experiment{
+		{
+			Name:  "fig5.2",
+			Title: "Read rate throttling with HTB: b2, b3, b4 capped in turn (thesis Fig. 5.2)",
+			Describe: "seqread-32k on each of b2-b5 (fig5.1's load); b2, b3 and b4 in turn capped at " + fmt.Sprint(scheduleRate) +
+				" MB/s by an HTB class ('sanqos throttle --rate', the daemon with --rate-dev) for one window each, then freed; " +
+				"each initiator's MB/s over time with the windows shaded, two runs.",
+			plan:  scheduleRuns("seqread-32k", Step{RateMBs: scheduleRate}),
+			plots: plotSchedule,
+		},
+		{
+			Name:  "fig5.3",
+			Title: "Read throttling by packet delay: b2, b3, b4 delayed in turn (thesis Fig. 5.3)",
+			Describe: "seqread-32k on each of b2-b5; b2, b3 and b4 in turn get a " + fmt.Sprint(scheduleDelayMs) +
+				" ms read delay (their data segments held, 'sanqos throttle --direction read') for one window each; " +
+				"each initiator's MB/s over time with the windows shaded, two runs.",
+			plan:  scheduleRuns("seqread-32k", Step{DelayMs: scheduleDelayMs, Direction: "read"}),
+			plots: plotSchedule,
+		},
+		{
+			Name:  "fig5.4",
+			Title: "Write throttling by packet delay: b2, b3, b4 delayed in turn (thesis Fig. 5.4)",
+			Describe: "seqwrite-64k on each of b2-b5; b2, b3 and b4 in turn get a " + fmt.Sprint(scheduleDelayMs) +
+				" ms write delay (their ACKs, R2Ts and responses held) for one window each; " +
+				"each initiator's MB/s over time with the windows shaded, two runs.",
+			plan:  scheduleRuns("seqwrite-64k", Step{DelayMs: scheduleDelayMs, Direction: "write"}),
+			plots: plotSchedule,
+		},
+		{
+			Name:  "fig5.5",
+			Title: "Time to read 200 MB against the packet delay (thesis Fig. 5.5)",
+			Describe: "b2 reads 200 MB sequentially in 64 KiB I/Os, 20 times at each read delay from 0 to 9.6 ms in steps of 1.6 ms " +
+				"(its data segments held by 'sanqos throttle --direction read' on the observing daemon, TCP autocorking off on the target); " +
+				"mean time with its standard error, and MB/s.",
+			sweep: delaySweep("seqread-32k", "read", 3, 1),
+			plots: plotSweep,
+		},
+		{
+			Name:  "fig5.6",
+			Title: "Time to write 200 MB against the packet delay (thesis Fig. 5.6)",
+			Describe: "b2 writes 200 MB sequentially in 64 KiB I/Os, 20 times at each write delay from 0 to 9.6 ms in steps of 1.6 ms " +
+				"(its ACKs, R2Ts and responses held by 'sanqos throttle --direction write'); mean time with its standard error, and MB/s.",
+			sweep: delaySweep("seqwrite-64k", "write", 4.5, 2),
+			plots: plotSweep,
+		},
+		{
+			Name:  "overhead",
+			Title: "What sanqos costs when it throttles nothing (thesis §5.8)",
+			Describe: "On the ram profile (the network path dominates): b2 reads, then writes, 512 MB in 64 KiB I/Os, 20 times each, " +
+				"(a) with nothing of sanqos, (b) with the daemon running idle, (c) with b2 in a 1 µs delay class (every packet " +
+				"through the queue, the thesis's worst case); Welch's t-test of (b) and (c) against (a), 99 % confidence intervals.",
+			profile: "ram",
+			sweep:   overheadSweep,
+			plots:   plotSweep,
 		},
 	}
 }
@@ -232,6 +298,78 @@ func fig51Runs(short bool) []plannedRun {
 		total = 40 * time.Second
 	}
 	return []plannedRun{{"readers", Workload{Total: total, Reader: "seqread-32k", Readers: 4}, Control{}}}
+}
+
+// The schedule experiments' throttles: a rate well under a reader's
+// quarter of the disk (about 9 MB/s), and the thesis's largest delay
+// step.
+const (
+	scheduleRate    = 2.0
+	scheduleDelayMs = 9.6
+)
+
+// scheduleRuns are fig5.2–5.4's: four equal jobs, one per initiator
+// (fig5.1's load), and b2, b3, b4 throttled in turn for a window each by
+// step (a rate or a delay), two runs to stack as the thesis did.
+func scheduleRuns(job string, step Step) func(bool) []plannedRun {
+	return func(short bool) []plannedRun {
+		win := 30 * time.Second
+		if short {
+			win = 10 * time.Second
+		}
+		total := 5 * win
+		var sched []Step
+		for i, h := range []string{"b2", "b3", "b4"} {
+			s := step
+			s.Host, s.At, s.Until = h, time.Duration(i+1)*win, time.Duration(i+2)*win
+			sched = append(sched, s)
+		}
+		w := Workload{Total: total, Reader: job, Readers: 4}
+		c := Control{Controller: "none", Schedule: sched}
+		return []plannedRun{{"run1", w, c}, {"run2", w, c}}
+	}
+}
+
+// delaySweep is fig5.5's (reads, job seqread-32k) or fig5.6's (writes,
+// seqwrite-64k): b2 moves 200 MB in 64 KiB I/Os 20 times at each delay
+// step from 0 to the thesis's 9.6 ms. perIOms and perDelay model one
+// I/O's time (base, and how many delays it waits) for the estimate.
+func delaySweep(job, direction string, perIOms, perDelay float64) func(bool) Sweep {
+	return func(short bool) Sweep {
+		sw := Sweep{Host: "b2", Job: job, BS: "64k", Size: "200m", Repeats: 20}
+		delays := []float64{0, 1.6, 3.2, 4.8, 6.4, 8, 9.6}
+		if short {
+			sw.Size, sw.Repeats, delays = "16m", 2, []float64{0, 9.6}
+		}
+		ios := float64(sizeBytes(sw.Size)) / (64 << 10)
+		for _, d := range delays {
+			sw.Conditions = append(sw.Conditions, Condition{Label: fmt.Sprintf("%g ms", d), Daemon: true, DelayMs: d, Direction: direction})
+			sw.estimate += time.Duration(float64(sw.Repeats) * ios * (perIOms + perDelay*d) * float64(time.Millisecond))
+		}
+		return sw
+	}
+}
+
+// overheadSweep is thesis §5.8 on the ram profile: b2 reads and then
+// writes 512 MB (64 MB short), 20 times (3) each (a) with nothing of
+// sanqos, (b) with the daemon running idle, its chain and queue in place,
+// (c) with b2 in a delay class of 1 µs, every packet through the queue.
+func overheadSweep(short bool) Sweep {
+	sw := Sweep{Host: "b2", BS: "64k", Size: "512m", Repeats: 20}
+	if short {
+		sw.Size, sw.Repeats = "64m", 3
+	}
+	for _, j := range []struct{ job, dir string }{{"seqread-32k", "read"}, {"seqwrite-64k", "write"}} {
+		a, b, c := j.dir+": nothing", j.dir+": sanqos idle", j.dir+": 1 µs class"
+		sw.Conditions = append(sw.Conditions, Condition{Label: a, Job: j.job}, Condition{Label: b, Job: j.job, Daemon: true},
+			Condition{Label: c, Job: j.job, Daemon: true, DelayMs: 0.001, Direction: j.dir})
+		sw.Compare = append(sw.Compare, [2]string{a, b}, [2]string{a, c})
+	}
+	// About 1 ms per 64 KiB I/O on the ram profile, and the daemon's
+	// start for each (b).
+	ios := float64(sizeBytes(sw.Size)) / (64 << 10)
+	sw.estimate = time.Duration(6*float64(sw.Repeats)*ios)*time.Millisecond + 2*10*time.Second
+	return sw
 }
 
 // fig57Runs: smalljob alone and beside 1, 3 and 12 writers, no sanqos.

@@ -54,6 +54,10 @@ type Experiment struct {
 	// analyze, when set, adds the experiment's own results to the
 	// summary once every run is done (before the plots).
 	analyze func(s *Summary)
+	// sweep, set instead of plan, makes it an experiment of repeated
+	// transfers (fig5.5, fig5.6, overhead); plots then draws from
+	// Summary.Sweep.
+	sweep func(short bool) Sweep
 }
 
 // plannedRun is one run of an experiment.
@@ -85,6 +89,10 @@ type Summary struct {
 	Sim        *SimReference `json:"sim,omitempty"`
 	// Frontier is the frontier experiment's result.
 	Frontier *Frontier `json:"frontier,omitempty"`
+	// Sweep is a transfer experiment's result.
+	Sweep *SweepResult `json:"sweep,omitempty"`
+	// out is the experiment's directory (Options.Out).
+	out string
 }
 
 // SimReference points at the simulator's section of a demo report.
@@ -124,7 +132,10 @@ func Lookup(name string) (Experiment, error) {
 // Estimate is roughly how long the experiment takes, lab up included.
 func (x Experiment) Estimate(short bool) time.Duration {
 	d := 20 * time.Second
-	for _, r := range x.plan(short) {
+	if x.sweep != nil {
+		d += x.sweep(short).estimate
+	}
+	for _, r := range x.planned(short) {
 		d += r.overhead() + r.w.Total
 	}
 	return d
@@ -154,15 +165,26 @@ func Run(ctx context.Context, name string, o Options, lo lab.Options) (*Summary,
 // RunNames lists the names of the experiment's runs, in order.
 func (x Experiment) RunNames(short bool) []string {
 	var out []string
-	for _, r := range x.plan(short) {
+	for _, r := range x.planned(short) {
 		out = append(out, r.name)
 	}
 	return out
 }
 
+// planned is the experiment's runs (none for a sweep).
+func (x Experiment) planned(short bool) []plannedRun {
+	if x.plan == nil {
+		return nil
+	}
+	return x.plan(short)
+}
+
 // selected is the experiment's plan cut down to o.Runs.
 func (x Experiment) selected(o Options) ([]plannedRun, error) {
-	plan := x.plan(o.Short)
+	plan := x.planned(o.Short)
+	if len(o.Runs) > 0 && x.sweep != nil {
+		return nil, fmt.Errorf("%s is a sweep of transfers and has no runs to choose; leave --runs out", x.Name)
+	}
 	if len(o.Runs) == 0 {
 		return plan, nil
 	}
@@ -289,11 +311,16 @@ func (x Experiment) RunOn(ctx context.Context, l *lab.Lab, o Options) (*Summary,
 	st := l.State()
 	s := &Summary{Experiment: x.Name, Title: x.Title, Describe: x.Describe, Short: o.Short, Started: time.Now().UTC(),
 		Lab:   LabInfo{Storage: st.Storage.String(), LUNBytes: st.Size, MTU: st.MTU, Offloads: st.Offloads, Portal: st.Target.Portal()},
-		Gains: o.Gains.WithDefaults()}
+		Gains: o.Gains.WithDefaults(), out: o.Out}
 	if err := stopLeftoverDaemons("/proc"); err != nil {
 		return nil, err
 	}
 	e := &env{l: l, v: v, o: o, count: nstatCounter{run: runInNS}, prog: newProgress(o.Progress, x, plan)}
+	if x.sweep != nil {
+		if s.Sweep, err = e.runSweep(ctx, x.sweep(o.Short)); err != nil {
+			return s, fmt.Errorf("%s: %w", x.Name, err)
+		}
+	}
 	for i, r := range plan {
 		e.prog.startRun(i)
 		res, err := e.runOne(ctx, r.name, r.w, r.c, x.refMs)
@@ -422,4 +449,11 @@ func (x Experiment) Profile() string {
 		return lab.DefaultStorage.Profile
 	}
 	return x.profile
+}
+
+// line writes one progress line.
+func (p *progress) line(format string, args ...any) {
+	if p.w != nil {
+		fmt.Fprintf(p.w, format+"\n", args...)
+	}
 }

@@ -86,6 +86,9 @@ func plotInterference(s *Summary, runs []*RunResult) ([]string, error) {
 
 // outDir is the experiment's directory (each run's Dir is inside it).
 func (s *Summary) outDir(runs []*RunResult) string {
+	if s.out != "" {
+		return s.out
+	}
 	if len(runs) == 0 {
 		return "."
 	}

@@ -218,6 +218,27 @@ the controller's MB/s is given as a share of its.</p>
 {{range .Best}}<tr><td>{{.ThresholdMs}}</td><td>{{f1 .LimitMs}}</td>{{if .Found}}<td>{{.DelayMs}}</td><td>{{f1 .P95Ms}}</td><td>{{f1 .WriteMBs}}</td>{{else}}<td colspan="3">none of the sweep met it</td>{{end}}
 <td>{{if .Controller}}{{.Controller}}{{else}}–{{end}}</td><td>{{f1 .ControllerP95Ms}}</td><td>{{f1 .ControllerMBs}}</td><td>{{if ge .SharePct 0.0}}{{f1 .SharePct}}{{else}}–{{end}}</td></tr>
 {{end}}</table>{{end}}
+{{with .S.Sweep}}<h2>Transfers</h2>
+<p>{{.Host}} moved {{.Size}} {{.Repeats}} times under each condition, one after the other; the time is the load
+generator's, from its first I/O to its last completion (the iSCSI login left out).</p>
+<table><tr><th>condition</th><th>daemon</th><th>delay ms</th><th>mean s</th><th>standard error s</th><th>MB/s</th><th>each transfer s</th></tr>
+{{range .Steps}}<tr><td>{{.Label}}</td><td>{{.Daemon}}</td><td>{{.DelayMs}}</td><td>{{printf "%.3f" .MeanS}}</td><td>{{printf "%.4f" .SES}}</td><td>{{f1 .MBs}}</td>
+<td style="text-align:left; font-size:85%">{{range .Seconds}}{{printf "%.2f" .}} {{end}}</td></tr>
+{{end}}</table>
+{{if .Welch}}<p>Welch's t-test of each pair (as the thesis's R t.test): the difference of B's mean time from A's, in
+percent of A's, with its {{(index .Welch 0).Confidence}} confidence interval; "distinguishable" when the interval excludes 0.</p>
+<table><tr><th>A</th><th>B</th><th>mean A s</th><th>mean B s</th><th>difference %</th><th>interval %</th><th>t</th><th>df</th><th>p</th><th>distinguishable</th></tr>
+{{range .Welch}}<tr><td>{{.A}}</td><td>{{.B}}</td><td>{{printf "%.3f" .MeanA}}</td><td>{{printf "%.3f" .MeanB}}</td><td>{{f2 .DiffPct}}</td>
+<td>{{f2 .CILowPct}} … {{f2 .CIHighPct}}</td><td>{{f2 .T}}</td><td>{{f1 .DF}}</td><td>{{printf "%.3g" .P}}</td><td>{{.Distinguishable}}</td></tr>
+{{end}}</table>{{else}}<p>Time rises with every delay step: {{.Monotonic}}; every step apart from the one before by more than twice
+their combined standard error: {{.Separated}}.</p>{{end}}{{end}}
+{{range .S.Runs}}{{if .ScheduleEffects}}<h2>{{.Name}}: the schedule's windows</h2>
+<p>Each window of the schedule: the throttled initiator's mean MB/s over the window (its first second left out) and
+over as long a time before it, the other initiators' together, and when, after the throttle was set, the throttled
+initiator's 1-second MB/s first fell under half of before.</p>
+<table><tr><th>host</th><th>set at s</th><th>before MB/s</th><th>during MB/s</th><th>others before MB/s</th><th>others during MB/s</th><th>under half after s</th></tr>
+{{range $i, $e := .ScheduleEffects}}<tr><td>{{$e.Host}}</td><td>{{f1 $e.SetAtS}}</td><td>{{f1 $e.BeforeMBs}}</td><td>{{f1 $e.DuringMBs}}</td><td>{{f1 $e.OthersBeforeMBs}}</td><td>{{f1 $e.OthersDuringMBs}}</td><td>{{if ge $e.DropAfterSeconds 0.0}}{{f1 $e.DropAfterSeconds}}{{else}}never{{end}}</td></tr>
+{{end}}</table>{{end}}{{end}}
 {{if guaranteed .S.Runs}}<h2>Guarantees</h2>
 <p>What the source reports' guarantees are checked on (see Targets): Jain's index over the writer threads' MB/s in
 each burst (a thread's rate while it was on, from the load generator's burst lines), the longest single write and

@@ -42,6 +42,14 @@ func viewOf(l *lab.Lab) (labView, error) {
 	return v, nil
 }
 
+func (v labView) hostNames() []string {
+	var out []string
+	for _, h := range v.hosts {
+		out = append(out, h.name)
+	}
+	return out
+}
+
 func (v labView) writerAddrs() []string {
 	var out []string
 	for _, w := range v.writers {
@@ -165,6 +173,10 @@ type RunResult struct {
 	Group string `json:"group,omitempty"`
 	// FixedDelayMs is the fixed write delay of a frontier run.
 	FixedDelayMs float64 `json:"fixed_delay_ms,omitempty"`
+	// Schedule is the run's timed throttles as they took effect.
+	Schedule []Applied `json:"schedule,omitempty"`
+	// ScheduleEffects is what each window of the schedule did.
+	ScheduleEffects []Effect `json:"schedule_effects,omitempty"`
 	// Delay and Release come from the daemon's record.
 	Delay *DelayStats `json:"delay_ms,omitempty"`
 	// SignalHold, for a run that names its signal, is how well the daemon

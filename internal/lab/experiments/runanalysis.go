@@ -24,6 +24,7 @@ func (r *run) analyze(samples []tcpSample) error {
 		return err
 	}
 	r.analyzeWaits(logs)
+	r.res.ScheduleEffects = scheduleEffects(r.res.timeline, r.res.Schedule)
 	if r.d != nil {
 		if err := r.analyzeRecord(); err != nil {
 			return err

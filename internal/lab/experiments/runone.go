@@ -32,6 +32,9 @@ type run struct {
 // threshold an uncontrolled run's over_threshold_pct is measured against.
 func (e *env) runOne(ctx context.Context, name string, w Workload, c Control, refMs float64) (res *RunResult, err error) {
 	r := &run{e: e, w: w, c: c, dir: filepath.Join(e.o.Out, name), refMs: refMs}
+	if err := validateSchedule(c.Schedule, w.Total, e.v.hostNames()); err != nil {
+		return nil, fmt.Errorf("run %s: %w", name, err)
+	}
 	if err := os.MkdirAll(r.dir, 0o755); err != nil {
 		return nil, fmt.Errorf("creating %s: %w", r.dir, err)
 	}
@@ -64,8 +67,12 @@ func (e *env) runOne(ctx context.Context, name string, w Workload, c Control, re
 			return nil, serr
 		}
 	}
+	sched := r.startSchedule(ctx)
 	samples, err := r.waitLoads(ctx)
 	if err != nil {
+		return nil, err
+	}
+	if err := sched(); err != nil {
 		return nil, err
 	}
 	if err := r.countRetransmits(ctx, namespaces, before, samples); err != nil {
@@ -206,6 +213,21 @@ func (r *run) startController(ctx context.Context) error {
 		r.res.FixedDelayMs = r.c.FixedDelayMs
 	}
 	return nil
+}
+
+// startSchedule runs the control's schedule beside the loads; the
+// function returned waits for it and stores what took effect.
+func (r *run) startSchedule(ctx context.Context) func() error {
+	if len(r.c.Schedule) == 0 || r.d == nil {
+		return func() error { return nil }
+	}
+	done := make(chan error, 1)
+	go func() {
+		a, err := r.runSchedule(ctx, r.c.Schedule)
+		r.res.Schedule = a
+		done <- err
+	}()
+	return func() error { return <-done }
 }
 
 // waitLoads waits for every load, showing progress, while sampling the

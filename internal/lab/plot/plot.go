@@ -26,6 +26,9 @@ import (
 type Series struct {
 	Name string
 	X, Y []float64
+	// YErr, when set, draws an error bar of ± YErr[i] at each point (a
+	// standard error, say).
+	YErr []float64
 }
 
 // HLine is a horizontal reference line, such as a threshold.
@@ -42,6 +45,17 @@ type Panel struct {
 	// the colours after the lines'.
 	Points []Series
 	HLines []HLine
+	// Spans shade windows of X behind the lines: when a throttle was in
+	// force, say.
+	Spans []Span
+}
+
+// Span is a shaded window [From, To] of X; Color picks the palette
+// colour (that of the series it concerns), drawn light.
+type Span struct {
+	From, To float64
+	Label    string
+	Color    int
 }
 
 // Size of the PNG: readable on a screen and in a report at 100 %.
@@ -163,8 +177,18 @@ func panel(pn Panel, bottom bool, xlabel string) (*gplot.Plot, error) {
 	p.Legend.Left = false
 	p.Legend.TextStyle.Font.Size = vg.Points(11)
 	p.Y.Min = 0
+	for _, sp := range pn.Spans {
+		sh := shade{Span: sp}
+		p.Add(sh)
+		if sp.Label != "" {
+			p.Legend.Add(sp.Label, sh)
+		}
+	}
 
-	ymax := 0.0
+	ymax, err := addErrorBars(p, pn)
+	if err != nil {
+		return nil, err
+	}
 	for i, s := range pn.Series {
 		col := Color(i)
 		first := true
@@ -203,7 +227,20 @@ func panel(pn Panel, bottom bool, xlabel string) (*gplot.Plot, error) {
 			}
 		}
 	}
-	for i, hl := range pn.HLines {
+	ymax = math.Max(ymax, addHLines(p, pn.HLines))
+	// Headroom above the highest point so the legend does not cover data.
+	if ymax > 0 {
+		p.Y.Max = ymax * 1.35
+	} else {
+		p.Y.Max = 1
+	}
+	return p, nil
+}
+
+// addHLines draws the reference lines, dashed, and returns the highest.
+func addHLines(p *gplot.Plot, hls []HLine) float64 {
+	ymax := 0.0
+	for i, hl := range hls {
 		y := hl.Y
 		f := plotter.NewFunction(func(float64) float64 { return y })
 		f.Color = color.RGBA{60, 60, 60, 255}
@@ -215,13 +252,78 @@ func panel(pn Panel, bottom bool, xlabel string) (*gplot.Plot, error) {
 		}
 		ymax = math.Max(ymax, hl.Y)
 	}
-	// Headroom above the highest point so the legend does not cover data.
-	if ymax > 0 {
-		p.Y.Max = ymax * 1.35
-	} else {
-		p.Y.Max = 1
+	return ymax
+}
+
+// addErrorBars draws the error bars of every series and points of pn,
+// in their colours, and returns the highest bar's top.
+func addErrorBars(p *gplot.Plot, pn Panel) (float64, error) {
+	ymax := 0.0
+	for i, s := range append(append([]Series(nil), pn.Series...), pn.Points...) {
+		if len(s.YErr) == 0 {
+			continue
+		}
+		if len(s.YErr) != len(s.Y) {
+			return 0, fmt.Errorf("series %q has %d y values and %d errors", s.Name, len(s.Y), len(s.YErr))
+		}
+		eb, err := plotter.NewYErrorBars(errorBars{xy(s), s.YErr})
+		if err != nil {
+			return 0, fmt.Errorf("series %q: %w", s.Name, err)
+		}
+		eb.Color = Color(i)
+		eb.LineStyle.Width = vg.Points(1.4)
+		p.Add(eb)
+		for k := range s.Y {
+			ymax = math.Max(ymax, s.Y[k]+s.YErr[k])
+		}
 	}
-	return p, nil
+	return ymax, nil
+}
+
+// errorBars is a series with its errors, as gonum's error bars want it.
+type errorBars struct {
+	plotter.XYs
+	err []float64
+}
+
+func (e errorBars) YError(i int) (float64, float64) { return e.err[i], e.err[i] }
+
+func xy(s Series) plotter.XYs {
+	out := make(plotter.XYs, len(s.X))
+	for i := range s.X {
+		out[i] = plotter.XY{X: s.X[i], Y: s.Y[i]}
+	}
+	return out
+}
+
+// shade draws a Span over the panel's whole height.
+type shade struct{ Span }
+
+func (s shade) color() color.Color {
+	r, g, b, _ := Color(s.Color).RGBA()
+	return color.NRGBA{uint8(r >> 8), uint8(g >> 8), uint8(b >> 8), 60}
+}
+
+// Plot implements gonum's plot.Plotter.
+func (s shade) Plot(c draw.Canvas, p *gplot.Plot) {
+	trX, _ := p.Transforms(&c)
+	x0, x1 := max(trX(s.From), c.Min.X), min(trX(s.To), c.Max.X)
+	if !(x1 > x0) {
+		return
+	}
+	var path vg.Path
+	path.Move(vg.Point{X: x0, Y: c.Min.Y})
+	path.Line(vg.Point{X: x1, Y: c.Min.Y})
+	path.Line(vg.Point{X: x1, Y: c.Max.Y})
+	path.Line(vg.Point{X: x0, Y: c.Max.Y})
+	path.Close()
+	c.SetColor(s.color())
+	c.Fill(path)
+}
+
+// Thumbnail implements gonum's plot.Thumbnailer, for the legend.
+func (s shade) Thumbnail(c *draw.Canvas) {
+	c.FillPolygon(s.color(), []vg.Point{{X: c.Min.X, Y: c.Min.Y}, {X: c.Max.X, Y: c.Min.Y}, {X: c.Max.X, Y: c.Max.Y}, {X: c.Min.X, Y: c.Max.Y}})
 }
 
 // segments splits a series at NaN or infinite Y values.

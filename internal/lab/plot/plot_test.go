@@ -21,9 +21,9 @@ func TestStackedWritesReadablePNG(t *testing.T) {
 	lat[100] = math.NaN() // a gap must not fail the plot
 	path := filepath.Join(t.TempDir(), "sub", "fig.png")
 	err := Stacked(path, "sanqos test figure", "time (s)", []Panel{
-		{Title: "read latency", YLabel: "ms", Series: []Series{{"1 s mean", x, lat}, {"EWMA", x, sig}}, HLines: []HLine{{15, "threshold 15 ms"}}},
-		{Title: "throttle", YLabel: "delay (ms)", Series: []Series{{"delay", x, d}}},
-		{Title: "writes", YLabel: "MB/s", Series: []Series{{"aggregate", x, d}}},
+		{Title: "read latency", YLabel: "ms", Series: []Series{{Name: "1 s mean", X: x, Y: lat}, {Name: "EWMA", X: x, Y: sig}}, HLines: []HLine{{15, "threshold 15 ms"}}},
+		{Title: "throttle", YLabel: "delay (ms)", Series: []Series{{Name: "delay", X: x, Y: d}}},
+		{Title: "writes", YLabel: "MB/s", Series: []Series{{Name: "aggregate", X: x, Y: d}}},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -66,7 +66,7 @@ func TestStackedRejectsBadInput(t *testing.T) {
 	if err := Stacked(filepath.Join(dir, "a.png"), "", "x", nil); err == nil {
 		t.Error("no panels accepted")
 	}
-	err := Stacked(filepath.Join(dir, "b.png"), "", "x", []Panel{{Series: []Series{{"s", []float64{1, 2}, []float64{1}}}}})
+	err := Stacked(filepath.Join(dir, "b.png"), "", "x", []Panel{{Series: []Series{{Name: "s", X: []float64{1, 2}, Y: []float64{1}}}}})
 	if err == nil {
 		t.Error("series with mismatched lengths accepted")
 	}
@@ -93,5 +93,57 @@ func TestNoMinusZeroTick(t *testing.T) {
 		if tk.Label == "-0" {
 			t.Fatalf("ticks %+v have a -0", (niceTicks{}).Ticks(-4, 14))
 		}
+	}
+}
+
+// TestSpansShadeTheirWindow: a span tints the pixels of its X window,
+// over the panel's height, and none outside it.
+func TestSpansShadeTheirWindow(t *testing.T) {
+	x := []float64{0, 100}
+	y := []float64{1, 1}
+	path := filepath.Join(t.TempDir(), "spans.png")
+	if err := Stacked(path, "", "s", []Panel{{Title: "spans", Series: []Series{{Name: "flat", X: x, Y: y}},
+		Spans: []Span{{From: 40, To: 60, Label: "b3 throttled", Color: 2}}}}); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err := png.Decode(bytes.NewReader(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Tinted: not white, not grey (grid, text), green above blue and red
+	// as the palette's bluish green is.
+	tinted := func(px, py int) bool {
+		r, g, b, _ := img.At(px, py).RGBA()
+		return g > r && g > b && r != g
+	}
+	row := 500
+	var in []int
+	for px := 0; px < 1200; px++ {
+		if tinted(px, row) {
+			in = append(in, px)
+		}
+	}
+	if len(in) < 150 || len(in) > 300 {
+		t.Fatalf("%d tinted pixels on row %d, want about a fifth of the plot's width", len(in), row)
+	}
+	lo, hi := in[0], in[len(in)-1]
+	if mid := (lo + hi) / 2; mid < 500 || mid > 700 {
+		t.Errorf("tinted window %d..%d is not around the middle of the X axis", lo, hi)
+	}
+}
+
+func TestErrorBars(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "err.png")
+	s := Series{Name: "mean", X: []float64{0, 1, 2}, Y: []float64{10, 20, 30}, YErr: []float64{1, 2, 3}}
+	if err := Stacked(path, "", "delay (ms)", []Panel{{Title: "t", Points: []Series{s}}}); err != nil {
+		t.Fatal(err)
+	}
+	s.YErr = s.YErr[:2]
+	if err := Stacked(path, "", "x", []Panel{{Title: "t", Points: []Series{s}}}); err == nil {
+		t.Error("mismatched errors accepted")
 	}
 }
