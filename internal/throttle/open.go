@@ -16,12 +16,12 @@ type Options struct {
 	// Instance names the backend's kernel objects and its lock, so that
 	// instances never touch each other's (see owner); "" means
 	// DefaultInstance.
-	Instance     string
-	Dev          string // netem, htb: interface towards the initiators
+	Instance string
+	Dev      string // netem, htb: interface towards the initiators
 	// RateDev, with a delay backend (nfqueue, netem), adds an htb
 	// backend on this interface towards the initiators for read rates
 	// (see Composite); "" means delays only.
-	RateDev string
+	RateDev      string
 	QueueNum     uint16 // nfqueue
 	SmallSegment int    // payload bytes still counted as write direction
 	// SmallSegments overrides SmallSegment per target port.
