@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -25,7 +27,11 @@ func labExperimentsHelp() string {
 		x, _ := experiments.Lookup(n)
 		fmt.Fprintf(&b, "  %-8s %s (about %s; --short %s)\n", n, x.Title,
 			x.Estimate(false).Round(time.Minute), x.Estimate(true).Round(time.Minute))
-		fmt.Fprintf(&b, "  %-8s runs: %s\n", "", strings.Join(x.RunNames(false), ", "))
+		if runs := x.RunNames(false); len(runs) > 0 {
+			fmt.Fprintf(&b, "  %-8s runs: %s\n", "", strings.Join(runs, ", "))
+		} else {
+			fmt.Fprintf(&b, "  %-8s a sweep of repeated transfers (no runs to choose)\n", "")
+		}
 	}
 	return b.String()
 }
@@ -37,6 +43,11 @@ func labRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 if another lab is up) and write to DIR: summary.json, report.html, PNG plots
 and, per run, the raw JSON-lines logs of the load generators and of the
 daemon's --record. The lab is taken down at the end, on error and on Ctrl-C.
+
+EXPERIMENT "all" runs the thesis's experiments one after the other (`+strings.Join(experiments.AllNames, ", ")+`),
+each in its own lab and DIR/NAME, and writes DIR/index.html: each one's plots,
+the thesis's figure or number beside ours and a verdict (--short: about
+`+experiments.AllEstimate(true).Round(time.Minute).String()+`; in full about `+experiments.AllEstimate(false).Round(time.Minute).String()+`).
 
 Experiments:
 `+labExperimentsHelp(), stderr)
@@ -62,11 +73,6 @@ Experiments:
 	if err := parseFlags(fs, args[1:]); err != nil {
 		return err
 	}
-	x, err := experiments.Lookup(name)
-	if err != nil {
-		fmt.Fprintf(stderr, "sanqos lab run: %v\n", err)
-		return errUsage
-	}
 	if *out == "" {
 		fmt.Fprintf(stderr, "sanqos lab run: --out DIR is required\n")
 		return errUsage
@@ -75,24 +81,31 @@ Experiments:
 		fmt.Fprintf(stderr, "sanqos lab run: --kp, --ti, --td and --u-max must not be negative\n")
 		return errUsage
 	}
-	var only []string
-	for _, r := range strings.Split(*runs, ",") {
-		if r = strings.TrimSpace(r); r == "" {
-			continue
-		}
-		if !slices.Contains(x.RunNames(*short), r) {
-			fmt.Fprintf(stderr, "sanqos lab run: %s has no run %q; its runs are %s\n", name, r, strings.Join(x.RunNames(*short), ", "))
+	o := experiments.Options{Out: *out, Short: *short, Progress: stdout,
+		Gains: experiments.Gains{Kp: *kp, Ti: *ti, Td: *td, UMaxMs: float64(*umax) / float64(time.Millisecond)}}
+	if name == "all" {
+		if *runs != "" {
+			fmt.Fprintf(stderr, "sanqos lab run all: --runs chooses runs of one experiment; leave it out\n")
 			return errUsage
 		}
-		only = append(only, r)
+		return labRunAll(ctx, o, func(profile string) (lab.Options, error) { return labOptions(profile, *storage, *size, *seed, stdout) }, stdout)
+	}
+	x, err := experiments.Lookup(name)
+	if err != nil {
+		fmt.Fprintf(stderr, "sanqos lab run: %v (or all)\n", err)
+		return errUsage
+	}
+	only, err := selectRuns(x, *runs, *short)
+	if err != nil {
+		fmt.Fprintf(stderr, "sanqos lab run: %v\n", err)
+		return errUsage
 	}
 	lo, err := labOptions(x.Profile(), *storage, *size, *seed, stdout)
 	if err != nil {
 		fmt.Fprintf(stderr, "sanqos lab run: %v\n", err)
 		return errUsage
 	}
-	o := experiments.Options{Out: *out, Short: *short, Progress: stdout, Runs: only,
-		Gains: experiments.Gains{Kp: *kp, Ti: *ti, Td: *td, UMaxMs: float64(*umax) / float64(time.Millisecond)}}
+	o.Runs = only
 	s, err := experiments.Run(ctx, name, o, lo)
 	if err != nil {
 		return err
@@ -100,6 +113,35 @@ Experiments:
 	printChecks(stdout, s)
 	fmt.Fprintf(stdout, "wrote %s/summary.json and %s/report.html\n", *out, *out)
 	return nil
+}
+
+// selectRuns reads --runs: names of x's runs, comma-separated.
+func selectRuns(x experiments.Experiment, runs string, short bool) ([]string, error) {
+	var only []string
+	for _, r := range strings.Split(runs, ",") {
+		if r = strings.TrimSpace(r); r == "" {
+			continue
+		}
+		if !slices.Contains(x.RunNames(short), r) {
+			return nil, fmt.Errorf("%s has no run %q; its runs are %s", x.Name, r, strings.Join(x.RunNames(short), ", "))
+		}
+		only = append(only, r)
+	}
+	return only, nil
+}
+
+// labRunAll is 'sanqos lab run all': every thesis experiment in turn and
+// DIR/index.html with the thesis's result beside ours.
+func labRunAll(ctx context.Context, o experiments.Options, labFor func(string) (lab.Options, error), stdout io.Writer) error {
+	idx, err := experiments.RunAll(ctx, o, labFor)
+	for _, e := range idx.Entries {
+		fmt.Fprintf(stdout, "%-8s %s (%s)\n", e.Name, e.Verdict, e.Took)
+	}
+	if werr := os.WriteFile(filepath.Join(o.Out, "index.md"), []byte(experiments.IndexMarkdown(idx)), 0o644); werr != nil && err == nil {
+		err = werr
+	}
+	fmt.Fprintf(stdout, "wrote %s/index.html, index.md and index.json (%s in all)\n", o.Out, idx.Finished.Sub(idx.Started).Round(time.Second))
+	return err
 }
 
 // labDemo is 'sanqos lab demo --out DIR'.

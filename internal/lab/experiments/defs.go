@@ -127,6 +127,17 @@ func thesisExperiments() []Experiment {
 			plots: plotFig51,
 		},
 		{
+			Name:  "fig4.3",
+			Title: "Choosing the smoothing: EWMA against moving median on smalljob's wait (thesis Fig. 4.3)",
+			Describe: "fig5.8's run (smalljob beside 12 writers delayed 4.6 ms, then 9.6 ms, in two windows), and on its per-second " +
+				"waits the thesis's best fits: EWMA α = 0.15 and a moving median of 6; each judged by its distance from the " +
+				"trend (a centred 9 s mean), its lag and its roughness.",
+			refMs:   15,
+			plan:    fig58Runs,
+			analyze: analyzeFig43,
+			plots:   plotFig43,
+		},
+		{
 			Name:  "fig5.7",
 			Title: "A small reader against 0, 1, 3 and 12 sequential writers (thesis Fig. 5.7)",
 			Describe: "smalljob (8 KiB random reads at 256 kB/s) on b2 alone, and with 1, 3 and 12 sequential 64 KiB " +
@@ -135,6 +146,16 @@ func thesisExperiments() []Experiment {
 			refMs: 15,
 			plan:  fig57Runs,
 			plots: plotFig57,
+		},
+		{
+			Name:  "fig5.8",
+			Title: "Fixed delays on the 12 writers in two windows: smalljob's wait (thesis Fig. 5.8)",
+			Describe: "smalljob on b2 beside 12 continuous sequential 64 KiB writer threads on b3-b5; the writers delayed 4.6 ms " +
+				"from 100 to 190 s and 9.6 ms from 280 to 370 s ('sanqos throttle' on the observing daemon; --short: a third " +
+				"of the times); smalljob's wait over time with the windows shaded, and its mean wait in each window.",
+			refMs: 15,
+			plan:  fig58Runs,
+			plots: plotFig58,
 		},
 		{
 			Name:  "fig5.9",
@@ -194,18 +215,18 @@ func mechanismExperiments() []Experiment {
 		{
 			Name:  "fig5.5",
 			Title: "Time to read 200 MB against the packet delay (thesis Fig. 5.5)",
-			Describe: "b2 reads 200 MB sequentially in 64 KiB I/Os, 20 times at each read delay from 0 to 9.6 ms in steps of 1.6 ms " +
+			Describe: "b2 reads 200 MB sequentially in 64 KiB I/Os, 20 times at each read delay from 0 to 9.6 ms in steps of 2.4 ms " +
 				"(its data segments held by 'sanqos throttle --direction read' on the observing daemon, TCP autocorking off on the target); " +
 				"mean time with its standard error, and MB/s.",
-			sweep: delaySweep("seqread-32k", "read", 3, 1),
+			sweep: delaySweep("seqread-32k", "read", 6.5, 1),
 			plots: plotSweep,
 		},
 		{
 			Name:  "fig5.6",
 			Title: "Time to write 200 MB against the packet delay (thesis Fig. 5.6)",
-			Describe: "b2 writes 200 MB sequentially in 64 KiB I/Os, 20 times at each write delay from 0 to 9.6 ms in steps of 1.6 ms " +
+			Describe: "b2 writes 200 MB sequentially in 64 KiB I/Os, 20 times at each write delay from 0 to 9.6 ms in steps of 2.4 ms " +
 				"(its ACKs, R2Ts and responses held by 'sanqos throttle --direction write'); mean time with its standard error, and MB/s.",
-			sweep: delaySweep("seqwrite-64k", "write", 4.5, 2),
+			sweep: delaySweep("seqwrite-64k", "write", 6.5, 2),
 			plots: plotSweep,
 		},
 		{
@@ -331,13 +352,13 @@ func scheduleRuns(job string, step Step) func(bool) []plannedRun {
 }
 
 // delaySweep is fig5.5's (reads, job seqread-32k) or fig5.6's (writes,
-// seqwrite-64k): b2 moves 200 MB in 64 KiB I/Os 20 times at each delay
-// step from 0 to the thesis's 9.6 ms. perIOms and perDelay model one
+// seqwrite-64k): b2 moves 200 MB in 64 KiB I/Os 20 times at each of five
+// delay steps from 0 to the thesis's 9.6 ms. perIOms and perDelay model one
 // I/O's time (base, and how many delays it waits) for the estimate.
 func delaySweep(job, direction string, perIOms, perDelay float64) func(bool) Sweep {
 	return func(short bool) Sweep {
 		sw := Sweep{Host: "b2", Job: job, BS: "64k", Size: "200m", Repeats: 20}
-		delays := []float64{0, 1.6, 3.2, 4.8, 6.4, 8, 9.6}
+		delays := []float64{0, 2.4, 4.8, 7.2, 9.6}
 		if short {
 			sw.Size, sw.Repeats, delays = "16m", 2, []float64{0, 9.6}
 		}

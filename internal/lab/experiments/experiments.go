@@ -91,6 +91,8 @@ type Summary struct {
 	Frontier *Frontier `json:"frontier,omitempty"`
 	// Sweep is a transfer experiment's result.
 	Sweep *SweepResult `json:"sweep,omitempty"`
+	// Fig43 is fig4.3's comparison of the smoothings.
+	Fig43 *Fig43 `json:"fig4_3,omitempty"`
 	// out is the experiment's directory (Options.Out).
 	out string
 }

@@ -25,7 +25,8 @@ type Check struct {
 // 2 s after the writers stop; the uncontrolled p95 is ≥ 2 × the reference
 // threshold.
 func checks(s *Summary) []Check {
-	return append(append(append(thesisChecks(s), guaranteeChecks(s)...), frontierChecks(s.Frontier)...), signalChecks(s)...)
+	out := append(append(append(thesisChecks(s), guaranteeChecks(s)...), frontierChecks(s.Frontier)...), signalChecks(s)...)
+	return append(append(out, windowChecks(s)...), mechanismChecks(s)...)
 }
 
 // signalChecks are the targets of runs that name their signal (the ssd
@@ -235,10 +236,23 @@ their combined standard error: {{.Separated}}.</p>{{end}}{{end}}
 {{range .S.Runs}}{{if .ScheduleEffects}}<h2>{{.Name}}: the schedule's windows</h2>
 <p>Each window of the schedule: the throttled initiator's mean MB/s over the window (its first second left out) and
 over as long a time before it, the other initiators' together, and when, after the throttle was set, the throttled
-initiator's 1-second MB/s first fell under half of before.</p>
-<table><tr><th>host</th><th>set at s</th><th>before MB/s</th><th>during MB/s</th><th>others before MB/s</th><th>others during MB/s</th><th>under half after s</th></tr>
+initiator's 1-second MB/s first came down to the window's level (within a fifth of the way from it to before).</p>
+<table><tr><th>host</th><th>set at s</th><th>before MB/s</th><th>during MB/s</th><th>others before MB/s</th><th>others during MB/s</th><th>down after s</th></tr>
 {{range $i, $e := .ScheduleEffects}}<tr><td>{{$e.Host}}</td><td>{{f1 $e.SetAtS}}</td><td>{{f1 $e.BeforeMBs}}</td><td>{{f1 $e.DuringMBs}}</td><td>{{f1 $e.OthersBeforeMBs}}</td><td>{{f1 $e.OthersDuringMBs}}</td><td>{{if ge $e.DropAfterSeconds 0.0}}{{f1 $e.DropAfterSeconds}}{{else}}never{{end}}</td></tr>
 {{end}}</table>{{end}}{{end}}
+{{range .S.Runs}}{{if .WindowWaits}}<h2>{{.Name}}: smalljob's wait in each delay window</h2>
+<p>Mean of smalljob's 1-second waits: while the writers ran unthrottled (5 s after each window left out), and in each
+window the writers were delayed (its first second left out).</p>
+<table><tr><th>writers' delay ms</th><th>from s</th><th>to s</th><th>mean wait ms</th><th>seconds</th></tr>
+{{range .WindowWaits}}<tr><td>{{if .DelayMs}}{{.DelayMs}}{{else}}none{{end}}</td><td>{{f1 .FromS}}</td><td>{{f1 .ToS}}</td><td>{{f1 .MeanMs}}</td><td>{{.Seconds}}</td></tr>
+{{end}}</table>{{end}}{{end}}
+{{with .S.Fig43}}<h2>The smoothing (thesis §4.4.1)</h2>
+<p>Run {{.Run}}, {{.Samples}} one-second samples of smalljob's wait. The trend is a centred 9-second mean (it sees the
+future, so no controller could follow it; it is the reference). Distance: root mean square from the trend; lag: the
+shift that brings the filter closest to the trend; roughness: root mean square of the second-to-second changes.</p>
+<table><tr><th>signal</th><th>RMS from trend ms</th><th>lag s</th><th>roughness ms</th></tr>
+{{range .Smoothers}}<tr><td>{{.Name}}</td><td>{{f2 .RMSToTrendMs}}</td><td>{{.LagS}}</td><td>{{f2 .RoughnessMs}}</td></tr>
+{{end}}</table><p>Verdict: {{.Verdict}}.</p>{{end}}
 {{if guaranteed .S.Runs}}<h2>Guarantees</h2>
 <p>What the source reports' guarantees are checked on (see Targets): Jain's index over the writer threads' MB/s in
 each burst (a thread's rate while it was on, from the load generator's burst lines), the longest single write and

@@ -177,6 +177,9 @@ type RunResult struct {
 	Schedule []Applied `json:"schedule,omitempty"`
 	// ScheduleEffects is what each window of the schedule did.
 	ScheduleEffects []Effect `json:"schedule_effects,omitempty"`
+	// WindowWaits is smalljob's mean wait outside and in each delay
+	// window of the schedule (fig5.8).
+	WindowWaits []WindowWait `json:"window_waits,omitempty"`
 	// Delay and Release come from the daemon's record.
 	Delay *DelayStats `json:"delay_ms,omitempty"`
 	// SignalHold, for a run that names its signal, is how well the daemon

@@ -25,6 +25,9 @@ func (r *run) analyze(samples []tcpSample) error {
 	}
 	r.analyzeWaits(logs)
 	r.res.ScheduleEffects = scheduleEffects(r.res.timeline, r.res.Schedule)
+	if r.w.readers() == 1 && len(r.res.Schedule) > 0 {
+		r.res.WindowWaits = windowWaits(r.res.timeline, r.res.Schedule, r.w)
+	}
 	if r.d != nil {
 		if err := r.analyzeRecord(); err != nil {
 			return err

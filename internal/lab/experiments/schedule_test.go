@@ -128,7 +128,7 @@ func TestScheduleEffects(t *testing.T) {
 		t.Errorf("effect %+v: want b3 9 → 2 MB/s, the others 27 → 33.9", e)
 	}
 	if !near(e.DropAfterSeconds, 1.8) {
-		t.Errorf("drop after %v s, want 1.8 (the second ending at 12 is the first under half)", e.DropAfterSeconds)
+		t.Errorf("drop after %v s, want 1.8 (the second ending at 12 is the first at the window.s level; 11 is mixed, 5 MB/s)", e.DropAfterSeconds)
 	}
 }
 

@@ -1,0 +1,88 @@
+package experiments
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestAllNamesAreExperimentsWithThesisReferences(t *testing.T) {
+	for _, n := range AllNames {
+		if _, err := Lookup(n); err != nil {
+			t.Errorf("%s: %v", n, err)
+		}
+		if thesisRef[n] == "" {
+			t.Errorf("%s has no thesis reference for the index", n)
+		}
+	}
+	for n, from := range derivedFrom {
+		i, j := indexOf(AllNames, n), indexOf(AllNames, from)
+		if i < 0 || j < 0 || j > i {
+			t.Errorf("%s derives from %s, which must run before it", n, from)
+		}
+	}
+	if AllEstimate(true) <= 0 || AllEstimate(false) <= AllEstimate(true) {
+		t.Errorf("estimates short %v full %v", AllEstimate(true), AllEstimate(false))
+	}
+}
+
+func indexOf(xs []string, x string) int {
+	for i, v := range xs {
+		if v == x {
+			return i
+		}
+	}
+	return -1
+}
+
+func TestVerdict(t *testing.T) {
+	ok := &Summary{Checks: []Check{{"r", "a", "x", "y", true}, {"r", "b", "x", "y", true}}}
+	if v := verdict(ok); !strings.HasPrefix(v, "reproduced (2 of 2") {
+		t.Errorf("all met: %q", v)
+	}
+	bad := &Summary{Checks: []Check{{"r", "a", "x", "y", true}, {"run1", "b", "< 3", "4", false}}}
+	if v := verdict(bad); !strings.HasPrefix(v, "differs: 1 of 2") || !strings.Contains(v, "run1: b: want < 3, got 4") {
+		t.Errorf("one missed: %q", v)
+	}
+	if v := verdict(&Summary{}); !strings.HasPrefix(v, "shown") {
+		t.Errorf("no checks: %q", v)
+	}
+}
+
+// TestDeriveAndIndex: fig4.3 is analysed from fig5.8's runs into its own
+// directory, and the index names both with their verdicts and plots.
+func TestDeriveAndIndex(t *testing.T) {
+	dir := t.TempDir()
+	tl := fig58Timeline()
+	src := &Summary{Experiment: "fig5.8", Runs: []*RunResult{{Name: "delays", Dir: filepath.Join(dir, "fig5.8", "delays"), timeline: tl}}}
+	x, _ := Lookup("fig4.3")
+	s, err := x.derive(src, Options{Out: filepath.Join(dir, "fig4.3")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Fig43 == nil || len(s.Plots) != 1 || src.Fig43 != nil || src.Experiment != "fig5.8" {
+		t.Fatalf("derived %+v; the source must stay as it was", s)
+	}
+	for _, f := range []string{"summary.json", "report.html", "fig4.3.png"} {
+		if _, err := os.Stat(filepath.Join(dir, "fig4.3", f)); err != nil {
+			t.Error(err)
+		}
+	}
+	idx := &Index{Entries: []IndexEntry{entryOf(x, s, nil, dir), entryOf(Experiment{Name: "fig5.9"}, nil, errors.New("lab busy"), dir)}}
+	if e := idx.Entries[0]; e.Report != "fig4.3/report.html" || len(e.Plots) != 1 || e.Verdict == "" || !strings.Contains(e.Ours, "EWMA") {
+		t.Errorf("entry %+v", e)
+	}
+	if err := writeIndex(dir, idx); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "index.html"))
+	if err != nil || !strings.Contains(string(b), `<a href="fig4.3/report.html">fig4.3</a>`) || !strings.Contains(string(b), "not run: lab busy") {
+		t.Errorf("index.html: %v\n%s", err, b)
+	}
+	md := IndexMarkdown(idx)
+	if !strings.Contains(md, "| fig4.3 | EWMA α = 0.15") || strings.Count(md, "\n") != 4 {
+		t.Errorf("markdown:\n%s", md)
+	}
+}
