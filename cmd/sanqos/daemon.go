@@ -304,7 +304,7 @@ func parseRunOptions(args []string, manual bool, stderr io.Writer) (runOptions, 
 	configPath := fs.String("config", "", "TOML configuration `file` (see deploy/sanqos.example.toml); flags override it")
 	c.RegisterFlags(fs)
 	proc := fs.String("proc", "/proc", "proc file system to read diskstats from")
-	dev := fs.String("dev", "", "interface towards the initiators (netem and htb backends)")
+	dev := fs.String("dev", "", "interface towards the initiators (netem, htb and edt backends)")
 	queue := fs.Uint("queue-num", uint(throttle.DefaultQueueNum), "NFQUEUE number (nfqueue backend)")
 	small := fs.Int("small-segment", throttle.DefaultSmallSegment, "largest TCP payload in bytes that counts as write-direction traffic (R2T, SCSI response); given, it applies to every port, else each known protocol port has its measured default (NFS 2049: 256) and small_segment.<port> overrides")
 	cleanup := fs.Bool("cleanup-only", false, "remove the kernel objects a sanqos daemon left behind, then exit")

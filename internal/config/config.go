@@ -51,7 +51,7 @@ type Config struct {
 	// resource's throttleable set; it leaves below WriteLeave.
 	WriteThreshold Rate `toml:"write_threshold"`
 	WriteLeave     Rate `toml:"write_leave"`
-	// Backend is the data path: "nfqueue", "netem", "htb" or "dry-run".
+	// Backend is the data path: "nfqueue", "netem", "htb", "edt" or "dry-run".
 	Backend string `toml:"backend"`
 	// RateDev is the interface towards the initiators on which a delay
 	// backend gets an htb backend beside it for read rate caps ('sanqos

@@ -16,6 +16,7 @@ const applyTimeout = 5 * time.Second
 
 // apply hands s to the backend unless it is what the backend already has.
 func (d *Daemon) apply(ctx context.Context, s throttle.State) error {
+	d.renew(ctx)
 	if !d.needsResync && stateEqual(s, d.applied) {
 		return nil
 	}
@@ -61,6 +62,21 @@ func (d *Daemon) apply(ctx context.Context, s throttle.State) error {
 	d.appliedView = d.applied
 	d.mu.Unlock()
 	return nil
+}
+
+// renew keeps a Renewer backend's delays alive for one more TTL: every
+// tick, so that they lapse on their own when the loop stops (a dead or
+// stuck daemon fails open). A failure is logged when it starts.
+func (d *Daemon) renew(ctx context.Context) {
+	r, ok := d.o.Backend.(throttle.Renewer)
+	if !ok {
+		return
+	}
+	err := r.Renew(ctx)
+	if err != nil && !d.renewFailing {
+		d.log.Error("renewing the throttles failed; they lapse unless the next tick renews them", "backend", d.o.Backend.Name(), "err", err)
+	}
+	d.renewFailing = err != nil
 }
 
 // mergeOverrides returns s with the manual groups added and their members

@@ -133,7 +133,8 @@ type Daemon struct {
 	applied      throttle.State             // last state applied successfully
 	needsResync  bool                       // applied is not known to be in the kernel
 	applyFailing bool
-	statsFailing int // consecutive failed reads
+	renewFailing bool // the last Renew failed (edt)
+	statsFailing int  // consecutive failed reads
 	recordFailed bool
 	holdUntil    time.Time // after a reload, keep the throttles in force until then
 

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http/httptest"
 	"net/netip"
@@ -475,5 +476,38 @@ func TestRefusedPartIsWarnedOnceAndTheRestApplied(t *testing.T) {
 	}
 	if n := r.logs.count("applying the throttle state failed"); n != 0 {
 		t.Errorf("a refusal was logged as a failure:\n%s", r.logs)
+	}
+}
+
+// renewingBackend is a backend whose state lapses unless renewed (edt).
+type renewingBackend struct {
+	fakeBackend
+	renewals int
+	fail     bool
+}
+
+func (b *renewingBackend) Renew(context.Context) error {
+	b.renewals++
+	if b.fail {
+		return errors.New("map gone")
+	}
+	return nil
+}
+
+// TestRenewedEveryTick: a Renewer backend is renewed at every tick, also
+// when the state did not change (Apply is then skipped), and a failing
+// renewal is logged once when it starts.
+func TestRenewedEveryTick(t *testing.T) {
+	r := newRig(t, dec(20, 2, "10.99.0.3"), dec(20, 2, "10.99.0.3"), dec(20, 2, "10.99.0.3"), dec(20, 2, "10.99.0.3"), dec(20, 2, "10.99.0.3"))
+	be := &renewingBackend{}
+	r.d.o.Backend = be
+	r.ticks(3)
+	if calls, _, _ := be.counts(); calls != 1 || be.renewals != 3 {
+		t.Fatalf("over 3 ticks of one state: %d applies, %d renewals; want 1 and 3", calls, be.renewals)
+	}
+	be.fail = true
+	r.ticks(2)
+	if n := r.logs.count("renewing the throttles failed"); n != 1 {
+		t.Errorf("failed renewal logged %d times over 2 ticks, want 1:\n%s", n, r.logs)
 	}
 }

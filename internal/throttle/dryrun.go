@@ -27,7 +27,7 @@ func NewDryRun(log *slog.Logger) *DryRun {
 func (b *DryRun) Name() string { return "dry-run" }
 
 func (b *DryRun) Apply(ctx context.Context, s State) error {
-	if err := Validate(s); err != nil {
+	if err := validateShape(s); err != nil {
 		return err
 	}
 	b.mu.Lock()

@@ -94,9 +94,12 @@ func (b *HTB) plan(s State) (map[int]uint64, []string) {
 }
 
 func (b *HTB) Apply(ctx context.Context, s State) error {
-	if err := Validate(s); err != nil {
+	if err := validateShape(s); err != nil {
 		return err
 	}
+	// What cannot be programmed (an IPv6 member) is left out and
+	// reported; the rest is applied.
+	s, refused := Split(s)
 	if err := b.lock(); err != nil {
 		return err
 	}
@@ -126,6 +129,9 @@ func (b *HTB) Apply(ctx context.Context, s State) error {
 			return fmt.Errorf("removing read rate class: %w", err)
 		}
 		delete(b.classes, mi)
+	}
+	if refused != nil {
+		return refused
 	}
 	return nil
 }

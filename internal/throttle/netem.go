@@ -185,15 +185,21 @@ func (b *Netem) Rules(s State) []string {
 }
 
 func (b *Netem) Apply(ctx context.Context, s State) error {
-	if err := Validate(s); err != nil {
+	if err := validateShape(s); err != nil {
 		return err
 	}
+	// What cannot be programmed (an IPv6 member) is left out and
+	// reported; the rest is applied.
+	s, refused := Split(s)
 	if err := b.lock(); err != nil {
 		return err
 	}
 	defer b.mu.Unlock()
 	if err := b.rec.apply(ctx, b.Rules(s), wantSets(s)); err != nil {
 		return fmt.Errorf("programming the netem data path: %w", err)
+	}
+	if refused != nil {
+		return refused
 	}
 	return nil
 }

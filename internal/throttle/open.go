@@ -8,7 +8,7 @@ import (
 )
 
 // Backends lists the backend names Open accepts, the default first.
-var Backends = []string{"nfqueue", "netem", "htb", "dry-run"}
+var Backends = []string{"nfqueue", "netem", "htb", "edt", "dry-run"}
 
 // Options selects and configures a backend for Open.
 type Options struct {
@@ -63,8 +63,10 @@ func open(ctx context.Context, o Options) (Backend, error) {
 		return NewNetem(ctx, TCConfig{Instance: o.Instance, Dev: o.Dev, SmallSegment: o.SmallSegment, SmallSegments: o.SmallSegments, Logger: o.Logger})
 	case "htb":
 		return NewHTB(ctx, TCConfig{Instance: o.Instance, Dev: o.Dev, SmallSegment: o.SmallSegment, SmallSegments: o.SmallSegments, Logger: o.Logger})
+	case "edt":
+		return openEDT(ctx, o)
 	case "dry-run":
 		return NewDryRun(o.Logger), nil
 	}
-	return nil, fmt.Errorf("unknown backend %q: choose one of nfqueue (default), netem, htb, dry-run", o.Backend)
+	return nil, fmt.Errorf("unknown backend %q: choose one of nfqueue (default), netem, htb, edt, dry-run", o.Backend)
 }

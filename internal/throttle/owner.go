@@ -54,7 +54,7 @@ func CheckInstance(name string) error {
 // one queue anyway), tc instances by their device (one root qdisc each).
 func DefaultInstance(o Options) string {
 	switch o.Backend {
-	case "netem", "htb":
+	case "netem", "htb", "edt":
 		var b strings.Builder
 		b.WriteByte('t')
 		for _, r := range strings.ToLower(o.Dev) {

@@ -137,7 +137,7 @@ func (c *Composite) Name() string { return c.Delay.Name() + "+htb" }
 // Apply splits s between the two backends. The delay half goes first: a
 // consumer moved from a delay to a rate is released before it is capped.
 func (c *Composite) Apply(ctx context.Context, s State) error {
-	if err := Validate(s); err != nil {
+	if err := validateShape(s); err != nil {
 		return err
 	}
 	var delays, rates State
@@ -150,10 +150,33 @@ func (c *Composite) Apply(ctx context.Context, s State) error {
 			rates.Groups = append(rates.Groups, r)
 		}
 	}
-	if err := c.Delay.Apply(ctx, delays); err != nil {
-		return err
+	// What one half refuses (an IPv6 consumer, say) does not stop the
+	// other; the refusals are reported together.
+	var why []string
+	for _, apply := range []func() error{
+		func() error { return c.Delay.Apply(ctx, delays) },
+		func() error { return c.Rate.Apply(ctx, rates) },
+	} {
+		var ref *Refused
+		switch err := apply(); {
+		case errors.As(err, &ref):
+			why = append(why, ref.Reasons...)
+		case err != nil:
+			return err
+		}
 	}
-	return c.Rate.Apply(ctx, rates)
+	if len(why) > 0 {
+		return &Refused{Reasons: why}
+	}
+	return nil
+}
+
+// Renew passes the tick's renewal on to the delay backend (see Renewer).
+func (c *Composite) Renew(ctx context.Context) error {
+	if r, ok := c.Delay.(Renewer); ok {
+		return r.Renew(ctx)
+	}
+	return nil
 }
 
 // Stats are the delay backend's: the htb classes keep no packets of ours.

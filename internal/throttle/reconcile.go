@@ -62,20 +62,6 @@ func sortedGroups(s State) []Group {
 	return gs
 }
 
-// Validate rejects states the backends cannot program: duplicate group
-// names, negative delays, and (see Split) IPv6 members and more ports
-// than one rule takes. The tc backends refuse such a state whole; the
-// nfqueue backend programs what it can (Split) and refuses the rest.
-func Validate(s State) error {
-	if err := validateShape(s); err != nil {
-		return err
-	}
-	if _, refused := Split(s); refused != nil {
-		return refused
-	}
-	return nil
-}
-
 // validateShape rejects states no backend can make sense of.
 func validateShape(s State) error {
 	seen := map[string]bool{}
@@ -479,15 +465,6 @@ func (r *reconciler) applySteps(ctx context.Context, rules []string, sets map[st
 		}
 	}
 	return nil
-}
-
-func sortedAddrs(m map[netip.Addr]bool) []netip.Addr {
-	out := make([]netip.Addr, 0, len(m))
-	for a := range m {
-		out = append(out, a)
-	}
-	slices.SortFunc(out, func(a, b netip.Addr) int { return a.Compare(b) })
-	return out
 }
 
 func sortedKeys[V any](m map[string]V) []string {

@@ -38,7 +38,9 @@
 //   - nfqueue backend: NFQUEUE number 3260 (DefaultQueueNum);
 //   - netem backend: root qdisc handle 53: on the given device, classes
 //     53:1 (default) and 53:10 upwards with netem leaves 100: upwards;
-//   - htb backend: root qdisc handle 54:, classes 54:1 and 54:10 upwards.
+//   - htb backend: root qdisc handle 54:, classes 54:1 and 54:10 upwards;
+//   - edt backend: root qdisc fq handle 5e:, a clsact qdisc with the
+//     sanqos-edt BPF filter on egress, and its map (see package edt).
 //
 // Bounds under hostile load (nfqueue): at most DefaultMaxBacklog packets
 // held (beyond it a packet passes at once, after the held packets of its
@@ -50,7 +52,10 @@
 //
 // Backends: nfqueue (default; per-flow FIFO delays in user space, fail
 // open), netem (the thesis's kernel path, where sch_netem exists), htb
-// (read bandwidth caps) and dry-run (logs only). See Open.
+// (read bandwidth caps), edt (tc/BPF departure times with fq, entries
+// that lapse unless renewed: fail open in the kernel) and dry-run (logs
+// only); a delay backend with an htb beside it for rates is a Composite.
+// See Open.
 package throttle
 
 import (
@@ -161,7 +166,7 @@ type Stats struct {
 
 // Backend applies throttle state to the data path.
 type Backend interface {
-	// Name is the backend's name: nfqueue, netem, htb or dry-run.
+	// Name is the backend's name: nfqueue, netem, htb, edt or dry-run.
 	Name() string
 	// Apply reconciles the data path with s. Applying the same state twice
 	// changes nothing in the kernel.
@@ -205,3 +210,11 @@ type Healther interface {
 }
 
 var _ Healther = (*Nfqueue)(nil)
+
+// Renewer is a backend whose kernel state expires unless renewed (edt:
+// a delay lapses one TTL after the daemon stops renewing it, so a dead or
+// stuck daemon fails open). The daemon calls Renew every tick, whether or
+// not the state changed.
+type Renewer interface {
+	Renew(ctx context.Context) error
+}

@@ -20,8 +20,8 @@ var Suites = map[string]string{
 	"netem":   "^(TestKernel|TestNetem)",
 	"nfqueue": "^(TestKernel|TestNfqueue)",
 	"loop":    "^(TestKernel|TestAutonomic)",
-	"edt":     "^(TestKernel|TestEDTBackend)",
-	"all":     "^(TestKernel|TestStack|TestLIO|TestLVM|TestNetem|TestNfqueue|TestAutonomic|TestEDTBackend)",
+	"edt":     "^(TestKernel|TestEDT)",
+	"all":     "^(TestKernel|TestStack|TestLIO|TestLVM|TestNetem|TestNfqueue|TestAutonomic|TestEDT)",
 }
 
 // SuiteNames lists the suites, sorted.

@@ -120,6 +120,7 @@ type Direction int
 const (
 	Write Direction = iota
 	Read
+	Both // every packet
 )
 
 // smallMax is the largest IP total length that counts as a small segment:
@@ -209,8 +210,11 @@ func (e *EDT) Set(addr netip.Addr, dir Direction, delay, ttl time.Duration) erro
 	binary.LittleEndian.PutUint64(v[offDelay:], uint64(delay.Nanoseconds()))
 	binary.LittleEndian.PutUint64(v[offExpires:], monotonic()+uint64(ttl.Nanoseconds()))
 	lo, hi := uint64(0), uint64(smallMax)
-	if dir == Read {
+	switch dir {
+	case Read:
 		lo, hi = smallMax+1, 65535
+	case Both:
+		hi = 65535
 	}
 	binary.LittleEndian.PutUint64(v[offMinLen:], lo)
 	binary.LittleEndian.PutUint64(v[offMaxLen:], hi)

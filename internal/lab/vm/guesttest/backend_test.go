@@ -14,16 +14,24 @@ import (
 
 	"github.com/sanqos/sanqos/internal/lab/vm"
 	"github.com/sanqos/sanqos/internal/lab/vm/kstack"
+	sanqosthrottle "github.com/sanqos/sanqos/internal/throttle"
 )
 
-// TestNetemBackend and TestNfqueueBackend hold the two backends to one
-// standard on the kernel stack: ACK delay slows an initiator's writes
-// monotonically with the delay, data delay slows its reads, freeing
-// restores the rate, a flow is not reordered across delay changes (no SACK
-// recovery, no retransmission timeout), and after kill -9 a cleanup-only
-// run leaves no qdisc, filter, chain or set.
-func TestNetemBackend(t *testing.T)   { backendTest(t, "netem") }
-func TestNfqueueBackend(t *testing.T) { backendTest(t, "nfqueue") }
+// TestNetemBackend, TestNfqueueBackend and TestEDTDaemonBackend hold the
+// three delay backends to one standard on the kernel stack, each run by
+// 'sanqos run --manual --backend B' and driven with 'sanqos throttle':
+// ACK delay slows an initiator's writes monotonically with the delay,
+// data delay slows its reads, freeing restores the rate, a flow is not
+// reordered across delay changes (no SACK recovery, no retransmission
+// timeout), and after kill -9 a cleanup-only run leaves no qdisc, filter,
+// chain or set. After kill -9, nfqueue fails open at once, edt one TTL
+// later (its entries are no longer renewed), netem not at all.
+func TestNetemBackend(t *testing.T)     { backendTest(t, "netem") }
+func TestNfqueueBackend(t *testing.T)   { backendTest(t, "nfqueue") }
+func TestEDTDaemonBackend(t *testing.T) { backendTest(t, "edt") }
+
+// daemonEDTTTL is how long the daemon's edt entries outlive it.
+const daemonEDTTTL = sanqosthrottle.DefaultEDTTTL
 
 // ioCount is how many 64 KiB direct I/Os one measurement makes: each costs
 // at least one delayed round trip.
@@ -228,11 +236,15 @@ func backendTest(t *testing.T, backend string) {
 	daemon.Process.Kill()
 	daemon.Wait()
 	killed = true
+	if backend == "edt" {
+		// Its entries lapse one TTL after the last renewal.
+		time.Sleep(daemonEDTTTL + 500*time.Millisecond)
+	}
 	wDead := timedIO(t, disk, true)
 	t.Logf("%s: writes after kill -9 with 20ms in force: %v", backend, wDead)
 	switch {
-	case backend == "nfqueue" && wDead.Min >= 20*time.Millisecond:
-		t.Errorf("nfqueue did not fail open: writes after kill -9 took at least %v", wDead.Min)
+	case (backend == "nfqueue" || backend == "edt") && wDead.Min >= 20*time.Millisecond:
+		t.Errorf("%s did not fail open: writes after kill -9 took at least %v", backend, wDead.Min)
 	case backend == "netem" && wDead.Min < 20*time.Millisecond:
 		// netem is not fail-open: its qdiscs stay until a cleanup.
 		t.Errorf("netem's delay vanished with its daemon (minimum %v): expected it to stay until --cleanup-only", wDead.Min)

@@ -1,0 +1,56 @@
+package throttle
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"time"
+
+	"github.com/sanqos/sanqos/internal/throttle/edt"
+)
+
+// edtKernel is package edt's path behind the edtPath interface.
+type edtKernel struct{ e *edt.EDT }
+
+func (k edtKernel) Set(a netip.Addr, dir Direction, delay, ttl time.Duration) error {
+	d := edt.Write
+	switch dir {
+	case Read:
+		d = edt.Read
+	case Both:
+		d = edt.Both
+	}
+	return k.e.Set(a, d, delay, ttl)
+}
+
+func (k edtKernel) Free(a netip.Addr) error { return k.e.Free(a) }
+func (k edtKernel) Close() error            { return k.e.Close() }
+
+// openEDT installs the edt path on o.Dev in this network namespace, after
+// removing what an earlier run left; the device's instance lock keeps a
+// second tc-style backend off it.
+func openEDT(_ context.Context, o Options) (*EDT, error) {
+	if o.Dev == "" {
+		return nil, errors.New("the edt backend needs the interface the target reaches its initiators on (--dev)")
+	}
+	inst := o.Instance
+	if inst == "" {
+		inst = DefaultInstance(Options{Backend: "edt", Dev: o.Dev})
+	}
+	if err := CheckInstance(inst); err != nil {
+		return nil, err
+	}
+	lk, err := lockInstance(0, inst)
+	if err != nil {
+		return nil, fmt.Errorf("%w; stop it first", err)
+	}
+	e, err := edt.New("", o.Dev)
+	if err != nil {
+		lk.release()
+		return nil, fmt.Errorf("%w (the edt backend needs sch_fq, clsact and BPF: a distribution kernel has them; use nfqueue elsewhere)", err)
+	}
+	b := newEDT(edtKernel{e}, DefaultEDTTTL, o.Logger)
+	b.ilock = lk
+	return b, nil
+}

@@ -1,0 +1,182 @@
+package throttle
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"slices"
+	"sync"
+	"time"
+)
+
+// DefaultEDTTTL is how long an edt delay lives without renewal: ten of the
+// daemon's 100 ms ticks, so a daemon that dies or stalls stops delaying
+// within a second, while one slow tick does not drop a throttle.
+const DefaultEDTTTL = time.Second
+
+// edtPath is the kernel side of the edt backend (package edt on Linux):
+// one delay per initiator address, expiring unless set again.
+type edtPath interface {
+	Set(addr netip.Addr, dir Direction, delay, ttl time.Duration) error
+	Free(addr netip.Addr) error
+	Close() error
+}
+
+// edtEntry is what one initiator gets.
+type edtEntry struct {
+	dir   Direction
+	delay time.Duration
+}
+
+// EDT is the kernel-native backend that fails open: a tc/BPF program gives
+// each throttled initiator's packets a departure time and fq holds them
+// (package edt). The daemon renews every entry each tick (Renew); an
+// entry not renewed for TTL is ignored by the program, so the delays of a
+// daemon killed or stuck end on their own, and fq keeps a flow's packets
+// in order when a delay falls.
+//
+// It matches initiators by address alone, on every port, and IPv4 only
+// (an IPv6 member is refused, the rest applied); its write direction is
+// the pure ACKs and segments up to the default small-segment size.
+type EDT struct {
+	path  edtPath
+	ttl   time.Duration
+	log   *slog.Logger
+	ilock *instanceLock
+	mu    sync.Mutex
+	cur   map[netip.Addr]edtEntry
+	done  bool
+}
+
+// newEDT wraps a kernel path; Open's "edt" case builds the real one.
+func newEDT(path edtPath, ttl time.Duration, log *slog.Logger) *EDT {
+	if ttl <= 0 {
+		ttl = DefaultEDTTTL
+	}
+	if log == nil {
+		log = slog.Default()
+	}
+	return &EDT{path: path, ttl: ttl, log: log.With("backend", "edt"), cur: map[netip.Addr]edtEntry{}}
+}
+
+func (b *EDT) Name() string { return "edt" }
+
+// want is each member's entry: the longest delay of its groups and the
+// union of their directions.
+func (b *EDT) want(s State) (map[netip.Addr]edtEntry, *Refused) {
+	w := map[netip.Addr]edtEntry{}
+	var why []string
+	for _, g := range sortedGroups(s) {
+		var dir Direction
+		delay := max(g.WriteDelay, g.ReadDelay)
+		if g.WriteDelay > 0 {
+			dir |= Write
+		}
+		if g.ReadDelay > 0 {
+			dir |= Read
+		}
+		if delay <= 0 {
+			continue
+		}
+		for _, m := range g.Members {
+			m = m.Unmap()
+			if !m.Is4() {
+				why = append(why, fmt.Sprintf("%s in group %s: the edt path is IPv4 only", m, g.Name))
+				continue
+			}
+			e := w[m]
+			w[m] = edtEntry{dir: e.dir | dir, delay: max(e.delay, delay)}
+		}
+	}
+	if len(why) > 0 {
+		return w, &Refused{Reasons: why}
+	}
+	return w, nil
+}
+
+// Apply sets the entries of s (renewing them) and frees the rest. A
+// lowered delay is not a reordering: the program never gives a packet a
+// departure time before the one it gave the initiator's last.
+func (b *EDT) Apply(_ context.Context, s State) error {
+	if err := validateShape(s); err != nil {
+		return err
+	}
+	w, refused := b.want(s)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.done {
+		return errors.New("edt: backend closed")
+	}
+	var errs []error
+	for _, a := range sortedAddrs(w) {
+		if err := b.path.Set(a, w[a].dir, w[a].delay, b.ttl); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		b.cur[a] = w[a]
+	}
+	for _, a := range sortedAddrs(b.cur) {
+		if _, ok := w[a]; ok {
+			continue
+		}
+		if err := b.path.Free(a); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		delete(b.cur, a)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	if refused != nil {
+		return refused
+	}
+	return nil
+}
+
+// Renew sets every entry in force again with a fresh TTL.
+func (b *EDT) Renew(context.Context) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.done {
+		return nil
+	}
+	var errs []error
+	for _, a := range sortedAddrs(b.cur) {
+		if err := b.path.Set(a, b.cur[a].dir, b.cur[a].delay, b.ttl); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Stats: fq and the program keep no counters of ours.
+func (b *EDT) Stats() Stats { return Stats{} }
+
+// Close frees every entry and removes the program and fq.
+func (b *EDT) Close() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.done {
+		return nil
+	}
+	b.done = true
+	err := b.path.Close()
+	b.cur = nil
+	if b.ilock != nil {
+		b.ilock.release()
+	}
+	return err
+}
+
+// sortedAddrs are m's addresses in order.
+func sortedAddrs[V any](m map[netip.Addr]V) []netip.Addr {
+	out := make([]netip.Addr, 0, len(m))
+	for a := range m {
+		out = append(out, a)
+	}
+	slices.SortFunc(out, func(x, y netip.Addr) int { return x.Compare(y) })
+	return out
+}

@@ -1,0 +1,134 @@
+package throttle
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+)
+
+// fakeEDT records what the backend asks of the kernel path.
+type fakeEDT struct {
+	calls  []string
+	closed bool
+	fail   bool
+}
+
+func (f *fakeEDT) Set(a netip.Addr, dir Direction, delay, ttl time.Duration) error {
+	if f.fail {
+		return errors.New("map full")
+	}
+	f.calls = append(f.calls, fmt.Sprintf("set %s %s %v ttl %v", a, dir, delay, ttl))
+	return nil
+}
+func (f *fakeEDT) Free(a netip.Addr) error { f.calls = append(f.calls, "free "+a.String()); return nil }
+func (f *fakeEDT) Close() error            { f.closed = true; return nil }
+
+func TestEDTBackend(t *testing.T) {
+	ctx := context.Background()
+	k := &fakeEDT{}
+	b := newEDT(k, 700*time.Millisecond, nil)
+	a, c, v6 := netip.MustParseAddr("10.0.0.3"), netip.MustParseAddr("10.0.0.4"), netip.MustParseAddr("fd00::5")
+	s := State{Groups: []Group{
+		{Name: "vg0", Members: []netip.Addr{a, v6}, WriteDelay: 5 * time.Millisecond},
+		{Name: "vg1", Members: []netip.Addr{a, c}, ReadDelay: 8 * time.Millisecond},
+	}}
+	var ref *Refused
+	if err := b.Apply(ctx, s); !errors.As(err, &ref) || !strings.Contains(err.Error(), "fd00::5") {
+		t.Fatalf("IPv6 member: %v, want it refused and the rest applied", err)
+	}
+	want := []string{"set 10.0.0.3 both 8ms ttl 700ms", "set 10.0.0.4 read 8ms ttl 700ms"}
+	if strings.Join(k.calls, "; ") != strings.Join(want, "; ") {
+		t.Errorf("calls %q, want %q", k.calls, want)
+	}
+	k.calls = nil
+	if err := b.Renew(ctx); err != nil || strings.Join(k.calls, "; ") != strings.Join(want, "; ") {
+		t.Errorf("renew: %v, calls %q, want every entry set again", err, k.calls)
+	}
+	k.calls = nil
+	if err := b.Apply(ctx, State{Groups: []Group{{Name: "vg1", Members: []netip.Addr{c}, ReadDelay: time.Millisecond}}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(k.calls, "; "); got != "set 10.0.0.4 read 1ms ttl 700ms; free 10.0.0.3" {
+		t.Errorf("lowered and freed: %q", got)
+	}
+	k.fail = true
+	if err := b.Renew(ctx); err == nil {
+		t.Error("a failed renewal was not reported")
+	}
+	k.fail = false
+	if err := b.Close(); err != nil || !k.closed {
+		t.Fatalf("close: %v, path closed %v", err, k.closed)
+	}
+	if err := b.Apply(ctx, s); err == nil {
+		t.Error("Apply after Close succeeded")
+	}
+	if KindsOf(b) != (Kinds{Delay: true}) || b.Name() != "edt" {
+		t.Errorf("kinds %+v name %q", KindsOf(b), b.Name())
+	}
+}
+
+func TestEDTNeedsDev(t *testing.T) {
+	if _, err := Open(context.Background(), Options{Backend: "edt"}); err == nil || !strings.Contains(err.Error(), "--dev") {
+		t.Errorf("edt without a device: %v", err)
+	}
+}
+
+// TestCompositeGoesOnPastARefusal: an IPv6 member the delay half refuses
+// does not keep the rate half from being applied.
+func TestCompositeGoesOnPastARefusal(t *testing.T) {
+	ctx := context.Background()
+	rec := &recorder{}
+	h, err := NewHTB(ctx, TCConfig{Dev: "veth-t", Run: rec, Sets: NewFakeKernel()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &Composite{Delay: newEDT(&fakeEDT{}, 0, nil), Rate: h}
+	t.Cleanup(func() { _ = c.Close() })
+	s := State{Groups: []Group{
+		{Name: "vg", Members: []netip.Addr{netip.MustParseAddr("fd00::3")}, WriteDelay: 5 * time.Millisecond},
+		{Name: "manual-10.0.0.4", Members: []netip.Addr{netip.MustParseAddr("10.0.0.4")}, ReadRate: 1e6},
+	}}
+	var ref *Refused
+	if err := c.Apply(ctx, s); !errors.As(err, &ref) {
+		t.Fatalf("%v, want a refusal of the IPv6 member", err)
+	}
+	if !strings.Contains(rec.b.String(), "-d 10.0.0.4/32") {
+		t.Errorf("the rate was not applied:\n%s", rec.b.String())
+	}
+	if err := c.Renew(ctx); err != nil {
+		t.Error(err)
+	}
+}
+
+// TestTCBackendsApplyTheRest: an IPv6 member is refused by the htb and
+// netem backends, and the IPv4 members beside it are programmed (they
+// once refused the whole state, while the daemon logged the rest as in
+// force).
+func TestTCBackendsApplyTheRest(t *testing.T) {
+	ctx := context.Background()
+	s := State{Groups: []Group{{Name: "vg", Members: []netip.Addr{netip.MustParseAddr("fd00::3"), netip.MustParseAddr("10.0.0.4")},
+		WriteDelay: 5 * time.Millisecond, ReadRate: 1e6}}}
+	for _, open := range []func(TCConfig) (Backend, error){
+		func(c TCConfig) (Backend, error) { return NewHTB(ctx, c) },
+		func(c TCConfig) (Backend, error) { return NewNetem(ctx, c) },
+	} {
+		rec := &recorder{}
+		k := NewFakeKernel()
+		b, err := open(TCConfig{Dev: "veth-t", Run: rec, Sets: k})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ref *Refused
+		if err := b.Apply(ctx, s); !errors.As(err, &ref) || !strings.Contains(err.Error(), "fd00::3") {
+			t.Errorf("%s: %v, want the IPv6 member refused", b.Name(), err)
+		}
+		if got := rec.b.String() + k.String(); !strings.Contains(got, "10.0.0.4") {
+			t.Errorf("%s did not program the IPv4 member:\n%s", b.Name(), got)
+		}
+		b.Close()
+	}
+}
