@@ -86,3 +86,26 @@ func TestDeriveAndIndex(t *testing.T) {
 		t.Errorf("markdown:\n%s", md)
 	}
 }
+
+func TestMechanismChecks(t *testing.T) {
+	s := &Summary{Experiment: "fig5.1", Runs: []*RunResult{{Name: "readers", Jain: 0.999}}}
+	cs := mechanismChecks(s)
+	if len(cs) != 1 || !cs[0].OK {
+		t.Errorf("fig5.1 at Jain 0.999: %+v", cs)
+	}
+	s.Runs[0].Jain = 0.8
+	if cs := mechanismChecks(s); cs[0].OK {
+		t.Errorf("fig5.1 at Jain 0.8 passed: %+v", cs)
+	}
+	s = &Summary{Experiment: "fig5.3", Runs: []*RunResult{{Name: "run1", ScheduleEffects: []Effect{
+		{Host: "b2", SetAtS: 10, BeforeMBs: 3.3, DuringMBs: 1.5, OthersBeforeMBs: 9, OthersDuringMBs: 10, DropAfterSeconds: 1.9},
+		{Host: "b3", SetAtS: 20, BeforeMBs: 3.3, DuringMBs: 1.5, OthersBeforeMBs: 9, OthersDuringMBs: 8, DropAfterSeconds: 3},
+	}}}}
+	var ok []bool
+	for _, c := range mechanismChecks(s) {
+		ok = append(ok, c.OK)
+	}
+	if len(ok) != 4 || !ok[0] || !ok[1] || ok[2] || ok[3] {
+		t.Errorf("checks %v: want b2's two met, b3's slow drop and falling others missed", ok)
+	}
+}

@@ -146,9 +146,12 @@ func fig43Of(r *RunResult) *Fig43 {
 	case f.EWMABetter:
 		f.Verdict = fmt.Sprintf("reproduced: the EWMA is closer to the trend (%.2f against %.2f ms RMS) and smoother (%.2f against %.2f ms per second) than the moving median",
 			e.RMSToTrendMs, m.RMSToTrendMs, e.RoughnessMs, m.RoughnessMs)
+	case e.RoughnessMs <= m.RoughnessMs:
+		f.Verdict = fmt.Sprintf("partly: the EWMA is smoother (%.2f against %.2f ms per second) but further from the trend (%.2f against %.2f ms RMS): it lags %d s where the moving median lags %d s",
+			e.RoughnessMs, m.RoughnessMs, e.RMSToTrendMs, m.RMSToTrendMs, e.LagS, m.LagS)
 	default:
-		f.Verdict = fmt.Sprintf("differs: EWMA %.2f ms from the trend, %.2f ms per second rough; moving median %.2f and %.2f",
-			e.RMSToTrendMs, e.RoughnessMs, m.RMSToTrendMs, m.RoughnessMs)
+		f.Verdict = fmt.Sprintf("refuted: the moving median is smoother (%.2f against %.2f ms per second) and %s the trend (%.2f against %.2f ms RMS)",
+			m.RoughnessMs, e.RoughnessMs, map[bool]string{true: "as close to", false: "closer to"}[m.RMSToTrendMs >= e.RMSToTrendMs], m.RMSToTrendMs, e.RMSToTrendMs)
 	}
 	return f
 }

@@ -24,8 +24,12 @@ func (r *run) analyze(samples []tcpSample) error {
 		return err
 	}
 	r.analyzeWaits(logs)
-	r.res.ScheduleEffects = scheduleEffects(r.res.timeline, r.res.Schedule)
-	if r.w.readers() == 1 && len(r.res.Schedule) > 0 {
+	// Equal jobs, one per initiator (fig5.2–5.4): what each window did
+	// to its host and the others. Beside a reader (fig5.8): the reader's
+	// wait in each window.
+	if r.w.readers() > 1 {
+		r.res.ScheduleEffects = scheduleEffects(r.res.timeline, r.res.Schedule)
+	} else if len(r.res.Schedule) > 0 {
 		r.res.WindowWaits = windowWaits(r.res.timeline, r.res.Schedule, r.w)
 	}
 	if r.d != nil {

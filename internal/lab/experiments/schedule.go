@@ -265,7 +265,8 @@ func scheduleEffects(tl Timeline, applied []Applied) []Effect {
 	return out
 }
 
-// mechanismChecks are the targets of the mechanism's experiments: each
+// mechanismChecks are the targets of the mechanism's experiments: equal
+// readers share equally (fig5.1), each
 // window of a schedule slows its host within 1 s and the others gain
 // (fig5.2–5.4; 1 s bins, so 2 s), a delay sweep's times rise step by
 // step beyond their noise (fig5.5, fig5.6), and the idle daemon costs
@@ -273,6 +274,10 @@ func scheduleEffects(tl Timeline, applied []Applied) []Effect {
 func mechanismChecks(s *Summary) []Check {
 	var out []Check
 	for _, r := range s.Runs {
+		if s.Experiment == "fig5.1" {
+			// fig5.1: equal readers share the disk equally.
+			out = append(out, Check{r.Name, "Jain's index over the equal readers' MB/s", "≥ 0.95", fmt.Sprintf("%.3f", r.Jain), r.Jain >= 0.95})
+		}
 		for _, e := range r.ScheduleEffects {
 			what := fmt.Sprintf("%s throttled at %.0f s", e.Host, e.SetAtS)
 			out = append(out,
