@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/sanqos/sanqos/internal/config"
 	"github.com/sanqos/sanqos/internal/ctl"
@@ -130,6 +131,9 @@ func runManual(ctx context.Context, o runOptions, log *slog.Logger) error {
 	if err := h.Apply(ctx); err != nil {
 		return errors.Join(fmt.Errorf("applying manual.read_rates: %w", err), b.Close())
 	}
+	// A backend whose delays lapse unless renewed (edt) is renewed as
+	// the autonomic daemon's tick would: every 100 ms.
+	go h.RenewEvery(hctx, 100*time.Millisecond, log)
 	serveErr := srv.Serve(ctx, h)
 	if err := b.Close(); err != nil {
 		return errors.Join(serveErr, fmt.Errorf("removing the data path: %w", err))

@@ -3,8 +3,10 @@ package ctl
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net/netip"
 	"sync"
+	"time"
 
 	"github.com/sanqos/sanqos/internal/throttle"
 )
@@ -31,6 +33,45 @@ func (h *ManualHandler) Apply(ctx context.Context) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return h.apply(ctx)
+}
+
+// Renew keeps a Renewer backend's delays (edt) alive for one more TTL.
+// The manual daemon has no control loop, so RenewEvery calls it.
+func (h *ManualHandler) Renew(ctx context.Context) error {
+	r, ok := h.Backend.(throttle.Renewer)
+	if !ok {
+		return nil
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return r.Renew(ctx)
+}
+
+// RenewEvery renews the backend's delays every interval until ctx ends
+// (at once when the backend needs no renewal), logging when renewals
+// start failing and when they work again.
+func (h *ManualHandler) RenewEvery(ctx context.Context, interval time.Duration, log *slog.Logger) {
+	if _, ok := h.Backend.(throttle.Renewer); !ok {
+		return
+	}
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	failing := false
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			err := h.Renew(ctx)
+			switch {
+			case err != nil && !failing:
+				log.Error("renewing the throttles failed; they lapse unless a renewal works", "err", err)
+			case err == nil && failing:
+				log.Info("renewing the throttles works again")
+			}
+			failing = err != nil
+		}
+	}
 }
 
 func (h *ManualHandler) apply(ctx context.Context) error {

@@ -2,11 +2,14 @@ package ctl
 
 import (
 	"context"
+	"log/slog"
 	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/sanqos/sanqos/internal/throttle"
 )
@@ -148,5 +151,45 @@ func TestManualRateThroughHandler(t *testing.T) {
 	}
 	if err := h.Overrides.SetReadRates(map[string]string{"10.0.0.6": "0B/s"}, nil); err == nil {
 		t.Error("a zero configured rate was accepted")
+	}
+}
+
+// renewing is a backend whose delays lapse unless renewed.
+type renewing struct {
+	recBackend
+	mu       sync.Mutex
+	renewals int
+}
+
+func (b *renewing) Renew(context.Context) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.renewals++
+	return nil
+}
+
+// TestManualRenews: the manual daemon, which has no tick, renews a
+// Renewer backend on its own (edt's delays would lapse after a second).
+func TestManualRenews(t *testing.T) {
+	b := &renewing{}
+	h := NewManualHandler(b)
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	h.RenewEvery(ctx, 20*time.Millisecond, slog.New(slog.DiscardHandler))
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.renewals < 3 {
+		t.Errorf("%d renewals in 300 ms at one per 20 ms", b.renewals)
+	}
+	// A backend without expiry returns at once.
+	done := make(chan struct{})
+	go func() {
+		NewManualHandler(&recBackend{}).RenewEvery(context.Background(), time.Millisecond, nil)
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(time.Second):
+		t.Error("RenewEvery on a backend without renewal did not return")
 	}
 }
