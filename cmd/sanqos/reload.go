@@ -125,6 +125,8 @@ func restartOnly(a, b runOptions) []string {
 	ab, bb := a.backend, b.backend
 	add(ab.Backend != bb.Backend || ab.Dev != bb.Dev || ab.QueueNum != bb.QueueNum ||
 		ab.SmallSegment != bb.SmallSegment || !maps.Equal(ab.SmallSegments, bb.SmallSegments) || ab.AckDelay != bb.AckDelay, "backend settings")
+	add(ab.RateDev != bb.RateDev, "rate_dev")
+	add(!maps.Equal(a.config.Manual.ReadRates, b.config.Manual.ReadRates), "manual.read_rates")
 	add(a.fixed != b.fixed, "--consumer")
 	add(a.config.WireOn() != b.config.WireOn(), "attribution (wire counters on or off)")
 	return out

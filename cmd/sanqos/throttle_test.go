@@ -2,6 +2,9 @@ package main
 
 import (
 	"bytes"
+	"io"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -68,5 +71,31 @@ func TestPrintThrottlesShowsRates(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}
+	}
+}
+
+// TestReloadRefusesRateChanges: rate_dev and manual.read_rates are bound
+// at start; a reload that changes them is refused with what to do.
+func TestReloadRefusesRateChanges(t *testing.T) {
+	dir := t.TempDir()
+	opts := func(text string) runOptions {
+		p := filepath.Join(dir, "c.toml")
+		if err := os.WriteFile(p, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		o, err := parseRunOptions([]string{"--config", p, "--consumer", "fs,10.0.0.3,loop1"}, false, io.Discard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return o
+	}
+	a := opts("")
+	b := opts("backend = \"nfqueue\"\nrate_dev = \"eth1\"\n[manual]\nread_rates = { \"10.0.0.4\" = \"10MB/s\" }\n")
+	got := strings.Join(restartOnly(a, b), ", ")
+	if !strings.Contains(got, "rate_dev") || !strings.Contains(got, "manual.read_rates") {
+		t.Errorf("restart-only changes %q, want rate_dev and manual.read_rates", got)
+	}
+	if got := restartOnly(b, b); len(got) != 0 {
+		t.Errorf("no change reported as %v", got)
 	}
 }
