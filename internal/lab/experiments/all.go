@@ -101,6 +101,11 @@ func RunAll(ctx context.Context, o Options, labFor func(profile string) (lab.Opt
 		if werr := writeIndex(o.Out, idx); werr != nil {
 			return idx, werr
 		}
+		if ctx.Err() != nil {
+			// Stopped (Ctrl-C): the lab is down, the index says how far
+			// it got.
+			break
+		}
 	}
 	return idx, errors.Join(errs...)
 }
