@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand"
 	"net/netip"
+	"slices"
 	"strings"
 	"time"
 
@@ -109,11 +110,15 @@ type plant struct {
 	seq     uint64
 	dev     []counters
 	threads []thread
-	running int // writer threads still in their burst
+	// running counts, per burst group, the writer threads still in their
+	// burst: one group for all threads, or one per writer device with
+	// Scenario.PerHostBursts.
+	running []int
 	active  bool
 	reader  int // device index of the reader
 
 	readerNext time.Time // earliest issue time of the reader's next read
+	writersEnd time.Time // the writers stop here (zero: never)
 	ioSeq      uint64
 	delayMs    float64 // current packet delay for throttled consumers
 	throttled  map[netip.Addr]bool
@@ -163,9 +168,24 @@ func newPlant(sc Scenario, start time.Time, seed int64) (*plant, error) {
 	if p.reader < 0 {
 		return nil, fmt.Errorf("scenario %s: no reader", sc.Name)
 	}
-	p.push(event{at: start.Add(sc.Start), kind: evBurst})
+	p.running = make([]int, len(sc.Devices))
+	p.push(event{at: start.Add(sc.Start), kind: evBurst, actor: -1})
 	p.issueRead(start)
 	return p, nil
+}
+
+// group is the burst group of writer thread t: the barrier its burst
+// waits on.
+func (p *plant) group(t int) int {
+	if p.sc.PerHostBursts {
+		return p.threads[t].device
+	}
+	return 0
+}
+
+// stopped says whether the writers' time is over at now (Scenario.Tail).
+func (p *plant) stopped(now time.Time) bool {
+	return !p.writersEnd.IsZero() && !now.Before(p.writersEnd)
 }
 
 func (p *plant) push(e event) {
@@ -219,10 +239,14 @@ func (p *plant) handle(e event) {
 	sc := p.sc
 	switch e.kind {
 	case evBurst:
-		p.active = true
-		p.obs.activeSecond = true
-		p.running = len(p.threads)
+		// actor is the burst group (-1: every thread, the first burst).
+		if p.stopped(e.at) {
+			return
+		}
 		for i := range p.threads {
+			if e.actor >= 0 && p.group(i) != e.actor {
+				continue
+			}
 			// Each burst is a new run of the job: every thread starts at a
 			// fresh random block of its region, so which threads collide
 			// on a spindle changes from burst to burst instead of being
@@ -230,6 +254,9 @@ func (p *plant) handle(e event) {
 			th := &p.threads[i]
 			th.left = sc.BurstBytes
 			th.pos = p.rng.Int63n(th.limit/sc.WriteBytes) * sc.WriteBytes
+			p.running[p.group(i)]++
+			p.active = true
+			p.obs.activeSecond = true
 			p.issueWrite(e.at, i)
 		}
 	case evReadIssue:
@@ -252,6 +279,9 @@ func (p *plant) handle(e event) {
 		p.complete(e)
 	case evResponse:
 		if e.actor < 0 {
+			if sc.InitiatorWait {
+				p.observeRead(e.at.Sub(e.io.issued), e.io.length)
+			}
 			next := e.at
 			if p.readerNext.After(next) {
 				next = p.readerNext
@@ -259,16 +289,29 @@ func (p *plant) handle(e event) {
 			p.push(event{at: next, kind: evReadIssue, actor: -1})
 			return
 		}
+		if p.stopped(e.at) {
+			// The load generator's runtime is over: the thread stops.
+			p.threads[e.actor].left = 0
+		}
 		if p.threads[e.actor].left > 0 {
 			p.issueWrite(e.at, e.actor)
 			return
 		}
-		p.running--
-		if p.running == 0 {
-			p.active = false
-			p.push(event{at: e.at.Add(sc.Pause), kind: evBurst})
+		g := p.group(e.actor)
+		p.running[g]--
+		if p.running[g] == 0 {
+			p.active = slices.ContainsFunc(p.running, func(n int) bool { return n > 0 })
+			p.push(event{at: e.at.Add(sc.Pause), kind: evBurst, actor: g})
 		}
 	}
+}
+
+// observeRead counts one of the reader's reads, of latency lat, in the
+// second's sample.
+func (p *plant) observeRead(lat time.Duration, n int64) {
+	p.obs.readLatSum += float64(lat) / float64(time.Millisecond)
+	p.obs.readCount++
+	p.obs.readBytes += n
 }
 
 // complete accounts an I/O the array completed and sends its response
@@ -290,9 +333,9 @@ func (p *plant) complete(e event) {
 		c.reads++
 		c.readSectors += sectors
 		c.readMs += lat
-		p.obs.readLatSum += lat
-		p.obs.readCount++
-		p.obs.readBytes += e.io.length
+		if !sc.InitiatorWait {
+			p.observeRead(d, e.io.length)
+		}
 	} else {
 		c.writes++
 		c.writeSectors += sectors

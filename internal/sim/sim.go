@@ -169,6 +169,9 @@ func RunWith(cfg Config, st Stepper) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
+	if t := cfg.Scenario.Tail; t > 0 {
+		p.writersEnd = epoch.Add(cfg.Duration - t)
+	}
 	if a, ok := st.(interface{ attach(*plant) }); ok {
 		a.attach(p)
 	}
