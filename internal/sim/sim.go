@@ -15,7 +15,6 @@
 package sim
 
 import (
-	"container/heap"
 	"fmt"
 	"math"
 	"net/netip"
@@ -194,7 +193,7 @@ func RunWith(cfg Config, st Stepper) (*Result, error) {
 			at = nextSecond
 		}
 		if p.q.Len() > 0 && p.q[0].at.Before(at) {
-			p.handle(heap.Pop(&p.q).(event))
+			p.handle(p.q.pop())
 			continue
 		}
 		if at.After(end) {
