@@ -50,11 +50,9 @@
 package diskmodel
 
 import (
-	"container/heap"
 	"fmt"
 	"math"
 	"math/rand"
-	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -302,14 +300,14 @@ func (a *Array) Submit(now time.Time, op Op, offset, length int64, stream uint64
 // full, and queues its destage.
 func (a *Array) writeBack(now time.Time, offset, length int64) time.Time {
 	for a.destage.Len() > 0 && !a.destage[0].at.After(now) {
-		a.dirty -= heap.Pop(&a.destage).(destageDone).bytes
+		a.dirty -= a.destage.pop().bytes
 	}
 	admit := now
 	if a.dirty+length > a.p.CacheBytes {
 		a.stats.CacheWaits++
 	}
 	for a.dirty+length > a.p.CacheBytes && a.destage.Len() > 0 {
-		d := heap.Pop(&a.destage).(destageDone)
+		d := a.destage.pop()
 		a.dirty -= d.bytes
 		if d.at.After(admit) {
 			admit = d.at
@@ -317,7 +315,7 @@ func (a *Array) writeBack(now time.Time, offset, length int64) time.Time {
 	}
 	a.dirty += length
 	a.schedule(admit, Write, offset, length, func(done time.Time, n int64) {
-		heap.Push(&a.destage, destageDone{at: done, bytes: n})
+		a.destage.push(destageDone{at: done, bytes: n})
 	})
 	return admit.Add(ms(a.p.CacheAckMs))
 }
@@ -424,73 +422,4 @@ func abs64(x int64) int64 {
 		return -x
 	}
 	return x
-}
-
-// destageDone is a cache destage completing: its bytes become free.
-type destageDone struct {
-	at    time.Time
-	bytes int64
-}
-
-type destageHeap []destageDone
-
-func (h destageHeap) Len() int           { return len(h) }
-func (h destageHeap) Less(i, j int) bool { return h[i].at.Before(h[j].at) }
-func (h destageHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
-func (h *destageHeap) Push(x any)        { *h = append(*h, x.(destageDone)) }
-func (h *destageHeap) Pop() any {
-	old := *h
-	x := old[len(old)-1]
-	*h = old[:len(old)-1]
-	return x
-}
-
-// calendar is the shared channel: sorted, non-overlapping busy intervals.
-type calendar struct {
-	busy []interval
-}
-
-type interval struct{ from, to time.Time }
-
-// book reserves d at the earliest gap starting at or after at and returns
-// the start of the reservation.
-func (c *calendar) book(at time.Time, d time.Duration) time.Time {
-	// First interval that ends after at.
-	i := sort.Search(len(c.busy), func(i int) bool { return c.busy[i].to.After(at) })
-	start := at
-	for ; i < len(c.busy); i++ {
-		if c.busy[i].from.After(start) && c.busy[i].from.Sub(start) >= d {
-			break
-		}
-		if c.busy[i].to.After(start) {
-			start = c.busy[i].to
-		}
-	}
-	iv := interval{start, start.Add(d)}
-	// Merge with neighbours that touch, to keep the calendar short.
-	if i > 0 && c.busy[i-1].to.Equal(iv.from) {
-		c.busy[i-1].to = iv.to
-		if i < len(c.busy) && c.busy[i].from.Equal(iv.to) {
-			c.busy[i-1].to = c.busy[i].to
-			c.busy = append(c.busy[:i], c.busy[i+1:]...)
-		}
-		return start
-	}
-	if i < len(c.busy) && c.busy[i].from.Equal(iv.to) {
-		c.busy[i].from = iv.from
-		return start
-	}
-	c.busy = append(c.busy, interval{})
-	copy(c.busy[i+1:], c.busy[i:])
-	c.busy[i] = iv
-	return start
-}
-
-// prune forgets intervals that ended before now: no later booking can use
-// time before now.
-func (c *calendar) prune(now time.Time) {
-	i := sort.Search(len(c.busy), func(i int) bool { return c.busy[i].to.After(now) })
-	if i > 0 {
-		c.busy = append(c.busy[:0], c.busy[i:]...)
-	}
 }

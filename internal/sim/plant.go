@@ -1,10 +1,10 @@
 package sim
 
 import (
-	"container/heap"
 	"fmt"
 	"math/rand"
 	"net/netip"
+	"slices"
 	"strings"
 	"time"
 
@@ -72,22 +72,55 @@ type ioReq struct {
 	device  int
 }
 
+// eventQueue is a binary min-heap of events by (at, seq), typed rather
+// than through container/heap: boxing each event in an interface cost an
+// allocation per event, a third of a flash run's time.
 type eventQueue []event
 
 func (q eventQueue) Len() int { return len(q) }
-func (q eventQueue) Less(i, j int) bool {
+
+func (q eventQueue) less(i, j int) bool {
 	if !q[i].at.Equal(q[j].at) {
 		return q[i].at.Before(q[j].at)
 	}
 	return q[i].seq < q[j].seq
 }
-func (q eventQueue) Swap(i, j int) { q[i], q[j] = q[j], q[i] }
-func (q *eventQueue) Push(x any)   { *q = append(*q, x.(event)) }
-func (q *eventQueue) Pop() any {
-	old := *q
-	x := old[len(old)-1]
-	*q = old[:len(old)-1]
-	return x
+
+func (q *eventQueue) push(e event) {
+	*q = append(*q, e)
+	h := *q
+	for i := len(h) - 1; i > 0; {
+		up := (i - 1) / 2
+		if !h.less(i, up) {
+			break
+		}
+		h[i], h[up] = h[up], h[i]
+		i = up
+	}
+}
+
+func (q *eventQueue) pop() event {
+	h := *q
+	top := h[0]
+	n := len(h) - 1
+	h[0] = h[n]
+	h = h[:n]
+	for i := 0; ; {
+		l, r, m := 2*i+1, 2*i+2, i
+		if l < n && h.less(l, m) {
+			m = l
+		}
+		if r < n && h.less(r, m) {
+			m = r
+		}
+		if m == i {
+			break
+		}
+		h[i], h[m] = h[m], h[i]
+		i = m
+	}
+	*q = h
+	return top
 }
 
 // thread is one writer thread.
@@ -109,11 +142,15 @@ type plant struct {
 	seq     uint64
 	dev     []counters
 	threads []thread
-	running int // writer threads still in their burst
+	// running counts, per burst group, the writer threads still in their
+	// burst: one group for all threads, or one per writer device with
+	// Scenario.PerHostBursts.
+	running []int
 	active  bool
 	reader  int // device index of the reader
 
 	readerNext time.Time // earliest issue time of the reader's next read
+	writersEnd time.Time // the writers stop here (zero: never)
 	ioSeq      uint64
 	delayMs    float64 // current packet delay for throttled consumers
 	throttled  map[netip.Addr]bool
@@ -163,15 +200,30 @@ func newPlant(sc Scenario, start time.Time, seed int64) (*plant, error) {
 	if p.reader < 0 {
 		return nil, fmt.Errorf("scenario %s: no reader", sc.Name)
 	}
-	p.push(event{at: start.Add(sc.Start), kind: evBurst})
+	p.running = make([]int, len(sc.Devices))
+	p.push(event{at: start.Add(sc.Start), kind: evBurst, actor: -1})
 	p.issueRead(start)
 	return p, nil
+}
+
+// group is the burst group of writer thread t: the barrier its burst
+// waits on.
+func (p *plant) group(t int) int {
+	if p.sc.PerHostBursts {
+		return p.threads[t].device
+	}
+	return 0
+}
+
+// stopped says whether the writers' time is over at now (Scenario.Tail).
+func (p *plant) stopped(now time.Time) bool {
+	return !p.writersEnd.IsZero() && !now.Before(p.writersEnd)
 }
 
 func (p *plant) push(e event) {
 	p.seq++
 	e.seq = p.seq
-	heap.Push(&p.q, e)
+	p.q.push(e)
 }
 
 func msDur(f float64) time.Duration { return time.Duration(f * float64(time.Millisecond)) }
@@ -219,10 +271,14 @@ func (p *plant) handle(e event) {
 	sc := p.sc
 	switch e.kind {
 	case evBurst:
-		p.active = true
-		p.obs.activeSecond = true
-		p.running = len(p.threads)
+		// actor is the burst group (-1: every thread, the first burst).
+		if p.stopped(e.at) {
+			return
+		}
 		for i := range p.threads {
+			if e.actor >= 0 && p.group(i) != e.actor {
+				continue
+			}
 			// Each burst is a new run of the job: every thread starts at a
 			// fresh random block of its region, so which threads collide
 			// on a spindle changes from burst to burst instead of being
@@ -230,6 +286,9 @@ func (p *plant) handle(e event) {
 			th := &p.threads[i]
 			th.left = sc.BurstBytes
 			th.pos = p.rng.Int63n(th.limit/sc.WriteBytes) * sc.WriteBytes
+			p.running[p.group(i)]++
+			p.active = true
+			p.obs.activeSecond = true
 			p.issueWrite(e.at, i)
 		}
 	case evReadIssue:
@@ -252,6 +311,9 @@ func (p *plant) handle(e event) {
 		p.complete(e)
 	case evResponse:
 		if e.actor < 0 {
+			if sc.InitiatorWait {
+				p.observeRead(e.at.Sub(e.io.issued), e.io.length)
+			}
 			next := e.at
 			if p.readerNext.After(next) {
 				next = p.readerNext
@@ -259,16 +321,29 @@ func (p *plant) handle(e event) {
 			p.push(event{at: next, kind: evReadIssue, actor: -1})
 			return
 		}
+		if p.stopped(e.at) {
+			// The load generator's runtime is over: the thread stops.
+			p.threads[e.actor].left = 0
+		}
 		if p.threads[e.actor].left > 0 {
 			p.issueWrite(e.at, e.actor)
 			return
 		}
-		p.running--
-		if p.running == 0 {
-			p.active = false
-			p.push(event{at: e.at.Add(sc.Pause), kind: evBurst})
+		g := p.group(e.actor)
+		p.running[g]--
+		if p.running[g] == 0 {
+			p.active = slices.ContainsFunc(p.running, func(n int) bool { return n > 0 })
+			p.push(event{at: e.at.Add(sc.Pause), kind: evBurst, actor: g})
 		}
 	}
+}
+
+// observeRead counts one of the reader's reads, of latency lat, in the
+// second's sample.
+func (p *plant) observeRead(lat time.Duration, n int64) {
+	p.obs.readLatSum += float64(lat) / float64(time.Millisecond)
+	p.obs.readCount++
+	p.obs.readBytes += n
 }
 
 // complete accounts an I/O the array completed and sends its response
@@ -290,9 +365,9 @@ func (p *plant) complete(e event) {
 		c.reads++
 		c.readSectors += sectors
 		c.readMs += lat
-		p.obs.readLatSum += lat
-		p.obs.readCount++
-		p.obs.readBytes += e.io.length
+		if !sc.InitiatorWait {
+			p.observeRead(d, e.io.length)
+		}
 	} else {
 		c.writes++
 		c.writeSectors += sectors

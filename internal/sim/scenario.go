@@ -53,6 +53,19 @@ type Scenario struct {
 	// region instead of sequentially (small random writers seek on every
 	// I/O and saturate the array far harder than streams).
 	RandomWrites bool
+	// PerHostBursts: each writer device's threads keep an on/off barrier
+	// of their own, as each initiator's load generator does in the lab
+	// (loadspec.Schedule is per process); otherwise all threads share one.
+	PerHostBursts bool
+	// Tail, when set, stops the writers this long before the end of the
+	// run, mid-burst, as the lab's load generators stop at their
+	// --runtime (the lab's tailTime); 0 runs them to the end.
+	Tail time.Duration
+	// InitiatorWait reports the reader's wait as its initiator sees it,
+	// from issue to response (ReadNetMs + device + ResponseNetMs), as the
+	// lab's load generator logs it; otherwise the device's time, the
+	// signal's view.
+	InitiatorWait bool
 }
 
 // Device is one consumer: an initiator and the device serving it.
@@ -138,7 +151,7 @@ func SSDScenario() Scenario {
 }
 
 // Scenarios lists the built-in scenarios' names.
-func Scenarios() []string { return []string{"thesis", "surge24", "randw", "ssd"} }
+func Scenarios() []string { return []string{"thesis", "lab", "surge24", "randw", "ssd"} }
 
 func mustProfile(name string) diskmodel.Profile {
 	p, err := diskmodel.ProfileByName(name)
@@ -153,6 +166,8 @@ func ScenarioByName(name string) (Scenario, error) {
 	switch name {
 	case "thesis":
 		return ThesisScenario(), nil
+	case "lab":
+		return LabScenario(), nil
 	case "surge24":
 		return Surge24Scenario(), nil
 	case "randw":

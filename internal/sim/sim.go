@@ -15,7 +15,6 @@
 package sim
 
 import (
-	"container/heap"
 	"fmt"
 	"math"
 	"net/netip"
@@ -169,6 +168,9 @@ func RunWith(cfg Config, st Stepper) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
+	if t := cfg.Scenario.Tail; t > 0 {
+		p.writersEnd = epoch.Add(cfg.Duration - t)
+	}
 	if a, ok := st.(interface{ attach(*plant) }); ok {
 		a.attach(p)
 	}
@@ -191,7 +193,7 @@ func RunWith(cfg Config, st Stepper) (*Result, error) {
 			at = nextSecond
 		}
 		if p.q.Len() > 0 && p.q[0].at.Before(at) {
-			p.handle(heap.Pop(&p.q).(event))
+			p.handle(p.q.pop())
 			continue
 		}
 		if at.After(end) {

@@ -1,7 +1,6 @@
 package sim
 
 import (
-	"container/heap"
 	"encoding/json"
 	"fmt"
 	"math"
@@ -287,7 +286,7 @@ func TestBadConfig(t *testing.T) {
 	}
 }
 
-func popEvent(p *plant) event { return heap.Pop(&p.q).(event) }
+func popEvent(p *plant) event { return p.q.pop() }
 
 // TestHarderWriters: writers far harder than the thesis's. Twice its
 // threads switched on at once are held at 1.2 × threshold like the
