@@ -279,6 +279,24 @@ func (c *PID) Rebase(signalMs float64) {
 	c.e2 = c.e1
 }
 
+// Scale multiplies the output by f (> 0) within the clamp, for a
+// change of load the engine sees before the signal does (more writers
+// than the delay was learned with, see the engine's "Onsets"). The
+// velocity form carries on from the scaled output. At rest it stays at
+// rest: a delay of 0 says nothing about what the writers need.
+func (c *PID) Scale(f float64) float64 {
+	if c.u > 0 && f > 0 && !math.IsInf(f, 0) {
+		c.u = clamp(c.u*f, 0, c.p.UMaxMs)
+	}
+	return c.u
+}
+
+// Scaler is a controller whose output can be scaled from outside.
+// pid is one; thesis is not (the copied listing has no such input).
+type Scaler interface {
+	Scale(f float64) float64
+}
+
 // Rebaser is a controller that can resume after a pause without acting
 // on the change of its error across the pause.
 type Rebaser interface {

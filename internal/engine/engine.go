@@ -229,9 +229,10 @@ type device struct {
 }
 
 type consumer struct {
-	c   topology.Consumer
-	dev int // index into Engine.devs, -1 without a device
-	st  policy.State
+	c         topology.Consumer
+	dev       int // index into Engine.devs, -1 without a device
+	st        policy.State
+	lastWrite time.Time // the last Step that judged it writing ("Onsets")
 }
 
 type resource struct {
@@ -260,9 +261,10 @@ type resource struct {
 	// lowSince when the delay started to sit at it, or under half of it.
 	ceiling            float64
 	satSince, lowSince time.Time
-	consumers          []int // indices into Engine.cons
-	devs               []int // distinct devices of all consumers
-	sigDevs            []int // distinct devices whose reads are the signal
+	onset              onsetState // see "Onsets"
+	consumers          []int      // indices into Engine.cons
+	devs               []int      // distinct devices of all consumers
+	sigDevs            []int      // distinct devices whose reads are the signal
 }
 
 // Engine holds the state of every resource between Steps. It is not safe
@@ -402,6 +404,7 @@ func (e *Engine) stepResource(r *resource, now time.Time, members []netip.Addr, 
 			kbs, from := e.writeKBs(c, rt.WriteKBs)
 			cr.Throttleable, cr.WriteFrom = e.pol.Update(&c.st, c.c, kbs), from
 			cr.WriteEWMAKBs = c.st.WriteEWMAKBs
+			noteWrite(c, kbs, now)
 		}
 		if !r.started {
 			// Nothing measured on this resource yet (first Step): no
@@ -431,6 +434,7 @@ func (e *Engine) stepResource(r *resource, now time.Time, members []netip.Addr, 
 		}
 		rd.Armed = now.Sub(r.emptySince) < armHold
 	}
+	e.feedForward(r, now, stepCtrl && !rd.Armed)
 	if stepCtrl && !rd.Armed {
 		if rb, ok := r.ctrl.(control.Rebaser); ok && r.frozen {
 			rb.Rebase(r.signalMs)

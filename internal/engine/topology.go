@@ -66,7 +66,7 @@ func (e *Engine) SetTopology(topo topology.Topology) {
 		for _, tc := range tr.Consumers {
 			c := consumer{c: tc, dev: devOf(tc.Device)}
 			if oi, ok := oldCons[consKey{tr.Name, tc.Device, tc.Addr}]; ok {
-				c.st = e.cons[oi].st
+				c.st, c.lastWrite = e.cons[oi].st, e.cons[oi].lastWrite
 				delete(oldCons, consKey{tr.Name, tc.Device, tc.Addr})
 			}
 			r.consumers = append(r.consumers, len(cons))
@@ -107,7 +107,7 @@ func (e *Engine) resourceFor(tr topology.Resource, old *resource) resource {
 	if old != nil {
 		r.ewma, r.signalMs, r.started, r.lastSample, r.emptySince = old.ewma, old.signalMs, old.started, old.lastSample, old.emptySince
 		if old.threshold == r.threshold {
-			r.ctrl, r.controlMs, r.frozen = old.ctrl, old.controlMs, old.frozen
+			r.ctrl, r.controlMs, r.frozen, r.onset = old.ctrl, old.controlMs, old.frozen, old.onset
 			r.ceiling, r.satSince, r.lowSince = old.ceiling, old.satSince, old.lowSince
 		}
 	}
