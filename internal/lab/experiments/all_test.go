@@ -49,6 +49,33 @@ func TestVerdict(t *testing.T) {
 	if v := verdict(&Summary{}); !strings.HasPrefix(v, "shown") {
 		t.Errorf("no checks: %q", v)
 	}
+	// overhead: the idle daemon is the target; the delay class is only
+	// reported, and where it differs the verdict says so.
+	sw := &SweepResult{Steps: []SweepStep{
+		{Condition: Condition{Label: "write: nothing"}},
+		{Condition: Condition{Label: "write: sanqos idle", Daemon: true}},
+		{Condition: Condition{Label: "write: 1 µs class", Daemon: true, DelayMs: 0.001}},
+	}, Welch: []Welch{
+		{A: "write: nothing", B: "write: sanqos idle", DiffPct: 8, Distinguishable: false},
+		{A: "write: nothing", B: "write: 1 µs class", DiffPct: 52.6, CILowPct: 20.2, CIHighPct: 85, Distinguishable: true},
+	}}
+	tests := []struct {
+		name        string
+		worstDiffer bool
+		want        string
+	}{
+		{"worst case distinguishable", true, "reproduced (1 of 1 targets met); differs where only reported (no target): write: 1 µs class vs write: nothing +52.6 % (99 %: +20.2 … +85.0)"},
+		{"worst case within noise", false, "reproduced (1 of 1 targets met)"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			sw.Welch[1].Distinguishable = tt.worstDiffer
+			s := &Summary{Sweep: sw, Checks: []Check{{"sweep", "idle", "0", "8", true}}}
+			if v := verdict(s); v != tt.want {
+				t.Errorf("verdict = %q\nwant      %q", v, tt.want)
+			}
+		})
+	}
 }
 
 // TestDeriveAndIndex: fig4.3 is analysed from fig5.8's runs into its own
