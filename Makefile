@@ -5,7 +5,7 @@ GO        ?= go
 BIN       := bin
 VERSION   := $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS   := -X main.version=$(VERSION)
-APT_PKGS  := qemu-system-x86 debootstrap kmod tgt ethtool libiscsi-bin libiscsi-dev fio ipset iptables fuse3 iproute2 pkg-config gcc
+APT_PKGS  := qemu-system-x86 debootstrap kmod tgt ethtool libiscsi-bin libiscsi-dev libnfs-dev nfs-ganesha nfs-ganesha-vfs rpcbind fio ipset iptables fuse3 iproute2 pkg-config gcc
 REPORT    ?= report
 
 .PHONY: all build deps test demo fmt vet clean bpf fuzz soak install kernel-lab diagram

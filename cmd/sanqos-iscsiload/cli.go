@@ -11,6 +11,7 @@ import (
 	"net"
 	"os"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -19,10 +20,19 @@ import (
 	"github.com/sanqos/sanqos/internal/lab/loadspec"
 )
 
-const description = `An fio-like iSCSI load generator for the sanqos lab. It logs in to one LUN
-with libiscsi, once per thread (each thread has its own iSCSI session and TCP
-connection), and keeps one synchronous I/O in flight per thread, like fio with
-ioengine=sync and direct=1.
+const description = `An fio-like iSCSI and NFS load generator for the sanqos lab. It logs in to one
+LUN with libiscsi, once per thread (each thread has its own iSCSI session and
+TCP connection), and keeps one synchronous I/O in flight per thread, like fio
+with ioengine=sync and direct=1.
+
+With --nfs nfs://HOST/EXPORT it speaks NFSv3 through libnfs instead: each
+thread mounts the export with its own libnfs context (its own TCP connection
+to port 2049) and works on a file of its own, --nfs-file with %d replaced by
+the thread number (1..N), opened O_SYNC so that every WRITE is FILE_SYNC (on
+the server's disk when it completes). A missing file is created at --offset
++ --size: written out for a read job (a hole would read as zeros without
+touching the disk), sparse for a write job. Threads' regions are then in
+their own files, all at --offset.
 
 Output: one JSON line per second on stdout (or --log FILE) with the job's
 throughput, IOPS and latency (mean, p50, p99, max) over all threads, plus one
@@ -45,6 +55,7 @@ Examples:
   sanqos-iscsiload --portal 10.213.0.253 --target iqn.2010-05.sanqos:lun1 --job smalljob --runtime 60s
   sanqos-iscsiload --portal 10.213.0.253 --target T --job seqwrite-64k --threads 4 --on 64m --off 5s --runtime 120s
   sanqos-iscsiload --portal 10.213.0.253 --target T --rw write --bs 64k --size 32m --verify
+  sanqos-iscsiload --nfs nfs://10.213.0.253/export --nfs-file b3-w%d.dat --job seqwrite-64k --threads 4 --size 64m --runtime 60s
 
 Exit status: 0 when the job ran (or was stopped by a signal), 1 when the
 target could not be used, an I/O failed or verify found damaged blocks, 2 for
@@ -62,7 +73,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	// libiscsi's text for a refused TCP connection is about reconnecting;
 	// probing the port first gives the user the real reason.
-	if err := probe(ctx, o.addr, o.dialTimeout); err != nil {
+	if err := probe(ctx, o.probeAddr(), o.server(), o.dialTimeout); err != nil {
 		return fail(err)
 	}
 	out := stdout
@@ -110,6 +121,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 type cliOptions struct {
 	job                     loadspec.Job
 	addr, target, initiator string
+	// nfs, when its Server is set, selects the NFS transport.
+	nfs                     nfsTarget
 	lun                     int
 	headerDigest, perThread bool
 	quiet                   bool
@@ -135,6 +148,14 @@ func (o cliOptions) generator(out, stderr io.Writer) *Generator {
 				Timeout: int(o.ioTimeout / time.Second)})
 		},
 	}
+	if o.nfs.Server != "" {
+		job := o.job
+		e.OwnDevices = true
+		e.Open = func(thread int) (Device, error) {
+			return openNFS(nfsConfig{nfsTarget: o.nfs, Thread: thread, Size: job.Offset + job.Size,
+				Fill: !job.Mode.IsWrite(), Timeout: int(o.ioTimeout / time.Second)})
+		}
+	}
 	if !o.quiet {
 		e.Progress, e.ProgressEvery = stderr, o.progressEvery
 	}
@@ -147,7 +168,7 @@ func parseCLI(args []string, stderr io.Writer) (o cliOptions, code int) {
 	fs := flag.NewFlagSet("sanqos-iscsiload", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage: sanqos-iscsiload --portal HOST[:PORT] --target IQN [flags]\n\n%s\n\nFlags:\n", description)
+		fmt.Fprintf(fs.Output(), "Usage: sanqos-iscsiload --portal HOST[:PORT] --target IQN [flags]\n       sanqos-iscsiload --nfs nfs://HOST/EXPORT [--nfs-file NAME] [flags]\n\n%s\n\nFlags:\n", description)
 		fs.PrintDefaults()
 	}
 	// The host name only makes the default initiator name unique per
@@ -156,8 +177,10 @@ func parseCLI(args []string, stderr io.Writer) (o cliOptions, code int) {
 	if err != nil || host == "" {
 		host = "sanqos"
 	}
-	portal := fs.String("portal", "", "target portal, HOST or HOST:PORT (port 3260 when left out) (required)")
-	fs.StringVar(&o.target, "target", "", "target IQN, e.g. iqn.2010-05.sanqos:lun1 (required)")
+	portal := fs.String("portal", "", "target portal, HOST or HOST:PORT (port 3260 when left out) (required for iSCSI)")
+	fs.StringVar(&o.target, "target", "", "target IQN, e.g. iqn.2010-05.sanqos:lun1 (required for iSCSI)")
+	nfsURL := fs.String("nfs", "", "speak NFSv3 to this export instead of iSCSI: nfs://HOST/EXPORT")
+	fs.StringVar(&o.nfs.File, "nfs-file", "load-%d.dat", "with --nfs: each thread's file on the export, %d replaced by the thread number")
 	fs.IntVar(&o.lun, "lun", 1, "LUN number (tgt's LUN 0 is its controller, disks start at 1)")
 	fs.StringVar(&o.initiator, "initiator", "iqn.2010-05.sanqos.load:"+host, "initiator name; \"-N\" is appended for thread N")
 	fs.BoolVar(&o.headerDigest, "header-digest", false, "use CRC32C header digests")
@@ -187,11 +210,21 @@ func parseCLI(args []string, stderr io.Writer) (o cliOptions, code int) {
 	if o.job, err = jf.Job(); err != nil {
 		return usageErr("%v", err)
 	}
-	if *portal == "" || o.target == "" {
-		return usageErr("--portal and --target are required")
+	switch {
+	case *nfsURL != "" && (*portal != "" || o.target != ""):
+		return usageErr("--nfs and --portal/--target choose different protocols: give one")
+	case *nfsURL != "":
+		if o.nfs.Server, o.nfs.Export, err = parseNFSURL(*nfsURL); err != nil {
+			return usageErr("%v", err)
+		}
+		if o.nfs.File == "" || strings.Count(o.nfs.File, "%") > 1 || strings.Contains(o.nfs.File, "%") && !strings.Contains(o.nfs.File, "%d") {
+			return usageErr("--nfs-file %q: want a file name with at most one %%d (the thread number)", o.nfs.File)
+		}
+	case *portal == "" || o.target == "":
+		return usageErr("--portal and --target are required (or --nfs for NFS)")
 	}
 	o.addr = *portal
-	if _, _, err := net.SplitHostPort(o.addr); err != nil {
+	if _, _, err := net.SplitHostPort(o.addr); err != nil && o.addr != "" {
 		o.addr = net.JoinHostPort(o.addr, "3260")
 	}
 	if o.ioTimeout < 0 || o.ioTimeout%time.Second != 0 {
@@ -208,9 +241,25 @@ func parseCLI(args []string, stderr io.Writer) (o cliOptions, code int) {
 	return o, -1
 }
 
+// probeAddr is the TCP address the transport connects to first.
+func (o cliOptions) probeAddr() string {
+	if o.nfs.Server != "" {
+		return nfsProbeAddr(o.nfs.Server)
+	}
+	return o.addr
+}
+
+// server names the target's server for messages.
+func (o cliOptions) server() string {
+	if o.nfs.Server != "" {
+		return "nfs-ganesha (or another NFS server)"
+	}
+	return "tgtd"
+}
+
 // probe checks that the portal accepts TCP connections, and explains why
-// not in one line.
-func probe(ctx context.Context, addr string, timeout time.Duration) error {
+// not in one line; server names what should listen there.
+func probe(ctx context.Context, addr, server string, timeout time.Duration) error {
 	d := net.Dialer{Timeout: timeout}
 	c, err := d.DialContext(ctx, "tcp", addr)
 	if err == nil {
@@ -220,7 +269,7 @@ func probe(ctx context.Context, addr string, timeout time.Duration) error {
 	var ne net.Error
 	switch {
 	case errors.Is(err, syscall.ECONNREFUSED):
-		why = "connection refused — is tgtd running in the target namespace?"
+		why = "connection refused — is " + server + " running in the target namespace?"
 	case errors.Is(err, syscall.EHOSTUNREACH), errors.Is(err, syscall.ENETUNREACH):
 		why = "no route to the target — is this namespace wired to the target's network?"
 	case errors.As(err, &ne) && ne.Timeout():

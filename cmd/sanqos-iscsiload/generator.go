@@ -35,6 +35,10 @@ type Generator struct {
 	// Open connects thread n (1-based); it is called on the OS thread that
 	// will do all of that thread's I/O.
 	Open func(thread int) (Device, error)
+	// OwnDevices says that each thread's Device is its own (a file of
+	// its own on an NFS export), not one LUN shared by all: every
+	// thread's region then starts at the job's offset of its device.
+	OwnDevices bool
 	// Out receives the per-second and summary lines; IOLog, if set, one
 	// line per I/O.
 	Out       *iolog.Writer
@@ -267,6 +271,19 @@ func (e *Generator) layout(workers []*worker) error {
 	if bs := dev.BlockSize(); bs <= 0 || e.Job.BlockSize%bs != 0 || e.Job.Offset%bs != 0 {
 		return fmt.Errorf("--bs %s and --offset %s must be multiples of the LUN's %d-byte blocks",
 			loadspec.FormatSize(e.Job.BlockSize), loadspec.FormatSize(e.Job.Offset), bs)
+	}
+	if e.OwnDevices {
+		// One thread's job on each device: the same region in each.
+		one := e.Job
+		one.Threads = 1
+		for _, w := range workers {
+			rs, err := one.Regions(w.dev.Capacity())
+			if err != nil {
+				return fmt.Errorf("thread %d: %w", w.id, err)
+			}
+			w.region = rs[0]
+		}
+		return nil
 	}
 	rs, err := e.Job.Regions(dev.Capacity())
 	if err != nil {

@@ -1,9 +1,11 @@
-// Command sanqos-iscsiload is the lab's fio-like iSCSI load generator. It
-// speaks iSCSI itself through libiscsi (cgo), so it needs no kernel
-// initiator, and it gives every I/O thread its own iSCSI session — its own
-// TCP connection — so that the target can throttle, and the lab can measure,
-// each thread separately. Each thread keeps one synchronous I/O in flight
-// (fio's ioengine=sync, direct=1).
+// Command sanqos-iscsiload is the lab's fio-like iSCSI and NFS load
+// generator. It speaks iSCSI itself through libiscsi (cgo), so it needs no
+// kernel initiator, and it gives every I/O thread its own iSCSI session —
+// its own TCP connection — so that the target can throttle, and the lab can
+// measure, each thread separately. Each thread keeps one synchronous I/O in
+// flight (fio's ioengine=sync, direct=1). With --nfs it speaks NFSv3
+// through libnfs instead (nfs.go): the same jobs and logs, each thread
+// with its own connection and its own file on the export.
 //
 // It writes one JSON line per second (internal/lab/iolog) and a final summary,
 // and exits non-zero with one clear line when the target cannot be reached,

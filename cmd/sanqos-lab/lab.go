@@ -68,7 +68,7 @@ func cmdLab(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 }
 
 func cmdLabUp(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("lab up", "sanqos lab up [--profile thesis-2010] [--storage emu:PROFILE|emu-mem:PROFILE|dir:PATH] [--size 2GiB]",
+	fs := newFlagSet("lab up", "sanqos lab up [--profile thesis-2010] [--storage emu:PROFILE|emu-mem:PROFILE|dir:PATH] [--size 2GiB] [--nfs]",
 		`Build the lab, after removing whatever an earlier run left. LUN images are
 sparse files on the emulated disk (a FUSE file system over a disk model,
 default) or in a directory on real storage (dir:PATH, whose file system must
@@ -77,6 +77,7 @@ support O_DIRECT). The lab stays up until 'sanqos lab down'.`, stderr)
 	storage := fs.String("storage", "", "where LUN images live: emu:PROFILE (the emulated disk), emu-mem:PROFILE (its backing files in RAM, for profiles faster than this machine's disk) or dir:PATH (default emu:<profile>)")
 	size := fs.String("size", "2GiB", "size of each LUN image (sparse)")
 	seed := fs.Int64("seed", 1, "seed of the emulated disk's random numbers")
+	nfs := fs.Bool("nfs", false, "also an NFS target: nfs-ganesha and rpcbind in the target namespace, NFSv3 on port 2049, exporting ext4 on a loop device of the storage")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -85,6 +86,7 @@ support O_DIRECT). The lab stays up until 'sanqos lab down'.`, stderr)
 		fmt.Fprintf(stderr, "sanqos lab up: %v\n", err)
 		return errUsage
 	}
+	opts.NFS = *nfs
 	l, err := lab.Up(ctx, opts)
 	if err != nil {
 		return err
@@ -129,6 +131,9 @@ func printLab(w io.Writer, st lab.State) {
 	fmt.Fprintf(tw, "\nINITIATOR\tNAMESPACE\tIP\tTARGET\tLOOP\tIMAGE\n")
 	for _, in := range st.Initiators {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", in.Name, in.NS, in.IP, in.IQN, in.Loop, in.Image)
+	}
+	if n := st.NFS; n != nil {
+		fmt.Fprintf(tw, "\nNFS\t%s\tport %d\t%s\t%s\t%s\n", n.URL, n.Port, n.Config, n.Loop, n.Image)
 	}
 	tw.Flush()
 }

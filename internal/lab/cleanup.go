@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -15,10 +16,11 @@ import (
 
 // Cleanup removes everything a lab created, whether or not the lab that
 // created it is still running: processes in the lab's namespaces, tgtd,
-// the emulated disk, loop devices over lab images, mounts under the lab's
-// directories, the namespaces themselves (and with them every interface,
-// bridge and iptables rule in them), tgtd's control socket, the images and
-// the state directory. It is idempotent and is what `sanqos lab down` does.
+// nfs-ganesha and rpcbind, the NFS export's mount, the emulated disk,
+// loop devices over lab images, mounts under the lab's directories, the
+// namespaces themselves (and with them every interface, bridge and
+// iptables rule in them), tgtd's control socket, the images and the
+// state directory. It is idempotent and is what `sanqos lab down` does.
 //
 // It refuses, without touching anything, while another process's Lab is
 // up: that lab is removed by its owner.
@@ -40,6 +42,10 @@ func cleanup(ctx context.Context, r runner, stopEmu func()) error {
 	ctx = context.WithoutCancel(ctx)
 	st, _ := readState() // best effort: what a crashed run recorded
 	errs := stopLabProcesses(ctx, r)
+	// The NFS export's file system holds its loop device: unmounted
+	// before the loops are detached, while the emulated disk still
+	// answers its last writes.
+	errs = append(errs, stopNFS()...)
 	if err := detachLabLoops(ctx, r); err != nil {
 		errs = append(errs, err)
 	}
@@ -140,8 +146,12 @@ func removeLabObjects(ctx context.Context, r runner, st *State) []error {
 		}
 	}
 	if st != nil && st.Storage.Kind == "dir" {
+		images := []string{filepath.Join(st.Storage.Dir, nfsImageName)}
 		for _, in := range st.Initiators {
-			if err := os.Remove(in.Image); err != nil && !errors.Is(err, os.ErrNotExist) {
+			images = append(images, in.Image)
+		}
+		for _, img := range images {
+			if err := os.Remove(img); err != nil && !errors.Is(err, os.ErrNotExist) {
 				errs = append(errs, fmt.Errorf("removing LUN image: %w", err))
 			}
 		}

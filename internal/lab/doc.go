@@ -6,6 +6,11 @@
 // is attached to its own loop device with direct I/O, so /proc/diskstats
 // shows each LUN's real latency as the thesis's dm devices did.
 //
+// With Options.NFS the target namespace also runs nfs-ganesha and rpcbind
+// (nfs.go), each with a /run of its own, exporting NFSv3 over TCP from an
+// ext4 file system on one more loop device of the same storage, which
+// every initiator's NFS client shares.
+//
 // Everything the lab creates carries a sanqos-lab / sanqos-b* prefix and is
 // recorded in /run/sanqos-lab; Cleanup removes it whether or not the lab
 // that created it is still running, so a crashed run never leaves the

@@ -10,7 +10,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -39,6 +38,9 @@ type Options struct {
 	EmuCommand []string
 	// Loadgen is the path of sanqos-iscsiload; empty: FindLoadgen.
 	Loadgen string
+	// NFS adds the NFS target (nfs.go): nfs-ganesha and rpcbind in the
+	// target namespace, exporting ext4 on a loop device of the storage.
+	NFS bool
 	// Progress receives one line per phase; nil discards them.
 	Progress io.Writer
 }
@@ -79,6 +81,8 @@ type State struct {
 	TCPCongestionControl string `json:"tcp_congestion_control"`
 	// EmuMount is the emulated disk's mount point ("" for dir storage).
 	EmuMount string `json:"emu_mount,omitempty"`
+	// NFS is the NFS target (nil: the lab has none).
+	NFS *NFS `json:"nfs,omitempty"`
 }
 
 // Lab is a running lab.
@@ -101,11 +105,17 @@ type host struct {
 
 // checkEnv returns the one error a user should see before anything is
 // touched: not root, or a missing tool.
-func checkEnv() error {
+func checkEnv(nfs bool) error {
 	if os.Geteuid() != 0 {
 		return errors.New("the lab creates network namespaces, loop devices and mounts: run it as root")
 	}
-	return checkTools(exec.LookPath)
+	if err := checkTools(exec.LookPath); err != nil {
+		return err
+	}
+	if nfs {
+		return checkNFSEnv(exec.LookPath)
+	}
+	return nil
 }
 
 // progress prints phase lines with an estimate of the time left.
@@ -135,7 +145,7 @@ func (p *progress) next() {
 // Up builds the lab after clearing whatever a crashed run left. On error
 // (and on ctx cancellation) it removes what it created.
 func Up(ctx context.Context, opts Options) (l *Lab, err error) {
-	if err := checkEnv(); err != nil {
+	if err := checkEnv(opts.NFS); err != nil {
 		return nil, err
 	}
 	if opts.Storage.Kind == "" {
@@ -157,6 +167,10 @@ func Up(ctx context.Context, opts Options) (l *Lab, err error) {
 		{"loop devices with direct I/O", time.Second},
 		{"tgtd and targets", time.Second},
 	}}
+	if opts.NFS {
+		pr.phases[2].est += 6 * time.Second // laying out the export's files
+		pr.phases = append(pr.phases, phase{"nfs-ganesha and rpcbind", 3 * time.Second})
+	}
 
 	pr.next()
 	if err := cleanup(ctx, r, nil); err != nil {
@@ -189,8 +203,11 @@ func Up(ctx context.Context, opts Options) (l *Lab, err error) {
 		func() error { return l.storage(ctx, opts) },
 		func() error { return l.loops(ctx) },
 		func() error { return l.targets(ctx) },
+		func() error { return l.nfs(ctx) },
 	} {
-		pr.next()
+		if pr.i < len(pr.phases) { // without NFS its step has no phase
+			pr.next()
+		}
 		if err := step(); err != nil {
 			return l, err
 		}
@@ -211,6 +228,9 @@ func (l *Lab) plan(opts Options) ([]host, error) {
 	st.Storage, st.Size = opts.Storage, opts.Size
 	st.Bridge, st.MTU = bridgeName, MTU
 	st.Target = Target{NS: TargetNS, IP: TargetAddr, Port: ISCSIPort, ControlPort: ControlPort}
+	if opts.NFS {
+		st.NFS = &NFS{Export: nfsExportDir(), URL: nfsURL(TargetAddr, nfsExportDir()), Port: NFSPort, Config: ganeshaConfPath()}
+	}
 	hosts := []host{{TargetNS, TargetAddr}}
 	for i, n := range initiatorNames {
 		in := Initiator{Name: n, NS: "sanqos-" + n, IP: initiatorAddr(i), IQN: IQNPrefix + n}
@@ -241,7 +261,11 @@ func (l *Lab) storage(ctx context.Context, opts Options) error {
 	imageDir := opts.Storage.Dir
 	if opts.Storage.Kind == "emu" {
 		if opts.Storage.Memory {
-			if err := mountMemoryBacking(int64(len(st.Initiators)) * opts.Size); err != nil {
+			size := int64(len(st.Initiators)) * opts.Size
+			if st.NFS != nil {
+				size += nfsImageSize
+			}
+			if err := mountMemoryBacking(size); err != nil {
 				return err
 			}
 		}
@@ -249,6 +273,9 @@ func (l *Lab) storage(ctx context.Context, opts Options) error {
 			if err := createImage(filepath.Join(emuBackingDir(), imageName(in.Name)), opts.Size); err != nil {
 				return err
 			}
+		}
+		if err := l.prepareNFS(ctx, emuBackingDir()); err != nil {
+			return err
 		}
 		if err := l.startEmu(ctx, opts); err != nil {
 			return err
@@ -265,7 +292,40 @@ func (l *Lab) storage(ctx context.Context, opts Options) error {
 			}
 		}
 	}
+	if opts.Storage.Kind == "dir" {
+		if err := l.prepareNFS(ctx, imageDir); err != nil {
+			return err
+		}
+	}
+	if st.NFS != nil {
+		st.NFS.Image = filepath.Join(imageDir, nfsImageName)
+	}
 	return writeState(st)
+}
+
+// prepareNFS makes the NFS export's image in dir (where the storage
+// keeps its files), when the lab has an NFS target.
+func (l *Lab) prepareNFS(ctx context.Context, dir string) error {
+	if l.st.NFS == nil {
+		return nil
+	}
+	return prepareNFSImage(ctx, l.r, filepath.Join(dir, nfsImageName), nfsLayout(l.st.Initiators))
+}
+
+// nfs mounts the export and starts ganesha and rpcbind, when the lab has
+// an NFS target.
+func (l *Lab) nfs(ctx context.Context) error {
+	n := l.st.NFS
+	if n == nil {
+		return nil
+	}
+	if err := mountExport(n.Loop); err != nil {
+		return err
+	}
+	if err := startNFS(ctx, l.r); err != nil {
+		return err
+	}
+	return writeState(&l.st)
 }
 
 // loops attaches every image to a loop device with direct I/O.
@@ -276,7 +336,12 @@ func (l *Lab) loops(ctx context.Context) (err error) {
 			return err
 		}
 	}
-	return nil
+	if n := l.st.NFS; n != nil {
+		if n.Loop, err = attachLoop(ctx, l.r, "/sys", n.Image); err != nil {
+			return err
+		}
+	}
+	return writeState(&l.st)
 }
 
 // targets starts tgtd and configures a target per initiator.
@@ -288,75 +353,6 @@ func (l *Lab) targets(ctx context.Context) error {
 		return err
 	}
 	return writeState(&l.st)
-}
-
-// startEmu serves the emulated disk, as a process of its own or in this
-// one, and waits until it is mounted.
-func (l *Lab) startEmu(ctx context.Context, opts Options) error {
-	mp := emuMountpoint()
-	if err := os.MkdirAll(mp, 0o755); err != nil {
-		return fmt.Errorf("creating emulated disk mount point: %w", err)
-	}
-	var dead func() error
-	if len(opts.EmuCommand) > 0 {
-		argv := append(append([]string{}, opts.EmuCommand...),
-			"--mount", mp, "--backing", emuBackingDir(),
-			"--profile", opts.Storage.Profile, "--seed", strconv.FormatInt(opts.Seed, 10))
-		p, err := startDetached(argv, filepath.Join(StateDir, "diskemu.log"), emuPidFile())
-		if err != nil {
-			return err
-		}
-		dead = func() error {
-			if alive(p.Pid) && !isZombie(p.Pid) {
-				return nil
-			}
-			log, _ := os.ReadFile(filepath.Join(StateDir, "diskemu.log"))
-			return fmt.Errorf("the emulated disk exited: %s", strings.TrimSpace(string(log)))
-		}
-	} else {
-		ectx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-		done := make(chan error, 1)
-		go func() { done <- serveEmu(ectx, mp, emuBackingDir(), opts.Storage.Profile, opts.Seed) }()
-		var serveErr error
-		l.stopEmu = func() {
-			cancel()
-			select {
-			case serveErr = <-done:
-			case <-time.After(10 * time.Second):
-			}
-		}
-		dead = func() error {
-			select {
-			case err := <-done:
-				return fmt.Errorf("the emulated disk stopped: %v", err)
-			default:
-				return nil
-			}
-		}
-		_ = serveErr
-	}
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		mounts, err := labMounts()
-		if err != nil {
-			return err
-		}
-		for _, m := range mounts {
-			if m == mp {
-				return nil
-			}
-		}
-		if err := dead(); err != nil {
-			return err
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("the emulated disk did not mount %s within 15s", mp)
-		}
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
 }
 
 // Down removes the lab (see Cleanup) and lets others use the machine's lab.
@@ -414,13 +410,23 @@ func (l *Lab) LoadCommand(ctx context.Context, initiator string, args ...string)
 	if err != nil {
 		return nil, err
 	}
+	return l.loadCommand(ctx, initiator, []string{"--portal", l.st.Target.Portal(), "--target", in.IQN}, args)
+}
+
+// loadCommand is the load generator in the initiator's namespace with
+// the target's flags, then the job's.
+func (l *Lab) loadCommand(ctx context.Context, initiator string, target, args []string) (*exec.Cmd, error) {
+	in, err := l.Initiator(initiator)
+	if err != nil {
+		return nil, err
+	}
 	bin := l.loadgen
 	if bin == "" {
 		if bin, err = FindLoadgen(); err != nil {
 			return nil, err
 		}
 	}
-	argv := append([]string{bin, "--portal", l.st.Target.Portal(), "--target", in.IQN}, args...)
+	argv := append(append([]string{bin}, target...), args...)
 	return Command(ctx, in.NS, argv...), nil
 }
 

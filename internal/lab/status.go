@@ -85,6 +85,9 @@ func readStatus(ctx context.Context, r runner, sysRoot string) (*Status, error) 
 			problem("the emulated disk's process (pid %d) is gone", pid)
 		}
 	}
+	if st.NFS != nil {
+		s.Problems = append(s.Problems, nfsProblems(st.NFS)...)
+	}
 	if nsExists(TargetNS) {
 		if o, err := readOffloads(ctx, r, TargetNS, ifName); err == nil {
 			st.Offloads = o

@@ -125,6 +125,13 @@ func daemonConfig(c Control, g Gains, l labView, record string) string {
 	cfg.Backend, cfg.Direction, cfg.Ports = "nfqueue", "write", []int{l.port}
 	cfg.Listen, cfg.Socket, cfg.Record = "127.0.0.1:9469", filepath.Join(ctlSocketDir, "ctl.sock"), record
 	cfg.Discovery.Adapter, cfg.Discovery.Interval.Duration, cfg.Discovery.TgtControlPort = "tgt", 5*time.Second, l.controlPort
+	if l.nfs {
+		// As a user configures NFS: the clients of the port from the
+		// socket table, the export from ganesha's configuration, each
+		// client's write rate from the wire.
+		cfg.Discovery.Adapter, cfg.Discovery.TgtControlPort = "socket", config.Default().Discovery.TgtControlPort
+		cfg.Attribution = "auto"
+	}
 	if cfg.Policy == "manual" {
 		cfg.Manual.Protected, cfg.Manual.Throttle = []string{l.reader.addr}, l.writerAddrs()
 	}

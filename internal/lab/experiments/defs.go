@@ -112,7 +112,7 @@ func registry() []Experiment {
 	// The mechanism's experiments go between fig5.1 and fig5.7, in the
 	// thesis's order.
 	x = append(x[:1], append(mechanismExperiments(), x[1:]...)...)
-	return append(x, harderExperiments()...)
+	return append(append(x, harderExperiments()...), nfsExperiments()...)
 }
 
 // thesisExperiments are the thesis's own experiments (chapter 5).

@@ -58,6 +58,9 @@ type Experiment struct {
 	// transfers (fig5.5, fig5.6, overhead); plots then draws from
 	// Summary.Sweep.
 	sweep func(short bool) Sweep
+	// nfs runs the loads over NFS from the lab's NFS target, and the
+	// daemon with the socket adapter on its port (nfs.go).
+	nfs bool
 }
 
 // plannedRun is one run of an experiment.
@@ -110,6 +113,8 @@ type LabInfo struct {
 	Offloads lab.Offloads `json:"offloads"`
 	Portal   string       `json:"portal"`
 	Loadgen  string       `json:"loadgen,omitempty"`
+	// NFS is the export the loads used, for an NFS experiment.
+	NFS string `json:"nfs,omitempty"`
 }
 
 // Names lists the experiments.
@@ -155,6 +160,7 @@ func Run(ctx context.Context, name string, o Options, lo lab.Options) (*Summary,
 	if _, err := x.selected(o); err != nil {
 		return nil, err
 	}
+	lo.NFS = lo.NFS || x.nfs
 	var s *Summary
 	err = WithLab(ctx, o, lo, func(l *lab.Lab) error {
 		var err error
@@ -299,7 +305,7 @@ func (x Experiment) RunOn(ctx context.Context, l *lab.Lab, o Options) (*Summary,
 		return nil, err
 	}
 	o.Sanqos = sanqos
-	v, err := viewOf(l)
+	v, err := viewOf(l, x.nfs)
 	if err != nil {
 		return nil, err
 	}
@@ -314,6 +320,9 @@ func (x Experiment) RunOn(ctx context.Context, l *lab.Lab, o Options) (*Summary,
 	s := &Summary{Experiment: x.Name, Title: x.Title, Describe: x.Describe, Short: o.Short, Started: time.Now().UTC(),
 		Lab:   LabInfo{Storage: st.Storage.String(), LUNBytes: st.Size, MTU: st.MTU, Offloads: st.Offloads, Portal: st.Target.Portal()},
 		Gains: o.Gains.WithDefaults(), out: o.Out}
+	if x.nfs {
+		s.Lab.NFS = l.NFS().URL
+	}
 	if err := stopLeftoverDaemons("/proc"); err != nil {
 		return nil, err
 	}

@@ -26,7 +26,7 @@ type Check struct {
 // threshold.
 func checks(s *Summary) []Check {
 	out := append(append(append(thesisChecks(s), guaranteeChecks(s)...), frontierChecks(s.Frontier)...), signalChecks(s)...)
-	return append(append(out, windowChecks(s)...), mechanismChecks(s)...)
+	return append(append(append(out, windowChecks(s)...), mechanismChecks(s)...), setChecks(s)...)
 }
 
 // signalChecks are the targets of runs that name their signal (the ssd
@@ -155,6 +155,20 @@ var page = template.Must(template.New("report").Funcs(template.FuncMap{
 		return false
 	},
 	"join": func(xs []string) string { return strings.Join(xs, "\n") },
+	"sets": func(rs []*RunResult) bool {
+		for _, r := range rs {
+			if r.ReaderInSet != nil {
+				return true
+			}
+		}
+		return false
+	},
+	"first": func(x float64) string {
+		if x < 0 {
+			return "never"
+		}
+		return fmt.Sprintf("%.1f", x)
+	},
 }).Parse(`<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
 <title>sanqos lab: {{.S.Experiment}}</title>
@@ -170,7 +184,7 @@ img { max-width: 100%; border: 1px solid #ddd; margin: 0.5em 0; }
 <h1>sanqos lab: {{.S.Title}}</h1>
 <p>{{.S.Describe}}</p>
 <p>Run {{.S.Started.Format "2006-01-02 15:04 MST"}} – {{.S.Finished.Format "15:04 MST"}}{{if .S.Short}}, short version{{end}}.
-Lab: storage {{.S.Lab.Storage}}, LUNs of {{.S.Lab.LUNBytes}} bytes, portal {{.S.Lab.Portal}},
+Lab: storage {{.S.Lab.Storage}}, LUNs of {{.S.Lab.LUNBytes}} bytes, portal {{.S.Lab.Portal}},{{if .S.Lab.NFS}} NFS export {{.S.Lab.NFS}},{{end}}
 MTU {{.S.Lab.MTU}}, offloads TSO {{.S.Lab.Offloads.TSO}}, GSO {{.S.Lab.Offloads.GSO}}, GRO {{.S.Lab.Offloads.GRO}}.
 pid gains in the daemon's configuration: Kp {{.S.Gains.Kp}}, Ti {{.S.Gains.Ti}}, Td {{.S.Gains.Td}}, u_max {{.S.Gains.UMaxMs}} ms
 unless the run says otherwise{{range .S.Runs}}{{if .UMaxMs}}{{if ne .UMaxMs $.S.Gains.UMaxMs}} ({{.Name}}: u_max {{.UMaxMs}} ms){{end}}{{end}}{{end}}.</p>
@@ -194,6 +208,13 @@ ended within 2 s, before the sets were clear, is "cut short" and not judged).</p
 <td>{{f1 .WriteMBs}}</td><td>{{f1 .ReaderKBs}}</td><td>{{.Retransmits}} ({{index .RetransmitsBy "sanqos-bm"}})</td><td>{{f2 .Jain}}</td><td>{{f1 .MaxWriteIOMs}}</td>
 <td>{{delay .}}</td><td>{{rel .}}</td></tr>
 {{end}}</table>
+{{if sets .S.Runs}}<h2>Throttleable set</h2>
+<p>How many of the daemon's ticks (100 ms) each host was in a throttleable set, from its record: the reader
+writes nothing and must never be in it; a writer is in it while it writes.</p>
+<table><tr><th>run</th><th>host</th><th>address</th><th>ticks in the set</th><th>ticks recorded</th><th>first at s</th></tr>
+{{range .S.Runs}}{{$r := .}}{{with .ReaderInSet}}<tr><td>{{$r.Name}}</td><td>{{.Host}} (reader)</td><td>{{.Addr}}</td><td>{{.Ticks}}</td><td>{{.Of}}</td><td>{{first .FirstS}}</td></tr>
+{{end}}{{range .WritersInSet}}<tr><td>{{$r.Name}}</td><td>{{.Host}}</td><td>{{.Addr}}</td><td>{{.Ticks}}</td><td>{{.Of}}</td><td>{{first .FirstS}}</td></tr>
+{{end}}{{end}}</table>{{end}}
 {{if bursty .S.Runs}}<h2>Bursts</h2>
 <p>Each burst of the writers (from the start of the first second they were active, the onset, to the end of
 the last; pauses under {{minoff}} s are inside a burst): the peak of smalljob's 1-second mean wait, the seconds

@@ -8,6 +8,7 @@ import (
 	"math"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -21,16 +22,25 @@ type labHost struct {
 }
 
 // labView is what a run needs to know of the lab: the target's ports, the
-// reader (b2) and the writer hosts (b3–b5).
+// reader (b2) and the writer hosts (b3–b5), and whether the loads speak
+// NFS (to the lab's NFS target) rather than iSCSI.
 type labView struct {
 	port, controlPort int
 	reader            labHost
 	writers           []labHost
 	hosts             []labHost // every initiator, b2 first
+	nfs               bool
 }
 
-func viewOf(l *lab.Lab) (labView, error) {
-	v := labView{port: l.Target().Port, controlPort: l.Target().ControlPort}
+func viewOf(l *lab.Lab, nfs bool) (labView, error) {
+	v := labView{port: l.Target().Port, controlPort: l.Target().ControlPort, nfs: nfs}
+	if nfs {
+		n := l.NFS()
+		if n == nil {
+			return v, fmt.Errorf("the experiment runs over NFS and the lab has no NFS target (lab.Options.NFS)")
+		}
+		v.port = n.Port
+	}
 	for _, in := range l.Initiators() {
 		h := labHost{name: in.Name, ns: in.NS, addr: in.IP.String(), loop: in.Loop, iqn: in.IQN}
 		v.hosts = append(v.hosts, h)
@@ -180,8 +190,12 @@ type RunResult struct {
 	// WindowWaits is smalljob's mean wait outside and in each delay
 	// window of the schedule (fig5.8).
 	WindowWaits []WindowWait `json:"window_waits,omitempty"`
-	// Delay and Release come from the daemon's record.
-	Delay *DelayStats `json:"delay_ms,omitempty"`
+	// Delay and Release come from the daemon's record, and so do
+	// ReaderInSet and WritersInSet: how often the reader (b2) and each
+	// writer host were in a throttleable set.
+	Delay        *DelayStats     `json:"delay_ms,omitempty"`
+	ReaderInSet  *SetMembership  `json:"reader_in_set,omitempty"`
+	WritersInSet []SetMembership `json:"writers_in_set,omitempty"`
 	// SignalHold, for a run that names its signal, is how well the daemon
 	// held that signal (as it measured it) under the threshold.
 	SignalHold *SignalHold     `json:"signal_hold,omitempty"`
@@ -221,7 +235,7 @@ type loadProc struct {
 // startLoad starts a load generator; fullBytes is what it moves when it
 // completes its region (0: it runs for its runtime).
 func (e *env) startLoad(ctx context.Context, host labHost, logPath string, fullBytes int64, args ...string) (*loadProc, error) {
-	cmd, err := e.l.LoadCommand(context.WithoutCancel(ctx), host.name, args...)
+	cmd, err := e.loadCommand(context.WithoutCancel(ctx), host, isReaderLog(logPath), args)
 	if err != nil {
 		return nil, err
 	}
@@ -245,6 +259,22 @@ func (e *env) startLoad(ctx context.Context, host labHost, logPath string, fullB
 	go func() { p.done <- cmd.Wait(); out.Close(); errf.Close() }()
 	return p, nil
 }
+
+// loadCommand is the load generator on host against the lab's iSCSI
+// target, or over NFS on the host's reader or writer files.
+func (e *env) loadCommand(ctx context.Context, host labHost, reader bool, args []string) (*exec.Cmd, error) {
+	if !e.v.nfs {
+		return e.l.LoadCommand(ctx, host.name, args...)
+	}
+	file := lab.NFSWriterFile(host.name)
+	if reader {
+		file = lab.NFSReaderFile(host.name)
+	}
+	return e.l.NFSLoadCommand(ctx, host.name, file, args...)
+}
+
+// isReaderLog tells a reader's log (reader-HOST.jsonl) from a writers'.
+func isReaderLog(path string) bool { return strings.HasPrefix(filepath.Base(path), "reader-") }
 
 // wait waits for the load to end; on ctx cancellation it asks for a clean
 // stop (sessions log out) with SIGINT rather than a kill, which would leave

@@ -146,7 +146,13 @@ func (r *run) analyzeRecord() error {
 	if err != nil {
 		return err
 	}
-	res.ticks = ticksOf(recs, float64(r.t0.UnixNano())/1e9)
+	t0 := float64(r.t0.UnixNano()) / 1e9
+	res.ticks = ticksOf(recs, t0)
+	in := setMembership(recs, r.e.v.reader, t0)
+	res.ReaderInSet = &in
+	for _, h := range r.e.v.writers {
+		res.WritersInSet = append(res.WritersInSet, setMembership(recs, h, t0))
+	}
 	ds := delayStats(res.ticks)
 	res.Delay = &ds
 	if c.Signal != "" && res.ThresholdMs != nil {

@@ -49,6 +49,11 @@ func (e *env) runOne(ctx context.Context, name string, w Workload, c Control, re
 	if err != nil {
 		return nil, err
 	}
+	// Over NFS the reader's blocks of the run before are in the server's
+	// page cache; every run must start from the disk.
+	if err := e.l.DropNFSCache(); err != nil {
+		return nil, err
+	}
 	defer r.stopLoads()
 	if err := r.startLoads(ctx); err != nil {
 		return nil, err
@@ -168,6 +173,9 @@ func (r *run) startLoads(ctx context.Context) error {
 		}
 		h := r.e.v.writers[i]
 		region := lunSize / int64(n) / (1 << 20) // MiB per thread
+		if r.e.v.nfs {
+			region = lab.NFSWriterSize >> 20 // a file per thread, laid out by the lab
+		}
 		args := []string{"--job", w.writerJob(), "--name", "writers-" + h.name, "--threads", strconv.Itoa(n),
 			"--size", strconv.FormatInt(region, 10) + "m", "--per-thread",
 			"--runtime", w.WriterTime.String(), "--start-at", r.startAt(w.Lead), "--quiet"}
