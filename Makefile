@@ -14,11 +14,29 @@ all: build
 
 # deps installs the Debian packages and Go modules sanqos needs. It only
 # calls apt when something is missing, so it is cheap to repeat.
+# Some packages are servers the lab runs in its own namespaces (tgt,
+# nfs-ganesha, rpcbind): Debian would start and enable them on the host,
+# so the install runs with a policy-rc.d that forbids starting services
+# (unless the machine has one already), and the units of the servers it
+# newly installed are disabled where systemd runs: the lab starts its
+# own, and a storage host gets no NFS server or portmapper by accident
+# (a tgt or rpcbind that was installed before is left as it was).
+# LAB_UNITS: package:unit of the servers whose units deps disables when
+# it installs the package (never a package that was there before).
+LAB_UNITS := tgt:tgt.service nfs-ganesha:nfs-ganesha.service rpcbind:rpcbind.service rpcbind:rpcbind.socket
 deps:
 	@missing=""; for p in $(APT_PKGS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then \
 		echo "installing:$$missing"; \
-		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+		guard=""; if [ ! -e /usr/sbin/policy-rc.d ]; then \
+			printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d && chmod 755 /usr/sbin/policy-rc.d && guard=1; fi; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; rc=$$?; \
+		if [ -n "$$guard" ]; then rm -f /usr/sbin/policy-rc.d; fi; \
+		[ $$rc -eq 0 ] || exit $$rc; \
+		if [ -d /run/systemd/system ]; then \
+			for pu in $(LAB_UNITS); do case " $$missing " in *" $${pu%%:*} "*) \
+				{ systemctl disable --now $${pu#*:} >/dev/null 2>&1 && echo "disabled $${pu#*:} on the host (the lab runs its own)"; } || true;; esac; done; \
+		fi; \
 	fi
 	$(GO) mod download
 
