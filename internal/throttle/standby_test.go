@@ -94,14 +94,21 @@ func TestLiveStandbyCoversStalledPacketCPU(t *testing.T) {
 			t.Errorf("without a standby, %d takeovers", s.Takeovers)
 		}
 	}
+	if got := l.ours(t); got != "" {
+		t.Errorf("after Close the target still holds:\n%s", got)
+	}
+	if raceEnabled {
+		// The race detector slows the standby's every step several
+		// times over (CI saw takeovers that still let packets out 33 ms
+		// late): how late is judged by the run without -race, which
+		// make test runs first.
+		return
+	}
 	if late[false] < 15*time.Millisecond {
 		t.Fatalf("without the standby packets were held at most %v late: the hog did not stall the packet thread, nothing was shown", late[false])
 	}
 	if late[true] > late[false]/3 || late[true] > 10*time.Millisecond {
 		t.Errorf("with the standby packets were held up to %v late, without it %v: want at most a third, and ≤ 10 ms", late[true], late[false])
-	}
-	if got := l.ours(t); got != "" {
-		t.Errorf("after Close the target still holds:\n%s", got)
 	}
 }
 
