@@ -9,22 +9,7 @@ package main
 #include <iscsi/iscsi.h>
 #include <iscsi/scsi-lowlevel.h>
 
-// libiscsi's synchronous calls wait in poll() and give up on EINTR ("Poll
-// failed"), leaving the session unusable. The Go runtime signals its threads
-// (SIGURG for preemption, and others), so every sync call runs with the
-// asynchronous signals blocked on its thread and the mask restored after.
-// Process-directed signals (SIGINT, SIGTERM) go to another thread; the
-// synchronous fault signals stay unblocked so that crashes are reported.
-static void sq_block(sigset_t *old) {
-	sigset_t all;
-	sigfillset(&all);
-	sigdelset(&all, SIGSEGV);
-	sigdelset(&all, SIGBUS);
-	sigdelset(&all, SIGFPE);
-	sigdelset(&all, SIGILL);
-	pthread_sigmask(SIG_BLOCK, &all, old);
-}
-static void sq_restore(sigset_t *old) { pthread_sigmask(SIG_SETMASK, old, NULL); }
+#include "sigmask.h" // sq_block, sq_restore: why, there
 
 static int sq_full_connect(struct iscsi_context *c, const char *portal, int lun) {
 	sigset_t old; sq_block(&old);

@@ -9,74 +9,62 @@ package main
 #include <pthread.h>
 #include <nfsc/libnfs.h>
 
-// libnfs's synchronous calls wait in poll() as libiscsi's do and give up
-// on EINTR ("Poll failed"), so they run with the asynchronous signals
-// blocked on their thread, as in iscsi.go.
-static void sqn_block(sigset_t *old) {
-	sigset_t all;
-	sigfillset(&all);
-	sigdelset(&all, SIGSEGV);
-	sigdelset(&all, SIGBUS);
-	sigdelset(&all, SIGFPE);
-	sigdelset(&all, SIGILL);
-	pthread_sigmask(SIG_BLOCK, &all, old);
-}
-static void sqn_restore(sigset_t *old) { pthread_sigmask(SIG_SETMASK, old, NULL); }
+#include "sigmask.h" // sq_block, sq_restore: libnfs polls as libiscsi does
 
 static int sqn_mount(struct nfs_context *n, const char *server, const char *export) {
-	sigset_t old; sqn_block(&old);
+	sigset_t old; sq_block(&old);
 	int r = nfs_mount(n, server, export);
-	sqn_restore(&old);
+	sq_restore(&old);
 	return r;
 }
 static int sqn_open(struct nfs_context *n, const char *path, int flags, struct nfsfh **fh) {
-	sigset_t old; sqn_block(&old);
+	sigset_t old; sq_block(&old);
 	int r = nfs_open(n, path, flags, fh);
-	sqn_restore(&old);
+	sq_restore(&old);
 	return r;
 }
 static int sqn_create(struct nfs_context *n, const char *path, int flags, struct nfsfh **fh) {
-	sigset_t old; sqn_block(&old);
+	sigset_t old; sq_block(&old);
 	int r = nfs_create(n, path, flags, 0644, fh);
-	sqn_restore(&old);
+	sq_restore(&old);
 	return r;
 }
 static int sqn_size(struct nfs_context *n, struct nfsfh *fh, uint64_t *size) {
-	sigset_t old; sqn_block(&old);
+	sigset_t old; sq_block(&old);
 	struct nfs_stat_64 st;
 	int r = nfs_fstat64(n, fh, &st);
-	sqn_restore(&old);
+	sq_restore(&old);
 	if (r == 0) *size = st.nfs_size;
 	return r;
 }
 static int sqn_ftruncate(struct nfs_context *n, struct nfsfh *fh, uint64_t len) {
-	sigset_t old; sqn_block(&old);
+	sigset_t old; sq_block(&old);
 	int r = nfs_ftruncate(n, fh, len);
-	sqn_restore(&old);
+	sq_restore(&old);
 	return r;
 }
 static int sqn_pread(struct nfs_context *n, struct nfsfh *fh, uint64_t off, uint64_t count, void *buf) {
-	sigset_t old; sqn_block(&old);
+	sigset_t old; sq_block(&old);
 	int r = nfs_pread(n, fh, off, count, buf);
-	sqn_restore(&old);
+	sq_restore(&old);
 	return r;
 }
 static int sqn_pwrite(struct nfs_context *n, struct nfsfh *fh, uint64_t off, uint64_t count, const void *buf) {
-	sigset_t old; sqn_block(&old);
+	sigset_t old; sq_block(&old);
 	int r = nfs_pwrite(n, fh, off, count, buf);
-	sqn_restore(&old);
+	sq_restore(&old);
 	return r;
 }
 static int sqn_close(struct nfs_context *n, struct nfsfh *fh) {
-	sigset_t old; sqn_block(&old);
+	sigset_t old; sq_block(&old);
 	int r = nfs_close(n, fh);
-	sqn_restore(&old);
+	sq_restore(&old);
 	return r;
 }
 static int sqn_umount(struct nfs_context *n) {
-	sigset_t old; sqn_block(&old);
+	sigset_t old; sq_block(&old);
 	int r = nfs_umount(n);
-	sqn_restore(&old);
+	sq_restore(&old);
 	return r;
 }
 */
