@@ -13,7 +13,8 @@ import (
 // time, which grows with threads, sessions and queue depth. The ceiling
 // therefore starts at Control.UMaxMs (the thesis's range) and, while the
 // delay has pressed on it (within pressShare of it) with the read latency
-// over the set point and a non-empty set for raiseAfter, rises by
+// over the set point and a non-empty set for raiseAfter (raiseAfterFar
+// with the latency farOver × the threshold or more), rises by
 // raiseFactor, up to UMaxLimitMs;
 // it falls back by the same factor after lowerAfter with the delay under
 // half of it. Rising by factors keeps TCP's RTT estimate ahead of the
@@ -21,9 +22,18 @@ import (
 // limit with the latency still over the threshold is reported as
 // saturation: packet delay alone cannot hold these writers.
 const (
-	raiseAfter  = time.Second
-	raiseFactor = 1.5
-	lowerAfter  = 10 * time.Second
+	raiseAfter = time.Second
+	// raiseAfterFar is raiseAfter while the latency is far over (farOver
+	// × the threshold or more): a burst's onset. The writers' first tick
+	// goes unthrottled (they are seen only once they write) and fills
+	// the disk's queue; a delay that only matches their steady need
+	// drains that backlog slowly (in the lab's randw run the reader
+	// waited 70-170 ms for 2-6 s at every onset with the delay at its
+	// 45 ms ceiling). Draining takes more than the steady need, soon.
+	raiseAfterFar = 300 * time.Millisecond
+	farOver       = 2.0
+	raiseFactor   = 1.5
+	lowerAfter    = 10 * time.Second
 	// pressShare is how near the ceiling the delay must be to press on it.
 	pressShare = 0.85
 )
@@ -56,8 +66,12 @@ func (e *Engine) scaleCeiling(r *resource, rd *ResourceDecision, now time.Time) 
 	} else if r.lowSince.IsZero() {
 		r.lowSince = now
 	}
+	after := raiseAfter
+	if r.signalMs >= farOver*r.threshold {
+		after = raiseAfterFar
+	}
 	switch {
-	case movable && atCeiling && r.ceiling < limit && now.Sub(r.satSince) >= raiseAfter:
+	case movable && atCeiling && r.ceiling < limit && now.Sub(r.satSince) >= after:
 		r.ceiling = min(r.ceiling*raiseFactor, limit)
 		c.SetUMax(r.ceiling)
 		r.satSince = time.Time{}

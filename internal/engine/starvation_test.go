@@ -299,3 +299,44 @@ func TestCeilingRisesUnderAWobblyRail(t *testing.T) {
 		t.Fatalf("ceiling %v after 2.5 s of a delay wobbling between 18 and 20 ms with the latency at 50 ms; want it raised", r.UMaxMs)
 	}
 }
+
+// How soon the ceiling first rises depends on how far over the latency
+// is: at a burst's onset (twice the threshold or more) within about 0.3
+// s of the delay pressing on it, nearer after about a second. (The
+// bounds are numbers, not the constants, so that changing a constant
+// fails here.)
+func TestCeilingRisesSoonerWhenFarOver(t *testing.T) {
+	for _, tc := range []struct {
+		readMs uint64 // every read's latency; threshold 15 ms
+		within time.Duration
+		notBy  time.Duration
+	}{
+		{readMs: 50, within: 500 * time.Millisecond, notBy: 0},
+		{readMs: 24, within: 1300 * time.Millisecond, notBy: 800 * time.Millisecond},
+	} {
+		clk := clock.NewFake(time.Unix(1000, 0))
+		d := newDisk("loop0", "loop1")
+		e := mustEngine(t, DefaultConfig(), oneResource(0))
+		e.Step(clk.Now(), d.snap())
+		pressing := time.Duration(-1) // since the delay first pressed on the ceiling
+		var rose time.Duration
+		for k := 1; k <= 50 && rose == 0; k++ {
+			clk.Advance(100 * time.Millisecond)
+			d.io("loop0", 10, tc.readMs, 0)
+			d.io("loop1", 0, 0, 2000)
+			r := e.Step(clk.Now(), d.snap()).Resources[0]
+			if pressing < 0 && r.DelayMs >= pressShare*r.UMaxMs {
+				pressing = time.Duration(k) * 100 * time.Millisecond
+			}
+			if r.UMaxMs > 20 {
+				rose = time.Duration(k)*100*time.Millisecond - pressing
+			}
+		}
+		if pressing < 0 || rose == 0 {
+			t.Fatalf("reads at %d ms: the delay never pressed on the ceiling or the ceiling never rose (pressing from %v)", tc.readMs, pressing)
+		}
+		if rose > tc.within || rose < tc.notBy {
+			t.Errorf("reads at %d ms: the ceiling rose %v after the delay pressed on it, want between %v and %v", tc.readMs, rose, tc.notBy, tc.within)
+		}
+	}
+}
