@@ -17,7 +17,11 @@ import (
 // stall is a retransmission. The thread sleeps between packets, and the
 // kernel's RT throttling caps it anyway. 10 is low among RT priorities:
 // kernel threads and anything the operator made real-time still come
-// first.
+// first. The cap has been needed once: a test process running three
+// backends (six path threads on two CPUs) had two of them spin in the Go
+// runtime (casgstatus) for 950 ms, waiting for a normal-priority thread
+// that their CPUs did not let run, until RT throttling did; with the
+// daemon's one backend it was not seen (see runSteps in live_test.go).
 const rtPriority = 10
 
 // boost locks the calling goroutine to its thread for good, makes the
