@@ -388,7 +388,7 @@ func runSteps(t *testing.T, dur time.Duration, steps [][]time.Duration, names []
 	// in for the target) stood still and the initiators' timers fired,
 	// which CI once counted against the delayer (two RTOs; the delayer's
 	// own lateness was at most 3 ms). Without collections it happened in
-	// 1 of 6 runs instead of 4 of 7; the stall monitor tells the rest.
+	// 1 of 9 runs instead of 8 of 12; the stall monitor tells the rest.
 	// With one backend the mark took at most 7 ms in 60 s.
 	defer debug.SetGCPercent(debug.SetGCPercent(-1))
 	stop := make(chan struct{})
