@@ -95,8 +95,9 @@
 //	u_max = 20 ms      the ceiling the delay starts with: the top of the
 //	                   thesis's range (§4.4: 21 steps of 0.5 ms up to
 //	                   20 ms; §5.7: typically 0.5–20 ms). The engine
-//	                   raises it ×1.5 per second while the delay sits at
-//	                   it over the threshold, up to u_max_limit (200 ms):
+//	                   raises it ×1.5 per second (per 0.3 s at twice the
+//	                   threshold) while the delay sits at it over the
+//	                   threshold, up to u_max_limit (200 ms):
 //	                   a per-I/O delay cuts a writer's rate only as far as
 //	                   its concurrency allows, so many threads or deep
 //	                   queues need more (engine: "Authority").
