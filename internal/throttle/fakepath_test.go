@@ -146,7 +146,7 @@ func newFakePath(t *testing.T, cfg NfqueueConfig, proc string) (*Nfqueue, *fakeC
 	}
 	clk := &fakeClock{Fake: clock.NewFake(t0)}
 	q := &fakeQueue{clk: clk}
-	b := &Nfqueue{cfg: cfg, log: quietLog(), place: func(int) {}, cpu: 1, standbyCPU: 0,
+	b := &Nfqueue{cfg: cfg, log: quietLog(), place: func(int, string, bool) func() { return func() {} }, cpu: 1, standbyCPU: 0,
 		stop: make(chan struct{}), loopDone: make(chan struct{}), standbyDone: make(chan struct{})}
 	var fds [2]int
 	for i, flags := range []int{unix.EFD_NONBLOCK | unix.EFD_CLOEXEC, unix.EFD_CLOEXEC} {

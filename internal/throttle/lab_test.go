@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"runtime/debug"
 	"slices"
 	"strconv"
 	"strings"
@@ -106,9 +107,20 @@ var labSeq atomic.Int32
 // All threads are also pinned to the CPU the packet path uses: a veth
 // delivers a packet into the backlog of the CPU that sent it, so a sender
 // thread migrating between CPUs reorders its own flow (TCP then counts
-// SACK reorder events and fast retransmits with no sanqos on the path). A
-// real NIC has a transmit queue per flow and does not do this.
+// SACK reorder events and fast retransmits with no sanqos on the path),
+// and so does a sender on another CPU than the one where the packet
+// thread's releases deliver the ACKs that clock it. A real NIC has a
+// transmit queue per flow and does not do this.
+//
+// The garbage collector is off meanwhile. Its threads, pinned beside the
+// real-time packet thread, could not move away from it when it waits for
+// one of them (see rtPriority): the process would stand still for
+// RT throttling's 950 ms. The daemon pins no thread of its own there;
+// TestLiveNoFreezeUnderGarbageCollection runs its threads as the daemon
+// does, collecting all the time.
 func reniceSelf(t *testing.T) {
+	gc, limit := debug.SetGCPercent(-1), debug.SetMemoryLimit(1<<30) // the limit: collect before memory runs out
+	t.Cleanup(func() { debug.SetGCPercent(gc); debug.SetMemoryLimit(limit) })
 	var all, one unix.CPUSet
 	if err := unix.SchedGetaffinity(0, &all); err != nil {
 		t.Fatal(err)

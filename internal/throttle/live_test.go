@@ -6,7 +6,6 @@ import (
 	"net/netip"
 	"os"
 	"runtime"
-	"runtime/debug"
 	"strconv"
 	"strings"
 	"sync"
@@ -132,7 +131,8 @@ func TestLiveWriteThrottling(t *testing.T) { sweep(t, Write) }
 func TestLiveReadThrottling(t *testing.T) { sweep(t, Read) }
 
 // TestLiveLowerDelayMidTransfer: dropping from 20 ms to 0 while data
-// flows must not reorder the flow: no retransmission. The flows are paced
+// flows must not reorder the flow: no retransmission but the kernel's
+// own loss probe of an undelayed flow (jiffyRace). The flows are paced
 // to 40 MB/s, the thesis's write load: unpaced, a veth at GB/s drops and
 // reorders by itself once the throttle is gone.
 func TestLiveLowerDelayMidTransfer(t *testing.T) {
@@ -175,7 +175,10 @@ func TestLiveLowerDelayMidTransfer(t *testing.T) {
 		time.Sleep(400 * time.Millisecond)
 		set(0)
 		rate := <-done
-		checkRetrans(t, fmt.Sprintf("%s, delay lowered 20ms → 0 mid-transfer", dir), sender, c0, base, 0)
+		// After the change the flow runs undelayed: the kernel's own
+		// spurious probe may come (see jiffyRace; the untouched
+		// baseline flow sent one in 3 of 80 measurements).
+		checkRetrans(t, fmt.Sprintf("%s, delay lowered 20ms → 0 mid-transfer", dir), sender, c0, base, jiffyRace(0))
 		q, _ := l.targetRunner.Run(context.Background(), "", "cat", "/proc/net/netfilter/nfnetlink_queue")
 		t.Logf("%s: kernel queue (num portid total mode range dropped user_dropped seq): %s; stats %+v", dir, strings.TrimSpace(q), b.Stats())
 		(<-stop)()
@@ -377,20 +380,12 @@ func runSteps(t *testing.T, dur time.Duration, steps [][]time.Duration, names []
 		s.step(t, s.steps[0])
 		s.c0 = counters(t, s.l.clientRunner)
 	}
-	// No garbage collection while the sides run. With three backends in
-	// this one process (six real-time path threads on two CPUs; the
-	// daemon runs one backend) the test process stood still for about a
-	// second in about half the runs: gctrace showed a 1005 ms mark phase,
-	// and perf two path threads spinning in the Go runtime (casgstatus,
-	// procyield) for 950 ms, until the kernel's RT throttling let the
-	// normal-priority thread they waited for run. All that time the
-	// test's own goroutines (the writers, and the echo servers that stand
-	// in for the target) stood still and the initiators' timers fired,
-	// which CI once counted against the delayer (two RTOs; the delayer's
-	// own lateness was at most 3 ms). Without collections it happened in
-	// 1 of 9 runs instead of 8 of 12; the stall monitor tells the rest.
-	// With one backend the mark took at most 7 ms in 60 s.
-	defer debug.SetGCPercent(debug.SetGCPercent(-1))
+	// No garbage collection while the sides run (newLab turned it off):
+	// with three backends in this one process, before their standbys
+	// left the real-time class and while it was on, the process stood
+	// still for about a second in 8 of 12 runs (see rtPriority),
+	// and CI once counted the initiators' timeouts of that second
+	// against the delayer. The stall monitor tells what else stalls.
 	stop := make(chan struct{})
 	stalled := stallMonitor(stop)
 	var wg sync.WaitGroup
@@ -623,7 +618,9 @@ func TestLiveIscsiWritesWithoutAckDelay(t *testing.T) {
 
 // TestLiveOtherThreadsRaised: starting the backend gives the process's
 // other threads otherThreadsNice (see there why), and threads the Go
-// runtime starts afterwards inherit it.
+// runtime starts afterwards inherit it; the packet thread (sanqos-packet)
+// is real-time, pinned to its CPU, and no other thread is, the standby
+// (sanqos-standby) included.
 func TestLiveOtherThreadsRaised(t *testing.T) {
 	l := newLab(t)
 	tasks := func() []int {
@@ -633,12 +630,18 @@ func TestLiveOtherThreadsRaised(t *testing.T) {
 		}
 		return tids
 	}
-	for _, tid := range tasks() { // undo newLab's renice: start from nice 0
+	// Undo newLab's renice and pinning: start as the daemon does.
+	// Only the packet thread is real-time, and only with a CPU beside
+	// it (see rtPriority).
+	for _, tid := range tasks() {
 		if err := unix.Setpriority(unix.PRIO_PROCESS, tid, 0); err != nil {
 			t.Fatal(err)
 		}
+		if err := unix.SchedSetaffinity(tid, &startCPUs); err != nil {
+			t.Fatal(err)
+		}
 	}
-	l.backend(t)
+	b := l.backend(t)
 	// Make the runtime start more threads: goroutines blocked in
 	// system calls each hold one.
 	var wg sync.WaitGroup
@@ -650,13 +653,94 @@ func TestLiveOtherThreadsRaised(t *testing.T) {
 		}()
 	}
 	wg.Wait()
+	names := map[string]int{}
 	for _, tid := range tasks() {
 		prio, err := unix.Getpriority(unix.PRIO_PROCESS, tid)
 		if err != nil {
 			continue // ended meanwhile
 		}
-		if nice := 20 - prio; nice > otherThreadsNice {
-			t.Errorf("thread %d has nice %d, want ≤ %d", tid, nice, otherThreadsNice)
+		comm, _ := os.ReadFile(fmt.Sprintf("/proc/self/task/%d/comm", tid))
+		name := strings.TrimSpace(string(comm))
+		names[name]++
+		attr, err := unix.SchedGetAttr(tid, 0)
+		var cpus unix.CPUSet
+		if err != nil || unix.SchedGetaffinity(tid, &cpus) != nil {
+			continue
+		}
+		fifo := attr.Policy == unix.SCHED_FIFO
+		switch {
+		case name == "sanqos-packet":
+			if fifo != b.rt || cpus.Count() != 1 || !cpus.IsSet(b.cpu) {
+				t.Errorf("packet thread %d: SCHED_FIFO %v (want %v), CPUs %d with %d set %v, want only %d", tid, fifo, b.rt, cpus.Count(), b.cpu, cpus.IsSet(b.cpu), b.cpu)
+			}
+		case fifo:
+			t.Errorf("thread %d (%s) is real-time: only the packet thread may be", tid, name)
+		}
+		if name != "sanqos-packet" && 20-prio > otherThreadsNice {
+			t.Errorf("thread %d (%s) has nice %d, want ≤ %d", tid, name, 20-prio, otherThreadsNice)
 		}
 	}
+	if want := map[bool]int{true: 1, false: 0}[b.standbyCPU >= 0]; names["sanqos-packet"] != 1 || names["sanqos-standby"] != want {
+		t.Errorf("threads by name %v: want one sanqos-packet and %d sanqos-standby", names, want)
+	}
+}
+
+// TestLiveNoFreezeUnderGarbageCollection: the process that runs the
+// packet path collects garbage all the time while a paced upload goes
+// through a write delay; no thread of it, and no held packet, may stand
+// still for a large part of a second. With the packet path real-time
+// beside the collector's threads, the collector's stack scan and the
+// real-time spin that waits for it froze the process for ~955 ms in each
+// of three 20 s runs (see rtPriority). The test's threads run
+// where the daemon's would, on every CPU the process may use.
+func TestLiveNoFreezeUnderGarbageCollection(t *testing.T) {
+	l := newLab(t)
+	tids, err := processThreads()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tid := range tids {
+		_ = unix.SchedSetaffinity(tid, &startCPUs)
+	}
+	b := l.backendWith(t, NfqueueConfig{AckDelay: true})
+	l.throttle(t, b, 3*time.Millisecond, 0)
+	dur := 20 * time.Second
+	if testing.Short() {
+		dur = 8 * time.Second
+	}
+	stop := make(chan struct{})
+	stalled := stallMonitor(stop)
+	var collections atomic.Int64
+	go func() {
+		var sink [][]byte
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			for range 100 {
+				sink = append(sink, make([]byte, 4096))
+			}
+			sink = sink[:0]
+			runtime.GC()
+			collections.Add(1)
+		}
+	}()
+	steal0 := stealMs(t)
+	rate, done := l.uploadPaced(dur, 40e6)
+	close(stop)
+	done()
+	worst, steal, s := stalled(), stealMs(t)-steal0, b.Stats()
+	t.Logf("%v: upload %.1f MB/s, %d collections, longest 1 ms sleep overslept %v, steal %d ms; stats %+v",
+		dur, rate/1e6, collections.Load(), worst, steal, s)
+	const freeze = 250 * time.Millisecond // RT throttling's: 950 ms
+	if worst < freeze && s.DelayErrorMax < freeze {
+		return
+	}
+	// Not the load average: the test loads the machine itself.
+	if time.Duration(steal)*time.Millisecond >= freeze/2 {
+		t.Skipf("a stall of %v (held late %v) on a machine whose hypervisor stole %d ms", worst, s.DelayErrorMax, steal)
+	}
+	t.Errorf("the process stood still: a 1 ms sleep overslept %v, a held packet left %v late; want both < %v", worst, s.DelayErrorMax, freeze)
 }

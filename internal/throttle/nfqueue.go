@@ -120,9 +120,9 @@ type Nfqueue struct {
 	del      *Delayer
 	sock     queueSocket
 	clk      pathClock
-	place    func(cpu int) // makes the calling thread one of the packet path's (see boost)
-	proc     string        // the /proc root the packet path reads
-	wake     int           // eventfd: a command is waiting, or stop
+	place    func(cpu int, name string, rt bool) (undo func()) // makes the calling thread one of the packet path's (see boost)
+	proc     string                                            // the /proc root the packet path reads
+	wake     int                                               // eventfd: a command is waiting, or stop
 	log      *slog.Logger
 	onPacket func(nfq.Packet)
 	atOnce   []uint32 // packets read this round that need no delay
@@ -145,6 +145,7 @@ type Nfqueue struct {
 	stalls    stalls        // the packet thread's own; path lock held
 	lastLog   time.Time     // of the packet path's last error log; path lock held
 	cpu       int           // the packet thread's CPU
+	rt        bool          // the packet thread is real-time
 	unreserve []func()      // give back the Ps reserved for the packet path's threads
 
 	// path is held by the thread that runs the packet path: the packet
@@ -210,6 +211,8 @@ func newNfqueue(ctx context.Context, cfg NfqueueConfig, lock *instanceLock) (*Nf
 		log:  cfg.Logger.With("backend", "nfqueue", "instance", cfg.Instance),
 		stop: make(chan struct{}), loopDone: make(chan struct{}), standbyDone: make(chan struct{})}
 	b.cpu, b.standbyCPU = pathCPUs()
+	// Real-time only with another CPU beside it: see rtPriority.
+	b.rt = b.standbyCPU >= 0
 	if cfg.NoStandby {
 		b.standbyCPU = -1
 	}
@@ -258,6 +261,9 @@ func newNfqueue(ctx context.Context, cfg NfqueueConfig, lock *instanceLock) (*Nf
 	b.place = b.boost
 	b.initPath(kernelQueue{sock}, wake, done, kernelClock{}, "/proc")
 	b.unreserve = append(b.unreserve, reserveProc())
+	if !b.rt {
+		b.log.Info("one CPU only: the packet thread runs at the daemon's raised normal priority, not real-time; delays may stretch under CPU load")
+	}
 	if err := raiseOtherThreads(b.proc); err != nil {
 		b.log.Warn("the daemon's other threads keep their priority; the packet thread may wait for them under CPU load", "err", err)
 	}

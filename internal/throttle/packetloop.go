@@ -78,7 +78,7 @@ const maxReadsPerRound = 256
 // back (b.back) and looks again shortly.
 func (b *Nfqueue) loop() {
 	defer close(b.loopDone)
-	b.place(b.cpu)
+	defer b.place(b.cpu, "sanqos-packet", b.rt)()
 	t := b.newPathThread()
 	for !b.stopping.Load() {
 		yield := t.yield()

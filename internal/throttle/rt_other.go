@@ -12,9 +12,10 @@ import (
 // stubs only let the package's portable parts build.
 
 // boost only locks the calling goroutine to its thread.
-func (b *Nfqueue) boost(cpu int) {
+func (b *Nfqueue) boost(cpu int, _ string, _ bool) (undo func()) {
 	runtime.LockOSThread()
 	b.log.Warn("packet path runs at normal priority: real-time placement is Linux only", "cpu", cpu)
+	return runtime.UnlockOSThread
 }
 
 // raiseOtherThreads cannot renice threads here.

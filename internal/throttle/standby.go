@@ -9,8 +9,10 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// The standby is a second real-time thread, on another CPU, that runs the
-// packet path while the packet thread cannot.
+// The standby is a second thread, on another CPU, that runs the packet
+// path while the packet thread cannot. Unlike the packet thread it is not
+// real-time: a real-time standby froze its CPU for 950 ms (see
+// rtPriority).
 //
 // Why. A sender sends a TCP loss probe when no ACK has come for 2·SRTT +
 // 2 ms. Held ACKs are released by the packet thread alone, on one CPU,
@@ -69,7 +71,7 @@ const (
 // stalls; it ends with stopping.
 func (b *Nfqueue) standby() {
 	defer close(b.standbyDone)
-	b.place(b.standbyCPU)
+	defer b.place(b.standbyCPU, "sanqos-standby", false)()
 	t := b.newPathThread()
 	path := filepath.Join(b.proc, softnetStat)
 	softnet, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
@@ -193,7 +195,7 @@ func backlogEmpty(softnet, cpu int, buf []byte) bool {
 // softnetBacklog reads cpu's backlog length from softnet_stat: in the
 // lines of 15 hex columns that Linux 5.10 and later print, the 12th is
 // the backlog and the 13th the CPU. The parsing does not allocate: it
-// runs on the standby's real-time thread.
+// runs on the standby's thread every tick while packets are held.
 func softnetBacklog(b []byte, cpu int) (int, bool) {
 	for line := range bytes.Lines(b) {
 		var cols [15]uint64
