@@ -56,6 +56,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/sanqos/sanqos/internal/minheap"
 )
 
 // Op is the direction of a request.
@@ -206,7 +208,7 @@ type Array struct {
 	spindles []spindle
 	bus      calendar
 	dirty    int64
-	destage  destageHeap
+	destage  minheap.Heap[destageDone]
 	stats    Stats
 }
 
@@ -224,7 +226,7 @@ func New(p Profile, seed int64) *Array {
 	if err := p.Validate(); err != nil {
 		panic(err)
 	}
-	a := &Array{p: p, rng: rand.New(rand.NewSource(seed))}
+	a := &Array{p: p, rng: rand.New(rand.NewSource(seed)), destage: minheap.New(destageBefore)}
 	if p.NoLatency {
 		return a
 	}
@@ -299,15 +301,15 @@ func (a *Array) Submit(now time.Time, op Op, offset, length int64, stream uint64
 // writeBack admits a write into the cache, waiting for destages when it is
 // full, and queues its destage.
 func (a *Array) writeBack(now time.Time, offset, length int64) time.Time {
-	for a.destage.Len() > 0 && !a.destage[0].at.After(now) {
-		a.dirty -= a.destage.pop().bytes
+	for a.destage.Len() > 0 && !a.destage.Items[0].at.After(now) {
+		a.dirty -= a.destage.Pop().bytes
 	}
 	admit := now
 	if a.dirty+length > a.p.CacheBytes {
 		a.stats.CacheWaits++
 	}
 	for a.dirty+length > a.p.CacheBytes && a.destage.Len() > 0 {
-		d := a.destage.pop()
+		d := a.destage.Pop()
 		a.dirty -= d.bytes
 		if d.at.After(admit) {
 			admit = d.at
@@ -315,7 +317,7 @@ func (a *Array) writeBack(now time.Time, offset, length int64) time.Time {
 	}
 	a.dirty += length
 	a.schedule(admit, Write, offset, length, func(done time.Time, n int64) {
-		a.destage.push(destageDone{at: done, bytes: n})
+		a.destage.Push(destageDone{at: done, bytes: n})
 	})
 	return admit.Add(ms(a.p.CacheAckMs))
 }

@@ -11,49 +11,8 @@ type destageDone struct {
 	bytes int64
 }
 
-// destageHeap is a min-heap of destages by completion time, typed rather
-// than through container/heap (whose interface boxing cost an allocation
-// per destage, a quarter of a simulated flash run); it moves elements
-// exactly as container/heap does, so runs are unchanged.
-type destageHeap []destageDone
-
-func (h destageHeap) Len() int { return len(h) }
-
-func (h *destageHeap) push(d destageDone) {
-	*h = append(*h, d)
-	q := *h
-	for j := len(q) - 1; j > 0; {
-		i := (j - 1) / 2
-		if i == j || !q[j].at.Before(q[i].at) {
-			break
-		}
-		q[i], q[j] = q[j], q[i]
-		j = i
-	}
-}
-
-func (h *destageHeap) pop() destageDone {
-	q := *h
-	n := len(q) - 1
-	q[0], q[n] = q[n], q[0]
-	for i := 0; ; {
-		j := 2*i + 1
-		if j >= n || j < 0 {
-			break
-		}
-		if j2 := j + 1; j2 < n && q[j2].at.Before(q[j].at) {
-			j = j2
-		}
-		if !q[j].at.Before(q[i].at) {
-			break
-		}
-		q[i], q[j] = q[j], q[i]
-		i = j
-	}
-	d := q[n]
-	*h = q[:n]
-	return d
-}
+// destageBefore orders destages by completion time.
+func destageBefore(a, b destageDone) bool { return a.at.Before(b.at) }
 
 // calendar is the shared channel: sorted, non-overlapping busy intervals.
 type calendar struct {

@@ -81,7 +81,7 @@ func hostileLoad(t *testing.T, rise RiseLimit) {
 				now = now.Add(time.Millisecond)
 				d.ReleaseDue(now)
 			}
-			if n := len(d.heap); n > backlog {
+			if n := d.heap.Len(); n > backlog {
 				t.Fatalf("backlog %d over its cap %d", n, backlog)
 			}
 		}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sanqos/sanqos/internal/clock"
+	"github.com/sanqos/sanqos/internal/minheap"
 )
 
 // held is one packet waiting for its release time.
@@ -17,59 +18,13 @@ type held struct {
 	seq  uint64    // arrival order, to break ties FIFO
 }
 
-// heldHeap is a min-heap of held packets by release time, FIFO among
-// equal times. It is typed rather than a container/heap: that one boxes
-// every pushed packet in an interface, an allocation per packet.
-type heldHeap []held
-
-func (h heldHeap) less(i, j int) bool {
-	if h[i].at.Equal(h[j].at) {
-		return h[i].seq < h[j].seq
+// heldBefore orders held packets by release time, FIFO among equal
+// times.
+func heldBefore(a, b held) bool {
+	if a.at.Equal(b.at) {
+		return a.seq < b.seq
 	}
-	return h[i].at.Before(h[j].at)
-}
-
-func (h *heldHeap) push(p held) {
-	*h = append(*h, p)
-	q := *h
-	for i := len(q) - 1; i > 0; {
-		parent := (i - 1) / 2
-		if !q.less(i, parent) {
-			break
-		}
-		q[i], q[parent] = q[parent], q[i]
-		i = parent
-	}
-}
-
-func (h *heldHeap) pop() held {
-	q := *h
-	top := q[0]
-	n := len(q) - 1
-	q[0] = q[n]
-	q = q[:n]
-	q.down(0)
-	*h = q
-	return top
-}
-
-// down moves element i down to its place.
-func (q heldHeap) down(i int) {
-	n := len(q)
-	for {
-		l, r, m := 2*i+1, 2*i+2, i
-		if l < n && q.less(l, m) {
-			m = l
-		}
-		if r < n && q.less(r, m) {
-			m = r
-		}
-		if m == i {
-			break
-		}
-		q[i], q[m] = q[m], q[i]
-		i = m
-	}
+	return a.at.Before(b.at)
 }
 
 // flowState tracks the packets of one flow still in the delayer.
@@ -96,7 +51,7 @@ type Delayer struct {
 	maxBacklog int
 
 	mu      sync.Mutex
-	heap    heldHeap
+	heap    minheap.Heap[held]
 	flows   map[flowKey]flowState
 	seen    map[netip.Addr]time.Time // last packet per destination
 	seq     uint64
@@ -135,6 +90,7 @@ type Delayer struct {
 func NewDelayer(clk clock.Clock, maxBacklog int, release func(ids []uint32)) *Delayer {
 	return &Delayer{
 		clk: clk, release: release, maxBacklog: maxBacklog,
+		heap:  minheap.New(heldBefore),
 		flows: map[flowKey]flowState{},
 		seen:  map[netip.Addr]time.Time{},
 		rise:  map[riseKey]riseState{},
@@ -165,7 +121,7 @@ func (d *Delayer) Submit(id uint32, f flowKey, dir Direction, ack uint32, delay 
 		d.mu.Unlock()
 		return true
 	}
-	if len(d.heap) >= d.maxBacklog {
+	if d.heap.Len() >= d.maxBacklog {
 		// It leaves at once: its RTT sample is low, so the ramp of its
 		// flow restarts from 0 (slower, never faster, than the sender's
 		// SRTT can follow). Earlier packets of its flow still held leave
@@ -191,7 +147,7 @@ func (d *Delayer) Submit(id uint32, f flowKey, dir Direction, ack uint32, delay 
 	fs.pending++
 	d.flows[f] = fs
 	d.seq++
-	d.heap.push(held{id: id, flow: f, at: at, seq: d.seq})
+	d.heap.Push(held{id: id, flow: f, at: at, seq: d.seq})
 	d.held++
 	d.mu.Unlock()
 	return false
@@ -203,18 +159,17 @@ func (d *Delayer) Submit(id uint32, f flowKey, dir Direction, ack uint32, delay 
 // flow, so its next packets pass without it. d.mu held.
 func (d *Delayer) takeFlow(f flowKey) []uint32 {
 	var mine []held
-	keep := d.heap[:0]
-	for _, p := range d.heap {
+	keep := d.heap.Items[:0]
+	for _, p := range d.heap.Items {
 		if p.flow == f {
 			mine = append(mine, p)
 		} else {
 			keep = append(keep, p)
 		}
 	}
-	d.heap = keep
-	for i := len(d.heap)/2 - 1; i >= 0; i-- {
-		d.heap.down(i)
-	}
+	clear(d.heap.Items[len(keep):])
+	d.heap.Items = keep
+	d.heap.Init()
 	slices.SortFunc(mine, func(a, b held) int {
 		if a.at.Equal(b.at) {
 			return int(a.seq - b.seq)
@@ -356,8 +311,8 @@ func (d *Delayer) SubmitPureAck(id uint32, f flowKey, dir Direction, ack uint32,
 func (d *Delayer) ReleaseDue(now time.Time) int {
 	d.mu.Lock()
 	due := d.scratch[:0]
-	for len(d.heap) > 0 && !d.heap[0].at.After(now) {
-		due = append(due, d.heap.pop())
+	for d.heap.Len() > 0 && !d.heap.Items[0].at.After(now) {
+		due = append(due, d.heap.Pop())
 	}
 	d.scratch = due
 	ids := d.ids[:0]
@@ -440,10 +395,10 @@ func (d *Delayer) Forget(keep func(netip.Addr) bool) {
 func (d *Delayer) next() (time.Time, bool) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if len(d.heap) == 0 {
+	if d.heap.Len() == 0 {
 		return time.Time{}, false
 	}
-	return d.heap[0].at, true
+	return d.heap.Items[0].at, true
 }
 
 // releaseAll releases everything held at once: on the way out we fail
@@ -455,7 +410,7 @@ func (d *Delayer) Stats() Stats {
 	// Copy under the lock, sort after it: a caller from outside the
 	// packet thread (tests) must not hold packets up while it sorts.
 	d.mu.Lock()
-	s := Stats{PacketsHeld: d.held, PacketsPassed: d.passed, Backlog: len(d.heap), Bypassed: d.bypass, AcksPassed: d.acksPassed}
+	s := Stats{PacketsHeld: d.held, PacketsPassed: d.passed, Backlog: d.heap.Len(), Bypassed: d.bypass, AcksPassed: d.acksPassed}
 	n := min(d.nerr, len(d.errs))
 	e := slices.Clone(d.errs[:n])
 	d.mu.Unlock()

@@ -1,7 +1,6 @@
 package diskemu
 
 import (
-	"container/heap"
 	"context"
 	"fmt"
 	"runtime"
@@ -9,6 +8,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/sanqos/sanqos/internal/minheap"
 )
 
 // waker holds requests until their model completion time with about 0.1 ms
@@ -19,7 +20,7 @@ import (
 // 1 ns timer slack, and an eventfd wakes it when an earlier deadline arrives.
 type waker struct {
 	mu    sync.Mutex
-	items waitHeap
+	items minheap.Heap[*waitItem]
 	tfd   int // timerfd armed for the earliest deadline
 	efd   int // eventfd: a new earliest deadline, or stop
 	stop  bool
@@ -29,19 +30,6 @@ type waker struct {
 type waitItem struct {
 	at time.Time
 	ch chan struct{}
-}
-
-type waitHeap []*waitItem
-
-func (h waitHeap) Len() int           { return len(h) }
-func (h waitHeap) Less(i, j int) bool { return h[i].at.Before(h[j].at) }
-func (h waitHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
-func (h *waitHeap) Push(x any)        { *h = append(*h, x.(*waitItem)) }
-func (h *waitHeap) Pop() any {
-	old := *h
-	it := old[len(old)-1]
-	*h = old[:len(old)-1]
-	return it
 }
 
 func newWaker() (*waker, error) {
@@ -54,7 +42,8 @@ func newWaker() (*waker, error) {
 		unix.Close(tfd)
 		return nil, fmt.Errorf("creating eventfd: %w", err)
 	}
-	w := &waker{tfd: tfd, efd: efd, done: make(chan struct{})}
+	w := &waker{tfd: tfd, efd: efd, done: make(chan struct{}),
+		items: minheap.New(func(a, b *waitItem) bool { return a.at.Before(b.at) })}
 	go w.loop()
 	return w, nil
 }
@@ -70,8 +59,8 @@ func (w *waker) wait(ctx context.Context, at time.Time) {
 		w.mu.Unlock()
 		return
 	}
-	heap.Push(&w.items, it)
-	first := w.items[0] == it
+	w.items.Push(it)
+	first := w.items.Items[0] == it
 	w.mu.Unlock()
 	if first {
 		w.kick()
@@ -97,20 +86,20 @@ func (w *waker) loop() {
 	for {
 		w.mu.Lock()
 		if w.stop {
-			for _, it := range w.items {
+			for _, it := range w.items.Items {
 				close(it.ch)
 			}
-			w.items = nil
+			w.items.Items = nil
 			w.mu.Unlock()
 			return
 		}
 		now := time.Now()
-		for len(w.items) > 0 && !w.items[0].at.After(now) {
-			close(heap.Pop(&w.items).(*waitItem).ch)
+		for w.items.Len() > 0 && !w.items.Items[0].at.After(now) {
+			close(w.items.Pop().ch)
 		}
 		var spec unix.ItimerSpec // zero disarms
-		if len(w.items) > 0 {
-			spec.Value = unix.NsecToTimespec(max(int64(w.items[0].at.Sub(now)), 1))
+		if w.items.Len() > 0 {
+			spec.Value = unix.NsecToTimespec(max(int64(w.items.Items[0].at.Sub(now)), 1))
 		}
 		w.mu.Unlock()
 		unix.TimerfdSettime(w.tfd, 0, &spec, nil)
