@@ -1,6 +1,7 @@
 package throttle
 
 import (
+	"cmp"
 	"net/netip"
 	"slices"
 	"sync"
@@ -18,14 +19,16 @@ type held struct {
 	seq  uint64    // arrival order, to break ties FIFO
 }
 
-// heldBefore orders held packets by release time, FIFO among equal
-// times.
-func heldBefore(a, b held) bool {
-	if a.at.Equal(b.at) {
-		return a.seq < b.seq
+// heldOrder orders held packets by release time, FIFO among equal
+// times: the heap's order, and a flow's when it is taken out at once.
+func heldOrder(a, b held) int {
+	if c := a.at.Compare(b.at); c != 0 {
+		return c
 	}
-	return a.at.Before(b.at)
+	return cmp.Compare(a.seq, b.seq)
 }
+
+func heldBefore(a, b held) bool { return heldOrder(a, b) < 0 }
 
 // flowState tracks the packets of one flow still in the delayer.
 type flowState struct {
@@ -170,12 +173,7 @@ func (d *Delayer) takeFlow(f flowKey) []uint32 {
 	clear(d.heap.Items[len(keep):])
 	d.heap.Items = keep
 	d.heap.Init()
-	slices.SortFunc(mine, func(a, b held) int {
-		if a.at.Equal(b.at) {
-			return int(a.seq - b.seq)
-		}
-		return a.at.Compare(b.at)
-	})
+	slices.SortFunc(mine, heldOrder)
 	ids := make([]uint32, len(mine))
 	for i, p := range mine {
 		ids[i] = p.id

@@ -688,11 +688,12 @@ func TestLiveOtherThreadsRaised(t *testing.T) {
 // TestLiveNoFreezeUnderGarbageCollection: the process that runs the
 // packet path collects garbage all the time while a paced upload goes
 // through a write delay; no thread of it, and no held packet, may stand
-// still for a large part of a second. With the packet path real-time
-// beside the collector's threads, the collector's stack scan and the
-// real-time spin that waits for it froze the process for ~955 ms in each
-// of three 20 s runs (see rtPriority). The test's threads run
-// where the daemon's would, on every CPU the process may use.
+// still for a large part of a second. With both path threads real-time,
+// the collector's stack scan and the real-time spin that waits for it
+// froze the process for ~951 ms in one of three 20 s runs of this test
+// (and in every run with the threads pinned beside the packet thread;
+// see rtPriority). The test's threads run where the daemon's would, on
+// every CPU the process may use.
 func TestLiveNoFreezeUnderGarbageCollection(t *testing.T) {
 	if raceEnabled {
 		// It judges time, which the race detector stretches many times

@@ -6,7 +6,6 @@ package throttle
 // rt_other.go says so elsewhere.
 
 import (
-	"bytes"
 	"runtime"
 	"unsafe"
 
@@ -88,7 +87,7 @@ func (b *Nfqueue) boost(cpu int, name string, rt bool) (undo func()) {
 			_ = unix.SchedSetAttr(0, hadAttr, 0)
 		}
 		if hadNameErr == nil {
-			setName(string(hadName[:bytes.IndexByte(append(hadName, 0), 0)]))
+			setName(unix.ByteSliceToString(hadName))
 		}
 		_ = unix.Prctl(unix.PR_SET_TIMERSLACK, uintptr(max(hadSlack, 1)), 0, 0, 0)
 		runtime.UnlockOSThread()
@@ -97,7 +96,9 @@ func (b *Nfqueue) boost(cpu int, name string, rt bool) (undo func()) {
 
 // setName names the calling thread (15 bytes at most).
 func setName(name string) {
-	_ = unix.Prctl(unix.PR_SET_NAME, uintptr(unsafe.Pointer(&append([]byte(name), 0)[0])), 0, 0, 0)
+	if p, err := unix.BytePtrFromString(name); err == nil {
+		_ = unix.Prctl(unix.PR_SET_NAME, uintptr(unsafe.Pointer(p)), 0, 0, 0)
+	}
 }
 
 // otherThreadsNice is the nice value the process's other threads get. The
