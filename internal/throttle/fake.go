@@ -33,7 +33,7 @@ func NewFakeKernel() *FakeKernel {
 		jumps: map[string]int{}, chains: map[string][]string{}}
 }
 
-var setRef = regexp.MustCompile(`--match-set (\S+) `)
+var setRef = regexp.MustCompile(`--(?:match|add)-set (\S+) `)
 
 func (k *FakeKernel) Replace(_ context.Context, chain string, rules []string) error {
 	k.mu.Lock()
@@ -41,6 +41,7 @@ func (k *FakeKernel) Replace(_ context.Context, chain string, rules []string) er
 	if k.FailReplace != nil {
 		return fmt.Errorf("installing chain %s: %w", chain, k.FailReplace)
 	}
+	_, rules = splitJumps(chain, rules)
 	for _, r := range rules {
 		if !strings.HasPrefix(r, "-A "+chain+" ") {
 			return fmt.Errorf("rule %q is not in chain %s", r, chain)
@@ -164,7 +165,7 @@ func (k *FakeKernel) Destroy(_ context.Context, name string) error {
 	}
 	for _, rules := range k.chains {
 		for _, r := range rules {
-			if strings.Contains(r, "--match-set "+name+" ") {
+			if strings.Contains(r, "--match-set "+name+" ") || strings.Contains(r, "--add-set "+name+" ") {
 				return fmt.Errorf("destroying %s: %w", name, errBusy)
 			}
 		}

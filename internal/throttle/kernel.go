@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/netip"
 	"os/exec"
+	"slices"
 	"strings"
 
 	"github.com/vishvananda/netlink"
@@ -60,7 +61,8 @@ func (r ExecRunner) Run(ctx context.Context, stdin string, name string, args ...
 // Firewall programs our chains. The rules are iptables-save "-A" lines.
 type Firewall interface {
 	// Replace atomically replaces the rules of chain and makes sure
-	// POSTROUTING jumps to it exactly once.
+	// POSTROUTING jumps to it exactly once, and INPUT too when rules
+	// hold inputJump(chain) (which is not a rule of the chain).
 	Replace(ctx context.Context, chain string, rules []string) error
 	// Remove deletes the jumps to chain and the chain; absent ones are no
 	// error.
@@ -83,14 +85,14 @@ type Sets interface {
 
 // RestoreText is the iptables-restore input that replaces chain with
 // rules in one transaction. Declaring the chain flushes it even with
-// --noflush, and nothing outside it is touched except, when jump is set,
-// the one jump rule appended to POSTROUTING. If any line is refused,
-// nothing changes: the old rules stay in force.
-func RestoreText(chain string, rules []string, jump bool) string {
+// --noflush, and nothing outside it is touched except the jump rules
+// appended to the built-in chains in jumps (POSTROUTING, INPUT). If any
+// line is refused, nothing changes: the old rules stay in force.
+func RestoreText(chain string, rules []string, jumps []string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "*%s\n:%s - [0:0]\n", table, chain)
-	if jump {
-		fmt.Fprintf(&b, "-A %s -j %s\n", hook, chain)
+	for _, from := range jumps {
+		fmt.Fprintf(&b, "-A %s -j %s\n", from, chain)
 	}
 	for _, r := range rules {
 		b.WriteString(r)
@@ -98,6 +100,24 @@ func RestoreText(chain string, rules []string, jump bool) string {
 	}
 	b.WriteString("COMMIT\n")
 	return b.String()
+}
+
+// inputJump is the rule by which a chain's rules ask for a jump from
+// INPUT as well, to see what clients send (see Firewall.Replace).
+func inputJump(chain string) string { return "-A INPUT -j " + chain }
+
+// splitJumps takes the INPUT jump out of rules: the jumps a chain needs,
+// and its own rules.
+func splitJumps(chain string, rules []string) (jumps, own []string) {
+	jumps = []string{hook}
+	for _, r := range rules {
+		if r == inputJump(chain) {
+			jumps = append(jumps, "INPUT")
+			continue
+		}
+		own = append(own, r)
+	}
+	return jumps, own
 }
 
 // Iptables is the Firewall on iptables (nft or legacy backend alike);
@@ -116,24 +136,37 @@ func (f *Iptables) bin() string {
 	return "iptables"
 }
 
-func (f *Iptables) hasJump(ctx context.Context, chain string) bool {
-	return f.hasJumpFrom(ctx, hook, chain)
-}
-
 func (f *Iptables) hasJumpFrom(ctx context.Context, from, chain string) bool {
 	_, err := f.Run.Run(ctx, "", f.bin(), "-w", "-t", table, "-C", from, "-j", chain)
 	return err == nil
 }
 
 func (f *Iptables) Replace(ctx context.Context, chain string, rules []string) error {
-	jump := !f.jumped[chain] && !f.hasJump(ctx, chain)
-	if _, err := f.Run.Run(ctx, RestoreText(chain, rules, jump), f.bin()+"-restore", "-w", "--noflush"); err != nil {
+	want, own := splitJumps(chain, rules)
+	var jumps []string
+	for _, from := range want {
+		if !f.jumped[chain+" "+from] && !f.hasJumpFrom(ctx, from, chain) {
+			jumps = append(jumps, from)
+		}
+	}
+	if _, err := f.Run.Run(ctx, RestoreText(chain, own, jumps), f.bin()+"-restore", "-w", "--noflush"); err != nil {
 		return fmt.Errorf("installing chain %s: %w", chain, err)
 	}
 	if f.jumped == nil {
 		f.jumped = map[string]bool{}
 	}
-	f.jumped[chain] = true
+	for _, from := range want {
+		f.jumped[chain+" "+from] = true
+	}
+	// A jump no longer asked for (INPUT, once nobody is armed) goes.
+	for _, from := range jumpsTo(chain) {
+		if key := chain + " " + from; f.jumped[key] && !slices.Contains(want, from) {
+			if _, err := f.Run.Run(ctx, "", f.bin(), "-w", "-t", table, "-D", from, "-j", chain); err != nil {
+				return fmt.Errorf("removing jump from %s to %s: %w", from, chain, err)
+			}
+			delete(f.jumped, key)
+		}
+	}
 	return nil
 }
 
@@ -148,7 +181,9 @@ func (f *Iptables) Remove(ctx context.Context, chain string) error {
 			}
 		}
 	}
-	delete(f.jumped, chain)
+	for _, from := range jumpsTo(chain) {
+		delete(f.jumped, chain+" "+from)
+	}
 	if _, err := f.Run.Run(ctx, "", f.bin(), "-w", "-t", table, "-S", chain); err != nil {
 		return nil // no chain: nothing to remove
 	}
@@ -208,7 +243,11 @@ func (s Ipsets) List(ctx context.Context) (map[string][]netip.Addr, error) {
 }
 
 func (s Ipsets) Create(ctx context.Context, name string) error {
-	opts := netlink.IpsetCreateOptions{Replace: true, Family: unix.AF_INET}
+	// With timeout support, so that the entries the kernel adds for an
+	// armed consumer lapse on their own (see "Arming"); ours are added
+	// with timeout 0, permanent.
+	armed := uint32(armTimeout)
+	opts := netlink.IpsetCreateOptions{Replace: true, Family: unix.AF_INET, Timeout: &armed}
 	if isV6Set(name) {
 		opts.Family = unix.AF_INET6
 	}
@@ -219,7 +258,10 @@ func (s Ipsets) Create(ctx context.Context, name string) error {
 }
 
 func (s Ipsets) Add(ctx context.Context, name string, ip netip.Addr) error {
-	if err := s.h().IpsetAdd(name, &netlink.IPSetEntry{IP: net.IP(ip.AsSlice()), Replace: true}); err != nil {
+	// Replace: an armed consumer the kernel has put in the set with a
+	// timeout is made permanent, not refused as already there.
+	var permanent uint32
+	if err := s.h().IpsetAdd(name, &netlink.IPSetEntry{IP: net.IP(ip.AsSlice()), Replace: true, Timeout: &permanent}); err != nil {
 		return fmt.Errorf("adding %s to ipset %s: %w", ip, name, err)
 	}
 	return nil

@@ -36,6 +36,10 @@ const (
 // members tracks which consumers are throttled and which recently were,
 // and renders the rules and sets that keep both in the queue.
 type members struct {
+	// small and def are the ports' splits (NfqueueConfig.SmallSegments,
+	// SmallSegment), for the arming rules.
+	small  map[uint16]int
+	def    int
 	last   State
 	active map[memberKey]membership // active memberships of the last state
 	linger map[memberKey]membership // left recently; still queued, delay 0
@@ -69,6 +73,7 @@ func (ms *members) update(s State, now time.Time) delays {
 	for k := range cur {
 		delete(ms.linger, k)
 	}
+	armedDelays(s, t)
 	ms.active, ms.last = cur, s
 	return t
 }
@@ -96,11 +101,17 @@ func (ms *members) plan(now time.Time, queue uint16, quiet func(netip.Addr) bool
 		}
 	}
 	ghosts = slices.CompactFunc(ghosts, func(a, b Group) bool { return a.Name == b.Name })
-	return NfqueueRules(State{Groups: append(slices.Clone(ms.last.Groups), ghosts...)}, queue), sets, lingering
+	rules = NfqueueRules(State{Groups: append(slices.Clone(ms.last.Groups), ghosts...)}, queue)
+	return append(rules, armRules(ms.last, ms.small, ms.def)...), sets, lingering
 }
 
-// keep reports whether a destination is throttled or lingering.
+// keep reports whether a destination is throttled, lingering or armed.
 func (ms *members) keep(a netip.Addr) bool {
+	for _, g := range ms.last.Groups {
+		if g.armed() && slices.ContainsFunc(g.Armed, func(x netip.Addr) bool { return x.Unmap() == a }) {
+			return true
+		}
+	}
 	for k := range ms.active {
 		if k.ip == a {
 			return true

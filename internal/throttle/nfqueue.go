@@ -286,6 +286,7 @@ func newNfqueue(ctx context.Context, cfg NfqueueConfig, lock *instanceLock) (*Nf
 func (b *Nfqueue) initPath(sock queueSocket, wake, done int, clk pathClock, proc string) {
 	b.sock, b.wake, b.done, b.clk, b.proc = sock, wake, done, clk, proc
 	b.onPacket = b.handle
+	b.members.small, b.members.def = b.cfg.SmallSegments, b.cfg.SmallSegment
 	b.table.Store(&delays{})
 	b.del = NewDelayer(clk, b.cfg.MaxBacklog, b.release)
 	b.del.AckDelay = b.cfg.AckDelay

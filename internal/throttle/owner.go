@@ -128,13 +128,17 @@ func (o owner) set(logical string) string {
 	return p + rest[:maxSetName-len(p)-len(h)-1] + "-" + h
 }
 
-var ruleSetRef = regexp.MustCompile(`--match-set (\S+)`)
+var ruleSetRef = regexp.MustCompile(`(--(?:match|add)-set )(\S+)`)
 
 // rule rewrites a rule of the logical chain and sets into the owner's.
 func (o owner) rule(r string) string {
+	if r == inputJump(Chain) {
+		return inputJump(o.chain())
+	}
 	r = strings.Replace(r, "-A "+Chain+" ", "-A "+o.chain()+" ", 1)
 	return ruleSetRef.ReplaceAllStringFunc(r, func(m string) string {
-		return "--match-set " + o.set(strings.TrimPrefix(m, "--match-set "))
+		sub := ruleSetRef.FindStringSubmatch(m)
+		return sub[1] + o.set(sub[2])
 	})
 }
 

@@ -145,18 +145,36 @@ func byFamily(rules []string, sets map[string][]netip.Addr) (rules4 []string, se
 			sets6[n] = v6
 		}
 	}
+	// An arming rule goes with its address's family, where that half
+	// has the set (an IPv6 consumer is armed only while the group has
+	// IPv6 members); each half that arms asks for the INPUT jump.
+	var arms4, arms6 bool
 	for _, r := range rules {
 		m := ruleSetRef.FindStringSubmatch(r)
-		if m == nil {
+		switch {
+		case r == inputJump(Chain):
+		case m == nil:
 			rules4 = append(rules4, r)
-			continue
+		case strings.Contains(r, " -j SET "):
+			if _, ok := sets6[m[2]]; ok && armsV6(r) {
+				rules6, arms6 = append(rules6, r), true
+			} else if !armsV6(r) {
+				rules4, arms4 = append(rules4, r), true
+			}
+		default:
+			if _, ok := sets4[m[2]]; ok {
+				rules4 = append(rules4, r)
+			}
+			if _, ok := sets6[m[2]]; ok {
+				rules6 = append(rules6, r)
+			}
 		}
-		if _, ok := sets4[m[1]]; ok {
-			rules4 = append(rules4, r)
-		}
-		if _, ok := sets6[m[1]]; ok {
-			rules6 = append(rules6, r)
-		}
+	}
+	if arms4 {
+		rules4 = append([]string{inputJump(Chain)}, rules4...)
+	}
+	if arms6 {
+		rules6 = append([]string{inputJump(Chain)}, rules6...)
 	}
 	return rules4, sets4, rules6, sets6
 }

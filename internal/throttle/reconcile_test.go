@@ -175,6 +175,7 @@ func TestStartupRemovesCrashLeftovers(t *testing.T) {
 type recorder struct {
 	b             strings.Builder
 	jump, chained bool
+	input         bool   // a jump from INPUT
 	root          string // handle of the root qdisc we added
 }
 
@@ -187,9 +188,15 @@ func (r *recorder) Run(_ context.Context, stdin, name string, args ...string) (s
 	if strings.Contains(stdin, "-A POSTROUTING -j SANQOS") {
 		r.jump = true
 	}
+	if strings.Contains(stdin, "-A INPUT -j SANQOS") {
+		r.input = true
+	}
 	switch {
-	case strings.Contains(cmd, " -C POSTROUTING") && !r.jump, strings.Contains(cmd, " -S SANQOS") && !r.chained:
+	case strings.Contains(cmd, " -C POSTROUTING") && !r.jump, strings.Contains(cmd, " -S SANQOS") && !r.chained,
+		strings.Contains(cmd, " -C INPUT") && !r.input:
 		return "", fmt.Errorf("exit status 1")
+	case strings.Contains(cmd, " -D INPUT"):
+		r.input = false
 	case strings.Contains(cmd, " -D POSTROUTING"):
 		r.jump = false
 	case strings.Contains(cmd, " -X SANQOS"):

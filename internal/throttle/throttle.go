@@ -31,9 +31,12 @@
 // once its lock shows it dead):
 //   - iptables chain SANQOS-<instance> in the mangle table, and one rule
 //     "-A POSTROUTING -j SANQOS-<instance>"; nfqueue with IPv6
-//     consumers: the same in ip6tables;
-//   - ipsets named sanqos-<instance>-<group> (hash:ip inet) and, for
-//     IPv6 consumers, sanqos-<instance>.6-<group> (hash:ip inet6);
+//     consumers: the same in ip6tables; nfqueue while it arms returning
+//     writers (see "Arming" in arm.go): also "-A INPUT -j
+//     SANQOS-<instance>" and the chain's SET rules;
+//   - ipsets named sanqos-<instance>-<group> (hash:ip inet, with timeout
+//     support; our entries are permanent) and, for IPv6 consumers,
+//     sanqos-<instance>.6-<group> (hash:ip inet6);
 //   - the instance lock: abstract unix socket @sanqos-instance-<instance>;
 //   - nfqueue backend: NFQUEUE number 3260 (DefaultQueueNum);
 //   - netem backend: root qdisc handle 53: on the given device, classes
@@ -101,6 +104,13 @@ type Group struct {
 	// ReadRate caps the bytes per second the target sends each member
 	// (the read direction); only the htb backend uses it, 0 = no cap.
 	ReadRate uint64
+	// Armed are consumers outside the set that the kernel puts in it
+	// with their first write data segment, to be held at ArmedDelay in
+	// the write direction from then on, until a later state makes them
+	// members or they stop writing (see "Arming" in arm.go). Only the
+	// nfqueue backend arms; the others ignore both fields.
+	Armed      []netip.Addr
+	ArmedDelay time.Duration
 }
 
 // Active reports whether the group slows anything down; only active
@@ -108,6 +118,9 @@ type Group struct {
 func (g Group) Active() bool {
 	return g.WriteDelay > 0 || g.ReadDelay > 0 || g.ReadRate > 0
 }
+
+// armed reports whether the group arms anybody.
+func (g Group) armed() bool { return len(g.Armed) > 0 && g.ArmedDelay > 0 }
 
 // ports returns the group's target ports, DefaultPorts when none are set.
 func (g Group) ports() []uint16 {

@@ -87,8 +87,7 @@ type WireConfig struct {
 	Logger    *slog.Logger
 }
 
-// wireMark starts the instance name of wire counters: Iptables.Remove
-// looks for a jump from INPUT too in chains of such instances.
+// wireMark starts the instance name of wire counters.
 const wireMark = "w"
 
 // WireInstance is the instance name of the wire counters of a backend
@@ -101,13 +100,10 @@ func WireInstance(backend string) string {
 	return n
 }
 
-// jumpsTo lists the hooks whose jumps to chain Remove deletes.
-func jumpsTo(chain string) []string {
-	if inst, ok := chainOwner(chain); ok && strings.HasPrefix(inst, wireMark) {
-		return []string{hook, "INPUT"}
-	}
-	return []string{hook}
-}
+// jumpsTo lists the hooks whose jumps to chain Remove deletes: any chain
+// of ours may be jumped to from INPUT too (the wire counters' always,
+// the nfqueue backend's while it arms consumers).
+func jumpsTo(string) []string { return []string{hook, "INPUT"} }
 
 // Set names (logical, before the owner's prefix).
 const (
@@ -197,9 +193,9 @@ func (w *Wire) install(ctx context.Context, hf wireHalf) error {
 		}
 	}
 	chain := hf.own.chain()
-	// Replace adds the jump from POSTROUTING; this one, once, from
+	// Replace adds the jump from POSTROUTING and, asked so, from
 	// INPUT, which sees what the clients send.
-	rules := []string{fmt.Sprintf("-A INPUT -j %s", chain)}
+	rules := []string{inputJump(chain)}
 	for _, g := range splitGroups(w.ports, w.small, w.def) {
 		ps := make([]string, len(g.ports))
 		for i, p := range g.ports {
