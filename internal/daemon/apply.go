@@ -103,6 +103,9 @@ func mergeOverrides(s throttle.State, manual []throttle.Group) throttle.State {
 		if slices.ContainsFunc(g.Members, func(a netip.Addr) bool { return taken[a] }) {
 			g.Members = slices.DeleteFunc(slices.Clone(g.Members), func(a netip.Addr) bool { return taken[a] })
 		}
+		if slices.ContainsFunc(g.Armed, func(a netip.Addr) bool { return taken[a] }) {
+			g.Armed = slices.DeleteFunc(slices.Clone(g.Armed), func(a netip.Addr) bool { return taken[a] })
+		}
 		out.Groups = append(out.Groups, g)
 	}
 	return throttle.State{Groups: append(out.Groups, manual...)}
@@ -114,7 +117,8 @@ func mergeOverrides(s throttle.State, manual []throttle.Group) throttle.State {
 func stateEqual(a, b throttle.State) bool {
 	return slices.EqualFunc(a.Groups, b.Groups, func(x, y throttle.Group) bool {
 		return x.Name == y.Name && x.WriteDelay == y.WriteDelay && x.ReadDelay == y.ReadDelay && x.ReadRate == y.ReadRate &&
-			slices.Equal(x.Members, y.Members) && slices.Equal(x.Ports, y.Ports)
+			slices.Equal(x.Members, y.Members) && slices.Equal(x.Ports, y.Ports) &&
+			x.ArmedDelay == y.ArmedDelay && slices.Equal(x.Armed, y.Armed)
 	})
 }
 
@@ -122,6 +126,7 @@ func cloneState(s throttle.State) throttle.State {
 	c := throttle.State{Groups: make([]throttle.Group, len(s.Groups))}
 	for i, g := range s.Groups {
 		g.Members = slices.Clone(g.Members)
+		g.Armed = slices.Clone(g.Armed)
 		g.Ports = slices.Clone(g.Ports)
 		c.Groups[i] = g
 	}

@@ -72,7 +72,8 @@ func (a *engineAdapter) Step(now time.Time, snap []diskstats.Stat) Decision {
 			Name: r.Name, SignalMs: r.SignalMs, RawMs: r.RawMs, ThresholdMs: r.ThresholdMs, TargetMs: r.TargetMs,
 			DelayMs: r.DelayMs, ControlMs: r.ControlMs, UMaxMs: r.UMaxMs, UMaxLimitMs: r.UMaxLimitMs, Saturated: r.Saturated,
 			Held: r.Held, PendingMs: r.PendingMs, Reads: r.Reads, Direction: r.Direction.String(), Members: a.addrNames(r.Members),
-			Signal: r.Signal, Source: r.Source, MeanMs: r.MeanMs, P95Ms: r.P95Ms, P99Ms: r.P99Ms,
+			Returning: a.addrNames(r.Returning),
+			Signal:    r.Signal, Source: r.Source, MeanMs: r.MeanMs, P95Ms: r.P95Ms, P99Ms: r.P99Ms,
 			MissingDevices: r.MissingDevices,
 		}
 	}
@@ -109,6 +110,9 @@ func throttleState(ts []engine.Throttle, ports []uint16) throttle.State {
 			if t.Direction&direction.Read != 0 {
 				g.ReadDelay = t.Delay
 			}
+		}
+		if t.Direction&direction.Write != 0 && t.ArmedDelay > 0 {
+			g.Armed, g.ArmedDelay = t.Armed, t.ArmedDelay
 		}
 		s.Groups[i] = g
 	}

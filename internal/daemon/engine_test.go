@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"net/netip"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -149,7 +150,8 @@ func (s *sliceStats) Read() ([]diskstats.Stat, []diskstats.LineError, error) { r
 
 // The adapter turns each engine throttle into a backend group on the
 // target ports, with the delay on the directions asked for, and an empty
-// group where nobody is held.
+// group where nobody is held; returning writers are armed in the write
+// direction only.
 func TestThrottleStateDirections(t *testing.T) {
 	ip := netip.MustParseAddr("10.0.0.3")
 	ts := []engine.Throttle{
@@ -157,6 +159,8 @@ func TestThrottleStateDirections(t *testing.T) {
 		{Name: "b", Members: []netip.Addr{ip}, Direction: direction.Read, Delay: time.Millisecond},
 		{Name: "c", Members: []netip.Addr{ip}, Direction: direction.Write, Delay: 3 * time.Millisecond},
 		{Name: "d", Direction: direction.Write},
+		{Name: "e", Direction: direction.Write, Armed: []netip.Addr{ip}, ArmedDelay: 4 * time.Millisecond},
+		{Name: "f", Direction: direction.Read, Armed: []netip.Addr{ip}, ArmedDelay: 4 * time.Millisecond},
 	}
 	st := throttleState(ts, []uint16{3260, 860})
 	want := []throttle.Group{
@@ -164,13 +168,16 @@ func TestThrottleStateDirections(t *testing.T) {
 		{Name: "b", Members: []netip.Addr{ip}, ReadDelay: time.Millisecond},
 		{Name: "c", Members: []netip.Addr{ip}, WriteDelay: 3 * time.Millisecond},
 		{Name: "d"},
+		{Name: "e", Armed: []netip.Addr{ip}, ArmedDelay: 4 * time.Millisecond},
+		{Name: "f"},
 	}
 	if len(st.Groups) != len(want) {
 		t.Fatalf("%d groups, want %d", len(st.Groups), len(want))
 	}
 	for i, g := range st.Groups {
 		w := want[i]
-		if g.Name != w.Name || len(g.Members) != len(w.Members) || g.WriteDelay != w.WriteDelay || g.ReadDelay != w.ReadDelay || len(g.Ports) != 2 {
+		if g.Name != w.Name || len(g.Members) != len(w.Members) || g.WriteDelay != w.WriteDelay || g.ReadDelay != w.ReadDelay || len(g.Ports) != 2 ||
+			!slices.Equal(g.Armed, w.Armed) || g.ArmedDelay != w.ArmedDelay {
 			t.Errorf("group %d = %+v, want %+v with 2 ports", i, g, w)
 		}
 	}

@@ -19,6 +19,10 @@ type Throttle struct {
 	Members   []netip.Addr
 	Direction Direction
 	Delay     time.Duration
+	// Armed are the resource's returning writers, to be held at
+	// ArmedDelay from their first write (see "Returning writers").
+	Armed      []netip.Addr
+	ArmedDelay time.Duration
 }
 
 // Throttles is what the decision asks of the data path: one Throttle per
@@ -32,6 +36,10 @@ func (d Decision) Throttles() []Throttle {
 		if r.DelayMs > 0 && len(r.Members) > 0 {
 			t.Members = r.Members
 			t.Delay = time.Duration(math.Round(r.DelayMs * float64(time.Millisecond)))
+		}
+		if len(r.Returning) > 0 && r.ControlMs > 0 {
+			t.Armed = r.Returning
+			t.ArmedDelay = time.Duration(math.Round(r.ControlMs * float64(time.Millisecond)))
 		}
 		ts[i] = t
 	}

@@ -184,7 +184,11 @@ type ResourceDecision struct {
 	// raw value.
 	MeanMs, P95Ms, P99Ms float64
 	// Members is the throttleable set (whether or not DelayMs is 0).
-	Members   []netip.Addr
+	Members []netip.Addr
+	// Returning are consumers out of the set that were in it within
+	// armHold: the data path holds them at ControlMs from their first
+	// write (see "Returning writers").
+	Returning []netip.Addr
 	Direction Direction
 	// MissingDevices counts this resource's devices absent from the
 	// snapshot.
@@ -233,6 +237,7 @@ type consumer struct {
 	dev       int // index into Engine.devs, -1 without a device
 	st        policy.State
 	lastWrite time.Time // the last Step that judged it writing ("Onsets")
+	memberAt  time.Time // the last Step it was in its set ("Returning writers")
 }
 
 type resource struct {
@@ -411,6 +416,7 @@ func (e *Engine) stepResource(r *resource, now time.Time, members []netip.Addr, 
 			// one is throttled.
 			cr.Throttleable = false
 		}
+		noteMember(c, cr.Throttleable, now)
 		if cr.Throttleable {
 			if !containsAddr(members[start:], c.c.Addr) {
 				members = append(members, c.c.Addr)
@@ -446,6 +452,7 @@ func (e *Engine) stepResource(r *resource, now time.Time, members []netip.Addr, 
 	if len(rd.Members) > 0 {
 		rd.DelayMs = rd.ControlMs
 	}
+	e.returning(r, &rd, now)
 	e.scaleCeiling(r, &rd, now)
 	return rd, members
 }

@@ -156,6 +156,7 @@ var (
 // Who is throttled, and why.
 var (
 	descSetSize   = resDesc("throttle_members", "Consumers in the resource's throttleable set.")
+	descArmed     = resDesc("armed_writers", "Writers out of the set that were in it lately: the data path holds each from its first write.")
 	descReadBps   = conDesc("read_bytes_per_second", "Consumer's read rate in the last tick.")
 	descWriteBps  = conDesc("write_bytes_per_second", "Consumer's write rate in the last tick.")
 	descWriteEWMA = conDesc("write_ewma_bytes_per_second", "Filtered write rate that decides membership of the throttleable set.")
@@ -179,7 +180,7 @@ type snapshotCollector struct {
 }
 
 func (c *snapshotCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descInfo, descUptime, descSignal, descRaw, descThreshold, descDelay, descControl, descCeiling, descSaturated, descPending, descP95, descP99, descFollows, descSetSize,
+	for _, d := range []*prometheus.Desc{descInfo, descUptime, descSignal, descRaw, descThreshold, descDelay, descControl, descCeiling, descSaturated, descPending, descP95, descP99, descFollows, descSetSize, descArmed,
 		descReadBps, descWriteBps, descWriteEWMA, descThrottle, descHeld, descPassed, descBacklog, descErrP50, descErrMax, descTakeovers, descUnresolved} {
 		ch <- d
 	}
@@ -213,6 +214,7 @@ func (c *snapshotCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descP99, gauge, r.P99Ms*msToS, r.Name)
 		ch <- prometheus.MustNewConstMetric(descFollows, gauge, 1, r.Name, r.Signal, r.Source)
 		ch <- prometheus.MustNewConstMetric(descSetSize, gauge, float64(len(r.Members)), r.Name)
+		ch <- prometheus.MustNewConstMetric(descArmed, gauge, float64(len(r.Returning)), r.Name)
 	}
 	for _, k := range s.Consumers {
 		ch <- prometheus.MustNewConstMetric(descReadBps, gauge, k.ReadKBs*kBsToBps, k.Resource, k.Addr, k.Device)

@@ -35,6 +35,9 @@ func WriteTable(w io.Writer, s Status) error {
 		if r.Saturated {
 			fmt.Fprintf(&b, "SATURATED: %s's delay sits at its limit (%.0f ms) and its read latency is still over the threshold: raise pid.u_max_limit, or these writers cannot be held back by packet delay alone\n", r.Name, r.UMaxLimitMs)
 		}
+		if len(r.Returning) > 0 {
+			fmt.Fprintf(&b, "armed: %s's returning writers (%s) are held at %.2f ms from their first write\n", r.Name, members(r.Returning), r.ControlMs)
+		}
 		if r.PendingMs > 0 {
 			fmt.Fprintf(&b, "note: %s has a read in flight for %.0f ms; it counts in the signal before it completes\n", r.Name, r.PendingMs)
 		}
@@ -121,7 +124,11 @@ func RenderTop(s Status, o TopOptions) string {
 		}
 		fmt.Fprintf(&b, "%-*s %s %6.1f/%-5.1f ms %sdelay %5.2f ms\n",
 			nameW, r.Name, bar(r.SignalMs, r.ThresholdMs, barW), r.SignalMs, r.ThresholdMs, state, r.DelayMs)
-		fmt.Fprintf(&b, "%-*s members (%d): %s\n", nameW, "", len(r.Members), members(r.Members))
+		fmt.Fprintf(&b, "%-*s members (%d): %s", nameW, "", len(r.Members), members(r.Members))
+		if len(r.Returning) > 0 {
+			fmt.Fprintf(&b, " · armed (%d): %s", len(r.Returning), members(r.Returning))
+		}
+		b.WriteString("\n")
 	}
 	if len(s.Resources) == 0 {
 		b.WriteString("(no resources discovered)\n")

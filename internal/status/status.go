@@ -83,6 +83,9 @@ type Resource struct {
 	Reads     uint64   `json:"reads"`
 	Direction string   `json:"direction"`
 	Members   []string `json:"members"`
+	// Returning are writers that were in the set lately: the data path
+	// holds each at ControlMs from its first write (nfqueue backend).
+	Returning []string `json:"returning,omitempty"`
 	// MissingDevices counts the resource's devices absent from
 	// /proc/diskstats at the last tick (a stale topology, or a LUN whose
 	// device went away); they are skipped, not fatal.
@@ -190,4 +193,6 @@ type RecordResource struct {
 	P99Ms       float64 `json:"p99_ms,omitempty"`
 	Reads       uint64  `json:"reads"`
 	Members     int     `json:"members"`
+	// Armed counts the returning writers held from their first write.
+	Armed int `json:"armed,omitempty"`
 }

@@ -1,0 +1,45 @@
+package engine
+
+import (
+	"time"
+
+	"github.com/sanqos/sanqos/internal/direction"
+	"github.com/sanqos/sanqos/internal/policy"
+)
+
+// Returning writers. A writer is found by its writes, so one that comes
+// back after a pause is seen a tick after its first writes have reached
+// the disk: at a busy disk that first tick of small random writes is
+// what the reader then waits behind for a second or two (the lab's randw
+// onsets peaked at 25–120 ms although the delay was armed). The data path
+// can see a write at once (throttle "Arming"), so each decision names the
+// resource's returning writers: consumers that were in its set within
+// armHold and are not now, to be held at the delay the set left
+// (ControlMs) from their first write data segment. Nobody is delayed for
+// being named: a returning writer that does not write is never held, and
+// once it writes the next Step judges it as any other consumer. Only the
+// read-over-write policy, whose members are found writing, and only in
+// the write direction.
+
+// noteMember records that c is in its resource's set at now.
+func noteMember(c *consumer, member bool, now time.Time) {
+	if member {
+		c.memberAt = now
+	}
+}
+
+// returning lists r's returning writers into rd.
+func (e *Engine) returning(r *resource, rd *ResourceDecision, now time.Time) {
+	if e.cfg.Policy != policy.ReadOverWrite || e.cfg.Direction&direction.Write == 0 || r.controlMs <= 0 {
+		return
+	}
+	for _, ci := range r.consumers {
+		c := &e.cons[ci]
+		if c.memberAt.IsZero() || c.memberAt.Equal(now) || now.Sub(c.memberAt) >= armHold {
+			continue
+		}
+		if !containsAddr(rd.Members, c.c.Addr) && !containsAddr(rd.Returning, c.c.Addr) {
+			rd.Returning = append(rd.Returning, c.c.Addr)
+		}
+	}
+}
