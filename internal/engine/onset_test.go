@@ -13,12 +13,14 @@ import (
 // (loop1-3) whose writes the test switches on and off, the reader's reads
 // taking slowMs while any writer writes and 5 ms otherwise.
 type onsetRig struct {
-	t    *testing.T
-	e    *Engine
-	d    *disk
-	now  time.Time
-	on   [3]bool
-	last ResourceDecision
+	t   *testing.T
+	e   *Engine
+	d   *disk
+	now time.Time
+	on  [3]bool
+	// light: the writer writes 80 kB/s, under the policy's leave rate.
+	light [3]bool
+	last  ResourceDecision
 }
 
 var writerIPs = [3]netip.Addr{writerIP, otherIP, netip.MustParseAddr("10.0.0.5")}
@@ -46,6 +48,8 @@ func (r *onsetRig) step(readMs uint64) ResourceDecision {
 	for i, on := range r.on {
 		if on {
 			r.d.io("loop"+string(rune('1'+i)), 0, 0, 1280) // 12.8 MB/s
+		} else if r.light[i] {
+			r.d.io("loop"+string(rune('1'+i)), 0, 0, 8)
 		}
 	}
 	r.last = r.e.Step(r.now, r.d.snap()).Resources[0]

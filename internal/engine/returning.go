@@ -15,11 +15,16 @@ import (
 // can see a write at once (throttle "Arming"), so each decision names the
 // resource's returning writers: consumers that were in its set within
 // armHold and are not now, to be held at the delay the set left
-// (ControlMs) from their first write data segment. Nobody is delayed for
-// being named: a returning writer that does not write is never held, and
-// once it writes the next Step judges it as any other consumer. Only the
-// read-over-write policy, whose members are found writing, and only in
-// the write direction.
+// (ControlMs) from their first write data segment. Only writers that
+// paused are named: one that has written within activeWindow left the set
+// because its rate fell, not because it stopped, and is judged by the
+// policy alone (a VM back to light writes after a bulk load must not be
+// held at the bulk load's delay). Nobody is delayed for being named: a
+// returning writer that does not write is never held, and once it writes
+// the next Step judges it as any other consumer (it is named no more,
+// having written, and the kernel's entry lapses unless it joins). Only
+// the read-over-write policy, whose members are found writing, and only
+// in the write direction.
 
 // noteMember records that c is in its resource's set at now.
 func noteMember(c *consumer, member bool, now time.Time) {
@@ -35,7 +40,8 @@ func (e *Engine) returning(r *resource, rd *ResourceDecision, now time.Time) {
 	}
 	for _, ci := range r.consumers {
 		c := &e.cons[ci]
-		if c.memberAt.IsZero() || c.memberAt.Equal(now) || now.Sub(c.memberAt) >= armHold {
+		if c.memberAt.IsZero() || c.memberAt.Equal(now) || now.Sub(c.memberAt) >= armHold ||
+			!c.lastWrite.IsZero() && now.Sub(c.lastWrite) < activeWindow {
 			continue
 		}
 		if !containsAddr(rd.Members, c.c.Addr) && !containsAddr(rd.Returning, c.c.Addr) {

@@ -12,8 +12,8 @@ import (
 // TestReturningWritersAreNamed: writers that were held and paused are
 // named returning, with the delay they left, for armHold after they were
 // last in the set; the reader, never in it, never is; a writer in the set
-// is a member, not returning; the write direction and the read-over-write
-// policy only.
+// is a member, and one that goes on writing lightly is neither; the write
+// direction and the read-over-write policy only.
 func TestReturningWritersAreNamed(t *testing.T) {
 	r := newOnsetRig(t, nil)
 	r.on = [3]bool{true, true, false}
@@ -31,6 +31,17 @@ func TestReturningWritersAreNamed(t *testing.T) {
 	}
 	if slices.Contains(rd.Returning, readerIP) || slices.Contains(rd.Returning, writerIPs[2]) {
 		t.Fatalf("a consumer that was never held is returning: %v", rd.Returning)
+	}
+	// A writer back to light writes (under the leave rate) left because
+	// its rate fell, not because it paused: it is not armed.
+	r.light[1] = true
+	if rd := r.run(3*time.Second, 5); len(rd.Members) != 0 || slices.Contains(rd.Returning, writerIPs[1]) {
+		t.Fatalf("a light writer: members %v, returning %v", rd.Members, rd.Returning)
+	}
+	r.light[1] = false
+	rd = r.run(2*time.Second, 5)
+	if !slices.Equal(rd.Returning, writerIPs[:2]) {
+		t.Fatalf("the light writer paused: returning %v, want %v", rd.Returning, writerIPs[:2])
 	}
 	th := Decision{Resources: []ResourceDecision{rd}}.Throttles()[0]
 	if !slices.Equal(th.Armed, rd.Returning) || th.ArmedDelay <= 0 || len(th.Members) != 0 || th.Delay != 0 {
