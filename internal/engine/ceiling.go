@@ -38,6 +38,12 @@ const (
 	pressShare = 0.85
 )
 
+// DefaultUMaxLimitMs is the default top of the ceiling: far above the
+// thesis's 20 ms, yet under Linux's 200 ms minimum retransmission timeout
+// plus the RTT the writers already measure, and a thousand times under
+// the initiators' 30 s SCSI command timeout.
+const DefaultUMaxLimitMs = 200
+
 // scaleCeiling moves r's delay ceiling with the writers' need (see
 // "Authority") and reports saturation in rd.
 func (e *Engine) scaleCeiling(r *resource, rd *ResourceDecision, now time.Time) {

@@ -96,12 +96,6 @@ type Config struct {
 // being healthy, winds down to rest.
 const armHold = 30 * time.Second
 
-// DefaultUMaxLimitMs is the default top of the ceiling: far above the
-// thesis's 20 ms, yet under Linux's 200 ms minimum retransmission timeout
-// plus the RTT the writers already measure, and a thousand times under
-// the initiators' 30 s SCSI command timeout.
-const DefaultUMaxLimitMs = 200
-
 // DefaultHeadroom keeps the 1-second read latency under 1.2 × threshold
 // in all but a few percent of seconds: in the lab, the 1-second mean wait of
 // a 32 IOPS reader held at its set point scatters with a standard deviation
@@ -495,13 +489,4 @@ func (e *Engine) updateSignal(r *resource, now time.Time) (rd ResourceDecision, 
 	rd.SignalMs = r.signalMs
 
 	return rd, stepCtrl
-}
-
-func containsAddr(s []netip.Addr, a netip.Addr) bool {
-	for _, x := range s {
-		if x == a {
-			return true
-		}
-	}
-	return false
 }

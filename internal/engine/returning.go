@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"net/netip"
 	"time"
 
 	"github.com/sanqos/sanqos/internal/direction"
@@ -48,4 +49,13 @@ func (e *Engine) returning(r *resource, rd *ResourceDecision, now time.Time) {
 			rd.Returning = append(rd.Returning, c.c.Addr)
 		}
 	}
+}
+
+func containsAddr(s []netip.Addr, a netip.Addr) bool {
+	for _, x := range s {
+		if x == a {
+			return true
+		}
+	}
+	return false
 }
