@@ -154,6 +154,11 @@ type plant struct {
 	ioSeq      uint64
 	delayMs    float64 // current packet delay for throttled consumers
 	throttled  map[netip.Addr]bool
+	// armed consumers are held at armedMs once they have written
+	// (joined), as the kernel's arming rule puts them in the set.
+	armedMs float64
+	armed   map[netip.Addr]bool
+	joined  map[netip.Addr]bool
 
 	// Observations for the per-second samples.
 	obs observer
@@ -181,6 +186,8 @@ func newPlant(sc Scenario, start time.Time, seed int64) (*plant, error) {
 		dev:       make([]counters, len(sc.Devices)),
 		reader:    -1,
 		throttled: map[netip.Addr]bool{},
+		armed:     map[netip.Addr]bool{},
+		joined:    map[netip.Addr]bool{},
 	}
 	for i, d := range sc.Devices {
 		p.dev[i].lastChange = start
@@ -230,10 +237,14 @@ func msDur(f float64) time.Duration { return time.Duration(f * float64(time.Mill
 
 // delayFor is the packet delay a consumer's packets get right now.
 func (p *plant) delayFor(dev int) time.Duration {
-	if p.delayMs <= 0 || !p.throttled[p.sc.Devices[dev].Addr] {
-		return 0
+	a := p.sc.Devices[dev].Addr
+	switch {
+	case p.delayMs > 0 && p.throttled[a]:
+		return msDur(p.delayMs)
+	case p.armedMs > 0 && p.joined[a]:
+		return msDur(p.armedMs)
 	}
-	return msDur(p.delayMs)
+	return 0
 }
 
 func (p *plant) issueRead(now time.Time) {
@@ -262,6 +273,9 @@ func (p *plant) issueWrite(now time.Time, t int) {
 		th.pos = 0
 	}
 	d := p.delayFor(th.device)
+	if a := sc.Devices[th.device].Addr; p.armed[a] {
+		p.joined[a] = true
+	}
 	arrive := now.Add(msDur(sc.WriteNetMs) + time.Duration((sc.WriteDelayFactor-1)*float64(d)))
 	p.push(event{at: arrive, kind: evArrive, actor: t, io: ioReq{op: diskmodel.Write, offset: off, length: n, issued: now, device: th.device}})
 }

@@ -77,6 +77,10 @@ type Stepper interface {
 type Decision struct {
 	SignalMs, RawMs, DelayMs float64
 	Members                  []netip.Addr
+	// Armed are held at ArmedMs from their first write on, as the data
+	// path's arming does (engine "Returning writers").
+	Armed   []netip.Addr
+	ArmedMs float64
 }
 
 // Summary is the result of a run in the shape `sanqos sim --json` prints.
@@ -237,6 +241,16 @@ func (p *plant) stepControl(at time.Time, st Stepper, sb *strings.Builder, parse
 	clear(p.throttled)
 	for _, a := range d.Members {
 		p.throttled[a] = true
+	}
+	p.armedMs = d.ArmedMs
+	clear(p.armed)
+	for _, a := range d.Armed {
+		p.armed[a] = true
+	}
+	for a := range p.joined {
+		if !p.armed[a] {
+			delete(p.joined, a)
+		}
 	}
 	return snap, d, nil
 }
