@@ -74,12 +74,24 @@ func TestLiveArmedWriterHeldFromFirstWrite(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+	// Back after the pause, on the same connection (whose SRTT still
+	// holds the delay): held at the delay from its first write, no ramp.
+	back := l.ios(w, 'w', 1)[0]
+	t.Logf("first write after the pause %v", back)
+	if !inSet() || back < d-time.Millisecond {
+		t.Errorf("first write after the pause took %v (in the set again: %v), want the armed %v at once", back, inSet(), d)
+	}
 
 	if err := b.Apply(context.Background(), State{Groups: []Group{{Name: "tt"}}}); err != nil {
 		t.Fatal(err)
 	}
 	if save := l.ours(t); strings.Contains(save, "INPUT") || strings.Contains(save, "--add-set") {
 		t.Fatalf("disarming left the arming rules or the INPUT jump:\n%s", save)
+	}
+	for deadline := time.Now().Add(3 * time.Second); inSet(); time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the kernel's entry outlived its timeout after disarming")
+		}
 	}
 	l.ios(w, 'w', 5)
 	if inSet() {

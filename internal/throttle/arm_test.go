@@ -33,7 +33,7 @@ func TestArmingPlan(t *testing.T) {
 	if got := tab[m]; got.write != 30*time.Millisecond {
 		t.Errorf("member's write delay %v, want its own 30ms", got.write)
 	}
-	if !ms.keep(a) {
+	if !ms.keep(a, now) {
 		t.Error("the packet path would forget an armed consumer's flows")
 	}
 	rules, sets, _ := ms.plan(now, 1, func(netip.Addr) bool { return true })
@@ -58,7 +58,7 @@ func TestArmingPlan(t *testing.T) {
 
 	disarmed := State{Groups: []Group{{Name: "vg", Ports: []uint16{3260}, Members: []netip.Addr{m}, WriteDelay: 30 * time.Millisecond}}}
 	tab = ms.update(disarmed, now)
-	if _, ok := tab[a]; ok || ms.keep(a) {
+	if _, ok := tab[a]; ok || ms.keep(a, now) {
 		t.Errorf("a disarmed consumer still has delays %v or is kept", tab[a])
 	}
 	rules, _, _ = ms.plan(now, 1, func(netip.Addr) bool { return true })

@@ -31,6 +31,17 @@ type membership struct {
 const (
 	lingerQuiet = 20 * time.Millisecond
 	lingerMax   = 10 * time.Second
+	// riseKeep: the packet path remembers a former member's flows (the
+	// delay each last had, see RiseLimit) this long after it left the
+	// set, and for as long as it is armed after that. A writer that
+	// paused is armed only a second after its last write (engine
+	// "Returning writers"), often after it left; its connections carried
+	// nothing meanwhile, so their SRTT still holds the delay, and forgetting
+	// it would make the returning writer ramp from 0: in the lab's randw
+	// each onset let 8 KiB writes through at 3–5 MB/s for half a second
+	// with the delay armed at 35–45 ms. One that goes on sending unthrottled
+	// is not armed, and is forgotten once riseKeep has passed.
+	riseKeep = 3 * time.Second
 )
 
 // members tracks which consumers are throttled and which recently were,
@@ -43,6 +54,7 @@ type members struct {
 	last   State
 	active map[memberKey]membership // active memberships of the last state
 	linger map[memberKey]membership // left recently; still queued, delay 0
+	gone   map[netip.Addr]time.Time // left the set then (see riseKeep)
 }
 
 // update takes a new state at now and returns the delay table for it.
@@ -84,11 +96,20 @@ func (ms *members) update(s State, now time.Time) delays {
 // gone. lingering reports whether any member still lingers.
 func (ms *members) plan(now time.Time, queue uint16, quiet func(netip.Addr) bool) (rules []string, sets map[string][]netip.Addr, lingering bool) {
 	sets = wantSets(ms.last)
+	for a, t := range ms.gone {
+		if now.Sub(t) >= riseKeep {
+			delete(ms.gone, a)
+		}
+	}
 	var ghosts []Group
 	for _, k := range sortedMemberKeys(ms.linger) {
 		m := ms.linger[k]
 		if now.Sub(m.left) >= m.delay && quiet(k.ip) || now.Sub(m.left) >= lingerMax {
 			delete(ms.linger, k)
+			if ms.gone == nil {
+				ms.gone = map[netip.Addr]time.Time{}
+			}
+			ms.gone[k.ip] = now
 			continue
 		}
 		lingering = true
@@ -105,8 +126,16 @@ func (ms *members) plan(now time.Time, queue uint16, quiet func(netip.Addr) bool
 	return append(rules, armRules(ms.last, ms.small, ms.def)...), sets, lingering
 }
 
-// keep reports whether a destination is throttled, lingering or armed.
-func (ms *members) keep(a netip.Addr) bool {
+// keep reports whether the packet path keeps what it knows of a
+// destination's flows at now: it is throttled, lingering or armed, or
+// left the set within riseKeep.
+func (ms *members) keep(a netip.Addr, now time.Time) bool {
+	if t, ok := ms.gone[a]; ok {
+		if now.Sub(t) < riseKeep {
+			return true
+		}
+		delete(ms.gone, a)
+	}
 	for _, g := range ms.last.Groups {
 		if g.armed() && slices.ContainsFunc(g.Armed, func(x netip.Addr) bool { return x.Unmap() == a }) {
 			return true

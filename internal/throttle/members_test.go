@@ -61,7 +61,12 @@ func TestMembersLingerUntilQuiet(t *testing.T) {
 	if got, l := step(nil, lingerMax); l || got != "" {
 		t.Fatalf("busy member still queued after lingerMax:\n%s", got)
 	}
-	if ms.keep(a) {
-		t.Fatal("keep still reports a member that left")
+	// Its flows are remembered for riseKeep after it left (an armed
+	// writer that paused must not ramp from 0), then forgotten.
+	if !ms.keep(a, now) {
+		t.Fatal("a member's flows were forgotten as soon as it left")
+	}
+	if ms.keep(a, now.Add(riseKeep)) {
+		t.Fatal("keep still reports a member that left riseKeep ago")
 	}
 }

@@ -386,7 +386,7 @@ func (b *Nfqueue) program(ctx context.Context) error {
 		return fmt.Errorf("programming the nfqueue data path: %w", err)
 	}
 	b.active.Store(len(rules) > 0)
-	b.onLoop(func() { b.del.Forget(b.members.keep) })
+	b.onLoop(func() { b.del.Forget(func(a netip.Addr) bool { return b.members.keep(a, now) }) })
 	if lingering && !b.waiting {
 		b.waiting = true
 		go func() {
