@@ -231,7 +231,10 @@ type consumer struct {
 	dev       int // index into Engine.devs, -1 without a device
 	st        policy.State
 	lastWrite time.Time // the last Step that judged it writing ("Onsets")
-	memberAt  time.Time // the last Step it was in its set ("Returning writers")
+	// memberAt: the last Step it was in its set; returning, rejoinSince:
+	// it is armed, and writing since then ("Returning writers").
+	memberAt, rejoinSince time.Time
+	returning             bool
 }
 
 type resource struct {

@@ -20,10 +20,14 @@ import (
 // paused are named: one that has written within activeWindow left the set
 // because its rate fell, not because it stopped, and is judged by the
 // policy alone (a VM back to light writes after a bulk load must not be
-// held at the bulk load's delay). Nobody is delayed for being named: a
-// returning writer that does not write is never held, and once it writes
-// the next Step judges it as any other consumer (it is named no more,
-// having written, and the kernel's entry lapses unless it joins). Only
+// held at the bulk load's delay). A named writer that writes stays named
+// while it rejoins, for up to activeWindow from its first write: the
+// policy needs a tick or two of writes to take it back, and dropping it at
+// its first write would let it run unheld in between (the lab's randw
+// record: 28 MB/s in the tick after the first, with 32 ms armed). One
+// that has not joined by then writes too little to be a member, and is
+// named no more (the kernel's entry lapses too). Nobody is delayed for
+// being named: a returning writer that does not write is never held. Only
 // the read-over-write policy, whose members are found writing, and only
 // in the write direction.
 
@@ -31,6 +35,7 @@ import (
 func noteMember(c *consumer, member bool, now time.Time) {
 	if member {
 		c.memberAt = now
+		c.returning, c.rejoinSince = false, time.Time{}
 	}
 }
 
@@ -41,14 +46,31 @@ func (e *Engine) returning(r *resource, rd *ResourceDecision, now time.Time) {
 	}
 	for _, ci := range r.consumers {
 		c := &e.cons[ci]
-		if c.memberAt.IsZero() || c.memberAt.Equal(now) || now.Sub(c.memberAt) >= armHold ||
-			!c.lastWrite.IsZero() && now.Sub(c.lastWrite) < activeWindow {
+		if !e.stillReturning(c, now) {
 			continue
 		}
 		if !containsAddr(rd.Members, c.c.Addr) && !containsAddr(rd.Returning, c.c.Addr) {
 			rd.Returning = append(rd.Returning, c.c.Addr)
 		}
 	}
+}
+
+// stillReturning moves c's returning state to now and reports it.
+func (e *Engine) stillReturning(c *consumer, now time.Time) bool {
+	if c.memberAt.IsZero() || c.memberAt.Equal(now) || now.Sub(c.memberAt) >= armHold {
+		c.returning, c.rejoinSince = false, time.Time{}
+		return false
+	}
+	switch paused := c.lastWrite.IsZero() || now.Sub(c.lastWrite) >= activeWindow; {
+	case paused:
+		c.returning, c.rejoinSince = true, time.Time{}
+	case !c.returning:
+	case c.rejoinSince.IsZero():
+		c.rejoinSince = now
+	case now.Sub(c.rejoinSince) >= activeWindow:
+		c.returning, c.rejoinSince = false, time.Time{}
+	}
+	return c.returning
 }
 
 func containsAddr(s []netip.Addr, a netip.Addr) bool {

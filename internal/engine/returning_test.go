@@ -32,9 +32,14 @@ func TestReturningWritersAreNamed(t *testing.T) {
 	if slices.Contains(rd.Returning, readerIP) || slices.Contains(rd.Returning, writerIPs[2]) {
 		t.Fatalf("a consumer that was never held is returning: %v", rd.Returning)
 	}
-	// A writer back to light writes (under the leave rate) left because
-	// its rate fell, not because it paused: it is not armed.
+	// A returning writer that writes stays armed while it may rejoin (the
+	// policy takes a tick or two), for up to activeWindow; one that writes
+	// too little to join (under the leave rate) is then armed no more, and
+	// stays so while it goes on writing.
 	r.light[1] = true
+	if rd := r.step(5); !slices.Contains(rd.Returning, writerIPs[1]) {
+		t.Fatalf("a returning writer was disarmed by its first write: returning %v", rd.Returning)
+	}
 	if rd := r.run(3*time.Second, 5); len(rd.Members) != 0 || slices.Contains(rd.Returning, writerIPs[1]) {
 		t.Fatalf("a light writer: members %v, returning %v", rd.Members, rd.Returning)
 	}
