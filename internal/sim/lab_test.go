@@ -19,17 +19,16 @@ type labPoint struct {
 
 // labMeasured are the lab's runs: the frontier's static throttles of
 // 2026-11-25 (35 s runs: 5 s lead, 25 s of writers) and fig5.11 --short
-// under pid at 15 ms of 2026-11-26 with returning writers armed (the
-// code before it measured 16.3 ms and 27.4 MB/s in the same hour, and
-// 16.4 ms and 28.8 MB/s the day before; the simulator without arming
-// 14.8 ms and 30.0 MB/s, with it 14.6 ms and 31.7 MB/s: arming lets the
-// writers through faster between onsets in both).
+// under pid at 15 ms of 2026-11-26 with returning writers armed. The code
+// before arming measured 16.3 ms and 27.4 MB/s in the same session, -9 %
+// and +10 % from the simulator of that code (14.8 ms, 30.0 MB/s): each
+// onset's unheld first tick cost the lab more than the simulator.
 var labMeasured = []labPoint{
 	{"fixed 0 ms", 0, 0, 57.1, 37.3},
 	{"fixed 10 ms", 10, 0, 18.9, 34.3},
 	{"fixed 20 ms", 20, 0, 12.8, 18.3},
 	{"fixed 40 ms", 40, 0, 11.3, 9.8},
-	{"pid 15 ms", 0, 15, 16.2, 28.9},
+	{"pid 15 ms", 0, 15, 14.9, 31.4},
 }
 
 // simulateLab runs the lab scenario as the lab ran pt, averaged over
