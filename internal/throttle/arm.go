@@ -32,8 +32,9 @@ import (
 // are created with timeout support for this; the daemon's own entries
 // are added with timeout 0, permanent.
 //
-// The rules only add to a set: if sanqos dies, the chain goes with the
-// queue's bypass (what is in a set then passes), as before.
+// The rule only adds to a set and never drops or holds anything itself:
+// if sanqos dies, the queue's bypass lets what is in a set pass, as
+// before, and the next start removes the chain with its jumps.
 const armTimeout = 1 // seconds; the smallest an ipset entry can live
 
 // armRules renders the arming rules of the groups in s that arm anyone,
