@@ -46,13 +46,9 @@ func armRules(s State, small map[uint16]int, def int) []string {
 			continue
 		}
 		for _, pg := range splitGroups(g.ports(), small, def) {
-			ps := make([]string, len(pg.ports))
-			for i, p := range pg.ports {
-				ps[i] = fmt.Sprint(p)
-			}
 			for _, a := range g.Armed {
 				out = append(out, fmt.Sprintf("-A %s -s %s -p tcp -m multiport --dports %s -m length --length %d:65535 -j SET --add-set %s src --timeout %d",
-					Chain, hostPrefix(a.Unmap()), strings.Join(ps, ","), lengthSplit(pg.small)+1, SetName(g.Name), armTimeout))
+					Chain, hostPrefix(a.Unmap()), portList(pg.ports), lengthSplit(pg.small)+1, SetName(g.Name), armTimeout))
 			}
 		}
 	}

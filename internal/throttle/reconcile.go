@@ -47,11 +47,16 @@ func portMatch(ports []uint16) string {
 	if len(ports) == 1 {
 		return fmt.Sprintf("-p tcp -m tcp --sport %d", ports[0])
 	}
+	return "-p tcp -m multiport --sports " + portList(ports)
+}
+
+// portList renders ports as a multiport match lists them: "3260,860".
+func portList(ports []uint16) string {
 	ps := make([]string, len(ports))
 	for i, p := range ports {
 		ps[i] = fmt.Sprint(p)
 	}
-	return "-p tcp -m multiport --sports " + strings.Join(ps, ",")
+	return strings.Join(ps, ",")
 }
 
 // sortedGroups returns the groups in name order, so that generated rules

@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
-	"strings"
 	"sync"
 
 	"github.com/vishvananda/netlink"
@@ -197,16 +196,12 @@ func (w *Wire) install(ctx context.Context, hf wireHalf) error {
 	// INPUT, which sees what the clients send.
 	rules := []string{inputJump(chain)}
 	for _, g := range splitGroups(w.ports, w.small, w.def) {
-		ps := make([]string, len(g.ports))
-		for i, p := range g.ports {
-			ps[i] = fmt.Sprint(p)
-		}
 		// Only segments longer than the port's split count: data. Pure
 		// ACKs and requests (a reader's READ calls, its ACKs of the
 		// data) are how the protocol asks, not what it writes; counted,
 		// a reader at 100 MB/s would "write" a few MB/s.
 		data := fmt.Sprintf("-m length --length %d:65535", lengthSplit(g.small)+1)
-		list := strings.Join(ps, ",")
+		list := portList(g.ports)
 		rules = append(rules,
 			fmt.Sprintf("-A %s -p tcp -m multiport --dports %s %s -m set --match-set %s src", chain, list, data, hf.own.set(wireSent)),
 			fmt.Sprintf("-A %s -p tcp -m multiport --sports %s %s -m set --match-set %s dst", chain, list, data, hf.own.set(wireRecv)))
