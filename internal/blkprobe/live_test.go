@@ -104,9 +104,8 @@ func loopDevice(t *testing.T, size int64, tmpfs bool) string {
 }
 
 // quiesce waits until nobody else reads the new device: udev's blkid and
-// the partition scan read a loop device right after it is set up, and a
-// read of theirs that began before the probe was attached completes
-// uncounted by it but counted by diskstats (CI saw 2999 against 3000).
+// the partition scan read a loop device right after it is set up, and
+// their reads would be counted beside the test's own.
 // Quiet is no request in flight and no count changing for 300 ms.
 func quiesce(t *testing.T, dev string) {
 	t.Helper()
@@ -181,6 +180,7 @@ func TestLiveCountsMatchDiskstats(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	m0 := missed(t, p)
 	r0, w0, rms0, wms0 := diskstatsReads(t, watched)
 	s0, _, _, _ := diskstatsReads(t, second)
 	const nReads, nWrites = 3000, 500
@@ -193,14 +193,23 @@ func TestLiveCountsMatchDiskstats(t *testing.T) {
 	}
 	r1, w1, rms1, wms1 := diskstatsReads(t, watched)
 	s1, _, _, _ := diskstatsReads(t, second)
-	if got := after.Sub(before).Devices[second].Read.Count; got != s1-s0 || got < 300 {
-		t.Errorf("second device: probe counted %d reads, diskstats %d, did 300", got, s1-s0)
+	// The kernel skips a run of the completion program that would nest in
+	// another BPF program on the same CPU (a completion interrupting one),
+	// and counts it as a recursion miss: a request so skipped is in
+	// diskstats and not in the probe, and nowhere else may one go missing.
+	lost := missed(t, p) - m0
+	if got := after.Sub(before).Devices[second].Read.Count; !accounted(got, s1-s0, lost) || got < 300-lost {
+		t.Errorf("second device: probe counted %d reads, diskstats %d, did 300, %d runs missed", got, s1-s0, lost)
 	}
 	tick := after.Sub(before).Devices[watched]
-	t.Logf("probe: %d reads mean %v p50 %v p99 %v; %d writes mean %v; diskstats: %d reads %d writes",
-		tick.Read.Count, tick.Read.Mean(), tick.Read.P50(), tick.Read.P99(), tick.Write.Count, tick.Write.Mean(), r1-r0, w1-w0)
-	if tick.Read.Count != r1-r0 || tick.Write.Count != w1-w0 {
-		t.Errorf("probe counted %d reads %d writes, diskstats %d and %d", tick.Read.Count, tick.Write.Count, r1-r0, w1-w0)
+	t.Logf("probe: %d reads mean %v p50 %v p99 %v; %d writes mean %v; diskstats: %d reads %d writes; %d runs missed",
+		tick.Read.Count, tick.Read.Mean(), tick.Read.P50(), tick.Read.P99(), tick.Write.Count, tick.Write.Mean(), r1-r0, w1-w0, lost)
+	if !accounted(tick.Read.Count+tick.Write.Count, r1-r0+w1-w0, lost) || tick.Read.Count > r1-r0 || tick.Write.Count > w1-w0 {
+		t.Errorf("probe counted %d reads %d writes, diskstats %d and %d, %d runs missed",
+			tick.Read.Count, tick.Write.Count, r1-r0, w1-w0, lost)
+	}
+	if lost > (nReads+nWrites)/100 {
+		t.Errorf("%d of the probe's runs missed for %d requests: more than 1 %%", lost, nReads+nWrites)
 	}
 	// diskstats is the reference; this only guards against both missing
 	// everything (the kernel may merge a pair of adjacent requests).
@@ -267,6 +276,23 @@ func doIO(t *testing.T, dev string, n, w int) {
 			t.Fatalf("I/O on %s: %v", dev, err)
 		}
 	}
+}
+
+// missed returns the probe's recursion misses so far.
+func missed(t *testing.T, p *Probe) uint64 {
+	t.Helper()
+	n, err := p.Missed()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// accounted reports whether a probe count agrees with diskstats' once the
+// kernel's missed runs are allowed for: never more, and short by at most
+// the runs missed.
+func accounted(probe, diskstats, missed uint64) bool {
+	return probe <= diskstats && diskstats-probe <= missed
 }
 
 // alignedBuf returns n bytes aligned for O_DIRECT.
