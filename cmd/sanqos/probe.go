@@ -45,6 +45,7 @@ as in /proc/diskstats. Needs root (CAP_BPF and CAP_PERFMON) and kernel BTF.`, st
 		"time", "device", "reads", "mean", "p50", "p95", "p99", "oldest", "writes", "w.mean")
 	tk := time.NewTicker(*interval)
 	defer tk.Stop()
+	var missed uint64
 	for n := 1; ; n++ {
 		select {
 		case <-ctx.Done():
@@ -66,6 +67,13 @@ as in /proc/diskstats. Needs root (CAP_BPF and CAP_PERFMON) and kernel BTF.`, st
 				fmt.Fprintf(stdout, "         %-10s %d reads not tracked for age (slots full), %d requests not timed (queue/iostats off?)\n",
 					name, d.Untracked, d.Untimed)
 			}
+		}
+		// The kernel skips a run of the probe that would nest in another
+		// BPF program on its CPU: a request so skipped is missing from the
+		// figures above (a completion) or from the oldest read (an issue).
+		if m, err := p.Missed(); err == nil && m > missed {
+			fmt.Fprintf(stdout, "         %d probe runs skipped by the kernel (nested in another BPF program): those requests are missing above\n", m-missed)
+			missed = m
 		}
 		if *count > 0 && n >= *count {
 			return nil

@@ -219,8 +219,9 @@ func (p *Probe) Sample(now time.Time) (Snapshot, error) {
 
 // Missed is how many times the kernel skipped one of the probe's programs
 // because a BPF program was already running on that CPU (recursion
-// protection, e.g. a completion interrupting the issue program): those
-// requests are missing from the counts. Cumulative since Open.
+// protection, e.g. a completion interrupting another): a skipped
+// completion is missing from the counts and histograms, a skipped issue
+// only from the oldest-read age. Cumulative since Open.
 func (p *Probe) Missed() (uint64, error) {
 	if p.coll == nil {
 		return 0, errors.New("reading the probe's missed runs: already closed")
