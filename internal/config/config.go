@@ -31,8 +31,9 @@ type Config struct {
 	// protected, unless Resources overrides it.
 	Threshold Duration `toml:"threshold"`
 	// Headroom is the fraction of the threshold the controller aims below
-	// it, so that single seconds stay under the threshold's promise.
-	Headroom float64 `toml:"headroom"`
+	// it, so that single seconds stay under the threshold's promise, or
+	// "auto" (the default): each resource's from its measured scatter.
+	Headroom Headroom `toml:"headroom"`
 	// Signal is the statistic of a resource's reads held under the
 	// threshold: "mean" (r_await, the thesis's), "p95" or "p99" (need
 	// the eBPF probe), unless Resources overrides it.
@@ -170,7 +171,7 @@ func Default() Config {
 	return Config{
 		Tick:       Duration{eng.Tick},
 		EWMAAlpha:  eng.Alpha,
-		Headroom:   eng.Headroom,
+		Headroom:   Headroom{Auto: true},
 		Signal:     engine.SignalMean,
 		Probe:      "auto",
 		Threshold:  Duration{time.Duration(eng.ThresholdMs * float64(time.Millisecond))},

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/BurntSushi/toml"
 	"github.com/sanqos/sanqos/internal/engine"
 	"github.com/sanqos/sanqos/internal/topology"
 )
@@ -82,6 +83,12 @@ addr = "2001:db8::2"
 device = "dm-1"`, func(c Config) bool { return len(c.Static.Consumers) == 2 && c.Static.Consumers[1].Device == "dm-1" }},
 		{"manual", "policy = \"manual\"\n[manual]\nprotected = [\"192.0.2.9\"]\nthrottle = [\"192.0.2.5\", \"iqn.2026-11.x:y\"]", func(c Config) bool { return len(c.Manual.Throttle) == 2 }},
 		{"listen disabled", `listen = ""`, func(c Config) bool { return c.Listen == "" }},
+		{"headroom auto", `headroom = "auto"`, func(c Config) bool { return c.Headroom.Auto && c.EngineConfig().AutoHeadroom }},
+		{"headroom fixed", `headroom = 0.2`, func(c Config) bool {
+			e := c.EngineConfig()
+			return !c.Headroom.Auto && !e.AutoHeadroom && e.Headroom == 0.2
+		}},
+		{"headroom 0 as the thesis", `headroom = 0`, func(c Config) bool { return !c.Headroom.Auto && c.EngineConfig().Headroom == 0 }},
 		{"pid", "[pid]\nkp = 1.5\nti = \"2s\"\ntd = \"0s\"\nu_max = \"40ms\"", func(c Config) bool {
 			return c.PID == PID{Kp: 1.5, Ti: Duration{2 * time.Second}, UMax: Duration{40 * time.Millisecond}}
 		}},
@@ -109,6 +116,9 @@ func TestLoadBad(t *testing.T) {
 	}{
 		{"negative kp", "[pid]\nkp = -1", []string{"pid.kp = -1: must be > 0"}},
 		{"zero alpha", "ewma_alpha = 0", []string{"ewma_alpha = 0", "> 0 and <= 1"}},
+		{"headroom too big", "headroom = 0.5", []string{"headroom = 0.5", `"auto"`}},
+		{"headroom word", `headroom = "some"`, []string{"headroom", `"some"`, `"auto"`}},
+		{"headroom nan", "headroom = nan", []string{"headroom", "finite"}},
 		{"alpha too big", "ewma_alpha = 1.5", []string{"ewma_alpha = 1.5"}},
 		{"tick too short", `tick = "1ms"`, []string{"tick = 1ms", "between 10ms and 10s"}},
 		{"tick not a duration", `tick = "fast"`, []string{"tick", `"fast"`, "duration"}},
@@ -177,7 +187,7 @@ func TestFlagsOverrideFile(t *testing.T) {
 	def.RegisterFlags(fs)
 	// Flags are parsed before the file is read (the file's path is a flag
 	// itself), and must still win over it.
-	if err := fs.Parse([]string{"--threshold", "25ms", "--ports", "3260,3261", "--write-threshold", "1MB/s", "--adapter", "lio"}); err != nil {
+	if err := fs.Parse([]string{"--threshold", "25ms", "--ports", "3260,3261", "--write-threshold", "1MB/s", "--adapter", "lio", "--headroom", "0.1"}); err != nil {
 		t.Fatal(err)
 	}
 	c, err := Load(p)
@@ -190,19 +200,23 @@ func TestFlagsOverrideFile(t *testing.T) {
 	if c.Tick.Duration != 50*time.Millisecond || c.PID.Kp != 2 {
 		t.Errorf("file values lost: tick %v kp %v", c.Tick, c.PID.Kp)
 	}
-	if c.Threshold.Duration != 25*time.Millisecond || !reflect.DeepEqual(c.Ports, []int{3260, 3261}) || c.WriteThreshold != 1e6 || c.Discovery.Adapter != "lio" {
+	if c.Threshold.Duration != 25*time.Millisecond || !reflect.DeepEqual(c.Ports, []int{3260, 3261}) || c.WriteThreshold != 1e6 || c.Discovery.Adapter != "lio" ||
+		c.Headroom != (Headroom{Value: 0.1}) {
 		t.Errorf("flags did not override: %+v", c)
 	}
 	// Help shows defaults.
 	if f := fs.Lookup("tick"); f.DefValue != "100ms" {
 		t.Errorf("--tick default shown as %q", f.DefValue)
 	}
+	if f := fs.Lookup("headroom"); f.DefValue != "auto" {
+		t.Errorf("--headroom default shown as %q", f.DefValue)
+	}
 }
 
 func TestFlagErrors(t *testing.T) {
 	def := Default()
 	// Syntax errors are caught at parse time.
-	for _, args := range [][]string{{"--tick", "soon"}, {"--kp", "x"}, {"--ports", "a,b"}, {"--write-leave", "lots"}} {
+	for _, args := range [][]string{{"--tick", "soon"}, {"--kp", "x"}, {"--ports", "a,b"}, {"--write-leave", "lots"}, {"--headroom", "lots"}} {
 		fs := flag.NewFlagSet("run", flag.ContinueOnError)
 		fs.SetOutput(io.Discard)
 		def.RegisterFlags(fs)
@@ -267,5 +281,25 @@ func TestAckDelay(t *testing.T) {
 	}
 	if _, err := Load(write(t, `ack_delay = "yes"`)); err == nil {
 		t.Error(`ack_delay = "yes" loaded without error`)
+	}
+}
+
+// TestEncodedConfigLoadsBack: the lab writes each run's configuration by
+// encoding a Config; what it writes must load back as it was.
+func TestEncodedConfigLoadsBack(t *testing.T) {
+	for _, h := range []Headroom{{Auto: true}, {Value: 0.2}, {}} {
+		c := Default()
+		c.Headroom = h
+		var b strings.Builder
+		if err := toml.NewEncoder(&b).Encode(c); err != nil {
+			t.Fatal(err)
+		}
+		got, err := Load(write(t, b.String()))
+		if err != nil {
+			t.Fatalf("headroom %v: %v\n%s", h, err, b.String())
+		}
+		if got.Headroom != h {
+			t.Errorf("headroom %v encoded, %v loaded", h, got.Headroom)
+		}
 	}
 }

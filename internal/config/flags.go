@@ -121,7 +121,7 @@ var flagDefs = []flagDef{
 	{"tick", "tick", "sampling and control period", func(c *Config) string { return c.Tick.String() }, setDuration(func(c *Config) *Duration { return &c.Tick })},
 	{"ewma-alpha", "ewma_alpha", "weight of the newest latency sample (0-1]", func(c *Config) string { return fmt.Sprint(c.EWMAAlpha) }, setFloat(func(c *Config) *float64 { return &c.EWMAAlpha })},
 	{"threshold", "threshold", "read latency above which a resource is protected", func(c *Config) string { return c.Threshold.String() }, setDuration(func(c *Config) *Duration { return &c.Threshold })},
-	{"headroom", "headroom", "fraction of the threshold the controller aims below it [0-0.5)", func(c *Config) string { return fmt.Sprint(c.Headroom) }, setFloat(func(c *Config) *float64 { return &c.Headroom })},
+	{"headroom", "headroom", "fraction of the threshold the controller aims below it [0-0.5), or auto: from each resource's measured scatter", func(c *Config) string { return c.Headroom.String() }, func(c *Config, s string) error { return c.Headroom.UnmarshalText([]byte(s)) }},
 	{"signal", "signal", "statistic of the reads held under the threshold: mean (r_await), p95 or p99 (p95/p99 need the eBPF probe)", func(c *Config) string { return c.Signal }, setString(func(c *Config) *string { return &c.Signal })},
 	{"probe", "probe", "auto (time reads with the eBPF block-layer probe where the kernel allows, else /proc/diskstats) or off", func(c *Config) string { return c.Probe }, setString(func(c *Config) *string { return &c.Probe })},
 	{"controller", "controller", "pid, thesis (the thesis's own arithmetic, to compare) or none (measure only, never throttle)", func(c *Config) string { return c.Controller }, setString(func(c *Config) *string { return &c.Controller })},

@@ -146,3 +146,52 @@ func (z Size) String() string {
 
 // MarshalText writes the size string.
 func (z Size) MarshalText() ([]byte, error) { return []byte(z.String()), nil }
+
+// Headroom is the fraction of the threshold the controller aims below it,
+// or "auto": start at the engine's default and follow each resource's
+// measured scatter (engine "Headroom").
+type Headroom struct {
+	Auto  bool
+	Value float64 // the fixed fraction; unused when Auto
+}
+
+// UnmarshalTOML accepts "auto" or a number.
+func (h *Headroom) UnmarshalTOML(v any) error {
+	switch x := v.(type) {
+	case string:
+		return h.UnmarshalText([]byte(x))
+	case float64:
+		*h = Headroom{Value: x}
+	case int64:
+		*h = Headroom{Value: float64(x)}
+	default:
+		return fmt.Errorf("%v: must be \"auto\" or a fraction like 0.15", v)
+	}
+	return nil
+}
+
+// UnmarshalText parses "auto" or a number.
+func (h *Headroom) UnmarshalText(b []byte) error {
+	s := strings.TrimSpace(string(b))
+	if s == "auto" {
+		*h = Headroom{Auto: true}
+		return nil
+	}
+	v, err := strconv.ParseFloat(s, 64)
+	if err != nil {
+		return fmt.Errorf("%q: must be \"auto\" or a fraction like 0.15", s)
+	}
+	*h = Headroom{Value: v}
+	return nil
+}
+
+// String is "auto" or the fraction.
+func (h Headroom) String() string {
+	if h.Auto {
+		return "auto"
+	}
+	return strconv.FormatFloat(h.Value, 'g', -1, 64)
+}
+
+// MarshalText writes String.
+func (h Headroom) MarshalText() ([]byte, error) { return []byte(h.String()), nil }

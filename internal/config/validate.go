@@ -46,7 +46,7 @@ func (c *Config) loopChecks() []func() error {
 			for _, f := range []struct {
 				key string
 				v   float64
-			}{{"ewma_alpha", c.EWMAAlpha}, {"headroom", c.Headroom}, {"pid.kp", c.PID.Kp}} {
+			}{{"ewma_alpha", c.EWMAAlpha}, {"headroom", c.Headroom.Value}, {"pid.kp", c.PID.Kp}} {
 				if math.IsNaN(f.v) || math.IsInf(f.v, 0) {
 					return bad(f.key, f.v, "must be a finite number")
 				}
@@ -61,8 +61,8 @@ func (c *Config) loopChecks() []func() error {
 		},
 		func() error { return durIn("threshold", c.Threshold, 100*time.Microsecond, 10*time.Second) },
 		func() error {
-			if !(c.Headroom >= 0 && c.Headroom < 0.5) {
-				return bad("headroom", c.Headroom, "must be >= 0 and < 0.5")
+			if !c.Headroom.Auto && !(c.Headroom.Value >= 0 && c.Headroom.Value < 0.5) {
+				return bad("headroom", c.Headroom.Value, "must be \"auto\", or a fraction >= 0 and < 0.5")
 			}
 			return nil
 		},

@@ -196,6 +196,9 @@ func (c *PID) Name() string { return "pid" }
 
 func (c *PID) Reset() { c.u, c.e1, c.e2 = 0, 0, 0 }
 
+// TargetMs is the set point.
+func (c *PID) TargetMs() float64 { return c.p.TargetMs }
+
 // Update applies, with r the set point and ε_k = (signal − r)/r,
 //
 //	Δv = Kp·[(ε_k − ε_{k−1}) + (T/Ti)·ε_k + (Td/T)·(ε_k − 2ε_{k−1} + ε_{k−2})]
@@ -279,6 +282,22 @@ func (c *PID) Rebase(signalMs float64) {
 	c.e2 = c.e1
 }
 
+// Retarget moves the set point to targetMs (> 0) with no kick: the error
+// history is re-expressed against the new set point, as if it had been
+// there all along, and the output carries on.
+func (c *PID) Retarget(targetMs float64) {
+	if !(targetMs > 0) || math.IsInf(targetMs, 0) {
+		return
+	}
+	old := c.p.TargetMs
+	c.p.TargetMs = targetMs
+	if c.u == 0 && c.e1 == 0 && c.e2 == 0 {
+		return // at rest with no history (see Update): nothing to carry
+	}
+	c.e1 = ((1+c.e1)*old - targetMs) / targetMs
+	c.e2 = ((1+c.e2)*old - targetMs) / targetMs
+}
+
 // Scale multiplies the output by f (> 0) within the clamp, for a
 // change of load the engine sees before the signal does (more writers
 // than the delay was learned with, see the engine's "Onsets"). The
@@ -295,6 +314,12 @@ func (c *PID) Scale(f float64) float64 {
 // pid is one; thesis is not (the copied listing has no such input).
 type Scaler interface {
 	Scale(f float64) float64
+}
+
+// Retargeter is a controller whose set point can move while it runs
+// (the engine's measured headroom). pid is one; thesis is not.
+type Retargeter interface {
+	Retarget(targetMs float64)
 }
 
 // Rebaser is a controller that can resume after a pause without acting

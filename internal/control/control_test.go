@@ -410,3 +410,37 @@ func TestGainsWithDefaults(t *testing.T) {
 		t.Errorf("DefaultParams().Gains %+v, DefaultGains %+v", DefaultParams().Gains, d)
 	}
 }
+
+// TestPIDRetargetNoKick: moving the set point while holding acts like a
+// controller that had the new set point all along: no Δe or D kick, only
+// the new error's integral step.
+func TestPIDRetargetNoKick(t *testing.T) {
+	p := DefaultParams()
+	p.TargetMs = 12.75
+	c := NewPID(p)
+	var u0 float64
+	for i := 0; i < 20; i++ {
+		u0 = c.Update(13) // hold a delay against a signal above the set point
+	}
+	if !(u0 > 0 && u0 < p.UMaxMs) {
+		t.Fatalf("rig: output %v, want within (0, %v)", u0, p.UMaxMs)
+	}
+	c.Retarget(12)
+	if c.TargetMs() != 12 {
+		t.Fatalf("set point %v after Retarget(12)", c.TargetMs())
+	}
+	u1 := c.Update(13)
+	// From the new set point the steady signal is e = 1/12, and so were
+	// e1 and e2: only the integral term moves the output.
+	e := (13.0 - 12) / 12
+	want := u0 * math.Exp(p.Kp*(p.T.Seconds()/p.Ti.Seconds())*e)
+	if math.Abs(u1-want) > 1e-9*want {
+		t.Errorf("after Retarget: output %v, want %v (integral step only)", u1, want)
+	}
+	// At rest with no history it stays at rest.
+	r := NewPID(p)
+	r.Retarget(10)
+	if u := r.Update(9); u != 0 {
+		t.Errorf("a controller at rest retargeted then under its set point gave %v", u)
+	}
+}

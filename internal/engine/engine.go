@@ -52,8 +52,10 @@ type Config struct {
 	// it: its set point is threshold·(1−Headroom). A threshold is a promise
 	// about every second, and a controller that holds the mean at the
 	// threshold leaves half of the seconds above it; 0 aims at the
-	// threshold itself, as the thesis did.
-	Headroom float64
+	// threshold itself, as the thesis did. AutoHeadroom: where each
+	// resource starts, its measured scatter moves it (see "Headroom").
+	Headroom     float64
+	AutoHeadroom bool
 	// JoinKBs and LeaveKBs are the read-over-write policy's write-rate
 	// thresholds (kB/s); LeaveKBs 0 means JoinKBs/2.
 	JoinKBs, LeaveKBs float64
@@ -96,28 +98,22 @@ type Config struct {
 // being healthy, winds down to rest.
 const armHold = 30 * time.Second
 
-// DefaultHeadroom keeps the 1-second read latency under 1.2 × threshold
-// in all but a few percent of seconds: in the lab, the 1-second mean wait of
-// a 32 IOPS reader held at its set point scatters with a standard deviation
-// of about 15–20 % of it, and the initiator sees about 0.5 ms more than the
-// target's devices.
-const DefaultHeadroom = 0.15
-
 // DefaultConfig is the configuration of the thesis's experiments with the
 // pid controller.
 func DefaultConfig() Config {
 	return Config{
-		Tick:        100 * time.Millisecond,
-		Alpha:       smoothing.ThesisAlpha,
-		WriteAlpha:  smoothing.ThesisAlpha,
-		Controller:  "pid",
-		ThresholdMs: control.DefaultParams().TargetMs,
-		Control:     control.DefaultParams(),
-		Headroom:    DefaultHeadroom,
-		JoinKBs:     policy.DefaultJoinKBs,
-		LeaveKBs:    policy.DefaultJoinKBs / 2,
-		Policy:      policy.ReadOverWrite,
-		Direction:   direction.Write,
+		Tick:         100 * time.Millisecond,
+		Alpha:        smoothing.ThesisAlpha,
+		WriteAlpha:   smoothing.ThesisAlpha,
+		Controller:   "pid",
+		ThresholdMs:  control.DefaultParams().TargetMs,
+		Control:      control.DefaultParams(),
+		Headroom:     DefaultHeadroom,
+		AutoHeadroom: true,
+		JoinKBs:      policy.DefaultJoinKBs,
+		LeaveKBs:     policy.DefaultJoinKBs / 2,
+		Policy:       policy.ReadOverWrite,
+		Direction:    direction.Write,
 		// UMaxLimitMs: see DefaultUMaxLimitMs.
 		UMaxLimitMs: DefaultUMaxLimitMs,
 	}
@@ -267,6 +263,8 @@ type resource struct {
 	consumers          []int      // indices into Engine.cons
 	devs               []int      // distinct devices of all consumers
 	sigDevs            []int      // distinct devices whose reads are the signal
+	headroom           float64    // see "Headroom"
+	scatter            scatter    // ditto
 }
 
 // Engine holds the state of every resource between Steps. It is not safe
@@ -451,13 +449,14 @@ func (e *Engine) stepResource(r *resource, now time.Time, members []netip.Addr, 
 	}
 	e.returning(r, &rd, now)
 	e.scaleCeiling(r, &rd, now)
+	e.adaptHeadroom(r, &rd, now)
 	return rd, members
 }
 
 // updateSignal measures r's reads for this Step and moves its signal (see
 // "Starvation"); stepCtrl says whether the controller has news to act on.
 func (e *Engine) updateSignal(r *resource, now time.Time) (rd ResourceDecision, stepCtrl bool) {
-	rd = ResourceDecision{Name: r.name, ThresholdMs: r.threshold, TargetMs: r.threshold * (1 - e.cfg.Headroom),
+	rd = ResourceDecision{Name: r.name, ThresholdMs: r.threshold, TargetMs: r.threshold * (1 - r.headroom),
 		UMaxMs: e.cfg.Control.UMaxMs, Direction: e.cfg.Direction}
 	measured := false
 	for _, di := range r.devs {

@@ -109,6 +109,7 @@ func (e *Engine) resourceFor(tr topology.Resource, old *resource) resource {
 		if old.threshold == r.threshold {
 			r.ctrl, r.controlMs, r.frozen, r.onset = old.ctrl, old.controlMs, old.frozen, old.onset
 			r.ceiling, r.satSince, r.lowSince = old.ceiling, old.satSince, old.lowSince
+			r.headroom, r.scatter = old.headroom, old.scatter
 		}
 	}
 	if r.ewma == nil {
@@ -118,7 +119,8 @@ func (e *Engine) resourceFor(tr topology.Resource, old *resource) resource {
 		// A new resource, or a new threshold: the controller starts at
 		// rest (its history was about another set point).
 		p := e.cfg.Control
-		p.TargetMs = r.threshold * (1 - e.cfg.Headroom)
+		r.headroom, r.scatter = e.cfg.Headroom, scatter{}
+		p.TargetMs = r.threshold * (1 - r.headroom)
 		r.ctrl, _ = control.New(e.cfg.Controller, p) // validated in New
 		r.ceiling = p.UMaxMs
 	}

@@ -135,6 +135,7 @@ var (
 	descSignal    = resDesc("read_latency_seconds", "EWMA-filtered read latency (r_await) of the resource: the controlled signal.")
 	descRaw       = resDesc("read_latency_raw_seconds", "Unfiltered read latency of the last tick (0 when it had no reads).")
 	descThreshold = resDesc("threshold_seconds", "Read latency the controller keeps the resource under.")
+	descTarget    = resDesc("target_seconds", "The controller's set point: the threshold less the headroom (with headroom \"auto\", the resource's own from its measured scatter).")
 )
 
 // What the controller does about it.
@@ -180,7 +181,7 @@ type snapshotCollector struct {
 }
 
 func (c *snapshotCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descInfo, descUptime, descSignal, descRaw, descThreshold, descDelay, descControl, descCeiling, descSaturated, descPending, descP95, descP99, descFollows, descSetSize, descArmed,
+	for _, d := range []*prometheus.Desc{descInfo, descUptime, descSignal, descRaw, descThreshold, descTarget, descDelay, descControl, descCeiling, descSaturated, descPending, descP95, descP99, descFollows, descSetSize, descArmed,
 		descReadBps, descWriteBps, descWriteEWMA, descThrottle, descHeld, descPassed, descBacklog, descErrP50, descErrMax, descTakeovers, descUnresolved} {
 		ch <- d
 	}
@@ -201,6 +202,7 @@ func (c *snapshotCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descSignal, gauge, r.SignalMs*msToS, r.Name)
 		ch <- prometheus.MustNewConstMetric(descRaw, gauge, r.RawMs*msToS, r.Name)
 		ch <- prometheus.MustNewConstMetric(descThreshold, gauge, r.ThresholdMs*msToS, r.Name)
+		ch <- prometheus.MustNewConstMetric(descTarget, gauge, r.TargetMs*msToS, r.Name)
 		ch <- prometheus.MustNewConstMetric(descDelay, gauge, r.DelayMs*msToS, r.Name)
 		ch <- prometheus.MustNewConstMetric(descControl, gauge, r.ControlMs*msToS, r.Name)
 		ch <- prometheus.MustNewConstMetric(descCeiling, gauge, r.UMaxMs*msToS, r.Name)
