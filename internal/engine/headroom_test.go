@@ -16,11 +16,12 @@ func TestHeadroomFor(t *testing.T) {
 		m, s     float64
 		min, max float64
 	}{
-		{"steady iSCSI (fig5.11, σ 0.09)", 0, 0.09, 0.08, 0.09},
+		{"steady iSCSI (fig5.11, σ 0.09): the floor", 0, 0.09, headroomMin, headroomMin},
 		{"very steady: the floor", 0, 0.02, headroomMin, headroomMin},
+		{"a heavier tail (σ 0.16)", 0, 0.16, 0.16, 0.17},
 		{"NFS (σ 0.21)", 0, 0.21, 0.21, 0.23},
 		{"NFS held 3 % above its set point", 0.03, 0.21, 0.23, 0.25},
-		{"below the set point is not credited", -0.1, 0.09, 0.08, 0.09},
+		{"below the set point is not credited", -0.1, 0.2, 0.2, 0.22},
 		{"wild: the ceiling", 0, 1, headroomMax, headroomMax},
 	} {
 		h := headroomFor(c.m, c.s)
@@ -115,7 +116,7 @@ func TestHeadroomFollowsTheScatter(t *testing.T) {
 		sigma    float64
 		min, max float64
 	}{
-		{"steady: less margin than the default", true, false, 0.06, headroomMin, 0.1},
+		{"steady: the default, no less", true, false, 0.06, DefaultHeadroom, DefaultHeadroom},
 		{"swinging: more", true, false, 0.25, 0.25, 0.32},
 		{"fixed headroom stays", false, false, 0.25, DefaultHeadroom, DefaultHeadroom},
 		{"armed (writers pausing): nothing measured", true, true, 0.25, DefaultHeadroom, DefaultHeadroom},
