@@ -21,6 +21,7 @@ func TestHeadroomFor(t *testing.T) {
 		{"a heavier tail (σ 0.16)", 0, 0.16, 0.16, 0.17},
 		{"NFS (σ 0.21)", 0, 0.21, 0.21, 0.23},
 		{"NFS held 3 % above its set point", 0.03, 0.21, 0.23, 0.25},
+		{"not holding its median (flash at 1 ms): the default", 0.24, 0.29, headroomMin, headroomMin},
 		{"below the set point is not credited", -0.1, 0.2, 0.2, 0.22},
 		{"wild: the ceiling", 0, 1, headroomMax, headroomMax},
 	} {
@@ -120,10 +121,15 @@ func TestHeadroomFollowsTheScatter(t *testing.T) {
 		{"swinging: more", true, false, 0.25, 0.25, 0.32},
 		{"fixed headroom stays", false, false, 0.25, DefaultHeadroom, DefaultHeadroom},
 		{"armed (writers pausing): nothing measured", true, true, 0.25, DefaultHeadroom, DefaultHeadroom},
+		{"not holding: seconds 25 % over the set point", true, false, -1, DefaultHeadroom, DefaultHeadroom},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			h := newHeldRig(c.auto)
-			h.run(300, gauss(c.sigma), c.armed)
+			x := gauss(c.sigma)
+			if c.sigma < 0 {
+				x = func(int) float64 { return 0.25 + 0.3*r.NormFloat64() }
+			}
+			h.run(300, x, c.armed)
 			got := h.r.headroom
 			if got < c.min || got > c.max {
 				t.Errorf("headroom %.3f after 300 s at σ %.2f, want %.3f–%.3f", got, c.sigma, c.min, c.max)
