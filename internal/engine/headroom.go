@@ -74,7 +74,7 @@ const (
 // scatter measures a resource's 1-second signal around its set point.
 type scatter struct {
 	// sec is the start of the second being summed; sum/n its ticks' raw
-	// signal; held that every tick so far held writers.
+	// signal; held that every tick of it so far held writers.
 	sec     time.Time
 	sum     float64
 	n       int
@@ -128,8 +128,10 @@ func median(sorted []float64) float64 {
 }
 
 // adaptHeadroom adds this tick to r's scatter and, at each new second,
-// moves r's headroom toward what the scatter asks for. held says the
-// controller holds writers that write this tick.
+// moves r's headroom toward what the scatter asks for. A second counts if
+// in every tick of it the controller held a delay on writers that wrote,
+// past the onset; its value is the mean of its ticks that completed reads
+// (a reader slower than a tick leaves some without).
 func (e *Engine) adaptHeadroom(r *resource, rd *ResourceDecision, now time.Time) {
 	sc := &r.scatter
 	switch {
@@ -148,10 +150,9 @@ func (e *Engine) adaptHeadroom(r *resource, rd *ResourceDecision, now time.Time)
 		sc.sec, sc.sum, sc.n, sc.held = now, 0, 0, true
 		sc.targets = r.threshold * (1 - r.headroom)
 	}
-	held := len(rd.Members) > 0 && !rd.Armed && rd.ControlMs > 0 && rd.RawMs > 0 &&
-		now.Sub(sc.since) >= settleAfter
+	held := len(rd.Members) > 0 && !rd.Armed && rd.ControlMs > 0 && now.Sub(sc.since) >= settleAfter
 	sc.held = sc.held && held
-	if held {
+	if held && rd.RawMs > 0 {
 		sc.sum += rd.RawMs
 		sc.n++
 	}
