@@ -92,7 +92,7 @@ func newHeldRig(auto bool) *heldRig {
 	p.TargetMs = 15 * (1 - cfg.Headroom)
 	pid := control.NewPID(p)
 	pid.Update(30) // holding: a delay on
-	return &heldRig{e: &Engine{cfg: cfg}, r: &resource{threshold: 15, headroom: cfg.Headroom, ctrl: pid}, pid: pid,
+	return &heldRig{e: &Engine{cfg: cfg}, r: &resource{threshold: 15, signal: SignalMean, headroom: cfg.Headroom, ctrl: pid}, pid: pid,
 		now: time.Unix(1000, 0)}
 }
 
@@ -122,17 +122,22 @@ func TestHeadroomFollowsTheScatter(t *testing.T) {
 		armed      bool
 		sigma      float64
 		min, max   float64
+		signal     string
 	}{
-		{"steady: the default, no less", true, false, false, 0.06, DefaultHeadroom, DefaultHeadroom},
-		{"swinging: more", true, false, false, 0.25, 0.25, 0.32},
-		{"swinging, ticks without reads", true, true, false, 0.25, 0.25, 0.32},
-		{"fixed headroom stays", false, false, false, 0.25, DefaultHeadroom, DefaultHeadroom},
-		{"armed (writers pausing): nothing measured", true, false, true, 0.25, DefaultHeadroom, DefaultHeadroom},
-		{"not holding: seconds 25 % over the set point", true, false, false, -1, DefaultHeadroom, DefaultHeadroom},
+		{"a p95 signal: the default", true, false, false, 0.25, DefaultHeadroom, DefaultHeadroom, SignalP95},
+		{"steady: the default, no less", true, false, false, 0.06, DefaultHeadroom, DefaultHeadroom, ""},
+		{"swinging: more", true, false, false, 0.25, 0.25, 0.32, ""},
+		{"swinging, ticks without reads", true, true, false, 0.25, 0.25, 0.32, ""},
+		{"fixed headroom stays", false, false, false, 0.25, DefaultHeadroom, DefaultHeadroom, ""},
+		{"armed (writers pausing): nothing measured", true, false, true, 0.25, DefaultHeadroom, DefaultHeadroom, ""},
+		{"not holding: seconds 25 % over the set point", true, false, false, -1, DefaultHeadroom, DefaultHeadroom, ""},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			h := newHeldRig(c.auto)
 			h.gaps = c.gaps
+			if c.signal != "" {
+				h.r.signal = c.signal
+			}
 			x := gauss(c.sigma)
 			if c.sigma < 0 {
 				x = func(int) float64 { return 0.25 + 0.3*r.NormFloat64() }
