@@ -293,7 +293,6 @@ func missed(t *testing.T, p *Probe) uint64 {
 	return n
 }
 
-
 // accounted reports whether a probe count agrees with diskstats' once the
 // requests allowed missing are allowed for: never more, and short by at
 // most those.
