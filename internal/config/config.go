@@ -32,7 +32,7 @@ type Config struct {
 	Threshold Duration `toml:"threshold"`
 	// Headroom is the fraction of the threshold the controller aims below
 	// it, so that single seconds stay under the threshold's promise, or
-	// "auto" (the default): each resource's from its measured scatter.
+	// "auto": each resource's from its measured scatter.
 	Headroom Headroom `toml:"headroom"`
 	// Signal is the statistic of a resource's reads held under the
 	// threshold: "mean" (r_await, the thesis's), "p95" or "p99" (need
@@ -171,7 +171,7 @@ func Default() Config {
 	return Config{
 		Tick:       Duration{eng.Tick},
 		EWMAAlpha:  eng.Alpha,
-		Headroom:   Headroom{Auto: true},
+		Headroom:   Headroom{Auto: eng.AutoHeadroom, Value: eng.Headroom},
 		Signal:     engine.SignalMean,
 		Probe:      "auto",
 		Threshold:  Duration{time.Duration(eng.ThresholdMs * float64(time.Millisecond))},

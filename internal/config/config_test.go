@@ -208,7 +208,7 @@ func TestFlagsOverrideFile(t *testing.T) {
 	if f := fs.Lookup("tick"); f.DefValue != "100ms" {
 		t.Errorf("--tick default shown as %q", f.DefValue)
 	}
-	if f := fs.Lookup("headroom"); f.DefValue != "auto" {
+	if f := fs.Lookup("headroom"); f.DefValue != "0.15" {
 		t.Errorf("--headroom default shown as %q", f.DefValue)
 	}
 }

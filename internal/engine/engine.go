@@ -109,7 +109,7 @@ func DefaultConfig() Config {
 		ThresholdMs:  control.DefaultParams().TargetMs,
 		Control:      control.DefaultParams(),
 		Headroom:     DefaultHeadroom,
-		AutoHeadroom: true,
+		AutoHeadroom: false, // "auto" is opt-in: see "Headroom"
 		JoinKBs:      policy.DefaultJoinKBs,
 		LeaveKBs:     policy.DefaultJoinKBs / 2,
 		Policy:       policy.ReadOverWrite,

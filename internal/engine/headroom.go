@@ -29,6 +29,12 @@ import (
 // 5.8 but a p95 of 10.8 ms of the promised 11; at 20 ms a burst took 4 s
 // to settle). So the measured headroom only ever adds margin.
 //
+// It is opt-in (AutoHeadroom, config headroom = "auto"; the lab's nfs
+// experiment sets it): with it on by default, CI's end-to-end fig5.11 run
+// once missed the writers' 100 ms throughput CV guarantee (0.27 of 0.25)
+// with everything else met, and until that is understood the default
+// stays the fixed headroom every earlier run measured.
+//
 // Only a resource that holds the mean is measured. A p95 or p99 signal
 // is already a promise about the tail, and each tick's percentile of a
 // handful of reads scatters by its own sampling, not by anything a write

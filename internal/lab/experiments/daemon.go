@@ -131,6 +131,9 @@ func daemonConfig(c Control, g Gains, l labView, record string) string {
 		// client's write rate from the wire.
 		cfg.Discovery.Adapter, cfg.Discovery.TgtControlPort = "socket", config.Default().Discovery.TgtControlPort
 		cfg.Attribution = "auto"
+		// NFS's seconds scatter twice as far as a disk's (journal
+		// commits in batches): the headroom is measured.
+		cfg.Headroom = config.Headroom{Auto: true}
 	}
 	if cfg.Policy == "manual" {
 		cfg.Manual.Protected, cfg.Manual.Throttle = []string{l.reader.addr}, l.writerAddrs()
