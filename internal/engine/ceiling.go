@@ -61,7 +61,7 @@ func (e *Engine) scaleCeiling(r *resource, rd *ResourceDecision, now time.Time) 
 	// percent under the clamp from tick to tick while it is not enough
 	// (the lab's 24 sequential writers held it at 17-20 ms of 20 with the
 	// latency at 15-39 ms for 40 s before "at" was true for a second).
-	atCeiling := r.controlMs >= r.ceiling*pressShare && r.signalMs > r.threshold*(1-r.headroom) && len(rd.Members) > 0
+	atCeiling := r.controlMs >= r.ceiling*pressShare && r.signalMs > r.targetMs() && len(rd.Members) > 0
 	if !atCeiling {
 		r.satSince = time.Time{}
 	} else if r.satSince.IsZero() {

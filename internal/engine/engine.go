@@ -456,7 +456,7 @@ func (e *Engine) stepResource(r *resource, now time.Time, members []netip.Addr, 
 // updateSignal measures r's reads for this Step and moves its signal (see
 // "Starvation"); stepCtrl says whether the controller has news to act on.
 func (e *Engine) updateSignal(r *resource, now time.Time) (rd ResourceDecision, stepCtrl bool) {
-	rd = ResourceDecision{Name: r.name, ThresholdMs: r.threshold, TargetMs: r.threshold * (1 - r.headroom),
+	rd = ResourceDecision{Name: r.name, ThresholdMs: r.threshold, TargetMs: r.targetMs(),
 		UMaxMs: e.cfg.Control.UMaxMs, Direction: e.cfg.Direction}
 	measured := false
 	for _, di := range r.devs {

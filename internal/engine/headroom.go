@@ -89,15 +89,17 @@ const (
 type scatter struct {
 	// sec is the start of the second being summed; sum/n its ticks' raw
 	// signal; held that every tick of it so far held writers.
-	sec     time.Time
-	sum     float64
-	n       int
-	held    bool
-	since   time.Time // when the set last gained members (zero: empty)
-	devs    []float64 // relative deviations of held seconds, a ring
-	next    int
-	targets float64 // the set point the current second is judged against
+	sec   time.Time
+	sum   float64
+	n     int
+	held  bool
+	since time.Time // when the set last gained members (zero: empty)
+	devs  []float64 // relative deviations of held seconds, a ring
+	next  int
 }
+
+// targetMs is r's set point: the threshold less its headroom.
+func (r *resource) targetMs() float64 { return r.threshold * (1 - r.headroom) }
 
 // headroomFor returns the headroom that keeps seconds at median m and
 // scatter s (both relative to the set point) within the margins. A loop
@@ -158,11 +160,12 @@ func (e *Engine) adaptHeadroom(r *resource, rd *ResourceDecision, now time.Time)
 		return
 	}
 	if now.Sub(sc.sec) >= time.Second || now.Before(sc.sec) {
-		if sc.held && sc.n > 0 && sc.targets > 0 {
-			e.addScatter(r, sc.sum/float64(sc.n)/sc.targets-1)
+		// The headroom moves only here, so the second was judged against
+		// the set point it still has.
+		if sc.held && sc.n > 0 {
+			e.addScatter(r, sc.sum/float64(sc.n)/r.targetMs()-1)
 		}
 		sc.sec, sc.sum, sc.n, sc.held = now, 0, 0, true
-		sc.targets = r.threshold * (1 - r.headroom)
 	}
 	held := len(rd.Members) > 0 && !rd.Armed && rd.ControlMs > 0 && now.Sub(sc.since) >= settleAfter
 	sc.held = sc.held && held
@@ -195,5 +198,5 @@ func (e *Engine) addScatter(r *resource, dev float64) {
 		return
 	}
 	r.headroom = h
-	rt.Retarget(r.threshold * (1 - h))
+	rt.Retarget(r.targetMs())
 }

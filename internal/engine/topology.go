@@ -120,7 +120,7 @@ func (e *Engine) resourceFor(tr topology.Resource, old *resource) resource {
 		// rest (its history was about another set point).
 		p := e.cfg.Control
 		r.headroom, r.scatter = e.cfg.Headroom, scatter{}
-		p.TargetMs = r.threshold * (1 - r.headroom)
+		p.TargetMs = r.targetMs()
 		r.ctrl, _ = control.New(e.cfg.Controller, p) // validated in New
 		r.ceiling = p.UMaxMs
 	}

@@ -110,7 +110,7 @@ func (s engineStepper) Step(now time.Time, snap []diskstats.Stat) Decision {
 	d := s.e.Step(now, snap)
 	for _, r := range d.Resources {
 		if r.Name == resourceName {
-			return Decision{SignalMs: r.SignalMs, RawMs: r.RawMs, DelayMs: r.DelayMs, TargetMs: r.TargetMs, Members: r.Members,
+			return Decision{SignalMs: r.SignalMs, RawMs: r.RawMs, DelayMs: r.DelayMs, Members: r.Members,
 				Armed: r.Returning, ArmedMs: r.ControlMs}
 		}
 	}

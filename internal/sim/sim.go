@@ -76,7 +76,6 @@ type Stepper interface {
 // Decision is what a Stepper decided for the (single) resource.
 type Decision struct {
 	SignalMs, RawMs, DelayMs float64
-	TargetMs                 float64 // the controller's set point
 	Members                  []netip.Addr
 	// Armed are held at ArmedMs from their first write on, as the data
 	// path's arming does (engine "Returning writers").
@@ -132,7 +131,6 @@ type Second struct {
 type Tick struct {
 	T                        float64
 	SignalMs, RawMs, DelayMs float64
-	TargetMs                 float64
 	Members                  int
 }
 
@@ -213,7 +211,7 @@ func RunWith(cfg Config, st Stepper) (*Result, error) {
 			}
 			res.Ticks = append(res.Ticks, Tick{
 				T: at.Sub(epoch).Seconds(), SignalMs: d.SignalMs, RawMs: d.RawMs,
-				DelayMs: d.DelayMs, TargetMs: d.TargetMs, Members: len(d.Members),
+				DelayMs: d.DelayMs, Members: len(d.Members),
 			})
 			delaySum += d.DelayMs
 			delayN++
