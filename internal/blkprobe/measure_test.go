@@ -73,60 +73,102 @@ func fioPct(r fioResult, p string) time.Duration {
 }
 
 // TestMeasureOverhead measures the probe's cost in two cases, each a fio
-// job run for half a minute while the probe's programs are attached and
-// detached every second (the probe sampled every 100 ms like the daemon's
-// tick), in ABBA order so that drift cancels:
+// job run while the probe's programs are attached and detached every half
+// second (the probe sampled every 100 ms like the daemon's tick), in ABBA
+// order so that drift cancels:
 //
 //   - "disk": 4 KiB random reads at queue depth 16 (libaio) on a loop
-//     device over a file on this machine's disk, at over 20k IOPS: the
-//     case of the issue, a flash-like device under a high IOPS load. The
-//     attached phases must keep at least 98 % of the detached phases'
-//     IOPS (median over the pairs).
+//     device over a file on this machine's disk: a flash-like device under
+//     a high IOPS load.
 //   - "tmpfs": 4 KiB random reads at queue depth 1 on a loop device over
 //     tmpfs, where a read takes a few µs and the CPU, not a device, sets
-//     the rate: the worst case, reported, with the kernel's own account of
-//     the probe's CPU time per read held under 5 % of a read's time.
+//     the rate: the worst case for a per-request program.
 //
 // The reads completed in each phase come from /proc/diskstats, which does
 // not depend on the probe, and each phase's IOPS is compared with its
-// neighbour's: side by side within two seconds, so the neighbours' load on
-// this shared machine moves both alike. The kernel's run-time statistics
-// of the two programs (BPF_ENABLE_STATS, for this process's lifetime) give
-// the CPU time the probe adds per read; they include the statistics' own
-// clock reads, so they bound the cost from above.
+// neighbour's: side by side within a second, so the neighbours' load on
+// this shared machine moves both alike. The verdict is on the median of
+// the pairs' attached/detached ratios with its distribution-free 99 %
+// confidence interval: the probe keeps ≥ 98 % of the throughput when the
+// whole interval is at or above 0.98, costs more when the whole interval
+// is below, and the test skips, saying so, when the interval straddles
+// 0.98 (this machine's neighbours were too loud to decide). The kernel's
+// run-time statistics of the two programs (BPF_ENABLE_STATS, for this
+// process's lifetime) give the CPU time the probe adds per read; they
+// include the statistics' own clock reads, so they bound the cost from
+// above, and must stay under 5 % of a read's time.
 func TestMeasureOverhead(t *testing.T) {
 	needMeasure(t)
 	clearLeftovers(t)
 	for _, c := range []struct {
-		name     string
-		tmpfs    bool
-		fioArgs  []string
-		minRatio float64 // 0: report only
+		name    string
+		tmpfs   bool
+		fioArgs []string
 	}{
-		{"disk", false, []string{"--ioengine=libaio", "--iodepth=16"}, 0.98},
-		{"tmpfs", true, []string{"--ioengine=psync", "--iodepth=1"}, 0},
+		{"disk", false, []string{"--ioengine=libaio", "--iodepth=16"}},
+		{"tmpfs", true, []string{"--ioengine=psync", "--iodepth=1"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			dev := loopDevice(t, 256<<20, c.tmpfs)
-			ratio, offIOPS := measureOverhead(t, dev, c.fioArgs)
-			if offIOPS < 20000 {
-				t.Skipf("the device gave %.0f IOPS detached, under the 20k the measurement is for: the machine is busy", offIOPS)
+			ratios, offIOPS := measureOverhead(t, dev, c.fioArgs)
+			if m := median(offIOPS); m < 20000 {
+				t.Skipf("the device gave %.0f IOPS detached, under the 20k the measurement is for: the machine is busy", m)
 			}
-			if c.minRatio > 0 && ratio < c.minRatio {
-				t.Errorf("attached/detached IOPS median %.3f at %.0f IOPS: the probe costs over %.0f %% of throughput", ratio, offIOPS, 100*(1-c.minRatio))
+			med, lo, hi := medianCI(ratios, 0.99)
+			t.Logf("attached/detached IOPS: median %.4f, 99 %% interval %.4f–%.4f over %d pairs at %.0f IOPS",
+				med, lo, hi, len(ratios), median(offIOPS))
+			switch {
+			case hi < minOverheadRatio:
+				t.Errorf("attached/detached IOPS median %.4f (99 %%: %.4f–%.4f): the probe costs over %.0f %% of throughput",
+					med, lo, hi, 100*(1-minOverheadRatio))
+			case lo < minOverheadRatio:
+				t.Skipf("cannot decide at 99 %%: the interval %.4f–%.4f straddles %.2f (this machine's other load moves single phases by more than the probe)",
+					lo, hi, minOverheadRatio)
 			}
 		})
 	}
 }
 
+// minOverheadRatio: the probe attached keeps at least this share of the
+// detached throughput (issue 13: under 2 % of throughput).
+const minOverheadRatio = 0.98
+
+// medianCI is the median of xs and its distribution-free confidence
+// interval at level conf: the order statistics x(k) and x(n+1-k) with k
+// the largest for which P(Binomial(n, ½) < k) ≤ (1-conf)/2.
+func medianCI(xs []float64, conf float64) (med, lo, hi float64) {
+	ys := append([]float64(nil), xs...)
+	sort.Float64s(ys)
+	n := len(ys)
+	med = median(ys)
+	k, cum := 0, 0.0
+	for i := 0; i < n; i++ {
+		// P(Binomial(n, ½) = i)
+		p := math.Exp(lgamma(n+1) - lgamma(i+1) - lgamma(n-i+1) - float64(n)*math.Ln2)
+		if cum+p > (1-conf)/2 {
+			break
+		}
+		cum += p
+		k = i + 1
+	}
+	if k == 0 {
+		return med, ys[0], ys[n-1]
+	}
+	return med, ys[k-1], ys[n-k]
+}
+
+func lgamma(n int) float64 {
+	v, _ := math.Lgamma(float64(n))
+	return v
+}
+
 // measureOverhead runs fio (4 KiB random direct reads, fioArgs for the
 // engine and depth) on dev, attaching the probe in ABBA phases, and
-// returns the median attached/detached IOPS ratio over the pairs and the
-// detached phases' median IOPS. Then, still under the same load, it
+// returns each pair's attached/detached IOPS ratio and detached IOPS. Then, still under the same load, it
 // attaches the probe for two more seconds with the kernel's run-time
 // statistics on (they slow every program run, so they are off while the
 // ratio is measured) and reports the CPU time per read.
-func measureOverhead(t *testing.T, dev string, fioArgs []string) (ratio, offMedian float64) {
+func measureOverhead(t *testing.T, dev string, fioArgs []string) (ratios, offIOPS []float64) {
 	t.Helper()
 	p, err := Open([]string{dev}, Options{})
 	if errors.Is(err, ErrUnavailable) {
@@ -142,7 +184,7 @@ func measureOverhead(t *testing.T, dev string, fioArgs []string) (ratio, offMedi
 	defer sampleEvery(t, p, 100*time.Millisecond)()
 
 	fio := exec.Command("fio", append([]string{"--name=sanqos-probe", "--filename=/dev/" + dev, "--rw=randread", "--bs=4k",
-		"--direct=1", "--time_based", "--runtime=60", "--output-format=json"}, fioArgs...)...)
+		"--direct=1", "--time_based", "--runtime=150", "--output-format=json"}, fioArgs...)...)
 	if err := fio.Start(); err != nil {
 		t.Fatalf("starting fio: %v", err)
 	}
@@ -150,10 +192,7 @@ func measureOverhead(t *testing.T, dev string, fioArgs []string) (ratio, offMedi
 	defer fio.Process.Signal(unix.SIGINT)
 	time.Sleep(time.Second) // fio's start
 
-	ratios, offIOPS := abbaPhases(t, p, dev, 32)
-	for i := range ratios {
-		t.Logf("pair %2d: detached %6.0f IOPS, attached %6.0f IOPS: ratio %.3f", i+1, offIOPS[i], offIOPS[i]*ratios[i], ratios[i])
-	}
+	ratios, offIOPS = abbaPhases(t, p, dev, 240)
 	t.Logf("attached/detached IOPS over %d pairs: median %.3f, mean %.3f, range %.3f–%.3f; detached median %.0f IOPS",
 		len(ratios), median(ratios), mean(ratios), slices.Min(ratios), slices.Max(ratios), median(offIOPS))
 	perRead := probeCPUPerRead(t, p, dev)
@@ -163,7 +202,7 @@ func measureOverhead(t *testing.T, dev string, fioArgs []string) (ratio, offMedi
 	if float64(perRead) > 0.05*float64(readTime) {
 		t.Errorf("probe costs %v per read, %.1f %% of a read's %v", perRead, 100*float64(perRead)/float64(readTime), readTime)
 	}
-	return median(ratios), median(offIOPS)
+	return ratios, offIOPS
 }
 
 // sampleEvery samples p every period, as the daemon's tick does, until
@@ -194,7 +233,7 @@ func sampleEvery(t *testing.T, p *Probe, period time.Duration) (stop func()) {
 	}
 }
 
-// abbaPhases runs phases of 0.9 s, the probe detached, attached, attached,
+// abbaPhases runs phases of 0.5 s, the probe detached, attached, attached,
 // detached, …, and returns per pair the attached/detached IOPS ratio and
 // the detached IOPS, from /proc/diskstats. It checks that the probe timed
 // every read diskstats counted while it was attached.
@@ -212,10 +251,10 @@ func abbaPhases(t *testing.T, p *Probe, dev string, phases int) (ratios, offIOPS
 				t.Fatal(err)
 			}
 		}
-		time.Sleep(100 * time.Millisecond) // let the change settle
+		time.Sleep(50 * time.Millisecond) // let the change settle
 		r0, _, _, _ := diskstatsReads(t, dev)
 		t0 := time.Now()
-		time.Sleep(800 * time.Millisecond)
+		time.Sleep(450 * time.Millisecond)
 		r1, _, _, _ := diskstatsReads(t, dev)
 		iops[i] = float64(r1-r0) / time.Since(t0).Seconds()
 		if on[i%4] {
@@ -369,4 +408,28 @@ func TestMeasureAgreementWithFio(t *testing.T) {
 func runFioRT(t *testing.T, dev string, secs int, bs string) fioResult {
 	t.Helper()
 	return runFioWith(t, []string{"chrt", "-f", "20"}, dev, secs, bs, "--rate_iops=500")
+}
+
+func TestMedianCI(t *testing.T) {
+	for _, tc := range []struct {
+		n              int
+		conf           float64
+		wantLo, wantHi float64
+	}{
+		// Order statistics of the median's interval from the binomial
+		// tables: n = 100 at 99 %: the 37th and 64th; at 95 %: 40th, 61st.
+		{100, 0.99, 37, 64},
+		{100, 0.95, 40, 61},
+		// Too few for any interval inside the data: the extremes.
+		{5, 0.99, 1, 5},
+	} {
+		xs := make([]float64, tc.n)
+		for i := range xs {
+			xs[i] = float64(tc.n - i) // given unsorted
+		}
+		_, lo, hi := medianCI(xs, tc.conf)
+		if lo != tc.wantLo || hi != tc.wantHi {
+			t.Errorf("n=%d at %.2f: %g–%g, want %g–%g", tc.n, tc.conf, lo, hi, tc.wantLo, tc.wantHi)
+		}
+	}
 }
