@@ -74,7 +74,7 @@ sparse files on the emulated disk (a FUSE file system over a disk model,
 default) or in a directory on real storage (dir:PATH, whose file system must
 support O_DIRECT). The lab stays up until 'sanqos lab down'.`, stderr)
 	profile := fs.String("profile", lab.DefaultStorage.Profile, "disk model of the emulated disk (thesis-2010, ssd, ram)")
-	storage := fs.String("storage", "", "where LUN images live: emu:PROFILE (the emulated disk), emu-mem:PROFILE (its backing files in RAM, for profiles faster than this machine's disk) or dir:PATH (default emu:<profile>)")
+	storage := fs.String("storage", "", "where LUN images live: emu:PROFILE (the emulated disk), emu-mem:PROFILE (its backing files in RAM, for profiles faster than this machine's disk) or dir:PATH (default emu:<profile>, emu-mem:ssd for ssd)")
 	size := fs.String("size", "2GiB", "size of each LUN image (sparse)")
 	seed := fs.Int64("seed", 1, "seed of the emulated disk's random numbers")
 	nfs := fs.Bool("nfs", false, "also an NFS target: nfs-ganesha and rpcbind in the target namespace, NFSv3 on port 2049, exporting ext4 on a loop device of the storage")
@@ -99,12 +99,12 @@ support O_DIRECT). The lab stays up until 'sanqos lab down'.`, stderr)
 
 // labOptions turns the flags of up and run into lab options.
 func labOptions(profile, storage, size string, seed int64, progress io.Writer) (lab.Options, error) {
-	if storage == "" {
-		storage = "emu:" + profile
-	}
-	st, err := lab.ParseStorage(storage)
-	if err != nil {
-		return lab.Options{}, err
+	st := lab.DefaultStorageFor(profile)
+	if storage != "" {
+		var err error
+		if st, err = lab.ParseStorage(storage); err != nil {
+			return lab.Options{}, err
+		}
 	}
 	n, err := lab.ParseSize(size)
 	if err != nil {

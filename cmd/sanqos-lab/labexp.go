@@ -58,7 +58,7 @@ Experiments:
 	td := fs.Duration("td", 0, "pid derivative time Td (0: the default)")
 	umax := fs.Duration("u-max", 0, "pid's largest delay u_max (0: the default)")
 	runs := fs.String("runs", "", "run only these runs of the experiment, comma-separated (e.g. none,pid-10ms)")
-	storage := fs.String("storage", "", "where LUN images live: emu:PROFILE, emu-mem:PROFILE (the emulated disk's backing files in RAM) or dir:PATH (default: the experiment's, emu:thesis-2010 but for ssd)")
+	storage := fs.String("storage", "", "where LUN images live: emu:PROFILE, emu-mem:PROFILE (the emulated disk's backing files in RAM) or dir:PATH (default: the experiment's, emu:thesis-2010; emu-mem:ssd for ssd)")
 	seed := fs.Int64("seed", 1, "seed of the emulated disk's random numbers")
 	size := fs.String("size", experimentLUNSize, "size of each LUN image (sparse); a single writer must not reach its end within a run")
 	// The experiment's name comes first; flags follow it.

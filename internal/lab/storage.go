@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+
+	"github.com/prometheus/procfs"
 )
 
 // Storage says where LUN images live.
@@ -218,6 +220,9 @@ func detachLabLoops(ctx context.Context, r runner) error {
 // disk's backing directory. Clean-up unmounts it with the lab's other
 // mounts.
 func mountMemoryBacking(size int64) error {
+	if err := checkMemoryFor(size); err != nil {
+		return err
+	}
 	dir := emuBackingDir()
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("creating %s: %w", dir, err)
@@ -225,6 +230,26 @@ func mountMemoryBacking(size int64) error {
 	if err := syscall.Mount("sanqos-lab-backing", dir, "tmpfs", syscall.MS_NOSUID|syscall.MS_NODEV,
 		fmt.Sprintf("size=%d,mode=0755", size)); err != nil {
 		return fmt.Errorf("mounting a tmpfs for the emulated disk's backing files on %s: %w", dir, err)
+	}
+	return nil
+}
+
+// checkMemoryFor refuses a tmpfs backing larger than the memory available
+// now: the images are sparse, but a run that writes them full would push
+// the machine into swap or the OOM killer, far from an emulated disk.
+func checkMemoryFor(size int64) error {
+	fs, err := procfs.NewDefaultFS()
+	if err != nil {
+		return fmt.Errorf("reading /proc for the memory available: %w", err)
+	}
+	mi, err := fs.Meminfo()
+	if err != nil || mi.MemAvailable == nil {
+		return fmt.Errorf("reading MemAvailable from /proc/meminfo: %v", err)
+	}
+	if avail := int64(*mi.MemAvailable) << 10; size > avail {
+		return fmt.Errorf("the emulated disk's backing files in RAM need up to %.1f GiB, and %.1f GiB are available: "+
+			"give the LUNs a smaller --size, or keep the backing files on disk with --storage emu:PROFILE",
+			float64(size)/(1<<30), float64(avail)/(1<<30))
 	}
 	return nil
 }
