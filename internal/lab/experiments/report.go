@@ -47,7 +47,7 @@ func signalChecks(s *Summary) []Check {
 		if h == nil {
 			continue
 		}
-		out = append(out, Check{r.Name, fmt.Sprintf("daemon's %s signal (%s) within %g ms", h.Signal, h.Source, h.LimitMs), "≥ 95 % of seconds",
+		out = append(out, Check{r.Name, fmt.Sprintf("daemon's %s signal (%s) within %.4g ms", h.Signal, h.Source, h.LimitMs), "≥ 95 % of seconds",
 			fmt.Sprintf("%.1f %% of %d s", h.WithinPct, h.Seconds), h.WithinPct >= 95 && h.Seconds > 0})
 		if none != nil {
 			out = append(out, Check{r.Name, "reader's p95 wait below uncontrolled", fmt.Sprintf("< %.2f ms", none.WaitMs.P95),
@@ -66,15 +66,15 @@ func thesisChecks(s *Summary) []Check {
 		}
 		if r.ThresholdMs == nil {
 			want := 2 * r.OverRefMs
-			out = append(out, Check{r.Name, "uncontrolled p95 wait", fmt.Sprintf("≥ %g ms", want),
+			out = append(out, Check{r.Name, "uncontrolled p95 wait", fmt.Sprintf("≥ %.4g ms", want),
 				fmt.Sprintf("%.1f ms", r.WaitMs.P95), r.WaitMs.P95 >= want})
 			continue
 		}
 		th := *r.ThresholdMs
 		lim := OverFactor * th
 		out = append(out,
-			Check{r.Name, "p95 wait", fmt.Sprintf("≤ %g ms", lim), fmt.Sprintf("%.1f ms", r.WaitMs.P95), r.WaitMs.P95 <= lim},
-			Check{r.Name, fmt.Sprintf("seconds above %g ms", lim), "≤ 5 %", fmt.Sprintf("%.1f %%", r.OverThresholdPct), r.OverThresholdPct <= 5},
+			Check{r.Name, "p95 wait", fmt.Sprintf("≤ %.4g ms", lim), fmt.Sprintf("%.1f ms", r.WaitMs.P95), r.WaitMs.P95 <= lim},
+			Check{r.Name, fmt.Sprintf("seconds above %.4g ms", lim), "≤ 5 %", fmt.Sprintf("%.1f %%", r.OverThresholdPct), r.OverThresholdPct <= 5},
 			Check{r.Name, "TCP retransmissions (initiators)", "0", fmt.Sprint(r.Retransmits), r.Retransmits == 0},
 		)
 		if r.ReaderGoalKBs > 0 {
