@@ -43,6 +43,28 @@ func TestParseStorage(t *testing.T) {
 	}
 }
 
+// The ssd profile keeps its backing files in RAM by default; the others
+// on this machine's disk.
+func TestDefaultStorageFor(t *testing.T) {
+	for profile, want := range map[string]string{"ssd": "emu-mem:ssd", "thesis-2010": "emu:thesis-2010", "ram": "emu:ram"} {
+		if got := DefaultStorageFor(profile).String(); got != want {
+			t.Errorf("DefaultStorageFor(%q) = %s, want %s", profile, got, want)
+		}
+	}
+}
+
+// A tmpfs backing larger than the memory available is refused, with what
+// to do; a small one is let through.
+func TestCheckMemoryFor(t *testing.T) {
+	err := checkMemoryFor(1 << 60)
+	if err == nil || !strings.Contains(err.Error(), "--size") || !strings.Contains(err.Error(), "--storage emu:PROFILE") {
+		t.Errorf("1 EiB in RAM: %v, want a refusal naming --size and --storage", err)
+	}
+	if err := checkMemoryFor(1 << 20); err != nil {
+		t.Errorf("1 MiB in RAM: %v", err)
+	}
+}
+
 func TestParseSize(t *testing.T) {
 	for _, tc := range []struct {
 		in   string
