@@ -23,16 +23,6 @@ const DefaultSize = 2 << 30
 // DefaultStorage is the emulated disk calibrated to the thesis.
 var DefaultStorage = Storage{Kind: "emu", Profile: "thesis-2010"}
 
-// DefaultStorageFor is the emulated disk of profile where the user names
-// no storage: its backing files on this machine's disk, but in RAM for
-// the ssd profile. At an SSD's write rates the host's page-cache writeback
-// of the backing files becomes part of the "device": with them on disk the
-// ssd experiment's reader saw single reads of 50-114 ms that the SSD model
-// cannot produce and an uncontrolled p95 of 5.1-17.5 ms; in RAM, 3.0-3.5 ms.
-func DefaultStorageFor(profile string) Storage {
-	return Storage{Kind: "emu", Profile: profile, Memory: profile == "ssd"}
-}
-
 // Options configure Up.
 type Options struct {
 	// Storage is where LUN images live; zero means DefaultStorage.
