@@ -164,10 +164,11 @@ func lgamma(n int) float64 {
 
 // measureOverhead runs fio (4 KiB random direct reads, fioArgs for the
 // engine and depth) on dev, attaching the probe in ABBA phases, and
-// returns each pair's attached/detached IOPS ratio and detached IOPS. Then, still under the same load, it
-// attaches the probe for two more seconds with the kernel's run-time
-// statistics on (they slow every program run, so they are off while the
-// ratio is measured) and reports the CPU time per read.
+// returns each pair's attached/detached IOPS ratio and detached IOPS.
+// Then, still under the same load, it attaches the probe for two more
+// seconds with the kernel's run-time statistics on (they slow every program
+// run, so they are off while the ratio is measured) and reports the CPU
+// time per read.
 func measureOverhead(t *testing.T, dev string, fioArgs []string) (ratios, offIOPS []float64) {
 	t.Helper()
 	p, err := Open([]string{dev}, Options{})
