@@ -53,6 +53,7 @@ func TestLiveOldestRead(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer p.Close()
+	m0 := missed(t, p)
 	before, err := p.Sample(time.Now())
 	if err != nil {
 		t.Fatal(err)
@@ -96,10 +97,16 @@ func TestLiveOldestRead(t *testing.T) {
 		t.Fatal(err)
 	}
 	d := after.Sub(before).Devices[dev]
-	t.Logf("%d throttled reads in %v: probe counted %d, mean %v, p50 %v; oldest outstanding seen %v (%v before the first completed)",
-		reads, elapsed, d.Read.Count, d.Read.Mean(), d.Read.P50(), maxAge, ageBeforeFirst)
-	if d.Read.Count < reads {
-		t.Errorf("probe counted %d reads, dd did %d", d.Read.Count, reads)
+	// The kernel skips a run of a program that would nest in itself on
+	// the same CPU and counts it (see TestLiveCountsMatchDiskstats); a
+	// completion skipped so leaves its read's slot taken, which the
+	// engine ignores once sysfs shows no read in flight. CI's parallel
+	// -race pass once saw one of the four completions lost.
+	lost := missed(t, p) - m0
+	t.Logf("%d throttled reads in %v: probe counted %d, mean %v, p50 %v; oldest outstanding seen %v (%v before the first completed); %d runs skipped by the kernel",
+		reads, elapsed, d.Read.Count, d.Read.Mean(), d.Read.P50(), maxAge, ageBeforeFirst, lost)
+	if !accounted(d.Read.Count, reads, lost) {
+		t.Errorf("probe counted %d reads, dd did %d, with %d runs skipped by the kernel", d.Read.Count, reads, lost)
 	}
 	if elapsed < time.Second {
 		t.Skipf("the throttle did not hold the reads (%d in %v): cannot judge", reads, elapsed)
@@ -109,7 +116,7 @@ func TestLiveOldestRead(t *testing.T) {
 	if maxAge < 250*time.Millisecond {
 		t.Errorf("oldest outstanding read reached only %v while reads waited ~500 ms each", maxAge)
 	}
-	if d.OldestRead != 0 || d.ReadsInFlight != 0 {
-		t.Errorf("after dd: oldest %v, %d in flight, want 0", d.OldestRead, d.ReadsInFlight)
+	if left := reads - d.Read.Count; uint64(d.ReadsInFlight) > left {
+		t.Errorf("after dd: oldest %v, %d in flight, want at most the %d completions not counted", d.OldestRead, d.ReadsInFlight, left)
 	}
 }
