@@ -251,7 +251,7 @@ func runLine(r *RunResult) string {
 	case len(r.ScheduleEffects) > 0:
 		var es []string
 		for _, e := range r.ScheduleEffects {
-			es = append(es, fmt.Sprintf("%s %.1f→%.1f MB/s, others %.1f→%.1f", e.Host, e.BeforeMBs, e.DuringMBs, e.OthersBeforeMBs, e.OthersDuringMBs))
+			es = append(es, fmt.Sprintf("%s %.1f→%.1f MB/s in %.1f s, free others (%s) %.1f→%.1f", e.Host, e.BeforeMBs, e.DuringMBs, e.DropAfterSeconds, e.OthersText(), e.OthersBeforeMBs, e.OthersDuringMBs))
 		}
 		return r.Name + ": " + strings.Join(es, ", ")
 	case r.Guarantees != nil && r.Workload.Readers > 1:

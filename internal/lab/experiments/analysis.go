@@ -1,6 +1,7 @@
 package experiments
 
 import (
+	"maps"
 	"math"
 	"slices"
 
@@ -72,6 +73,32 @@ type Timeline struct {
 	// WriteBins is, per second, the writers' bytes in each 100 ms of it,
 	// summed over the hosts (nil where a log has no bins).
 	WriteBins [][]int64
+	// HostBins is each writer host's 100 ms bins in time order (none
+	// where its log has no bins): what a throttle did within a second.
+	HostBins map[string][]Bin
+}
+
+// Bin is one host's 100 ms of load on the run's axis: when it ended and
+// the rate in it.
+type Bin struct {
+	End float64
+	MBs float64
+}
+
+// fineBins are r's 100 ms bins on the run's axis (offset added); a bin
+// under a millisecond long is the ticker's jitter.
+func fineBins(r iolog.Record, offset float64) []Bin {
+	start, end := r.T+offset-r.Dur, r.T+offset
+	var out []Bin
+	for i, b := range r.BinsBytes {
+		from := start + float64(i)*iolog.BinSeconds
+		to := min(from+iolog.BinSeconds, end)
+		if to-from < 1e-3 {
+			continue
+		}
+		out = append(out, Bin{End: to, MBs: float64(b) / (to - from) / 1e6})
+	}
+	return out
 }
 
 // secondOf maps an interval's end time to its second on the common axis.
@@ -93,6 +120,7 @@ func buildTimeline(reader []iolog.Record, writers []WriterLog) Timeline {
 	}
 	hosts := map[string]map[int]iolog.Record{}
 	bins := map[int][]int64{}
+	hostBins := map[string][]Bin{}
 	for _, w := range writers {
 		m := map[int]iolog.Record{}
 		for _, r := range iolog.Select(w.Records, iolog.KindInterval, 0, "") {
@@ -103,6 +131,9 @@ func buildTimeline(reader []iolog.Record, writers []WriterLog) Timeline {
 			n = max(n, k)
 		}
 		hosts[w.Host] = m
+		for _, k := range slices.Sorted(maps.Keys(m)) {
+			hostBins[w.Host] = append(hostBins[w.Host], fineBins(m[k], w.Offset)...)
+		}
 		for k, r := range m {
 			if len(r.BinsBytes) == 0 {
 				continue
@@ -117,7 +148,7 @@ func buildTimeline(reader []iolog.Record, writers []WriterLog) Timeline {
 			bins[k] = b
 		}
 	}
-	tl := Timeline{HostMBs: map[string][]float64{}}
+	tl := Timeline{HostMBs: map[string][]float64{}, HostBins: hostBins}
 	for k := 1; k <= n; k++ {
 		tl.T = append(tl.T, float64(k))
 		if r, ok := rd[k]; ok && r.IOs > 0 {

@@ -189,7 +189,7 @@ func mechanismExperiments() []Experiment {
 			Name:  "fig5.2",
 			Title: "Read rate throttling with HTB: b2, b3, b4 capped in turn (thesis Fig. 5.2)",
 			Describe: "seqread-32k on each of b2-b5 (fig5.1's load); b2, b3 and b4 in turn capped at " + fmt.Sprint(scheduleRate) +
-				" MB/s by an HTB class ('sanqos throttle --rate', the daemon with --rate-dev) for one window each, then freed; " +
+				" MB/s by an HTB class ('sanqos throttle --rate', the daemon with --rate-dev), 30 s apart, and freed in the same order 90 s later (the thesis's schedule); " +
 				"each initiator's MB/s over time with the windows shaded, two runs.",
 			plan:  scheduleRuns("seqread-32k", Step{RateMBs: scheduleRate}),
 			plots: plotSchedule,
@@ -198,7 +198,7 @@ func mechanismExperiments() []Experiment {
 			Name:  "fig5.3",
 			Title: "Read throttling by packet delay: b2, b3, b4 delayed in turn (thesis Fig. 5.3)",
 			Describe: "seqread-32k on each of b2-b5; b2, b3 and b4 in turn get a " + fmt.Sprint(scheduleDelayMs) +
-				" ms read delay (their data segments held, 'sanqos throttle --direction read') for one window each; " +
+				" ms read delay (their data segments held, 'sanqos throttle --direction read'), 30 s apart, freed in the same order 90 s later; " +
 				"each initiator's MB/s over time with the windows shaded, two runs.",
 			plan:  scheduleRuns("seqread-32k", Step{DelayMs: scheduleDelayMs, Direction: "read"}),
 			plots: plotSchedule,
@@ -207,7 +207,7 @@ func mechanismExperiments() []Experiment {
 			Name:  "fig5.4",
 			Title: "Write throttling by packet delay: b2, b3, b4 delayed in turn (thesis Fig. 5.4)",
 			Describe: "seqwrite-64k on each of b2-b5; b2, b3 and b4 in turn get a " + fmt.Sprint(scheduleDelayMs) +
-				" ms write delay (their ACKs, R2Ts and responses held) for one window each; " +
+				" ms write delay (their ACKs, R2Ts and responses held), 30 s apart, freed in the same order 90 s later; " +
 				"each initiator's MB/s over time with the windows shaded, two runs.",
 			plan:  scheduleRuns("seqwrite-64k", Step{DelayMs: scheduleDelayMs, Direction: "write"}),
 			plots: plotSchedule,
@@ -330,25 +330,36 @@ const (
 )
 
 // scheduleRuns are fig5.2–5.4's: four equal jobs, one per initiator
-// (fig5.1's load), and b2, b3, b4 throttled in turn for a window each by
-// step (a rate or a delay), two runs to stack as the thesis did.
+// (fig5.1's load), and b2, b3, b4 throttled by step (a rate or a delay)
+// on the thesis's schedule, two runs to stack as the thesis did.
 func scheduleRuns(job string, step Step) func(bool) []plannedRun {
 	return func(short bool) []plannedRun {
-		win := 30 * time.Second
-		if short {
-			win = 10 * time.Second
-		}
-		total := 5 * win
-		var sched []Step
-		for i, h := range []string{"b2", "b3", "b4"} {
-			s := step
-			s.Host, s.At, s.Until = h, time.Duration(i+1)*win, time.Duration(i+2)*win
-			sched = append(sched, s)
-		}
-		w := Workload{Total: total, Reader: job, Readers: 4}
-		c := Control{Controller: "none", Schedule: sched}
+		w := Workload{Total: 7 * scheduleGap(short), Reader: job, Readers: 4}
+		c := Control{Controller: "none", Schedule: thesisSchedule(step, scheduleGap(short))}
 		return []plannedRun{{"run1", w, c}, {"run2", w, c}}
 	}
+}
+
+// scheduleGap is the time between two events of a schedule.
+func scheduleGap(short bool) time.Duration {
+	if short {
+		return 10 * time.Second
+	}
+	return 30 * time.Second
+}
+
+// thesisSchedule is the thesis's schedule (§5.2–5.3): b2, b3 and b4
+// throttled one after another, gap apart, so each throttle leaves fewer
+// free consumers, and then freed in the same order; b5 is never
+// throttled. Seven gaps in all.
+func thesisSchedule(step Step, gap time.Duration) []Step {
+	var sched []Step
+	for i, h := range []string{"b2", "b3", "b4"} {
+		s := step
+		s.Host, s.At, s.Until = h, time.Duration(i+1)*gap, time.Duration(i+4)*gap
+		sched = append(sched, s)
+	}
+	return sched
 }
 
 // delaySweep is fig5.5's (reads, job seqread-32k) or fig5.6's (writes,

@@ -254,12 +254,14 @@ percent of A's, with its {{(index .Welch 0).Confidence}} confidence interval; "d
 <td>{{f2 .CILowPct}} … {{f2 .CIHighPct}}</td><td>{{f2 .T}}</td><td>{{f1 .DF}}</td><td>{{printf "%.3g" .P}}</td><td>{{.Distinguishable}}</td></tr>
 {{end}}</table>{{else}}<p>Time rises with every delay step: {{.Monotonic}}; every step apart from the one before by more than twice
 their combined standard error: {{.Separated}}.</p>{{end}}{{end}}
-{{range .S.Runs}}{{if .ScheduleEffects}}<h2>{{.Name}}: the schedule's windows</h2>
-<p>Each window of the schedule: the throttled initiator's mean MB/s over the window (its first second left out) and
-over as long a time before it, the other initiators' together, and when, after the throttle was set, the throttled
-initiator's 1-second MB/s first came down to the window's level (within a fifth of the way from it to before).</p>
-<table><tr><th>host</th><th>set at s</th><th>before MB/s</th><th>during MB/s</th><th>others before MB/s</th><th>others during MB/s</th><th>down after s</th></tr>
-{{range $i, $e := .ScheduleEffects}}<tr><td>{{$e.Host}}</td><td>{{f1 $e.SetAtS}}</td><td>{{f1 $e.BeforeMBs}}</td><td>{{f1 $e.DuringMBs}}</td><td>{{f1 $e.OthersBeforeMBs}}</td><td>{{f1 $e.OthersDuringMBs}}</td><td>{{if ge $e.DropAfterSeconds 0.0}}{{f1 $e.DropAfterSeconds}}{{else}}never{{end}}</td></tr>
+{{range .S.Runs}}{{if .ScheduleEffects}}<h2>{{.Name}}: the schedule's throttles</h2>
+<p>Each throttle of the schedule, on the span from its set to the schedule's next event against as long a span before it
+(the first second of each left out): the throttled initiator's mean MB/s; the same, added up, for the others that were
+free over both spans (a host freed just before would pass its recovery off as a gain), with the standard error of their
+rise; and how soon after the set the throttled initiator came down to the span's level (within a fifth of the way from
+it to before): the end of the first 100 ms bin opening 500 ms at that level on average.</p>
+<table><tr><th>host</th><th>set at s</th><th>span s</th><th>before MB/s</th><th>during MB/s</th><th>free others</th><th>their MB/s before</th><th>during</th><th>rise ± SE</th><th>down after s</th></tr>
+{{range $i, $e := .ScheduleEffects}}<tr><td>{{$e.Host}}</td><td>{{f1 $e.SetAtS}}</td><td>{{f1 $e.SpanS}}</td><td>{{f1 $e.BeforeMBs}}</td><td>{{f1 $e.DuringMBs}}</td><td>{{$e.OthersText}}</td><td>{{f1 $e.OthersBeforeMBs}}</td><td>{{f1 $e.OthersDuringMBs}}</td><td>{{f2 $e.Rise}} ± {{f2 $e.OthersRiseSE}}</td><td>{{if ge $e.DropAfterSeconds 0.0}}{{f1 $e.DropAfterSeconds}}{{else}}never{{end}}</td></tr>
 {{end}}</table>{{end}}{{end}}
 {{range .S.Runs}}{{if .WindowWaits}}<h2>{{.Name}}: smalljob's wait in each delay window</h2>
 <p>Mean of smalljob's 1-second waits: while the writers ran unthrottled (5 s after each window left out), and in each

@@ -93,49 +93,114 @@ func TestThrottleArgs(t *testing.T) {
 	}
 }
 
-// scheduleTimeline: four hosts at 9 MB/s; b3 at 2 MB/s from second 12
-// to 20 (its window is 10.2–20.1 s, so the second ending at 11 is mixed,
-// 5 MB/s), the others at 11.3 meanwhile.
-func scheduleTimeline() Timeline {
-	tl := Timeline{HostMBs: map[string][]float64{}}
-	for k := 1; k <= 30; k++ {
+// sharedDisk is a 12 MB/s disk shared by b2–b5 under the applied
+// steps: a throttled host gets 1 MB/s, the free ones share the rest
+// equally. A throttle takes 0.4 s to bite (the bins in between at 2.5
+// MB/s); withBins adds each host's 100 ms bins.
+func sharedDisk(applied []Applied, seconds int, withBins bool) Timeline {
+	on := func(h string, t float64) (bool, bool) {
+		for _, a := range applied {
+			if a.Host == h && a.FromS >= 0 && t > a.FromS && (a.ToS < 0 || t <= a.ToS) {
+				return true, t < a.FromS+0.4
+			}
+		}
+		return false, false
+	}
+	rate := func(h string, t float64) float64 {
+		nThrottled := 0
+		for _, o := range labHosts {
+			if th, _ := on(o, t); th {
+				nThrottled++
+			}
+		}
+		switch th, ramp := on(h, t); {
+		case ramp:
+			return 2.5
+		case th:
+			return 1
+		}
+		return (12 - float64(nThrottled)) / float64(len(labHosts)-nThrottled)
+	}
+	tl := Timeline{HostMBs: map[string][]float64{}, HostBins: map[string][]Bin{}}
+	for k := 1; k <= seconds; k++ {
 		tl.T = append(tl.T, float64(k))
 		for _, h := range labHosts {
-			v := 9.0
-			switch {
-			case h == "b3" && k == 11:
-				v = 5
-			case h == "b3" && k > 11 && k <= 20:
-				v = 2
-			case h != "b3" && k > 11 && k <= 20:
-				v = 11.3
+			tl.HostMBs[h] = append(tl.HostMBs[h], rate(h, float64(k)-0.5))
+			for i := range 10 {
+				if end := float64(k-1) + float64(i+1)/10; withBins {
+					tl.HostBins[h] = append(tl.HostBins[h], Bin{End: end, MBs: rate(h, end-0.05)})
+				}
 			}
-			tl.HostMBs[h] = append(tl.HostMBs[h], v)
 		}
 	}
 	return tl
 }
 
 func TestScheduleEffects(t *testing.T) {
-	applied := []Applied{{Step: Step{Host: "b3", RateMBs: 2}, FromS: 10.2, ToS: 20.1}, {Step: Step{Host: "b4"}, FromS: -1, ToS: -1}}
-	got := scheduleEffects(scheduleTimeline(), applied)
-	if len(got) != 1 {
-		t.Fatalf("effects %+v, want one (the step that never took effect has none)", got)
+	// The thesis's schedule, 10 s apart: b2 at 10, b3 at 20, b4 at 30,
+	// freed at 40, 50, 60.
+	thesis := []Applied{
+		{Step: Step{Host: "b2"}, FromS: 10.2, ToS: 40.1},
+		{Step: Step{Host: "b3"}, FromS: 20.2, ToS: 50.1},
+		{Step: Step{Host: "b4"}, FromS: 30.2, ToS: 60.1},
+		{Step: Step{Host: "b5"}, FromS: -1, ToS: -1}, // never took effect
 	}
-	e := got[0]
-	near := func(a, b float64) bool { return math.Abs(a-b) < 1e-9 }
-	if !near(e.BeforeMBs, 9) || !near(e.DuringMBs, 2) || !near(e.OthersBeforeMBs, 27) || !near(e.OthersDuringMBs, 3*11.3) {
-		t.Errorf("effect %+v: want b3 9 → 2 MB/s, the others 27 → 33.9", e)
+	// Back to back, as this lab first did: b3 set as b2 is freed, so b2
+	// recovers in b3's window; it must not count as a gain of the others.
+	backToBack := []Applied{
+		{Step: Step{Host: "b2"}, FromS: 10.2, ToS: 20.1},
+		{Step: Step{Host: "b3"}, FromS: 20.2, ToS: 30.1},
 	}
-	if !near(e.DropAfterSeconds, 1.8) {
-		t.Errorf("drop after %v s, want 1.8 (the second ending at 12 is the first at the window.s level; 11 is mixed, 5 MB/s)", e.DropAfterSeconds)
+	type want struct {
+		host                string
+		before, during      float64
+		others              string
+		othersB, othersD    float64
+		drop, dropRes, span float64
+	}
+	for _, c := range []struct {
+		name    string
+		applied []Applied
+		bins    bool
+		want    []want
+	}{
+		{"thesis schedule, 100 ms bins", thesis, true, []want{
+			{"b2", 3, 1, "b3, b4, b5", 9, 11, 0.4, 0.1, 10},
+			{"b3", 11.0 / 3, 1, "b4, b5", 22.0 / 3, 10, 0.4, 0.1, 10},
+			{"b4", 5, 1, "b5", 5, 9, 0.3, 0.1, 9.9}, // its level is 1.8: 2.5, 2.5, 1, 1, 1 is under it
+		}},
+		{"thesis schedule, 1 s intervals only", thesis, false, []want{
+			{"b2", 3, 1, "b3, b4, b5", 9, 11, 1.8, 1, 10},
+			{"b3", 11.0 / 3, 1, "b4, b5", 22.0 / 3, 10, 1.8, 1, 10},
+			{"b4", 5, 1, "b5", 5, 9, 1.8, 1, 9.9},
+		}},
+		{"back to back", backToBack, true, []want{
+			{"b2", 3, 1, "b3, b4, b5", 9, 11, 0.4, 0.1, 9.9},
+			{"b3", 11.0 / 3, 1, "b4, b5", 22.0 / 3, 22.0 / 3, 0.4, 0.1, 9.9},
+		}},
+	} {
+		got := scheduleEffects(sharedDisk(c.applied, 70, c.bins), c.applied)
+		if len(got) != len(c.want) {
+			t.Fatalf("%s: effects %+v, want %d", c.name, got, len(c.want))
+		}
+		near := func(a, b float64) bool { return math.Abs(a-b) < 1e-6 }
+		for i, w := range c.want {
+			e := got[i]
+			if e.Host != w.host || !near(e.BeforeMBs, w.before) || !near(e.DuringMBs, w.during) || e.OthersText() != w.others ||
+				!near(e.OthersBeforeMBs, w.othersB) || !near(e.OthersDuringMBs, w.othersD) || !near(e.SpanS, w.span) {
+				t.Errorf("%s: effect %d %+v, want %+v", c.name, i, e, w)
+			}
+			if !near(e.DropAfterSeconds, w.drop) || e.DropResolutionS != w.dropRes {
+				t.Errorf("%s: %s down after %v s (resolution %v), want %v (%v)", c.name, e.Host, e.DropAfterSeconds, e.DropResolutionS, w.drop, w.dropRes)
+			}
+		}
 	}
 }
 
 func TestPlotScheduleShadesWindows(t *testing.T) {
 	dir := t.TempDir()
-	r := &RunResult{Name: "run1", Dir: filepath.Join(dir, "run1"), timeline: scheduleTimeline(),
-		Schedule: []Applied{{Step: Step{Host: "b3", RateMBs: 2}, FromS: 10.2, ToS: 20.1}}}
+	applied := []Applied{{Step: Step{Host: "b3", RateMBs: 2}, FromS: 10.2, ToS: 20.1}}
+	r := &RunResult{Name: "run1", Dir: filepath.Join(dir, "run1"), timeline: sharedDisk(applied, 30, false), Schedule: applied}
 	s := &Summary{Experiment: "fig5.2", Title: "test"}
 	files, err := plotSchedule(s, []*RunResult{r, r})
 	if err != nil {

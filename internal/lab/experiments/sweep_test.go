@@ -134,7 +134,8 @@ func TestReportShowsSweepAndSchedule(t *testing.T) {
 	r := &SweepResult{Sweep: Sweep{Host: "b2", Size: "64m", Repeats: 2, Compare: [][2]string{{"read: nothing", "read: sanqos idle"}}}}
 	r.Steps = []SweepStep{step(Condition{Label: "read: nothing"}, []float64{1, 1.1}, 64<<20), step(Condition{Label: "read: sanqos idle", Daemon: true}, []float64{1.05, 1.1}, 64<<20)}
 	r.judge()
-	run := &RunResult{Name: "run1", Dir: "/x/run1", ScheduleEffects: []Effect{{Host: "b3", SetAtS: 10.2, BeforeMBs: 9, DuringMBs: 2, DropAfterSeconds: 1.8}}}
+	run := &RunResult{Name: "run1", Dir: "/x/run1", ScheduleEffects: []Effect{{Host: "b3", SetAtS: 10.2, SpanS: 10, BeforeMBs: 9, DuringMBs: 2,
+		Others: []string{"b4", "b5"}, OthersBeforeMBs: 18, OthersDuringMBs: 20.5, OthersRiseSE: 0.25, DropAfterSeconds: 0.4}}}
 	s := &Summary{Experiment: "overhead", Sweep: r, Runs: []*RunResult{run}}
 	path := filepath.Join(t.TempDir(), "report.html")
 	if err := WriteHTML(path, s, ""); err != nil {
@@ -144,7 +145,7 @@ func TestReportShowsSweepAndSchedule(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"<h2>Transfers</h2>", "read: sanqos idle", "Welch", "the schedule", "<td>b3</td><td>10.2</td><td>9.0</td><td>2.0</td>"} {
+	for _, want := range []string{"<h2>Transfers</h2>", "read: sanqos idle", "Welch", "the schedule", "<td>b3</td><td>10.2</td><td>10.0</td><td>9.0</td><td>2.0</td><td>b4, b5</td><td>18.0</td><td>20.5</td><td>2.50 ± 0.25</td><td>0.4</td>"} {
 		if !strings.Contains(string(b), want) {
 			t.Errorf("report lacks %q", want)
 		}
