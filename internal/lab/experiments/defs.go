@@ -66,8 +66,14 @@ const (
 
 // ssdThresholdMs is the ssd experiment's promise on the p95 of each
 // tick's reads at the block layer: between smalljob's alone on the
-// emulated SSD (0.33-0.4 ms) and behind the writers (2 ms and more).
-const ssdThresholdMs = 1
+// emulated SSD (0.33-0.4 ms in the model; 0.5-1.1 ms through this lab's
+// FUSE, loop device and two shared CPUs) and behind the writers (3-4
+// ms). ssdWideThresholdMs is a second promise further from that floor,
+// run in full only: it tells the floor's share of a miss at 1 ms.
+const (
+	ssdThresholdMs     = 1
+	ssdWideThresholdMs = 2
+)
 
 // ssdBurst: the 12 writers reach about 250 MB/s on the emulated SSD, so
 // the thesis's 32 MiB per thread would be a burst of 1.5 s; this keeps a
@@ -270,7 +276,7 @@ func harderExperiments() []Experiment {
 			Title: "A sub-millisecond promise on flash: smalljob's p95 against 12 writers on the ssd profile (issue 13)",
 			Describe: "fig5.11's workload on the emulated SATA SSD (emu:ssd): smalljob on b2, 12 on/off sequential 64 KiB writers on " +
 				"b3-b5; uncontrolled and sanqos pid holding the p95 of each tick's reads, timed in the kernel by the eBPF " +
-				"block-layer probe, under " + fmt.Sprint(ssdThresholdMs) + " ms.",
+				"block-layer probe, under " + fmt.Sprint(ssdThresholdMs) + " ms and (not --short) " + fmt.Sprint(ssdWideThresholdMs) + " ms.",
 			refMs:   ssdThresholdMs,
 			profile: "ssd",
 			plan:    ssdRuns,
@@ -426,8 +432,15 @@ func ssdRuns(short bool) []plannedRun {
 	}
 	w := interference(total)
 	w.On = ssdBurst
-	pid := Control{Controller: "pid", ThresholdMs: ssdThresholdMs, Signal: "p95"}
-	return []plannedRun{{"none", w, Control{Controller: "none"}}, {pid.label(), w, pid}}
+	out := []plannedRun{{"none", w, Control{Controller: "none"}}}
+	for _, t := range []float64{ssdThresholdMs, ssdWideThresholdMs} {
+		if short && t != ssdThresholdMs {
+			continue
+		}
+		pid := Control{Controller: "pid", ThresholdMs: t, Signal: "p95"}
+		out = append(out, plannedRun{pid.label(), w, pid})
+	}
+	return out
 }
 
 // Custom is an experiment of the interference workload with the given runs,
