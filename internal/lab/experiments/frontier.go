@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/sanqos/sanqos/internal/lab/plot"
@@ -48,6 +49,40 @@ type BestStatic struct {
 	ControllerP95Ms float64 `json:"controller_p95_ms,omitempty"`
 	ControllerMBs   float64 `json:"controller_write_mb_s,omitempty"`
 	SharePct        float64 `json:"share_pct"`
+	// SharePct holds the controller to the static throttle at the limit,
+	// which may lie above the controller's own p95: a controller that
+	// keeps its promise more tightly than MeetFactor pays for that
+	// margin there. A frontier compares at equal p95: EqualP95MBs is
+	// the sweep's MB/s at the controller's p95, interpolated between the
+	// two fixed delays whose p95s bracket it (0: none do), and
+	// EqualP95SharePct the controller's share of that (-1: none).
+	EqualP95MBs      float64 `json:"equal_p95_write_mb_s"`
+	EqualP95SharePct float64 `json:"equal_p95_share_pct"`
+	// Dominates are the fixed delays the controller beat on both
+	// counts: a p95 no higher and more MB/s.
+	Dominates []string `json:"dominates,omitempty"`
+}
+
+// atEqualP95 fills b's comparison of controller point c with the static
+// sweep (in delay order) at c's own p95.
+func (b *BestStatic) atEqualP95(static []FrontierPoint, c FrontierPoint) {
+	b.EqualP95SharePct = -1
+	for i := 1; i < len(static); i++ {
+		hi, lo := static[i-1], static[i] // p95 falls as the delay grows
+		if hi.P95Ms >= c.P95Ms && c.P95Ms >= lo.P95Ms && hi.P95Ms > lo.P95Ms {
+			f := (c.P95Ms - lo.P95Ms) / (hi.P95Ms - lo.P95Ms)
+			b.EqualP95MBs = lo.WriteMBs + f*(hi.WriteMBs-lo.WriteMBs)
+			if b.EqualP95MBs > 0 {
+				b.EqualP95SharePct = round1(100 * c.WriteMBs / b.EqualP95MBs)
+			}
+			break
+		}
+	}
+	for _, p := range static {
+		if p.P95Ms >= c.P95Ms && p.WriteMBs < c.WriteMBs {
+			b.Dominates = append(b.Dominates, p.Run)
+		}
+	}
 }
 
 // Frontier is the price of control: what fixed delays buy and cost, and
@@ -90,7 +125,7 @@ func frontierOf(runs []*RunResult) *Frontier {
 	}
 	sort.Float64s(list)
 	for _, th := range list {
-		b := BestStatic{ThresholdMs: th, LimitMs: MeetFactor * th, SharePct: -1}
+		b := BestStatic{ThresholdMs: th, LimitMs: MeetFactor * th, SharePct: -1, EqualP95SharePct: -1}
 		for _, p := range f.Static {
 			if p.P95Ms <= b.LimitMs {
 				b.Found, b.DelayMs, b.P95Ms, b.WriteMBs = true, p.DelayMs, p.P95Ms, p.WriteMBs
@@ -100,6 +135,7 @@ func frontierOf(runs []*RunResult) *Frontier {
 		for _, c := range f.Controller {
 			if c.ThresholdMs == th {
 				b.Controller, b.ControllerP95Ms, b.ControllerMBs = c.Run, c.P95Ms, c.WriteMBs
+				b.atEqualP95(f.Static, c)
 			}
 		}
 		if b.Found && b.Controller != "" && b.WriteMBs > 0 {
@@ -132,6 +168,14 @@ func frontierChecks(f *Frontier) []Check {
 		got := fmt.Sprintf("%.1f %% (%.1f of %.1f MB/s at a fixed %g ms)", b.SharePct, b.ControllerMBs, b.WriteMBs, b.DelayMs)
 		if !held {
 			got += fmt.Sprintf(", but the controller's p95 %.1f ms is over %.1f ms", b.ControllerP95Ms, b.LimitMs)
+		}
+		if b.EqualP95SharePct >= 0 {
+			got += fmt.Sprintf("; at its own p95 of %.1f ms %.1f %% of the sweep's %.1f MB/s", b.ControllerP95Ms, b.EqualP95SharePct, b.EqualP95MBs)
+		} else {
+			got += fmt.Sprintf("; its own p95 of %.1f ms is outside the sweep's", b.ControllerP95Ms)
+		}
+		if len(b.Dominates) > 0 {
+			got += "; better on both counts than " + strings.Join(b.Dominates, ", ")
 		}
 		out = append(out, Check{b.Controller, "writers' MB/s against the best static throttle at the same p95 limit", want, got,
 			held && b.SharePct >= MinShare})

@@ -41,11 +41,20 @@ func TestFrontierBestStatic(t *testing.T) {
 		t.Fatalf("static %v, controller %+v", delays, f.Controller)
 	}
 	want := []BestStatic{
-		{ThresholdMs: 10, LimitMs: 11, Found: false, Controller: "pid-10ms", ControllerP95Ms: 10.9, ControllerMBs: 7.3, SharePct: -1},
+		// 10.9 ms is under every fixed delay's p95, and no fixed delay
+		// kept less than 7.3 MB/s at a higher one.
+		{ThresholdMs: 10, LimitMs: 11, Found: false, Controller: "pid-10ms", ControllerP95Ms: 10.9, ControllerMBs: 7.3, SharePct: -1,
+			EqualP95SharePct: -1},
+		// 16.0 ms is under every p95 of the sweep too; fixed 30 ms had a
+		// higher p95 (16.6) and fewer MB/s (20).
 		{ThresholdMs: 15, LimitMs: 16.5, Found: true, DelayMs: 20, P95Ms: 16.4, WriteMBs: 27,
-			Controller: "pid-15ms", ControllerP95Ms: 16, ControllerMBs: 26.1, SharePct: 96.7},
+			Controller: "pid-15ms", ControllerP95Ms: 16, ControllerMBs: 26.1, SharePct: 96.7,
+			EqualP95SharePct: -1, Dominates: []string{"fixed-30ms"}},
+		// 19.5 ms lies between fixed 10 (21.5 ms, 31 MB/s) and 15 (17.0
+		// ms, 29 MB/s): 29 + 2 × 2.5/4.5 = 30.11 MB/s there.
 		{ThresholdMs: 20, LimitMs: 22, Found: true, DelayMs: 10, P95Ms: 21.5, WriteMBs: 31,
-			Controller: "pid-20ms", ControllerP95Ms: 19.5, ControllerMBs: 30.5, SharePct: 98.4},
+			Controller: "pid-20ms", ControllerP95Ms: 19.5, ControllerMBs: 30.5, SharePct: 98.4,
+			EqualP95MBs: 29 + 2*2.5/4.5, EqualP95SharePct: 101.3},
 	}
 	for i := range want {
 		want[i].LimitMs = MeetFactor * want[i].ThresholdMs
@@ -84,7 +93,8 @@ func TestFrontierBestStatic(t *testing.T) {
 		t.Fatal(err)
 	}
 	page, _ := os.ReadFile(path)
-	for _, w := range []string{"The price of control", "none of the sweep met it", "<td>fixed-20ms</td><td>20</td>"} {
+	for _, w := range []string{"The price of control", "none of the sweep met it", "<td>fixed-20ms</td><td>20</td>",
+		"<td>30.1</td><td>101.3</td><td>–</td>", "<td>outside the sweep</td><td>–</td><td>fixed-30ms</td>"} {
 		if !strings.Contains(string(page), w) {
 			t.Errorf("the report does not say %q", w)
 		}
