@@ -158,8 +158,11 @@ func (r *run) startLoads(ctx context.Context) error {
 	w := r.w
 	for i := 0; i < w.readers(); i++ {
 		h := r.e.v.hosts[i]
+		// Time-based: a job runs the whole run, over its region again
+		// if it gets to the end (fig5.4's free writer moves its 2 GiB in
+		// two minutes of the schedule's 3.5).
 		if err := r.start(ctx, h, "reader-"+h.name+".jsonl", 0, "--job", w.readerJob(), "--name", "reader-"+h.name,
-			"--runtime", w.Total.String(), "--start-at", r.startAt(0), "--quiet"); err != nil {
+			"--runtime", w.Total.String(), "--time-based", "--start-at", r.startAt(0), "--quiet"); err != nil {
 			return err
 		}
 	}
