@@ -188,8 +188,8 @@ func (tl Timeline) activeWaits() []float64 {
 // windowWaits are the reader's samples of the seconds ending in (from, to].
 func (tl Timeline) windowWaits(from, to float64) []float64 {
 	var out []float64
-	for i, t := range tl.T {
-		if t > from && t <= to && !math.IsNaN(tl.WaitMs[i]) {
+	for _, i := range tl.secondsIn(from, to) {
+		if !math.IsNaN(tl.WaitMs[i]) {
 			out = append(out, tl.WaitMs[i])
 		}
 	}
@@ -199,12 +199,21 @@ func (tl Timeline) windowWaits(from, to float64) []float64 {
 // windowMean is the mean of xs over the seconds ending in (from, to].
 func (tl Timeline) windowMean(xs []float64, from, to float64) float64 {
 	var v []float64
-	for i, t := range tl.T {
-		if t > from && t <= to {
-			v = append(v, xs[i])
-		}
+	for _, i := range tl.secondsIn(from, to) {
+		v = append(v, xs[i])
 	}
 	return iolog.Mean(v)
+}
+
+// secondsIn are the indexes of the seconds ending in (from, to].
+func (tl Timeline) secondsIn(from, to float64) []int {
+	var out []int
+	for i, t := range tl.T {
+		if t > from && t <= to {
+			out = append(out, i)
+		}
+	}
+	return out
 }
 
 // activeMean is the mean of xs over the seconds with writers active.

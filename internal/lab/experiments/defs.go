@@ -66,7 +66,7 @@ const (
 
 // ssdThresholdMs is the ssd experiment's promise on the p95 of each
 // tick's reads at the block layer: between smalljob's alone on the
-// emulated SSD (0.33-0.4 ms in the model; 0.5-1.1 ms through this lab's
+// emulated SSD (0.33-0.4 ms in the model; 0.33-1.1 ms through this lab's
 // FUSE, loop device and two shared CPUs) and behind the writers (3-4
 // ms). ssdWideThresholdMs is a second promise further from that floor,
 // run in full only: it tells the floor's share of a miss at 1 ms.

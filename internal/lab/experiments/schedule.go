@@ -313,17 +313,6 @@ func throttledIn(applied []Applied, host string, from, to float64) bool {
 	return false
 }
 
-// secondsIn are the indexes of the seconds ending in (from, to].
-func (tl Timeline) secondsIn(from, to float64) []int {
-	var out []int
-	for i, t := range tl.T {
-		if t > from && t <= to {
-			out = append(out, i)
-		}
-	}
-	return out
-}
-
 // total is, per second of idx, the hosts' MB/s summed.
 func (tl Timeline) total(idx []int, hosts ...string) []float64 {
 	out := make([]float64, len(idx))
