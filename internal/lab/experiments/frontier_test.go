@@ -17,16 +17,17 @@ func frun(name string, delay float64, th float64, p95, mbs float64) *RunResult {
 }
 
 // TestFrontierBestStatic: the best static throttle of a threshold is the
-// smallest fixed delay whose p95 is within 1.1 × threshold, even when a
-// larger delay is noisier; the controller's MB/s is a share of its; a
-// threshold no delay met says so; order of the runs does not matter.
+// smallest fixed delay whose p95 is within the threshold, even when a
+// larger delay is noisier; the controller's MB/s is a share of its; where
+// no delay met it, the sweep's largest bounds it; the fixed delays held
+// to 1.1 × threshold are compared too; order of the runs does not matter.
 func TestFrontierBestStatic(t *testing.T) {
 	runs := []*RunResult{
-		frun("fixed-10ms", 10, 0, 21.5, 31),
+		frun("fixed-10ms", 10, 0, 21.5, 31), // meets 22 (1.1 × 20)
 		frun("none", 0, 0, 60, 38),
 		frun("fixed-5ms", 5, 0, 30, 35),
-		frun("fixed-20ms", 20, 0, 16.4, 27), // meets 15 (≤ 16.5)
-		frun("fixed-15ms", 15, 0, 17.0, 29), // misses 15, meets 20
+		frun("fixed-20ms", 20, 0, 16.4, 27), // meets 16.5 (1.1 × 15), not 15
+		frun("fixed-15ms", 15, 0, 17.0, 29), // meets 20
 		frun("fixed-30ms", 30, 0, 16.6, 20), // noise: over 16.5 again
 		frun("pid-15ms", 0, 15, 16.0, 26.1),
 		frun("pid-20ms", 0, 20, 19.5, 30.5),
@@ -41,19 +42,27 @@ func TestFrontierBestStatic(t *testing.T) {
 		t.Fatalf("static %v, controller %+v", delays, f.Controller)
 	}
 	want := []BestStatic{
+		// No fixed delay met 10 ms (nor 11): every delay that does is
+		// over 30 ms and keeps under 20 MB/s, so 7.3 is at least 36.5 %.
 		// 10.9 ms is under every fixed delay's p95, and no fixed delay
 		// kept less than 7.3 MB/s at a higher one.
-		{ThresholdMs: 10, LimitMs: 11, Found: false, Controller: "pid-10ms", ControllerP95Ms: 10.9, ControllerMBs: 7.3, SharePct: -1,
-			EqualP95SharePct: -1},
-		// 16.0 ms is under every p95 of the sweep too; fixed 30 ms had a
-		// higher p95 (16.6) and fewer MB/s (20).
-		{ThresholdMs: 15, LimitMs: 16.5, Found: true, DelayMs: 20, P95Ms: 16.4, WriteMBs: 27,
-			Controller: "pid-15ms", ControllerP95Ms: 16, ControllerMBs: 26.1, SharePct: 96.7,
+		{ThresholdMs: 10, BeyondSweep: true, DelayMs: 30, P95Ms: 16.6, WriteMBs: 20,
+			Controller: "pid-10ms", ControllerP95Ms: 10.9, ControllerMBs: 7.3, SharePct: 36.5,
+			LooseSharePct: -1, EqualP95SharePct: -1},
+		// No fixed delay met 15 ms either: at least 26.1/20. Held to
+		// 16.5 ms, fixed 20 ms (16.4 ms, 27 MB/s) did. 16.0 ms is under
+		// every p95 of the sweep; fixed 30 ms had a higher p95 (16.6)
+		// and fewer MB/s (20).
+		{ThresholdMs: 15, BeyondSweep: true, DelayMs: 30, P95Ms: 16.6, WriteMBs: 20,
+			Controller: "pid-15ms", ControllerP95Ms: 16, ControllerMBs: 26.1, SharePct: 130.5,
+			LooseFound: true, LooseDelayMs: 20, LooseP95Ms: 16.4, LooseWriteMBs: 27, LooseSharePct: 96.7,
 			EqualP95SharePct: -1, Dominates: []string{"fixed-30ms"}},
-		// 19.5 ms lies between fixed 10 (21.5 ms, 31 MB/s) and 15 (17.0
-		// ms, 29 MB/s): 29 + 2 × 2.5/4.5 = 30.11 MB/s there.
-		{ThresholdMs: 20, LimitMs: 22, Found: true, DelayMs: 10, P95Ms: 21.5, WriteMBs: 31,
-			Controller: "pid-20ms", ControllerP95Ms: 19.5, ControllerMBs: 30.5, SharePct: 98.4,
+		// Fixed 15 ms met 20 ms (17.0, 29 MB/s); held to 22 ms, fixed
+		// 10 ms (21.5, 31). 19.5 ms lies between them: 29 + 2 × 2.5/4.5
+		// = 30.11 MB/s there.
+		{ThresholdMs: 20, Found: true, DelayMs: 15, P95Ms: 17, WriteMBs: 29,
+			Controller: "pid-20ms", ControllerP95Ms: 19.5, ControllerMBs: 30.5, SharePct: 105.2,
+			LooseFound: true, LooseDelayMs: 10, LooseP95Ms: 21.5, LooseWriteMBs: 31, LooseSharePct: 98.4,
 			EqualP95MBs: 29 + 2*2.5/4.5, EqualP95SharePct: 101.3},
 	}
 	for i := range want {
@@ -63,26 +72,34 @@ func TestFrontierBestStatic(t *testing.T) {
 		t.Errorf("best static\n got %+v\nwant %+v", f.Best, want)
 	}
 	cs := frontierChecks(f)
-	if len(cs) != 3 || cs[0].OK || !strings.Contains(cs[0].Got, "no fixed delay") || !cs[1].OK || !cs[2].OK {
+	if len(cs) != 3 || cs[0].OK || !strings.Contains(cs[0].Got, "at least 36.5 %: no fixed delay of the sweep met 10 ms") ||
+		!cs[1].OK || !cs[2].OK || !strings.Contains(cs[2].Got, "held to 22.0 ms too: 98.4 %") {
 		t.Errorf("checks %+v", cs)
 	}
-	// 26.1 of 27 is 96.7 %; at 25 MB/s it would be 92.6 %: missed.
-	runs[6].WriteMBs = 25
-	if cs := frontierChecks(frontierOf(runs)); cs[1].OK {
-		t.Errorf("92.6 %% passed: %+v", cs[1])
+	// 30.5 of 29 is 105.2 %; at 27 MB/s it would be 93.1 %: missed.
+	runs[7].WriteMBs = 27
+	if cs := frontierChecks(frontierOf(runs)); cs[2].OK {
+		t.Errorf("93.1 %% passed: %+v", cs[2])
 	}
+	runs[7].WriteMBs = 30.5
 
 	// A controller that misses the limit keeps no share worth having.
-	runs[6].WriteMBs, runs[6].WaitMs.P95 = 26.1, 20
+	runs[6].WaitMs.P95 = 20
 	if cs := frontierChecks(frontierOf(runs)); cs[1].OK || !strings.Contains(cs[1].Got, "controller's p95 20.0 ms is over 16.5 ms") {
 		t.Errorf("a controller over the limit passed: %+v", cs[1])
 	}
 	runs[6].WaitMs.P95 = 16
 
+	// A sweep of no fixed delay at all (--runs none,pid-15ms) bounds
+	// nothing.
+	if cs := frontierChecks(frontierOf([]*RunResult{runs[1], runs[6]})); len(cs) != 1 || cs[0].OK {
+		t.Errorf("a sweep without fixed delays passed: %+v", cs)
+	}
+
 	// Without the controller's runs (--runs): the thresholds are still
 	// judged, with no share.
 	f = frontierOf(runs[:6])
-	if len(f.Best) != 3 || f.Best[1].SharePct != -1 || !f.Best[1].Found || len(frontierChecks(f)) != 0 {
+	if len(f.Best) != 3 || f.Best[2].SharePct != -1 || !f.Best[2].Found || len(frontierChecks(f)) != 0 {
 		t.Errorf("sweep alone: %+v", f.Best)
 	}
 
@@ -93,7 +110,8 @@ func TestFrontierBestStatic(t *testing.T) {
 		t.Fatal(err)
 	}
 	page, _ := os.ReadFile(path)
-	for _, w := range []string{"The price of control", "none of the sweep met it", "<td>fixed-20ms</td><td>20</td>",
+	for _, w := range []string{"The price of control", "over 30 (none of the sweep met it)", "<td>fixed-20ms</td><td>20</td>",
+		"<td>≥ 130.5</td>", "<td>20, 27.0, 96.7</td>",
 		"<td>30.1</td><td>101.3</td><td>–</td>", "<td>outside the sweep</td><td>–</td><td>fixed-30ms</td>"} {
 		if !strings.Contains(string(page), w) {
 			t.Errorf("the report does not say %q", w)

@@ -230,17 +230,20 @@ A second in which no read completed counts as over, with a wait of 1000 ms.</p>
 {{end}}{{end}}</table>{{end}}
 {{with .S.Frontier}}<h2>The price of control</h2>
 <p>smalljob's p95 wait and the writers' MB/s under each fixed write delay (0: uncontrolled) and with the controller.
-The best static throttle of a threshold is the smallest fixed delay whose p95 is at most {{.MeetFactor}} × the threshold;
-the controller's MB/s is given as a share of its. That holds the controller to a static throttle whose p95 may be above
-the controller's own; the last columns compare at the controller's own p95 (the sweep's MB/s interpolated between the
-fixed delays around it), and name the fixed delays the controller beat on both counts (a p95 no higher, more MB/s).</p>
+The best static throttle of a threshold is the smallest fixed delay whose p95 is at most the threshold;
+the controller's MB/s is given as a share of its, the controller held to a p95 of at most {{.MeetFactor}} × the threshold.
+Where no fixed delay of the sweep met the threshold, the sweep's largest delay bounds the best static throttle's MB/s
+from above, and the share is a lower bound (≥). The next columns hold the fixed delays to {{.MeetFactor}} × the threshold
+as well, then compare at the controller's own p95 (the sweep's MB/s interpolated between the fixed delays around it),
+and name the fixed delays the controller beat on both counts (a p95 no higher, more MB/s).</p>
 <table><tr><th>run</th><th>fixed delay ms</th><th>threshold ms</th><th>p95 ms</th><th>write MB/s</th></tr>
 {{range .Static}}<tr><td>{{.Run}}</td><td>{{.DelayMs}}</td><td>–</td><td>{{f1 .P95Ms}}</td><td>{{f1 .WriteMBs}}</td></tr>
 {{end}}{{range .Controller}}<tr><td>{{.Run}}</td><td>–</td><td>{{.ThresholdMs}}</td><td>{{f1 .P95Ms}}</td><td>{{f1 .WriteMBs}}</td></tr>
 {{end}}</table>
-<table><tr><th>threshold ms</th><th>p95 limit ms</th><th>best static delay ms</th><th>its p95 ms</th><th>its MB/s</th><th>controller run</th><th>controller p95 ms</th><th>controller MB/s</th><th>share %</th><th>sweep's MB/s at the controller's p95</th><th>share there %</th><th>better on both counts than</th></tr>
-{{range .Best}}<tr><td>{{.ThresholdMs}}</td><td>{{f1 .LimitMs}}</td>{{if .Found}}<td>{{.DelayMs}}</td><td>{{f1 .P95Ms}}</td><td>{{f1 .WriteMBs}}</td>{{else}}<td colspan="3">none of the sweep met it</td>{{end}}
-<td>{{if .Controller}}{{.Controller}}{{else}}–{{end}}</td><td>{{f1 .ControllerP95Ms}}</td><td>{{f1 .ControllerMBs}}</td><td>{{if ge .SharePct 0.0}}{{f1 .SharePct}}{{else}}–{{end}}</td>
+<table><tr><th>threshold ms</th><th>best static delay ms</th><th>its p95 ms</th><th>its MB/s</th><th>controller run</th><th>controller p95 ms (limit)</th><th>controller MB/s</th><th>share %</th><th>fixed delays held to the limit: delay ms, MB/s, share %</th><th>sweep's MB/s at the controller's p95</th><th>share there %</th><th>better on both counts than</th></tr>
+{{range .Best}}<tr><td>{{.ThresholdMs}}</td>{{if .Found}}<td>{{.DelayMs}}</td><td>{{f1 .P95Ms}}</td><td>{{f1 .WriteMBs}}</td>{{else if .BeyondSweep}}<td>over {{.DelayMs}} (none of the sweep met it)</td><td>over {{f1 .P95Ms}}</td><td>under {{f1 .WriteMBs}}</td>{{else}}<td colspan="3">none of the sweep met it</td>{{end}}
+<td>{{if .Controller}}{{.Controller}}{{else}}–{{end}}</td><td>{{f1 .ControllerP95Ms}} ({{f1 .LimitMs}})</td><td>{{f1 .ControllerMBs}}</td><td>{{if ge .SharePct 0.0}}{{if .BeyondSweep}}≥ {{end}}{{f1 .SharePct}}{{else}}–{{end}}</td>
+<td>{{if .LooseFound}}{{.LooseDelayMs}}, {{f1 .LooseWriteMBs}}, {{if ge .LooseSharePct 0.0}}{{f1 .LooseSharePct}}{{else}}–{{end}}{{else}}none{{end}}</td>
 <td>{{if ge .EqualP95SharePct 0.0}}{{f1 .EqualP95MBs}}{{else}}outside the sweep{{end}}</td><td>{{if ge .EqualP95SharePct 0.0}}{{f1 .EqualP95SharePct}}{{else}}–{{end}}</td><td>{{range $i, $d := .Dominates}}{{if $i}}, {{end}}{{$d}}{{else}}–{{end}}</td></tr>
 {{end}}</table>{{end}}
 {{with .S.Sweep}}<h2>Transfers</h2>
