@@ -18,10 +18,16 @@ import (
 
 // The measurements of issue 13: how much the probe costs at high IOPS and
 // how well its percentiles agree with the load generator's. They take about
-// a minute of fio and are timing claims on a shared machine, so they run
-// only when asked:
+// a few minutes of fio and are timing claims on a shared machine, so they
+// run only when asked:
 //
 //	SANQOS_PROBE_MEASURE=1 go test -count=1 -v -run Measure ./internal/blkprobe
+//
+// SANQOS_PROBE_PAIRS sets how many attached/detached pairs of half-second
+// phases the overhead measurement takes per case (default 120, about two
+// minutes): the median's 99 % interval narrows as 1/√pairs, so a probe
+// whose cost lies near the 2 % limit needs more of them to be decided
+// (each pair takes a second per case: give go test a -timeout to match).
 
 func needMeasure(t *testing.T) {
 	t.Helper()
@@ -110,7 +116,7 @@ func TestMeasureOverhead(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			dev := loopDevice(t, 256<<20, c.tmpfs)
-			ratios, offIOPS := measureOverhead(t, dev, c.fioArgs)
+			ratios, offIOPS := measureOverhead(t, dev, c.fioArgs, measurePairs(t))
 			if m := median(offIOPS); m < 20000 {
 				t.Skipf("the device gave %.0f IOPS detached, under the 20k the measurement is for: the machine is busy", m)
 			}
@@ -127,6 +133,19 @@ func TestMeasureOverhead(t *testing.T) {
 			}
 		})
 	}
+}
+
+// measurePairs is SANQOS_PROBE_PAIRS, or 120.
+func measurePairs(t *testing.T) int {
+	v := os.Getenv("SANQOS_PROBE_PAIRS")
+	if v == "" {
+		return 120
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 16 {
+		t.Fatalf("SANQOS_PROBE_PAIRS=%q: want a whole number of pairs, at least 16", v)
+	}
+	return n
 }
 
 // minOverheadRatio: the probe attached keeps at least this share of the
@@ -169,7 +188,7 @@ func lgamma(n int) float64 {
 // seconds with the kernel's run-time statistics on (they slow every program
 // run, so they are off while the ratio is measured) and reports the CPU
 // time per read.
-func measureOverhead(t *testing.T, dev string, fioArgs []string) (ratios, offIOPS []float64) {
+func measureOverhead(t *testing.T, dev string, fioArgs []string, pairs int) (ratios, offIOPS []float64) {
 	t.Helper()
 	p, err := Open([]string{dev}, Options{})
 	if errors.Is(err, ErrUnavailable) {
@@ -185,7 +204,7 @@ func measureOverhead(t *testing.T, dev string, fioArgs []string) (ratios, offIOP
 	defer sampleEvery(t, p, 100*time.Millisecond)()
 
 	fio := exec.Command("fio", append([]string{"--name=sanqos-probe", "--filename=/dev/" + dev, "--rw=randread", "--bs=4k",
-		"--direct=1", "--time_based", "--runtime=150", "--output-format=json"}, fioArgs...)...)
+		"--direct=1", "--time_based", "--runtime=" + strconv.Itoa(pairs+30), "--output-format=json"}, fioArgs...)...)
 	if err := fio.Start(); err != nil {
 		t.Fatalf("starting fio: %v", err)
 	}
@@ -193,7 +212,7 @@ func measureOverhead(t *testing.T, dev string, fioArgs []string) (ratios, offIOP
 	defer fio.Process.Signal(unix.SIGINT)
 	time.Sleep(time.Second) // fio's start
 
-	ratios, offIOPS = abbaPhases(t, p, dev, 240)
+	ratios, offIOPS = abbaPhases(t, p, dev, 2*pairs)
 	t.Logf("attached/detached IOPS over %d pairs: median %.3f, mean %.3f, range %.3f–%.3f; detached median %.0f IOPS",
 		len(ratios), median(ratios), mean(ratios), slices.Min(ratios), slices.Max(ratios), median(offIOPS))
 	perRead := probeCPUPerRead(t, p, dev)
