@@ -7,6 +7,7 @@ import (
 	"html/template"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -50,45 +51,62 @@ type IndexEntry struct {
 	Took    time.Duration `json:"took"`
 }
 
-// Index is what 'lab run all' wrote.
+// Index is what 'lab run all' (or a list of experiments) wrote.
 type Index struct {
+	// Names are the experiments asked for, in order ("all": AllNames).
+	Names    []string     `json:"names"`
 	Started  time.Time    `json:"started"`
 	Finished time.Time    `json:"finished"`
 	Short    bool         `json:"short"`
 	Entries  []IndexEntry `json:"entries"`
 }
 
-// RunAll runs every experiment of AllNames, each in its own lab and its
-// own directory under o.Out, with a progress line before each, and
-// writes o.Out/index.html and index.json after each (a stopped run
-// leaves an index of what it did). An experiment that fails is recorded
-// and the rest still run. labFor gives the lab options of a profile.
-func RunAll(ctx context.Context, o Options, labFor func(profile string) (lab.Options, error)) (*Index, error) {
-	idx := &Index{Started: time.Now().UTC(), Short: o.Short}
-	left := time.Duration(0)
-	for _, n := range AllNames {
-		if x, err := Lookup(n); err == nil && derivedFrom[n] == "" {
-			left += x.Estimate(o.Short)
-		}
+// ParseNames reads 'lab run''s experiment argument: "all" (AllNames) or
+// experiments' names, comma-separated, each once.
+func ParseNames(arg string) ([]string, error) {
+	if arg == "all" {
+		return AllNames, nil
 	}
+	var names []string
+	for _, n := range strings.Split(arg, ",") {
+		n = strings.TrimSpace(n)
+		if _, err := Lookup(n); err != nil {
+			return nil, err
+		}
+		if slices.Contains(names, n) {
+			return nil, fmt.Errorf("experiment %q named twice", n)
+		}
+		names = append(names, n)
+	}
+	return names, nil
+}
+
+// RunAll runs the experiments names, each in its own lab and its own
+// directory under o.Out, with a progress line before each, and writes
+// o.Out/index.html and index.json after each (a stopped run leaves an
+// index of what it did). An experiment that fails is recorded and the
+// rest still run. An experiment whose data is another's run (fig4.3's is
+// fig5.8's) analyses that run again when it came earlier in names, and
+// runs its own otherwise. labFor gives the lab options of a profile.
+func RunAll(ctx context.Context, names []string, o Options, labFor func(profile string) (lab.Options, error)) (*Index, error) {
+	idx := &Index{Names: names, Started: time.Now().UTC(), Short: o.Short}
+	left := Estimate(names, o.Short)
 	done := map[string]*Summary{}
 	var errs []error
-	for i, n := range AllNames {
+	for i, n := range names {
 		x, err := Lookup(n)
 		if err != nil {
 			return idx, err
 		}
 		if o.Progress != nil {
-			fmt.Fprintf(o.Progress, "all: experiment %d/%d %s, %s elapsed, about %s left\n", i+1, len(AllNames), n,
+			fmt.Fprintf(o.Progress, "lab run: experiment %d/%d %s, %s elapsed, about %s left\n", i+1, len(names), n,
 				time.Since(idx.Started).Round(time.Second), left.Round(time.Minute))
 		}
 		start := time.Now()
 		xo := o
 		xo.Out = filepath.Join(o.Out, n)
-		s, err := runOrDerive(ctx, x, xo, done, labFor)
-		if derivedFrom[n] == "" {
-			left = max(0, left-x.Estimate(o.Short))
-		}
+		s, err := runOrDerive(ctx, x, xo, names[:i], done, labFor)
+		left = max(0, left-estimateIn(n, names[:i], o.Short))
 		e := entryOf(x, s, err, o.Out)
 		e.Took = time.Since(start).Round(time.Second)
 		idx.Entries = append(idx.Entries, e)
@@ -110,10 +128,10 @@ func RunAll(ctx context.Context, o Options, labFor func(profile string) (lab.Opt
 	return idx, errors.Join(errs...)
 }
 
-// runOrDerive runs x in a fresh lab, or analyses the runs of the
-// experiment it derives from again.
-func runOrDerive(ctx context.Context, x Experiment, o Options, done map[string]*Summary, labFor func(string) (lab.Options, error)) (*Summary, error) {
-	if from := derivedFrom[x.Name]; from != "" {
+// runOrDerive runs x in a fresh lab, or analyses again the runs of the
+// experiment it derives from when that was among before.
+func runOrDerive(ctx context.Context, x Experiment, o Options, before []string, done map[string]*Summary, labFor func(string) (lab.Options, error)) (*Summary, error) {
+	if from := derivedFrom[x.Name]; from != "" && slices.Contains(before, from) {
 		src := done[from]
 		if src == nil {
 			return nil, fmt.Errorf("its data is %s's run, which did not complete", from)
@@ -289,20 +307,20 @@ func IndexMarkdown(idx *Index) string {
 	return b.String()
 }
 
-var indexTmpl = template.Must(template.New("index").Parse(`<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8"><title>sanqos lab: every thesis experiment</title>
+var indexTmpl = template.Must(template.New("index").Funcs(template.FuncMap{"join": strings.Join}).Parse(`<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>sanqos lab run {{join .Names ","}}</title>
 <style>
 body { font-family: sans-serif; max-width: 1250px; margin: 1em auto; color: #222; }
 table { border-collapse: collapse; margin: 0.5em 0 1.5em; }
 th, td { border: 1px solid #bbb; padding: 4px 7px; text-align: left; vertical-align: top; }
 th { background: #eee; } img { max-width: 560px; border: 1px solid #ddd; }
 </style></head><body>
-<h1>sanqos lab: every thesis experiment</h1>
+<h1>sanqos lab run {{join .Names ","}}</h1>
 <p>Started {{.Started.Format "2006-01-02 15:04 MST"}}, last update {{.Finished.Format "15:04 MST"}}{{if .Short}}, short versions{{end}}.
 Each experiment ran in a fresh lab; its own report has the runs, the targets and the commands.</p>
 <table><tr><th>experiment</th><th>the thesis</th><th>ours</th><th>verdict</th><th>took</th></tr>
 {{range .Entries}}<tr><td>{{if .Report}}<a href="{{.Report}}">{{.Name}}</a>{{else}}{{.Name}}{{end}}<br><small>{{.Title}}</small></td>
-<td>{{.Thesis}}</td><td>{{.Ours}}</td><td>{{.Verdict}}</td><td>{{.Took}}</td></tr>
+<td>{{if .Thesis}}{{.Thesis}}{{else}}–{{end}}</td><td>{{.Ours}}</td><td>{{.Verdict}}</td><td>{{.Took}}</td></tr>
 {{end}}</table>
 {{range .Entries}}{{$n := .Name}}{{range .Plots}}<h3>{{$n}}</h3><p><a href="{{.}}"><img src="{{.}}" alt="{{.}}"></a></p>
 {{end}}{{end}}
@@ -310,12 +328,23 @@ Each experiment ran in a fresh lab; its own report has the runs, the targets and
 `))
 
 // AllEstimate is roughly how long 'lab run all' takes.
-func AllEstimate(short bool) time.Duration {
+func AllEstimate(short bool) time.Duration { return Estimate(AllNames, short) }
+
+// Estimate is roughly how long running names in turn takes.
+func Estimate(names []string, short bool) time.Duration {
 	var d time.Duration
-	for _, n := range AllNames {
-		if x, err := Lookup(n); err == nil && derivedFrom[n] == "" {
-			d += x.Estimate(short)
-		}
+	for i, n := range names {
+		d += estimateIn(n, names[:i], short)
 	}
 	return d
+}
+
+// estimateIn is how long experiment n takes after the experiments before:
+// nothing when it analyses again the run of one of them.
+func estimateIn(n string, before []string, short bool) time.Duration {
+	x, err := Lookup(n)
+	if err != nil || slices.Contains(before, derivedFrom[n]) {
+		return 0
+	}
+	return x.Estimate(short)
 }

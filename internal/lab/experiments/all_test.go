@@ -1,12 +1,15 @@
 package experiments
 
 import (
+	"context"
 	"errors"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/sanqos/sanqos/internal/lab"
 )
 
 func TestAllNamesAreExperimentsWithThesisReferences(t *testing.T) {
@@ -112,6 +115,65 @@ func TestDeriveAndIndex(t *testing.T) {
 	md := IndexMarkdown(idx)
 	if !strings.Contains(md, "| fig4.3 | EWMA α = 0.15") || strings.Count(md, "\n") != 4 {
 		t.Errorf("markdown:\n%s", md)
+	}
+}
+
+// TestParseNames: "all" is the thesis's experiments; a list names
+// experiments in the order given, each once.
+func TestParseNames(t *testing.T) {
+	if n, err := ParseNames("all"); err != nil || !slices.Equal(n, AllNames) {
+		t.Errorf("all: %v %v", n, err)
+	}
+	if n, err := ParseNames("frontier, randw,surge24,guarantees"); err != nil || !slices.Equal(n, []string{"frontier", "randw", "surge24", "guarantees"}) {
+		t.Errorf("list: %v %v", n, err)
+	}
+	for _, bad := range []string{"frontier,nosuch", "randw,randw", "frontier,,randw"} {
+		if _, err := ParseNames(bad); err == nil {
+			t.Errorf("%q: no error", bad)
+		}
+	}
+	// fig4.3 after fig5.8 analyses its run again and takes no time of
+	// its own; alone, or before fig5.8, it runs.
+	x43, _ := Lookup("fig4.3")
+	x58, _ := Lookup("fig5.8")
+	if d := Estimate([]string{"fig5.8", "fig4.3"}, false); d != x58.Estimate(false) {
+		t.Errorf("fig5.8,fig4.3: %v, want fig5.8's %v", d, x58.Estimate(false))
+	}
+	if d := Estimate([]string{"fig4.3", "fig5.8"}, false); d != x43.Estimate(false)+x58.Estimate(false) {
+		t.Errorf("fig4.3,fig5.8: %v", d)
+	}
+}
+
+// TestRunAllOrderAndFailures: each experiment of the list gets its turn
+// even when the ones before failed; fig4.3 derives from fig5.8 only when
+// fig5.8 came before it, and says so when that did not complete. No lab
+// is brought up: labFor refuses.
+func TestRunAllOrderAndFailures(t *testing.T) {
+	dir := t.TempDir()
+	var progress strings.Builder
+	var asked []string
+	labFor := func(profile string) (lab.Options, error) {
+		asked = append(asked, profile)
+		return lab.Options{}, errors.New("no lab here")
+	}
+	idx, err := RunAll(context.Background(), []string{"fig5.8", "fig4.3", "randw"}, Options{Out: dir, Progress: &progress}, labFor)
+	if err == nil || len(idx.Entries) != 3 || len(asked) != 2 {
+		t.Fatalf("err %v, entries %+v, labs asked %v", err, idx.Entries, asked)
+	}
+	if e := idx.Entries[1]; !strings.Contains(e.Error, "fig5.8's run, which did not complete") {
+		t.Errorf("fig4.3 after a failed fig5.8: %+v", e)
+	}
+	if !strings.Contains(progress.String(), "experiment 3/3 randw") || !slices.Equal(idx.Names, []string{"fig5.8", "fig4.3", "randw"}) {
+		t.Errorf("progress %q, names %v", progress.String(), idx.Names)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "index.html"))
+	if err != nil || !strings.Contains(string(b), "sanqos lab run fig5.8,fig4.3,randw") || !strings.Contains(string(b), "not run: no lab here") {
+		t.Errorf("index.html: %v\n%s", err, b)
+	}
+	// fig4.3 alone runs its own lab.
+	asked = nil
+	if _, err := RunAll(context.Background(), []string{"fig4.3"}, Options{Out: dir}, labFor); err == nil || len(asked) != 1 {
+		t.Errorf("fig4.3 alone: err %v, labs asked %v", err, asked)
 	}
 }
 
