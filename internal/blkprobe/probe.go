@@ -18,6 +18,10 @@ const (
 	// MaxDevices is how many devices one probe can watch.
 	MaxDevices = 64
 	slots      = 64 // read slots per device (SLOTS)
+	// The watched-device table (DEVTAB, DEVPROBES): open addressing in a
+	// BPF array, which the verifier inlines, instead of a hash map.
+	devTab    = 1024
+	devProbes = 8
 )
 
 // The compiled BPF program: `make bpf` rebuilds it from bpf/blkprobe.bpf.c.
@@ -36,6 +40,12 @@ type opstats struct {
 type slot struct {
 	Rq uint64
 	Ts uint64
+}
+
+// devPlace mirrors struct devplace: Idx1 is the device's index + 1.
+type devPlace struct {
+	Dev  uint32
+	Idx1 uint32
 }
 
 type readslots struct {
@@ -88,6 +98,10 @@ func Open(devices []string, opts Options) (*Probe, error) {
 	if err != nil {
 		return nil, err
 	}
+	places, err := devTable(nums)
+	if err != nil {
+		return nil, err
+	}
 	if opts.Disable != nil {
 		return nil, &UnavailableError{Reason: "disabled", Err: opts.Disable}
 	}
@@ -103,7 +117,6 @@ func Open(devices []string, opts Options) (*Probe, error) {
 	// 2.7 KB per device, direction and CPU, so 64 devices on a 64-CPU
 	// machine would take 22 MB for nothing.
 	n := uint32(len(nums))
-	spec.Maps["watched"].MaxEntries = n
 	spec.Maps["readslots"].MaxEntries = n
 	spec.Maps["stats"].MaxEntries = 2 * n
 	coll, err := ebpf.NewCollection(spec)
@@ -112,8 +125,11 @@ func Open(devices []string, opts Options) (*Probe, error) {
 	}
 	p := &Probe{names: names, nums: nums, coll: coll, stats: coll.Maps["stats"], slots: coll.Maps["readslots"]}
 	watched := coll.Maps["watched"]
-	for i, d := range nums {
-		if err := watched.Put(d.kernelDev(), uint32(i)); err != nil {
+	for k, place := range places {
+		if place.Idx1 == 0 {
+			continue
+		}
+		if err := watched.Put(uint32(k), place); err != nil {
 			p.Close()
 			return nil, fmt.Errorf("filling the watched-device map: %w", err)
 		}
@@ -123,6 +139,37 @@ func Open(devices []string, opts Options) (*Probe, error) {
 		return nil, err
 	}
 	return p, nil
+}
+
+// devHash is dev_hash of bpf/blkprobe.bpf.c: a device's first place in
+// the watched-device table (Fibonacci hashing to 10 bits).
+func devHash(dev uint32) uint32 { return (dev * 0x9E3779B1) >> 22 }
+
+// devTable lays the devices out in the watched-device table as the BPF
+// programs search it: from a device's first place, the first free of
+// devProbes places. The table holds 16 times MaxDevices places, so a device
+// that finds none free takes a rare collision of hashes; it is refused
+// rather than watched in part.
+func devTable(nums []devNum) ([devTab]devPlace, error) {
+	var table [devTab]devPlace
+	for i, d := range nums {
+		dev, h := d.kernelDev(), devHash(d.kernelDev())
+		placed := false
+		for j := uint32(0); j < devProbes && !placed; j++ {
+			k := (h + j) & (devTab - 1)
+			switch {
+			case table[k].Idx1 == 0:
+				table[k] = devPlace{Dev: dev, Idx1: uint32(i) + 1}
+				placed = true
+			case table[k].Dev == dev:
+				return table, fmt.Errorf("device %d:%d given twice", d.major, d.minor)
+			}
+		}
+		if !placed {
+			return table, fmt.Errorf("device %d:%d: its %d places in the probe's device table are taken by others; watch fewer devices", d.major, d.minor, devProbes)
+		}
+	}
+	return table, nil
 }
 
 // attach links the programs to their tracepoints.

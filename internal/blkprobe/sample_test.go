@@ -46,6 +46,72 @@ func TestResolveDevices(t *testing.T) {
 	}
 }
 
+// TestDevTable: every device is found where the BPF program searches for
+// it (from devHash, the first free place ends the search), including
+// devices whose hashes collide; a device given twice and a device with no
+// free place among its devProbes are refused.
+func TestDevTable(t *testing.T) {
+	find := func(table *[devTab]devPlace, dev uint32) (uint32, bool) {
+		h := devHash(dev)
+		for j := uint32(0); j < devProbes; j++ {
+			p := table[(h+j)&(devTab-1)]
+			if p.Idx1 == 0 {
+				return 0, false
+			}
+			if p.Dev == dev {
+				return p.Idx1 - 1, true
+			}
+		}
+		return 0, false
+	}
+	// Loop devices, SCSI disks and their partitions, dm and NVMe: the
+	// numbers a storage target watches.
+	var nums []devNum
+	for m := uint32(0); m < 16; m++ {
+		nums = append(nums, devNum{7, m}, devNum{8, 16 * m}, devNum{253, m}, devNum{259, m})
+	}
+	table, err := devTable(nums)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, d := range nums {
+		if idx, ok := find(&table, d.kernelDev()); !ok || idx != uint32(i) {
+			t.Errorf("%d:%d: found %v at index %d, want %d", d.major, d.minor, ok, idx, i)
+		}
+	}
+	for _, d := range []devNum{{8, 1}, {7, 16}, {254, 0}} {
+		if _, ok := find(&table, d.kernelDev()); ok {
+			t.Errorf("%d:%d was never watched but is found", d.major, d.minor)
+		}
+	}
+
+	// Devices whose first places collide take the next ones.
+	var same []devNum
+	for minor := uint32(0); len(same) < devProbes+1 && minor < 1<<20; minor++ {
+		if d := (devNum{8, minor}); devHash(d.kernelDev()) == devHash(devNum{8, 0}.kernelDev()) {
+			same = append(same, d)
+		}
+	}
+	if len(same) != devProbes+1 {
+		t.Fatalf("found %d colliding devices", len(same))
+	}
+	table, err = devTable(same[:devProbes])
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, d := range same[:devProbes] {
+		if idx, ok := find(&table, d.kernelDev()); !ok || idx != uint32(i) {
+			t.Errorf("colliding %d:%d: found %v at index %d, want %d", d.major, d.minor, ok, idx, i)
+		}
+	}
+	if _, err := devTable(same); err == nil || !strings.Contains(err.Error(), "watch fewer devices") {
+		t.Errorf("a device with no free place: err = %v", err)
+	}
+	if _, err := devTable([]devNum{{7, 0}, {8, 0}, {7, 0}}); err == nil || !strings.Contains(err.Error(), "7:0 given twice") {
+		t.Errorf("a device given twice: err = %v", err)
+	}
+}
+
 func TestSnapshotSub(t *testing.T) {
 	var prev, cur Snapshot
 	prev.Devices = map[string]Device{"loop0": {Name: "loop0", Read: Ops{Count: 10, Sum: time.Millisecond}, Untracked: 1}}

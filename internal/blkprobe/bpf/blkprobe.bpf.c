@@ -83,6 +83,8 @@ struct request {
 #define SUBBITS 4      // 16 sub-buckets per power of two: bucket width ≤ 6.25 %
 #define SLOTS 64       // read slots per device for the oldest-outstanding age
 #define PROBES 4       // places a read may take in its device's slot table
+#define DEVTAB 1024    // places in the watched-device table (a power of two)
+#define DEVPROBES 8    // places a device may take in it
 
 struct opstats {
 	__u64 count;
@@ -95,18 +97,29 @@ struct slot {
 	__u64 ts; // its start_time_ns (CLOCK_MONOTONIC); 0 while being claimed
 };
 
+// A place of the watched-device table: idx1 is the device's index + 1
+// (0: the place is free).
+struct devplace {
+	__u32 dev;
+	__u32 idx1;
+};
+
 struct readslots {
 	struct slot s[SLOTS];
 	__u64 untracked; // reads that found no free slot
 	__u64 untimed;   // completions without a start stamp (iostats off)
 };
 
-// watched: kernel dev_t (major<<20 | minor) → device index; user space fills it.
+// watched: kernel dev_t (major<<20 | minor) → device index, an open
+// addressing table that user space fills (dev_hash, DEVPROBES places, a
+// free place ends a search). An array, not a hash map: the verifier
+// inlines an array lookup, and every block request of the machine does one
+// or two, watched or not.
 struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, MAX_DEVICES);
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, DEVTAB);
 	__type(key, __u32);
-	__type(value, __u32);
+	__type(value, struct devplace);
 } watched SEC(".maps");
 
 // stats: index 2*device + op (0 read, 1 write), per CPU so that the hot path
@@ -152,12 +165,37 @@ static __always_inline __u32 bucket(__u64 us)
 	return b;
 }
 
+// dev_hash places a dev_t in the watched-device table; blkprobe.go's
+// devHash must compute the same.
+static __always_inline __u32 dev_hash(__u32 dev)
+{
+	return (dev * 0x9E3779B1U) >> 22; // Fibonacci hashing to 10 bits (DEVTAB)
+}
+
+// lookup_dev finds dev in the watched-device table.
+static __always_inline int lookup_dev(__u32 dev, __u32 *idx)
+{
+	__u32 h = dev_hash(dev);
+#pragma unroll
+	for (int i = 0; i < DEVPROBES; i++) {
+		__u32 k = (h + i) & (DEVTAB - 1);
+		struct devplace *p = bpf_map_lookup_elem(&watched, &k);
+		if (!p || !p->idx1)
+			return 0;
+		if (p->dev == dev) {
+			*idx = p->idx1 - 1;
+			return 1;
+		}
+	}
+	return 0;
+}
+
 // watched_index finds the request's device in `watched`: its partition
 // (sda1) if it has one and that is watched, else its whole disk (sda,
 // loop0). I/O to a whole disk costs one lookup.
 static __always_inline int watched_index(struct request *rq, __u32 *idx)
 {
-	__u32 disk_dev, *v;
+	__u32 disk_dev;
 	struct gendisk *disk = rq->q->disk;
 	struct block_device *part = rq->part;
 
@@ -166,19 +204,10 @@ static __always_inline int watched_index(struct request *rq, __u32 *idx)
 	disk_dev = MKDEV(disk->major, disk->first_minor);
 	if (part) {
 		__u32 dev = part->bd_dev;
-		if (dev != disk_dev) {
-			v = bpf_map_lookup_elem(&watched, &dev);
-			if (v) {
-				*idx = *v;
-				return 1;
-			}
-		}
+		if (dev != disk_dev && lookup_dev(dev, idx))
+			return 1;
 	}
-	v = bpf_map_lookup_elem(&watched, &disk_dev);
-	if (!v)
-		return 0;
-	*idx = *v;
-	return 1;
+	return lookup_dev(disk_dev, idx);
 }
 
 // request_key is the request's address as a plain number: the verifier
