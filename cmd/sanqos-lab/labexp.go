@@ -48,8 +48,8 @@ EXPERIMENT "all" runs the thesis's experiments one after the other (`+strings.Jo
 each in its own lab and DIR/NAME, and writes DIR/index.html: each one's plots,
 the thesis's figure or number beside ours and a verdict (--short: about
 `+experiments.AllEstimate(true).Round(time.Minute).String()+`; in full about `+experiments.AllEstimate(false).Round(time.Minute).String()+`).
-Several experiments named with commas run the same way, e.g. issue 12's
-control targets in one go: frontier,randw,surge24,guarantees (about `+experiments.Estimate([]string{"frontier", "randw", "surge24", "guarantees"}, false).Round(time.Minute).String()+`).
+Several experiments named with commas run the same way, e.g. what the
+controller is judged by, in one go: frontier,randw,surge24,guarantees (about `+experiments.Estimate([]string{"frontier", "randw", "surge24", "guarantees"}, false).Round(time.Minute).String()+`).
 
 Experiments:
 `+labExperimentsHelp(), stderr)
@@ -86,16 +86,7 @@ Experiments:
 	o := experiments.Options{Out: *out, Short: *short, Progress: stdout,
 		Gains: experiments.Gains{Kp: *kp, Ti: *ti, Td: *td, UMaxMs: float64(*umax) / float64(time.Millisecond)}}
 	if name == "all" || strings.Contains(name, ",") {
-		names, err := experiments.ParseNames(name)
-		if err != nil {
-			fmt.Fprintf(stderr, "sanqos lab run: %v\n", err)
-			return errUsage
-		}
-		if *runs != "" {
-			fmt.Fprintf(stderr, "sanqos lab run %s: --runs chooses runs of one experiment; leave it out\n", name)
-			return errUsage
-		}
-		return labRunAll(ctx, names, o, func(profile string) (lab.Options, error) { return labOptions(profile, *storage, *size, *seed, stdout) }, stdout)
+		return labRunAll(ctx, name, *runs, o, func(profile string) (lab.Options, error) { return labOptions(profile, *storage, *size, *seed, stdout) }, stdout, stderr)
 	}
 	x, err := experiments.Lookup(name)
 	if err != nil {
@@ -137,9 +128,18 @@ func selectRuns(x experiments.Experiment, runs string, short bool) ([]string, er
 	return only, nil
 }
 
-// labRunAll is 'sanqos lab run all' (or a list of experiments): each in
-// turn and DIR/index.html with the thesis's result beside ours.
-func labRunAll(ctx context.Context, names []string, o experiments.Options, labFor func(string) (lab.Options, error), stdout io.Writer) error {
+// labRunAll is 'sanqos lab run all' (or arg a list of experiments): each
+// in turn and DIR/index.html with the thesis's result beside ours.
+func labRunAll(ctx context.Context, arg, runs string, o experiments.Options, labFor func(string) (lab.Options, error), stdout, stderr io.Writer) error {
+	names, err := experiments.ParseNames(arg)
+	if err != nil {
+		fmt.Fprintf(stderr, "sanqos lab run: %v\n", err)
+		return errUsage
+	}
+	if runs != "" {
+		fmt.Fprintf(stderr, "sanqos lab run %s: --runs chooses runs of one experiment; leave it out\n", arg)
+		return errUsage
+	}
 	idx, err := experiments.RunAll(ctx, names, o, labFor)
 	for _, e := range idx.Entries {
 		fmt.Fprintf(stdout, "%-8s %s (%s)\n", e.Name, e.Verdict, e.Took)

@@ -61,7 +61,7 @@ type Index struct {
 	Entries  []IndexEntry `json:"entries"`
 }
 
-// ParseNames reads 'lab run”s experiment argument: "all" (AllNames) or
+// ParseNames reads the experiment argument of 'lab run': "all" (AllNames) or
 // experiments' names, comma-separated, each once.
 func ParseNames(arg string) ([]string, error) {
 	if arg == "all" {
