@@ -182,6 +182,25 @@ func TestSummarizeReleases(t *testing.T) {
 	}
 }
 
+func TestJudgesRelease(t *testing.T) {
+	for _, tc := range []struct {
+		c    Control
+		want bool
+	}{
+		{Control{Controller: "none"}, false},
+		{Control{Controller: "none", Policy: "manual"}, false},
+		{Control{Controller: "pid", ThresholdMs: 15}, true},
+		{Control{Controller: "pid", ThresholdMs: 15, Policy: "read-over-write"}, true},
+		{Control{Controller: "thesis", ThresholdMs: 15}, true},
+		{Control{Controller: "pid", ThresholdMs: 15, Policy: "manual"}, false},
+		{Control{Controller: "thesis", ThresholdMs: 15, Policy: "manual"}, false},
+	} {
+		if got := judgesRelease(tc.c); got != tc.want {
+			t.Errorf("judgesRelease(%+v) = %v, want %v", tc.c, got, tc.want)
+		}
+	}
+}
+
 func TestTicksOfAndDelayStats(t *testing.T) {
 	t0 := 1000.0
 	recs := []status.Record{

@@ -199,7 +199,8 @@ Retransmits: TCP retransmitted segments in all initiator namespaces
 Delay: the delay applied to the writers, mean and max over the seconds they were on; held late: the longest any packet
 was held beyond its delay (the data path's timing error).
 Released: longest time from a stop of the writers to delay 0 and empty sets (number of stops; a stop a writer
-ended within 2 s, before the sets were clear, is "cut short" and not judged).</p>
+ended within 2 s, before the sets were clear, is "cut short" and not judged; – under the manual policy, whose set is
+the administrator's list and never empties).</p>
 <table>
 <tr><th>run</th><th>controller</th><th>threshold ms</th><th>writers</th><th>wait mean</th><th>p50</th><th>p95</th><th>max</th><th>over %</th>
 <th>write MB/s</th><th>reader kB/s</th><th>retransmits</th><th>Jain</th><th>max write I/O ms</th><th>delay mean / max ms</th><th>released</th></tr>

@@ -159,13 +159,21 @@ func (r *run) analyzeRecord() error {
 		h := signalHold(res.ticks, c.Signal, *res.ThresholdMs)
 		res.SignalHold = &h
 	}
-	if c.Controller != "none" {
-		// An observing daemon never delays; its set lingers by design
-		// and says nothing about release.
+	if judgesRelease(c) {
 		rs := summarizeReleases(releases(res.ticks))
 		res.Release = &rs
 	}
 	return nil
+}
+
+// judgesRelease says whether a run under c is held to the release rule
+// (set and delay clear within ReleaseLimitS of the writers stopping). An
+// observing daemon never delays; its set lingers by design and says
+// nothing about release. The manual policy's set is the administrator's
+// list, which never empties (thesis §5.7): the rule is the autonomic
+// loop's.
+func judgesRelease(c Control) bool {
+	return c.Controller != "none" && c.Policy != "manual"
 }
 
 // guarantees judges the source reports' guarantees on the run.
