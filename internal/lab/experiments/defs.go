@@ -296,7 +296,7 @@ func harderExperiments() []Experiment {
 			Name:  "frontier",
 			Title: "The price of control: fixed write delays against the controller (issue 12)",
 			Describe: "fig5.11's workload (smalljob on b2, 12 on/off sequential 64 KiB writer threads on b3-b5) uncontrolled, " +
-				"under fixed write delays on b3-b5 from 2.5 to 60 ms (manual throttles on an observing daemon), and with " +
+				"under fixed write delays on b3-b5 from 2.5 to 120 ms (manual throttles on an observing daemon), and with " +
 				"sanqos pid at 20, 15 and 10 ms. For each threshold: the smallest fixed delay with p95 ≤ threshold " +
 				"(the best static throttle; where none of the sweep meets it, the largest bounds it), its writers' MB/s, " +
 				"and the controller's MB/s (its p95 within 1.1 × threshold) as a share of it.",

@@ -231,13 +231,16 @@ func frontierChecks(f *Frontier) []Check {
 }
 
 // frontierRuns are the sweep: the fig5.11 workload uncontrolled (delay
-// 0), under fixed write delays up to the largest u_max the controller's
-// runs use (60 ms at 10 ms), and the controller at 20, 15 and 10 ms.
+// 0), under fixed write delays up to 120 ms, and the controller at 20, 15
+// and 10 ms. At 10 ms the controller's delay averaged 86 ms (2026-11-27;
+// its ceiling follows the writers), and no fixed delay up to 60 ms met
+// the threshold, so the best static throttle there lay beyond a sweep
+// that stopped at 60 ms and the share could only be bounded.
 // --short: a 35 s run of one or two bursts per point, five points and
 // the controller at 15 ms, about 5 minutes in all.
 func frontierRuns(short bool) []plannedRun {
 	w := interference(300 * time.Second)
-	delays := []float64{2.5, 5, 7.5, 10, 15, 20, 30, 45, 60}
+	delays := []float64{2.5, 5, 7.5, 10, 15, 20, 30, 45, 60, 90, 120}
 	if short {
 		w = Workload{Total: 35 * time.Second, Lead: 5 * time.Second, WriterTime: 25 * time.Second,
 			Writers: 12, On: burstBytes, Off: burstOff}
