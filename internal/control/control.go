@@ -310,6 +310,21 @@ func (c *PID) Scale(f float64) float64 {
 	return c.u
 }
 
+// SetOutput moves the output to u (clamped to [0, UMaxMs]) without a
+// step, as the engine's wind-down restores the delay that held a burst.
+func (c *PID) SetOutput(u float64) float64 {
+	if !math.IsNaN(u) {
+		c.u = clamp(u, 0, c.p.UMaxMs)
+	}
+	return c.u
+}
+
+// Setter is a controller whose output can be set from outside. pid is
+// one; thesis is not.
+type Setter interface {
+	SetOutput(u float64) float64
+}
+
 // Scaler is a controller whose output can be scaled from outside.
 // pid is one; thesis is not (the copied listing has no such input).
 type Scaler interface {

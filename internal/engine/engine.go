@@ -260,6 +260,7 @@ type resource struct {
 	ceiling            float64
 	satSince, lowSince time.Time
 	onset              onsetState // see "Onsets"
+	burst              burstPeak  // see "Wind-down"
 	consumers          []int      // indices into Engine.cons
 	devs               []int      // distinct devices of all consumers
 	sigDevs            []int      // distinct devices whose reads are the signal
@@ -435,13 +436,15 @@ func (e *Engine) stepResource(r *resource, now time.Time, members []netip.Addr, 
 		}
 		rd.Armed = now.Sub(r.emptySince) < armHold
 	}
-	e.feedForward(r, now, stepCtrl && !rd.Armed)
-	if stepCtrl && !rd.Armed {
+	running := stepCtrl && !rd.Armed
+	e.feedForward(r, now, running)
+	if running {
 		if rb, ok := r.ctrl.(control.Rebaser); ok && r.frozen {
 			rb.Rebase(r.signalMs)
 		}
 		r.controlMs = r.ctrl.Update(r.signalMs)
 	}
+	e.windDown(r, &rd, now, running)
 	r.frozen = rd.Armed
 	rd.ControlMs = r.controlMs
 	if len(rd.Members) > 0 {

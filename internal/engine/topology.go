@@ -107,7 +107,7 @@ func (e *Engine) resourceFor(tr topology.Resource, old *resource) resource {
 	if old != nil {
 		r.ewma, r.signalMs, r.started, r.lastSample, r.emptySince = old.ewma, old.signalMs, old.started, old.lastSample, old.emptySince
 		if old.threshold == r.threshold {
-			r.ctrl, r.controlMs, r.frozen, r.onset = old.ctrl, old.controlMs, old.frozen, old.onset
+			r.ctrl, r.controlMs, r.frozen, r.onset, r.burst = old.ctrl, old.controlMs, old.frozen, old.onset, old.burst
 			r.ceiling, r.satSince, r.lowSince = old.ceiling, old.satSince, old.lowSince
 			r.headroom, r.scatter = old.headroom, old.scatter
 		}
