@@ -30,11 +30,15 @@ import (
 // whose output can be set (pid).
 const burstMemory = 4 * time.Second
 
+// burstSlots: one place per whole second of burstMemory, and the current
+// second's.
+const burstSlots = int(burstMemory/time.Second) + 1
+
 // burstPeak is the highest controller output per whole second, for the
 // seconds of the last burstMemory (allocation-free: one place a second).
 type burstPeak struct {
-	sec [5]int64
-	max [5]float64
+	sec [burstSlots]int64
+	max [burstSlots]float64
 	// lifted: the output was lifted in the current pause.
 	lifted bool
 }

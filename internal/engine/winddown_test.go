@@ -8,8 +8,8 @@ import (
 // TestWindDownArmsTheBurstsDelay: writers whose burst ends slowly (the
 // reader's wait falls while they still write, and the controller lowers
 // the delay) pause and come back to the delay that held their burst, not
-// to the wound-down one; the thesis's copy, which cannot be scaled, keeps
-// what it had; a tick without writes inside a burst lifts nothing.
+// to the wound-down one; the thesis's copy, whose output cannot be set,
+// keeps what it had.
 func TestWindDownArmsTheBurstsDelay(t *testing.T) {
 	for _, tt := range []struct {
 		name   string
