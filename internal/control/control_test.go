@@ -1,8 +1,10 @@
 package control
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -82,14 +84,26 @@ func TestPIDExactArithmetic(t *testing.T) {
 		{12, 0.5 * math.Exp(0.325)},
 		// ε=.4, ε1=.2, ε2=0: Δv = 0.5·[.2 + .1 + 2·(.4−.4+0)] = .15
 		{14, 0.5 * math.Exp(0.325+0.15)},
-		// ε=.4, ε1=.4, ε2=.2: Δv = 0.5·[0 + .1 + 2·(.4−.8+.2)] = −.15
-		{14, 0.5 * math.Exp(0.325)},
-		// ε=−1: Δv = 0.5·[−1.4 − .25 + 2·(−1−.8+.4)] = −2.225: under the floor → 0
+		// ε=.4, ε1=.4, ε2=.2: the D term's −.2 would take Δv to −.15, but in
+		// the first climb a falling term counts 0: Δv = 0.5·[0 + .1 + 0] = .05
+		{14, 0.5 * math.Exp(0.525)},
+		// ε=−1 ends the climb: Δv = 0.5·[−1.4 − .25 + 2·(−1−.8+.4)] = −2.225:
+		// 0.5·e^−1.7 is under the floor → 0
 		{0, 0},
 		// back at rest, history cleared. ε=−.1: Δv < 0 → stays 0
 		{9, 0},
 		// ε=.3, ε1=0, ε2=0 (not the stale .4): Δv = 0.5·[.3 + .075 + 2·.3] = .4875
 		{13, 0.5 * math.Exp(0.4875)},
+		// a new first climb. ε=.1, ε1=.3, ε2=0: Δε −.2 and D −.5 count 0:
+		// Δv = 0.5·.025 = .0125
+		{11, 0.5 * math.Exp(0.5)},
+		// ε=0 ends it. ε1=.1, ε2=.3: Δv = 0.5·[−.1 + 0 + 2·(0−.2+.3)] = .05
+		{10, 0.5 * math.Exp(0.55)},
+		// ε=.2, ε1=0, ε2=.1: Δv = 0.5·[.2 + .05 + 2·(.2−0+.1)] = .425
+		{12, 0.5 * math.Exp(0.975)},
+		// past the first climb a fall counts. ε=.1, ε1=.2, ε2=0:
+		// Δv = 0.5·[−.1 + .025 + 2·(.1−.4+0)] = −.3375
+		{11, 0.5 * math.Exp(0.6375)},
 	}
 	for i, s := range steps {
 		if got := c.Update(s.signal); math.Abs(got-s.want) > 1e-9 {
@@ -363,6 +377,10 @@ func TestErrCapKeepsDelayOnFallingSpike(t *testing.T) {
 		p := DefaultParams()
 		p.ErrCap = errCap
 		c := NewPID(p)
+		// Past its first climb (which takes no fall at all): holding
+		// writers at u_max in the spike, no kick from its start.
+		c.SetOutput(p.UMaxMs)
+		c.Rebase(320)
 		for range 20 {
 			c.Update(320)
 		}
@@ -442,5 +460,78 @@ func TestPIDRetargetNoKick(t *testing.T) {
 	r.Retarget(10)
 	if u := r.Update(9); u != 0 {
 		t.Errorf("a controller at rest retargeted then under its set point gave %v", u)
+	}
+}
+
+// readOnset reads testdata/cold-onset-10ms.txt: the signal and the
+// recorded delay of a lab burst's first ticks.
+func readOnset(t *testing.T) (signal, recorded []float64) {
+	t.Helper()
+	b, err := os.ReadFile("testdata/cold-onset-10ms.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		var s, u float64
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		if _, err := fmt.Sscan(line, &s, &u); err != nil {
+			t.Fatalf("cold-onset-10ms.txt: %q: %v", line, err)
+		}
+		signal, recorded = append(signal, s), append(recorded, u)
+	}
+	return signal, recorded
+}
+
+// TestFirstClimbTakesNothingAway replays the signal of the lab's cold
+// first burst at 10 ms, where the writers needed 80-90 ms of delay: the
+// law before the first climb took the delay from 17.5 to 12.5 ms as the
+// backlog drained with the signal still 1.5-3.5 × the set point, and
+// reached the 35 ms that held the burst only after 3 s. From rest until
+// the signal comes down to the set point the output must not fall, and
+// on this signal it gets there within 1.5 s.
+func TestFirstClimbTakesNothingAway(t *testing.T) {
+	signal, recorded := readOnset(t)
+	p := DefaultParams()
+	p.TargetMs, p.UMaxMs = 8.5, 60
+	// The trace is the case: the recorded law fell by a quarter while the
+	// signal stayed over the set point.
+	peak, fell := 0.0, false
+	for i, u := range recorded {
+		peak = math.Max(peak, u)
+		fell = fell || signal[i] > p.TargetMs && u < 0.75*peak
+	}
+	if !fell {
+		t.Fatal("the recorded delay never fell by a quarter over the set point: the trace does not show the case")
+	}
+	c := NewPID(p)
+	prev, reached := 0.0, -1
+	for i, s := range signal {
+		u := c.Update(s)
+		if s <= p.TargetMs {
+			break // the first climb is over; the law may take back from here
+		}
+		if u < prev {
+			t.Fatalf("tick %d: delay %.2f → %.2f ms with the signal at %.1f ms, never yet at the set point %.1f", i, prev, u, s, p.TargetMs)
+		}
+		if !c.Rising() {
+			t.Fatalf("tick %d: not rising with the signal over the set point since rest", i)
+		}
+		if reached < 0 && u >= 35 {
+			reached = i
+		}
+		prev = u
+	}
+	if reached < 0 || reached > 15 {
+		t.Fatalf("35 ms of delay reached at tick %d, want within 15 ticks (1.5 s) of the onset", reached)
+	}
+	// Once at the set point the climb is over and a falling error counts.
+	if c.Update(p.TargetMs); c.Rising() {
+		t.Fatal("still rising after the signal came down to the set point")
+	}
+	before := c.Update(2 * p.TargetMs)
+	if after := c.Update(1.2 * p.TargetMs); !(after < before) {
+		t.Fatalf("after the first climb a falling error took nothing away: %.2f → %.2f ms", before, after)
 	}
 }

@@ -30,6 +30,11 @@ const (
 	// drains that backlog slowly (in the lab's randw run the reader
 	// waited 70-170 ms for 2-6 s at every onset with the delay at its
 	// 45 ms ceiling). Draining takes more than the steady need, soon.
+	// So does a controller still in its first climb (control.Climber):
+	// the signal has not once come down to the set point since the burst
+	// began, however near it is (at 10 ms the lab's writers need 80-90 ms
+	// of delay with the reader at 10-14 ms, under farOver: from the
+	// default ceiling of 20 ms, four steps of a second each).
 	raiseAfterFar = 300 * time.Millisecond
 	farOver       = 2.0
 	raiseFactor   = 1.5
@@ -73,7 +78,7 @@ func (e *Engine) scaleCeiling(r *resource, rd *ResourceDecision, now time.Time) 
 		r.lowSince = now
 	}
 	after := raiseAfter
-	if r.signalMs >= farOver*r.threshold {
+	if cl, ok := r.ctrl.(control.Climber); r.signalMs >= farOver*r.threshold || ok && cl.Rising() {
 		after = raiseAfterFar
 	}
 	switch {

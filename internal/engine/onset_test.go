@@ -112,7 +112,8 @@ func TestOnsetTogetherMeetsTheDelayTheyLeft(t *testing.T) {
 	r := newOnsetRig(t, nil)
 	r.on = [3]bool{true, true, true}
 	r.run(500*time.Millisecond, 30)
-	r.run(3*time.Second, 13)
+	r.run(time.Second, 12) // held: the first climb is over
+	r.run(2*time.Second, 13)
 	r.on = [3]bool{true, false, false}
 	left := r.run(activeWindow+learnAfter/4, 13).ControlMs
 	r.on = [3]bool{}

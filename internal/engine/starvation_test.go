@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"github.com/sanqos/sanqos/internal/control"
 	"testing"
 	"time"
 
@@ -64,6 +65,10 @@ func TestSlowReadsNeverReleaseTheThrottle(t *testing.T) {
 			e.idleHold = 0 // the thesis's rule: every tick without a read decays
 		}
 		e.Step(clk.Now(), d.snap())
+		// A later burst, whose delay the controller already holds: the
+		// first climb, which takes no fall at all, would hide the rule
+		// under test, and it protects only a run's first burst.
+		e.res[0].ctrl.(*control.PID).SetOutput(cfg.Control.UMaxMs / 2)
 		on := false
 		for k := 0; k < 300; k++ {
 			clk.Advance(100 * time.Millisecond)
@@ -301,23 +306,30 @@ func TestCeilingRisesUnderAWobblyRail(t *testing.T) {
 }
 
 // How soon the ceiling first rises depends on how far over the latency
-// is: at a burst's onset (twice the threshold or more) within about 0.3
-// s of the delay pressing on it, nearer after about a second. (The
-// bounds are numbers, not the constants, so that changing a constant
-// fails here.)
+// is and on whether the burst was ever held: at a burst's onset (twice
+// the threshold or more) and in the first climb from rest within about
+// 0.3 s of the delay pressing on it; in a later burst with the latency
+// nearer, after about a second. (The bounds are numbers, not the
+// constants, so that changing a constant fails here.)
 func TestCeilingRisesSoonerWhenFarOver(t *testing.T) {
 	for _, tc := range []struct {
 		readMs uint64 // every read's latency; threshold 15 ms
+		later  bool   // a later burst: the controller past its first climb
 		within time.Duration
 		notBy  time.Duration
 	}{
 		{readMs: 50, within: 500 * time.Millisecond, notBy: 0},
-		{readMs: 24, within: 1300 * time.Millisecond, notBy: 800 * time.Millisecond},
+		{readMs: 24, within: 500 * time.Millisecond, notBy: 0},
+		{readMs: 24, later: true, within: 1300 * time.Millisecond, notBy: 800 * time.Millisecond},
 	} {
 		clk := clock.NewFake(time.Unix(1000, 0))
 		d := newDisk("loop0", "loop1")
 		e := mustEngine(t, DefaultConfig(), oneResource(0))
 		e.Step(clk.Now(), d.snap())
+		pid := e.res[0].ctrl.(*control.PID)
+		if tc.later {
+			pid.SetOutput(5)
+		}
 		pressing := time.Duration(-1) // since the delay first pressed on the ceiling
 		var rose time.Duration
 		for k := 1; k <= 50 && rose == 0; k++ {
@@ -327,6 +339,9 @@ func TestCeilingRisesSoonerWhenFarOver(t *testing.T) {
 			r := e.Step(clk.Now(), d.snap()).Resources[0]
 			if pressing < 0 && r.DelayMs >= pressShare*r.UMaxMs {
 				pressing = time.Duration(k) * 100 * time.Millisecond
+				if pid.Rising() == tc.later {
+					t.Fatalf("reads at %d ms (later burst %v): the controller pressed on the ceiling with Rising() %v", tc.readMs, tc.later, pid.Rising())
+				}
 			}
 			if r.UMaxMs > 20 {
 				rose = time.Duration(k)*100*time.Millisecond - pressing
@@ -336,7 +351,7 @@ func TestCeilingRisesSoonerWhenFarOver(t *testing.T) {
 			t.Fatalf("reads at %d ms: the delay never pressed on the ceiling or the ceiling never rose (pressing from %v)", tc.readMs, pressing)
 		}
 		if rose > tc.within || rose < tc.notBy {
-			t.Errorf("reads at %d ms: the ceiling rose %v after the delay pressed on it, want between %v and %v", tc.readMs, rose, tc.notBy, tc.within)
+			t.Errorf("reads at %d ms (later burst %v): the ceiling rose %v after the delay pressed on it, want between %v and %v", tc.readMs, tc.later, rose, tc.notBy, tc.within)
 		}
 	}
 }
