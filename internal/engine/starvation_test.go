@@ -1,11 +1,11 @@
 package engine
 
 import (
-	"github.com/sanqos/sanqos/internal/control"
 	"testing"
 	"time"
 
 	"github.com/sanqos/sanqos/internal/clock"
+	"github.com/sanqos/sanqos/internal/control"
 )
 
 // fakeInFlight is the reads in flight per device, as the test sets them.
