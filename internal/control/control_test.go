@@ -487,7 +487,7 @@ func readOnset(t *testing.T) (signal, recorded []float64) {
 // TestFirstClimbTakesNothingAway replays the signal of the lab's cold
 // first burst at 10 ms, where the writers needed 80-90 ms of delay: the
 // law before the first climb took the delay from 17.5 to 12.5 ms as the
-// backlog drained with the signal still 1.5-3.5 × the set point, and
+// backlog drained with the signal still 1.8-4.4 × the set point, and
 // reached the 35 ms that held the burst only after 3 s. From rest until
 // the signal comes down to the set point the output must not fall, and
 // on this signal it gets there within 1.5 s.
