@@ -8,9 +8,12 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
+
+	"gonum.org/v1/gonum/stat"
 
 	"github.com/sanqos/sanqos/internal/lab"
 	"github.com/sanqos/sanqos/internal/lab/iolog"
@@ -79,6 +82,51 @@ func step(c Condition, secs []float64, bytes int64) SweepStep {
 	return s
 }
 
+// sweepLeft estimates how long the transfers not yet made will take, from
+// times, the seconds of those made so far per condition (the last one
+// possibly incomplete). A transfer under a delay takes longer the larger
+// the delay, nearly in proportion (thesis Figs. 5.5–5.6), so a condition
+// not reached yet is predicted on the least-squares line through the
+// reached conditions' mean times against their delays (those of the same
+// job), never below the fastest of them; with fewer than two delays to
+// draw it through, by the mean of every transfer so far.
+func sweepLeft(sw Sweep, times [][]float64) time.Duration {
+	var all []float64
+	for _, ts := range times {
+		all = append(all, ts...)
+	}
+	if len(all) == 0 {
+		return sw.estimate
+	}
+	overall := meanVar(all).mean
+	predict := func(c Condition) float64 {
+		var xs, ys []float64
+		for i, ts := range times {
+			if len(ts) > 0 && sw.Conditions[i].Job == c.Job {
+				xs, ys = append(xs, sw.Conditions[i].DelayMs), append(ys, meanVar(ts).mean)
+			}
+		}
+		if len(xs) < 2 || meanVar(xs).variance == 0 {
+			return overall
+		}
+		alpha, beta := stat.LinearRegression(xs, ys, nil, false)
+		return max(alpha+beta*c.DelayMs, slices.Min(ys))
+	}
+	var left float64
+	for i, c := range sw.Conditions {
+		n := sw.Repeats
+		per := predict(c)
+		if i < len(times) {
+			n -= len(times[i])
+			if len(times[i]) > 0 {
+				per = meanVar(times[i]).mean
+			}
+		}
+		left += float64(max(n, 0)) * per
+	}
+	return time.Duration(left * float64(time.Second))
+}
+
 func roundN(x float64, n int) float64 {
 	p := math.Pow(10, float64(n))
 	return math.Round(x*p) / p
@@ -138,6 +186,7 @@ func (e *env) runSweep(ctx context.Context, sw Sweep) (res *SweepResult, err err
 	}()
 	total := len(sw.Conditions) * sw.Repeats
 	start := time.Now()
+	var times [][]float64 // per condition so far, the transfers' seconds
 	for i, c := range sw.Conditions {
 		if d, err = e.sweepDaemon(ctx, d, c, i); err != nil {
 			return res, err
@@ -146,22 +195,21 @@ func (e *env) runSweep(ctx context.Context, sw Sweep) (res *SweepResult, err err
 		if err != nil {
 			return res, err
 		}
-		var secs []float64
+		times = append(times, nil)
 		for rep := range sw.Repeats {
 			s, bytes, err := e.transfer(ctx, sw, c, filepath.Join(e.o.Out, fmt.Sprintf("transfer-%02d-%02d.jsonl", i, rep)))
 			if err != nil {
 				return res, err
 			}
-			secs, res.Bytes = append(secs, s), bytes
+			times[i], res.Bytes = append(times[i], s), bytes
 			done := i*sw.Repeats + rep + 1
-			el := time.Since(start)
 			e.prog.line("%s: %s, transfer %d/%d: %.2f s; %d/%d done, %s elapsed, about %s left", e.prog.x.Name, c.Label, rep+1, sw.Repeats, s,
-				done, total, el.Round(time.Second), (el / time.Duration(done) * time.Duration(total-done)).Round(time.Second))
+				done, total, time.Since(start).Round(time.Second), sweepLeft(sw, times).Round(time.Second))
 		}
 		if err := undo(); err != nil {
 			return res, err
 		}
-		res.Steps = append(res.Steps, step(c, secs, res.Bytes))
+		res.Steps = append(res.Steps, step(c, times[i], res.Bytes))
 	}
 	res.judge()
 	return res, nil

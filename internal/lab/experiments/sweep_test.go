@@ -151,3 +151,42 @@ func TestReportShowsSweepAndSchedule(t *testing.T) {
 		}
 	}
 }
+
+// TestSweepLeft: a delay sweep's later steps take longer, so the estimate
+// follows the line through the steps reached, not their average.
+func TestSweepLeft(t *testing.T) {
+	delays := Sweep{Repeats: 2, estimate: time.Hour, Conditions: []Condition{
+		{Label: "0 ms", Daemon: true}, {Label: "2 ms", Daemon: true, DelayMs: 2},
+		{Label: "4 ms", Daemon: true, DelayMs: 4}, {Label: "8 ms", Daemon: true, DelayMs: 8},
+	}}
+	jobs := Sweep{Repeats: 2, Conditions: []Condition{
+		{Label: "read", Job: "r"}, {Label: "read idle", Job: "r", Daemon: true},
+		{Label: "write", Job: "w"}, {Label: "write idle", Job: "w", Daemon: true},
+	}}
+	for _, tc := range []struct {
+		name  string
+		sw    Sweep
+		times [][]float64
+		want  float64 // seconds
+	}{
+		{"nothing yet: the plan's estimate", delays, nil, 3600},
+		// one delay reached: only the average to go by
+		{"first step", delays, [][]float64{{10}}, 7 * 10},
+		// 10 s at 0 ms, 14 s at 2 ms: 4 s more per 2 ms; 2 ms's second
+		// transfer, then 18 s twice at 4 ms and 26 s twice at 8 ms
+		{"line through two steps", delays, [][]float64{{10, 10}, {14}}, 14 + 2*18 + 2*26},
+		// a slower second step's part-mean counts for its own transfers
+		{"done", delays, [][]float64{{10, 10}, {14, 14}, {18, 18}, {26, 26}}, 0},
+		// the line never predicts less than the fastest step reached
+		{"falling times floor at the fastest", delays, [][]float64{{20, 20}, {10, 10}}, 2*10 + 2*10},
+		// every condition at delay 0: no line, the average of all so far
+		{"same delay everywhere", jobs, [][]float64{{4, 6}, {5}}, 5 + 4*5},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := sweepLeft(tc.sw, tc.times).Seconds()
+			if math.Abs(got-tc.want) > 1e-6 {
+				t.Errorf("sweepLeft = %.3f s, want %.3f s", got, tc.want)
+			}
+		})
+	}
+}
