@@ -44,7 +44,6 @@ typedef __u32 dev_t;
 // Helper numbers from include/uapi/linux/bpf.h (stable ABI).
 static void *(*bpf_map_lookup_elem)(void *map, const void *key) = (void *)1;
 static __u64 (*bpf_ktime_get_ns)(void) = (void *)5;
-static long (*bpf_probe_read_kernel)(void *dst, __u32 size, const void *src) = (void *)113;
 
 // The kernel types we read, with only the fields used. preserve_access_index
 // makes every access a CO-RE relocation, resolved against the running
@@ -210,14 +209,15 @@ static __always_inline int watched_index(struct request *rq, __u32 *idx)
 	return lookup_dev(disk_dev, idx);
 }
 
-// request_key is the request's address as a plain number: the verifier
-// forbids arithmetic on the typed pointer and storing it into a map, so it
-// is copied out of the tracepoint's arguments as bytes.
-static __always_inline __u64 request_key(__u64 *ctx)
+// request_key names a request within its queue: its address less its
+// queue's. The verifier forbids storing the typed request pointer itself or
+// doing arithmetic on it, but a privileged program may subtract two pointers
+// into a plain number; unlike a copy through bpf_probe_read_kernel this is
+// one instruction. Two requests of one queue never share it, and it is
+// never 0.
+static __always_inline __u64 request_key(struct request *rq)
 {
-	__u64 key = 0;
-	bpf_probe_read_kernel(&key, sizeof(key), &ctx[0]);
-	return key;
+	return (__u64)rq - (__u64)rq->q;
 }
 
 static __always_inline __u32 slot_hash(__u64 rq)
@@ -243,17 +243,18 @@ int blk_issue(__u64 *ctx)
 	__u64 ts = rq->start_time_ns;
 	if (!ts)
 		ts = bpf_ktime_get_ns();
-	__u64 key = request_key(ctx);
+	__u64 key = request_key(rq);
 	__u32 h = slot_hash(key);
 #pragma unroll
 	for (int i = 0; i < PROBES; i++) {
 		__u32 j = (h + i) & (SLOTS - 1);
-		if (rs->s[j].rq == key)
-			return 0; // issued again after a requeue: keep its place
-		if (__sync_val_compare_and_swap(&rs->s[j].rq, 0, key) == 0) {
+		__u64 owner = __sync_val_compare_and_swap(&rs->s[j].rq, 0, key);
+		if (owner == 0) {
 			rs->s[j].ts = ts;
 			return 0;
 		}
+		if (owner == key)
+			return 0; // issued again after a requeue: keep its place
 	}
 	__sync_fetch_and_add(&rs->untracked, 1);
 	return 0;
@@ -280,7 +281,7 @@ int blk_complete(__u64 *ctx)
 		if (!start)
 			__sync_fetch_and_add(&rs->untimed, 1);
 		if (op == REQ_OP_READ) {
-			__u64 key = request_key(ctx);
+			__u64 key = request_key(rq);
 			__u32 h = slot_hash(key);
 #pragma unroll
 			for (int i = 0; i < PROBES; i++) {
