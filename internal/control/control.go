@@ -244,10 +244,10 @@ func (c *PID) TargetMs() float64 { return c.p.TargetMs }
 // the writers need 80-90 ms) the delay rose to 17.5 ms in 0.7 s, fell to
 // 12.5 ms as the backlog drained, and climbed from there on the integral
 // alone, which with the signal at 1.4-1.8 × the set point adds 5-10 % a
-// tick: the reader waited over 1.2 × threshold for 3 s. No delay has yet been too much
-// while the signal has never reached the set point. In the simulator's
-// lab scenario (300 s, seeds 1-3) the cost is the first burst's
-// overshoot: the writers kept 6.1 MB/s at 10 ms against 6.8, 29.4 at
+// tick: the reader waited over 1.2 × threshold for 3 s. No delay has yet
+// been too much while the signal has never reached the set point. In the
+// simulator's lab scenario (300 s, seeds 1-3) the cost is the first
+// burst's overshoot: the writers kept 6.1 MB/s at 10 ms against 6.8, 29.4 at
 // 15 ms against 30.2, 34.5 at 20 ms as before.
 func (c *PID) Update(signalMs float64) float64 {
 	if math.IsNaN(signalMs) {

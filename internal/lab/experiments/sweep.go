@@ -114,15 +114,11 @@ func sweepLeft(sw Sweep, times [][]float64) time.Duration {
 	}
 	var left float64
 	for i, c := range sw.Conditions {
-		n := sw.Repeats
-		per := predict(c)
-		if i < len(times) {
-			n -= len(times[i])
-			if len(times[i]) > 0 {
-				per = meanVar(times[i]).mean
-			}
+		if i < len(times) && len(times[i]) > 0 {
+			left += float64(max(sw.Repeats-len(times[i]), 0)) * meanVar(times[i]).mean
+		} else {
+			left += float64(sw.Repeats) * predict(c)
 		}
-		left += float64(max(n, 0)) * per
 	}
 	return time.Duration(left * float64(time.Second))
 }
