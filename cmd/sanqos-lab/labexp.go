@@ -36,23 +36,31 @@ func labExperimentsHelp() string {
 	return b.String()
 }
 
-// labRun is 'sanqos lab run EXPERIMENT --out DIR [--short]'.
-func labRun(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("lab run", "sanqos lab run EXPERIMENT[,EXPERIMENT...]|all --out DIR [--short] [--runs NAME,...] [--kp K --ti D --td D --u-max D]",
-		`Run one experiment of the thesis in a fresh lab (waiting up to 10 minutes
+// labRunHelp is lab run's --help: the experiments and how long they take.
+func labRunHelp() string {
+	return `Run one experiment of the thesis in a fresh lab (waiting up to 10 minutes
 if another lab is up) and write to DIR: summary.json, report.html, PNG plots
 and, per run, the raw JSON-lines logs of the load generators and of the
 daemon's --record. The lab is taken down at the end, on error and on Ctrl-C.
 
-EXPERIMENT "all" runs the thesis's experiments one after the other (`+strings.Join(experiments.AllNames, ", ")+`),
+EXPERIMENT "all" runs the thesis's experiments one after the other (` + strings.Join(experiments.AllNames, ", ") + `),
 each in its own lab and DIR/NAME, and writes DIR/index.html: each one's plots,
 the thesis's figure or number beside ours and a verdict (--short: about
-`+experiments.AllEstimate(true).Round(time.Minute).String()+`; in full about `+experiments.AllEstimate(false).Round(time.Minute).String()+`).
+` + experiments.AllEstimate(true).Round(time.Minute).String() + `; in full about ` + experiments.AllEstimate(false).Round(time.Minute).String() + `).
 Several experiments named with commas run the same way, e.g. what the
-controller is judged by, in one go: frontier,randw,surge24,guarantees (about `+experiments.Estimate([]string{"frontier", "randw", "surge24", "guarantees"}, false).Round(time.Minute).String()+`).
+controller is judged by, in one go: frontier,randw,surge24,guarantees (about ` + experiments.Estimate([]string{"frontier", "randw", "surge24", "guarantees"}, false).Round(time.Minute).String() + `).
+With --resume, an experiment whose complete results (summary.json) are
+already in DIR/NAME — same --short, every run, same gains — is kept, not
+run again: a long run stopped by Ctrl-C or a reboot goes on where it
+stopped, and the index adds up the time every experiment took.
 
 Experiments:
-`+labExperimentsHelp(), stderr)
+` + labExperimentsHelp()
+}
+
+// labRun is 'sanqos lab run EXPERIMENT --out DIR [--short]'.
+func labRun(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("lab run", "sanqos lab run EXPERIMENT[,EXPERIMENT...]|all --out DIR [--short] [--resume] [--runs NAME,...] [--kp K --ti D --td D --u-max D]", labRunHelp(), stderr)
 	out := fs.String("out", "", "directory for the results (required)")
 	short := fs.Bool("short", false, "run the shortened version")
 	kp := fs.Float64("kp", 0, "pid gain Kp in the daemon's configuration (0: the default)")
@@ -62,6 +70,7 @@ Experiments:
 	runs := fs.String("runs", "", "run only these runs of the experiment, comma-separated (e.g. none,pid-10ms)")
 	storage := fs.String("storage", "", "where LUN images live: emu:PROFILE, emu-mem:PROFILE (the emulated disk's backing files in RAM) or dir:PATH (default: the experiment's, emu:thesis-2010; emu-mem:ssd for ssd)")
 	seed := fs.Int64("seed", 1, "seed of the emulated disk's random numbers")
+	resume := fs.Bool("resume", false, "with all or a list: keep the experiments whose complete results are already in DIR/NAME")
 	size := fs.String("size", experimentLUNSize, "size of each LUN image (sparse); a single writer must not reach its end within a run")
 	// The experiment's name comes first; flags follow it.
 	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
@@ -83,7 +92,7 @@ Experiments:
 		fmt.Fprintf(stderr, "sanqos lab run: --kp, --ti, --td and --u-max must not be negative\n")
 		return errUsage
 	}
-	o := experiments.Options{Out: *out, Short: *short, Progress: stdout,
+	o := experiments.Options{Out: *out, Short: *short, Progress: stdout, Resume: *resume,
 		Gains: experiments.Gains{Kp: *kp, Ti: *ti, Td: *td, UMaxMs: float64(*umax) / float64(time.Millisecond)}}
 	if name == "all" || strings.Contains(name, ",") {
 		return labRunAll(ctx, name, *runs, o, func(profile string) (lab.Options, error) { return labOptions(profile, *storage, *size, *seed, stdout) }, stdout, stderr)
@@ -91,6 +100,10 @@ Experiments:
 	x, err := experiments.Lookup(name)
 	if err != nil {
 		fmt.Fprintf(stderr, "sanqos lab run: %v (or all)\n", err)
+		return errUsage
+	}
+	if *resume {
+		fmt.Fprintf(stderr, "sanqos lab run %s: --resume keeps experiments of all or a list; one experiment alone always runs\n", name)
 		return errUsage
 	}
 	only, err := selectRuns(x, *runs, *short)
@@ -142,12 +155,16 @@ func labRunAll(ctx context.Context, arg, runs string, o experiments.Options, lab
 	}
 	idx, err := experiments.RunAll(ctx, names, o, labFor)
 	for _, e := range idx.Entries {
-		fmt.Fprintf(stdout, "%-8s %s (%s)\n", e.Name, e.Verdict, e.Took)
+		fmt.Fprintf(stdout, "%-8s %s; took %s\n", e.Name, e.Verdict, e.TookText())
 	}
 	if werr := os.WriteFile(filepath.Join(o.Out, "index.md"), []byte(experiments.IndexMarkdown(idx)), 0o644); werr != nil && err == nil {
 		err = werr
 	}
-	fmt.Fprintf(stdout, "wrote %s/index.html, index.md and index.json (%s in all)\n", o.Out, idx.Finished.Sub(idx.Started).Round(time.Second))
+	took := idx.Finished.Sub(idx.Started).Round(time.Second).String() + " in all"
+	if k := idx.Kept(); k > 0 {
+		took = fmt.Sprintf("%s this time; with the %d kept, the experiments took %s in all", idx.Finished.Sub(idx.Started).Round(time.Second), k, idx.Took())
+	}
+	fmt.Fprintf(stdout, "wrote %s/index.html, index.md and index.json (%s)\n", o.Out, took)
 	return err
 }
 

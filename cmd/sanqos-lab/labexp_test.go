@@ -18,6 +18,8 @@ func TestLabRunBadArgs(t *testing.T) {
 		{"negative u_max", []string{"lab", "run", "fig5.11", "--out", "x", "--u-max", "-1ms"}, "must not be negative"},
 		{"no out", []string{"lab", "run", "fig5.11"}, "--out DIR is required"},
 		{"unknown experiment", []string{"lab", "run", "fig9", "--out", "x"}, "fig9"},
+		{"resume one experiment", []string{"lab", "run", "fig5.6", "--out", "x", "--resume"}, "--resume keeps experiments of all or a list"},
+		{"runs with all", []string{"lab", "run", "all", "--out", "x", "--runs", "none"}, "--runs chooses runs of one experiment"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var out, errb bytes.Buffer

@@ -2,6 +2,7 @@ package experiments
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"html/template"
@@ -49,6 +50,9 @@ type IndexEntry struct {
 	Report  string        `json:"report,omitempty"`
 	Error   string        `json:"error,omitempty"`
 	Took    time.Duration `json:"took"`
+	// Kept: the results of an earlier run in the same directory
+	// (Options.Resume), not run again; Took is that run's.
+	Kept bool `json:"kept,omitempty"`
 }
 
 // Index is what 'lab run all' (or a list of experiments) wrote.
@@ -85,36 +89,48 @@ func ParseNames(arg string) ([]string, error) {
 // directory under o.Out, with a progress line before each, and writes
 // o.Out/index.html and index.json after each (a stopped run leaves an
 // index of what it did). An experiment that fails is recorded and the
-// rest still run. An experiment whose data is another's run (fig4.3's is
+// rest still run. With o.Resume, an experiment whose complete results an
+// earlier run left in its directory is kept (keepable). An experiment whose data is another's run (fig4.3's is
 // fig5.8's) analyses that run again when it came earlier in names, and
 // runs its own otherwise. labFor gives the lab options of a profile.
 func RunAll(ctx context.Context, names []string, o Options, labFor func(profile string) (lab.Options, error)) (*Index, error) {
 	idx := &Index{Names: names, Started: time.Now().UTC(), Short: o.Short}
 	left := Estimate(names, o.Short)
-	done := map[string]*Summary{}
+	done, kept := map[string]*Summary{}, map[string]bool{}
 	var errs []error
 	for i, n := range names {
 		x, err := Lookup(n)
 		if err != nil {
 			return idx, err
 		}
-		if o.Progress != nil {
-			fmt.Fprintf(o.Progress, "lab run: experiment %d/%d %s, %s elapsed, about %s left\n", i+1, len(names), n,
-				time.Since(idx.Started).Round(time.Second), left.Round(time.Minute))
-		}
-		start := time.Now()
 		xo := o
 		xo.Out = filepath.Join(o.Out, n)
-		s, err := runOrDerive(ctx, x, xo, names[:i], done, labFor)
-		left = max(0, left-estimateIn(n, names[:i], o.Short))
-		e := entryOf(x, s, err, o.Out)
-		e.Took = time.Since(start).Round(time.Second)
-		idx.Entries = append(idx.Entries, e)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", n, err))
+		var e IndexEntry
+		if s := keepable(x, xo, names[:i], kept); s != nil {
+			e = entryOf(x, s, nil, o.Out)
+			e.Took, e.Kept = s.Finished.Sub(s.Started).Round(time.Second), true
+			done[n], kept[n] = s, true
+			if o.Progress != nil {
+				fmt.Fprintf(o.Progress, "lab run: experiment %d/%d %s kept: its results of %s (took %s) are in %s\n", i+1, len(names), n,
+					s.Finished.Local().Format("2006-01-02 15:04"), e.Took, xo.Out)
+			}
 		} else {
-			done[n] = s
+			if o.Progress != nil {
+				fmt.Fprintf(o.Progress, "lab run: experiment %d/%d %s, %s elapsed, about %s left\n", i+1, len(names), n,
+					time.Since(idx.Started).Round(time.Second), left.Round(time.Minute))
+			}
+			start := time.Now()
+			s, err := runOrDerive(ctx, x, xo, names[:i], done, kept, labFor)
+			e = entryOf(x, s, err, o.Out)
+			e.Took = time.Since(start).Round(time.Second)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("%s: %w", n, err))
+			} else {
+				done[n] = s
+			}
 		}
+		left = max(0, left-estimateIn(n, names[:i], o.Short))
+		idx.Entries = append(idx.Entries, e)
 		idx.Finished = time.Now().UTC()
 		if werr := writeIndex(o.Out, idx); werr != nil {
 			return idx, werr
@@ -128,10 +144,44 @@ func RunAll(ctx context.Context, names []string, o Options, labFor func(profile 
 	return idx, errors.Join(errs...)
 }
 
+// keepable is the complete results of an earlier run of x in o.Out, to
+// keep instead of running x again (Options.Resume): its summary.json
+// (written only when every run completed) for the same experiment, the
+// same --short, every planned run and the same controller gains. An
+// experiment whose data is another's run is kept only with that run kept:
+// analysed from other data it would not match. nil: run it.
+func keepable(x Experiment, o Options, before []string, kept map[string]bool) *Summary {
+	if !o.Resume {
+		return nil
+	}
+	if from := derivedFrom[x.Name]; from != "" && slices.Contains(before, from) && !kept[from] {
+		return nil
+	}
+	b, err := os.ReadFile(filepath.Join(o.Out, "summary.json"))
+	if err != nil {
+		return nil
+	}
+	var s Summary
+	if json.Unmarshal(b, &s) != nil || s.Experiment != x.Name || s.Short != o.Short || s.Finished.IsZero() || s.Gains != o.Gains.WithDefaults() {
+		return nil
+	}
+	var ran []string
+	for _, r := range s.Runs {
+		ran = append(ran, r.Name)
+	}
+	if want := x.RunNames(o.Short); !slices.Equal(ran, want) || (x.sweep != nil && s.Sweep == nil) {
+		return nil
+	}
+	s.out = o.Out
+	return &s
+}
+
 // runOrDerive runs x in a fresh lab, or analyses again the runs of the
 // experiment it derives from when that was among before.
-func runOrDerive(ctx context.Context, x Experiment, o Options, before []string, done map[string]*Summary, labFor func(string) (lab.Options, error)) (*Summary, error) {
-	if from := derivedFrom[x.Name]; from != "" && slices.Contains(before, from) {
+func runOrDerive(ctx context.Context, x Experiment, o Options, before []string, done map[string]*Summary, kept map[string]bool, labFor func(string) (lab.Options, error)) (*Summary, error) {
+	// A kept run was read back from its summary.json, without the
+	// per-second data an analysis needs: x runs its own.
+	if from := derivedFrom[x.Name]; from != "" && slices.Contains(before, from) && !kept[from] {
 		src := done[from]
 		if src == nil {
 			return nil, fmt.Errorf("its data is %s's run, which did not complete", from)
@@ -296,13 +346,42 @@ func writeIndex(dir string, idx *Index) error {
 	return f.Close()
 }
 
+// Took is how long the experiments took, added up: with experiments kept
+// from earlier runs, longer than this run's Finished − Started.
+func (idx *Index) Took() time.Duration {
+	var d time.Duration
+	for _, e := range idx.Entries {
+		d += e.Took
+	}
+	return d
+}
+
+// Kept is how many experiments were kept from earlier runs.
+func (idx *Index) Kept() int {
+	n := 0
+	for _, e := range idx.Entries {
+		if e.Kept {
+			n++
+		}
+	}
+	return n
+}
+
+// TookText is an entry's time for the index, saying when it was kept.
+func (e IndexEntry) TookText() string {
+	if e.Kept {
+		return e.Took.String() + " (kept from an earlier run)"
+	}
+	return e.Took.String()
+}
+
 // IndexMarkdown is the index as a Markdown table, to commit in docs/.
 func IndexMarkdown(idx *Index) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "| experiment | thesis | ours | verdict |\n|---|---|---|---|\n")
+	fmt.Fprintf(&b, "| experiment | thesis | ours | verdict | took |\n|---|---|---|---|---|\n")
 	cell := func(s string) string { return strings.ReplaceAll(strings.ReplaceAll(s, "|", "\\|"), "\n", " ") }
 	for _, e := range idx.Entries {
-		fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", e.Name, cell(e.Thesis), cell(e.Ours), cell(e.Verdict))
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s |\n", e.Name, cell(e.Thesis), cell(e.Ours), cell(e.Verdict), e.TookText())
 	}
 	return b.String()
 }
@@ -317,10 +396,11 @@ th { background: #eee; } img { max-width: 560px; border: 1px solid #ddd; }
 </style></head><body>
 <h1>sanqos lab run {{join .Names ","}}</h1>
 <p>Started {{.Started.Format "2006-01-02 15:04 MST"}}, last update {{.Finished.Format "15:04 MST"}}{{if .Short}}, short versions{{end}}.
-Each experiment ran in a fresh lab; its own report has the runs, the targets and the commands.</p>
+Each experiment ran in a fresh lab; its own report has the runs, the targets and the commands.
+The experiments took {{.Took}} in all{{with .Kept}}, {{.}} of them kept from earlier runs in this directory (--resume){{end}}.</p>
 <table><tr><th>experiment</th><th>the thesis</th><th>ours</th><th>verdict</th><th>took</th></tr>
 {{range .Entries}}<tr><td>{{if .Report}}<a href="{{.Report}}">{{.Name}}</a>{{else}}{{.Name}}{{end}}<br><small>{{.Title}}</small></td>
-<td>{{if .Thesis}}{{.Thesis}}{{else}}–{{end}}</td><td>{{.Ours}}</td><td>{{.Verdict}}</td><td>{{.Took}}</td></tr>
+<td>{{if .Thesis}}{{.Thesis}}{{else}}–{{end}}</td><td>{{.Ours}}</td><td>{{.Verdict}}</td><td>{{.TookText}}</td></tr>
 {{end}}</table>
 {{range .Entries}}{{$n := .Name}}{{range .Plots}}<h3>{{$n}}</h3><p><a href="{{.}}"><img src="{{.}}" alt="{{.}}"></a></p>
 {{end}}{{end}}

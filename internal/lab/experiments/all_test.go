@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sanqos/sanqos/internal/lab"
 )
@@ -174,6 +175,103 @@ func TestRunAllOrderAndFailures(t *testing.T) {
 	asked = nil
 	if _, err := RunAll(context.Background(), []string{"fig4.3"}, Options{Out: dir}, labFor); err == nil || len(asked) != 1 {
 		t.Errorf("fig4.3 alone: err %v, labs asked %v", err, asked)
+	}
+}
+
+// TestRunAllResume: with Resume, an experiment whose complete results
+// are in its directory is kept and no lab comes up for it; incomplete,
+// shortened or differently tuned results, and fig4.3's analysis of a
+// fig5.8 that runs again, are run anew. labFor refuses, so every
+// experiment not kept fails, and the test counts them.
+func TestRunAllResume(t *testing.T) {
+	start := time.Date(2026, 11, 27, 20, 0, 0, 0, time.UTC)
+	write := func(t *testing.T, dir string, s Summary) {
+		t.Helper()
+		if err := os.MkdirAll(filepath.Join(dir, s.Experiment), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if s.Gains == (Gains{}) {
+			s.Gains = Gains{}.WithDefaults()
+		}
+		if err := writeJSON(filepath.Join(dir, s.Experiment, "summary.json"), &s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	runs := func(names ...string) []*RunResult {
+		var out []*RunResult
+		for _, n := range names {
+			out = append(out, &RunResult{Name: n})
+		}
+		return out
+	}
+	done := func(exp string, took time.Duration, r ...string) Summary {
+		return Summary{Experiment: exp, Started: start, Finished: start.Add(took), Runs: runs(r...)}
+	}
+	cases := []struct {
+		name     string
+		names    []string
+		write    []Summary
+		wantKept []string
+		wantLabs int
+	}{
+		{"complete results are kept", []string{"fig5.8", "fig4.3", "randw"},
+			[]Summary{done("fig5.8", 8*time.Minute, "delays"), done("fig4.3", time.Second, "delays"), done("randw", 11*time.Minute, "none", "pid-15ms")},
+			[]string{"fig5.8", "fig4.3", "randw"}, 0},
+		{"a run missing, a short version, other gains: run again", []string{"randw", "fig5.1", "surge24"},
+			[]Summary{done("randw", time.Minute, "none"), func() Summary { s := done("fig5.1", time.Minute, "readers"); s.Short = true; return s }(),
+				func() Summary {
+					s := done("surge24", time.Minute, "none", "pid-15ms")
+					s.Gains = Gains{Kp: 9}.WithDefaults()
+					return s
+				}()},
+			nil, 3},
+		{"a stopped experiment left no summary", []string{"fig5.1"}, nil, nil, 1},
+		{"fig4.3 is not kept when fig5.8 runs again", []string{"fig5.8", "fig4.3"},
+			[]Summary{done("fig4.3", time.Second, "delays")}, nil, 1},
+		{"fig4.3 runs its own lab when fig5.8 is kept without it", []string{"fig5.8", "fig4.3"},
+			[]Summary{done("fig5.8", 8*time.Minute, "delays")}, []string{"fig5.8"}, 1},
+		{"a sweep without its steps is run again", []string{"fig5.6"},
+			[]Summary{done("fig5.6", time.Hour)}, nil, 1},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			dir := t.TempDir()
+			for _, s := range c.write {
+				write(t, dir, s)
+			}
+			labs := 0
+			labFor := func(string) (lab.Options, error) { labs++; return lab.Options{}, errors.New("no lab here") }
+			var progress strings.Builder
+			idx, err := RunAll(context.Background(), c.names, Options{Out: dir, Resume: true, Progress: &progress}, labFor)
+			var kept []string
+			var took time.Duration
+			for _, e := range idx.Entries {
+				if e.Kept {
+					kept = append(kept, e.Name)
+					took += e.Took
+				}
+			}
+			if !slices.Equal(kept, c.wantKept) || labs != c.wantLabs || (err == nil) != (c.wantLabs == 0) {
+				t.Fatalf("kept %v, labs %d, err %v; want kept %v, labs %d\n%s", kept, labs, err, c.wantKept, c.wantLabs, progress.String())
+			}
+			if idx.Kept() != len(kept) || idx.Took() < took {
+				t.Errorf("index: %d kept, took %v; entries' kept time %v", idx.Kept(), idx.Took(), took)
+			}
+			b, err := os.ReadFile(filepath.Join(dir, "index.html"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(kept) > 0 && (!strings.Contains(string(b), "kept from an earlier run") || !strings.Contains(progress.String(), kept[0]+" kept")) {
+				t.Errorf("index.html or progress does not say what was kept:\n%s\n%s", b, progress.String())
+			}
+		})
+	}
+	// Without Resume, complete results are run again.
+	dir := t.TempDir()
+	write(t, dir, done("fig5.1", time.Minute, "readers"))
+	labs := 0
+	if _, err := RunAll(context.Background(), []string{"fig5.1"}, Options{Out: dir}, func(string) (lab.Options, error) { labs++; return lab.Options{}, errors.New("no") }); err == nil || labs != 1 {
+		t.Errorf("without resume: err %v, labs %d", err, labs)
 	}
 }
 

@@ -36,6 +36,10 @@ type Options struct {
 	// Runs, when not empty, runs only the experiment's runs of these
 	// names (e.g. "none", "pid-10ms"), in the experiment's order.
 	Runs []string
+	// Resume: RunAll keeps an experiment whose complete results are
+	// already in its directory instead of running it again, so that a
+	// long 'lab run all' stopped part-way goes on where it stopped.
+	Resume bool
 }
 
 // Experiment is one experiment of the thesis.
