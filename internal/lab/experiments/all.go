@@ -90,9 +90,10 @@ func ParseNames(arg string) ([]string, error) {
 // o.Out/index.html and index.json after each (a stopped run leaves an
 // index of what it did). An experiment that fails is recorded and the
 // rest still run. With o.Resume, an experiment whose complete results an
-// earlier run left in its directory is kept (keepable). An experiment whose data is another's run (fig4.3's is
-// fig5.8's) analyses that run again when it came earlier in names, and
-// runs its own otherwise. labFor gives the lab options of a profile.
+// earlier run left in its directory is kept (keepable). An experiment
+// whose data is another's run (fig4.3's is fig5.8's) analyses that run
+// again when it came earlier in names, and runs its own otherwise (or
+// when that run was kept). labFor gives the lab options of a profile.
 func RunAll(ctx context.Context, names []string, o Options, labFor func(profile string) (lab.Options, error)) (*Index, error) {
 	idx := &Index{Names: names, Started: time.Now().UTC(), Short: o.Short}
 	left := Estimate(names, o.Short)
