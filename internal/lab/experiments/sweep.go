@@ -350,6 +350,16 @@ func sizeBytes(s string) int64 {
 	return n * mult
 }
 
+// sizeLabel writes a load generator's size for people: "200m" is
+// "200 MiB"; what sizeBytes cannot read stays as it is.
+func sizeLabel(s string) string {
+	unit := map[string]string{"k": " KiB", "m": " MiB", "g": " GiB"}[s[len(s)-min(1, len(s)):]]
+	if sizeBytes(s) == 0 || unit == "" {
+		return s
+	}
+	return s[:len(s)-1] + unit
+}
+
 // plotSweep draws a transfer sweep: the mean time of each condition with
 // its standard error, and the MB/s. Delay sweeps (fig5.5, fig5.6) put the
 // delay on the X axis; the overhead's conditions are numbered, one series
@@ -359,7 +369,7 @@ func plotSweep(s *Summary, runs []*RunResult) ([]string, error) {
 	if r == nil || len(r.Steps) == 0 {
 		return nil, nil
 	}
-	timeP := plot.Panel{Title: fmt.Sprintf("time to move %s (mean of %d, bars: standard error)", r.Size, r.Repeats), YLabel: "s"}
+	timeP := plot.Panel{Title: fmt.Sprintf("time to move %s (mean of %d, bars: standard error)", sizeLabel(r.Size), r.Repeats), YLabel: "s"}
 	rateP := plot.Panel{Title: "throughput (size / mean time)", YLabel: "MB/s"}
 	xlabel := "added delay (ms)"
 	if len(r.Compare) > 0 {

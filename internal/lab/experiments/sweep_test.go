@@ -104,6 +104,11 @@ func TestTransferArgs(t *testing.T) {
 			t.Errorf("sizeBytes(%q) = %d, want %d", s, got, want)
 		}
 	}
+	for s, want := range map[string]string{"200m": "200 MiB", "64k": "64 KiB", "1g": "1 GiB", "4096": "4096", "lots": "lots", "m": "m", "": ""} {
+		if got := sizeLabel(s); got != want {
+			t.Errorf("sizeLabel(%q) = %q, want %q", s, got, want)
+		}
+	}
 }
 
 func TestPlotSweep(t *testing.T) {
