@@ -155,7 +155,7 @@ func keepable(x Experiment, o Options, before []string, kept map[string]bool) *S
 	if !o.Resume {
 		return nil
 	}
-	if from := derivedFrom[x.Name]; from != "" && slices.Contains(before, from) && !kept[from] {
+	if derivesFrom(x, before, kept) != "" {
 		return nil
 	}
 	b, err := os.ReadFile(filepath.Join(o.Out, "summary.json"))
@@ -177,12 +177,21 @@ func keepable(x Experiment, o Options, before []string, kept map[string]bool) *S
 	return &s
 }
 
+// derivesFrom is the experiment x analyses again instead of running its
+// own lab: the one its data comes from, when that came before and was not
+// kept (a kept run was read back from its summary.json, without the
+// per-second data an analysis needs). "" when x runs.
+func derivesFrom(x Experiment, before []string, kept map[string]bool) string {
+	if from := derivedFrom[x.Name]; from != "" && slices.Contains(before, from) && !kept[from] {
+		return from
+	}
+	return ""
+}
+
 // runOrDerive runs x in a fresh lab, or analyses again the runs of the
 // experiment it derives from when that was among before.
 func runOrDerive(ctx context.Context, x Experiment, o Options, before []string, done map[string]*Summary, kept map[string]bool, labFor func(string) (lab.Options, error)) (*Summary, error) {
-	// A kept run was read back from its summary.json, without the
-	// per-second data an analysis needs: x runs its own.
-	if from := derivedFrom[x.Name]; from != "" && slices.Contains(before, from) && !kept[from] {
+	if from := derivesFrom(x, before, kept); from != "" {
 		src := done[from]
 		if src == nil {
 			return nil, fmt.Errorf("its data is %s's run, which did not complete", from)

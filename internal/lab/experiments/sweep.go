@@ -331,33 +331,44 @@ func (e *env) transfer(ctx context.Context, sw Sweep, c Condition, logPath strin
 	return s.Dur, s.Bytes, nil
 }
 
-// sizeBytes reads the load generator's sizes ("200m": k, m, g are powers
-// of 1024, as in fio); 0 when it cannot.
-func sizeBytes(s string) int64 {
-	mult := int64(1)
-	switch {
-	case strings.HasSuffix(s, "k"):
-		mult = 1 << 10
-	case strings.HasSuffix(s, "m"):
-		mult = 1 << 20
-	case strings.HasSuffix(s, "g"):
-		mult = 1 << 30
+// sizeUnits are the load generator's size suffixes: powers of 1024, as in
+// fio.
+var sizeUnits = []struct {
+	suffix, label string
+	mult          int64
+}{{"k", " KiB", 1 << 10}, {"m", " MiB", 1 << 20}, {"g", " GiB", 1 << 30}}
+
+// parseSize splits a load generator's size ("200m") into its number and
+// unit; ok is false when it cannot read it.
+func parseSize(s string) (n, mult int64, label string, ok bool) {
+	num, mult := s, int64(1)
+	for _, u := range sizeUnits {
+		if strings.HasSuffix(s, u.suffix) {
+			num, mult, label = strings.TrimSuffix(s, u.suffix), u.mult, u.label
+			break
+		}
 	}
-	n, err := strconv.ParseInt(strings.TrimRight(s, "kmg"), 10, 64)
-	if err != nil {
+	n, err := strconv.ParseInt(num, 10, 64)
+	return n, mult, label, err == nil
+}
+
+// sizeBytes reads the load generator's sizes; 0 when it cannot.
+func sizeBytes(s string) int64 {
+	n, mult, _, ok := parseSize(s)
+	if !ok {
 		return 0
 	}
 	return n * mult
 }
 
 // sizeLabel writes a load generator's size for people: "200m" is
-// "200 MiB"; what sizeBytes cannot read stays as it is.
+// "200 MiB"; what it cannot read, or a size in bytes, stays as it is.
 func sizeLabel(s string) string {
-	unit := map[string]string{"k": " KiB", "m": " MiB", "g": " GiB"}[s[len(s)-min(1, len(s)):]]
-	if sizeBytes(s) == 0 || unit == "" {
+	n, _, label, ok := parseSize(s)
+	if !ok || label == "" {
 		return s
 	}
-	return s[:len(s)-1] + unit
+	return strconv.FormatInt(n, 10) + label
 }
 
 // plotSweep draws a transfer sweep: the mean time of each condition with

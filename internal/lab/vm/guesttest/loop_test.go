@@ -12,6 +12,7 @@ import (
 
 	"github.com/sanqos/sanqos/internal/lab/vm"
 	"github.com/sanqos/sanqos/internal/lab/vm/kstack"
+	"github.com/sanqos/sanqos/internal/status"
 )
 
 // TestAutonomicLoop runs sanqos as an administrator would on the kernel
@@ -125,7 +126,7 @@ func TestAutonomicLoop(t *testing.T) {
 	// before its first tick is written.
 	var (
 		during time.Duration
-		last   tick
+		last   status.Record
 	)
 	deadline := time.Now().Add(30 * time.Second)
 	for {
@@ -133,7 +134,7 @@ func TestAutonomicLoop(t *testing.T) {
 		during, n = window(time.Second)
 		var ok bool
 		last, ok = lastTick(t, "/tmp/sanqos-loop.jsonl")
-		if n > 0 && during > before+5*time.Millisecond && ok && last.delayed("vg-"+kstack.VG0) {
+		if n > 0 && during > before+5*time.Millisecond && ok && delayed(last, "vg-"+kstack.VG0) {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -166,16 +167,8 @@ func TestAutonomicLoop(t *testing.T) {
 	}
 }
 
-// tick is the part of a --record line this test reads.
-type tick struct {
-	Resources []struct {
-		Name    string  `json:"name"`
-		DelayMs float64 `json:"delay_ms"`
-		Members int     `json:"members"`
-	} `json:"resources"`
-}
-
-func (k tick) delayed(name string) bool {
+// delayed: the tick delayed the resource name.
+func delayed(k status.Record, name string) bool {
 	for _, r := range k.Resources {
 		if r.Name == name && r.DelayMs > 0 {
 			return true
@@ -187,7 +180,7 @@ func (k tick) delayed(name string) bool {
 // lastTick reads the last complete line of a record the daemon is still
 // writing: the one before the final newline (a read may catch a line half
 // written). ok is false while there is none.
-func lastTick(t *testing.T, path string) (k tick, ok bool) {
+func lastTick(t *testing.T, path string) (k status.Record, ok bool) {
 	t.Helper()
 	rec, err := os.ReadFile(path)
 	if os.IsNotExist(err) {
