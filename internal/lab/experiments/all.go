@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sanqos/sanqos/internal/diskmodel"
 	"github.com/sanqos/sanqos/internal/lab"
 )
 
@@ -171,6 +172,10 @@ func keepable(x Experiment, o Options, before []string, kept map[string]bool) *S
 		ran = append(ran, r.Name)
 	}
 	if want := x.RunNames(o.Short); !slices.Equal(ran, want) || (x.sweep != nil && s.Sweep == nil) {
+		return nil
+	}
+	// A summary from before the disk was recorded is taken as it is.
+	if p, err := diskmodel.ProfileByName(x.Profile()); err == nil && s.Lab.Disk != nil && *s.Lab.Disk != p {
 		return nil
 	}
 	s.out = o.Out

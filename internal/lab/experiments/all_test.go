@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sanqos/sanqos/internal/diskmodel"
 	"github.com/sanqos/sanqos/internal/lab"
 )
 
@@ -183,6 +184,17 @@ func TestRunAllOrderAndFailures(t *testing.T) {
 // shortened or differently tuned results, and fig4.3's analysis of a
 // fig5.8 that runs again, are run anew. labFor refuses, so every
 // experiment not kept fails, and the test counts them.
+// onDisk records in s the default lab's disk model, changed by edit.
+func onDisk(s Summary, edit func(*diskmodel.Profile)) Summary {
+	p, err := diskmodel.ProfileByName(lab.DefaultStorage.Profile)
+	if err != nil {
+		panic(err)
+	}
+	edit(&p)
+	s.Lab.Disk = &p
+	return s
+}
+
 func TestRunAllResume(t *testing.T) {
 	start := time.Date(2026, 11, 27, 20, 0, 0, 0, time.UTC)
 	write := func(t *testing.T, dir string, s Summary) {
@@ -232,6 +244,10 @@ func TestRunAllResume(t *testing.T) {
 			[]Summary{done("fig5.8", 8*time.Minute, "delays")}, []string{"fig5.8"}, 1},
 		{"a sweep without its steps is run again", []string{"fig5.6"},
 			[]Summary{done("fig5.6", time.Hour)}, nil, 1},
+		{"measured on today's disk model: kept", []string{"fig5.1"},
+			[]Summary{onDisk(done("fig5.1", time.Minute, "readers"), func(*diskmodel.Profile) {})}, []string{"fig5.1"}, 0},
+		{"measured on another disk model: run again", []string{"fig5.1"},
+			[]Summary{onDisk(done("fig5.1", time.Minute, "readers"), func(p *diskmodel.Profile) { p.ReadAheadBytes = 0 })}, nil, 1},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sanqos/sanqos/internal/diskmodel"
 	"github.com/sanqos/sanqos/internal/lab"
 )
 
@@ -119,6 +120,9 @@ type LabInfo struct {
 	Loadgen  string       `json:"loadgen,omitempty"`
 	// NFS is the export the loads used, for an NFS experiment.
 	NFS string `json:"nfs,omitempty"`
+	// Disk is the emulated array's model, for emulated storage: a result
+	// holds only for the disk it was measured on.
+	Disk *diskmodel.Profile `json:"disk,omitempty"`
 }
 
 // Names lists the experiments.
@@ -326,6 +330,11 @@ func (x Experiment) RunOn(ctx context.Context, l *lab.Lab, o Options) (*Summary,
 		Gains: o.Gains.WithDefaults(), out: o.Out}
 	if x.nfs {
 		s.Lab.NFS = l.NFS().URL
+	}
+	if st.Storage.Kind == "emu" {
+		if p, err := diskmodel.ProfileByName(st.Storage.Profile); err == nil {
+			s.Lab.Disk = &p
+		}
 	}
 	if err := stopLeftoverDaemons("/proc"); err != nil {
 		return nil, err
