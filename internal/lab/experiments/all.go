@@ -97,8 +97,15 @@ func ParseNames(arg string) ([]string, error) {
 // when that run was kept). labFor gives the lab options of a profile.
 func RunAll(ctx context.Context, names []string, o Options, labFor func(profile string) (lab.Options, error)) (*Index, error) {
 	idx := &Index{Names: names, Started: time.Now().UTC(), Short: o.Short}
-	left := Estimate(names, o.Short)
-	done, kept := map[string]*Summary{}, map[string]bool{}
+	keep, kept, err := keptOf(names, o)
+	if err != nil {
+		return idx, err
+	}
+	var left time.Duration
+	for i, n := range names {
+		left += estimateIn(n, names[:i], kept, o.Short)
+	}
+	done := map[string]*Summary{}
 	var errs []error
 	for i, n := range names {
 		x, err := Lookup(n)
@@ -108,7 +115,7 @@ func RunAll(ctx context.Context, names []string, o Options, labFor func(profile 
 		xo := o
 		xo.Out = filepath.Join(o.Out, n)
 		var e IndexEntry
-		if s := keepable(x, xo, names[:i], kept); s != nil {
+		if s := keep[n]; s != nil {
 			e = entryOf(x, s, nil, o.Out)
 			e.Took, e.Kept = s.Finished.Sub(s.Started).Round(time.Second), true
 			done[n], kept[n] = s, true
@@ -131,7 +138,7 @@ func RunAll(ctx context.Context, names []string, o Options, labFor func(profile 
 				done[n] = s
 			}
 		}
-		left = max(0, left-estimateIn(n, names[:i], o.Short))
+		left = max(0, left-estimateIn(n, names[:i], kept, o.Short))
 		idx.Entries = append(idx.Entries, e)
 		idx.Finished = time.Now().UTC()
 		if werr := writeIndex(o.Out, idx); werr != nil {
@@ -144,6 +151,25 @@ func RunAll(ctx context.Context, names []string, o Options, labFor func(profile 
 		}
 	}
 	return idx, errors.Join(errs...)
+}
+
+// keptOf decides, before anything runs, which of names an earlier run's
+// results are kept for (keepable), so that the first estimate counts only
+// what will run.
+func keptOf(names []string, o Options) (map[string]*Summary, map[string]bool, error) {
+	keep, kept := map[string]*Summary{}, map[string]bool{}
+	for i, n := range names {
+		x, err := Lookup(n)
+		if err != nil {
+			return nil, nil, err
+		}
+		xo := o
+		xo.Out = filepath.Join(o.Out, n)
+		if s := keepable(x, xo, names[:i], kept); s != nil {
+			keep[n], kept[n] = s, true
+		}
+	}
+	return keep, kept, nil
 }
 
 // keepable is the complete results of an earlier run of x in o.Out, to
@@ -429,16 +455,17 @@ func AllEstimate(short bool) time.Duration { return Estimate(AllNames, short) }
 func Estimate(names []string, short bool) time.Duration {
 	var d time.Duration
 	for i, n := range names {
-		d += estimateIn(n, names[:i], short)
+		d += estimateIn(n, names[:i], nil, short)
 	}
 	return d
 }
 
-// estimateIn is how long experiment n takes after the experiments before:
-// nothing when it analyses again the run of one of them.
-func estimateIn(n string, before []string, short bool) time.Duration {
+// estimateIn is how long experiment n takes after the experiments before,
+// of which those in kept are kept: nothing when n is kept too or analyses
+// again the run of one of them.
+func estimateIn(n string, before []string, kept map[string]bool, short bool) time.Duration {
 	x, err := Lookup(n)
-	if err != nil || slices.Contains(before, derivedFrom[n]) {
+	if err != nil || kept[n] || derivesFrom(x, before, kept) != "" {
 		return 0
 	}
 	return x.Estimate(short)

@@ -3,6 +3,7 @@ package experiments
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -288,6 +289,22 @@ func TestRunAllResume(t *testing.T) {
 	labs := 0
 	if _, err := RunAll(context.Background(), []string{"fig5.1"}, Options{Out: dir}, func(string) (lab.Options, error) { labs++; return lab.Options{}, errors.New("no") }); err == nil || labs != 1 {
 		t.Errorf("without resume: err %v, labs %d", err, labs)
+	}
+	// The first estimate counts only what will run: fig5.1, and fig4.3,
+	// which runs its own lab because fig5.8 is kept.
+	dir = t.TempDir()
+	write(t, dir, done("fig5.8", 8*time.Minute, "delays"))
+	var progress strings.Builder
+	RunAll(context.Background(), []string{"fig5.8", "fig5.1", "fig4.3"}, Options{Out: dir, Resume: true, Progress: &progress},
+		func(string) (lab.Options, error) { return lab.Options{}, errors.New("no") })
+	est := func(n string) time.Duration { x, _ := Lookup(n); return x.Estimate(false) }
+	for _, want := range []string{
+		fmt.Sprintf("fig5.1, 0s elapsed, about %s left", (est("fig5.1") + est("fig4.3")).Round(time.Minute)),
+		fmt.Sprintf("fig4.3, 0s elapsed, about %s left", est("fig4.3").Round(time.Minute)),
+	} {
+		if !strings.Contains(progress.String(), want) {
+			t.Errorf("progress does not say %q:\n%s", want, progress.String())
+		}
 	}
 }
 
