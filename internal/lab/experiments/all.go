@@ -118,7 +118,7 @@ func RunAll(ctx context.Context, names []string, o Options, labFor func(profile 
 		if s := keep[n]; s != nil {
 			e = entryOf(x, s, nil, o.Out)
 			e.Took, e.Kept = s.Finished.Sub(s.Started).Round(time.Second), true
-			done[n], kept[n] = s, true
+			done[n] = s
 			if o.Progress != nil {
 				fmt.Fprintf(o.Progress, "lab run: experiment %d/%d %s kept: its results of %s (took %s) are in %s\n", i+1, len(names), n,
 					s.Finished.Local().Format("2006-01-02 15:04"), e.Took, xo.Out)
@@ -175,7 +175,8 @@ func keptOf(names []string, o Options) (map[string]*Summary, map[string]bool, er
 // keepable is the complete results of an earlier run of x in o.Out, to
 // keep instead of running x again (Options.Resume): its summary.json
 // (written only when every run completed) for the same experiment, the
-// same --short, every planned run and the same controller gains. An
+// same --short, every planned run, the same controller gains and the same
+// disk model. An
 // experiment whose data is another's run is kept only with that run kept:
 // analysed from other data it would not match. nil: run it.
 func keepable(x Experiment, o Options, before []string, kept map[string]bool) *Summary {
