@@ -1,9 +1,12 @@
 package experiments
 
 import (
+	"flag"
 	"reflect"
 	"testing"
 	"time"
+
+	"github.com/sanqos/sanqos/internal/lab/loadspec"
 )
 
 // TestHarderWorkloadPlans: randw, surge24 and guarantees run 300 s each
@@ -45,5 +48,39 @@ func TestHarderWorkloadPlans(t *testing.T) {
 	p := x.plan(false)
 	if p[0].w.Readers != 4 || p[0].w.Writers != 0 || p[2].w.Writers != 1 || p[2].w.On != "" || p[2].w.Name != p[3].w.Name {
 		t.Errorf("guarantees workloads: %+v", p)
+	}
+}
+
+// TestWriterArgs: continuous writers run their whole WriterTime, over
+// their region again if they get to its end; on/off writers keep their
+// bursts. The arguments must parse as the load generator's job.
+func TestWriterArgs(t *testing.T) {
+	cases := []struct {
+		name      string
+		w         Workload
+		timeBased bool
+		onBytes   int64
+	}{
+		{"continuous (fig5.8: 1 GiB a thread, 440 s)", Workload{WriterTime: 440 * time.Second, Writers: 12}, true, 0},
+		{"bursts", Workload{WriterTime: 280 * time.Second, Writers: 12, On: "64m", Off: 5 * time.Second}, false, 64 << 20},
+		{"random writers", Workload{WriterTime: 280 * time.Second, Writers: 24, WriterJob: "randwrite-8k"}, true, 0},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			fs := flag.NewFlagSet("loadgen", flag.ContinueOnError)
+			f := loadspec.BindFlags(fs)
+			perThread := fs.Bool("per-thread", false, "")
+			if err := fs.Parse(writerArgs(c.w, "b3", 4, 1024)); err != nil {
+				t.Fatal(err)
+			}
+			j, err := f.Job()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if j.TimeBased != c.timeBased || j.OnSize != c.onBytes || j.Runtime != c.w.WriterTime || j.Size != 1024<<20 || j.Threads != 4 || !*perThread {
+				t.Errorf("job %+v (per-thread %v): want time-based %v, on %d, runtime %v, 1 GiB, 4 threads, per thread",
+					j, *perThread, c.timeBased, c.onBytes, c.w.WriterTime)
+			}
+		})
 	}
 }

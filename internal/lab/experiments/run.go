@@ -227,14 +227,10 @@ type loadProc struct {
 	log  string
 	errf string
 	done chan error
-	// fullBytes is what the load moves when it completes its region
-	// before its runtime (0: it runs for its runtime).
-	fullBytes int64
 }
 
-// startLoad starts a load generator; fullBytes is what it moves when it
-// completes its region (0: it runs for its runtime).
-func (e *env) startLoad(ctx context.Context, host labHost, logPath string, fullBytes int64, args ...string) (*loadProc, error) {
+// startLoad starts a load generator, which runs for its runtime.
+func (e *env) startLoad(ctx context.Context, host labHost, logPath string, args ...string) (*loadProc, error) {
 	cmd, err := e.loadCommand(context.WithoutCancel(ctx), host, isReaderLog(logPath), args)
 	if err != nil {
 		return nil, err
@@ -255,7 +251,7 @@ func (e *env) startLoad(ctx context.Context, host labHost, logPath string, fullB
 		errf.Close()
 		return nil, fmt.Errorf("starting load on %s: %w", host.name, err)
 	}
-	p := &loadProc{host: host.name, ns: host.ns, cmd: cmd, log: logPath, errf: errPath, done: make(chan error, 1), fullBytes: fullBytes}
+	p := &loadProc{host: host.name, ns: host.ns, cmd: cmd, log: logPath, errf: errPath, done: make(chan error, 1)}
 	go func() { p.done <- cmd.Wait(); out.Close(); errf.Close() }()
 	return p, nil
 }
