@@ -75,31 +75,9 @@ func TestReadAhead(t *testing.T) {
 				return a.Submit(t0.Add(msd(100)), Read, 64*ki, 64*ki, 1)
 			}, -1, msd(100 + 0.5 + 1 + 1), 0, 2},
 		{"with one segment, two streams evict each other",
-			func() Profile { p := lookAhead(); p.ReadAheadSegments = 1; return p }, func(a *Array) time.Time {
-				var last time.Time
-				for i := range 6 {
-					at := t0.Add(time.Duration(i) * msd(20))
-					off := int64(i/2) * 64 * ki
-					if i%2 == 1 {
-						off += far
-					}
-					last = a.Submit(at, Read, off, 64*ki, uint64(i%2))
-				}
-				return last
-			}, -1, msd(100 + 0.5 + full/2 + 1), 0, 6},
+			func() Profile { p := lookAhead(); p.ReadAheadSegments = 1; return p }, twoStreams, -1, msd(100 + 0.5 + full/2 + 1), 0, 6},
 		{"with two segments, two streams both read ahead",
-			lookAhead, func(a *Array) time.Time {
-				var last time.Time
-				for i := range 6 {
-					at := t0.Add(time.Duration(i) * msd(20))
-					off := int64(i/2) * 64 * ki
-					if i%2 == 1 {
-						off += far
-					}
-					last = a.Submit(at, Read, off, 64*ki, uint64(i%2))
-				}
-				return last
-			}, msd(100 + 0.5 + 1), 0, 4, 6},
+			lookAhead, twoStreams, msd(100 + 0.5 + 1), 0, 4, 6},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -115,6 +93,20 @@ func TestReadAhead(t *testing.T) {
 			}
 		})
 	}
+}
+
+// twoStreams reads two sequential streams half a spindle apart in turn,
+// 64 KiB every 20 ms, three reads each, and returns the last completion.
+func twoStreams(a *Array) time.Time {
+	var last time.Time
+	for i := range 6 {
+		off := int64(i/2) * 64 * ki
+		if i%2 == 1 {
+			off += far
+		}
+		last = a.Submit(t0.Add(time.Duration(i)*msd(20)), Read, off, 64*ki, uint64(i%2))
+	}
+	return last
 }
 
 func TestReadAheadLeavesRandomReadsToTheMedia(t *testing.T) {
