@@ -1,19 +1,30 @@
-# sanqos — build, test and demo. Run as root on a Debian machine; the deps
-# target installs what is missing.
+# sanqos — build, install, test and demo.
+#
+#   make build              the binaries in bin/; installs nothing (a Go toolchain is all it needs)
+#   make install            the daemon only: binary, systemd unit, configuration (PREFIX, DESTDIR)
+#   make uninstall          removes what install put there (a configuration you changed stays)
+#   make test, make demo    as root on Debian: install the lab's packages first (make deps)
+#   make deps (lab-deps)    the Debian packages and Go modules the lab and the tests need
 
 GO        ?= go
-BIN       := bin
+BIN       ?= bin
 VERSION   := $(shell git describe --always --dirty 2>/dev/null || echo dev)
-LDFLAGS   := -X main.version=$(VERSION)
+COMMIT    := $(shell git rev-parse HEAD 2>/dev/null)
+BUILDDATE := $(shell date -u +%Y-%m-%dT%H:%M:%SZ)
+# sanqos version prints these; a plain go build falls back on what the go
+# command stamped (vcs.revision, vcs.time).
+LDFLAGS   := -X main.version=$(VERSION) -X main.commit=$(COMMIT) -X main.date=$(BUILDDATE)
 APT_PKGS  := qemu-system-x86 debootstrap kmod tgt ethtool libiscsi-bin libiscsi-dev libnfs-dev nfs-ganesha nfs-ganesha-vfs rpcbind fio ipset iptables fuse3 iproute2 pkg-config gcc
 REPORT    ?= report
 
-.PHONY: all build deps test demo fmt vet clean bpf fuzz soak install kernel-lab diagram
+.PHONY: all build lab-build deps lab-deps test demo fmt vet clean bpf fuzz soak install uninstall kernel-lab diagram
 
 all: build
 
-# deps installs the Debian packages and Go modules sanqos needs. It only
-# calls apt when something is missing, so it is cheap to repeat.
+# deps (or lab-deps) installs the Debian packages and Go modules the lab,
+# the load generator and the tests need; the daemon itself needs none of
+# them to build or run. It only calls apt when something is missing, so it
+# is cheap to repeat.
 # Some packages are servers the lab runs in its own namespaces (tgt,
 # nfs-ganesha, rpcbind): Debian would start and enable them on the host,
 # so the install runs with a policy-rc.d that forbids starting services
@@ -24,7 +35,8 @@ all: build
 # LAB_UNITS: package:unit of the servers whose units deps disables when
 # it installs the package (never a package that was there before).
 LAB_UNITS := tgt:tgt.service nfs-ganesha:nfs-ganesha.service rpcbind:rpcbind.service rpcbind:rpcbind.socket
-deps:
+deps: lab-deps
+lab-deps:
 	@missing=""; for p in $(APT_PKGS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then \
 		echo "installing:$$missing"; \
@@ -40,21 +52,57 @@ deps:
 	fi
 	$(GO) mod download
 
-build: deps
+# build compiles and installs nothing: the daemon and the lab's binary are
+# pure Go. The lab's load generator links libiscsi and libnfs (cgo) and is
+# built only where their development packages are (make deps installs them).
+build:
 	mkdir -p $(BIN)
 	CGO_ENABLED=0 $(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/sanqos ./cmd/sanqos
-	CGO_ENABLED=0 $(GO) build -o $(BIN)/sanqos-lab ./cmd/sanqos-lab
-	@if [ -d cmd/sanqos-iscsiload ]; then $(GO) build -o $(BIN)/sanqos-iscsiload ./cmd/sanqos-iscsiload; fi
+	CGO_ENABLED=0 $(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/sanqos-lab ./cmd/sanqos-lab
+	@if pkg-config --exists libiscsi libnfs 2>/dev/null; then \
+		echo "$(GO) build -o $(BIN)/sanqos-iscsiload ./cmd/sanqos-iscsiload"; \
+		$(GO) build -o $(BIN)/sanqos-iscsiload ./cmd/sanqos-iscsiload; \
+	else echo "not building sanqos-iscsiload (the lab's load generator): it needs libiscsi-dev and libnfs-dev (make deps)"; fi
 
-# install puts the daemon, its systemd unit and the example configuration in
-# place (the configuration only if there is none yet); DESTDIR stages it.
-PREFIX ?= /usr/local
-install:
-	@test -x $(BIN)/sanqos || { echo "run 'make build' first (as root it also installs the build's dependencies)"; exit 1; }
-	install -D -m 0755 $(BIN)/sanqos $(DESTDIR)$(PREFIX)/sbin/sanqos
-	install -D -m 0644 deploy/sanqos.service $(DESTDIR)/etc/systemd/system/sanqos.service
-	@if [ -e $(DESTDIR)/etc/sanqos/sanqos.toml ]; then echo "kept $(DESTDIR)/etc/sanqos/sanqos.toml"; 	else install -D -m 0644 deploy/sanqos.example.toml $(DESTDIR)/etc/sanqos/sanqos.toml; fi
+# lab-build: the lab's packages, then every binary, the load generator too.
+lab-build: deps
+	$(MAKE) build
+	@test -x $(BIN)/sanqos-iscsiload || { echo "sanqos-iscsiload was not built"; exit 1; }
+
+# install puts the daemon only in place: the binary in $(PREFIX)/sbin, its
+# systemd unit and the example configuration (the configuration only if
+# there is none yet; an existing one is kept). DESTDIR stages it. The unit
+# names /usr/local/sbin/sanqos; for another PREFIX its Exec lines are
+# rewritten here, so deploy/sanqos.service stays the one source. Nothing of
+# the lab is installed, and no package manager runs.
+PREFIX     ?= /usr/local
+SBINDIR    ?= $(PREFIX)/sbin
+UNITDIR    ?= /etc/systemd/system
+SYSCONFDIR ?= /etc/sanqos
+install: $(BIN)/sanqos
+	install -D -m 0755 $(BIN)/sanqos $(DESTDIR)$(SBINDIR)/sanqos
+	install -d -m 0755 $(DESTDIR)$(UNITDIR)
+	sed -e '/^Exec/s|/usr/local/sbin/sanqos|$(SBINDIR)/sanqos|g' -e '/^Exec/s|/etc/sanqos/|$(SYSCONFDIR)/|g' \
+		deploy/sanqos.service > $(DESTDIR)$(UNITDIR)/sanqos.service
+	chmod 0644 $(DESTDIR)$(UNITDIR)/sanqos.service
+	@if [ -e $(DESTDIR)$(SYSCONFDIR)/sanqos.toml ]; then echo "kept $(DESTDIR)$(SYSCONFDIR)/sanqos.toml"; \
+	else install -D -m 0644 deploy/sanqos.example.toml $(DESTDIR)$(SYSCONFDIR)/sanqos.toml; fi
 	@echo "installed; then: systemctl daemon-reload && systemctl enable --now sanqos"
+
+# uninstall removes what install put in place. The configuration goes only
+# while it is still the example's copy: one you edited stays, and is named.
+# Stop the service first (systemctl disable --now sanqos).
+uninstall:
+	rm -f $(DESTDIR)$(SBINDIR)/sanqos $(DESTDIR)$(UNITDIR)/sanqos.service
+	@if [ -e $(DESTDIR)$(SYSCONFDIR)/sanqos.toml ]; then \
+		if cmp -s deploy/sanqos.example.toml $(DESTDIR)$(SYSCONFDIR)/sanqos.toml; then rm -f $(DESTDIR)$(SYSCONFDIR)/sanqos.toml; \
+		else echo "kept $(DESTDIR)$(SYSCONFDIR)/sanqos.toml: it differs from the example (remove it yourself)"; fi; fi
+	@rmdir $(DESTDIR)$(SYSCONFDIR) 2>/dev/null || true
+	@echo "uninstalled; then: systemctl daemon-reload"
+
+$(BIN)/sanqos:
+	mkdir -p $(BIN)
+	CGO_ENABLED=0 $(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/sanqos ./cmd/sanqos
 
 # bpf regenerates the block-latency probe's BPF object, which is committed
 # and embedded so that sanqos needs no compiler at run time. Only this target
@@ -84,7 +132,9 @@ vet:
 # (network namespaces, tgt, iSCSI, NFQUEUE), one package at a time so that
 # timing measurements do not compete with each other; then the kernel lab on
 # Debian's cloud kernel (about 1.5 min warm, 3 min cold).
-test: deps fmt vet build
+# Its prerequisites install the lab's packages first: on a fresh Debian
+# machine make test needs nothing else.
+test: lab-build fmt vet
 	$(GO) test -count=1 -p 1 -timeout 60m ./...
 	$(GO) test -count=1 -race -short ./internal/...
 	$(MAKE) fuzz FUZZTIME=6s
@@ -95,7 +145,7 @@ test: deps fmt vet build
 # its RSS, threads, descriptors or kernel objects grow, or if it leaves
 # anything behind (sanqos lab soak --help). make test runs 3 minutes.
 SOAK ?= 1h
-soak: build
+soak: lab-build
 	$(BIN)/sanqos lab soak --duration $(SOAK) --interval 5s --out $(BIN)/soak
 
 # fuzz runs every fuzz target for FUZZTIME each (make test: 6 s each,
@@ -138,7 +188,7 @@ kernel-lab: build
 diagram:
 	$(GO) test -count=1 -run TestPackageDiagram ./internal/lint -update
 
-demo: build
+demo: lab-build
 	$(BIN)/sanqos lab demo --out $(REPORT)
 
 clean:
