@@ -11,11 +11,16 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime"
+	"runtime/debug"
 	"strings"
 )
 
-// version is set at build time with -ldflags "-X main.version=…".
-var version = "dev"
+// version, commit and date are set at build time by make build
+// (-ldflags "-X main.version=… -X main.commit=… -X main.date=…"). Where
+// they are empty, sanqos version falls back on what the go command
+// stamped into the binary (see versionInfo).
+var version, commit, date string
 
 // command is one sanqos subcommand.
 type command struct {
@@ -33,7 +38,7 @@ func commands() []command {
 		{"sim", "run the deterministic simulation of the thesis experiment (sanqos-lab)", cmdSim},
 		{"lab", "bring up the iSCSI lab on this machine and run experiments (sanqos-lab)", cmdLab},
 		{"probe", "print per-device block I/O latency percentiles from the eBPF probe", cmdProbe},
-		{"version", "print the version", cmdVersion},
+		{"version", "print the version, commit and build date (also -v, --version)", cmdVersion},
 	}
 }
 
@@ -42,9 +47,11 @@ func usage(w io.Writer) {
 
 When many consumers share one storage pool, a few writers can make every
 reader wait. sanqos runs on the storage target, measures each shared
-resource's read response time from /proc/diskstats and, only while it is over
-the threshold, slows the writers down by delaying the TCP packets the target
-sends them. No packet is dropped and no client software is needed.
+resource's read response time (every read, timed in the kernel by an eBPF
+probe on the block layer where the kernel allows it, else /proc/diskstats)
+and, only while it is over the threshold, slows the writers down by delaying
+the TCP packets the target sends them. No packet is dropped and no client
+software is needed.
 
 Usage:
   sanqos <command> [flags]
@@ -71,7 +78,7 @@ func dispatch(args []string, stdout, stderr io.Writer) int {
 	case "-h", "--help", "help":
 		usage(stdout)
 		return 0
-	case "--version", "-version":
+	case "--version", "-version", "-v":
 		args = []string{"version"}
 	}
 	for _, c := range commands() {
@@ -100,11 +107,73 @@ func dispatch(args []string, stdout, stderr io.Writer) int {
 	return 2
 }
 
+func init() {
+	// The daemon reports version in /status and its log: resolved here,
+	// so that a plain go build reports what the go command stamped.
+	bi, _ := debug.ReadBuildInfo()
+	version = versionInfo(version, commit, date, bi).version
+}
+
 func cmdVersion(_ context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("version", "sanqos version", "Print the version of sanqos.", stderr)
+	fs := newFlagSet("version", "sanqos version", "Print the version of sanqos, the commit it was built from and when.", stderr)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "sanqos %s\n", version)
+	bi, _ := debug.ReadBuildInfo()
+	fmt.Fprint(stdout, versionInfo(version, commit, date, bi))
 	return nil
+}
+
+// buildVersion is what sanqos version prints.
+type buildVersion struct{ version, commit, date, goVersion string }
+
+func (v buildVersion) String() string {
+	return fmt.Sprintf("sanqos %s\ncommit: %s\nbuilt:  %s\ngo:     %s\n", v.version, v.commit, v.date, v.goVersion)
+}
+
+// versionInfo resolves sanqos version: what the linker set, else what the
+// go command stamped (the module's version for go install mod@vX, the
+// commit and its time for a build in a git checkout), else "dev" and
+// "unknown". Only the linker knows the build's own date; vcs.time is the
+// commit's, and is labelled so.
+func versionInfo(ldVersion, ldCommit, ldDate string, bi *debug.BuildInfo) buildVersion {
+	v := buildVersion{version: ldVersion, commit: ldCommit, date: ldDate, goVersion: runtime.Version()}
+	var vcsRev, vcsTime string
+	modified := false
+	if bi != nil {
+		for _, s := range bi.Settings {
+			switch s.Key {
+			case "vcs.revision":
+				vcsRev = s.Value
+			case "vcs.time":
+				vcsTime = s.Value
+			case "vcs.modified":
+				modified = s.Value == "true"
+			}
+		}
+		if bi.GoVersion != "" {
+			v.goVersion = bi.GoVersion
+		}
+		if v.version == "" && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+			v.version = bi.Main.Version
+		}
+	}
+	if v.commit == "" && vcsRev != "" {
+		v.commit = vcsRev
+		if modified {
+			v.commit += " (modified)"
+		}
+	}
+	if v.date == "" && vcsTime != "" {
+		v.date = vcsTime + " (the commit's time)"
+	}
+	for _, f := range []*string{&v.version, &v.commit, &v.date} {
+		if *f == "" {
+			*f = "unknown"
+		}
+	}
+	if v.version == "unknown" {
+		v.version = "dev"
+	}
+	return v
 }
