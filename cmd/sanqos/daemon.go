@@ -41,11 +41,13 @@ type runOptions struct {
 	cleanupOnly bool
 }
 
-const runDescription = `Run the QoS daemon: every tick (100 ms) read /proc/diskstats, compute each
-shared resource's read latency (r_await, EWMA-filtered) and, while it is over
-the threshold, delay the TCP packets the target sends to the resource's
-heavy writers (the throttleable set). Nothing is throttled while the
-resource is healthy, and nothing is ever dropped.
+const runDescription = `Run the QoS daemon: every tick (100 ms) measure each shared resource's read
+latency (every read timed in the kernel by the eBPF block-layer probe where
+the kernel allows it, else /proc/diskstats' r_await; the mean, p95 or p99,
+EWMA-filtered) and, while it is over the threshold, delay the TCP packets
+the target sends to the resource's heavy writers (the throttleable set).
+Nothing is throttled while the resource is healthy, and nothing is ever
+dropped.
 
 It serves /metrics (Prometheus) and /status (read by 'sanqos status' and
 'sanqos top') on --listen, and the root-only control socket of 'sanqos
