@@ -10,9 +10,10 @@ GO        ?= go
 BIN       ?= bin
 VERSION   := $(shell git describe --always --dirty 2>/dev/null || echo dev)
 COMMIT    := $(shell git rev-parse HEAD 2>/dev/null)
-BUILDDATE := $(shell date -u +%Y-%m-%dT%H:%M:%SZ)
+BUILDDATE := $(shell date -u $${SOURCE_DATE_EPOCH:+-d @$$SOURCE_DATE_EPOCH} +%Y-%m-%dT%H:%M:%SZ)
 # sanqos version prints these; a plain go build falls back on what the go
-# command stamped (vcs.revision, vcs.time).
+# command stamped (vcs.revision, vcs.time). SOURCE_DATE_EPOCH, where set
+# (reproducible package builds), fixes the build date.
 LDFLAGS   := -X main.version=$(VERSION) -X main.commit=$(COMMIT) -X main.date=$(BUILDDATE)
 APT_PKGS  := qemu-system-x86 debootstrap kmod tgt ethtool libiscsi-bin libiscsi-dev libnfs-dev nfs-ganesha nfs-ganesha-vfs rpcbind fio ipset iptables fuse3 iproute2 pkg-config gcc
 REPORT    ?= report
