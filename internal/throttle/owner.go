@@ -5,10 +5,12 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
 	"regexp"
 	"runtime"
 	"strings"
-	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -25,9 +27,9 @@ import (
 //   - tc backends: the root qdisc on the device, whose instance is named
 //     after the device (one root qdisc per device).
 //
-// An instance holds a lock while it lives: the abstract unix socket
-// @sanqos-instance-<instance> of its network namespace, which the kernel
-// releases when the process dies, however it dies. Start-up and Close
+// An instance holds a lock while it lives: a flock(2) on
+// LockDir/<netns inode>-<instance>.lock, which the kernel releases when
+// the process dies, however it dies. Start-up and Close
 // touch only the instance's own objects, and the leftovers of instances
 // that are provably dead: objects whose instance lock is free (a free
 // lock is taken for the time of the removal, so an instance starting
@@ -169,37 +171,112 @@ func setOwner(name string) (inst string, ok bool) {
 	return inst, true
 }
 
-// lockPrefix names the instance locks: abstract unix sockets, per
-// network namespace like the objects they guard.
-const lockPrefix = "@sanqos-instance-"
+// LockDir holds the instance locks: one file per instance and network
+// namespace, <netns inode>-<instance>.lock, locked with flock(2) for as
+// long as the instance lives; the kernel releases the lock when the
+// process dies, however it dies. The directory is root's and writable
+// only by root, so no other user can take or squat a lock (an abstract
+// unix socket, the lock of earlier versions, can be bound by any user of
+// the namespace). It is not /run/sanqos: systemd removes a unit's
+// RuntimeDirectory when the unit stops, which would unlink the lock file
+// of a second instance running outside the unit and let a third take the
+// "same" lock on a new file. Lock files are never removed, for the same
+// reason; each is empty. A variable for tests.
+var LockDir = "/run/sanqos-locks"
+
+// legacyLockPrefix names the locks of versions before LockDir: abstract
+// unix sockets. An instance still binds its name, where it can, so that
+// an older binary (say, a --cleanup-only of the previous package during
+// an upgrade) sees it running; whoever holds the name is otherwise
+// ignored, since any user may.
+const legacyLockPrefix = "@sanqos-instance-"
 
 // ErrInstanceRunning says the instance's lock is held by a live process.
 var ErrInstanceRunning = errors.New("a sanqos instance of that name is running in this network namespace")
 
-// instanceLock is held for as long as an instance lives: a unix socket
-// bound to the instance's abstract address.
-type instanceLock struct{ fd int }
+// instanceLock is held for as long as an instance lives: the locked file
+// (fd) and, if it could be bound, the legacy abstract socket (sock, -1
+// when not).
+type instanceLock struct{ fd, sock int }
 
-// bindLock binds the lock of instance name in network namespace ns (0:
-// the caller's); EADDRINUSE says another process holds it.
+// lockPath is the lock file of instance name in network namespace ns (0:
+// the caller's).
+func lockPath(ns int, name string) (string, error) {
+	var st unix.Stat_t
+	var err error
+	if ns == 0 {
+		err = unix.Stat("/proc/thread-self/ns/net", &st)
+	} else {
+		err = unix.Fstat(ns, &st)
+	}
+	if err != nil {
+		return "", fmt.Errorf("reading the network namespace's identity: %w", err)
+	}
+	return filepath.Join(LockDir, fmt.Sprintf("%d-%s.lock", st.Ino, name)), nil
+}
+
+// openLockDir creates LockDir (mode 0700) if it is missing and opens it,
+// refusing a directory another user could write to: whoever can write
+// there can replace a lock file and so run a second instance beside a
+// live one, or keep every instance from starting.
+func openLockDir() (int, error) {
+	if err := os.Mkdir(LockDir, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
+		return -1, fmt.Errorf("creating the lock directory %s: %w", LockDir, err)
+	}
+	dfd, err := unix.Open(LockDir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, fmt.Errorf("opening the lock directory %s (it must be a directory, not a symlink): %w", LockDir, err)
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(dfd, &st); err != nil {
+		unix.Close(dfd)
+		return -1, fmt.Errorf("checking the lock directory %s: %w", LockDir, err)
+	}
+	// Root's, or (tests, unprivileged runs) the caller's own.
+	if (st.Uid != 0 && int(st.Uid) != os.Geteuid()) || st.Mode&0o022 != 0 {
+		unix.Close(dfd)
+		return -1, fmt.Errorf("lock directory %s is owned by uid %d with mode %04o: another user could take or replace instance locks; remove it (sanqos creates it again, root's, mode 0700)", LockDir, st.Uid, st.Mode&0o7777)
+	}
+	return dfd, nil
+}
+
+// bindLock takes the lock of instance name in network namespace ns (0:
+// the caller's) if it is free; EWOULDBLOCK says another process holds
+// it.
 func bindLock(ns int, name string) (*instanceLock, error) {
-	var fd int
-	err := inNetNS(ns, func() error {
-		var err error
-		fd, err = unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
-		if err != nil {
-			return err
-		}
-		if err := unix.Bind(fd, &unix.SockaddrUnix{Name: lockPrefix + name}); err != nil {
-			unix.Close(fd)
-			return err
-		}
-		return nil
-	})
+	path, err := lockPath(ns, name)
 	if err != nil {
 		return nil, err
 	}
-	return &instanceLock{fd}, nil
+	dfd, err := openLockDir()
+	if err != nil {
+		return nil, err
+	}
+	defer unix.Close(dfd)
+	base := filepath.Base(path)
+	fd, err := unix.Openat(dfd, base, unix.O_RDWR|unix.O_CREAT|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("opening lock file %s: %w", path, err)
+	}
+	if err := unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		unix.Close(fd)
+		return nil, err
+	}
+	lk := &instanceLock{fd: fd, sock: -1}
+	// Best effort, see legacyLockPrefix.
+	_ = inNetNS(ns, func() error {
+		s, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			return err
+		}
+		if err := unix.Bind(s, &unix.SockaddrUnix{Name: legacyLockPrefix + name}); err != nil {
+			unix.Close(s)
+			return err
+		}
+		lk.sock = s
+		return nil
+	})
+	return lk, nil
 }
 
 // lockInstance takes the lock of instance name in network namespace ns.
@@ -213,12 +290,13 @@ func lockInstance(ns int, name string) (*instanceLock, error) {
 		if lk, err = bindLock(ns, name); err == nil {
 			return lk, nil
 		}
-		if !errors.Is(err, syscall.EADDRINUSE) {
+		if !errors.Is(err, unix.EWOULDBLOCK) {
 			return nil, fmt.Errorf("taking the lock of sanqos instance %q: %w", name, err)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	return nil, fmt.Errorf("instance %q (lock %s): %w", name, lockPrefix+name, ErrInstanceRunning)
+	path, _ := lockPath(ns, name)
+	return nil, fmt.Errorf("instance %q (lock %s): %w", name, path, ErrInstanceRunning)
 }
 
 // tryLockDead takes the lock of instance name if it is free, at once.
@@ -228,7 +306,14 @@ func tryLockDead(ns int, name string) (*instanceLock, bool) {
 }
 
 func (lk *instanceLock) release() {
-	if lk != nil && lk.fd >= 0 {
+	if lk == nil {
+		return
+	}
+	if lk.sock >= 0 {
+		unix.Close(lk.sock)
+		lk.sock = -1
+	}
+	if lk.fd >= 0 {
 		unix.Close(lk.fd)
 		lk.fd = -1
 	}
