@@ -180,8 +180,8 @@ func setOwner(name string) (inst string, ok bool) {
 // the namespace). It is not /run/sanqos: systemd removes a unit's
 // RuntimeDirectory when the unit stops, which would unlink the lock file
 // of a second instance running outside the unit and let a third take the
-// "same" lock on a new file. Lock files are never removed, for the same
-// reason; each is empty. A variable for tests.
+// "same" lock on a new file. A lock file is removed only by its holder,
+// under the lock (see openLocked); each is empty. A variable for tests.
 var LockDir = "/run/sanqos-locks"
 
 // legacyLockPrefix names the locks of versions before LockDir: abstract
@@ -195,9 +195,12 @@ const legacyLockPrefix = "@sanqos-instance-"
 var ErrInstanceRunning = errors.New("a sanqos instance of that name is running in this network namespace")
 
 // instanceLock is held for as long as an instance lives: the locked file
-// (fd) and, if it could be bound, the legacy abstract socket (sock, -1
-// when not).
-type instanceLock struct{ fd, sock int }
+// (fd, at path) and, if it could be bound, the legacy abstract socket
+// (sock, -1 when not).
+type instanceLock struct {
+	fd, sock int
+	path     string
+}
 
 // lockPath is the lock file of instance name in network namespace ns (0:
 // the caller's).
@@ -254,15 +257,14 @@ func bindLock(ns int, name string) (*instanceLock, error) {
 	}
 	defer unix.Close(dfd)
 	base := filepath.Base(path)
-	fd, err := unix.Openat(dfd, base, unix.O_RDWR|unix.O_CREAT|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+	fd, err := openLocked(dfd, base)
 	if err != nil {
-		return nil, fmt.Errorf("opening lock file %s: %w", path, err)
+		if errors.Is(err, unix.EWOULDBLOCK) {
+			return nil, err
+		}
+		return nil, fmt.Errorf("locking %s: %w", path, err)
 	}
-	if err := unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB); err != nil {
-		unix.Close(fd)
-		return nil, err
-	}
-	lk := &instanceLock{fd: fd, sock: -1}
+	lk := &instanceLock{fd: fd, sock: -1, path: path}
 	// Best effort, see legacyLockPrefix.
 	_ = inNetNS(ns, func() error {
 		s, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
@@ -277,6 +279,37 @@ func bindLock(ns int, name string) (*instanceLock, error) {
 		return nil
 	})
 	return lk, nil
+}
+
+// openLocked opens and locks the lock file name in directory dfd. A
+// holder removes its file before it lets go of it (see release), so a
+// file locked after it was removed is stale: the lock is the one on the
+// file the name now leads to.
+func openLocked(dfd int, name string) (int, error) {
+	for range 100 {
+		fd, err := unix.Openat(dfd, name, unix.O_RDWR|unix.O_CREAT|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+		if err != nil {
+			return -1, err
+		}
+		if err := unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB); err != nil {
+			unix.Close(fd)
+			return -1, err
+		}
+		var held, now unix.Stat_t
+		if err := unix.Fstat(fd, &held); err != nil {
+			unix.Close(fd)
+			return -1, err
+		}
+		err = unix.Fstatat(dfd, name, &now, unix.AT_SYMLINK_NOFOLLOW)
+		if err == nil && now.Dev == held.Dev && now.Ino == held.Ino {
+			return fd, nil
+		}
+		unix.Close(fd)
+		if err != nil && !errors.Is(err, unix.ENOENT) {
+			return -1, err
+		}
+	}
+	return -1, errors.New("the lock file keeps being replaced")
 }
 
 // lockInstance takes the lock of instance name in network namespace ns.
@@ -314,6 +347,11 @@ func (lk *instanceLock) release() {
 		lk.sock = -1
 	}
 	if lk.fd >= 0 {
+		// Removed while still locked, so that LockDir does not fill
+		// with the files of instances and namespaces long gone; a taker
+		// that opened it meanwhile sees it is stale (openLocked). A
+		// process that dies leaves its file, which the next taker reuses.
+		unix.Unlink(lk.path)
 		unix.Close(lk.fd)
 		lk.fd = -1
 	}

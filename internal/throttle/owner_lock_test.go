@@ -89,6 +89,9 @@ func TestOwnerLockSquatterIgnored(t *testing.T) {
 		t.Fatal("a clean-up took the lock of a live instance")
 	}
 	lk.release()
+	if p, _ := lockPath(0, inst); fileExists(p) {
+		t.Errorf("%s outlived its release", p)
+	}
 	lk4, dead := tryLockDead(0, inst)
 	if !dead {
 		t.Fatal("a released lock stayed taken")
@@ -148,5 +151,52 @@ func TestOwnerLockDirRefusedUnlessRootOnly(t *testing.T) {
 	if lk, err := lockInstance(0, inst); err == nil {
 		lk.release()
 		t.Error("a symlinked lock directory was used")
+	}
+}
+
+func fileExists(p string) bool {
+	_, err := os.Lstat(p)
+	return err == nil
+}
+
+// TestOwnerLockStaleFileIsNotALock: a taker that opened the lock file
+// just before its holder removed it (release) and locked it after must
+// not count as holding the lock: the lock is on the file the name leads
+// to now.
+func TestOwnerLockStaleFileIsNotALock(t *testing.T) {
+	inst := testInstance("st")
+	removeLockFile(t, 0, inst)
+	p, err := lockPath(0, inst)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := lockInstance(0, inst)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir, err := os.Open(LockDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dir.Close()
+	old, err := os.Open(p) // a taker, between its open and its flock
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer old.Close()
+	a.release()
+	b, err := lockInstance(0, inst)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.release()
+	// The late taker's flock on the removed file succeeds; openLocked
+	// must see the file is stale and lock the current one, held by b.
+	if fd, err := openLocked(int(dir.Fd()), filepath.Base(p)); err == nil {
+		syscall.Close(fd)
+		t.Fatal("a second holder while b holds the lock")
+	}
+	if err := syscall.Flock(int(old.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		t.Fatalf("flock on the removed file: %v (the case openLocked guards against did not arise)", err)
 	}
 }
