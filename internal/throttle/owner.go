@@ -2,6 +2,7 @@ package throttle
 
 import (
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -11,6 +12,7 @@ import (
 	"regexp"
 	"runtime"
 	"strings"
+	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -187,8 +189,9 @@ var LockDir = "/run/sanqos-locks"
 // legacyLockPrefix names the locks of versions before LockDir: abstract
 // unix sockets. An instance still binds its name, where it can, so that
 // an older binary (say, a --cleanup-only of the previous package during
-// an upgrade) sees it running; whoever holds the name is otherwise
-// ignored, since any user may.
+// an upgrade) sees it running. When the name is taken, its holder counts
+// only if it is root's (a sanqos of an earlier version still running):
+// any user can bind the name, and the lock must not be theirs to take.
 const legacyLockPrefix = "@sanqos-instance-"
 
 // ErrInstanceRunning says the instance's lock is held by a live process.
@@ -265,20 +268,109 @@ func bindLock(ns int, name string) (*instanceLock, error) {
 		return nil, fmt.Errorf("locking %s: %w", path, err)
 	}
 	lk := &instanceLock{fd: fd, sock: -1, path: path}
-	// Best effort, see legacyLockPrefix.
+	// See legacyLockPrefix.
+	var olderRuns bool
 	_ = inNetNS(ns, func() error {
 		s, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 		if err != nil {
 			return err
 		}
-		if err := unix.Bind(s, &unix.SockaddrUnix{Name: legacyLockPrefix + name}); err != nil {
-			unix.Close(s)
-			return err
+		err = unix.Bind(s, &unix.SockaddrUnix{Name: legacyLockPrefix + name})
+		if err == nil {
+			lk.sock = s
+			return nil
 		}
-		lk.sock = s
-		return nil
+		unix.Close(s)
+		if errors.Is(err, unix.EADDRINUSE) {
+			uid, found, err := abstractOwner(legacyLockPrefix[1:] + name)
+			olderRuns = err == nil && found && uid == 0
+		}
+		return err
 	})
+	if olderRuns {
+		lk.release()
+		return nil, fmt.Errorf("%w (a sanqos of an earlier version, as root, holds %s%s)", unix.EWOULDBLOCK, legacyLockPrefix, name)
+	}
 	return lk, nil
+}
+
+// abstractOwner returns the uid that owns the unix socket bound to the
+// abstract name (without its leading @) in this thread's network
+// namespace, from a sock_diag dump: root's is an instance of an earlier
+// version, anyone else's a squatter.
+func abstractOwner(name string) (uid uint32, found bool, err error) {
+	fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, unix.NETLINK_SOCK_DIAG)
+	if err != nil {
+		return 0, false, fmt.Errorf("opening sock_diag: %w", err)
+	}
+	defer unix.Close(fd)
+	tv := unix.NsecToTimeval(int64(time.Second))
+	unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv)
+	// struct nlmsghdr, then struct unix_diag_req: family, protocol, pad,
+	// states, ino, show, cookie[2].
+	const (
+		hdr          = unix.SizeofNlMsghdr
+		showName     = 0x01 // UDIAG_SHOW_NAME
+		showUID      = 0x40 // UDIAG_SHOW_UID
+		attrName     = 0    // UNIX_DIAG_NAME
+		attrUID      = 7    // UNIX_DIAG_UID
+		sizeofMsg    = 16   // struct unix_diag_msg
+		sizeofRtAttr = 4
+	)
+	b := make([]byte, hdr+24)
+	binary.NativeEndian.PutUint32(b[0:], uint32(len(b)))
+	binary.NativeEndian.PutUint16(b[4:], unix.SOCK_DIAG_BY_FAMILY)
+	binary.NativeEndian.PutUint16(b[6:], unix.NLM_F_REQUEST|unix.NLM_F_DUMP)
+	b[hdr] = unix.AF_UNIX
+	binary.NativeEndian.PutUint32(b[hdr+4:], 0xffffffff)
+	binary.NativeEndian.PutUint32(b[hdr+12:], showName|showUID)
+	if err := unix.Sendto(fd, b, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
+		return 0, false, fmt.Errorf("asking sock_diag: %w", err)
+	}
+	want := "\x00" + name
+	buf := make([]byte, 1<<16)
+	for {
+		n, _, err := unix.Recvfrom(fd, buf, 0)
+		if err != nil {
+			return 0, false, fmt.Errorf("reading sock_diag: %w", err)
+		}
+		msgs, err := syscall.ParseNetlinkMessage(buf[:n])
+		if err != nil {
+			return 0, false, fmt.Errorf("parsing sock_diag: %w", err)
+		}
+		for _, m := range msgs {
+			switch m.Header.Type {
+			case unix.NLMSG_DONE:
+				return 0, false, nil
+			case unix.NLMSG_ERROR:
+				return 0, false, errors.New("sock_diag refused the dump")
+			}
+			if len(m.Data) < sizeofMsg {
+				continue
+			}
+			var sname string
+			var suid uint32
+			var hasUID bool
+			for a := m.Data[sizeofMsg:]; len(a) >= sizeofRtAttr; {
+				l := int(binary.NativeEndian.Uint16(a))
+				if l < sizeofRtAttr || l > len(a) {
+					break
+				}
+				switch v := a[sizeofRtAttr:l]; binary.NativeEndian.Uint16(a[2:]) {
+				case attrName:
+					sname = string(v)
+				case attrUID:
+					if len(v) >= 4 {
+						suid, hasUID = binary.NativeEndian.Uint32(v), true
+					}
+				}
+				a = a[min(len(a), (l+3)&^3):]
+			}
+			if sname == want && hasUID {
+				return suid, true, nil
+			}
+		}
+	}
 }
 
 // openLocked opens and locks the lock file name in directory dfd. A
@@ -329,7 +421,11 @@ func lockInstance(ns int, name string) (*instanceLock, error) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	path, _ := lockPath(ns, name)
-	return nil, fmt.Errorf("instance %q (lock %s): %w", name, path, ErrInstanceRunning)
+	if err == unix.EWOULDBLOCK {
+		return nil, fmt.Errorf("instance %q (lock %s): %w", name, path, ErrInstanceRunning)
+	}
+	// The holder is an earlier version's: say so.
+	return nil, fmt.Errorf("instance %q (lock %s): %w: %v", name, path, ErrInstanceRunning, err)
 }
 
 // tryLockDead takes the lock of instance name if it is free, at once.

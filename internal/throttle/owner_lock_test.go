@@ -3,6 +3,7 @@ package throttle
 import (
 	"bufio"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,7 +16,10 @@ import (
 // @sanqos-instance-<name>, from a process running as nobody (uid 65534)
 // in network namespace netns ("": this one), as any local user can, and
 // keeps them until the test ends.
-func squat(t *testing.T, netns string, names ...string) {
+func squat(t *testing.T, netns string, names ...string) { squatAs(t, 65534, netns, names...) }
+
+// squatAs is squat as uid.
+func squatAs(t *testing.T, uid int, netns string, names ...string) {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: runs a squatter as uid 65534")
@@ -33,7 +37,7 @@ for n in sys.argv[1:]:
 print("bound", flush=True)
 time.sleep(600)
 `
-	argv := []string{"setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", py, "-c", script}
+	argv := []string{"setpriv", fmt.Sprintf("--reuid=%d", uid), fmt.Sprintf("--regid=%d", uid), "--clear-groups", py, "-c", script}
 	if netns != "" {
 		argv = append([]string{"ip", "netns", "exec", netns}, argv...)
 	}
@@ -76,6 +80,9 @@ func TestOwnerLockSquatterIgnored(t *testing.T) {
 	inst := testInstance("sq")
 	squat(t, "", inst)
 	removeLockFile(t, 0, inst)
+	if uid, found, err := abstractOwner("sanqos-instance-" + inst); err != nil || !found || uid != 65534 {
+		t.Fatalf("abstractOwner: uid %d, found %v, %v; want the squatter's 65534", uid, found, err)
+	}
 	lk, err := lockInstance(0, inst)
 	if err != nil {
 		t.Fatalf("an unprivileged squatter of the old lock name kept the instance out: %v", err)
@@ -198,5 +205,28 @@ func TestOwnerLockStaleFileIsNotALock(t *testing.T) {
 	}
 	if err := syscall.Flock(int(old.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
 		t.Fatalf("flock on the removed file: %v (the case openLocked guards against did not arise)", err)
+	}
+}
+
+// TestOwnerLockOlderVersionStillCounts: root holding the abstract name
+// is a sanqos of an earlier version still running (during an upgrade,
+// say): the new lock file is free, but the instance is refused all the
+// same, so that a new --cleanup-only never removes a live old instance's
+// objects.
+func TestOwnerLockOlderVersionStillCounts(t *testing.T) {
+	inst := testInstance("ov")
+	squatAs(t, 0, "", inst)
+	removeLockFile(t, 0, inst)
+	if uid, found, err := abstractOwner("sanqos-instance-" + inst); err != nil || !found || uid != 0 {
+		t.Fatalf("abstractOwner: uid %d, found %v, %v; want root's socket", uid, found, err)
+	}
+	lk, err := lockInstance(0, inst)
+	if !errors.Is(err, ErrInstanceRunning) || !strings.Contains(err.Error(), "earlier version") {
+		lk.release()
+		t.Fatalf("lock with an older sanqos holding the abstract name: %v, want ErrInstanceRunning naming it", err)
+	}
+	if lk, dead := tryLockDead(0, inst); dead {
+		lk.release()
+		t.Fatal("a clean-up took the lock of a live older instance")
 	}
 }
