@@ -53,7 +53,7 @@ type statusSource struct {
 // statusFlags declares --socket and --addr on fs.
 func statusFlags(fs *flag.FlagSet) *statusSource {
 	return &statusSource{fs: fs,
-		socket: fs.String("socket", ctl.DefaultSocket, "the daemon's control socket (its --socket), used when run as root"),
+		socket: fs.String("socket", ctl.DefaultSocket, "`path` of the daemon's control socket (its --socket); used when run as root"),
 		addr:   fs.String("addr", status.DefaultAddr, "`host:port` of the daemon's HTTP listener (its --listen)"),
 	}
 }
