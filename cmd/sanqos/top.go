@@ -15,12 +15,13 @@ import (
 
 // cmdTop is a live terminal view of the running daemon.
 func cmdTop(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("top", "sanqos top [--addr 127.0.0.1:9469] [--interval 1s] [--iterations N]",
+	fs := newFlagSet("top", "sanqos top [--socket PATH] [--addr 127.0.0.1:9469] [--interval 1s] [--iterations N]",
 		`Show the running daemon live: per shared resource a bar of the read-latency
 signal against its threshold ('|'; '#' is the part over it), the packet
 delay and the throttled members; then the consumers that write most.
-Press q or Ctrl-C to quit.`, stderr)
-	addr := fs.String("addr", status.DefaultAddr, "`host:port` of the daemon's HTTP listener (its --listen)")
+As root it asks the daemon's control socket, falling back to HTTP (see
+'sanqos status -h'). Press q or Ctrl-C to quit.`, stderr)
+	client := statusFlags(fs)
 	interval := fs.Duration("interval", time.Second, "refresh period")
 	iterations := fs.Int("iterations", 0, "quit after this many frames (0: run until q or Ctrl-C)")
 	consumers := fs.Int("consumers", 10, "how many top writers to list")
@@ -33,9 +34,8 @@ Press q or Ctrl-C to quit.`, stderr)
 	if *iterations < 0 || *consumers < 1 {
 		return usageError(fs, "--iterations must be ≥ 0 and --consumers ≥ 1")
 	}
-	client := status.Client{Addr: *addr}
 	// Fail at once, with the daemon hint, if nothing is listening.
-	s, err := client.Get(ctx)
+	s, err := client.get(ctx)
 	if err != nil {
 		return err
 	}
@@ -76,7 +76,7 @@ Press q or Ctrl-C to quit.`, stderr)
 		case <-tk.C:
 		}
 		var ns status.Status
-		if ns, err = client.Get(ctx); err == nil {
+		if ns, err = client.get(ctx); err == nil {
 			s = ns
 		} else if errors.Is(err, context.Canceled) {
 			return nil

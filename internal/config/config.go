@@ -7,6 +7,7 @@ package config
 import (
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"net"
 	"net/netip"
@@ -203,16 +204,28 @@ func Default() Config {
 }
 
 // Load reads a TOML file over the defaults and validates the result.
+// As root, it first refuses a file that another user can change (see
+// checkTrusted).
 // Keys the file does not set keep their defaults; unknown keys are errors
 // (a typo must not silently leave a default in force).
 func Load(path string) (Config, error) {
 	c := Default()
-	b, err := os.ReadFile(path)
+	f, err := os.Open(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return Config{}, fmt.Errorf("reading config: %s does not exist; give the path of a TOML file (deploy/sanqos.example.toml is a start) or leave --config out to use the defaults", path)
 	}
 	if err != nil {
 		return Config{}, fmt.Errorf("reading config: %w", err)
+	}
+	defer f.Close()
+	if checkPermissions {
+		if err := checkTrusted(path, f); err != nil {
+			return Config{}, err
+		}
+	}
+	b, err := io.ReadAll(f)
+	if err != nil {
+		return Config{}, fmt.Errorf("reading config %s: %w", path, err)
 	}
 	if err := c.decode(string(b)); err != nil {
 		return Config{}, fmt.Errorf("config %s: %w", path, err)

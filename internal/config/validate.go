@@ -196,9 +196,17 @@ func (c *Config) serviceChecks() []func() error {
 			if c.Listen == "" {
 				return nil
 			}
-			_, port, err := net.SplitHostPort(c.Listen)
+			host, port, err := net.SplitHostPort(c.Listen)
 			if n, perr := strconv.Atoi(port); err != nil || perr != nil || n < 0 || n > 65535 {
 				return bad("listen", strconv.Quote(c.Listen), `must be HOST:PORT like "127.0.0.1:9469", or "" to disable`)
+			}
+			// What looks like an address must be one: "999.1.1.1" was
+			// taken for a host name, which never resolved, and the
+			// listener was retried in the background for ever.
+			if looksLikeAddr(host) {
+				if _, err := netip.ParseAddr(host); err != nil {
+					return bad("listen", strconv.Quote(c.Listen), fmt.Sprintf(`has %q, which is not an IP address (an IPv4 address is four numbers from 0 to 255, like "127.0.0.1:9469")`, host))
+				}
 			}
 			return nil
 		},
@@ -374,4 +382,10 @@ func quoteAll(s []string) []string {
 		out[i] = strconv.Quote(v)
 	}
 	return out
+}
+
+// looksLikeAddr reports whether host is written as an IP address
+// (digits and dots, or an IPv6 colon) rather than as a host name.
+func looksLikeAddr(host string) bool {
+	return host != "" && (strings.Trim(host, "0123456789.") == "" || strings.Contains(host, ":"))
 }

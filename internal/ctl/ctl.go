@@ -1,11 +1,13 @@
 // Package ctl is the control socket of a running sanqos daemon: a
 // root-only unix socket speaking JSON lines (one request, one response per
-// line), served by 'sanqos run' and used by 'sanqos throttle'. Manual mode
+// line), served by 'sanqos run' and used by 'sanqos throttle' (and, as
+// root, by 'sanqos status' and 'sanqos top'). Manual mode
 // and the autonomic daemon serve the same protocol, so the same client
 // lists and overrides throttles in either.
 package ctl
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -28,6 +30,11 @@ const (
 	OpFree     = "free"     // remove an initiator's manual delay
 	OpList     = "list"     // list throttles in force
 	OpStatus   = "status"   // list plus backend counters
+	// OpFullStatus asks the autonomic daemon for the document its HTTP
+	// listener serves at /status (Response.Status), for 'sanqos status'
+	// and 'sanqos top' run as root: the HTTP listener is open to every
+	// local user, who can crowd it, while this socket is root's.
+	OpFullStatus = "full-status"
 )
 
 // Request is one line from a client.
@@ -60,6 +67,9 @@ type Response struct {
 	Backend   string          `json:"backend,omitempty"`
 	Throttles []Throttle      `json:"throttles,omitempty"`
 	Stats     *throttle.Stats `json:"stats,omitempty"`
+	// Status is the /status document (status.Status) for OpFullStatus,
+	// left encoded so that this package need not know its shape.
+	Status json.RawMessage `json:"status,omitempty"`
 }
 
 // Manual is a manual throttle after validation.

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/netip"
 	"strconv"
@@ -14,7 +15,9 @@ import (
 // as 'sanqos run --manual': throttle and free set manual overrides in o
 // (which must be the daemon's Options.Overrides; they take effect at the
 // next tick), list and status show the manual throttles and the
-// controller's throttles in force, with their resource as source.
+// controller's throttles in force, with their resource as source;
+// full-status answers what /status serves, so that root can see the
+// daemon when local users crowd its HTTP listener.
 func (d *Daemon) CtlHandler(o *ctl.Overrides) ctl.Handler {
 	return ctl.HandlerFunc(func(_ context.Context, r ctl.Request) ctl.Response {
 		switch r.Op {
@@ -39,8 +42,14 @@ func (d *Daemon) CtlHandler(o *ctl.Overrides) ctl.Handler {
 			}
 			d.log.Info("manual throttle freed", "ip", a.Unmap())
 		case ctl.OpList, ctl.OpStatus:
+		case ctl.OpFullStatus:
+			doc, err := json.Marshal(d.Status())
+			if err != nil {
+				return ctl.Response{Error: fmt.Sprintf("encoding the status: %v", err)}
+			}
+			return ctl.Response{OK: true, Mode: "autonomic", Backend: d.o.Backend.Name(), Status: doc}
 		default:
-			return ctl.Response{Error: fmt.Sprintf("unknown operation %q: want throttle, free, list or status", r.Op)}
+			return ctl.Response{Error: fmt.Sprintf("unknown operation %q: want throttle, free, list, status or full-status", r.Op)}
 		}
 		resp := ctl.Response{OK: true, Mode: "autonomic", Backend: d.o.Backend.Name(), Throttles: o.List()}
 		s := d.Status()

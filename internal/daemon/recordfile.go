@@ -1,8 +1,10 @@
 package daemon
 
 import (
+	"errors"
 	"fmt"
 	"os"
+	"syscall"
 )
 
 // RecordFile is the --record file, capped: a write that would take it past
@@ -18,16 +20,71 @@ type RecordFile struct {
 	size int64
 }
 
-// CreateRecordFile creates (truncates) path.
+// recordMode is the record's mode: it names clients and their rates,
+// which other local users have no business reading.
+const recordMode = 0o640
+
+// CreateRecordFile creates path, or empties it if it is a file of ours.
 func CreateRecordFile(path string, max int64) (*RecordFile, error) {
 	if max <= 0 {
 		return nil, fmt.Errorf("record file %s: size cap %d must be positive", path, max)
 	}
-	f, err := os.Create(path)
+	f, err := openRecord(path)
 	if err != nil {
 		return nil, err
 	}
 	return &RecordFile{path: path, max: max, f: f}, nil
+}
+
+// openRecord opens path for writing and empties it, refusing what is not
+// a plain file of its own: root writes the record, and with os.Create a
+// symlink or hard link placed there (by whoever can write its directory)
+// made root truncate and overwrite the file it points to. Nothing is
+// truncated before the checks: O_NOFOLLOW refuses a symlink, and the
+// open descriptor is checked, not the path.
+func openRecord(path string) (*os.File, error) {
+	// O_NONBLOCK: a FIFO placed there must not hang the start.
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, recordMode)
+	if errors.Is(err, syscall.ELOOP) {
+		return nil, fmt.Errorf("record file %s is a symlink; sanqos does not write through one: remove it, or give the real path", path)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("opening the record file: %w", err)
+	}
+	var st syscall.Stat_t
+	if err := syscall.Fstat(int(f.Fd()), &st); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("checking the record file %s: %w", path, err)
+	}
+	var refuse string
+	switch {
+	case st.Mode&syscall.S_IFMT != syscall.S_IFREG:
+		refuse = "is not a regular file"
+	case st.Nlink != 1:
+		refuse = fmt.Sprintf("has %d hard links (it would overwrite the others)", st.Nlink)
+	case int(st.Uid) != os.Geteuid():
+		refuse = fmt.Sprintf("belongs to uid %d, not to sanqos's uid %d", st.Uid, os.Geteuid())
+	}
+	if refuse != "" {
+		f.Close()
+		return nil, fmt.Errorf("record file %s %s: remove it (sanqos creates it, mode %04o), or give another path", path, refuse, recordMode)
+	}
+	if err := syscall.SetNonblock(int(f.Fd()), false); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("opening the record file %s: %w", path, err)
+	}
+	// An earlier version made it 0644.
+	if perm := os.FileMode(st.Mode) & os.ModePerm; perm&^recordMode != 0 {
+		if err := f.Chmod(perm & recordMode); err != nil {
+			f.Close()
+			return nil, fmt.Errorf("making the record file %s private: %w", path, err)
+		}
+	}
+	if err := f.Truncate(0); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("emptying the record file %s: %w", path, err)
+	}
+	return f, nil
 }
 
 // Write appends p, rotating first if p would pass the cap.
@@ -49,9 +106,9 @@ func (r *RecordFile) rotate() error {
 	if err := os.Rename(r.path, r.path+".1"); err != nil {
 		return fmt.Errorf("rotating the record %s: %w", r.path, err)
 	}
-	f, err := os.Create(r.path)
+	f, err := openRecord(r.path)
 	if err != nil {
-		return fmt.Errorf("starting a new record %s: %w", r.path, err)
+		return fmt.Errorf("starting a new record: %w", err)
 	}
 	r.f, r.size = f, 0
 	return nil

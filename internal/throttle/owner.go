@@ -2,9 +2,13 @@ package throttle
 
 import (
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
 	"regexp"
 	"runtime"
 	"strings"
@@ -25,9 +29,9 @@ import (
 //   - tc backends: the root qdisc on the device, whose instance is named
 //     after the device (one root qdisc per device).
 //
-// An instance holds a lock while it lives: the abstract unix socket
-// @sanqos-instance-<instance> of its network namespace, which the kernel
-// releases when the process dies, however it dies. Start-up and Close
+// An instance holds a lock while it lives: a flock(2) on
+// LockDir/<netns inode>-<instance>.lock, which the kernel releases when
+// the process dies, however it dies. Start-up and Close
 // touch only the instance's own objects, and the leftovers of instances
 // that are provably dead: objects whose instance lock is free (a free
 // lock is taken for the time of the removal, so an instance starting
@@ -169,37 +173,235 @@ func setOwner(name string) (inst string, ok bool) {
 	return inst, true
 }
 
-// lockPrefix names the instance locks: abstract unix sockets, per
-// network namespace like the objects they guard.
-const lockPrefix = "@sanqos-instance-"
+// LockDir holds the instance locks: one file per instance and network
+// namespace, <netns inode>-<instance>.lock, locked with flock(2) for as
+// long as the instance lives; the kernel releases the lock when the
+// process dies, however it dies. The directory is root's and writable
+// only by root, so no other user can take or squat a lock (an abstract
+// unix socket, the lock of earlier versions, can be bound by any user of
+// the namespace). It is not /run/sanqos: systemd removes a unit's
+// RuntimeDirectory when the unit stops, which would unlink the lock file
+// of a second instance running outside the unit and let a third take the
+// "same" lock on a new file. A lock file is removed only by its holder,
+// under the lock (see openLocked); each is empty. A variable for tests.
+var LockDir = "/run/sanqos-locks"
+
+// legacyLockPrefix names the locks of versions before LockDir: abstract
+// unix sockets. An instance still binds its name, where it can, so that
+// an older binary (say, a --cleanup-only of the previous package during
+// an upgrade) sees it running. When the name is taken, its holder counts
+// only if it is root's (a sanqos of an earlier version still running):
+// any user can bind the name, and the lock must not be theirs to take.
+const legacyLockPrefix = "@sanqos-instance-"
 
 // ErrInstanceRunning says the instance's lock is held by a live process.
 var ErrInstanceRunning = errors.New("a sanqos instance of that name is running in this network namespace")
 
-// instanceLock is held for as long as an instance lives: a unix socket
-// bound to the instance's abstract address.
-type instanceLock struct{ fd int }
+// instanceLock is held for as long as an instance lives: the locked file
+// (fd, at path) and, if it could be bound, the legacy abstract socket
+// (sock, -1 when not).
+type instanceLock struct {
+	fd, sock int
+	path     string
+}
 
-// bindLock binds the lock of instance name in network namespace ns (0:
-// the caller's); EADDRINUSE says another process holds it.
+// lockPath is the lock file of instance name in network namespace ns (0:
+// the caller's).
+func lockPath(ns int, name string) (string, error) {
+	var st unix.Stat_t
+	var err error
+	if ns == 0 {
+		err = unix.Stat("/proc/thread-self/ns/net", &st)
+	} else {
+		err = unix.Fstat(ns, &st)
+	}
+	if err != nil {
+		return "", fmt.Errorf("reading the network namespace's identity: %w", err)
+	}
+	return filepath.Join(LockDir, fmt.Sprintf("%d-%s.lock", st.Ino, name)), nil
+}
+
+// openLockDir creates LockDir (mode 0700) if it is missing and opens it,
+// refusing a directory another user could write to: whoever can write
+// there can replace a lock file and so run a second instance beside a
+// live one, or keep every instance from starting.
+func openLockDir() (int, error) {
+	if err := os.Mkdir(LockDir, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
+		return -1, fmt.Errorf("creating the lock directory %s: %w", LockDir, err)
+	}
+	dfd, err := unix.Open(LockDir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, fmt.Errorf("opening the lock directory %s (it must be a directory, not a symlink): %w", LockDir, err)
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(dfd, &st); err != nil {
+		unix.Close(dfd)
+		return -1, fmt.Errorf("checking the lock directory %s: %w", LockDir, err)
+	}
+	// Root's, or (tests, unprivileged runs) the caller's own.
+	if (st.Uid != 0 && int(st.Uid) != os.Geteuid()) || st.Mode&0o022 != 0 {
+		unix.Close(dfd)
+		return -1, fmt.Errorf("lock directory %s is owned by uid %d with mode %04o: another user could take or replace instance locks; remove it (sanqos creates it again, root's, mode 0700)", LockDir, st.Uid, st.Mode&0o7777)
+	}
+	return dfd, nil
+}
+
+// bindLock takes the lock of instance name in network namespace ns (0:
+// the caller's) if it is free; EWOULDBLOCK says another process holds
+// it.
 func bindLock(ns int, name string) (*instanceLock, error) {
-	var fd int
-	err := inNetNS(ns, func() error {
-		var err error
-		fd, err = unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
-		if err != nil {
-			return err
-		}
-		if err := unix.Bind(fd, &unix.SockaddrUnix{Name: lockPrefix + name}); err != nil {
-			unix.Close(fd)
-			return err
-		}
-		return nil
-	})
+	path, err := lockPath(ns, name)
 	if err != nil {
 		return nil, err
 	}
-	return &instanceLock{fd}, nil
+	dfd, err := openLockDir()
+	if err != nil {
+		return nil, err
+	}
+	defer unix.Close(dfd)
+	base := filepath.Base(path)
+	fd, err := openLocked(dfd, base)
+	if err != nil {
+		if errors.Is(err, unix.EWOULDBLOCK) {
+			return nil, err
+		}
+		return nil, fmt.Errorf("locking %s: %w", path, err)
+	}
+	lk := &instanceLock{fd: fd, sock: -1, path: path}
+	// See legacyLockPrefix.
+	var olderRuns bool
+	_ = inNetNS(ns, func() error {
+		s, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			return err
+		}
+		err = unix.Bind(s, &unix.SockaddrUnix{Name: legacyLockPrefix + name})
+		if err == nil {
+			lk.sock = s
+			return nil
+		}
+		unix.Close(s)
+		if errors.Is(err, unix.EADDRINUSE) {
+			uid, found, err := abstractOwner(legacyLockPrefix[1:] + name)
+			olderRuns = err == nil && found && uid == 0
+		}
+		return err
+	})
+	if olderRuns {
+		lk.release()
+		return nil, fmt.Errorf("%w (a sanqos of an earlier version, as root, holds %s%s)", unix.EWOULDBLOCK, legacyLockPrefix, name)
+	}
+	return lk, nil
+}
+
+// abstractOwner returns the uid that owns the unix socket bound to the
+// abstract name (without its leading @) in this thread's network
+// namespace, from a sock_diag dump: root's is an instance of an earlier
+// version, anyone else's a squatter.
+func abstractOwner(name string) (uid uint32, found bool, err error) {
+	fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, unix.NETLINK_SOCK_DIAG)
+	if err != nil {
+		return 0, false, fmt.Errorf("opening sock_diag: %w", err)
+	}
+	defer unix.Close(fd)
+	tv := unix.NsecToTimeval(int64(time.Second))
+	unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv)
+	// struct nlmsghdr, then struct unix_diag_req: family, protocol, pad,
+	// states, ino, show, cookie[2].
+	const (
+		hdr          = unix.SizeofNlMsghdr
+		showName     = 0x01 // UDIAG_SHOW_NAME
+		showUID      = 0x40 // UDIAG_SHOW_UID
+		attrName     = 0    // UNIX_DIAG_NAME
+		attrUID      = 7    // UNIX_DIAG_UID
+		sizeofMsg    = 16   // struct unix_diag_msg
+		sizeofRtAttr = 4
+	)
+	b := make([]byte, hdr+24)
+	binary.NativeEndian.PutUint32(b[0:], uint32(len(b)))
+	binary.NativeEndian.PutUint16(b[4:], unix.SOCK_DIAG_BY_FAMILY)
+	binary.NativeEndian.PutUint16(b[6:], unix.NLM_F_REQUEST|unix.NLM_F_DUMP)
+	b[hdr] = unix.AF_UNIX
+	binary.NativeEndian.PutUint32(b[hdr+4:], 0xffffffff)
+	binary.NativeEndian.PutUint32(b[hdr+12:], showName|showUID)
+	if err := unix.Sendto(fd, b, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
+		return 0, false, fmt.Errorf("asking sock_diag: %w", err)
+	}
+	want := "\x00" + name
+	buf := make([]byte, 1<<16)
+	for {
+		n, _, err := unix.Recvfrom(fd, buf, 0)
+		if err != nil {
+			return 0, false, fmt.Errorf("reading sock_diag: %w", err)
+		}
+		msgs, err := syscall.ParseNetlinkMessage(buf[:n])
+		if err != nil {
+			return 0, false, fmt.Errorf("parsing sock_diag: %w", err)
+		}
+		for _, m := range msgs {
+			switch m.Header.Type {
+			case unix.NLMSG_DONE:
+				return 0, false, nil
+			case unix.NLMSG_ERROR:
+				return 0, false, errors.New("sock_diag refused the dump")
+			}
+			if len(m.Data) < sizeofMsg {
+				continue
+			}
+			var sname string
+			var suid uint32
+			var hasUID bool
+			for a := m.Data[sizeofMsg:]; len(a) >= sizeofRtAttr; {
+				l := int(binary.NativeEndian.Uint16(a))
+				if l < sizeofRtAttr || l > len(a) {
+					break
+				}
+				switch v := a[sizeofRtAttr:l]; binary.NativeEndian.Uint16(a[2:]) {
+				case attrName:
+					sname = string(v)
+				case attrUID:
+					if len(v) >= 4 {
+						suid, hasUID = binary.NativeEndian.Uint32(v), true
+					}
+				}
+				a = a[min(len(a), (l+3)&^3):]
+			}
+			if sname == want && hasUID {
+				return suid, true, nil
+			}
+		}
+	}
+}
+
+// openLocked opens and locks the lock file name in directory dfd. A
+// holder removes its file before it lets go of it (see release), so a
+// file locked after it was removed is stale: the lock is the one on the
+// file the name now leads to.
+func openLocked(dfd int, name string) (int, error) {
+	for range 100 {
+		fd, err := unix.Openat(dfd, name, unix.O_RDWR|unix.O_CREAT|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+		if err != nil {
+			return -1, err
+		}
+		if err := unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB); err != nil {
+			unix.Close(fd)
+			return -1, err
+		}
+		var held, now unix.Stat_t
+		if err := unix.Fstat(fd, &held); err != nil {
+			unix.Close(fd)
+			return -1, err
+		}
+		err = unix.Fstatat(dfd, name, &now, unix.AT_SYMLINK_NOFOLLOW)
+		if err == nil && now.Dev == held.Dev && now.Ino == held.Ino {
+			return fd, nil
+		}
+		unix.Close(fd)
+		if err != nil && !errors.Is(err, unix.ENOENT) {
+			return -1, err
+		}
+	}
+	return -1, errors.New("the lock file keeps being replaced")
 }
 
 // lockInstance takes the lock of instance name in network namespace ns.
@@ -213,12 +415,17 @@ func lockInstance(ns int, name string) (*instanceLock, error) {
 		if lk, err = bindLock(ns, name); err == nil {
 			return lk, nil
 		}
-		if !errors.Is(err, syscall.EADDRINUSE) {
+		if !errors.Is(err, unix.EWOULDBLOCK) {
 			return nil, fmt.Errorf("taking the lock of sanqos instance %q: %w", name, err)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	return nil, fmt.Errorf("instance %q (lock %s): %w", name, lockPrefix+name, ErrInstanceRunning)
+	path, _ := lockPath(ns, name)
+	if err == unix.EWOULDBLOCK {
+		return nil, fmt.Errorf("instance %q (lock %s): %w", name, path, ErrInstanceRunning)
+	}
+	// The holder is an earlier version's: say so.
+	return nil, fmt.Errorf("instance %q (lock %s): %w: %v", name, path, ErrInstanceRunning, err)
 }
 
 // tryLockDead takes the lock of instance name if it is free, at once.
@@ -228,7 +435,19 @@ func tryLockDead(ns int, name string) (*instanceLock, bool) {
 }
 
 func (lk *instanceLock) release() {
-	if lk != nil && lk.fd >= 0 {
+	if lk == nil {
+		return
+	}
+	if lk.sock >= 0 {
+		unix.Close(lk.sock)
+		lk.sock = -1
+	}
+	if lk.fd >= 0 {
+		// Removed while still locked, so that LockDir does not fill
+		// with the files of instances and namespaces long gone; a taker
+		// that opened it meanwhile sees it is stale (openLocked). A
+		// process that dies leaves its file, which the next taker reuses.
+		unix.Unlink(lk.path)
 		unix.Close(lk.fd)
 		lk.fd = -1
 	}

@@ -24,6 +24,10 @@ func TestOwnersNeverTouchEachOther(t *testing.T) {
 	ctx := context.Background()
 	k := NewFakeKernel()
 	a, b := testInstance("ta"), testInstance("tb")
+	dead := testInstance("td")
+	for _, inst := range []string{a, b, dead, testInstance("tc")} {
+		removeLockFile(t, 0, inst)
+	}
 	lockA, err := lockInstance(0, a)
 	if err != nil {
 		t.Fatal(err)
@@ -40,7 +44,6 @@ func TestOwnersNeverTouchEachOther(t *testing.T) {
 	aHolds := k.String()
 	// A dead instance (its lock is free) and a pre-ownership run left
 	// their chains and sets.
-	dead := testInstance("td")
 	k.CrashAs(Chain+"-"+dead, []string{"-A " + Chain + "-" + dead + " -j NFQUEUE --queue-num 9"}, map[string][]netip.Addr{SetPrefix + dead + "-vg": {ip("10.0.0.9")}})
 	k.Crash([]string{"-A SANQOS -j NFQUEUE --queue-num 1"}, map[string][]netip.Addr{"sanqos-old": {ip("10.0.0.8")}})
 

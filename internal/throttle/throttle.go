@@ -37,7 +37,9 @@
 //   - ipsets named sanqos-<instance>-<group> (hash:ip inet, with timeout
 //     support; our entries are permanent) and, for IPv6 consumers,
 //     sanqos-<instance>.6-<group> (hash:ip inet6);
-//   - the instance lock: abstract unix socket @sanqos-instance-<instance>;
+//   - the instance lock: a flock on LockDir/<netns inode>-<instance>.lock
+//     (and, best effort, the abstract unix socket
+//     @sanqos-instance-<instance> older versions look for);
 //   - nfqueue backend: NFQUEUE number 3260 (DefaultQueueNum);
 //   - netem backend: root qdisc handle 53: on the given device, classes
 //     53:1 (default) and 53:10 upwards with netem leaves 100: upwards;
