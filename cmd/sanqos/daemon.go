@@ -148,7 +148,10 @@ func runDaemon(ctx context.Context, o runOptions, log *slog.Logger, args []strin
 	if err != nil {
 		return errors.Join(err, b.Close())
 	}
-	r := &reloader{args: args, cur: o, d: d, disc: swap, log: log, wire: wire}
+	r := &reloader{args: args, cur: o, d: d, disc: swap, log: log}
+	if wire != nil {
+		r.wire = wire // never a typed nil: reload tests r.wire against nil
+	}
 	return serve(ctx, o, d, srv, overrides, r)
 }
 

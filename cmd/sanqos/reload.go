@@ -22,10 +22,12 @@ import (
 // reloader re-reads the configuration on SIGHUP with the command line the
 // daemon was started with (flags still override the file), validates it
 // exactly as 'sanqos run' does at start, and hands the daemon a new
-// engine: thresholds, gains, policy, ports and consumers change at the
-// next tick, the data path and the throttles in force stay. A bad
+// engine, which takes over the running one's state (daemon.Adopter):
+// thresholds, gains, policy, ports and consumers change at the next tick;
+// the signal, the delays in force and their ceilings go on. A bad
 // configuration is refused with run's own error and the running one goes
-// on. What is bound at start (addresses, backend, tick) needs a restart.
+// on. What is bound at start (addresses, backend, tick, the small-segment
+// split of a port) needs a restart: restartOnly names it.
 type reloader struct {
 	args []string
 	cur  runOptions
@@ -35,7 +37,14 @@ type reloader struct {
 	// notify hears RELOADING=1 and READY=1 around each reload (nil outside
 	// systemd: a no-op).
 	notify *sdnotify.Notifier
-	wire   *throttle.Wire // nil: no wire counters (see openWire)
+	wire   reloadWire // nil: no wire counters (see openWire)
+}
+
+// reloadWire is what a reload needs of the wire counters (*throttle.Wire):
+// the loop samples them, and a reload of the ports moves them.
+type reloadWire interface {
+	daemon.WireSource
+	SetPorts(ctx context.Context, ports []uint16, small map[uint16]int) error
 }
 
 func (r *reloader) loop(ctx context.Context) {
@@ -48,7 +57,7 @@ func (r *reloader) loop(ctx context.Context) {
 		if err := r.notify.Reloading(); err != nil {
 			r.log.Warn("telling systemd we are reloading", "err", err)
 		}
-		if err := r.reload(); err != nil {
+		if err := r.reload(ctx); err != nil {
 			r.log.Error("SIGHUP: configuration refused; the running configuration stays", "err", err)
 		}
 		// Refused or not, the daemon runs: systemd must not wait for it.
@@ -58,7 +67,7 @@ func (r *reloader) loop(ctx context.Context) {
 	}
 }
 
-func (r *reloader) reload() error {
+func (r *reloader) reload(ctx context.Context) error {
 	var msgs bytes.Buffer
 	o, err := parseRunOptions(r.args, false, &msgs)
 	if err != nil {
@@ -80,7 +89,12 @@ func (r *reloader) reload() error {
 	}
 	rl := daemon.Reload{Decider: daemon.FromEngine(eng, o.ports, probe)}
 	if r.wire != nil {
-		rl.Decider = daemon.WithWire(rl.Decider, r.wire, o.topo, r.log)
+		// No topology here: the loop gives the new engine its topology at
+		// the tick, and with it the wire its clients. Setting them from
+		// this goroutine would empty the sets the running sampler reads
+		// (the discovered topology is the loop's) and reset every
+		// client's counters.
+		rl.Decider = daemon.WithWire(rl.Decider, r.wire, topology.Topology{}, r.log)
 	}
 	if o.fixed {
 		rl.Topology = &o.topo
@@ -102,14 +116,38 @@ func (r *reloader) reload() error {
 	for _, w := range o.config.Warnings() {
 		r.log.Warn(w)
 	}
+	if err := r.movePorts(ctx, o); err != nil {
+		return err
+	}
 	r.d.Reload(rl)
 	r.cur = o
 	r.log.Info("SIGHUP: configuration read; it applies at the next tick")
 	return nil
 }
 
+// movePorts makes the wire counters count o's ports when they changed:
+// otherwise the clients of a new port would count as not writing. A
+// failure refuses the reload (the counters are put back).
+func (r *reloader) movePorts(ctx context.Context, o runOptions) error {
+	if r.wire == nil || slices.Equal(r.cur.ports, o.ports) {
+		return nil
+	}
+	err := r.wire.SetPorts(ctx, o.ports, o.backend.SmallSegments)
+	if err == nil {
+		r.log.Info("wire counters follow the reloaded ports", "ports", o.ports)
+		return nil
+	}
+	if berr := r.wire.SetPorts(ctx, r.cur.ports, r.cur.backend.SmallSegments); berr != nil {
+		err = errors.Join(err, fmt.Errorf("putting the wire counters back on ports %v: %w", r.cur.ports, berr))
+	}
+	return fmt.Errorf("ports: the wire counters cannot follow them; nothing was reloaded: %w", err)
+}
+
 // restartOnly lists the settings that differ between a and b and are
-// bound at start.
+// bound at start. The ports are not: the data path takes them from each
+// throttle state, and the wire counters follow them (movePorts). Each
+// port's small-segment split is: the running backend uses the splits it
+// was started with, and its default split for a port it was not.
 func restartOnly(a, b runOptions) []string {
 	var out []string
 	add := func(differ bool, name string) {
@@ -123,13 +161,35 @@ func restartOnly(a, b runOptions) []string {
 	add(a.procRoot != b.procRoot, "--proc")
 	add(a.engine.Tick != b.engine.Tick, "tick")
 	ab, bb := a.backend, b.backend
-	add(ab.Backend != bb.Backend || ab.Dev != bb.Dev || ab.QueueNum != bb.QueueNum ||
-		ab.SmallSegment != bb.SmallSegment || !maps.Equal(ab.SmallSegments, bb.SmallSegments) || ab.AckDelay != bb.AckDelay, "backend settings")
+	add(ab.Backend != bb.Backend, "backend")
+	add(ab.Dev != bb.Dev, "--dev")
+	add(ab.QueueNum != bb.QueueNum, "--queue-num")
+	add(ab.SmallSegment != bb.SmallSegment, "--small-segment")
+	add(ab.AckDelay != bb.AckDelay, "ack_delay")
+	for _, p := range b.ports {
+		if have, want := splitOf(ab, p), bb.SmallSegments[p]; have != want {
+			out = append(out, fmt.Sprintf("small segment of port %d (running %d bytes, configured %d)", p, have, want))
+		}
+	}
+	add(!slices.Equal(a.ports, b.ports) && len(b.config.Manual.ReadRates) > 0,
+		"ports while manual.read_rates are set (the read rates hold the ports they started with)")
 	add(ab.RateDev != bb.RateDev, "rate_dev")
 	add(!maps.Equal(a.config.Manual.ReadRates, b.config.Manual.ReadRates), "manual.read_rates")
 	add(a.fixed != b.fixed, "--consumer")
 	add(a.config.WireOn() != b.config.WireOn(), "attribution (wire counters on or off)")
 	return out
+}
+
+// splitOf is the small-segment split the backend opened with o uses for
+// port: its own, else the backend's default (throttle.smallOf).
+func splitOf(o throttle.Options, port uint16) int {
+	if v, ok := o.SmallSegments[port]; ok {
+		return v
+	}
+	if o.SmallSegment == 0 {
+		return throttle.DefaultSmallSegment
+	}
+	return o.SmallSegment
 }
 
 // swapDiscoverer lets a reload replace the discoverer the daemon's

@@ -136,7 +136,6 @@ type Daemon struct {
 	renewFailing bool // the last Renew failed (edt)
 	statsFailing int  // consecutive failed reads
 	recordFailed bool
-	holdUntil    time.Time // after a reload, keep the throttles in force until then
 
 	mu          sync.Mutex // guards snap, disc and appliedView
 	snap        status.Status
@@ -296,11 +295,11 @@ func (d *Daemon) tick(ctx context.Context, now time.Time) {
 	d.logTransitions(dec.Resources)
 	d.warnSaturation(now, dec.Resources)
 	state := dec.State
-	state = d.holdThrottles(now, state)
 	if d.o.Overrides != nil {
 		state = mergeOverrides(state, d.o.Overrides.Groups())
 	}
 	applyErr := d.apply(ctx, state)
+	inForce(dec.Resources, d.applied)
 
 	elapsed := time.Since(began)
 	d.metrics.ObserveTick(elapsed)
@@ -345,5 +344,9 @@ func (d *Daemon) statsFailed(ctx context.Context, err error) {
 			empty = mergeOverrides(empty, d.o.Overrides.Groups())
 		}
 		d.apply(ctx, empty)
+		d.mu.Lock()
+		d.snap.Resources = slices.Clone(d.snap.Resources)
+		inForce(d.snap.Resources, d.applied)
+		d.mu.Unlock()
 	}
 }

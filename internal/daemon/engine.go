@@ -38,6 +38,20 @@ func (a *engineAdapter) SetTopology(t topology.Topology) {
 	a.wire.setTopology(t)
 }
 
+// Adopt makes a's engine take over the state of old's (engine.Adopt) when
+// old is FromEngine's too, and its wire meter go on from old's counters
+// (without them its first tick would have no wire rates).
+func (a *engineAdapter) Adopt(old Decider) {
+	o, ok := old.(*engineAdapter)
+	if !ok || o == a {
+		return
+	}
+	a.e.Adopt(o.e)
+	if a.wire != nil && o.wire != nil && a.wire.src == o.wire.src {
+		a.wire.meter, a.wire.last, a.wire.failing = o.wire.meter, o.wire.last, o.wire.failing
+	}
+}
+
 func (a *engineAdapter) name(ip netip.Addr) string {
 	s, ok := a.names[ip]
 	if !ok {

@@ -3,6 +3,7 @@ package daemon
 import (
 	"time"
 
+	"github.com/sanqos/sanqos/internal/status"
 	"github.com/sanqos/sanqos/internal/throttle"
 	"github.com/sanqos/sanqos/internal/topology"
 )
@@ -20,10 +21,22 @@ type Reload struct {
 	Adjust   func(topology.Topology) topology.Topology
 }
 
-// reloadHold is how long after a reload the throttles in force are kept
-// while the new engine, which starts at rest, measures: its EWMA (α 0.25
-// at 100 ms) needs about a second to say what the old one knew.
-const reloadHold = time.Second
+// Adopter is a Decider that takes over the state of the Decider it
+// replaces at a reload (FromEngine's: engine.Engine.Adopt), so that a
+// reload changes what the new settings change and nothing else: the
+// signal, the delay, its raised ceiling and the sets go on where they
+// were. A Decider that is not one starts at rest.
+//
+// There is no hold of the old throttles across a reload. One was needed
+// while the new engine started at rest, but it could only keep the larger
+// of the old and the new delay for as long as reloads kept coming: a
+// reload storm froze the delay of the moment the storm began while the
+// disk recovered. With the state adopted, the new engine's first decision
+// is the old one's next (or, for changed settings, its continuation), so
+// it is applied as it is.
+type Adopter interface {
+	Adopt(old Decider)
+}
 
 // Reload hands r to the loop; it takes effect at the next tick. A second
 // Reload before that replaces the first.
@@ -35,8 +48,9 @@ func (d *Daemon) Reload(r Reload) {
 	d.reloadCh <- r
 }
 
-// takeReload installs a pending reload, at a tick boundary.
-func (d *Daemon) takeReload(now time.Time) {
+// takeReload installs a pending reload, at a tick boundary: the new
+// Decider gets the topology, then adopts the old one's state for it.
+func (d *Daemon) takeReload(time.Time) {
 	var r Reload
 	select {
 	case r = <-d.reloadCh:
@@ -49,39 +63,27 @@ func (d *Daemon) takeReload(now time.Time) {
 	} else if r.Adjust != nil {
 		topo = r.Adjust(topo)
 	}
+	old := d.o.Decider
 	d.o.Decider = r.Decider
-	d.topo = topology.Topology{} // so that swapTopology logs the difference against nothing
 	d.swapTopology(topo)
-	d.holdUntil = now.Add(reloadHold)
-	d.log.Info("configuration reloaded; throttles in force are kept while the new settings measure",
-		"resources", len(topo.Resources), "hold", reloadHold)
+	_, adopted := r.Decider.(Adopter)
+	if adopted {
+		r.Decider.(Adopter).Adopt(old)
+	}
+	d.log.Info("configuration reloaded", "resources", len(topo.Resources), "state_kept", adopted)
 }
 
-// holdThrottles keeps, for reloadHold after a reload, every group of the
-// last applied state whose delays the new decision would lower: a reload
-// must not release a writer that the old settings were holding back.
-func (d *Daemon) holdThrottles(now time.Time, s throttle.State) throttle.State {
-	if d.holdUntil.IsZero() || !now.Before(d.holdUntil) {
-		d.holdUntil = time.Time{}
-		return s
-	}
-	out := throttle.State{Groups: make([]throttle.Group, 0, len(s.Groups))}
-	seen := map[string]bool{}
-	old := map[string]throttle.Group{}
-	for _, g := range d.applied.Groups {
-		old[g.Name] = g
-	}
-	for _, g := range s.Groups {
-		seen[g.Name] = true
-		if o, ok := old[g.Name]; ok && o.WriteDelay+o.ReadDelay > g.WriteDelay+g.ReadDelay {
-			g = o
-		}
-		out.Groups = append(out.Groups, g)
-	}
-	for _, g := range d.applied.Groups {
-		if !seen[g.Name] && g.WriteDelay+g.ReadDelay > 0 && len(g.Members) > 0 {
-			out.Groups = append(out.Groups, g)
+// inForce sets each resource's InForceMs from s, the state the backend
+// last applied successfully: the delay of the group of the resource's
+// name while it has members.
+func inForce(rs []status.Resource, s throttle.State) {
+	for i := range rs {
+		rs[i].InForceMs = 0
+		for _, g := range s.Groups {
+			if g.Name == rs[i].Name && len(g.Members) > 0 {
+				rs[i].InForceMs = ms(max(g.WriteDelay, g.ReadDelay))
+				break
+			}
 		}
 	}
-	return out
 }

@@ -31,8 +31,10 @@ type wireSampler struct {
 
 // WithWire makes an engine from FromEngine count each consumer's bytes on
 // the wire with src and judge consumers of shared devices by them,
-// starting with the consumers of topo. Any other Decider, or a nil src,
-// is returned as it is.
+// starting with the consumers of topo; an empty topo leaves src's clients
+// as they are until the loop sets the engine's topology (a reload: the
+// running sampler shares src). Any other Decider, or a nil src, is
+// returned as it is.
 func WithWire(e Decider, src WireSource, topo topology.Topology, log *slog.Logger) Decider {
 	a, ok := e.(*engineAdapter)
 	if !ok || src == nil {
@@ -42,7 +44,9 @@ func WithWire(e Decider, src WireSource, topo topology.Topology, log *slog.Logge
 		log = slog.Default()
 	}
 	a.wire = &wireSampler{src: src, log: log.With("part", "wire")}
-	a.wire.setTopology(topo)
+	if len(topo.Resources) > 0 {
+		a.wire.setTopology(topo)
+	}
 	return a
 }
 

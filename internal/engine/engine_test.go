@@ -360,14 +360,24 @@ func TestSetTopologyKeepsPersistentState(t *testing.T) {
 	if fresh.DelayMs != 0 || len(fresh.Members) != 0 || fresh.SignalMs != 0 {
 		t.Fatalf("new resource not at rest: %+v", fresh)
 	}
-	// A threshold change restarts the controller but keeps the signal.
+	// A threshold change moves the controller's set point and keeps the
+	// signal and the delay, which then follows the new set point down
+	// (see "Reloads"): no restart from 0.
 	topo.Resources[0].ThresholdMs = 500
 	e.SetTopology(topo)
 	now = now.Add(100 * time.Millisecond)
 	overload(d)
 	dec := e.Step(now, d.snap())
-	if r := dec.Resources[0]; r.DelayMs != 0 || r.SignalMs < 40 || r.ThresholdMs != 500 {
-		t.Fatalf("after raising the threshold to 500: %+v, want no delay and the old signal", r)
+	if r := dec.Resources[0]; r.DelayMs == 0 || r.DelayMs >= old.DelayMs || r.SignalMs < 40 || r.ThresholdMs != 500 {
+		t.Fatalf("after raising the threshold to 500: %+v, want the old signal and a delay under %v, not 0", r, old.DelayMs)
+	}
+	for range 50 {
+		now = now.Add(100 * time.Millisecond)
+		overload(d)
+		dec = e.Step(now, d.snap())
+	}
+	if r := dec.Resources[0]; r.DelayMs != 0 {
+		t.Fatalf("5 s at 50 ms under a 500 ms threshold: delay %v, want 0", r.DelayMs)
 	}
 }
 

@@ -3,7 +3,6 @@ package engine
 import (
 	"net/netip"
 
-	"github.com/sanqos/sanqos/internal/control"
 	"github.com/sanqos/sanqos/internal/smoothing"
 	"github.com/sanqos/sanqos/internal/topology"
 )
@@ -91,10 +90,11 @@ func (e *Engine) SetTopology(topo topology.Topology) {
 }
 
 // resourceFor is the state of topology resource tr at the start of its
-// life, or carried over from old (nil: new): the signal and its history
-// always, the controller only while the threshold is the same.
+// life, or carried over from old (nil: new) as a reload carries it (see
+// "Reloads"): a new threshold moves the controller's set point, it does
+// not restart it.
 func (e *Engine) resourceFor(tr topology.Resource, old *resource) resource {
-	r := resource{name: tr.Name, threshold: e.cfg.ThresholdMs, signal: e.cfg.Signal}
+	r := resource{name: tr.Name, threshold: e.cfg.ThresholdMs, signal: e.cfg.Signal, headroom: e.cfg.Headroom}
 	if tr.ThresholdMs > 0 {
 		r.threshold = tr.ThresholdMs
 	}
@@ -104,25 +104,11 @@ func (e *Engine) resourceFor(tr topology.Resource, old *resource) resource {
 	if r.signal == "" {
 		r.signal = SignalMean
 	}
+	r.ewma, _ = smoothing.NewEWMA(e.cfg.Alpha) // alpha validated in New
+	r.ctrl = e.newController(r.targetMs())
+	r.ceiling = e.cfg.Control.UMaxMs
 	if old != nil {
-		r.ewma, r.signalMs, r.started, r.lastSample, r.emptySince = old.ewma, old.signalMs, old.started, old.lastSample, old.emptySince
-		if old.threshold == r.threshold {
-			r.ctrl, r.controlMs, r.frozen, r.onset, r.burst = old.ctrl, old.controlMs, old.frozen, old.onset, old.burst
-			r.ceiling, r.satSince, r.lowSince = old.ceiling, old.satSince, old.lowSince
-			r.headroom, r.scatter = old.headroom, old.scatter
-		}
-	}
-	if r.ewma == nil {
-		r.ewma, _ = smoothing.NewEWMA(e.cfg.Alpha) // alpha validated in New
-	}
-	if r.ctrl == nil {
-		// A new resource, or a new threshold: the controller starts at
-		// rest (its history was about another set point).
-		p := e.cfg.Control
-		r.headroom, r.scatter = e.cfg.Headroom, scatter{}
-		p.TargetMs = r.targetMs()
-		r.ctrl, _ = control.New(e.cfg.Controller, p) // validated in New
-		r.ceiling = p.UMaxMs
+		e.carry(&r, old, e.cfg)
 	}
 	return r
 }

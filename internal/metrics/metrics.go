@@ -142,6 +142,7 @@ var (
 var (
 	descDelay     = resDesc("throttle_delay_seconds", "Packet delay applied to the resource's throttleable set.")
 	descControl   = resDesc("controller_output_seconds", "The controller's output delay, kept while the throttleable set is empty.")
+	descInForce   = resDesc("throttle_delay_in_force_seconds", "Packet delay the data path has for the resource's throttleable set: the last state applied to the backend successfully.")
 	descCeiling   = resDesc("delay_ceiling_seconds", "The controller's current delay ceiling: u_max, raised toward u_max_limit while the writers need more.")
 	descSaturated = resDesc("saturated", "1 while the delay sits at u_max_limit with the read latency over the threshold: packet delay alone is not holding the writers.")
 )
@@ -181,7 +182,7 @@ type snapshotCollector struct {
 }
 
 func (c *snapshotCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descInfo, descUptime, descSignal, descRaw, descThreshold, descTarget, descDelay, descControl, descCeiling, descSaturated, descPending, descP95, descP99, descFollows, descSetSize, descArmed,
+	for _, d := range []*prometheus.Desc{descInfo, descUptime, descSignal, descRaw, descThreshold, descTarget, descDelay, descControl, descInForce, descCeiling, descSaturated, descPending, descP95, descP99, descFollows, descSetSize, descArmed,
 		descReadBps, descWriteBps, descWriteEWMA, descThrottle, descHeld, descPassed, descBacklog, descErrP50, descErrMax, descTakeovers, descUnresolved} {
 		ch <- d
 	}
@@ -205,6 +206,7 @@ func (c *snapshotCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descTarget, gauge, r.TargetMs*msToS, r.Name)
 		ch <- prometheus.MustNewConstMetric(descDelay, gauge, r.DelayMs*msToS, r.Name)
 		ch <- prometheus.MustNewConstMetric(descControl, gauge, r.ControlMs*msToS, r.Name)
+		ch <- prometheus.MustNewConstMetric(descInForce, gauge, r.InForceMs*msToS, r.Name)
 		ch <- prometheus.MustNewConstMetric(descCeiling, gauge, r.UMaxMs*msToS, r.Name)
 		sat := 0.0
 		if r.Saturated {

@@ -28,6 +28,18 @@ func NewEWMA(alpha float64) (*EWMA, error) {
 	return &EWMA{alpha: alpha}, nil
 }
 
+// NewEWMAAt returns an EWMA with weight alpha that stands at value: an
+// average carried over to a new weight (a reloaded configuration) goes
+// on from where it was instead of from 0.
+func NewEWMAAt(alpha, value float64) (*EWMA, error) {
+	e, err := NewEWMA(alpha)
+	if err != nil {
+		return nil, err
+	}
+	e.value = value
+	return e, nil
+}
+
 // CheckAlpha reports whether alpha is a usable EWMA weight.
 func CheckAlpha(alpha float64) error {
 	if !(alpha > 0 && alpha <= 1) {

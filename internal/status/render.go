@@ -38,6 +38,9 @@ func WriteTable(w io.Writer, s Status) error {
 		if len(r.Returning) > 0 {
 			fmt.Fprintf(&b, "armed: %s's returning writers (%s) are held at %.2f ms from their first write\n", r.Name, members(r.Returning), r.ControlMs)
 		}
+		if r.InForceMs != r.DelayMs {
+			fmt.Fprintf(&b, "note: %s's data path holds its members at %.2f ms, not the %.2f ms decided (an apply failed, or a manual throttle replaced it)\n", r.Name, r.InForceMs, r.DelayMs)
+		}
 		if r.PendingMs > 0 {
 			fmt.Fprintf(&b, "note: %s has a read in flight for %.0f ms; it counts in the signal before it completes\n", r.Name, r.PendingMs)
 		}

@@ -56,6 +56,11 @@ type Resource struct {
 	// the set is empty.
 	DelayMs   float64 `json:"delay_ms"`
 	ControlMs float64 `json:"control_ms"`
+	// InForceMs is the delay the data path has for the members: what the
+	// daemon last applied to the backend successfully. It is DelayMs
+	// unless an apply failed (the kernel keeps the last state) or a
+	// manual throttle of the same name replaced the engine's.
+	InForceMs float64 `json:"in_force_ms"`
 	// UMaxMs is the largest delay the controller may set now (the ceiling
 	// rises while the writers need more), UMaxLimitMs how high it may go.
 	UMaxMs      float64 `json:"u_max_ms"`
@@ -182,6 +187,7 @@ type RecordResource struct {
 	TargetMs    float64 `json:"target_ms"`
 	DelayMs     float64 `json:"delay_ms"`
 	ControlMs   float64 `json:"control_ms"`
+	InForceMs   float64 `json:"in_force_ms"`
 	UMaxMs      float64 `json:"u_max_ms,omitempty"`
 	Saturated   bool    `json:"saturated,omitempty"`
 	Held        bool    `json:"held,omitempty"`

@@ -25,7 +25,7 @@ func fixture() Status {
 		Version: "v0.1.0", Backend: "nfqueue", StartedAt: start, UptimeS: 3723.4,
 		TickMs: 100, Ticks: 37234, At: start.Add(3723 * time.Second), LastTickMs: 0.213,
 		Resources: []Resource{
-			{Name: "fs-lab", SignalMs: 27.5, RawMs: 31.25, ThresholdMs: 15, TargetMs: 12.75, DelayMs: 4.6, ControlMs: 4.6, UMaxMs: 30, UMaxLimitMs: 200, PendingMs: 200, Signal: "p95", Source: "ebpf", MeanMs: 21.5, P95Ms: 31.25, P99Ms: 40, Reads: 31,
+			{Name: "fs-lab", SignalMs: 27.5, RawMs: 31.25, ThresholdMs: 15, TargetMs: 12.75, DelayMs: 4.6, ControlMs: 4.6, InForceMs: 4.6, UMaxMs: 30, UMaxLimitMs: 200, PendingMs: 200, Signal: "p95", Source: "ebpf", MeanMs: 21.5, P95Ms: 31.25, P99Ms: 40, Reads: 31,
 				Direction: "write", Members: []string{"10.99.0.3", "10.99.0.4"}},
 			{Name: "vg-data", SignalMs: 3.2, RawMs: 0, ThresholdMs: 20, TargetMs: 17, ControlMs: 20, UMaxMs: 20, UMaxLimitMs: 20, Saturated: true, Signal: "p95", Source: "diskstats", Direction: "write"},
 		},
@@ -185,5 +185,19 @@ func TestClientNotADaemon(t *testing.T) {
 	_, err := Client{Addr: strings.TrimPrefix(srv.URL, "http://")}.Get(context.Background())
 	if err == nil || errors.Is(err, ErrNoDaemon) || !strings.Contains(err.Error(), "decoding") {
 		t.Fatalf("err = %v, want a decoding error", err)
+	}
+}
+
+// A delay in force other than the one decided (a failed apply, a manual
+// throttle of the same name) is said, with both values.
+func TestWriteTableSaysDelayInForce(t *testing.T) {
+	s := fixture()
+	s.Resources[0].InForceMs = 200
+	var b strings.Builder
+	if err := WriteTable(&b, s); err != nil {
+		t.Fatal(err)
+	}
+	if want := "fs-lab's data path holds its members at 200.00 ms, not the 4.60 ms decided"; !strings.Contains(b.String(), want) {
+		t.Errorf("no %q in:\n%s", want, b.String())
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"slices"
 	"sync"
 
 	"github.com/vishvananda/netlink"
@@ -191,6 +192,37 @@ func (w *Wire) install(ctx context.Context, hf wireHalf) error {
 			return fmt.Errorf("wire counters: creating ipset %s: %w", hf.own.set(n), err)
 		}
 	}
+	if err := hf.fw.Replace(ctx, hf.own.chain(), w.rules(hf)); err != nil {
+		return fmt.Errorf("wire counters: %w", err)
+	}
+	return nil
+}
+
+// SetPorts makes the counters count the target ports ports, with the
+// splits small (the backend's, see WireConfig), from now on: a reload of
+// the ports. The chains are replaced atomically; the sets, and with them
+// every client's counters, stay.
+func (w *Wire) SetPorts(ctx context.Context, ports []uint16, small map[uint16]int) error {
+	if len(ports) == 0 {
+		return errors.New("wire counters: no ports")
+	}
+	if err := ValidateSmallSegments(small); err != nil {
+		return err
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.ports, w.small = slices.Clone(ports), small
+	var errs []error
+	for _, hf := range w.halves {
+		if err := hf.fw.Replace(ctx, hf.own.chain(), w.rules(hf)); err != nil {
+			errs = append(errs, fmt.Errorf("wire counters: %w", err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// rules are the chain of one half for the ports.
+func (w *Wire) rules(hf wireHalf) []string {
 	chain := hf.own.chain()
 	// Replace adds the jump from POSTROUTING and, asked so, from
 	// INPUT, which sees what the clients send.
@@ -206,10 +238,7 @@ func (w *Wire) install(ctx context.Context, hf wireHalf) error {
 			fmt.Sprintf("-A %s -p tcp -m multiport --dports %s %s -m set --match-set %s src", chain, list, data, hf.own.set(wireSent)),
 			fmt.Sprintf("-A %s -p tcp -m multiport --sports %s %s -m set --match-set %s dst", chain, list, data, hf.own.set(wireRecv)))
 	}
-	if err := hf.fw.Replace(ctx, chain, rules); err != nil {
-		return fmt.Errorf("wire counters: %w", err)
-	}
-	return nil
+	return rules
 }
 
 // half returns the half that counts a, if any.
