@@ -84,6 +84,31 @@ func (k *FakeKernel) Chains(context.Context) ([]string, error) {
 	return out, nil
 }
 
+// FlushHook removes every jump to our chains, as another tool's
+// `iptables -t mangle -F POSTROUTING` (a host firewall reload) does.
+func (k *FakeKernel) FlushHook() {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.jumps = map[string]int{}
+}
+
+// FlushRuleset removes every chain and jump, as `nft flush ruleset`
+// does; the ipsets stay (they are not nftables objects).
+func (k *FakeKernel) FlushRuleset() {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.jumps, k.chains = map[string]int{}, map[string][]string{}
+}
+
+// FlushSets empties every set, as `ipset flush` does.
+func (k *FakeKernel) FlushSets() {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for n := range k.sets {
+		k.sets[n] = map[netip.Addr]bool{}
+	}
+}
+
 // Crash leaves state as a killed daemon of a version before ownership
 // would: twice-jumped chain and a stale set, to test start-up cleanup.
 func (k *FakeKernel) Crash(rules []string, sets map[string][]netip.Addr) {
