@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
@@ -145,7 +146,11 @@ func (f *Iptables) Replace(ctx context.Context, chain string, rules []string) er
 	want, own := splitJumps(chain, rules)
 	var jumps []string
 	for _, from := range want {
-		if !f.jumped[chain+" "+from] && !f.hasJumpFrom(ctx, from, chain) {
+		// Checked every time, not taken from f.jumped: another tool
+		// (a firewall reload, nft flush ruleset) may have removed the
+		// jump since we added it, and a chain nothing jumps to throttles
+		// nobody.
+		if !f.hasJumpFrom(ctx, from, chain) {
 			jumps = append(jumps, from)
 		}
 	}
@@ -190,11 +195,45 @@ func (f *Iptables) Remove(ctx context.Context, chain string) error {
 	if _, err := f.Run.Run(ctx, "", f.bin(), "-w", "-t", table, "-F", chain); err != nil {
 		return fmt.Errorf("flushing chain %s: %w", chain, err)
 	}
-	if _, err := f.Run.Run(ctx, "", f.bin(), "-w", "-t", table, "-X", chain); err != nil {
+	if err := f.deleteChain(ctx, chain); err != nil {
 		return fmt.Errorf("deleting chain %s: %w", chain, err)
 	}
 	return nil
 }
+
+// Deleting a chain right after its last jump went can fail with EBUSY
+// under iptables-nft ("CHAIN_DEL failed (Device or resource busy)"),
+// seen once in eight stops: the kernel still held the rule that was
+// just deleted. It clears within moments, so the deletion is tried a few
+// times, busyTries in all, busyWait apart.
+const (
+	busyTries = 5
+	busyWait  = 100 * time.Millisecond
+)
+
+// deleteChain deletes the (empty) chain, retrying while it is busy.
+func (f *Iptables) deleteChain(ctx context.Context, chain string) error {
+	for i := 1; ; i++ {
+		out, err := f.Run.Run(ctx, "", f.bin(), "-w", "-t", table, "-X", chain)
+		if err == nil || i == busyTries || !isBusy(out, err) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return errors.Join(err, ctx.Err())
+		case <-time.After(busyWait):
+		}
+	}
+}
+
+// isBusy reports whether iptables failed with EBUSY.
+func isBusy(out string, err error) bool {
+	return errors.Is(err, unix.EBUSY) || strings.Contains(out+err.Error(), "Device or resource busy")
+}
+
+// forget drops what f remembers of the jumps it added, so that the next
+// Replace checks every jump in the kernel (see reconciler.invalidate).
+func (f *Iptables) forget() { f.jumped = nil }
 
 func (f *Iptables) Chains(ctx context.Context) ([]string, error) {
 	out, err := f.Run.Run(ctx, "", f.bin(), "-w", "-t", table, "-S")

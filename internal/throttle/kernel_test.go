@@ -1,0 +1,78 @@
+package throttle
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+)
+
+// A jump someone else removed (iptables -t mangle -F POSTROUTING) comes
+// back with the next replacement of the chain: the reconciler's memory of
+// having added it once is not proof that it is still there (audit N1:
+// a second throttle rewrote the chain and left it without its jump).
+func TestReplaceRestoresAJumpRemovedByOthers(t *testing.T) {
+	ctx := context.Background()
+	rec := &recorder{}
+	k := NewFakeKernel()
+	rc := newReconciler(&Iptables{Run: rec}, k)
+	one := State{Groups: []Group{{Name: "a", Members: []netip.Addr{ip("10.0.0.2")}, WriteDelay: time.Millisecond}}}
+	two := State{Groups: append(one.Groups, Group{Name: "b", Members: []netip.Addr{ip("10.0.0.3")}, WriteDelay: time.Millisecond})}
+	if err := rc.apply(ctx, NfqueueRules(one, 1), wantSets(one)); err != nil {
+		t.Fatal(err)
+	}
+	rec.jump = false // flushed by another tool
+	rec.b.Reset()
+	if err := rc.apply(ctx, NfqueueRules(two, 1), wantSets(two)); err != nil {
+		t.Fatal(err)
+	}
+	if !rec.jump {
+		t.Errorf("the chain was replaced without its lost jump:\n%s", rec.b.String())
+	}
+}
+
+// busyOnce fails the first deletion of a chain as iptables-nft sometimes
+// does right after the chain's last rule went (audit N9).
+type busyOnce struct {
+	recorder
+	failed bool
+}
+
+func (r *busyOnce) Run(ctx context.Context, stdin, name string, args ...string) (string, error) {
+	if strings.Contains(strings.Join(args, " "), " -X ") && !r.failed {
+		r.failed = true
+		return "iptables v1.8.9 (nf_tables):  CHAIN_DEL failed (Device or resource busy): chain SANQOS-q3260",
+			fmt.Errorf("exit status 4")
+	}
+	return r.recorder.Run(ctx, stdin, name, args...)
+}
+
+func TestRemoveRetriesABusyChainDelete(t *testing.T) {
+	r := &busyOnce{}
+	r.chained = true
+	f := &Iptables{Run: r}
+	if err := f.Remove(context.Background(), "SANQOS-q3260"); err != nil {
+		t.Fatalf("one EBUSY from the chain deletion failed the removal: %v", err)
+	}
+	if r.chained {
+		t.Error("the chain is still there")
+	}
+	r2 := &alwaysBusy{}
+	r2.chained = true
+	err := (&Iptables{Run: r2}).Remove(context.Background(), "SANQOS-q3260")
+	if err == nil || !strings.Contains(err.Error(), "busy") {
+		t.Errorf("a chain that stays busy: error %v, want the kernel's answer", err)
+	}
+}
+
+type alwaysBusy struct{ recorder }
+
+func (r *alwaysBusy) Run(ctx context.Context, stdin, name string, args ...string) (string, error) {
+	if strings.Contains(strings.Join(args, " "), " -X ") {
+		return "CHAIN_DEL failed (Device or resource busy)", errors.New("exit status 4: CHAIN_DEL failed (Device or resource busy)")
+	}
+	return r.recorder.Run(ctx, stdin, name, args...)
+}
