@@ -17,6 +17,7 @@ import (
 type FakeKernel struct {
 	mu     sync.Mutex
 	jumps  map[string]int
+	inputs map[string]bool     // chains INPUT jumps to (arming)
 	chains map[string][]string // chain name → rules
 	sets   map[string]map[netip.Addr]bool
 	Ops    int // number of mutating calls, to prove idempotence
@@ -30,7 +31,7 @@ type FakeKernel struct {
 // NewFakeKernel returns an empty fake kernel.
 func NewFakeKernel() *FakeKernel {
 	return &FakeKernel{sets: map[string]map[netip.Addr]bool{}, Foreign: map[string]bool{},
-		jumps: map[string]int{}, chains: map[string][]string{}}
+		jumps: map[string]int{}, inputs: map[string]bool{}, chains: map[string][]string{}}
 }
 
 var setRef = regexp.MustCompile(`--(?:match|add)-set (\S+) `)
@@ -41,7 +42,7 @@ func (k *FakeKernel) Replace(_ context.Context, chain string, rules []string) er
 	if k.FailReplace != nil {
 		return fmt.Errorf("installing chain %s: %w", chain, k.FailReplace)
 	}
-	_, rules = splitJumps(chain, rules)
+	from, rules := splitJumps(chain, rules)
 	for _, r := range rules {
 		if !strings.HasPrefix(r, "-A "+chain+" ") {
 			return fmt.Errorf("rule %q is not in chain %s", r, chain)
@@ -57,6 +58,11 @@ func (k *FakeKernel) Replace(_ context.Context, chain string, rules []string) er
 	if k.jumps[chain] == 0 {
 		k.jumps[chain] = 1
 	}
+	if slices.Contains(from, "INPUT") {
+		k.inputs[chain] = true
+	} else {
+		delete(k.inputs, chain)
+	}
 	return nil
 }
 
@@ -67,8 +73,21 @@ func (k *FakeKernel) Remove(_ context.Context, chain string) error {
 		k.Ops++
 	}
 	delete(k.jumps, chain)
+	delete(k.inputs, chain)
 	delete(k.chains, chain)
 	return nil
+}
+
+// Installed reads chain back, like iptables-save (see ChainReader).
+func (k *FakeKernel) Installed(_ context.Context, chain string) (Installed, error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	rules, ok := k.chains[chain]
+	in := Installed{Exists: ok, Jumps: map[string]int{hook: k.jumps[chain]}, Rules: slices.Clone(rules)}
+	if k.inputs[chain] {
+		in.Jumps["INPUT"] = 1
+	}
+	return in, nil
 }
 
 func (k *FakeKernel) Chains(context.Context) ([]string, error) {
@@ -97,7 +116,7 @@ func (k *FakeKernel) FlushHook() {
 func (k *FakeKernel) FlushRuleset() {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	k.jumps, k.chains = map[string]int{}, map[string][]string{}
+	k.jumps, k.inputs, k.chains = map[string]int{}, map[string]bool{}, map[string][]string{}
 }
 
 // FlushSets empties every set, as `ipset flush` does.
