@@ -30,6 +30,8 @@ type Metrics struct {
 	statsErrors     prometheus.Counter
 	discoveryOK     prometheus.Gauge
 	discoveryErrors prometheus.Counter
+	kernelRepairs   *prometheus.CounterVec
+	verifyErrors    prometheus.Counter
 }
 
 // New returns metrics registered in a registry of their own (so tests and
@@ -65,8 +67,15 @@ func New(snapshot func() status.Status) *Metrics {
 			Name: "sanqos_discovery_errors_total", Help: "Failed topology discoveries.",
 		}),
 	}
+	m.kernelRepairs = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "sanqos_kernel_repairs_total",
+		Help: "Objects sanqos installed in the kernel that it found removed or changed by someone else, by kind (jump, chain, rule, set, member: re-installed at once; qdisc: reported).",
+	}, []string{"object"})
+	m.verifyErrors = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "sanqos_kernel_verify_errors_total", Help: "Read-backs of the installed kernel objects that failed (the next one comes a few seconds later).",
+	})
 	m.reg.MustRegister(m.tickDuration, m.ticks, m.applies, m.applyErrors, m.statsErrors,
-		m.discoveryOK, m.discoveryErrors, &snapshotCollector{snapshot: snapshot})
+		m.discoveryOK, m.discoveryErrors, m.kernelRepairs, m.verifyErrors, &snapshotCollector{snapshot: snapshot})
 	// The process's own health: goroutines, heap, descriptors and RSS let
 	// an administrator (and the soak) see a daemon that grows.
 	m.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -107,6 +116,13 @@ func (m *Metrics) Discovered(err error) {
 	}
 	m.discoveryOK.Set(1)
 }
+
+// KernelRepair counts one installed object of kind object (jump, chain,
+// rule, set, member, qdisc) found altered by someone else.
+func (m *Metrics) KernelRepair(object string) { m.kernelRepairs.WithLabelValues(object).Inc() }
+
+// VerifyFailed counts a failed read-back of the installed objects.
+func (m *Metrics) VerifyFailed() { m.verifyErrors.Inc() }
 
 // resDesc, conDesc and pathDesc describe a metric of a resource, of a
 // consumer and of the data path.

@@ -53,6 +53,9 @@ func TestMetricsGolden(t *testing.T) {
 	m.StatsErrors(2)
 	m.Discovered(errors.New("tgtadm failed"))
 	m.Discovered(nil)
+	m.KernelRepair("jump")
+	m.KernelRepair("member")
+	m.KernelRepair("member")
 	got, runtime := sanqosOnly(scrape(t, m))
 	for _, want := range []string{"go_goroutines ", "process_open_fds ", "process_resident_memory_bytes "} {
 		if !strings.Contains(runtime, "\n"+want) {
