@@ -17,6 +17,7 @@ const applyTimeout = 5 * time.Second
 // apply hands s to the backend unless it is what the backend already has.
 func (d *Daemon) apply(ctx context.Context, s throttle.State) error {
 	d.renew(ctx)
+	d.takeRepair()
 	if !d.needsResync && stateEqual(s, d.applied) {
 		return nil
 	}

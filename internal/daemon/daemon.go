@@ -137,6 +137,8 @@ type Daemon struct {
 	statsFailing int  // consecutive failed reads
 	recordFailed bool
 
+	rep repairState // self-repair of what the backend installed (repair.go)
+
 	mu          sync.Mutex // guards snap, disc and appliedView
 	snap        status.Status
 	disc        status.Discovery
@@ -251,6 +253,12 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 			d.discoveryLoop(dctx, last, ok)
 		}()
 	}
+
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		d.verifyLoop(dctx)
+	}()
 
 	d.log.Info("sanqos daemon started", "tick", d.o.Tick, "backend", d.o.Backend.Name(),
 		"resources", len(d.topo.Resources), "version", d.o.Version)
