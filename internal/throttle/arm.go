@@ -3,7 +3,7 @@ package throttle
 import (
 	"fmt"
 	"net/netip"
-	"strings"
+	"slices"
 )
 
 // Arming. The engine sees a writer only once its writes show in a
@@ -15,10 +15,11 @@ import (
 // the engine). The data path sees it sooner: a client that sends a data
 // segment to a storage port is writing. So a group names the consumers
 // it arms (recent members, see engine "Returning writers") and the delay
-// they left, and a rule of our chain, jumped to from INPUT, puts such a
+// they left. The armed addresses are a set of their own, and one rule
+// per port split of our chain, jumped to from INPUT, puts an armed
 // consumer in the group's set with its first write data segment:
 //
-//	-A SANQOS-<inst> -s A -p tcp -m multiport --dports P -m length --length L:65535 -j SET --add-set sanqos-<inst>-<group> src --timeout 1
+//	-A SANQOS-<inst> -p tcp -m multiport --dports P -m length --length L:65535 -m set --match-set sanqos-<inst>-<group>:arm src -j SET --add-set sanqos-<inst>-<group> src --timeout 1
 //
 // From that packet on, what the target sends it goes to the queue and
 // its write direction is held at ArmedDelay: from the responses to its
@@ -32,10 +33,31 @@ import (
 // are created with timeout support for this; the daemon's own entries
 // are added with timeout 0, permanent.
 //
+// A set, not a rule per armed address: every packet clients send to the
+// storage ports walks the rules, and a set lookup costs the same for one
+// armed consumer as for thousands (audit N10).
+//
+// Spoofing: the rule matches the source address only, so an off-path
+// sender that forges a recently paused writer's address can keep that
+// writer armed, held at ArmedDelay while it writes, for as long as the
+// engine arms it. Matching established connections only would close
+// that, but conntrack's state match loads connection tracking for every
+// flow of the target, and xt_socket is missing from some kernels (the
+// lab's among them); the harm is bounded by the armed delay, so the
+// rule stays cheap.
+//
 // The rule only adds to a set and never drops or holds anything itself:
 // if sanqos dies, the queue's bypass lets what is in a set pass, as
 // before, and the next start removes the chain with its jumps.
 const armTimeout = 1 // seconds; the smallest an ipset entry can live
+
+// armSuffix follows a group's set name in the name of its set of armed
+// consumers. SetName never yields a ':', so no group's set can be
+// another group's armed set.
+const armSuffix = ":arm"
+
+// armSetName is the set of the consumers group arms.
+func armSetName(group string) string { return SetName(group) + armSuffix }
 
 // armRules renders the arming rules of the groups in s that arm anyone,
 // with the INPUT jump they need; small and def are the ports' splits.
@@ -46,10 +68,8 @@ func armRules(s State, small map[uint16]int, def int) []string {
 			continue
 		}
 		for _, pg := range splitGroups(g.ports(), small, def) {
-			for _, a := range g.Armed {
-				out = append(out, fmt.Sprintf("-A %s -s %s -p tcp -m multiport --dports %s -m length --length %d:65535 -j SET --add-set %s src --timeout %d",
-					Chain, hostPrefix(a.Unmap()), portList(pg.ports), lengthSplit(pg.small)+1, SetName(g.Name), armTimeout))
-			}
+			out = append(out, fmt.Sprintf("-A %s -p tcp -m multiport --dports %s -m length --length %d:65535 -m set --match-set %s src -j SET --add-set %s src --timeout %d",
+				Chain, portList(pg.ports), lengthSplit(pg.small)+1, armSetName(g.Name), SetName(g.Name), armTimeout))
 		}
 	}
 	if len(out) > 0 {
@@ -58,18 +78,29 @@ func armRules(s State, small map[uint16]int, def int) []string {
 	return out
 }
 
-// hostPrefix renders a as the one-address prefix iptables matches.
-func hostPrefix(a netip.Addr) string {
-	return netip.PrefixFrom(a, a.BitLen()).String()
+// armSets adds to sets the set of armed consumers of each group of s
+// that arms anyone.
+func armSets(s State, sets map[string][]netip.Addr) {
+	for _, g := range s.Groups {
+		if !g.armed() {
+			continue
+		}
+		ms := make([]netip.Addr, 0, len(g.Armed))
+		for _, a := range g.Armed {
+			ms = append(ms, a.Unmap())
+		}
+		sets[armSetName(g.Name)] = ms
+	}
 }
 
-// armsV6 reports whether an arming rule (see armRules) arms an IPv6
-// address.
-func armsV6(rule string) bool {
-	_, rest, _ := strings.Cut(rule, " -s ")
-	src, _, _ := strings.Cut(rest, " ")
-	p, err := netip.ParsePrefix(src)
-	return err == nil && p.Addr().Is6()
+// withoutArming returns s with no group arming anyone, for the backends
+// that do not arm: they would create sets no rule uses.
+func withoutArming(s State) State {
+	out := State{Groups: slices.Clone(s.Groups)}
+	for i := range out.Groups {
+		out.Groups[i].Armed, out.Groups[i].ArmedDelay = nil, 0
+	}
+	return out
 }
 
 // armedDelays adds the write delay of the consumers s arms to t, where

@@ -10,8 +10,8 @@ import (
 )
 
 // TestArmingPlan: a group that arms a consumer installs, beside its queue
-// rule, one rule per armed address and port split that adds it to the
-// group's set on a data segment it sends (longer than the split and the
+// rule, a set of the armed consumers and one rule per port split that
+// adds an armed consumer to the group's set on a data segment it sends (longer than the split and the
 // headers), the INPUT jump the rules need, and the armed delay in the
 // write direction of the delay table; the consumer is not in the set
 // until the kernel puts it there, and a member keeps its own delay.
@@ -39,10 +39,8 @@ func TestArmingPlan(t *testing.T) {
 	rules, sets, _ := ms.plan(now, 1, func(netip.Addr) bool { return true })
 	want := []string{
 		"-A INPUT -j SANQOS",
-		"-A SANQOS -s 10.0.0.2/32 -p tcp -m multiport --dports 3260 -m length --length 229:65535 -j SET --add-set sanqos-vg src --timeout 1",
-		"-A SANQOS -s 10.0.0.3/32 -p tcp -m multiport --dports 3260 -m length --length 229:65535 -j SET --add-set sanqos-vg src --timeout 1",
-		"-A SANQOS -s 10.0.0.2/32 -p tcp -m multiport --dports 2049 -m length --length 357:65535 -j SET --add-set sanqos-vg src --timeout 1",
-		"-A SANQOS -s 10.0.0.3/32 -p tcp -m multiport --dports 2049 -m length --length 357:65535 -j SET --add-set sanqos-vg src --timeout 1",
+		"-A SANQOS -p tcp -m multiport --dports 3260 -m length --length 229:65535 -m set --match-set sanqos-vg:arm src -j SET --add-set sanqos-vg src --timeout 1",
+		"-A SANQOS -p tcp -m multiport --dports 2049 -m length --length 357:65535 -m set --match-set sanqos-vg:arm src -j SET --add-set sanqos-vg src --timeout 1",
 	}
 	for _, w := range want {
 		if !slices.Contains(rules, w) {
@@ -51,6 +49,9 @@ func TestArmingPlan(t *testing.T) {
 	}
 	if slices.Contains(sets["sanqos-vg"], a) {
 		t.Errorf("the armed consumer is in the set before it wrote: %v", sets)
+	}
+	if got := sets["sanqos-vg:arm"]; !slices.Equal(got, []netip.Addr{a, m}) {
+		t.Errorf("the set of armed consumers holds %v, want %v %v", got, a, m)
 	}
 	if err := rec.apply(ctx, rules, sets); err != nil {
 		t.Fatalf("the fake kernel refused the arming rules: %v", err)
@@ -110,5 +111,44 @@ func TestArmingByFamily(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// Arming many consumers costs one rule per port split, not one per
+// consumer: the armed addresses are a set the rule matches (audit N10:
+// every INPUT packet to a storage port walked one rule per armed
+// address).
+func TestArmingRulesDoNotGrowWithTheArmed(t *testing.T) {
+	var armed []netip.Addr
+	for i := range 200 {
+		armed = append(armed, netip.AddrFrom4([4]byte{10, 1, byte(i / 250), byte(1 + i%250)}))
+	}
+	s := State{Groups: []Group{{Name: "vg", Ports: []uint16{3260}, WriteDelay: 0, Armed: armed, ArmedDelay: 5 * time.Millisecond}}}
+	rules := armRules(s, nil, 128)
+	if len(rules) != 2 { // the INPUT jump and one SET rule
+		t.Fatalf("%d arming rules for %d armed consumers, want 2:\n%s", len(rules), len(armed), strings.Join(rules[:min(len(rules), 4)], "\n"))
+	}
+	var holds bool
+	for _, ms := range wantSets(s) {
+		holds = holds || len(ms) == len(armed)
+	}
+	if !holds {
+		t.Errorf("no set holds the %d armed consumers: %v", len(armed), wantSets(s))
+	}
+}
+
+// The backends that do not arm (netem, htb: Split) get no set of armed
+// consumers, which no rule of theirs would use.
+func TestSplitLeavesArmingOut(t *testing.T) {
+	s := State{Groups: []Group{{Name: "vg", Members: []netip.Addr{ip("10.0.0.3")}, WriteDelay: time.Millisecond,
+		Armed: []netip.Addr{ip("10.0.0.2")}, ArmedDelay: time.Millisecond}}}
+	got, _ := Split(s)
+	for n := range wantSets(got) {
+		if strings.HasSuffix(n, armSuffix) {
+			t.Errorf("set %s for a backend that does not arm", n)
+		}
+	}
+	if len(s.Groups[0].Armed) != 1 {
+		t.Error("Split changed the caller's state")
 	}
 }

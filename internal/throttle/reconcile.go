@@ -97,9 +97,13 @@ func (r *Refused) Error() string {
 // Split returns s without what the IPv4-only backends (netem, htb) cannot
 // program, one consumer or group at a time, and says what it left out
 // (nil: nothing): IPv6 members, and groups with more ports than one
-// iptables multiport match takes. The nfqueue backend keeps IPv6 members
+// iptables multiport match takes. Arming is left out without a word:
+// only nfqueue arms (see arm.go). The nfqueue backend keeps IPv6 members
 // when ip6tables works.
-func Split(s State) (State, *Refused) { return split(s, false) }
+func Split(s State) (State, *Refused) {
+	out, why := split(s, false)
+	return withoutArming(out), why
+}
 
 // split is Split; with v6 it keeps IPv6 members (the nfqueue backend
 // programs them with ip6tables and inet6 sets).
@@ -150,9 +154,10 @@ func byFamily(rules []string, sets map[string][]netip.Addr) (rules4 []string, se
 			sets6[n] = v6
 		}
 	}
-	// An arming rule goes with its address's family, where that half
-	// has the set (an IPv6 consumer is armed only while the group has
-	// IPv6 members); each half that arms asks for the INPUT jump.
+	// An arming rule goes to each half whose set of armed consumers is
+	// not empty, where that half has the group's set (an IPv6 consumer
+	// is armed only while the group has IPv6 members); each half that
+	// arms asks for the INPUT jump.
 	var arms4, arms6 bool
 	for _, r := range rules {
 		m := ruleSetRef.FindStringSubmatch(r)
@@ -160,11 +165,15 @@ func byFamily(rules []string, sets map[string][]netip.Addr) (rules4 []string, se
 		case r == inputJump(Chain):
 		case m == nil:
 			rules4 = append(rules4, r)
-		case strings.Contains(r, " -j SET "):
-			if _, ok := sets6[m[2]]; ok && armsV6(r) {
-				rules6, arms6 = append(rules6, r), true
-			} else if !armsV6(r) {
+		case strings.HasSuffix(m[2], armSuffix):
+			group := strings.TrimSuffix(m[2], armSuffix)
+			if len(sets4[m[2]]) > 0 {
 				rules4, arms4 = append(rules4, r), true
+			}
+			if _, ok := sets6[group]; ok && len(sets6[m[2]]) > 0 {
+				rules6, arms6 = append(rules6, r), true
+			} else {
+				delete(sets6, m[2])
 			}
 		default:
 			if _, ok := sets4[m[2]]; ok {
@@ -186,7 +195,8 @@ func byFamily(rules []string, sets map[string][]netip.Addr) (rules4 []string, se
 
 // wantSets is the desired membership of every set: a group's members are
 // in its set only while the group is active, so an idle group costs one
-// failed set lookup per packet and nothing in user space.
+// failed set lookup per packet and nothing in user space; a group that
+// arms has its armed consumers in a set of their own (see arm.go).
 func wantSets(s State) map[string][]netip.Addr {
 	out := map[string][]netip.Addr{}
 	for _, g := range s.Groups {
@@ -198,6 +208,7 @@ func wantSets(s State) map[string][]netip.Addr {
 		}
 		out[SetName(g.Name)] = ms
 	}
+	armSets(s, out)
 	return out
 }
 
