@@ -69,7 +69,7 @@ func New(snapshot func() status.Status) *Metrics {
 	}
 	m.kernelRepairs = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "sanqos_kernel_repairs_total",
-		Help: "Objects sanqos installed in the kernel that it found removed or changed by someone else, by kind (jump, chain, rule, set, member: re-installed at once; qdisc: reported).",
+		Help: "Objects sanqos installed in the kernel that it found removed or changed by someone else and re-installed, by kind: jump, chain, rule, set, member, qdisc.",
 	}, []string{"object"})
 	m.verifyErrors = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "sanqos_kernel_verify_errors_total", Help: "Read-backs of the installed kernel objects that failed (the next one comes a few seconds later).",

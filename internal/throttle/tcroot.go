@@ -18,6 +18,7 @@ type tcRoot struct {
 	ilock  *instanceLock // held from build until Close
 	handle int           // NetemHandle or HTBHandle
 	rec    *reconciler
+	leaves [][]string // the backend's tc commands under the root, for rebuild (verify_backends.go)
 	log    *slog.Logger
 	mu     sync.Mutex // serialises Apply and Close
 	done   bool       // Close has run; Apply refuses
@@ -66,12 +67,8 @@ func (t *tcRoot) build(ctx context.Context, leaves [][]string) (failed []string,
 	if err := removeRootQdisc(ctx, run, dev, t.handle); err != nil {
 		return nil, "", err
 	}
-	h := fmt.Sprintf("%x:", t.handle)
-	cmds := append([][]string{
-		{"qdisc", "add", "dev", dev, "root", "handle", h, "htb", "default", "1"},
-		{"class", "add", "dev", dev, "parent", h, "classid", fmt.Sprintf("%x:1", t.handle), "htb", "rate", lineRate},
-	}, leaves...)
-	for _, c := range cmds {
+	t.leaves = leaves
+	for _, c := range t.tree() {
 		if out, err := run.Run(ctx, "", "tc", c...); err != nil {
 			if rerr := removeRootQdisc(ctx, run, dev, t.handle); rerr != nil {
 				err = errors.Join(err, fmt.Errorf("undoing the partial tree: %w", rerr))

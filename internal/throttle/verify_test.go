@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"os"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -115,5 +116,61 @@ func TestResyncReplacesTheChain(t *testing.T) {
 	}
 	if k.String() != installed {
 		t.Errorf("after a resync the kernel holds\n%s\nwant\n%s", k.String(), installed)
+	}
+}
+
+// A root qdisc someone deleted is rebuilt with its leaves (netem) and
+// its read-rate classes come back with the next Apply (htb); a root of
+// someone else's is named in the drift.
+func TestVerifyRebuildsADeletedRootQdisc(t *testing.T) {
+	ctx := context.Background()
+	s := State{Groups: []Group{{Name: "vg", Members: []netip.Addr{ip("10.0.0.2")}, WriteDelay: 5 * time.Millisecond, ReadRate: 1 << 20}}}
+	rec := &recorder{}
+	k := NewFakeKernel()
+	n, err := NewNetem(ctx, TCConfig{Dev: "veth-t", Instance: "tv1", Run: rec, Firewall: k, Sets: k})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	if err := n.Apply(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	if d, err := n.Verify(ctx); err != nil || len(d) != 0 {
+		t.Fatalf("as installed: drift %v, err %v", d, err)
+	}
+	rec.root = "" // tc qdisc del dev veth-t root
+	rec.b.Reset()
+	d, err := n.Verify(ctx)
+	if err != nil || len(d) != 1 || d[0].Object != "qdisc" {
+		t.Fatalf("after the root went: drift %v, err %v", d, err)
+	}
+	if got := rec.b.String(); rec.root != "53:" || !strings.Contains(got, "netem delay 5000us") {
+		t.Errorf("the tree was not rebuilt with its leaves:\n%s", got)
+	}
+
+	hrec := &recorder{}
+	h, err := NewHTB(ctx, TCConfig{Dev: "veth-u", Instance: "tv2", Run: hrec, Firewall: NewFakeKernel(), Sets: NewFakeKernel()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	if err := h.Apply(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	hrec.root = ""
+	if d, err := h.Verify(ctx); err != nil || len(d) != 1 {
+		t.Fatalf("htb after the root went: drift %v, err %v", d, err)
+	}
+	hrec.b.Reset()
+	if err := h.Apply(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(hrec.b.String(), "tc class replace dev veth-u parent 54: classid 54:") {
+		t.Errorf("the read-rate class did not come back:\n%s", hrec.b.String())
+	}
+
+	hrec.root = "8001:" // someone's own root qdisc
+	if d, _ := h.Verify(ctx); len(d) != 1 || !strings.Contains(d[0].Found, "8001: root") {
+		t.Errorf("a foreign root: drift %v, want it named", d)
 	}
 }

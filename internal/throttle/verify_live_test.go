@@ -1,0 +1,40 @@
+package throttle
+
+import (
+	"strings"
+	"testing"
+)
+
+// TestLiveVerifyRebuildsHTBRoot: `tc qdisc del dev D root` by someone
+// else is found and the root put back on the real kernel; the next Apply
+// restores the read-rate class.
+func TestLiveVerifyRebuildsHTBRoot(t *testing.T) {
+	l := newLab(t)
+	b, err := NewHTB(t.Context(), TCConfig{Dev: "sqtt0", Run: l.targetRunner, Firewall: &Iptables{Run: l.targetRunner}, Sets: l.sets(t), Logger: quietLog()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	s := State{Groups: []Group{{Name: "tt", Members: []netipAddr{mustAddr(clientIP)}, ReadRate: 4e6}}}
+	if err := b.Apply(t.Context(), s); err != nil {
+		t.Fatal(err)
+	}
+	if d, err := b.Verify(t.Context()); err != nil || len(d) != 0 {
+		t.Fatalf("as installed: drift %v, err %v", d, err)
+	}
+	run(t, "ip", "netns", "exec", l.tns, "tc", "qdisc", "del", "dev", "sqtt0", "root")
+	d, err := b.Verify(t.Context())
+	if err != nil || len(d) != 1 || d[0].Object != "qdisc" {
+		t.Fatalf("after tc qdisc del: drift %v, err %v", d, err)
+	}
+	if err := b.Apply(t.Context(), s); err != nil {
+		t.Fatal(err)
+	}
+	classes := run(t, "ip", "netns", "exec", l.tns, "tc", "class", "show", "dev", "sqtt0")
+	if !strings.Contains(classes, "class htb 54:1 ") || !strings.Contains(classes, "class htb 54:10 ") {
+		t.Errorf("classes after the repair:\n%s", classes)
+	}
+	if d, err := b.Verify(t.Context()); err != nil || len(d) != 0 {
+		t.Errorf("after the repair: drift %v, err %v", d, err)
+	}
+}
