@@ -255,10 +255,10 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 	}
 
 	wg.Add(1)
-	go func() {
+	go func(targets []*verifyTarget) {
 		defer wg.Done()
-		d.verifyLoop(dctx)
-	}()
+		d.verifyLoop(dctx, targets)
+	}(d.verifyTargets())
 
 	d.log.Info("sanqos daemon started", "tick", d.o.Tick, "backend", d.o.Backend.Name(),
 		"resources", len(d.topo.Resources), "version", d.o.Version)

@@ -26,20 +26,43 @@ const (
 	resyncEvery = 60 * time.Second
 )
 
-// repairState is the verifier goroutine's, but for req.
+// repairState is the tick loop's view of self-repair.
 type repairState struct {
 	// req asks the tick loop to re-apply the state even though it has
 	// not changed; the loop takes it at its next tick.
-	req     atomic.Bool
+	req atomic.Bool
+}
+
+// verifyTarget is one thing read back: the backend, or the wire
+// counters (which repair themselves in Verify). Owned by verifyLoop.
+type verifyTarget struct {
+	name    string
+	v       throttle.Verifier
+	reapply bool   // its drift is repaired by the next Apply (the backend)
 	last    string // drift of the last look, reported already
 	failing bool   // the last read-back failed
 }
 
+// verifyTargets lists what verifyLoop reads back. It runs on the tick
+// loop's goroutine, before the loop: a reload may swap the Decider, but
+// it keeps the same wire counters.
+func (d *Daemon) verifyTargets() []*verifyTarget {
+	var out []*verifyTarget
+	if v, ok := d.o.Backend.(throttle.Verifier); ok {
+		out = append(out, &verifyTarget{name: d.o.Backend.Name(), v: v, reapply: true})
+	}
+	if a, ok := d.o.Decider.(*engineAdapter); ok && a.wire != nil {
+		if v, ok := a.wire.src.(throttle.Verifier); ok {
+			out = append(out, &verifyTarget{name: "wire counters", v: v})
+		}
+	}
+	return out
+}
+
 // verifyLoop runs until ctx ends; a backend that is no Verifier (edt,
 // dry-run) has nothing to read back.
-func (d *Daemon) verifyLoop(ctx context.Context) {
-	v, ok := d.o.Backend.(throttle.Verifier)
-	if !ok {
+func (d *Daemon) verifyLoop(ctx context.Context, targets []*verifyTarget) {
+	if len(targets) == 0 {
 		return
 	}
 	t := d.o.Clock.NewTicker(verifyEvery)
@@ -54,36 +77,38 @@ func (d *Daemon) verifyLoop(ctx context.Context) {
 			if full {
 				lastFull = now
 			}
-			d.verifyOnce(ctx, v, full)
+			for _, vt := range targets {
+				d.verifyOnce(ctx, vt, full)
+			}
 		}
 	}
 }
 
-// verifyOnce reads back once; with full it has everything re-installed
+// verifyOnce reads vt back once; with full it has everything re-installed
 // whatever it finds.
-func (d *Daemon) verifyOnce(ctx context.Context, v throttle.Verifier, full bool) {
+func (d *Daemon) verifyOnce(ctx context.Context, vt *verifyTarget, full bool) {
 	vctx, cancel := context.WithTimeout(ctx, applyTimeout)
-	drifts, err := v.Verify(vctx)
+	drifts, err := vt.v.Verify(vctx)
 	cancel()
 	switch {
 	case err != nil && ctx.Err() != nil:
 		return // stopping
 	case err != nil:
 		d.metrics.VerifyFailed()
-		if !d.rep.failing {
+		if !vt.failing {
 			d.log.Error("reading back the installed throttle state failed; trying again every few seconds",
-				"backend", d.o.Backend.Name(), "err", err)
+				"of", vt.name, "err", err)
 		}
-		d.rep.failing = true
-	case d.rep.failing:
-		d.log.Info("reading back the installed throttle state works again", "backend", d.o.Backend.Name())
-		d.rep.failing = false
+		vt.failing = true
+	case vt.failing:
+		d.log.Info("reading back the installed throttle state works again", "of", vt.name)
+		vt.failing = false
 	}
-	d.reportDrift(drifts)
+	d.reportDrift(vt, drifts)
 	if full {
-		v.Resync()
+		vt.v.Resync()
 	}
-	if len(drifts) > 0 || full {
+	if vt.reapply && (len(drifts) > 0 || full) {
 		d.rep.req.Store(true)
 	}
 }
@@ -91,18 +116,18 @@ func (d *Daemon) verifyOnce(ctx context.Context, v throttle.Verifier, full bool)
 // reportDrift counts every drift found and logs it when it differs from
 // the last look's: one event is one warning, even when the repair needs
 // a few looks (a kernel refusing it, someone undoing it again at once).
-func (d *Daemon) reportDrift(drifts []throttle.Drift) {
+func (d *Daemon) reportDrift(vt *verifyTarget, drifts []throttle.Drift) {
 	what := make([]string, len(drifts))
 	for i, dr := range drifts {
 		what[i] = dr.String()
 		d.metrics.KernelRepair(dr.Object)
 	}
 	key := strings.Join(what, "; ")
-	if key != "" && key != d.rep.last {
+	if key != "" && key != vt.last {
 		d.log.Warn("kernel objects sanqos installed were removed or changed by someone else; re-installing them",
-			"backend", d.o.Backend.Name(), "drift", key)
+			"of", vt.name, "drift", key)
 	}
-	d.rep.last = key
+	vt.last = key
 }
 
 // takeRepair turns a pending request of the verifier into a resync of the

@@ -140,6 +140,7 @@ func TestRepairReportedOncePerEvent(t *testing.T) {
 	r := newRig(t, dec(20, 2, "10.99.0.3"))
 	v := &verifying{}
 	r.d.o.Backend = v
+	vt := r.d.verifyTargets()[0]
 	ctx := context.Background()
 	jump := throttle.Drift{Object: "jump", Name: "POSTROUTING -> SANQOS-q3260", Want: "present", Found: "absent"}
 	steps := []struct {
@@ -162,7 +163,7 @@ func TestRepairReportedOncePerEvent(t *testing.T) {
 	}
 	for i, s := range steps {
 		v.drifts, v.err = s.drifts, s.err
-		r.d.verifyOnce(ctx, v, s.full)
+		r.d.verifyOnce(ctx, vt, s.full)
 		if got := r.logs.count("level=WARN", "re-installing"); got != s.warns {
 			t.Errorf("look %d: %d warnings, want %d", i, got, s.warns)
 		}
@@ -186,7 +187,7 @@ func TestRepairReportedOncePerEvent(t *testing.T) {
 	r.ticks(2)
 	before, _, _ := v.counts()
 	v.drifts, v.err = []throttle.Drift{jump}, nil
-	r.d.verifyOnce(ctx, v, false)
+	r.d.verifyOnce(ctx, vt, false)
 	r.ticks(1)
 	if after, _, _ := v.counts(); after != before+1 {
 		t.Errorf("applies %d after a drift, want %d: the unchanged state was not re-applied", after, before+1)
