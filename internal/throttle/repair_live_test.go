@@ -144,4 +144,9 @@ func TestLiveRepairAfterExternalFlush(t *testing.T) {
 			t.Errorf("%s: sanqos_kernel_repairs_total{object=%q} rose by %v, want at least 1", f.cmd, f.object, got)
 		}
 	}
+	// What the kernel holds now reads back as installed: no drift that
+	// a repair cannot clear (rules iptables-save prints otherwise).
+	if drifts, err := rl.Backend.Verify(t.Context()); err != nil || len(drifts) != 0 {
+		t.Errorf("after the repairs: drift %v, err %v", drifts, err)
+	}
 }
