@@ -174,3 +174,32 @@ func TestVerifyRebuildsADeletedRootQdisc(t *testing.T) {
 		t.Errorf("a foreign root: drift %v, want it named", d)
 	}
 }
+
+// A composite backend reads back both of its halves.
+func TestCompositeVerifiesBothHalves(t *testing.T) {
+	ctx := context.Background()
+	k, hk := NewFakeKernel(), NewFakeKernel()
+	n, err := NewNetem(ctx, TCConfig{Dev: "veth-t", Instance: "tv3", Run: &recorder{}, Firewall: k, Sets: k})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := NewHTB(ctx, TCConfig{Dev: "veth-t", Instance: "tv4", Run: &recorder{}, Firewall: hk, Sets: hk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &Composite{Delay: n, Rate: h}
+	defer c.Close()
+	s := State{Groups: []Group{
+		{Name: "d", Members: []netip.Addr{ip("10.0.0.2")}, WriteDelay: 5 * time.Millisecond},
+		{Name: "r", Members: []netip.Addr{ip("10.0.0.3")}, ReadRate: 1 << 20},
+	}}
+	if err := c.Apply(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	k.FlushSets()
+	hk.FlushHook()
+	d, err := c.Verify(ctx)
+	if err != nil || len(d) != 2 || d[0].Object != "member" || d[1].Object != "jump" {
+		t.Errorf("drift %v, err %v; want the delay half's member and the rate half's jump", d, err)
+	}
+}
