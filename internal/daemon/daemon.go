@@ -9,7 +9,9 @@
 // when the desired state differs from the last one applied successfully; a
 // failed apply marks the state as needing a full resync, which is retried at
 // every tick, and is logged once per failure streak rather than ten times a
-// second. On shutdown the backend removes everything it installed.
+// second. What someone else removes from the kernel is read back and
+// re-installed (repair.go). On shutdown the backend removes everything it
+// installed.
 //
 // The daemon keeps a snapshot of the last tick for /status, /metrics and
 // the optional --record time series.

@@ -6,6 +6,10 @@
 // A Backend reconciles a desired State: the daemon hands over the complete
 // state it wants every tick, and the backend changes the kernel only where
 // that state differs from what it installed last.
+// What another tool removes or changes behind its back (a firewall
+// reload, nft flush ruleset, ipset flush, tc qdisc del) a Verifier
+// backend finds by reading back what it installed, which the daemon asks
+// for every few seconds; it is then re-installed (see verify.go).
 //
 // Directions. A synchronous iSCSI writer is not clocked by pure ACKs
 // alone: with InitialR2T each 64 KiB write waits for an R2T and a SCSI
