@@ -15,7 +15,7 @@ BUILDDATE := $(shell date -u $${SOURCE_DATE_EPOCH:+-d @$$SOURCE_DATE_EPOCH} +%Y-
 # command stamped (vcs.revision, vcs.time). SOURCE_DATE_EPOCH, where set
 # (reproducible package builds), fixes the build date.
 LDFLAGS   := -X main.version=$(VERSION) -X main.commit=$(COMMIT) -X main.date=$(BUILDDATE)
-APT_PKGS  := qemu-system-x86 debootstrap kmod tgt ethtool libiscsi-bin libiscsi-dev libnfs-dev nfs-ganesha nfs-ganesha-vfs rpcbind fio ipset iptables fuse3 iproute2 pkg-config gcc
+APT_PKGS  := qemu-system-x86 debootstrap kmod tgt ethtool libiscsi-bin libiscsi-dev libnfs-dev nfs-ganesha nfs-ganesha-vfs rpcbind fio ipset iptables nftables fuse3 iproute2 pkg-config gcc
 REPORT    ?= report
 
 .PHONY: all build lab-build deps lab-deps test demo fmt vet clean bpf fuzz soak install uninstall kernel-lab diagram
