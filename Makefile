@@ -35,7 +35,7 @@ all: build
 # (a tgt or rpcbind that was installed before is left as it was).
 # LAB_UNITS: package:unit of the servers whose units deps disables when
 # it installs the package (never a package that was there before).
-LAB_UNITS := tgt:tgt.service nfs-ganesha:nfs-ganesha.service rpcbind:rpcbind.service rpcbind:rpcbind.socket
+LAB_UNITS := tgt:tgt.service nfs-ganesha:nfs-ganesha.service rpcbind:rpcbind.service rpcbind:rpcbind.socket nftables:nftables.service
 deps: lab-deps
 lab-deps:
 	@missing=""; for p in $(APT_PKGS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
