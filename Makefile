@@ -59,6 +59,7 @@ lab-deps:
 build:
 	mkdir -p $(BIN)
 	CGO_ENABLED=0 $(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/sanqos ./cmd/sanqos
+	$(MAKE) --no-print-directory $(DOC)/man8/sanqos.8
 	CGO_ENABLED=0 $(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/sanqos-lab ./cmd/sanqos-lab
 	@if pkg-config --exists libiscsi libnfs 2>/dev/null; then \
 		echo "$(GO) build -o $(BIN)/sanqos-iscsiload ./cmd/sanqos-iscsiload"; \
@@ -71,39 +72,64 @@ lab-build: deps
 	@test -x $(BIN)/sanqos-iscsiload || { echo "sanqos-iscsiload was not built"; exit 1; }
 
 # install puts the daemon only in place: the binary in $(PREFIX)/sbin, its
-# systemd unit and the example configuration (the configuration only if
-# there is none yet; an existing one is kept). DESTDIR stages it. The unit
-# names /usr/local/sbin/sanqos; for another PREFIX its Exec lines are
-# rewritten here, so deploy/sanqos.service stays the one source. Nothing of
-# the lab is installed, and no package manager runs.
+# systemd unit, a minimal configuration (deploy/sanqos.toml: the defaults,
+# commented; only if there is none yet, an existing one is kept), the
+# documented example beside the other docs, the manual pages and the bash
+# completion. DESTDIR stages it. The unit names /usr/local/sbin/sanqos;
+# for another PREFIX its Exec lines are rewritten here, so
+# deploy/sanqos.service stays the one source. Nothing of the lab is
+# installed, and no package manager runs.
 PREFIX     ?= /usr/local
 SBINDIR    ?= $(PREFIX)/sbin
 UNITDIR    ?= /etc/systemd/system
 SYSCONFDIR ?= /etc/sanqos
-install: $(BIN)/sanqos
+MANDIR     ?= $(PREFIX)/share/man
+DOCDIR     ?= $(PREFIX)/share/doc/sanqos
+BASHCOMPDIR ?= $(PREFIX)/share/bash-completion/completions
+# The manual pages and the completion are generated from the binary's
+# --help (internal/helpdoc), so they never drift from it.
+DOC       := $(BIN)/doc
+MANPAGES   = $(wildcard $(DOC)/man8/*.8)
+install: $(BIN)/sanqos $(DOC)/man8/sanqos.8
 	install -D -m 0755 $(BIN)/sanqos $(DESTDIR)$(SBINDIR)/sanqos
 	install -d -m 0755 $(DESTDIR)$(UNITDIR)
 	sed -e '/^Exec/s|/usr/local/sbin/sanqos|$(SBINDIR)/sanqos|g' -e '/^Exec/s|/etc/sanqos/|$(SYSCONFDIR)/|g' \
 		deploy/sanqos.service > $(DESTDIR)$(UNITDIR)/sanqos.service
 	chmod 0644 $(DESTDIR)$(UNITDIR)/sanqos.service
 	@if [ -e $(DESTDIR)$(SYSCONFDIR)/sanqos.toml ]; then echo "kept $(DESTDIR)$(SYSCONFDIR)/sanqos.toml"; \
-	else install -D -m 0644 deploy/sanqos.example.toml $(DESTDIR)$(SYSCONFDIR)/sanqos.toml; fi
+	else install -D -m 0644 deploy/sanqos.toml $(DESTDIR)$(SYSCONFDIR)/sanqos.toml; fi
+	install -D -m 0644 deploy/sanqos.example.toml $(DESTDIR)$(DOCDIR)/examples/sanqos.example.toml
+	install -d -m 0755 $(DESTDIR)$(MANDIR)/man8
+	install -m 0644 $(MANPAGES) $(DESTDIR)$(MANDIR)/man8/
+	install -D -m 0644 $(DOC)/bash-completion/sanqos $(DESTDIR)$(BASHCOMPDIR)/sanqos
 	@echo "installed; then: systemctl daemon-reload && systemctl enable --now sanqos"
 
 # uninstall removes what install put in place. The configuration goes only
-# while it is still the example's copy: one you edited stays, and is named.
-# Stop the service first (systemctl disable --now sanqos).
+# while it is still as installed (the minimal one, or the example that
+# older versions installed): one you edited stays, and is named. Stop the
+# service first (systemctl disable --now sanqos).
 uninstall:
 	rm -f $(DESTDIR)$(SBINDIR)/sanqos $(DESTDIR)$(UNITDIR)/sanqos.service
+	rm -f $(DESTDIR)$(MANDIR)/man8/sanqos.8 $(DESTDIR)$(MANDIR)/man8/sanqos-*.8 $(DESTDIR)$(BASHCOMPDIR)/sanqos
+	rm -f $(DESTDIR)$(DOCDIR)/examples/sanqos.example.toml
+	@rmdir $(DESTDIR)$(DOCDIR)/examples $(DESTDIR)$(DOCDIR) 2>/dev/null || true
 	@if [ -e $(DESTDIR)$(SYSCONFDIR)/sanqos.toml ]; then \
-		if cmp -s deploy/sanqos.example.toml $(DESTDIR)$(SYSCONFDIR)/sanqos.toml; then rm -f $(DESTDIR)$(SYSCONFDIR)/sanqos.toml; \
-		else echo "kept $(DESTDIR)$(SYSCONFDIR)/sanqos.toml: it differs from the example (remove it yourself)"; fi; fi
+		if cmp -s deploy/sanqos.toml $(DESTDIR)$(SYSCONFDIR)/sanqos.toml || cmp -s deploy/sanqos.example.toml $(DESTDIR)$(SYSCONFDIR)/sanqos.toml; then \
+			rm -f $(DESTDIR)$(SYSCONFDIR)/sanqos.toml; \
+		else echo "kept $(DESTDIR)$(SYSCONFDIR)/sanqos.toml: you changed it (remove it yourself)"; fi; fi
 	@rmdir $(DESTDIR)$(SYSCONFDIR) 2>/dev/null || true
 	@echo "uninstalled; then: systemctl daemon-reload"
 
 $(BIN)/sanqos:
 	mkdir -p $(BIN)
 	CGO_ENABLED=0 $(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/sanqos ./cmd/sanqos
+
+# The pages' date is the build's (SOURCE_DATE_EPOCH where set), their
+# footer the version; a binary rebuilt makes them again.
+DOCDATE := $(firstword $(subst T, ,$(BUILDDATE)))
+$(DOC)/man8/sanqos.8: $(BIN)/sanqos
+	rm -rf $(DOC)
+	$(GO) run ./internal/helpdoc/genman -bin $(BIN)/sanqos -out $(DOC) -version $(VERSION) -date $(DOCDATE)
 
 # bpf regenerates the block-latency probe's BPF object, which is committed
 # and embedded so that sanqos needs no compiler at run time. Only this target
