@@ -3,6 +3,7 @@
 #   make build              the binaries in bin/; installs nothing (a Go toolchain is all it needs)
 #   make install            the daemon only: binary, systemd unit, configuration (PREFIX, DESTDIR)
 #   make uninstall          removes what install put there (a configuration you changed stays)
+#   make deb                bin/sanqos_VERSION_ARCH.deb (dpkg-deb; installs lintian if missing)
 #   make test, make demo    as root on Debian: install the lab's packages first (make deps)
 #   make deps (lab-deps)    the Debian packages and Go modules the lab and the tests need
 
@@ -14,11 +15,11 @@ BUILDDATE := $(shell date -u $${SOURCE_DATE_EPOCH:+-d @$$SOURCE_DATE_EPOCH} +%Y-
 # sanqos version prints these; a plain go build falls back on what the go
 # command stamped (vcs.revision, vcs.time). SOURCE_DATE_EPOCH, where set
 # (reproducible package builds), fixes the build date.
-LDFLAGS   := -X main.version=$(VERSION) -X main.commit=$(COMMIT) -X main.date=$(BUILDDATE)
+LDFLAGS   := -X main.version=$(VERSION) -X main.commit=$(COMMIT) -X main.date=$(BUILDDATE) $(EXTRA_LDFLAGS)
 APT_PKGS  := qemu-system-x86 debootstrap kmod tgt ethtool libiscsi-bin libiscsi-dev libnfs-dev nfs-ganesha nfs-ganesha-vfs rpcbind fio ipset iptables fuse3 iproute2 pkg-config gcc
 REPORT    ?= report
 
-.PHONY: all build lab-build deps lab-deps test demo fmt vet clean bpf fuzz soak install uninstall kernel-lab diagram
+.PHONY: all build lab-build deps lab-deps test demo fmt vet clean bpf fuzz soak install uninstall kernel-lab diagram deb
 
 all: build
 
@@ -130,6 +131,21 @@ DOCDATE := $(firstword $(subst T, ,$(BUILDDATE)))
 $(DOC)/man8/sanqos.8: $(BIN)/sanqos
 	rm -rf $(DOC)
 	$(GO) run ./internal/helpdoc/genman -bin $(BIN)/sanqos -out $(DOC) -version $(VERSION) -date $(DOCDATE)
+
+# deb builds $(BIN)/sanqos_VERSION_ARCH.deb with dpkg-deb from a staged
+# make install PREFIX=/usr (deploy/debian/build.sh: control, maintainer
+# scripts, copyright, changelog, lintian overrides), then checks it with
+# lintian, which it installs where it is missing (without it, where apt
+# cannot install it, the package is built unchecked, and said so). The
+# version comes from git describe (deploy/debian/version.sh); DEB_VERSION
+# overrides it, LINTIAN=no skips the check. deploy/debian/test-cycle.sh
+# installs, upgrades, removes and purges packages it built.
+deb:
+	@lintian=yes; if [ "$(LINTIAN)" = no ]; then lintian=no; \
+	elif ! command -v lintian >/dev/null 2>&1; then echo "installing: lintian"; \
+		{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq lintian >/dev/null; } || \
+		{ lintian=no; echo "lintian could not be installed: the package is not checked"; }; fi; \
+	BIN=$(BIN) GO=$(GO) DEB_VERSION=$(DEB_VERSION) LINTIAN=$$lintian deploy/debian/build.sh
 
 # bpf regenerates the block-latency probe's BPF object, which is committed
 # and embedded so that sanqos needs no compiler at run time. Only this target
