@@ -14,7 +14,7 @@ import (
 )
 
 // TestDeb builds the Debian package with make deb (as root, as make test
-// runs; not with -short), checks it with lintian, checks its control
+// runs; not with -short), which checks it with lintian; it checks its control
 // fields, files and conffiles, and runs deploy/debian/test-cycle.sh on it
 // in a temporary directory: install, an upgrade that keeps a changed
 // configuration, remove, purge.
@@ -32,8 +32,11 @@ func TestDeb(t *testing.T) {
 	}
 	root := moduleRoot(t)
 	bin := t.TempDir()
-	// lintian runs below, as a subtest of its own.
-	if out, err := makeCmd(t, "deb", "BIN="+bin, "LINTIAN=no"); err != nil {
+	// make deb installs lintian where it is missing and apt can, and
+	// fails on any error or warning it has not overridden (with the
+	// tags in its output).
+	out, err := makeCmd(t, "deb", "BIN="+bin)
+	if err != nil {
 		t.Fatalf("make deb: %v\n%s", err, out)
 	}
 	debs, _ := filepath.Glob(filepath.Join(bin, "*.deb"))
@@ -48,12 +51,10 @@ func TestDeb(t *testing.T) {
 	}
 
 	t.Run("lintian", func(t *testing.T) {
-		if _, err := exec.LookPath("lintian"); err != nil {
-			t.Skip("lintian is not installed (make deb installs it where apt can): the package is not checked")
+		if _, err := exec.LookPath("lintian"); err != nil || strings.Contains(out, "lintian could not be installed") {
+			t.Skip("lintian could not be installed (no apt, no network?): the package is not checked")
 		}
-		if out, err := exec.Command("lintian", "--fail-on", "error,warning", "--display-info", deb).CombinedOutput(); err != nil {
-			t.Errorf("lintian: %v\n%s", err, out)
-		}
+		t.Log("make deb ran lintian --fail-on error,warning --display-info: clean")
 	})
 
 	t.Run("info", func(t *testing.T) {
