@@ -3,6 +3,7 @@
 #   make build              the binaries in bin/; installs nothing (a Go toolchain is all it needs)
 #   make install            the daemon only: binary, systemd unit, configuration (PREFIX, DESTDIR)
 #   make uninstall          removes what install put there (a configuration you changed stays)
+#   make deb                bin/sanqos_VERSION_ARCH.deb (dpkg-deb; installs lintian if missing)
 #   make test, make demo    as root on Debian: install the lab's packages first (make deps)
 #   make deps (lab-deps)    the Debian packages and Go modules the lab and the tests need
 
@@ -14,11 +15,11 @@ BUILDDATE := $(shell date -u $${SOURCE_DATE_EPOCH:+-d @$$SOURCE_DATE_EPOCH} +%Y-
 # sanqos version prints these; a plain go build falls back on what the go
 # command stamped (vcs.revision, vcs.time). SOURCE_DATE_EPOCH, where set
 # (reproducible package builds), fixes the build date.
-LDFLAGS   := -X main.version=$(VERSION) -X main.commit=$(COMMIT) -X main.date=$(BUILDDATE)
+LDFLAGS   := -X main.version=$(VERSION) -X main.commit=$(COMMIT) -X main.date=$(BUILDDATE) $(EXTRA_LDFLAGS)
 APT_PKGS  := qemu-system-x86 debootstrap kmod tgt ethtool libiscsi-bin libiscsi-dev libnfs-dev nfs-ganesha nfs-ganesha-vfs rpcbind fio ipset iptables nftables fuse3 iproute2 pkg-config gcc
 REPORT    ?= report
 
-.PHONY: all build lab-build deps lab-deps test demo fmt vet clean bpf fuzz soak install uninstall kernel-lab diagram
+.PHONY: all build lab-build deps lab-deps test demo fmt vet clean bpf fuzz soak install uninstall kernel-lab diagram deb
 
 all: build
 
@@ -59,6 +60,7 @@ lab-deps:
 build:
 	mkdir -p $(BIN)
 	CGO_ENABLED=0 $(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/sanqos ./cmd/sanqos
+	$(MAKE) --no-print-directory $(DOC)/man8/sanqos.8
 	CGO_ENABLED=0 $(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/sanqos-lab ./cmd/sanqos-lab
 	@if pkg-config --exists libiscsi libnfs 2>/dev/null; then \
 		echo "$(GO) build -o $(BIN)/sanqos-iscsiload ./cmd/sanqos-iscsiload"; \
@@ -71,39 +73,79 @@ lab-build: deps
 	@test -x $(BIN)/sanqos-iscsiload || { echo "sanqos-iscsiload was not built"; exit 1; }
 
 # install puts the daemon only in place: the binary in $(PREFIX)/sbin, its
-# systemd unit and the example configuration (the configuration only if
-# there is none yet; an existing one is kept). DESTDIR stages it. The unit
-# names /usr/local/sbin/sanqos; for another PREFIX its Exec lines are
-# rewritten here, so deploy/sanqos.service stays the one source. Nothing of
-# the lab is installed, and no package manager runs.
+# systemd unit, a minimal configuration (deploy/sanqos.toml: the defaults,
+# commented; only if there is none yet, an existing one is kept), the
+# documented example beside the other docs, the manual pages and the bash
+# completion. DESTDIR stages it. The unit names /usr/local/sbin/sanqos;
+# for another PREFIX its Exec lines are rewritten here, so
+# deploy/sanqos.service stays the one source. Nothing of the lab is
+# installed, and no package manager runs.
 PREFIX     ?= /usr/local
 SBINDIR    ?= $(PREFIX)/sbin
 UNITDIR    ?= /etc/systemd/system
 SYSCONFDIR ?= /etc/sanqos
-install: $(BIN)/sanqos
+MANDIR     ?= $(PREFIX)/share/man
+DOCDIR     ?= $(PREFIX)/share/doc/sanqos
+BASHCOMPDIR ?= $(PREFIX)/share/bash-completion/completions
+# The manual pages and the completion are generated from the binary's
+# --help (internal/helpdoc), so they never drift from it.
+DOC       := $(BIN)/doc
+MANPAGES   = $(wildcard $(DOC)/man8/*.8)
+install: $(BIN)/sanqos $(DOC)/man8/sanqos.8
 	install -D -m 0755 $(BIN)/sanqos $(DESTDIR)$(SBINDIR)/sanqos
 	install -d -m 0755 $(DESTDIR)$(UNITDIR)
 	sed -e '/^Exec/s|/usr/local/sbin/sanqos|$(SBINDIR)/sanqos|g' -e '/^Exec/s|/etc/sanqos/|$(SYSCONFDIR)/|g' \
 		deploy/sanqos.service > $(DESTDIR)$(UNITDIR)/sanqos.service
 	chmod 0644 $(DESTDIR)$(UNITDIR)/sanqos.service
 	@if [ -e $(DESTDIR)$(SYSCONFDIR)/sanqos.toml ]; then echo "kept $(DESTDIR)$(SYSCONFDIR)/sanqos.toml"; \
-	else install -D -m 0644 deploy/sanqos.example.toml $(DESTDIR)$(SYSCONFDIR)/sanqos.toml; fi
+	else install -D -m 0644 deploy/sanqos.toml $(DESTDIR)$(SYSCONFDIR)/sanqos.toml; fi
+	install -D -m 0644 deploy/sanqos.example.toml $(DESTDIR)$(DOCDIR)/examples/sanqos.example.toml
+	install -d -m 0755 $(DESTDIR)$(MANDIR)/man8
+	install -m 0644 $(MANPAGES) $(DESTDIR)$(MANDIR)/man8/
+	install -D -m 0644 $(DOC)/bash-completion/sanqos $(DESTDIR)$(BASHCOMPDIR)/sanqos
 	@echo "installed; then: systemctl daemon-reload && systemctl enable --now sanqos"
 
 # uninstall removes what install put in place. The configuration goes only
-# while it is still the example's copy: one you edited stays, and is named.
-# Stop the service first (systemctl disable --now sanqos).
+# while it is still as installed (the minimal one, or the example that
+# older versions installed): one you edited stays, and is named. Stop the
+# service first (systemctl disable --now sanqos).
 uninstall:
 	rm -f $(DESTDIR)$(SBINDIR)/sanqos $(DESTDIR)$(UNITDIR)/sanqos.service
+	rm -f $(DESTDIR)$(MANDIR)/man8/sanqos.8 $(DESTDIR)$(MANDIR)/man8/sanqos-*.8 $(DESTDIR)$(BASHCOMPDIR)/sanqos
+	rm -f $(DESTDIR)$(DOCDIR)/examples/sanqos.example.toml
+	@rmdir $(DESTDIR)$(DOCDIR)/examples $(DESTDIR)$(DOCDIR) 2>/dev/null || true
 	@if [ -e $(DESTDIR)$(SYSCONFDIR)/sanqos.toml ]; then \
-		if cmp -s deploy/sanqos.example.toml $(DESTDIR)$(SYSCONFDIR)/sanqos.toml; then rm -f $(DESTDIR)$(SYSCONFDIR)/sanqos.toml; \
-		else echo "kept $(DESTDIR)$(SYSCONFDIR)/sanqos.toml: it differs from the example (remove it yourself)"; fi; fi
+		if cmp -s deploy/sanqos.toml $(DESTDIR)$(SYSCONFDIR)/sanqos.toml || cmp -s deploy/sanqos.example.toml $(DESTDIR)$(SYSCONFDIR)/sanqos.toml; then \
+			rm -f $(DESTDIR)$(SYSCONFDIR)/sanqos.toml; \
+		else echo "kept $(DESTDIR)$(SYSCONFDIR)/sanqos.toml: you changed it (remove it yourself)"; fi; fi
 	@rmdir $(DESTDIR)$(SYSCONFDIR) 2>/dev/null || true
 	@echo "uninstalled; then: systemctl daemon-reload"
 
 $(BIN)/sanqos:
 	mkdir -p $(BIN)
 	CGO_ENABLED=0 $(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/sanqos ./cmd/sanqos
+
+# The pages' date is the build's (SOURCE_DATE_EPOCH where set), their
+# footer the version; a binary rebuilt makes them again.
+DOCDATE := $(firstword $(subst T, ,$(BUILDDATE)))
+$(DOC)/man8/sanqos.8: $(BIN)/sanqos
+	rm -rf $(DOC)
+	$(GO) run ./internal/helpdoc/genman -bin $(BIN)/sanqos -out $(DOC) -version $(VERSION) -date $(DOCDATE)
+
+# deb builds $(BIN)/sanqos_VERSION_ARCH.deb with dpkg-deb from a staged
+# make install PREFIX=/usr (deploy/debian/build.sh: control, maintainer
+# scripts, copyright, changelog, lintian overrides), then checks it with
+# lintian, which it installs where it is missing (without it, where apt
+# cannot install it, the package is built unchecked, and said so). The
+# version comes from git describe (deploy/debian/version.sh); DEB_VERSION
+# overrides it, LINTIAN=no skips the check. deploy/debian/test-cycle.sh
+# installs, upgrades, removes and purges packages it built.
+deb:
+	@lintian=yes; if [ "$(LINTIAN)" = no ]; then lintian=no; \
+	elif ! command -v lintian >/dev/null 2>&1; then echo "installing: lintian"; \
+		{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq lintian >/dev/null; } || \
+		{ lintian=no; echo "lintian could not be installed: the package is not checked"; }; fi; \
+	BIN=$(BIN) GO=$(GO) DEB_VERSION=$(DEB_VERSION) LINTIAN=$$lintian deploy/debian/build.sh
 
 # bpf regenerates the block-latency probe's BPF object, which is committed
 # and embedded so that sanqos needs no compiler at run time. Only this target

@@ -12,6 +12,7 @@ import (
 
 	"github.com/sanqos/sanqos/internal/config"
 	"github.com/sanqos/sanqos/internal/ctl"
+	"github.com/sanqos/sanqos/internal/journal"
 	"github.com/sanqos/sanqos/internal/throttle"
 )
 
@@ -29,7 +30,8 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err != nil {
 		return err
 	}
-	log := slog.New(slog.NewTextHandler(stderr, nil))
+	// Under systemd each line carries its journald priority (internal/journal).
+	log := slog.New(journal.NewHandler(stderr, nil))
 	o.backend.Logger = log
 	if manual {
 		return runManual(ctx, o, log)

@@ -56,13 +56,16 @@ func TestBuildAndInstallRunNoPackageManager(t *testing.T) {
 
 // TestInstallUninstall stages make install in DESTDIR for several
 // prefixes: the daemon, its unit with the Exec lines on the prefix's
-// binary, the example configuration; make uninstall removes every file
-// again, and keeps a configuration the administrator changed.
+// binary, the minimal configuration, the example, the manual pages and
+// the bash completion; make uninstall removes every file again, and keeps
+// a configuration the administrator changed.
 func TestInstallUninstall(t *testing.T) {
-	bin := t.TempDir()
-	if err := os.WriteFile(filepath.Join(bin, "sanqos"), []byte("#!/bin/sh\n"), 0o755); err != nil {
-		t.Fatal(err)
+	if testing.Short() {
+		t.Skip("builds sanqos and its manual pages")
 	}
+	// The first install builds the binary, and the pages from its --help,
+	// into bin; the others reuse them.
+	bin := t.TempDir()
 	for _, tc := range []struct {
 		name, prefix, sbin string
 		editConfig         bool
@@ -81,10 +84,18 @@ func TestInstallUninstall(t *testing.T) {
 			if out, err := makeCmd(t, append([]string{"install"}, args...)...); err != nil {
 				t.Fatalf("make install: %v\n%s", err, out)
 			}
+			prefix := tc.prefix
+			if prefix == "" {
+				prefix = "/usr/local"
+			}
 			for path, mode := range map[string]fs.FileMode{
 				tc.sbin:                              0o755,
 				"/etc/systemd/system/sanqos.service": 0o644,
 				"/etc/sanqos/sanqos.toml":            0o644,
+				prefix + "/share/doc/sanqos/examples/sanqos.example.toml": 0o644,
+				prefix + "/share/man/man8/sanqos.8":                       0o644,
+				prefix + "/share/man/man8/sanqos-run.8":                   0o644,
+				prefix + "/share/bash-completion/completions/sanqos":      0o644,
 			} {
 				fi, err := os.Stat(filepath.Join(dest, path))
 				if err != nil {
