@@ -131,7 +131,7 @@ KERNEL    ?= cloud
 SUITE     ?= all
 kernel-lab: build
 	CGO_ENABLED=0 $(GO) test -c -o $(BIN)/sanqos-guest.test ./internal/lab/vm/guesttest
-	$(BIN)/sanqos lab vm --kernel $(KERNEL) --suite $(SUITE)
+	$(BIN)/sanqos lab vm --kernel $(KERNEL) --suite $(SUITE) --unit deploy/sanqos.service
 
 # diagram rewrites docs/packages.md from the imports (go test ./internal/lint
 # fails while it is out of date).
