@@ -125,8 +125,10 @@ fuzz:
 
 # kernel-lab boots Debian bookworm's own kernel (KERNEL=cloud|rt|generic)
 # under qemu and runs the kernel-stack suite (SUITE) inside: LIO, open-iscsi,
-# dm-delay, LVM, netem. The rootfs and kernel are cached in
-# /var/cache/sanqos-kernel-lab (first run: a few minutes).
+# dm-delay, LVM, netem; SUITE=systemd (and all's second boot) boots systemd
+# as PID 1 and tests deploy/sanqos.service as it ships. The rootfs and
+# kernel are cached in /var/cache/sanqos-kernel-lab (first run: a few
+# minutes).
 KERNEL    ?= cloud
 SUITE     ?= all
 kernel-lab: build
