@@ -114,12 +114,15 @@ func Run(ctx context.Context, o Options, out io.Writer) (Result, error) {
 	accel, why := chooseAccel(ctx, o, qemu, k, initrd)
 	res.Accel = accel
 	for _, b := range boots {
-		init, cmdline := "sanqos-lab", kernelCmdline(o)
+		bo, init, cmdline := o, "sanqos-lab", kernelCmdline(o)
 		if b.systemd {
 			init, cmdline = "systemd", systemdCmdline()
+			// The daemon runs its packet thread real-time, and a standby,
+			// only with two CPUs or more: the unit's sandbox must let it.
+			bo.CPUs = max(o.CPUs, systemdCPUs)
 		}
 		progress("booting %s (%s) under qemu with %s, %s as PID 1: %s", k.Release, k.Package, accel, init, why)
-		rc, bootT, suiteT, err := boot(ctx, o, qemu, accel, k, initrd, cmdline, out, progress)
+		rc, bootT, suiteT, err := boot(ctx, bo, qemu, accel, k, initrd, cmdline, out, progress)
 		res.BootTime += bootT
 		res.SuiteTime += suiteT
 		if err != nil {

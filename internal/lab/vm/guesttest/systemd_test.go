@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -250,6 +251,16 @@ func TestSystemdLIO(t *testing.T) {
 			t.Errorf("vg-%s: %d throttleable consumers, want the writer alone", kstack.VG0, r.Members)
 		}
 	})
+	t.Run("runs its packet thread real-time", func(t *testing.T) {
+		if runtime.NumCPU() < 2 {
+			t.Skip("one CPU: the daemon runs no real-time thread (boot with --smp 2)")
+		}
+		// SCHED_FIFO needs CAP_SYS_NICE and sched_setscheduler through
+		// the system call filter, and no RestrictRealtime.
+		if n := fifoThreads(t, show(t, "MainPID")); n == 0 {
+			t.Errorf("no SCHED_FIFO thread in the daemon under the unit\n%s", journal(t, ""))
+		}
+	})
 	if j := journal(t, ""); strings.Contains(j, "level=ERROR") {
 		t.Errorf("errors in the journal:\n%s", j)
 	}
@@ -259,6 +270,29 @@ func TestSystemdLIO(t *testing.T) {
 	} else if fi.Mode().Perm()&0o007 != 0 {
 		t.Errorf("the record %s has mode %v: want no access for others (UMask=0027)", recordPath, fi.Mode().Perm())
 	}
+}
+
+// fifoThreads counts the threads of process pid scheduled SCHED_FIFO
+// (policy, field 41 of /proc/PID/task/TID/stat).
+func fifoThreads(t *testing.T, pid string) int {
+	t.Helper()
+	stats, err := filepath.Glob("/proc/" + pid + "/task/*/stat")
+	if err != nil || len(stats) == 0 {
+		t.Fatalf("threads of %s: %v", pid, err)
+	}
+	n := 0
+	for _, p := range stats {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			continue // exited
+		}
+		s := string(b)
+		f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:]) // from field 3
+		if len(f) > 38 && f[38] == "1" {
+			n++
+		}
+	}
+	return n
 }
 
 // TestSystemdReload: 'systemctl reload' applies a good file and refuses
