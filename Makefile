@@ -218,13 +218,15 @@ fuzz:
 
 # kernel-lab boots Debian bookworm's own kernel (KERNEL=cloud|rt|generic)
 # under qemu and runs the kernel-stack suite (SUITE) inside: LIO, open-iscsi,
-# dm-delay, LVM, netem. The rootfs and kernel are cached in
-# /var/cache/sanqos-kernel-lab (first run: a few minutes).
+# dm-delay, LVM, netem; SUITE=systemd (and all's second boot) boots systemd
+# as PID 1 and tests deploy/sanqos.service as it ships. The rootfs and
+# kernel are cached in /var/cache/sanqos-kernel-lab (first run: a few
+# minutes).
 KERNEL    ?= cloud
 SUITE     ?= all
 kernel-lab: build
 	CGO_ENABLED=0 $(GO) test -c -o $(BIN)/sanqos-guest.test ./internal/lab/vm/guesttest
-	$(BIN)/sanqos lab vm --kernel $(KERNEL) --suite $(SUITE)
+	$(BIN)/sanqos lab vm --kernel $(KERNEL) --suite $(SUITE) --unit deploy/sanqos.service
 
 # diagram rewrites docs/packages.md from the imports (go test ./internal/lint
 # fails while it is out of date).

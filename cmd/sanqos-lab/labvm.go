@@ -15,18 +15,11 @@ import (
 )
 
 // cmdLabVM is 'sanqos lab vm': the kernel lab (internal/lab/vm). Its hidden
-// 'guest-init' form is PID 1 inside the guest.
+// 'guest-init' form is PID 1 inside the guest, 'guest-systemd' the suite
+// runner of a guest booted with systemd.
 func cmdLabVM(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	if len(args) > 0 && args[0] == "guest-init" {
-		fs := newFlagSet("lab vm guest-init", "sanqos lab vm guest-init --suite NAME", "PID 1 of the kernel lab's guest.", stderr)
-		suite := fs.String("suite", "all", "suite to run")
-		verbose := fs.Bool("v", false, "verbose test output")
-		probe := fs.Bool("probe", false, "print the init line and power off")
-		if err := parseFlags(fs, args[1:]); err != nil {
-			return err
-		}
-		vm.GuestInit(*suite, *verbose, *probe, os.Stdout)
-		return nil
+	if len(args) > 0 && (args[0] == "guest-init" || args[0] == "guest-systemd") {
+		return cmdLabVMGuest(args, stderr)
 	}
 	fs := newFlagSet("lab vm", "sanqos lab vm [--kernel cloud|rt|generic] [--suite NAME] [--accel auto|kvm|tcg]",
 		`Boot one of Debian bookworm's own kernels under qemu with a Debian rootfs as
@@ -43,6 +36,7 @@ Suites: `+strings.Join(vm.SuiteNames(), ", "), stderr)
 	accel := fs.String("accel", "auto", "auto (probe KVM once, else TCG), kvm or tcg")
 	cache := fs.String("cache", vm.DefaultCacheDir, "cache of rootfs and kernels")
 	mirror := fs.String("mirror", "http://deb.debian.org/debian", "Debian mirror for debootstrap")
+	unit := fs.String("unit", "deploy/sanqos.service", "the systemd unit the systemd suites install in the guest, unchanged")
 	testBin := fs.String("test-bin", "", "static guest test binary (default: sanqos-guest.test beside this binary)")
 	timeout := fs.Duration("timeout", 15*time.Minute, "limit on boot plus suite")
 	verbose := fs.Bool("v", true, "verbose guest test output")
@@ -79,7 +73,7 @@ Suites: `+strings.Join(vm.SuiteNames(), ", "), stderr)
 	}
 	res, err := vm.Run(ctx, vm.Options{
 		Kernel: *kernel, Suite: *suite, Accel: *accel, CacheDir: *cache, Mirror: *mirror,
-		Sanqos: daemon, Lab: self, TestBin: *testBin, Timeout: *timeout, Verbose: *verbose, CPUs: *cpus,
+		Sanqos: daemon, Lab: self, TestBin: *testBin, Unit: *unit, Timeout: *timeout, Verbose: *verbose, CPUs: *cpus,
 	}, stdout)
 	if err != nil {
 		return fmt.Errorf("sanqos lab vm: %w", err)
@@ -90,5 +84,29 @@ Suites: `+strings.Join(vm.SuiteNames(), ", "), stderr)
 	if res.RC != 0 {
 		return fmt.Errorf("sanqos lab vm: suite %s failed in the guest (rc=%d)", *suite, res.RC)
 	}
+	return nil
+}
+
+// cmdLabVMGuest is the guest side of 'sanqos lab vm': 'guest-init' is PID
+// 1 of the guest, 'guest-systemd' the suite runner of a systemd boot.
+func cmdLabVMGuest(args []string, stderr io.Writer) error {
+	if args[0] == "guest-init" {
+		fs := newFlagSet("lab vm guest-init", "sanqos lab vm guest-init --suite NAME", "PID 1 of the kernel lab's guest.", stderr)
+		suite := fs.String("suite", "all", "suite to run")
+		verbose := fs.Bool("v", false, "verbose test output")
+		probe := fs.Bool("probe", false, "print the init line and power off")
+		if err := parseFlags(fs, args[1:]); err != nil {
+			return err
+		}
+		vm.GuestInit(*suite, *verbose, *probe, os.Stdout)
+		return nil
+	}
+	fs := newFlagSet("lab vm guest-systemd", "sanqos lab vm guest-systemd --suite NAME", "The kernel lab's suite runner in a guest booted with systemd.", stderr)
+	suite := fs.String("suite", "systemd", "suite to run")
+	verbose := fs.Bool("v", false, "verbose test output")
+	if err := parseFlags(fs, args[1:]); err != nil {
+		return err
+	}
+	vm.GuestSystemd(*suite, *verbose)
 	return nil
 }

@@ -28,12 +28,30 @@ type listener struct {
 // hint is a PID to try first (the one found last time): a server keeps
 // its listening socket for its life, so the walk of every process is
 // needed only when it restarted. ok is false when no process holds it
-// (a kernel server such as knfsd).
+// (a kernel server such as knfsd). If no process was found to hold it
+// but some processes' open files could not be read, that is an error
+// (errNoPtrace): the holder may well be one of them.
 func findListener(procRoot string, ino uint64, hint int) (listener, bool, error) {
 	want := "socket:[" + strconv.FormatUint(ino, 10) + "]"
-	if hint > 0 && holds(procRoot, hint, want) {
-		l, err := readListener(procRoot, hint)
-		return l, err == nil, err
+	var (
+		denied    []int
+		firstDeny error
+	)
+	deny := func(pid int, err error) {
+		if firstDeny == nil {
+			firstDeny = err
+		}
+		denied = append(denied, pid)
+	}
+	if hint > 0 {
+		ok, err := holds(procRoot, hint, want)
+		if ok {
+			l, err := readListener(procRoot, hint)
+			return l, err == nil, err
+		}
+		if err != nil {
+			deny(hint, err)
+		}
 	}
 	ents, err := os.ReadDir(procRoot)
 	if err != nil {
@@ -41,32 +59,73 @@ func findListener(procRoot string, ino uint64, hint int) (listener, bool, error)
 	}
 	for _, e := range ents {
 		pid, err := strconv.Atoi(e.Name())
-		if err != nil || pid <= 0 {
+		if err != nil || pid <= 0 || pid == hint {
 			continue
 		}
-		if holds(procRoot, pid, want) {
+		ok, err := holds(procRoot, pid, want)
+		if err != nil {
+			deny(pid, err)
+			continue
+		}
+		if ok {
 			l, err := readListener(procRoot, pid)
 			return l, err == nil, err
 		}
 	}
+	if len(denied) > 0 {
+		return listener{}, false, noPtraceError(denied, firstDeny)
+	}
 	return listener{}, false, nil
 }
 
+// readlink is os.Readlink; a test replaces it to deny what the kernel
+// denies a process without CAP_SYS_PTRACE.
+var readlink = os.Readlink
+
+// errNoPtrace is what reading another process's open files fails with
+// when the kernel's ptrace access check refuses it: the server runs as
+// root with capabilities sanqos lacks (a unit's CapabilityBoundingSet),
+// and only CAP_SYS_PTRACE lets it read /proc/PID/fd then.
+var errNoPtrace = errors.New("sanqos needs CAP_SYS_PTRACE to read the open files of a server that runs as root (add it to the unit's CapabilityBoundingSet), or name what the server serves with discovery.exports")
+
+// noPtraceError says which processes could not be read, naming a few,
+// with the first denial.
+func noPtraceError(pids []int, first error) error {
+	var names []string
+	for i, p := range pids {
+		if i == 5 {
+			names = append(names, "...")
+			break
+		}
+		names = append(names, strconv.Itoa(p))
+	}
+	return fmt.Errorf("no readable process holds the listening socket; the open files of %d could not be read (pid %s: %w): %w", len(pids), strings.Join(names, ", "), first, errNoPtrace)
+}
+
 // holds reports whether process pid has an open file whose link is want.
-// A process that exits meanwhile, or whose fds we may not read, holds
-// nothing.
-func holds(procRoot string, pid int, want string) bool {
+// A process that exits meanwhile holds nothing. One whose open files may
+// not be read (the ptrace access check: listing /proc/PID/fd is allowed,
+// reading its links is not) is an error, not "holds nothing": swallowed,
+// it made a missing capability look like a kernel server.
+func holds(procRoot string, pid int, want string) (bool, error) {
 	dir := filepath.Join(procRoot, strconv.Itoa(pid), "fd")
 	fds, err := os.ReadDir(dir)
 	if err != nil {
-		return false
+		if errors.Is(err, fs.ErrPermission) {
+			return false, err
+		}
+		return false, nil
 	}
 	for _, fd := range fds {
-		if t, err := os.Readlink(filepath.Join(dir, fd.Name())); err == nil && t == want {
-			return true
+		t, err := readlink(filepath.Join(dir, fd.Name()))
+		if errors.Is(err, fs.ErrPermission) {
+			return false, err
+		}
+		if err == nil && t == want {
+			return true, nil
 		}
 	}
-	return false
+	return false, nil
 }
 
 func readListener(procRoot string, pid int) (listener, error) {
@@ -106,12 +165,20 @@ var notServed = []string{"/proc/", "/sys/", "/run/", "/var/log/", "/var/run/"}
 func servedFiles(procRoot string, pid int) ([]string, error) {
 	base := filepath.Join(procRoot, strconv.Itoa(pid))
 	fds, err := os.ReadDir(filepath.Join(base, "fd"))
+	if errors.Is(err, fs.ErrPermission) {
+		return nil, fmt.Errorf("reading the open files of process %d (%w): %w", pid, err, errNoPtrace)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("reading the open files of process %d: %w", pid, err)
 	}
 	var out []string
 	for _, fd := range fds {
-		t, err := os.Readlink(filepath.Join(base, "fd", fd.Name()))
+		t, err := readlink(filepath.Join(base, "fd", fd.Name()))
+		if errors.Is(err, fs.ErrPermission) {
+			// Skipped, a denied file would leave a server that serves
+			// nothing: say why instead.
+			return nil, fmt.Errorf("reading the open files of process %d (%w): %w", pid, err, errNoPtrace)
+		}
 		if err != nil || !filepath.IsAbs(t) || strings.HasSuffix(t, " (deleted)") {
 			continue
 		}

@@ -189,7 +189,7 @@ func (s *Socket) served(port uint16, ino uint64) (string, []string, error) {
 	}
 	l, ok, err := findListener(s.cfg.ProcRoot, ino, s.pids[port])
 	if err != nil {
-		return "", nil, err
+		return "", nil, fmt.Errorf("socket discovery: port %d: %w", port, err)
 	}
 	if !ok {
 		return "", nil, fmt.Errorf("socket discovery: port %d: no process holds its listening socket (a kernel server such as knfsd?); name what it serves with discovery.exports = [\"/etc/exports\"]", port)
@@ -209,7 +209,7 @@ func (s *Socket) served(port uint16, ino uint64) (string, []string, error) {
 	}
 	files, err := servedFiles(s.cfg.ProcRoot, l.PID)
 	if err != nil {
-		return "", nil, err
+		return "", nil, fmt.Errorf("socket discovery: port %d: %s (pid %d): %w", port, l.Comm, l.PID, err)
 	}
 	if len(files) == 0 {
 		return "", nil, fmt.Errorf("socket discovery: port %d: %s (pid %d) holds no disk image, block device or data file open; name what it serves with discovery.exports", port, l.Comm, l.PID)

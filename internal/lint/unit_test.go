@@ -71,8 +71,10 @@ func TestUnitSettings(t *testing.T) {
 	if s := one("WatchdogSignal"); s != "SIGKILL" {
 		t.Errorf("WatchdogSignal=%s: a stopped process cannot take it; want SIGKILL", s)
 	}
-	if r := one("ExecReload"); !strings.Contains(r, "-HUP") {
-		t.Errorf("ExecReload=%s: want SIGHUP (the daemon reloads on it)", r)
+	// The file is checked first (a bad one fails the reload), then the
+	// daemon gets SIGHUP.
+	if r := u["ExecReload"]; len(r) != 2 || !strings.Contains(r[0], "sanqos check --config") || !strings.Contains(r[1], "-HUP") {
+		t.Errorf("ExecReload=%q: want 'sanqos check --config FILE', then SIGHUP (the daemon reloads on it)", r)
 	}
 	if p := one("ExecStopPost"); !strings.Contains(p, "--cleanup-only") {
 		t.Errorf("ExecStopPost=%s: want sanqos run --cleanup-only, so rules never outlive the service", p)

@@ -36,17 +36,23 @@ var Flavours = map[string]string{
 
 // RootfsPackages are installed into the minbase rootfs: the target and
 // initiator stacks, the tools the backends drive, and what the tests use.
+// systemd and systemd-sysv are for the suites that boot with systemd as
+// PID 1 (the shipped unit, tested as it ships); nfs-ganesha with its VFS
+// backend (and, as its dependencies, nfs-common's mount.nfs and rpcbind)
+// is the user-space NFS server the socket adapter is tested against.
 var RootfsPackages = []string{
 	"iproute2", "iptables", "ipset", "kmod", "procps", "iputils-ping",
 	"python3", "python3-rtslib-fb", "targetcli-fb", "dbus",
 	"open-iscsi", "lvm2", "dmsetup", "util-linux", "coreutils",
+	"systemd", "systemd-sysv", "nfs-ganesha", "nfs-ganesha-vfs",
 }
 
 // Modules are loaded at boot in the guest, with their dependencies: what
 // LIO, open-iscsi, device-mapper/LVM, the netem/nfqueue/htb backends, fq
-// and the lab's namespaces need. Built-in ones are fine.
+// and the lab's namespaces need, and the kernel NFS client (nfs, nfsv4)
+// the systemd suite mounts ganesha's export with. Built-in ones are fine.
 var Modules = []string{
-	"configfs", "loop", "dm_mod", "dm_delay", "veth", "bridge",
+	"configfs", "nfs", "nfsv4", "loop", "dm_mod", "dm_delay", "veth", "bridge",
 	"sch_netem", "sch_fq", "sch_htb", "sch_prio", "sch_ingress", "cls_u32", "cls_fw", "cls_bpf", "act_bpf",
 	"ip_tables", "iptable_filter", "iptable_mangle", "nf_tables", "nft_compat",
 	"xt_NFQUEUE", "nfnetlink_queue", "xt_set", "ip_set", "ip_set_hash_ip", "ip_set_hash_net",
@@ -96,7 +102,10 @@ func (b *Builder) Kernel(ctx context.Context, flavour string) (Kernel, error) {
 		return Kernel{}, err
 	}
 	k := Kernel{Package: pkg, Version: ver}
-	dir := filepath.Join(b.CacheDir, "kernel-"+pkg+"_"+sanitize(ver))
+	// The packed modules depend on the list as well as on the kernel: a
+	// module added to Modules must not be missing from a cached kernel.
+	h := sha256.Sum256([]byte(strings.Join(Modules, ",")))
+	dir := filepath.Join(b.CacheDir, "kernel-"+pkg+"_"+sanitize(ver)+"-"+hex.EncodeToString(h[:])[:8])
 	k.Modules = filepath.Join(dir, "modules.cpio")
 	if rel, err := os.ReadFile(filepath.Join(dir, "release")); err == nil {
 		k.Release = strings.TrimSpace(string(rel))

@@ -30,6 +30,11 @@ func SuiteNames() []string {
 	for k := range Suites {
 		n = append(n, k)
 	}
+	for k := range SystemdSuites {
+		if _, ok := Suites[k]; !ok {
+			n = append(n, k)
+		}
+	}
 	sort.Strings(n)
 	return n
 }
@@ -58,7 +63,7 @@ func GuestInit(suite string, verbose, probe bool, console io.Writer) {
 		rc = 0
 		return
 	}
-	if err := guestSetup(console); err != nil {
+	if err := guestSetup(console, true); err != nil {
 		fmt.Fprintf(console, "guest-init: %v\n", err)
 		return
 	}
@@ -67,6 +72,12 @@ func GuestInit(suite string, verbose, probe bool, console io.Writer) {
 		fmt.Fprintf(console, "guest-init: unknown suite %q\n", suite)
 		return
 	}
+	rc = runSuite(suite, pat, verbose, console)
+}
+
+// runSuite runs the guest test binary with the pattern and returns its
+// exit code.
+func runSuite(suite, pat string, verbose bool, console io.Writer) int {
 	args := []string{"-test.run", pat, "-test.timeout", "30m", "-test.count", "1"}
 	if verbose {
 		args = append(args, "-test.v")
@@ -80,15 +91,18 @@ func GuestInit(suite string, verbose, probe bool, console io.Writer) {
 	err := cmd.Run()
 	fmt.Fprintf(console, "guest-init: suite %s took %s (guest clock)\n", suite, time.Since(start).Round(time.Millisecond))
 	if err == nil {
-		rc = 0
-	} else if ee, ok := err.(*exec.ExitError); ok {
-		rc = ee.ExitCode()
-	} else {
-		fmt.Fprintf(console, "guest-init: running the suite: %v\n", err)
+		return 0
 	}
+	if ee, ok := err.(*exec.ExitError); ok {
+		return ee.ExitCode()
+	}
+	fmt.Fprintf(console, "guest-init: running the suite: %v\n", err)
+	return 1
 }
 
-func guestSetup(console io.Writer) error {
+// guestSetup prepares the guest for the suite. As PID 1 (pseudo) it
+// mounts the pseudo file systems first; under systemd they are mounted.
+func guestSetup(console io.Writer, pseudo bool) error {
 	mounts := []struct{ src, dst, fstype, data string }{
 		{"proc", "/proc", "proc", ""},
 		{"sysfs", "/sys", "sysfs", ""},
@@ -98,6 +112,9 @@ func guestSetup(console io.Writer) error {
 		{"devpts", "/dev/pts", "devpts", ""},
 	}
 	for _, m := range mounts {
+		if !pseudo {
+			break
+		}
 		os.MkdirAll(m.dst, 0o755)
 		if err := syscall.Mount(m.src, m.dst, m.fstype, 0, m.data); err != nil && err != syscall.EBUSY {
 			return fmt.Errorf("mounting %s on %s: %w", m.fstype, m.dst, err)
@@ -107,7 +124,9 @@ func guestSetup(console io.Writer) error {
 	os.MkdirAll("/run/netns", 0o755)
 	os.MkdirAll("/etc/target", 0o755) // LIO's db_root, where it keeps PR and ALUA state
 	os.Setenv("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
-	syscall.Sethostname([]byte("sanqos-guest"))
+	if pseudo {
+		syscall.Sethostname([]byte("sanqos-guest"))
+	}
 	var uts syscall.Utsname
 	syscall.Uname(&uts)
 	fmt.Fprintf(console, "guest-init: kernel %s\n", utsString(uts.Release[:]))
@@ -130,8 +149,11 @@ func guestSetup(console io.Writer) error {
 	if len(failed) > 0 {
 		return fmt.Errorf("loading modules: %s", strings.Join(failed, "; "))
 	}
-	// configfs is a module in Debian's kernels: mount it once loaded.
-	if err := syscall.Mount("configfs", "/sys/kernel/config", "configfs", 0, ""); err != nil {
+	// configfs is a module in Debian's kernels: mount it once loaded
+	// (systemd mounts it at boot only if it was loaded by then).
+	if mounted("/sys/kernel/config") {
+		// mounted by systemd
+	} else if err := syscall.Mount("configfs", "/sys/kernel/config", "configfs", 0, ""); err != nil {
 		return fmt.Errorf("mounting configfs: %w", err)
 	}
 	if out, err := exec.Command("ip", "link", "set", "lo", "up").CombinedOutput(); err != nil {

@@ -22,8 +22,13 @@ import (
 // "SANQOS-VM-RESULT rc=N".
 const ResultMarker = "SANQOS-VM-RESULT"
 
-// GuestBin is where the sanqos daemon binary lives in the guest.
+// GuestBin is the sanqos daemon binary in the guest: a link to
+// GuestSbin, where the shipped unit runs it from.
 const GuestBin = "/usr/local/bin/sanqos"
+
+// GuestSbin is where the sanqos daemon binary lives in the guest: the
+// path of the unit's ExecStart.
+const GuestSbin = "/usr/local/sbin/sanqos"
 
 // GuestLabBin is where sanqos-lab lives in the guest; it is PID 1
 // ('sanqos-lab vm guest-init').
@@ -42,6 +47,7 @@ type Options struct {
 	Sanqos   string // static sanqos binary for the guest
 	Lab      string // static sanqos-lab binary, the guest's init
 	TestBin  string // static guest test binary
+	Unit     string // the systemd unit to install, unchanged (suites with a systemd boot)
 	MemoryMB int
 	CPUs     int           // guest CPUs (default 1; under TCG each takes a host core)
 	Timeout  time.Duration // boot plus suite
@@ -64,8 +70,13 @@ type Result struct {
 // signal), or an error.
 func Run(ctx context.Context, o Options, out io.Writer) (Result, error) {
 	var res Result
-	if _, ok := Suites[o.Suite]; !ok {
+	boots := plan(o.Suite)
+	if len(boots) == 0 {
 		return res, fmt.Errorf("unknown suite %q: choose one of %s", o.Suite, strings.Join(SuiteNames(), ", "))
+	}
+	withSystemd := boots[len(boots)-1].systemd
+	if withSystemd && o.Unit == "" {
+		return res, fmt.Errorf("suite %s boots systemd and installs the shipped unit: name it (--unit deploy/sanqos.service)", o.Suite)
 	}
 	qemu, err := checkInputs(o)
 	if err != nil {
@@ -93,7 +104,7 @@ func Run(ctx context.Context, o Options, out io.Writer) (Result, error) {
 	if err != nil {
 		return res, err
 	}
-	initrd, err := assembleInitrd(o, rootfs, k)
+	initrd, err := assembleInitrd(o, rootfs, k, withSystemd)
 	if err != nil {
 		return res, err
 	}
@@ -102,10 +113,28 @@ func Run(ctx context.Context, o Options, out io.Writer) (Result, error) {
 
 	accel, why := chooseAccel(ctx, o, qemu, k, initrd)
 	res.Accel = accel
-	progress("booting %s (%s) under qemu with %s: %s", k.Release, k.Package, accel, why)
-	rc, boot, suite, err := boot(ctx, o, qemu, accel, k, initrd, out, progress)
-	res.RC, res.BootTime, res.SuiteTime = rc, boot, suite
-	return res, err
+	for _, b := range boots {
+		bo, init, cmdline := o, "sanqos-lab", kernelCmdline(o)
+		if b.systemd {
+			init, cmdline = "systemd", systemdCmdline()
+			// The daemon runs its packet thread real-time, and a standby,
+			// only with two CPUs or more: the unit's sandbox must let it.
+			bo.CPUs = max(o.CPUs, systemdCPUs)
+		}
+		progress("booting %s (%s) under qemu with %s, %s as PID 1: %s", k.Release, k.Package, accel, init, why)
+		rc, bootT, suiteT, err := boot(ctx, bo, qemu, accel, k, initrd, cmdline, out, progress)
+		res.BootTime += bootT
+		res.SuiteTime += suiteT
+		if err != nil {
+			res.RC = -1
+			return res, err
+		}
+		if rc != 0 {
+			res.RC = rc
+			return res, nil // the next boot would only take time
+		}
+	}
+	return res, nil
 }
 
 // appendFile appends the file at src to w.
@@ -234,7 +263,7 @@ func checkInputs(o Options) (qemu string, err error) {
 // assembleInitrd writes the guest's initrd to a temporary file: the
 // cached rootfs and kernel modules, then this build's binaries. The
 // caller removes it.
-func assembleInitrd(o Options, rootfs string, k Kernel) (string, error) {
+func assembleInitrd(o Options, rootfs string, k Kernel, withSystemd bool) (string, error) {
 	payload, err := os.CreateTemp("", "sanqos-kernel-lab-payload-*.cpio")
 	if err != nil {
 		return "", err
@@ -242,13 +271,21 @@ func assembleInitrd(o Options, rootfs string, k Kernel) (string, error) {
 	payload.Close()
 	defer os.Remove(payload.Name())
 	if err := writeArchive(payload.Name(), func(w *CPIOWriter) error {
-		for _, d := range []string{"usr", "usr/local", "usr/local/bin", "etc"} {
+		for _, d := range []string{"usr", "usr/local", "usr/local/bin", "usr/local/sbin", "etc"} {
 			if err := w.Dir(d, 0o755); err != nil {
 				return err
 			}
 		}
-		for _, f := range []struct{ at, from string }{{GuestBin, o.Sanqos}, {GuestLabBin, o.Lab}, {GuestTestBin, o.TestBin}} {
+		for _, f := range []struct{ at, from string }{{GuestSbin, o.Sanqos}, {GuestLabBin, o.Lab}, {GuestTestBin, o.TestBin}} {
 			if err := w.CopyFile(strings.TrimPrefix(f.at, "/"), f.from, 0o755); err != nil {
+				return err
+			}
+		}
+		if err := w.Symlink(strings.TrimPrefix(GuestBin, "/"), GuestSbin); err != nil {
+			return err
+		}
+		if withSystemd {
+			if err := addSystemdUnits(w, o); err != nil {
 				return err
 			}
 		}
@@ -284,8 +321,12 @@ type console struct {
 	mu     sync.Mutex
 	last   []string
 	initAt time.Time
-	result int // -1 until the result line
+	result int           // -1 until the result line
+	done   chan struct{} // closed at the result line
 }
+
+// resultGrace is how long a guest may take to power off after its result.
+const resultGrace = 60 * time.Second
 
 // read streams the console to out, line by line, until it ends.
 func (c *console) read(r io.Reader, out io.Writer) {
@@ -303,24 +344,25 @@ func (c *console) read(r io.Reader, out io.Writer) {
 			c.initAt = time.Now()
 			c.progress("guest up after %s, running suite %s", c.initAt.Sub(c.start).Round(100*time.Millisecond), c.suite)
 		}
-		if m := resultRE.FindStringSubmatch(l); m != nil {
+		if m := resultRE.FindStringSubmatch(l); m != nil && c.result < 0 {
 			c.result, _ = strconv.Atoi(m[1])
+			close(c.done)
 		}
 		c.mu.Unlock()
 	}
 }
 
 // boot runs the guest to its result line, streaming the console.
-func boot(outer context.Context, o Options, qemu, accel string, k Kernel, initrd string, out io.Writer, progress Progress) (rc int, bootT, suiteT time.Duration, err error) {
+func boot(outer context.Context, o Options, qemu, accel string, k Kernel, initrd, cmdline string, out io.Writer, progress Progress) (rc int, bootT, suiteT time.Duration, err error) {
 	ctx, cancel := context.WithTimeout(outer, o.Timeout)
 	defer cancel()
-	cmd, consoleR, err := startQemu(qemu, qemuArgs(o, accel, k, initrd, kernelCmdline(o)))
+	cmd, consoleR, err := startQemu(qemu, qemuArgs(o, accel, k, initrd, cmdline))
 	if err != nil {
 		return -1, 0, 0, err
 	}
 	defer killQemu(cmd)
 	start := time.Now()
-	c := &console{start: start, suite: o.Suite, progress: progress, result: -1}
+	c := &console{start: start, suite: o.Suite, progress: progress, result: -1, done: make(chan struct{})}
 	lines := make(chan struct{})
 	go func() {
 		defer close(lines)
@@ -328,8 +370,18 @@ func boot(outer context.Context, o Options, qemu, accel string, k Kernel, initrd
 	}()
 	tick := time.NewTicker(30 * time.Second)
 	defer tick.Stop()
+	// After the result line, a systemd guest shuts down: its services
+	// stop first. A shutdown that hangs must not hold the run up.
+	var grace <-chan time.Time
+	result := c.done
 	for {
 		select {
+		case <-result:
+			result = nil
+			grace = time.After(resultGrace)
+		case <-grace:
+			progress("the guest did not power off within %s of its result line: qemu killed", resultGrace)
+			killQemu(cmd)
 		case <-lines:
 			c.mu.Lock()
 			defer c.mu.Unlock()

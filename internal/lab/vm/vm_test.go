@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -125,5 +126,70 @@ func TestQemuArgs(t *testing.T) {
 		if name == "" {
 			t.Error("empty suite name")
 		}
+	}
+}
+
+func TestPlan(t *testing.T) {
+	for _, c := range []struct {
+		suite string
+		want  []bool // systemd, per boot
+	}{
+		{"smoke", []bool{false}},
+		{"systemd", []bool{true}},
+		{"all", []bool{false, true}}, // sanqos-lab as PID 1 first
+		{"nope", nil},
+	} {
+		var got []bool
+		for _, b := range plan(c.suite) {
+			got = append(got, b.systemd)
+			if b.pattern == "" {
+				t.Errorf("%s: a boot without a pattern", c.suite)
+			}
+		}
+		if !slices.Equal(got, c.want) {
+			t.Errorf("plan(%s) boots systemd %v, want %v", c.suite, got, c.want)
+		}
+	}
+	if !slices.Contains(SuiteNames(), "systemd") {
+		t.Errorf("SuiteNames %v lacks systemd", SuiteNames())
+	}
+	if _, err := Run(context.Background(), Options{Suite: "systemd"}, io.Discard); err == nil || !strings.Contains(err.Error(), "--unit") {
+		t.Errorf("systemd suite without a unit: %v", err)
+	}
+}
+
+// TestSystemdPayload: the unit is installed byte for byte, the test unit
+// is enabled and runs the suite, and the masks point to /dev/null.
+func TestSystemdPayload(t *testing.T) {
+	unit, err := os.ReadFile("../../../deploy/sanqos.service")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	w := NewCPIOWriter(&buf)
+	if err := addSystemdUnits(w, Options{Suite: "systemd", Unit: "../../../deploy/sanqos.service", Verbose: true}); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	got := readCPIO(t, buf.Bytes())
+	if u := got[strings.TrimPrefix(GuestUnit, "/")]; u[1] != string(unit) || u[0] != "100644" {
+		t.Errorf("the unit in the guest differs from deploy/sanqos.service (mode %s)", u[0])
+	}
+	gt := got["etc/systemd/system/"+guestTestUnit][1]
+	if !strings.Contains(gt, GuestLabBin+" vm guest-systemd --suite systemd -v") {
+		t.Errorf("test unit does not run the suite:\n%s", gt)
+	}
+	if l := got["etc/systemd/system/multi-user.target.wants/"+guestTestUnit]; l != [2]string{"120777", "../" + guestTestUnit} {
+		t.Errorf("test unit not enabled: %v", l)
+	}
+	for _, m := range maskedUnits {
+		if l := got["etc/systemd/system/"+m]; l[1] != "/dev/null" {
+			t.Errorf("%s not masked: %v", m, l)
+		}
+	}
+	if !strings.Contains(systemdCmdline(), "rdinit="+systemdInit) {
+		t.Errorf("cmdline %q does not boot systemd", systemdCmdline())
 	}
 }

@@ -30,74 +30,9 @@ func TestAutonomicLoop(t *testing.T) {
 	rDisk := diskOf(t, s, reader, 0) // lun1 on VG0
 	threshold := time.Duration(s.DelayMs) * time.Millisecond / 2
 
-	// The writer writes and the reader reads, without pause, until stop.
-	var (
-		mu   sync.Mutex
-		wLat []sample
-		stop = make(chan struct{})
-		wg   sync.WaitGroup
-	)
-	loop := func(disk string, write bool, rec bool) {
-		defer wg.Done()
-		flags := os.O_RDONLY
-		size := 8 << 10
-		if write {
-			flags, size = os.O_WRONLY, 64<<10
-		}
-		fd, err := syscall.Open("/dev/"+disk, flags|syscall.O_DIRECT, 0)
-		if err != nil {
-			t.Errorf("opening /dev/%s: %v", disk, err)
-			return
-		}
-		defer syscall.Close(fd)
-		buf, err := syscall.Mmap(-1, 0, size, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_ANON|syscall.MAP_PRIVATE)
-		if err != nil {
-			t.Error(err)
-			return
-		}
-		defer syscall.Munmap(buf)
-		for i := 0; ; i = (i + 1) % 512 {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			t0 := time.Now()
-			if write {
-				_, err = syscall.Pwrite(fd, buf, int64(i)*int64(size))
-			} else {
-				_, err = syscall.Pread(fd, buf, int64(i)*int64(size))
-			}
-			if err != nil {
-				t.Errorf("I/O on /dev/%s: %v", disk, err)
-				return
-			}
-			if rec {
-				mu.Lock()
-				wLat = append(wLat, sample{time.Now(), time.Since(t0)})
-				mu.Unlock()
-			}
-		}
-	}
-	wg.Add(2)
-	go loop(wDisk, true, true)
-	go loop(rDisk, false, false)
-	defer func() { close(stop); wg.Wait() }()
-	// window returns the writer's minimum latency over the last d.
-	window := func(d time.Duration) (time.Duration, int) {
-		mu.Lock()
-		defer mu.Unlock()
-		var l []time.Duration
-		for _, x := range wLat {
-			if time.Since(x.at) <= d {
-				l = append(l, x.lat)
-			}
-		}
-		if len(l) == 0 {
-			return 0, 0
-		}
-		return slices.Min(l), len(l)
-	}
+	load := startLoad(t, wDisk, rDisk)
+	defer load.stop()
+	window := load.window
 
 	time.Sleep(3 * time.Second)
 	before, n := window(2 * time.Second)
@@ -203,4 +138,92 @@ func lastTick(t *testing.T, path string) (k status.Record, ok bool) {
 type sample struct {
 	at  time.Time
 	lat time.Duration
+}
+
+// ioLoad is a writer that writes and a reader that reads, each on its
+// initiator's disk without pause, the writer's latencies recorded.
+type ioLoad struct {
+	mu   sync.Mutex
+	wLat []sample
+	done chan struct{}
+	wg   sync.WaitGroup
+}
+
+// startLoad starts 64 KiB O_DIRECT writes on wDisk and 8 KiB reads on
+// rDisk until stop.
+func startLoad(t *testing.T, wDisk, rDisk string) *ioLoad {
+	l := &ioLoad{done: make(chan struct{})}
+	loop := func(disk string, write bool) {
+		defer l.wg.Done()
+		flags := os.O_RDONLY
+		size := 8 << 10
+		if write {
+			flags, size = os.O_WRONLY, 64<<10
+		}
+		fd, err := syscall.Open("/dev/"+disk, flags|syscall.O_DIRECT, 0)
+		if err != nil {
+			t.Errorf("opening /dev/%s: %v", disk, err)
+			return
+		}
+		defer syscall.Close(fd)
+		buf, err := syscall.Mmap(-1, 0, size, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_ANON|syscall.MAP_PRIVATE)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		defer syscall.Munmap(buf)
+		for i := 0; ; i = (i + 1) % 512 {
+			select {
+			case <-l.done:
+				return
+			default:
+			}
+			t0 := time.Now()
+			if write {
+				_, err = syscall.Pwrite(fd, buf, int64(i)*int64(size))
+			} else {
+				_, err = syscall.Pread(fd, buf, int64(i)*int64(size))
+			}
+			if err != nil {
+				t.Errorf("I/O on /dev/%s: %v", disk, err)
+				return
+			}
+			if write {
+				l.mu.Lock()
+				l.wLat = append(l.wLat, sample{time.Now(), time.Since(t0)})
+				l.mu.Unlock()
+			}
+		}
+	}
+	l.wg.Add(2)
+	go loop(wDisk, true)
+	go loop(rDisk, false)
+	return l
+}
+
+// stop ends the load and waits for it.
+func (l *ioLoad) stop() {
+	select {
+	case <-l.done:
+	default:
+		close(l.done)
+	}
+	l.wg.Wait()
+}
+
+// window returns the writer's minimum latency over the last d, and the
+// number of writes it saw.
+func (l *ioLoad) window(d time.Duration) (time.Duration, int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var lat []time.Duration
+	for _, x := range l.wLat {
+		if time.Since(x.at) <= d {
+			lat = append(lat, x.lat)
+		}
+	}
+	if len(lat) == 0 {
+		return 0, 0
+	}
+	return slices.Min(lat), len(lat)
 }

@@ -482,3 +482,7 @@ func detachLoops(ctx context.Context, out string, errs *[]error) {
 		}
 	}
 }
+
+// LVM runs an LVM command with the stack's configuration (no udev, the
+// loop devices hidden), as the stack's own volumes were made.
+func LVM(ctx context.Context, args ...string) (string, error) { return lvm(ctx, args...) }
