@@ -82,6 +82,11 @@ func New(snapshot func() status.Status) *Metrics {
 		Name: "sanqos_kernel_repairs_total",
 		Help: "Objects sanqos installed in the kernel that it found removed or changed by someone else and re-installed, by kind: jump, chain, rule, set, member, qdisc.",
 	}, []string{"object"})
+	// Every kind exists from the start at 0, so that increase() sees the
+	// first repair and a dashboard shows "none" rather than "no data".
+	for _, o := range []string{"jump", "chain", "rule", "set", "member", "qdisc"} {
+		m.kernelRepairs.WithLabelValues(o)
+	}
 	m.verifyErrors = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "sanqos_kernel_verify_errors_total", Help: "Read-backs of the installed kernel objects that failed (the next one comes a few seconds later).",
 	})
