@@ -255,3 +255,30 @@ func TestSLOFollowsTopology(t *testing.T) {
 		t.Errorf("fs-lab still there after it left: %+v", got.Resources)
 	}
 }
+
+// A scrape copies the totals while the loop adds to them (go test -race).
+func TestSLOScrapeDuringTicks(t *testing.T) {
+	s := newSLOTotals()
+	s.setTopology(sloTopology())
+	e := &sloDecider{cur: sloTick{wire: map[netip.Addr]attribution.Counters{sloA: {Sent: 1}}}}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := range 500 {
+			snap := []diskstats.Stat{disk("loop1", uint64(i), uint64(i))}
+			s.observe(100*time.Millisecond, snap, []status.Resource{{Name: "fs-lab", Source: "ebpf", SignalMs: 20, ThresholdMs: 15}}, e,
+				[]throttle.Group{{Name: "m", Members: []netip.Addr{sloB}, WriteDelay: time.Millisecond}})
+		}
+	}()
+	for {
+		select {
+		case <-done:
+			if got := s.snapshot().Resources[0].Reads; got != 499 {
+				t.Errorf("reads %d, want 499", got)
+			}
+			return
+		default:
+			s.snapshot()
+		}
+	}
+}
