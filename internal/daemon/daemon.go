@@ -14,7 +14,10 @@
 // installed.
 //
 // The daemon keeps a snapshot of the last tick for /status, /metrics and
-// the optional --record time series.
+// the optional --record time series, and adds up each tick's reads, read
+// time and seconds over the threshold, throttled and saturated into the
+// totals /metrics serves for SLOs (slo.go): a scrape sees one tick in
+// 150, the totals see every one.
 package daemon
 
 import (

@@ -208,7 +208,7 @@ var (
 	descErrP50     = pathDesc("delay_error_p50_seconds", "Median of actual hold time minus requested delay.")
 	descErrMax     = pathDesc("delay_error_max_seconds", "Maximum of actual hold time minus requested delay.")
 	descTakeovers  = pathDesc("standby_takeovers_total", "Times the standby thread ran the packet path because the packet thread's CPU had stalled.")
-	descBypassed   = pathDesc("packets_bypassed_total", "Packets the backend let pass at once, undelayed, because the backlog of held packets was at its limit (fail open rather than hold unbounded memory).")
+	descBypassed   = pathDesc("packets_bypassed_total", "Packets the backend let pass at once, undelayed, because the backlog of held packets (all of it, or the consumer's share of it) was at its limit: fail open rather than hold unbounded memory.")
 	descPathErrors = pathDesc("packet_errors_total", "Packets the backend could not parse or whose verdict it could not send; the kernel lets them pass (fail open).")
 	descUnresolved = prometheus.NewDesc("sanqos_discovery_unresolved_luns", "LUNs the last discovery left out because their backing device could not be resolved: their initiators are neither measured nor throttled.", nil, nil)
 )
