@@ -16,7 +16,7 @@ BUILDDATE := $(shell date -u $${SOURCE_DATE_EPOCH:+-d @$$SOURCE_DATE_EPOCH} +%Y-
 # command stamped (vcs.revision, vcs.time). SOURCE_DATE_EPOCH, where set
 # (reproducible package builds), fixes the build date.
 LDFLAGS   := -X main.version=$(VERSION) -X main.commit=$(COMMIT) -X main.date=$(BUILDDATE) $(EXTRA_LDFLAGS)
-APT_PKGS  := qemu-system-x86 debootstrap kmod tgt ethtool libiscsi-bin libiscsi-dev libnfs-dev nfs-ganesha nfs-ganesha-vfs rpcbind fio ipset iptables nftables fuse3 iproute2 pkg-config gcc
+APT_PKGS  := qemu-system-x86 debootstrap kmod tgt ethtool libiscsi-bin libiscsi-dev libnfs-dev nfs-ganesha nfs-ganesha-vfs rpcbind fio ipset iptables nftables fuse3 iproute2 pkg-config gcc prometheus
 REPORT    ?= report
 
 .PHONY: all build lab-build deps lab-deps test demo fmt vet clean bpf fuzz soak install uninstall kernel-lab diagram deb
@@ -31,12 +31,18 @@ all: build
 # nfs-ganesha, rpcbind): Debian would start and enable them on the host,
 # so the install runs with a policy-rc.d that forbids starting services
 # (unless the machine has one already), and the units of the servers it
-# newly installed are disabled where systemd runs: the lab starts its
+# newly installed are disabled (and stopped, where systemd runs; where it
+# does not, disabling removes their links for the next boot): the lab starts its
 # own, and a storage host gets no NFS server or portmapper by accident
 # (a tgt or rpcbind that was installed before is left as it was).
 # LAB_UNITS: package:unit of the servers whose units deps disables when
 # it installs the package (never a package that was there before).
-LAB_UNITS := tgt:tgt.service nfs-ganesha:nfs-ganesha.service rpcbind:rpcbind.service rpcbind:rpcbind.socket nftables:nftables.service
+# prometheus (and its promtool) checks the alert rules and runs the
+# dashboard's queries against a live daemon in a test that starts its own.
+# APT_NORECS are installed without their Recommends: prometheus would
+# bring prometheus-node-exporter, another server with timers of its own.
+LAB_UNITS := tgt:tgt.service nfs-ganesha:nfs-ganesha.service rpcbind:rpcbind.service rpcbind:rpcbind.socket nftables:nftables.service prometheus:prometheus.service
+APT_NORECS := prometheus
 deps: lab-deps
 lab-deps:
 	@missing=""; for p in $(APT_PKGS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
@@ -44,12 +50,15 @@ lab-deps:
 		echo "installing:$$missing"; \
 		guard=""; if [ ! -e /usr/sbin/policy-rc.d ]; then \
 			printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d && chmod 755 /usr/sbin/policy-rc.d && guard=1; fi; \
-		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; rc=$$?; \
+		recs=""; norecs=""; for p in $$missing; do case " $(APT_NORECS) " in *" $$p "*) norecs="$$norecs $$p";; *) recs="$$recs $$p";; esac; done; \
+		apt-get update -qq && { [ -z "$$recs" ] || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$recs >/dev/null; } && \
+			{ [ -z "$$norecs" ] || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$norecs >/dev/null; }; rc=$$?; \
 		if [ -n "$$guard" ]; then rm -f /usr/sbin/policy-rc.d; fi; \
 		[ $$rc -eq 0 ] || exit $$rc; \
-		if [ -d /run/systemd/system ]; then \
+		now=--now; [ -d /run/systemd/system ] || now=""; \
+		if command -v systemctl >/dev/null; then \
 			for pu in $(LAB_UNITS); do case " $$missing " in *" $${pu%%:*} "*) \
-				{ systemctl disable --now $${pu#*:} >/dev/null 2>&1 && echo "disabled $${pu#*:} on the host (the lab runs its own)"; } || true;; esac; done; \
+				{ systemctl disable $$now $${pu#*:} >/dev/null 2>&1 && echo "disabled $${pu#*:} on the host (the lab and the tests run their own)"; } || true;; esac; done; \
 		fi; \
 	fi
 	$(GO) mod download

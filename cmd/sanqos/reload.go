@@ -57,9 +57,11 @@ func (r *reloader) loop(ctx context.Context) {
 		if err := r.notify.Reloading(); err != nil {
 			r.log.Warn("telling systemd we are reloading", "err", err)
 		}
-		if err := r.reload(ctx); err != nil {
+		err := r.reload(ctx)
+		if err != nil {
 			r.log.Error("SIGHUP: configuration refused; the running configuration stays", "err", err)
 		}
+		r.d.ReloadResult(err)
 		// Refused or not, the daemon runs: systemd must not wait for it.
 		if err := r.notify.Send("READY=1"); err != nil {
 			r.log.Warn("telling systemd we are ready", "err", err)

@@ -14,7 +14,10 @@
 // installed.
 //
 // The daemon keeps a snapshot of the last tick for /status, /metrics and
-// the optional --record time series.
+// the optional --record time series, and adds up each tick's reads, read
+// time and seconds over the threshold, throttled and saturated into the
+// totals /metrics serves for SLOs (slo.go): a scrape sees one tick in
+// 150, the totals see every one.
 package daemon
 
 import (
@@ -140,6 +143,7 @@ type Daemon struct {
 	recordFailed bool
 
 	rep repairState // self-repair of what the backend installed (repair.go)
+	slo *sloTotals  // totals for /metrics, added up each tick (slo.go)
 
 	mu          sync.Mutex // guards snap, disc and appliedView
 	snap        status.Status
@@ -186,6 +190,10 @@ func New(o Options) (*Daemon, error) {
 	}
 	d.reloadCh = make(chan Reload, 1)
 	d.metrics = metrics.New(d.Status)
+	d.slo = newSLOTotals()
+	d.slo.setTopology(o.Topology)
+	d.metrics.SetSLO(d.slo.snapshot)
+	d.metrics.ConfigLoaded(d.started)
 	d.snap = status.Status{
 		Version: o.Version, Backend: o.Backend.Name(), StartedAt: d.started,
 		TickMs: float64(o.Tick) / float64(time.Millisecond),
@@ -201,6 +209,11 @@ func New(o Options) (*Daemon, error) {
 // Metrics returns the daemon's metrics (for its HTTP handler).
 func (d *Daemon) Metrics() *metrics.Metrics { return d.metrics }
 
+// ReloadResult records the outcome of a configuration reload (SIGHUP):
+// nil when the new configuration was handed to the loop, else why it was
+// refused. The loop itself never refuses a Reload.
+func (d *Daemon) ReloadResult(err error) { d.metrics.Reloaded(err, d.o.Clock.Now()) }
+
 // Status returns a copy of the state of the last tick, with the backend's
 // current data-path counters.
 func (d *Daemon) Status() status.Status {
@@ -215,7 +228,7 @@ func (d *Daemon) Status() status.Status {
 	s.Throttle = status.BackendStats{
 		PacketsHeld: bs.PacketsHeld, PacketsPassed: bs.PacketsPassed, Backlog: bs.Backlog,
 		DelayErrorP50Ms: ms(bs.DelayErrorP50), DelayErrorMaxMs: ms(bs.DelayErrorMax),
-		PureAcks: bs.PureAcks, AcksPassed: bs.AcksPassed, Bypassed: bs.Bypassed, Takeovers: bs.Takeovers,
+		PureAcks: bs.PureAcks, AcksPassed: bs.AcksPassed, Bypassed: bs.Bypassed, Errors: bs.Errors, Takeovers: bs.Takeovers,
 	}
 	return s
 }
@@ -305,11 +318,14 @@ func (d *Daemon) tick(ctx context.Context, now time.Time) {
 	d.logTransitions(dec.Resources)
 	d.warnSaturation(now, dec.Resources)
 	state := dec.State
+	var manual []throttle.Group
 	if d.o.Overrides != nil {
-		state = mergeOverrides(state, d.o.Overrides.Groups())
+		manual = d.o.Overrides.Groups()
+		state = mergeOverrides(state, manual)
 	}
 	applyErr := d.apply(ctx, state)
 	inForce(dec.Resources, d.applied)
+	d.slo.observe(d.o.Tick, snap, dec.Resources, d.o.Decider, manual)
 
 	elapsed := time.Since(began)
 	d.metrics.ObserveTick(elapsed)

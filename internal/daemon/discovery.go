@@ -78,6 +78,7 @@ func (d *Daemon) swapTopology(topo topology.Topology) {
 	diff := diffTopology(d.topo, topo)
 	d.o.Decider.SetTopology(topo)
 	d.topo = topo
+	d.slo.setTopology(topo)
 	if diff.empty() {
 		return
 	}

@@ -24,7 +24,8 @@ type WireSource interface {
 type wireSampler struct {
 	src     WireSource
 	meter   attribution.Meter
-	last    map[netip.Addr]attribution.Rates // the last tick's rates
+	last    map[netip.Addr]attribution.Rates    // the last tick's rates
+	raw     map[netip.Addr]attribution.Counters // the last tick's counters (nil: the read failed)
 	log     *slog.Logger
 	failing bool
 }
@@ -79,6 +80,7 @@ func (w *wireSampler) sample(now time.Time) map[netip.Addr]attribution.Rates {
 		}
 		w.failing = true
 		w.last = map[netip.Addr]attribution.Rates{}
+		w.raw = nil
 		return w.last
 	}
 	if w.failing {
@@ -86,6 +88,7 @@ func (w *wireSampler) sample(now time.Time) map[netip.Addr]attribution.Rates {
 		w.failing = false
 	}
 	w.last = w.meter.Update(now, c)
+	w.raw = c
 	return w.last
 }
 

@@ -1,5 +1,12 @@
 // Package metrics exports the daemon's state in the Prometheus text format.
 //
+// Two kinds: gauges of the last tick, from the status snapshot (what the
+// controller sees and does now), and totals the daemon adds up at every
+// tick (slo.go: reads, read time, a read-latency histogram, seconds over
+// the threshold, throttled and saturated), which rate() and increase()
+// read over any window: a 15 s scrape sees one tick in 150, the totals
+// see them all.
+//
 // Per-resource and per-consumer values are not kept in gauge vectors that
 // the control loop would have to update (and prune) every tick: a collector
 // reads the daemon's latest status snapshot when /metrics is scraped, so a
@@ -32,6 +39,10 @@ type Metrics struct {
 	discoveryErrors prometheus.Counter
 	kernelRepairs   *prometheus.CounterVec
 	verifyErrors    prometheus.Counter
+	reloads         *prometheus.CounterVec
+	reloadOK        prometheus.Gauge
+	reloadTime      prometheus.Gauge
+	slo             *sloCollector
 }
 
 // New returns metrics registered in a registry of their own (so tests and
@@ -71,11 +82,19 @@ func New(snapshot func() status.Status) *Metrics {
 		Name: "sanqos_kernel_repairs_total",
 		Help: "Objects sanqos installed in the kernel that it found removed or changed by someone else and re-installed, by kind: jump, chain, rule, set, member, qdisc.",
 	}, []string{"object"})
+	// Every kind exists from the start at 0, so that increase() sees the
+	// first repair and a dashboard shows "none" rather than "no data".
+	for _, o := range []string{"jump", "chain", "rule", "set", "member", "qdisc"} {
+		m.kernelRepairs.WithLabelValues(o)
+	}
 	m.verifyErrors = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "sanqos_kernel_verify_errors_total", Help: "Read-backs of the installed kernel objects that failed (the next one comes a few seconds later).",
 	})
 	m.reg.MustRegister(m.tickDuration, m.ticks, m.applies, m.applyErrors, m.statsErrors,
 		m.discoveryOK, m.discoveryErrors, m.kernelRepairs, m.verifyErrors, &snapshotCollector{snapshot: snapshot})
+	m.slo = &sloCollector{}
+	m.reg.MustRegister(m.newReloadMetrics()...)
+	m.reg.MustRegister(m.slo)
 	// The process's own health: goroutines, heap, descriptors and RSS let
 	// an administrator (and the soak) see a daemon that grows.
 	m.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -189,6 +208,8 @@ var (
 	descErrP50     = pathDesc("delay_error_p50_seconds", "Median of actual hold time minus requested delay.")
 	descErrMax     = pathDesc("delay_error_max_seconds", "Maximum of actual hold time minus requested delay.")
 	descTakeovers  = pathDesc("standby_takeovers_total", "Times the standby thread ran the packet path because the packet thread's CPU had stalled.")
+	descBypassed   = pathDesc("packets_bypassed_total", "Packets the backend let pass at once, undelayed, because the backlog of held packets (all of it, or the consumer's share of it) was at its limit: fail open rather than hold unbounded memory.")
+	descPathErrors = pathDesc("packet_errors_total", "Packets the backend could not parse or whose verdict it could not send; the kernel lets them pass (fail open).")
 	descUnresolved = prometheus.NewDesc("sanqos_discovery_unresolved_luns", "LUNs the last discovery left out because their backing device could not be resolved: their initiators are neither measured nor throttled.", nil, nil)
 )
 
@@ -199,7 +220,7 @@ type snapshotCollector struct {
 
 func (c *snapshotCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descInfo, descUptime, descSignal, descRaw, descThreshold, descTarget, descDelay, descControl, descInForce, descCeiling, descSaturated, descPending, descP95, descP99, descFollows, descSetSize, descArmed,
-		descReadBps, descWriteBps, descWriteEWMA, descThrottle, descHeld, descPassed, descBacklog, descErrP50, descErrMax, descTakeovers, descUnresolved} {
+		descReadBps, descWriteBps, descWriteEWMA, descThrottle, descHeld, descPassed, descBacklog, descErrP50, descErrMax, descTakeovers, descBypassed, descPathErrors, descUnresolved} {
 		ch <- d
 	}
 }
@@ -253,5 +274,7 @@ func (c *snapshotCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descErrP50, gauge, b.DelayErrorP50Ms*msToS)
 	ch <- prometheus.MustNewConstMetric(descErrMax, gauge, b.DelayErrorMaxMs*msToS)
 	ch <- prometheus.MustNewConstMetric(descTakeovers, counterVT, float64(b.Takeovers))
+	ch <- prometheus.MustNewConstMetric(descBypassed, counterVT, float64(b.Bypassed))
+	ch <- prometheus.MustNewConstMetric(descPathErrors, counterVT, float64(b.Errors))
 	ch <- prometheus.MustNewConstMetric(descUnresolved, gauge, float64(len(s.Discovery.Unresolved)))
 }

@@ -27,8 +27,27 @@ func fixture() status.Status {
 			{Resource: "fs-lab", Device: "loop1", Addr: "10.99.0.2", ReadKBs: 256, RAwaitMs: 31.25},
 			{Resource: "fs-lab", Device: "loop2", Addr: "10.99.0.3", WriteKBs: 18000, WriteEWMAKBs: 17500.5, Throttleable: true},
 		},
-		Throttle:  status.BackendStats{PacketsHeld: 1200, PacketsPassed: 1195, Backlog: 5, DelayErrorP50Ms: 0.04, DelayErrorMaxMs: 0.9, Takeovers: 3},
+		Throttle:  status.BackendStats{PacketsHeld: 1200, PacketsPassed: 1195, Backlog: 5, DelayErrorP50Ms: 0.04, DelayErrorMaxMs: 0.9, Takeovers: 3, Bypassed: 7, Errors: 2},
 		Discovery: status.Discovery{OK: true, Unresolved: []string{"/srv/sanqos/lun-a2.img"}},
+	}
+}
+
+func sloFixture() SLO {
+	return SLO{
+		Resources: []SLOResource{
+			{Name: "fs-lab", Reads: 52000, ReadSeconds: 780.5, Timed: 51900, TimedSeconds: 779.25,
+				Buckets:              []uint64{10, 20, 30, 40, 50, 100, 30000, 15000, 5000, 1500, 100, 0, 0},
+				OverThresholdSeconds: 120.5, ThrottledSeconds: 300, SaturatedSeconds: 4.5},
+			{Name: "vg-data", Reads: 900, ReadSeconds: 2.7, Buckets: make([]uint64, len(ReadBuckets))},
+		},
+		Clients: []Client{
+			{Addr: "10.99.0.2", Name: "iqn.2026-11.lab:a", SentBytes: 1 << 20, ReceivedBytes: 5 << 30},
+			{Addr: "10.99.0.3", SentBytes: 40 << 30, ReceivedBytes: 1 << 10},
+		},
+		Manual: []Manual{
+			{Addr: "10.99.0.4", Direction: "write", Delay: 5 * time.Millisecond},
+			{Addr: "10.99.0.5", ReadRate: 10 << 20},
+		},
 	}
 }
 
@@ -56,6 +75,10 @@ func TestMetricsGolden(t *testing.T) {
 	m.KernelRepair("jump")
 	m.KernelRepair("member")
 	m.KernelRepair("member")
+	m.SetSLO(sloFixture)
+	m.ConfigLoaded(time.Unix(1795000000, 0))
+	m.Reloaded(nil, time.Unix(1795000600, 500e6))
+	m.Reloaded(errors.New("bad threshold"), time.Unix(1795000900, 0))
 	got, runtime := sanqosOnly(scrape(t, m))
 	for _, want := range []string{"go_goroutines ", "process_open_fds ", "process_resident_memory_bytes "} {
 		if !strings.Contains(runtime, "\n"+want) {
@@ -123,4 +146,67 @@ func sanqosOnly(scrape string) (sanqos, runtime string) {
 		a.WriteString(line)
 	}
 	return a.String(), "\n" + b.String()
+}
+
+// The reload metrics follow Prometheus's own: a refused reload drops
+// last_reload_successful and keeps the last good timestamp.
+func TestReloadMetrics(t *testing.T) {
+	start := time.Unix(1795000000, 0)
+	tests := []struct {
+		name     string
+		reloads  []error
+		want     []string
+		wantNone []string
+	}{{
+		name: "at start: loaded, no reload yet",
+		want: []string{
+			"sanqos_config_last_reload_successful 1\n",
+			"sanqos_config_last_reload_success_timestamp_seconds 1.795e+09\n",
+			`sanqos_config_reloads_total{result="failure"} 0` + "\n",
+			`sanqos_config_reloads_total{result="success"} 0` + "\n",
+		},
+	}, {
+		name:    "a refused reload",
+		reloads: []error{errors.New("x")},
+		want: []string{
+			"sanqos_config_last_reload_successful 0\n",
+			"sanqos_config_last_reload_success_timestamp_seconds 1.795e+09\n",
+			`sanqos_config_reloads_total{result="failure"} 1` + "\n",
+		},
+	}, {
+		name:    "refused, then accepted",
+		reloads: []error{errors.New("x"), nil},
+		want: []string{
+			"sanqos_config_last_reload_successful 1\n",
+			"sanqos_config_last_reload_success_timestamp_seconds 1.79500012e+09\n",
+			`sanqos_config_reloads_total{result="failure"} 1` + "\n",
+			`sanqos_config_reloads_total{result="success"} 1` + "\n",
+		},
+	}}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			m := New(fixture)
+			m.ConfigLoaded(start)
+			for i, err := range tc.reloads {
+				m.Reloaded(err, start.Add(time.Duration(i+1)*time.Minute))
+			}
+			out := scrape(t, m)
+			for _, w := range tc.want {
+				if !strings.Contains(out, "\n"+w) {
+					t.Errorf("missing %q", w)
+				}
+			}
+		})
+	}
+}
+
+// Without SetSLO (a daemon that has not wired it) the totals are absent,
+// not zero: a zero counter would claim reads that nobody counted.
+func TestSLOAbsentWithoutSource(t *testing.T) {
+	out := scrape(t, New(fixture))
+	for _, name := range []string{"sanqos_resource_reads_total", "sanqos_resource_read_duration_seconds", "sanqos_client_sent_bytes_total"} {
+		if strings.Contains(out, "\n"+name) {
+			t.Errorf("%s exported without totals", name)
+		}
+	}
 }

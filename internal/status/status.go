@@ -130,6 +130,9 @@ type BackendStats struct {
 	PureAcks   string `json:"pure_acks,omitempty"`
 	AcksPassed uint64 `json:"acks_passed"`
 	Bypassed   uint64 `json:"bypassed"`
+	// Errors counts packets the backend could not parse or whose verdict
+	// it could not send (the kernel lets them pass: fail open).
+	Errors uint64 `json:"errors"`
 	// Takeovers counts the times the nfqueue standby thread ran the
 	// packet path because the packet thread's CPU had stalled.
 	Takeovers uint64 `json:"takeovers"`
