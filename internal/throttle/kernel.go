@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netlink/nl"
 	"golang.org/x/sys/unix"
 )
 
@@ -201,34 +202,55 @@ func (f *Iptables) Remove(ctx context.Context, chain string) error {
 	return nil
 }
 
-// Deleting a chain right after its last jump went can fail with EBUSY
-// under iptables-nft ("CHAIN_DEL failed (Device or resource busy)"),
-// seen once in eight stops: the kernel still held the rule that was
-// just deleted. It clears within moments, so the deletion is tried a few
-// times, busyTries in all, busyWait apart.
+// Deleting a chain right after its last jump went, or a set right after
+// the last rule that matched it, can fail with EBUSY under iptables-nft
+// ("CHAIN_DEL failed (Device or resource busy)"; ipset's "busy"): nf_tables
+// releases what a deleted rule held in a deferred work item after the
+// commit, not in it. It clears within moments on a healthy host and
+// within a second or two on a slow one (every stop of the daemon under
+// systemd in the emulated kernel lab), so deletion is retried with a
+// doubling wait, busyFirstWait to about 3 s in all, well inside the unit's
+// TimeoutStopSec.
 const (
-	busyTries = 5
-	busyWait  = 100 * time.Millisecond
+	busyTries     = 7
+	busyFirstWait = 50 * time.Millisecond
 )
 
-// deleteChain deletes the (empty) chain, retrying while it is busy.
-func (f *Iptables) deleteChain(ctx context.Context, chain string) error {
+// retryBusy runs del until it succeeds, fails otherwise than busy, or
+// busyTries are spent; the last error is returned.
+func retryBusy(ctx context.Context, del func() (busy bool, err error)) error {
+	wait := busyFirstWait
 	for i := 1; ; i++ {
-		out, err := f.Run.Run(ctx, "", f.bin(), "-w", "-t", table, "-X", chain)
-		if err == nil || i == busyTries || !isBusy(out, err) {
+		busy, err := del()
+		if err == nil || i == busyTries || !busy {
 			return err
 		}
 		select {
 		case <-ctx.Done():
 			return errors.Join(err, ctx.Err())
-		case <-time.After(busyWait):
+		case <-time.After(wait):
 		}
+		wait *= 2
 	}
+}
+
+// deleteChain deletes the (empty) chain, retrying while it is busy.
+func (f *Iptables) deleteChain(ctx context.Context, chain string) error {
+	return retryBusy(ctx, func() (bool, error) {
+		out, err := f.Run.Run(ctx, "", f.bin(), "-w", "-t", table, "-X", chain)
+		return err != nil && isBusy(out, err), err
+	})
 }
 
 // isBusy reports whether iptables failed with EBUSY.
 func isBusy(out string, err error) bool {
 	return errors.Is(err, unix.EBUSY) || strings.Contains(out+err.Error(), "Device or resource busy")
+}
+
+// isSetBusy reports whether the kernel refused to destroy a set because a
+// rule still holds it.
+func isSetBusy(err error) bool {
+	return errors.Is(err, nl.IPSetError(nl.IPSET_ERR_BUSY)) || errors.Is(err, unix.EBUSY)
 }
 
 // forget drops what f remembers of the jumps it added, so that the next
@@ -314,7 +336,11 @@ func (s Ipsets) Del(ctx context.Context, name string, ip netip.Addr) error {
 }
 
 func (s Ipsets) Destroy(ctx context.Context, name string) error {
-	if err := s.h().IpsetDestroy(name); err != nil {
+	err := retryBusy(ctx, func() (bool, error) {
+		err := s.h().IpsetDestroy(name)
+		return err != nil && isSetBusy(err), err
+	})
+	if err != nil {
 		return fmt.Errorf("destroying ipset %s: %w", name, err)
 	}
 	return nil

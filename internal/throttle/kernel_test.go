@@ -5,9 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/vishvananda/netlink/nl"
+	"golang.org/x/sys/unix"
 )
 
 // A jump someone else removed (iptables -t mangle -F POSTROUTING) comes
@@ -75,4 +79,40 @@ func (r *alwaysBusy) Run(ctx context.Context, stdin, name string, args ...string
 		return "CHAIN_DEL failed (Device or resource busy)", errors.New("exit status 4: CHAIN_DEL failed (Device or resource busy)")
 	}
 	return r.recorder.Run(ctx, stdin, name, args...)
+}
+
+// A set (or chain) that a just-deleted rule held is freed by nf_tables
+// after the commit, later on a slow host: deletion is retried while the
+// kernel says busy, and given up only when it stays busy or fails
+// otherwise.
+func TestRetryBusy(t *testing.T) {
+	setBusy := fmt.Errorf("destroying: %w", nl.IPSetError(nl.IPSET_ERR_BUSY))
+	other := errors.New("no such set")
+	for _, c := range []struct {
+		name      string
+		errs      []error // what each try returns; past the end, success
+		wantTries int
+		wantErr   error
+	}{
+		{"free at once", nil, 1, nil},
+		{"busy twice, then free", []error{setBusy, setBusy}, 3, nil},
+		{"EBUSY from a chain", []error{unix.EBUSY}, 2, nil},
+		{"another error is not retried", []error{other}, 1, other},
+		{"busy for good", slices.Repeat([]error{setBusy}, busyTries+3), busyTries, setBusy},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			tries := 0
+			err := retryBusy(context.Background(), func() (bool, error) {
+				tries++
+				if tries > len(c.errs) {
+					return false, nil
+				}
+				e := c.errs[tries-1]
+				return isSetBusy(e), e
+			})
+			if tries != c.wantTries || !errors.Is(err, c.wantErr) || (c.wantErr == nil) != (err == nil) {
+				t.Errorf("tries %d, err %v; want %d, %v", tries, err, c.wantTries, c.wantErr)
+			}
+		})
+	}
 }
