@@ -56,7 +56,6 @@ type Delayer struct {
 	mu      sync.Mutex
 	heap    minheap.Heap[held]
 	flows   map[flowKey]flowState
-	seen    map[netip.Addr]time.Time // last packet per destination
 	seq     uint64
 	held    uint64
 	passed  uint64
@@ -65,6 +64,18 @@ type Delayer struct {
 	nerr    int
 	scratch []held
 	ids     []uint32
+
+	// The consumers (destinations) and their shares of the backlog: see
+	// consumers.go.
+	cons      map[netip.Addr]*consumer
+	bypassers map[netip.Addr]*consumer // those that ever lost their delay
+	holding   int                      // consumers with packets held
+	epochs    uint64                   // the last epoch given out
+	warned    time.Time                // the last hog warning
+	// warn, when set, is told (outside the lock) that a consumer holding
+	// most of the backlog lost its delay, or that the backlog is at its
+	// hard limit; at most every hogWarnEvery.
+	warn func(c ConsumerStats, backlog int, hard bool)
 
 	rise    map[riseKey]riseState
 	limited uint64
@@ -88,17 +99,20 @@ type Delayer struct {
 }
 
 // NewDelayer returns a delayer that calls release with the ids of due
-// packets. maxBacklog bounds memory: beyond it packets are accepted at
-// once (fail open) and counted as bypassed.
+// packets. maxBacklog is the backlog shared by all consumers; beyond it
+// each may hold its share, and beyond the hard limit (twice it) every
+// packet is accepted at once (fail open) and counted as bypassed. See
+// consumers.go.
 func NewDelayer(clk clock.Clock, maxBacklog int, release func(ids []uint32)) *Delayer {
 	return &Delayer{
 		clk: clk, release: release, maxBacklog: maxBacklog,
-		heap:  minheap.New(heldBefore),
-		flows: map[flowKey]flowState{},
-		seen:  map[netip.Addr]time.Time{},
-		rise:  map[riseKey]riseState{},
-		acks:  map[flowKey]ackSeen{},
-		Rise:  DefaultRiseLimit,
+		heap:      minheap.New(heldBefore),
+		flows:     map[flowKey]flowState{},
+		cons:      map[netip.Addr]*consumer{},
+		bypassers: map[netip.Addr]*consumer{},
+		rise:      map[riseKey]riseState{},
+		acks:      map[flowKey]ackSeen{},
+		Rise:      DefaultRiseLimit,
 	}
 }
 
@@ -106,17 +120,18 @@ func NewDelayer(clk clock.Clock, maxBacklog int, release func(ids []uint32)) *De
 // that arrived at now and should be delayed by delay; the delay it gets
 // may be less while the flow's delay is rising (see RiseLimit). It
 // returns true when the caller must accept the packet itself at once: no
-// delay and nothing of its flow waiting, or the backlog is full.
+// delay and nothing of its flow waiting, or its consumer is over its
+// share of the backlog, or the backlog is at its hard limit.
 func (d *Delayer) Submit(id uint32, f flowKey, dir Direction, ack uint32, delay time.Duration, now time.Time) bool {
 	d.mu.Lock()
-	d.see(f.dst, now)
-	if dir == Write && !d.AckDelay && d.ackNews(f, ack, now) > ackNewsLimit {
+	c := d.consumerOf(f.dst, now)
+	if dir == Write && !d.AckDelay && d.ackNews(c, f, ack, now) > ackNewsLimit {
 		// See ackNewsLimit. The ramp is left as it was: this undelayed
 		// sample only lowers the sender's SRTT, which is the safe side.
 		delay = 0
 		d.newsPassed++
 	} else {
-		delay = d.limitRise(f, dir, ack, delay, now)
+		delay = d.limitRise(c, f, dir, ack, delay, now)
 	}
 	fs, busy := d.flows[f]
 	if !busy && delay <= 0 {
@@ -124,22 +139,26 @@ func (d *Delayer) Submit(id uint32, f flowKey, dir Direction, ack uint32, delay 
 		d.mu.Unlock()
 		return true
 	}
-	if d.heap.Len() >= d.maxBacklog {
+	if ok, hard := d.admit(c); !ok {
 		// It leaves at once: its RTT sample is low, so the ramp of its
 		// flow restarts from 0 (slower, never faster, than the sender's
 		// SRTT can follow). Earlier packets of its flow still held leave
 		// first, in their order (fail open per flow: the new packet must
 		// not overtake them).
 		delete(d.rise, riseKey{f, dir})
-		d.bypass++
+		warn := d.bypassed(f.dst, c, hard, now)
 		d.passed++
-		if !busy {
-			d.mu.Unlock()
-			return true
+		var ids []uint32
+		if busy {
+			ids = d.takeFlow(f)
 		}
-		ids := d.takeFlow(f)
 		d.mu.Unlock()
-		d.release(ids)
+		if warn != nil && d.warn != nil {
+			d.warn(warn.ConsumerStats, warn.backlog, warn.hard)
+		}
+		if busy {
+			d.release(ids)
+		}
 		return true
 	}
 	at := now.Add(delay)
@@ -152,6 +171,7 @@ func (d *Delayer) Submit(id uint32, f flowKey, dir Direction, ack uint32, delay 
 	d.seq++
 	d.heap.Push(held{id: id, flow: f, at: at, seq: d.seq})
 	d.held++
+	d.hold(c)
 	d.mu.Unlock()
 	return false
 }
@@ -179,6 +199,7 @@ func (d *Delayer) takeFlow(f flowKey) []uint32 {
 		ids[i] = p.id
 	}
 	delete(d.flows, f)
+	d.unhold(f.dst, len(mine))
 	d.passed += uint64(len(mine))
 	return ids
 }
@@ -192,11 +213,12 @@ func (d *Delayer) takeFlow(f flowKey) []uint32 {
 const sweepBatch = 4
 
 // sweep forgets a few ramps and acknowledgment numbers idle for
-// riseForget. d.mu held.
+// riseForget or of a forgotten consumer (see Forget), and consumers idle
+// that long with nothing held. d.mu held.
 func (d *Delayer) sweep(now time.Time) {
 	n := 0
 	for k, st := range d.rise {
-		if now.Sub(st.seen) >= riseForget {
+		if now.Sub(st.seen) >= riseForget || !d.current(k.flow.dst, st.epoch) {
 			delete(d.rise, k)
 		}
 		if n++; n >= sweepBatch {
@@ -205,7 +227,7 @@ func (d *Delayer) sweep(now time.Time) {
 	}
 	n = 0
 	for f, a := range d.acks {
-		if now.Sub(a.seen) >= riseForget {
+		if now.Sub(a.seen) >= riseForget || !d.current(f.dst, a.epoch) {
 			delete(d.acks, f)
 		}
 		if n++; n >= sweepBatch {
@@ -213,9 +235,9 @@ func (d *Delayer) sweep(now time.Time) {
 		}
 	}
 	n = 0
-	for a, t := range d.seen {
-		if now.Sub(t) >= riseForget {
-			delete(d.seen, a)
+	for a, c := range d.cons {
+		if now.Sub(c.seen) >= riseForget && c.held == 0 {
+			d.dropConsumer(a)
 		}
 		if n++; n >= sweepBatch {
 			break
@@ -239,15 +261,19 @@ func (d *Delayer) sweep(now time.Time) {
 const ackNewsLimit = 1448
 
 type ackSeen struct {
-	ack  uint32 // highest acknowledgment number of the flow's packets
-	seen time.Time
+	ack   uint32 // highest acknowledgment number of the flow's packets
+	seen  time.Time
+	epoch uint64 // of its consumer when recorded (see Forget)
 }
 
-// ackNews records ack as sent on flow f and returns how many bytes it
-// acknowledges beyond the flow's earlier packets (0 for the first one
-// seen). d.mu held.
-func (d *Delayer) ackNews(f flowKey, ack uint32, now time.Time) uint32 {
+// ackNews records ack as sent on flow f of consumer c and returns how
+// many bytes it acknowledges beyond the flow's earlier packets (0 for
+// the first one seen). d.mu held.
+func (d *Delayer) ackNews(c *consumer, f flowKey, ack uint32, now time.Time) uint32 {
 	a, known := d.acks[f]
+	if known && a.epoch != c.epoch {
+		a, known = ackSeen{}, false
+	}
 	var news uint32
 	if known && seqAfter(ack, a.ack) {
 		news = ack - a.ack
@@ -255,8 +281,8 @@ func (d *Delayer) ackNews(f flowKey, ack uint32, now time.Time) uint32 {
 	if !known || seqAfter(ack, a.ack) {
 		a.ack = ack
 	}
-	a.seen = now
-	if !known && len(d.acks) >= MaxFlows {
+	a.seen, a.epoch = now, c.epoch
+	if _, there := d.acks[f]; !there && len(d.acks) >= MaxFlows {
 		evictOne(d.acks)
 	}
 	d.acks[f] = a
@@ -293,8 +319,8 @@ func (d *Delayer) SubmitPureAck(id uint32, f flowKey, dir Direction, ack uint32,
 		return d.Submit(id, f, dir, ack, delay, now)
 	}
 	d.mu.Lock()
-	d.see(f.dst, now)
-	d.ackNews(f, ack, now)
+	c := d.consumerOf(f.dst, now)
+	d.ackNews(c, f, ack, now)
 	d.acksPassed++
 	d.passed++
 	d.mu.Unlock()
@@ -333,6 +359,7 @@ func (d *Delayer) ReleaseDue(now time.Time) int {
 		} else {
 			d.flows[p.flow] = fs
 		}
+		d.unhold(p.flow.dst, 1)
 		d.errs[d.nerr%len(d.errs)] = done.Sub(p.at)
 		d.nerr++
 	}
@@ -341,52 +368,13 @@ func (d *Delayer) ReleaseDue(now time.Time) int {
 	return len(due)
 }
 
-// see records an arrival for dst, within MaxFlows destinations. d.mu held.
-func (d *Delayer) see(dst netip.Addr, now time.Time) {
-	if _, ok := d.seen[dst]; !ok && len(d.seen) >= MaxFlows {
-		evictOne(d.seen)
-	}
-	d.seen[dst] = now
-}
-
 // Quiet reports whether nothing for dst has arrived since before now -
 // gap and nothing for it is held.
 func (d *Delayer) Quiet(dst netip.Addr, now time.Time, gap time.Duration) bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if t, ok := d.seen[dst]; ok && now.Sub(t) < gap {
-		return false
-	}
-	for f := range d.flows {
-		if f.dst == dst {
-			return false
-		}
-	}
-	return true
-}
-
-// Forget drops the arrival times and remembered delays of destinations
-// not in keep. A destination that left the queue's set may go on sending
-// unseen and undelayed, its SRTT falling: when it comes back its ramp
-// must start again from 0.
-func (d *Delayer) Forget(keep func(netip.Addr) bool) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	for a := range d.seen {
-		if !keep(a) {
-			delete(d.seen, a)
-		}
-	}
-	for k := range d.rise {
-		if !keep(k.flow.dst) {
-			delete(d.rise, k)
-		}
-	}
-	for f := range d.acks {
-		if !keep(f.dst) {
-			delete(d.acks, f)
-		}
-	}
+	c := d.cons[dst]
+	return c == nil || now.Sub(c.seen) >= gap && c.held == 0
 }
 
 // next returns the earliest release time.
@@ -411,7 +399,11 @@ func (d *Delayer) Stats() Stats {
 	s := Stats{PacketsHeld: d.held, PacketsPassed: d.passed, Backlog: d.heap.Len(), Bypassed: d.bypass, AcksPassed: d.acksPassed}
 	n := min(d.nerr, len(d.errs))
 	e := slices.Clone(d.errs[:n])
+	top := d.topBypassers()
 	d.mu.Unlock()
+	if top != nil {
+		s.Bypassers = sortBypassers(top)
+	}
 	s.PureAcks = "passed"
 	if d.AckDelay {
 		s.PureAcks = "held"
@@ -425,7 +417,7 @@ func (d *Delayer) Stats() Stats {
 }
 
 // MaxFlows caps each of the delayer's per-flow tables (remembered ramps,
-// acknowledgment numbers) and the per-destination arrival times: a
+// acknowledgment numbers) and the per-destination records: a
 // consumer opening connections as fast as it can must not grow the
 // daemon without bound. 65,536 entries of ~100 bytes: a few MiB each at
 // most. A new flow at the cap takes the place of a random one, whose

@@ -27,15 +27,18 @@ const (
 	// little sense data. 128 bytes keeps those and pure ACKs, and leaves
 	// every read data segment (kilobytes) in the read direction.
 	DefaultSmallSegment = 128
-	// DefaultMaxBacklog bounds the packets held in user space; beyond it
-	// packets pass at once. At 40 MB/s of 64 KiB writes and 20 ms delay the
-	// backlog is a few hundred packets, so this is far from normal use.
+	// DefaultMaxBacklog is the budget of packets held in user space for
+	// all consumers; beyond it each consumer may hold its share, and
+	// beyond twice it every packet passes at once (see consumers.go). At
+	// 40 MB/s of 64 KiB writes and 20 ms delay the backlog is a few
+	// hundred packets, so this is far from normal use.
 	DefaultMaxBacklog = 8192
 	// copyRange is how much of each packet the kernel copies to us: the
 	// largest IPv4 header (60) plus the largest TCP header (60).
 	copyRange = 120
 	// kernelQueueLen is the kernel's queue limit; it must exceed our
-	// backlog, since held packets stay in the kernel until their verdict.
+	// backlog's hard limit, since held packets stay in the kernel until
+	// their verdict.
 	// Beyond it the kernel accepts packets itself (fail-open flag).
 	kernelQueueLen = 4 * DefaultMaxBacklog
 	// netlinkBuffer is the receive buffer of the queue socket. When it is
@@ -290,6 +293,7 @@ func (b *Nfqueue) initPath(sock queueSocket, wake, done int, clk pathClock, proc
 	b.table.Store(&delays{})
 	b.del = NewDelayer(clk, b.cfg.MaxBacklog, b.release)
 	b.del.AckDelay = b.cfg.AckDelay
+	b.del.warn = b.warnHog
 	switch {
 	case b.cfg.NoRiseLimit:
 		b.del.Rise = RiseLimit{}
@@ -300,6 +304,27 @@ func (b *Nfqueue) initPath(sock queueSocket, wake, done int, clk pathClock, proc
 }
 
 func (b *Nfqueue) Name() string { return "nfqueue" }
+
+// warnHog logs that a consumer lost its delay while holding most of the
+// backlog, or that the backlog reached its hard limit. The delayer calls
+// it on the packet thread, at most every hogWarnEvery.
+func (b *Nfqueue) warnHog(c ConsumerStats, backlog int, hard bool) {
+	if hard {
+		b.log.Warn("the packet backlog is at its hard limit: packets of every consumer pass undelayed",
+			"backlog", backlog, "limit", hardBacklogFactor*b.cfg.MaxBacklog, "consumer", c.Addr, "consumer_held", c.Held, "consumer_bypassed", c.Bypassed)
+		return
+	}
+	b.log.Warn("one consumer holds most of the packet backlog: its packets beyond its share pass undelayed",
+		"consumer", c.Addr, "held", c.Held, "backlog", backlog, "bypassed", c.Bypassed, "delayed", c.Delayed)
+}
+
+// ConsumerStats returns the data-path counters of every consumer the
+// packet path knows (see Delayer.ConsumerStats).
+func (b *Nfqueue) ConsumerStats() []ConsumerStats {
+	var s []ConsumerStats
+	b.onLoop(func() { s = b.del.ConsumerStats() })
+	return s
+}
 
 // heartbeat is the longest the packet thread waits without going round
 // its loop: a quarter of HealthyWithin, so that a live thread is never

@@ -1,0 +1,180 @@
+package throttle
+
+import (
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/sanqos/sanqos/internal/clock"
+)
+
+// floodRun drives a delayer (backlog budget 100, no rise limit) for 2 s
+// of fake time, and lets it release for 1.2 s more: an attacker at 10.0.0.66 throttled at 1 s with 300
+// lockstep flows sending every 10 ms, and a victim at 10.0.0.2 throttled
+// at 100 ms sending one packet every 50 ms. It returns the release time
+// of every packet (at once: its arrival), the victim's ids and arrivals,
+// and the verdict order.
+type floodResult struct {
+	d        *Delayer
+	left     map[uint32]time.Time // id → when it was accepted
+	order    []uint32             // verdicts in order
+	flowOf   map[uint32]flowKey
+	victim   map[uint32]time.Time // id → arrival
+	maxHeap  int
+	attacker netip.Addr
+	victimIP netip.Addr
+}
+
+func floodRun(t *testing.T) *floodResult {
+	t.Helper()
+	r := &floodResult{left: map[uint32]time.Time{}, flowOf: map[uint32]flowKey{}, victim: map[uint32]time.Time{},
+		attacker: ip("10.0.0.66"), victimIP: ip("10.0.0.2")}
+	clk := clock.NewFake(t0)
+	r.d = NewDelayer(clk, 100, func(ids []uint32) {
+		for _, id := range ids {
+			r.left[id] = clk.Now()
+			r.order = append(r.order, id)
+		}
+	})
+	r.d.Rise = RiseLimit{}
+	id := uint32(0)
+	submit := func(f flowKey, delay time.Duration) uint32 {
+		id++
+		r.flowOf[id] = f
+		if r.d.Submit(id, f, Read, 0, delay, clk.Now()) {
+			r.left[id] = clk.Now()
+			r.order = append(r.order, id)
+		}
+		return id
+	}
+	for step := 0; step < 3200; step++ {
+		if step < 2000 && step%10 == 0 {
+			for p := range 300 {
+				submit(flowKey{dst: r.attacker, sport: 3265, dport: uint16(20000 + p)}, time.Second)
+			}
+		}
+		if step < 2000 && step%50 == 0 {
+			r.victim[submit(flowKey{dst: r.victimIP, sport: 3260, dport: 40000}, 100*time.Millisecond)] = clk.Now()
+		}
+		r.maxHeap = max(r.maxHeap, r.d.heap.Len())
+		clk.Advance(time.Millisecond)
+		r.d.ReleaseDue(clk.Now())
+	}
+	return r
+}
+
+// TestDelayerFloodKeepsOthersHeld (audit N3): one consumer holding far
+// more than the backlog loses the delay of its own packets only; another
+// consumer's packets are all held their full delay, and no flow's
+// packets are reordered.
+func TestDelayerFloodKeepsOthersHeld(t *testing.T) {
+	r := floodRun(t)
+	short := 0
+	for id, at := range r.victim {
+		if got := r.left[id].Sub(at); got != 100*time.Millisecond {
+			short++
+			if short <= 3 {
+				t.Errorf("victim packet %d held %v, want 100ms", id, got)
+			}
+		}
+	}
+	if short > 0 {
+		t.Errorf("%d of %d victim packets not held their delay while the attacker flooded", short, len(r.victim))
+	}
+	last := map[flowKey]uint32{}
+	for _, id := range r.order {
+		f := r.flowOf[id]
+		if p, ok := last[f]; ok && p > id {
+			t.Fatalf("flow %v: packet %d left after %d", f, p, id)
+		}
+		last[f] = id
+	}
+	if len(r.order) != len(r.flowOf) {
+		t.Fatalf("%d verdicts for %d packets", len(r.order), len(r.flowOf))
+	}
+	if r.maxHeap > 2*100 {
+		t.Errorf("backlog reached %d, over the hard limit 200", r.maxHeap)
+	}
+	if s := r.d.Stats(); s.Bypassed == 0 {
+		t.Errorf("the attacker lost no delay although it held %d packets at most: %+v", r.maxHeap, s)
+	}
+}
+
+// TestDelayerCountsBypassPerConsumer: the bypassed packets are the
+// attacker's, counted against it; the victim has its delayed packets and
+// no bypassed one; and the warning names the attacker.
+func TestDelayerCountsBypassPerConsumer(t *testing.T) {
+	r := floodRun(t)
+	s := r.d.Stats()
+	if len(s.Bypassers) != 1 || s.Bypassers[0].Addr != r.attacker || s.Bypassers[0].Bypassed != s.Bypassed {
+		t.Fatalf("bypassers %+v, want only %v with all %d bypassed", s.Bypassers, r.attacker, s.Bypassed)
+	}
+	for _, c := range r.d.ConsumerStats() {
+		switch c.Addr {
+		case r.victimIP:
+			if c.Bypassed != 0 || c.Delayed != uint64(len(r.victim)) {
+				t.Errorf("victim %+v, want %d delayed, none bypassed", c, len(r.victim))
+			}
+		case r.attacker:
+			if c.Delayed == 0 || c.Bypassed == 0 || c.Held != 0 {
+				t.Errorf("attacker %+v, want some delayed, some bypassed, none held at the end", c)
+			}
+		}
+	}
+}
+
+// TestDelayerHardLimit: consumers each under their share fill the
+// backlog up to the hard limit, and past it everyone's packets pass,
+// counted against each; the warning hook is told once.
+func TestDelayerHardLimit(t *testing.T) {
+	clk := clock.NewFake(t0)
+	d := NewDelayer(clk, 64, func([]uint32) {})
+	d.Rise = RiseLimit{}
+	var warned []ConsumerStats
+	d.warn = func(c ConsumerStats, backlog int, hard bool) {
+		if !hard || backlog != 128 {
+			t.Errorf("warning for %+v, backlog %d, hard %v; want the hard limit at 128", c, backlog, hard)
+		}
+		warned = append(warned, c)
+	}
+	id := uint32(0)
+	// 16 consumers: a share of 64/16 = 4, but at least minShare (16).
+	for round := range 20 {
+		for c := range 16 {
+			id++
+			f := flowKey{dst: netip.AddrFrom4([4]byte{10, 1, 0, byte(c + 1)}), sport: 3260, dport: uint16(1000 + round)}
+			if d.Submit(id, f, Write, id, time.Second, t0) && d.heap.Len() < 128 {
+				t.Fatalf("packet %d passed with backlog %d", id, d.heap.Len())
+			}
+		}
+	}
+	s := d.Stats()
+	if s.Backlog != 128 || s.Bypassed != 20*16-128 || len(warned) != 1 {
+		t.Fatalf("backlog %d, bypassed %d, %d warnings; want 128, %d, 1", s.Backlog, s.Bypassed, len(warned), 20*16-128)
+	}
+	if d.holding != 16 {
+		t.Fatalf("%d consumers holding, want 16", d.holding)
+	}
+	d.releaseAll()
+	if d.holding != 0 || d.Stats().Backlog != 0 {
+		t.Fatalf("after releaseAll: %d consumers holding", d.holding)
+	}
+}
+
+// TestDelayerLoneConsumerKeepsTheBudget: alone, a consumer holds the
+// whole budget, as before isolation, and loses its delay beyond it; the
+// warning names it.
+func TestDelayerLoneConsumerKeepsTheBudget(t *testing.T) {
+	clk := clock.NewFake(t0)
+	d := NewDelayer(clk, 32, func([]uint32) {})
+	d.Rise = RiseLimit{}
+	var warned []ConsumerStats
+	d.warn = func(c ConsumerStats, backlog int, hard bool) { warned = append(warned, c) }
+	for id := uint32(1); id <= 40; id++ {
+		d.Submit(id, flow(uint16(id)), Write, id, time.Second, t0)
+	}
+	s := d.Stats()
+	if s.Backlog != 32 || s.Bypassed != 8 || len(warned) != 1 || warned[0].Addr != ip("10.0.0.2") || warned[0].Held != 32 {
+		t.Fatalf("backlog %d, bypassed %d, warnings %+v; want 32, 8, one for 10.0.0.2 holding 32", s.Backlog, s.Bypassed, warned)
+	}
+}
