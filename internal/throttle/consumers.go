@@ -249,3 +249,24 @@ func sortBypassers(out []ConsumerStats) []ConsumerStats {
 	})
 	return out[:min(len(out), maxBypassers)]
 }
+
+// warnHog logs that a consumer lost its delay while holding most of the
+// backlog, or that the backlog reached its hard limit. The delayer calls
+// it on the packet thread, at most every hogWarnEvery.
+func (b *Nfqueue) warnHog(c ConsumerStats, backlog int, hard bool) {
+	if hard {
+		b.log.Warn("the packet backlog is at its hard limit: packets of every consumer pass undelayed",
+			"backlog", backlog, "limit", hardBacklogFactor*b.cfg.MaxBacklog, "consumer", c.Addr, "consumer_held", c.Held, "consumer_bypassed", c.Bypassed)
+		return
+	}
+	b.log.Warn("one consumer holds most of the packet backlog: its packets beyond its share pass undelayed",
+		"consumer", c.Addr, "held", c.Held, "backlog", backlog, "bypassed", c.Bypassed, "delayed", c.Delayed)
+}
+
+// ConsumerStats returns the data-path counters of every consumer the
+// packet path knows (see Delayer.ConsumerStats).
+func (b *Nfqueue) ConsumerStats() []ConsumerStats {
+	var s []ConsumerStats
+	b.onLoop(func() { s = b.del.ConsumerStats() })
+	return s
+}

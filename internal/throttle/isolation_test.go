@@ -178,3 +178,50 @@ func TestDelayerLoneConsumerKeepsTheBudget(t *testing.T) {
 		t.Fatalf("backlog %d, bypassed %d, warnings %+v; want 32, 8, one for 10.0.0.2 holding 32", s.Backlog, s.Bypassed, warned)
 	}
 }
+
+// TestDelayerForgetWhileHolding: Forget of a consumer that still holds
+// packets forgets its flows' ramps (they restart from 0) but not its
+// held packets, which leave on time and are counted out of its share; a
+// consumer kept keeps its ramps.
+func TestDelayerForgetWhileHolding(t *testing.T) {
+	clk := clock.NewFake(t0)
+	var log releaseLog
+	d := NewDelayer(clk, 100, log.add)
+	gone, kept := ip("10.0.0.2"), ip("10.0.0.3")
+	fg := flowKey{dst: gone, sport: 3260, dport: 1}
+	fk := flowKey{dst: kept, sport: 3260, dport: 1}
+	now := t0
+	for id := uint32(1); id <= 20; id += 2 {
+		d.Submit(id, fg, Read, 0, 10*time.Millisecond, now)
+		d.Submit(id+1, fk, Read, 0, 10*time.Millisecond, now)
+		now = now.Add(100 * time.Microsecond)
+	}
+	rampOf := func(f flowKey) time.Duration {
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		st, ok := d.rise[riseKey{f, Read}]
+		if !ok || !d.current(f.dst, st.epoch) {
+			return 0
+		}
+		return st.prev
+	}
+	before := rampOf(fk)
+	if before == 0 || rampOf(fg) != before {
+		t.Fatalf("ramps %v and %v before Forget, want equal and above 0", rampOf(fg), before)
+	}
+	d.Forget(func(a netip.Addr) bool { return a == kept })
+	if rampOf(fg) != 0 || rampOf(fk) != before {
+		t.Fatalf("after Forget ramps %v (forgotten) and %v (kept), want 0 and %v", rampOf(fg), rampOf(fk), before)
+	}
+	if d.holding != 2 || d.cons[gone] == nil || d.cons[gone].held != 10 {
+		t.Fatalf("a forgotten consumer's held packets are no longer counted: holding %d", d.holding)
+	}
+	d.Submit(100, fg, Read, 0, 10*time.Millisecond, now)
+	if got := rampOf(fg); got != DefaultRiseLimit.Step {
+		t.Fatalf("forgotten flow's next packet got %v, want a new ramp from 0 (%v)", got, DefaultRiseLimit.Step)
+	}
+	d.ReleaseDue(now.Add(time.Second))
+	if len(log.ids) != 21 || d.holding != 0 || d.cons[gone].held != 0 {
+		t.Fatalf("released %d of 21, %d consumers still holding", len(log.ids), d.holding)
+	}
+}

@@ -110,16 +110,19 @@ type NfqueueConfig struct {
 // work (see standby).
 //
 // The parts live in files of their own: this one has the lifecycle and
-// the rules; packetloop.go the packet thread; standby.go the standby;
-// commands.go the command channel; rt_linux.go the threads' real-time
-// placement; pathio.go the seams (pathClock, queueSocket) through which
-// unit tests drive the packet path with a fake clock and queue.
+// the rules; applied.go when they need not be given again; members.go
+// and classes.go who is queued and the delay table; consumers.go each
+// consumer's share of the backlog; packetloop.go the packet thread;
+// standby.go the standby; commands.go the command channel; rt_linux.go
+// the threads' real-time placement; pathio.go the seams (pathClock,
+// queueSocket) through which unit tests drive the packet path with a
+// fake clock and queue.
 type Nfqueue struct {
 	cfg      NfqueueConfig
 	lock     *instanceLock // held until Close has removed everything
 	rec      *reconciler
 	rec6     *reconciler // the IPv6 half; nil: IPv6 consumers are refused
-	table    atomic.Pointer[delays]
+	table    atomic.Pointer[pathTable]
 	del      *Delayer
 	sock     queueSocket
 	clk      pathClock
@@ -132,9 +135,12 @@ type Nfqueue struct {
 
 	mu      sync.Mutex
 	members members
-	waiting bool // a re-sync for lingering members is scheduled
-	stop    chan struct{}
-	closed  bool
+	applied programmed // what the reconcilers were last given, successfully
+	// splitClean: split refused nothing of the last state.
+	splitClean bool
+	waiting    bool // a re-sync for lingering members is scheduled
+	stop       chan struct{}
+	closed     bool
 
 	cmdMu    sync.Mutex             // one command at a time
 	cmd      atomic.Pointer[func()] // the command waiting for the packet thread
@@ -290,7 +296,7 @@ func (b *Nfqueue) initPath(sock queueSocket, wake, done int, clk pathClock, proc
 	b.sock, b.wake, b.done, b.clk, b.proc = sock, wake, done, clk, proc
 	b.onPacket = b.handle
 	b.members.small, b.members.def = b.cfg.SmallSegments, b.cfg.SmallSegment
-	b.table.Store(&delays{})
+	b.table.Store(tableOf(nil))
 	b.del = NewDelayer(clk, b.cfg.MaxBacklog, b.release)
 	b.del.AckDelay = b.cfg.AckDelay
 	b.del.warn = b.warnHog
@@ -304,27 +310,6 @@ func (b *Nfqueue) initPath(sock queueSocket, wake, done int, clk pathClock, proc
 }
 
 func (b *Nfqueue) Name() string { return "nfqueue" }
-
-// warnHog logs that a consumer lost its delay while holding most of the
-// backlog, or that the backlog reached its hard limit. The delayer calls
-// it on the packet thread, at most every hogWarnEvery.
-func (b *Nfqueue) warnHog(c ConsumerStats, backlog int, hard bool) {
-	if hard {
-		b.log.Warn("the packet backlog is at its hard limit: packets of every consumer pass undelayed",
-			"backlog", backlog, "limit", hardBacklogFactor*b.cfg.MaxBacklog, "consumer", c.Addr, "consumer_held", c.Held, "consumer_bypassed", c.Bypassed)
-		return
-	}
-	b.log.Warn("one consumer holds most of the packet backlog: its packets beyond its share pass undelayed",
-		"consumer", c.Addr, "held", c.Held, "backlog", backlog, "bypassed", c.Bypassed, "delayed", c.Delayed)
-}
-
-// ConsumerStats returns the data-path counters of every consumer the
-// packet path knows (see Delayer.ConsumerStats).
-func (b *Nfqueue) ConsumerStats() []ConsumerStats {
-	var s []ConsumerStats
-	b.onLoop(func() { s = b.del.ConsumerStats() })
-	return s
-}
 
 // heartbeat is the longest the packet thread waits without going round
 // its loop: a quarter of HealthyWithin, so that a live thread is never
@@ -371,17 +356,24 @@ func (b *Nfqueue) Apply(ctx context.Context, s State) error {
 	if err := validateShape(s); err != nil {
 		return err
 	}
-	// What cannot be programmed is left out, one consumer or group at a
-	// time, and reported; everything else is controlled as usual.
-	s, refused := split(s, b.rec6 != nil)
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.closed {
 		return errors.New("backend is closed")
 	}
-	t := b.members.update(s, b.clk.Now())
+	// What cannot be programmed is left out, one consumer or group at a
+	// time, and reported; everything else is controlled as usual. A state
+	// with the members of the last one, all of which could be
+	// programmed, has nothing to leave out: no need to look at each
+	// member again.
+	var refused *Refused
+	if !b.splitClean || !b.members.sameMembers(s) {
+		s, refused = split(s, b.rec6 != nil)
+		b.splitClean = refused == nil
+	}
+	t := b.members.apply(s, b.clk.Now())
 	// Delays first: a consumer joining finds its delay on its first packet.
-	b.table.Store(&t)
+	b.table.Store(t)
 	err := b.program(ctx)
 	if refused != nil {
 		return errors.Join(err, refused)
@@ -401,17 +393,26 @@ func (b *Nfqueue) program(ctx context.Context) error {
 			return b.del.Quiet(a, now, lingerQuiet)
 		})
 	})
-	rules4, sets4, rules6, sets6 := byFamily(rules, sets)
-	err4 := b.rec.apply(ctx, rules4, sets4)
-	var err6 error
-	if b.rec6 != nil {
-		err6 = b.rec6.apply(ctx, rules6, sets6)
-	}
-	if err := errors.Join(err4, err6); err != nil {
-		return fmt.Errorf("programming the nfqueue data path: %w", err)
+	if !b.applied.same(rules, sets) || !b.rec.clean() || b.rec6 != nil && !b.rec6.clean() {
+		b.applied = programmed{}
+		rules4, sets4, rules6, sets6 := byFamily(rules, sets)
+		err4 := b.rec.apply(ctx, rules4, sets4)
+		var err6 error
+		if b.rec6 != nil {
+			err6 = b.rec6.apply(ctx, rules6, sets6)
+		}
+		if err := errors.Join(err4, err6); err != nil {
+			return fmt.Errorf("programming the nfqueue data path: %w", err)
+		}
+		b.applied = programmed{rules, sets}
 	}
 	b.active.Store(len(rules) > 0)
-	b.onLoop(func() { b.del.Forget(func(a netip.Addr) bool { return b.members.keep(a, now) }) })
+	// Only when an address stopped being kept: Forget walks every
+	// consumer the packet path knows, and a new delay, which comes at
+	// every tick while a resource is over its threshold, forgets nothing.
+	if b.members.forgetDue() {
+		b.onLoop(func() { b.del.Forget(func(a netip.Addr) bool { return b.members.keep(a, now) }) })
+	}
 	if lingering && !b.waiting {
 		b.waiting = true
 		go func() {
