@@ -81,7 +81,7 @@ func hostileLoad(t *testing.T, rise RiseLimit) {
 				now = now.Add(time.Millisecond)
 				d.ReleaseDue(now)
 			}
-			if n := d.heap.Len(); n > hardBacklogFactor*backlog {
+			if n := d.backlog(); n > hardBacklogFactor*backlog {
 				t.Fatalf("backlog %d over its hard limit %d", n, hardBacklogFactor*backlog)
 			}
 		}

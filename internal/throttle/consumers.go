@@ -128,7 +128,7 @@ func (d *Delayer) current(dst netip.Addr, epoch uint64) bool {
 // admit reports whether c may hold one more packet; hard tells a refusal
 // at the hard limit from one over c's share. d.mu held.
 func (d *Delayer) admit(c *consumer) (ok, hard bool) {
-	total := d.heap.Len()
+	total := d.backlog()
 	switch {
 	case total >= hardBacklogFactor*d.maxBacklog:
 		return false, true
@@ -171,7 +171,7 @@ func (d *Delayer) bypassed(dst netip.Addr, c *consumer, hard bool, now time.Time
 	d.bypass++
 	c.bypassed++
 	d.bypassers[dst] = c
-	total := d.heap.Len()
+	total := d.backlog()
 	if c.held*2 <= total && !hard || now.Sub(d.warned) < hogWarnEvery && !d.warned.IsZero() {
 		return nil
 	}

@@ -17,10 +17,11 @@ type held struct {
 	flow flowKey
 	at   time.Time // release time
 	seq  uint64    // arrival order, to break ties FIFO
+	gen  uint64    // its flow's generation (see takeFlow)
 }
 
 // heldOrder orders held packets by release time, FIFO among equal
-// times: the heap's order, and a flow's when it is taken out at once.
+// times: the heap's order.
 func heldOrder(a, b held) int {
 	if c := a.at.Compare(b.at); c != 0 {
 		return c
@@ -34,6 +35,11 @@ func heldBefore(a, b held) bool { return heldOrder(a, b) < 0 }
 type flowState struct {
 	last    time.Time // release time of the flow's newest held packet
 	pending int       // held or being released; > 0 forbids accepting at once
+	// queue has the ids of its held packets in release order (a flow's
+	// release times never decrease, so the heap releases them in this
+	// order too), for takeFlow.
+	queue []uint32
+	gen   uint64 // tells its packets in the heap from a taken flow's
 }
 
 // Delayer holds packets until their release time and then hands them to
@@ -55,7 +61,9 @@ type Delayer struct {
 
 	mu      sync.Mutex
 	heap    minheap.Heap[held]
-	flows   map[flowKey]flowState
+	stale   int // entries of the heap whose flow was taken (see takeFlow)
+	gens    uint64
+	flows   map[flowKey]*flowState
 	seq     uint64
 	held    uint64
 	passed  uint64
@@ -107,7 +115,7 @@ func NewDelayer(clk clock.Clock, maxBacklog int, release func(ids []uint32)) *De
 	return &Delayer{
 		clk: clk, release: release, maxBacklog: maxBacklog,
 		heap:      minheap.New(heldBefore),
-		flows:     map[flowKey]flowState{},
+		flows:     map[flowKey]*flowState{},
 		cons:      map[netip.Addr]*consumer{},
 		bypassers: map[netip.Addr]*consumer{},
 		rise:      map[riseKey]riseState{},
@@ -133,7 +141,8 @@ func (d *Delayer) Submit(id uint32, f flowKey, dir Direction, ack uint32, delay 
 	} else {
 		delay = d.limitRise(c, f, dir, ack, delay, now)
 	}
-	fs, busy := d.flows[f]
+	fs := d.flows[f]
+	busy := fs != nil
 	if !busy && delay <= 0 {
 		d.passed++
 		d.mu.Unlock()
@@ -165,43 +174,75 @@ func (d *Delayer) Submit(id uint32, f flowKey, dir Direction, ack uint32, delay 
 	if busy && fs.last.After(at) {
 		at = fs.last
 	}
+	if !busy {
+		d.gens++
+		fs = &flowState{gen: d.gens}
+		d.flows[f] = fs
+	}
 	fs.last = at
 	fs.pending++
-	d.flows[f] = fs
+	fs.queue = append(fs.queue, id)
 	d.seq++
-	d.heap.Push(held{id: id, flow: f, at: at, seq: d.seq})
+	d.heap.Push(held{id: id, flow: f, at: at, seq: d.seq, gen: fs.gen})
 	d.held++
 	d.hold(c)
 	d.mu.Unlock()
 	return false
 }
 
-// takeFlow removes the held packets of f from the heap and returns their
-// ids in release order; the flow then has nothing pending. It costs a
-// pass over the heap, only when the backlog overflows, and empties the
-// flow, so its next packets pass without it. d.mu held.
+// takeFlow takes the held packets of f out and returns their ids in
+// release order; the flow then has nothing pending, so its next packets
+// pass without it. Their heap entries stay, stale: the flow's next
+// packets have another generation, and ReleaseDue and next skip them.
+// A consumer over its share takes a flow out at every packet of a busy
+// flow, so this must not cost a pass over the heap; compact does one
+// only once the stale entries are as many as the live ones. d.mu held.
 func (d *Delayer) takeFlow(f flowKey) []uint32 {
-	var mine []held
+	fs := d.flows[f]
+	ids := fs.queue
+	delete(d.flows, f)
+	d.stale += len(ids)
+	d.unhold(f.dst, len(ids))
+	d.passed += uint64(len(ids))
+	if d.stale > compactAfter && 2*d.stale > d.heap.Len() {
+		d.compact()
+	}
+	return ids
+}
+
+// compactAfter is how many stale heap entries are let be before a
+// compaction is considered.
+const compactAfter = 1024
+
+// isStale reports whether a heap entry's flow was taken out. d.mu held.
+func (d *Delayer) isStale(p held) bool {
+	fs := d.flows[p.flow]
+	return fs == nil || fs.gen != p.gen
+}
+
+// compact removes the stale entries from the heap. d.mu held.
+func (d *Delayer) compact() {
 	keep := d.heap.Items[:0]
 	for _, p := range d.heap.Items {
-		if p.flow == f {
-			mine = append(mine, p)
-		} else {
+		if !d.isStale(p) {
 			keep = append(keep, p)
 		}
 	}
 	clear(d.heap.Items[len(keep):])
 	d.heap.Items = keep
 	d.heap.Init()
-	slices.SortFunc(mine, heldOrder)
-	ids := make([]uint32, len(mine))
-	for i, p := range mine {
-		ids[i] = p.id
+	d.stale = 0
+}
+
+// backlog is how many packets are held. d.mu held.
+func (d *Delayer) backlog() int { return d.heap.Len() - d.stale }
+
+// popStale drops stale entries from the top of the heap. d.mu held.
+func (d *Delayer) popStale() {
+	for d.stale > 0 && d.heap.Len() > 0 && d.isStale(d.heap.Items[0]) {
+		d.heap.Pop()
+		d.stale--
 	}
-	delete(d.flows, f)
-	d.unhold(f.dst, len(mine))
-	d.passed += uint64(len(mine))
-	return ids
 }
 
 // sweepBatch is how many remembered flows each packet looks at for
@@ -335,8 +376,11 @@ func (d *Delayer) SubmitPureAck(id uint32, f flowKey, dir Direction, ack uint32,
 func (d *Delayer) ReleaseDue(now time.Time) int {
 	d.mu.Lock()
 	due := d.scratch[:0]
-	for d.heap.Len() > 0 && !d.heap.Items[0].at.After(now) {
-		due = append(due, d.heap.Pop())
+	for d.popStale(); d.heap.Len() > 0 && !d.heap.Items[0].at.After(now); d.popStale() {
+		p := d.heap.Pop()
+		fs := d.flows[p.flow]
+		fs.queue = fs.queue[1:]
+		due = append(due, p)
 	}
 	d.scratch = due
 	ids := d.ids[:0]
@@ -352,12 +396,11 @@ func (d *Delayer) ReleaseDue(now time.Time) int {
 	done := d.clk.Now()
 	d.mu.Lock()
 	for _, p := range due {
-		fs := d.flows[p.flow]
-		fs.pending--
-		if fs.pending == 0 {
-			delete(d.flows, p.flow)
-		} else {
-			d.flows[p.flow] = fs
+		// A flow taken out meanwhile (by another caller) is gone.
+		if fs := d.flows[p.flow]; fs != nil && fs.gen == p.gen {
+			if fs.pending--; fs.pending == 0 {
+				delete(d.flows, p.flow)
+			}
 		}
 		d.unhold(p.flow.dst, 1)
 		d.errs[d.nerr%len(d.errs)] = done.Sub(p.at)
@@ -381,6 +424,7 @@ func (d *Delayer) Quiet(dst netip.Addr, now time.Time, gap time.Duration) bool {
 func (d *Delayer) next() (time.Time, bool) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	d.popStale()
 	if d.heap.Len() == 0 {
 		return time.Time{}, false
 	}
@@ -396,7 +440,7 @@ func (d *Delayer) Stats() Stats {
 	// Copy under the lock, sort after it: a caller from outside the
 	// packet thread (tests) must not hold packets up while it sorts.
 	d.mu.Lock()
-	s := Stats{PacketsHeld: d.held, PacketsPassed: d.passed, Backlog: d.heap.Len(), Bypassed: d.bypass, AcksPassed: d.acksPassed}
+	s := Stats{PacketsHeld: d.held, PacketsPassed: d.passed, Backlog: d.backlog(), Bypassed: d.bypass, AcksPassed: d.acksPassed}
 	n := min(d.nerr, len(d.errs))
 	e := slices.Clone(d.errs[:n])
 	top := d.topBypassers()

@@ -56,7 +56,7 @@ func floodRun(t *testing.T) *floodResult {
 		if step < 2000 && step%50 == 0 {
 			r.victim[submit(flowKey{dst: r.victimIP, sport: 3260, dport: 40000}, 100*time.Millisecond)] = clk.Now()
 		}
-		r.maxHeap = max(r.maxHeap, r.d.heap.Len())
+		r.maxHeap = max(r.maxHeap, r.d.backlog())
 		clk.Advance(time.Millisecond)
 		r.d.ReleaseDue(clk.Now())
 	}
@@ -143,8 +143,8 @@ func TestDelayerHardLimit(t *testing.T) {
 		for c := range 16 {
 			id++
 			f := flowKey{dst: netip.AddrFrom4([4]byte{10, 1, 0, byte(c + 1)}), sport: 3260, dport: uint16(1000 + round)}
-			if d.Submit(id, f, Write, id, time.Second, t0) && d.heap.Len() < 128 {
-				t.Fatalf("packet %d passed with backlog %d", id, d.heap.Len())
+			if d.Submit(id, f, Write, id, time.Second, t0) && d.backlog() < 128 {
+				t.Fatalf("packet %d passed with backlog %d", id, d.backlog())
 			}
 		}
 	}
@@ -223,5 +223,108 @@ func TestDelayerForgetWhileHolding(t *testing.T) {
 	d.ReleaseDue(now.Add(time.Second))
 	if len(log.ids) != 21 || d.holding != 0 || d.cons[gone].held != 0 {
 		t.Fatalf("released %d of 21, %d consumers still holding", len(log.ids), d.holding)
+	}
+}
+
+// BenchmarkDelayerBypassBusyFlow: the cost of one packet of a consumer
+// over its share whose flow has packets held (they must leave first, in
+// order), with the backlog at its budget of DefaultMaxBacklog, and of
+// the packet of another flow that takes the place it left: a flooder
+// with busy flows keeps the backlog at its budget this way, one pair
+// per packet released.
+func BenchmarkDelayerBypassBusyFlow(b *testing.B) {
+	const flows = DefaultMaxBacklog
+	clk := clock.NewFake(t0)
+	d := NewDelayer(clk, DefaultMaxBacklog, func([]uint32) {})
+	d.Rise = RiseLimit{}
+	hog := ip("10.0.0.66")
+	victim := flowKey{dst: ip("10.0.0.2"), sport: 3260, dport: 1}
+	id := uint32(0)
+	fill := func() {
+		d.releaseAll()
+		for f := range flows {
+			id++
+			d.Submit(id, flowKey{dst: hog, sport: 3260, dport: uint16(f)}, Read, 0, time.Second, t0)
+		}
+		id++
+		d.Submit(id, victim, Read, 0, time.Second, t0)
+	}
+	fill()
+	next := 0
+	b.ResetTimer()
+	for range b.N {
+		if next == flows {
+			b.StopTimer()
+			fill()
+			next = 0
+			b.StartTimer()
+		}
+		id++
+		if !d.Submit(id, flowKey{dst: hog, sport: 3260, dport: uint16(next)}, Read, 0, time.Second, t0) {
+			b.Fatal("a packet of the consumer over its share was held")
+		}
+		// Its flow's packet left: one of another flow fills the place,
+		// as when the backlog hovers at its budget.
+		id++
+		d.Submit(id, flowKey{dst: hog, sport: 4000, dport: uint16(next)}, Read, 0, time.Second, t0)
+		next++
+	}
+}
+
+// TestDelayerTakenFlowsLeaveOnce: a consumer over its share whose busy
+// flows are taken out again and again (more than compactAfter times):
+// every packet leaves exactly once, in its flow's order, the backlog
+// counts only the packets still held, and the heap's stale entries stay
+// bounded.
+func TestDelayerTakenFlowsLeaveOnce(t *testing.T) {
+	clk := clock.NewFake(t0)
+	var log releaseLog
+	d := NewDelayer(clk, 64, log.add)
+	d.Rise = RiseLimit{}
+	hog, victim := ip("10.0.0.66"), flowKey{dst: ip("10.0.0.2"), sport: 3260, dport: 1}
+	flowOf := map[uint32]flowKey{}
+	id := uint32(0)
+	submit := func(f flowKey, delay time.Duration, at time.Time) {
+		id++
+		flowOf[id] = f
+		if d.Submit(id, f, Read, 0, delay, at) {
+			log.add([]uint32{id})
+		}
+	}
+	now := t0
+	for round := range 40 {
+		for f := range 64 {
+			submit(flowKey{dst: hog, sport: 3260, dport: uint16(f)}, time.Second, now)
+		}
+		submit(victim, 100*time.Millisecond, now)
+		now = now.Add(10 * time.Millisecond)
+		d.ReleaseDue(now)
+		if n := d.backlog(); n > 2*64 || d.heap.Len() > 2*(n+compactAfter) {
+			t.Fatalf("round %d: backlog %d, heap %d entries", round, n, d.heap.Len())
+		}
+	}
+	if d.Stats().Bypassed < compactAfter {
+		t.Fatalf("only %d bypassed: the flows were not taken out often enough", d.Stats().Bypassed)
+	}
+	d.releaseAll()
+	seen := map[uint32]bool{}
+	last := map[flowKey]uint32{}
+	for _, x := range log.ids {
+		if seen[x] {
+			t.Fatalf("packet %d left twice", x)
+		}
+		seen[x] = true
+		if p, ok := last[flowOf[x]]; ok && p > x {
+			t.Fatalf("flow %v: packet %d left after %d", flowOf[x], p, x)
+		}
+		last[flowOf[x]] = x
+	}
+	if len(seen) != int(id) || d.backlog() != 0 || d.holding != 0 {
+		t.Fatalf("%d of %d packets left; backlog %d, %d consumers holding", len(seen), id, d.backlog(), d.holding)
+	}
+	for _, c := range d.ConsumerStats() {
+		if c.Addr == victim.dst && c.Bypassed != 0 {
+			t.Errorf("the victim lost its delay: %+v", c)
+		}
 	}
 }
