@@ -182,6 +182,12 @@ func NewNfqueue(ctx context.Context, cfg NfqueueConfig) (*Nfqueue, error) {
 	if cfg.MaxBacklog == 0 {
 		cfg.MaxBacklog = DefaultMaxBacklog
 	}
+	if cfg.MaxBacklog < 0 || hardBacklogFactor*cfg.MaxBacklog >= kernelQueueLen {
+		// Beyond the kernel's queue limit the kernel accepts packets
+		// itself, and those would overtake the ones we hold.
+		return nil, fmt.Errorf("backlog budget %d packets: want 1 to %d (its hard limit, %d times it, must stay under the kernel's queue of %d)",
+			cfg.MaxBacklog, (kernelQueueLen-1)/hardBacklogFactor, hardBacklogFactor, kernelQueueLen)
+	}
 	if cfg.Firewall == nil {
 		cfg.Firewall = &Iptables{Run: ExecRunner{}}
 	}
