@@ -14,18 +14,20 @@ import (
 // everyone: one throttled client with thousands of connections at a long
 // delay holds tens of thousands of packets, and when the bound was one
 // budget for all, its overflow let every consumer's packets pass
-// undelayed. So the backlog has two limits:
+// undelayed. So the backlog has a budget, shares of it and a hard limit:
 //
 //   - the shared budget, maxBacklog (NfqueueConfig.MaxBacklog,
 //     DefaultMaxBacklog): while fewer packets are held, every packet is
 //     held, whoever it is for. A lone consumer can use all of it.
 //   - past the budget, each consumer may hold its share: maxBacklog / n
 //     packets, n being the consumers holding packets (itself included),
-//     and at least minShare (but never more than maxBacklog). A consumer at or over its share loses the
-//     delay of its own new packets only: they pass at once, after the
-//     packets of their flow still held (a packet never overtakes an
-//     earlier one of its flow), and the flow's ramp restarts from 0. The
-//     packets of consumers under their share are still held.
+//     and at least minShare (but never more than maxBacklog). A consumer
+//     at or over its share loses the delay of its own new packets only:
+//     they pass at once, after the packets of their flow still held (a
+//     packet never overtakes an earlier one of its flow), and the flow's
+//     ramp restarts from 0. The packets of consumers under their share
+//     are still held. Once under the budget again, every packet is held
+//     again: the budget is never left unused.
 //   - the hard limit, hardBacklogFactor × maxBacklog: past it every
 //     packet passes at once, as above (fail open: memory stays bounded
 //     whatever the consumers do). Since only consumers under their share
