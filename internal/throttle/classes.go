@@ -2,7 +2,7 @@ package throttle
 
 import (
 	"net/netip"
-	"strconv"
+	"slices"
 )
 
 // pathTable is the delay table the packet path reads: each consumer's
@@ -48,54 +48,54 @@ type classDef struct {
 }
 
 // classify sorts the consumers of s: members of its active groups and
-// the consumers its groups arm.
+// the consumers its groups arm. A consumer's class follows it through
+// the groups in order: each group it is in moves it to the class of its
+// groups so far plus this one, found in a small table of such steps, so
+// that sorting thousands of consumers costs a few map lookups each and
+// no allocation per consumer.
 func classify(s State, size int) classes {
-	type in struct{ member, armed []int }
-	by := make(map[netip.Addr]*in, size)
-	var order []netip.Addr
-	at := func(a netip.Addr) *in {
+	type step struct {
+		from int32 // class so far; -1: none yet
+		by   int   // group index; -1-index when the group arms it
+	}
+	c := classes{of: make(map[netip.Addr]int32, size)}
+	steps := map[step]int32{}
+	move := func(a netip.Addr, by int) {
 		a = a.Unmap()
-		x := by[a]
-		if x == nil {
-			x = &in{}
-			by[a] = x
-			order = append(order, a)
+		from, ok := c.of[a]
+		if !ok {
+			from = -1
 		}
-		return x
+		to, ok := steps[step{from, by}]
+		if !ok {
+			var def classDef
+			if from >= 0 {
+				prev := c.defs[from]
+				def.member, def.armed = slices.Clone(prev.member), slices.Clone(prev.armed)
+			}
+			if by >= 0 {
+				def.member = append(def.member, by)
+			} else {
+				def.armed = append(def.armed, -1-by)
+			}
+			def.rep = a
+			to = int32(len(c.defs))
+			c.defs = append(c.defs, def)
+			steps[step{from, by}] = to
+		}
+		c.of[a] = to
 	}
 	for i, g := range s.Groups {
 		if g.Active() {
 			for _, m := range g.Members {
-				x := at(m)
-				x.member = append(x.member, i)
+				move(m, i)
 			}
 		}
 		if g.armed() {
 			for _, a := range g.Armed {
-				x := at(a)
-				x.armed = append(x.armed, i)
+				move(a, -1-i)
 			}
 		}
-	}
-	c := classes{of: make(map[netip.Addr]int32, len(by))}
-	ids := map[string]int32{}
-	var sig []byte
-	for _, a := range order {
-		x := by[a]
-		sig = sig[:0]
-		for _, i := range x.member {
-			sig = strconv.AppendInt(append(sig, 'm'), int64(i), 10)
-		}
-		for _, i := range x.armed {
-			sig = strconv.AppendInt(append(sig, 'a'), int64(i), 10)
-		}
-		id, ok := ids[string(sig)]
-		if !ok {
-			id = int32(len(c.defs))
-			ids[string(sig)] = id
-			c.defs = append(c.defs, classDef{rep: a, member: x.member, armed: x.armed})
-		}
-		c.of[a] = id
 	}
 	return c
 }

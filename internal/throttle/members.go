@@ -57,13 +57,12 @@ type members struct {
 	linger map[memberKey]membership // left recently; still queued, delay 0
 	gone   map[netip.Addr]time.Time // left the set then (see riseKeep)
 
-	// By address, so that keep costs one lookup per table whatever the
-	// number of members: the packet path asks it for every destination
-	// it remembers.
-	activeIPs map[netip.Addr]struct{} // members of the last state's active groups
-	armedIPs  map[netip.Addr]struct{} // armed in the last state
+	// By address, so that keep costs a few lookups whatever the number
+	// of members: the packet path asks it for every destination it
+	// remembers. The classes have the last state's members of active
+	// groups and armed consumers.
+	classes   classes
 	lingerIPs map[netip.Addr]int      // memberships lingering per address
-	classes   classes                 // of the last state's consumers
 	sets      map[string][]netip.Addr // the last state's sets; never changed
 	// shrunk is set when an address may have stopped being kept (see
 	// keep): only then has the packet path anything to forget.
@@ -86,18 +85,16 @@ func (ms *members) apply(s State, now time.Time) *pathTable {
 		}
 		return ms.classes.table(s)
 	}
-	ms.classes = classify(s, len(ms.activeIPs))
+	was := ms.classes
+	ms.classes = classify(s, len(was.of))
 	cur := make(map[memberKey]membership, len(ms.active))
-	ips := make(map[netip.Addr]struct{}, len(ms.activeIPs))
 	for _, g := range s.Groups {
 		if !g.Active() {
 			continue
 		}
 		ports := g.ports()
 		for _, m := range g.Members {
-			m = m.Unmap()
-			cur[memberKey{g.Name, m}] = membership{ports: ports}
-			ips[m] = struct{}{}
+			cur[memberKey{g.Name, m.Unmap()}] = membership{ports: ports}
 		}
 	}
 	had := map[string]time.Duration{}
@@ -113,20 +110,15 @@ func (ms *members) apply(s State, now time.Time) *pathTable {
 	for k := range cur {
 		ms.dropLinger(k)
 	}
-	armed := map[netip.Addr]struct{}{}
-	for _, g := range s.Groups {
-		if g.armed() {
-			for _, a := range g.Armed {
-				armed[a.Unmap()] = struct{}{}
-			}
-		}
-	}
-	for a := range ms.armedIPs {
-		if _, ok := armed[a]; !ok {
+	// A member that left lingers; one that is no longer armed is not
+	// kept any more.
+	for a := range was.of {
+		if _, ok := ms.classes.of[a]; !ok && ms.lingerIPs[a] == 0 {
 			ms.shrunk = true
+			break
 		}
 	}
-	ms.active, ms.activeIPs, ms.armedIPs, ms.last = cur, ips, armed, ownState(s)
+	ms.active, ms.last = cur, ownState(s)
 	ms.sets = wantSets(ms.last)
 	return ms.classes.table(s)
 }
@@ -243,10 +235,7 @@ func (ms *members) keep(a netip.Addr, now time.Time) bool {
 		}
 		delete(ms.gone, a)
 	}
-	if _, ok := ms.activeIPs[a]; ok {
-		return true
-	}
-	if _, ok := ms.armedIPs[a]; ok {
+	if _, ok := ms.classes.of[a]; ok {
 		return true
 	}
 	return ms.lingerIPs[a] > 0
