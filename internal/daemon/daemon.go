@@ -230,6 +230,9 @@ func (d *Daemon) Status() status.Status {
 		DelayErrorP50Ms: ms(bs.DelayErrorP50), DelayErrorMaxMs: ms(bs.DelayErrorMax),
 		PureAcks: bs.PureAcks, AcksPassed: bs.AcksPassed, Bypassed: bs.Bypassed, Errors: bs.Errors, Takeovers: bs.Takeovers,
 	}
+	for _, c := range bs.Bypassers {
+		s.Throttle.Bypassers = append(s.Throttle.Bypassers, status.ConsumerBypass{Addr: c.Addr.String(), Held: c.Held, Delayed: c.Delayed, Bypassed: c.Bypassed})
+	}
 	return s
 }
 

@@ -210,6 +210,8 @@ var (
 	descTakeovers  = pathDesc("standby_takeovers_total", "Times the standby thread ran the packet path because the packet thread's CPU had stalled.")
 	descBypassed   = pathDesc("packets_bypassed_total", "Packets the backend let pass at once, undelayed, because the backlog of held packets (all of it, or the consumer's share of it) was at its limit: fail open rather than hold unbounded memory.")
 	descPathErrors = pathDesc("packet_errors_total", "Packets the backend could not parse or whose verdict it could not send; the kernel lets them pass (fail open).")
+	descConBypass  = prometheus.NewDesc("sanqos_datapath_consumer_bypassed_packets_total", "Packets of the consumer that passed undelayed because it was over its share of the backlog or the backlog was at its hard limit; only consumers that had any (at most 16, the most first).", []string{"addr"}, nil)
+	descConDelayed = prometheus.NewDesc("sanqos_datapath_consumer_delayed_packets_total", "Packets of the consumer the backend delayed; for the consumers of sanqos_datapath_consumer_bypassed_packets_total.", []string{"addr"}, nil)
 	descUnresolved = prometheus.NewDesc("sanqos_discovery_unresolved_luns", "LUNs the last discovery left out because their backing device could not be resolved: their initiators are neither measured nor throttled.", nil, nil)
 )
 
@@ -220,7 +222,7 @@ type snapshotCollector struct {
 
 func (c *snapshotCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descInfo, descUptime, descSignal, descRaw, descThreshold, descTarget, descDelay, descControl, descInForce, descCeiling, descSaturated, descPending, descP95, descP99, descFollows, descSetSize, descArmed,
-		descReadBps, descWriteBps, descWriteEWMA, descThrottle, descHeld, descPassed, descBacklog, descErrP50, descErrMax, descTakeovers, descBypassed, descPathErrors, descUnresolved} {
+		descReadBps, descWriteBps, descWriteEWMA, descThrottle, descHeld, descPassed, descBacklog, descErrP50, descErrMax, descTakeovers, descBypassed, descPathErrors, descConBypass, descConDelayed, descUnresolved} {
 		ch <- d
 	}
 }
@@ -276,5 +278,9 @@ func (c *snapshotCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descTakeovers, counterVT, float64(b.Takeovers))
 	ch <- prometheus.MustNewConstMetric(descBypassed, counterVT, float64(b.Bypassed))
 	ch <- prometheus.MustNewConstMetric(descPathErrors, counterVT, float64(b.Errors))
+	for _, c := range b.Bypassers {
+		ch <- prometheus.MustNewConstMetric(descConBypass, counterVT, float64(c.Bypassed), c.Addr)
+		ch <- prometheus.MustNewConstMetric(descConDelayed, counterVT, float64(c.Delayed), c.Addr)
+	}
 	ch <- prometheus.MustNewConstMetric(descUnresolved, gauge, float64(len(s.Discovery.Unresolved)))
 }

@@ -210,3 +210,24 @@ func TestSLOAbsentWithoutSource(t *testing.T) {
 		}
 	}
 }
+
+// TestMetricsConsumerBypass: the consumers that lost their delay to the
+// backlog's limits are named with their counters; without any, no
+// series.
+func TestMetricsConsumerBypass(t *testing.T) {
+	s := fixture()
+	m := New(func() status.Status { return s })
+	if got := scrape(t, m); strings.Contains(got, "consumer_bypassed") {
+		t.Fatalf("bypass series without bypassers:\n%s", got)
+	}
+	s.Throttle.Bypassers = []status.ConsumerBypass{{Addr: "10.99.0.9", Held: 4096, Delayed: 41036, Bypassed: 28668}}
+	got := scrape(t, m)
+	for _, want := range []string{
+		`sanqos_datapath_consumer_bypassed_packets_total{addr="10.99.0.9"} 28668`,
+		`sanqos_datapath_consumer_delayed_packets_total{addr="10.99.0.9"} 41036`,
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+}

@@ -136,6 +136,18 @@ type BackendStats struct {
 	// Takeovers counts the times the nfqueue standby thread ran the
 	// packet path because the packet thread's CPU had stalled.
 	Takeovers uint64 `json:"takeovers"`
+	// Bypassers are the consumers whose packets passed undelayed because
+	// they were over their share of the backlog (or it was at its hard
+	// limit), the most bypassed first (nfqueue; at most 16).
+	Bypassers []ConsumerBypass `json:"bypassers,omitempty"`
+}
+
+// ConsumerBypass is one consumer's share of the data path's counters.
+type ConsumerBypass struct {
+	Addr     string `json:"addr"`
+	Held     int    `json:"held"`     // its packets held now
+	Delayed  uint64 `json:"delayed"`  // its packets that were held
+	Bypassed uint64 `json:"bypassed"` // its packets passed at once over its share
 }
 
 // Discovery is the state of topology discovery.

@@ -81,8 +81,8 @@ func hostileLoad(t *testing.T, rise RiseLimit) {
 				now = now.Add(time.Millisecond)
 				d.ReleaseDue(now)
 			}
-			if n := d.heap.Len(); n > backlog {
-				t.Fatalf("backlog %d over its cap %d", n, backlog)
+			if n := d.backlog(); n > hardBacklogFactor*backlog {
+				t.Fatalf("backlog %d over its hard limit %d", n, hardBacklogFactor*backlog)
 			}
 		}
 	}
@@ -90,8 +90,8 @@ func hostileLoad(t *testing.T, rise RiseLimit) {
 	if rs.Flows > MaxFlows {
 		t.Fatalf("%d flow ramps remembered, cap %d", rs.Flows, MaxFlows)
 	}
-	if len(d.flows) > backlog || len(d.acks) > MaxFlows || len(d.seen) > MaxFlows {
-		t.Fatalf("flow tables over their caps: flows %d, acks %d, seen %d", len(d.flows), len(d.acks), len(d.seen))
+	if len(d.flows) > hardBacklogFactor*backlog || len(d.acks) > MaxFlows || len(d.cons) > MaxFlows {
+		t.Fatalf("flow tables over their caps: flows %d, acks %d, seen %d", len(d.flows), len(d.acks), len(d.cons))
 	}
 	if rise != (RiseLimit{}) {
 		// The tables are full: a new flow still gets its ramp.

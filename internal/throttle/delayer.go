@@ -17,10 +17,11 @@ type held struct {
 	flow flowKey
 	at   time.Time // release time
 	seq  uint64    // arrival order, to break ties FIFO
+	gen  uint64    // its flow's generation (see takeFlow)
 }
 
 // heldOrder orders held packets by release time, FIFO among equal
-// times: the heap's order, and a flow's when it is taken out at once.
+// times: the heap's order.
 func heldOrder(a, b held) int {
 	if c := a.at.Compare(b.at); c != 0 {
 		return c
@@ -34,6 +35,11 @@ func heldBefore(a, b held) bool { return heldOrder(a, b) < 0 }
 type flowState struct {
 	last    time.Time // release time of the flow's newest held packet
 	pending int       // held or being released; > 0 forbids accepting at once
+	// queue has the ids of its held packets in release order (a flow's
+	// release times never decrease, so the heap releases them in this
+	// order too), for takeFlow.
+	queue []uint32
+	gen   uint64 // tells its packets in the heap from a taken flow's
 }
 
 // Delayer holds packets until their release time and then hands them to
@@ -55,8 +61,9 @@ type Delayer struct {
 
 	mu      sync.Mutex
 	heap    minheap.Heap[held]
-	flows   map[flowKey]flowState
-	seen    map[netip.Addr]time.Time // last packet per destination
+	stale   int // entries of the heap whose flow was taken (see takeFlow)
+	gens    uint64
+	flows   map[flowKey]*flowState
 	seq     uint64
 	held    uint64
 	passed  uint64
@@ -65,6 +72,18 @@ type Delayer struct {
 	nerr    int
 	scratch []held
 	ids     []uint32
+
+	// The consumers (destinations) and their shares of the backlog: see
+	// consumers.go.
+	cons      map[netip.Addr]*consumer
+	bypassers map[netip.Addr]*consumer // those that ever lost their delay
+	holding   int                      // consumers with packets held
+	epochs    uint64                   // the last epoch given out
+	warned    time.Time                // the last hog warning
+	// warn, when set, is told (outside the lock) that a consumer holding
+	// most of the backlog lost its delay, or that the backlog is at its
+	// hard limit; at most every hogWarnEvery.
+	warn func(c ConsumerStats, backlog int, hard bool)
 
 	rise    map[riseKey]riseState
 	limited uint64
@@ -88,17 +107,20 @@ type Delayer struct {
 }
 
 // NewDelayer returns a delayer that calls release with the ids of due
-// packets. maxBacklog bounds memory: beyond it packets are accepted at
-// once (fail open) and counted as bypassed.
+// packets. maxBacklog is the backlog shared by all consumers; beyond it
+// each may hold its share, and beyond the hard limit (twice it) every
+// packet is accepted at once (fail open) and counted as bypassed. See
+// consumers.go.
 func NewDelayer(clk clock.Clock, maxBacklog int, release func(ids []uint32)) *Delayer {
 	return &Delayer{
 		clk: clk, release: release, maxBacklog: maxBacklog,
-		heap:  minheap.New(heldBefore),
-		flows: map[flowKey]flowState{},
-		seen:  map[netip.Addr]time.Time{},
-		rise:  map[riseKey]riseState{},
-		acks:  map[flowKey]ackSeen{},
-		Rise:  DefaultRiseLimit,
+		heap:      minheap.New(heldBefore),
+		flows:     map[flowKey]*flowState{},
+		cons:      map[netip.Addr]*consumer{},
+		bypassers: map[netip.Addr]*consumer{},
+		rise:      map[riseKey]riseState{},
+		acks:      map[flowKey]ackSeen{},
+		Rise:      DefaultRiseLimit,
 	}
 }
 
@@ -106,81 +128,121 @@ func NewDelayer(clk clock.Clock, maxBacklog int, release func(ids []uint32)) *De
 // that arrived at now and should be delayed by delay; the delay it gets
 // may be less while the flow's delay is rising (see RiseLimit). It
 // returns true when the caller must accept the packet itself at once: no
-// delay and nothing of its flow waiting, or the backlog is full.
+// delay and nothing of its flow waiting, or its consumer is over its
+// share of the backlog, or the backlog is at its hard limit.
 func (d *Delayer) Submit(id uint32, f flowKey, dir Direction, ack uint32, delay time.Duration, now time.Time) bool {
 	d.mu.Lock()
-	d.see(f.dst, now)
-	if dir == Write && !d.AckDelay && d.ackNews(f, ack, now) > ackNewsLimit {
+	c := d.consumerOf(f.dst, now)
+	if dir == Write && !d.AckDelay && d.ackNews(c, f, ack, now) > ackNewsLimit {
 		// See ackNewsLimit. The ramp is left as it was: this undelayed
 		// sample only lowers the sender's SRTT, which is the safe side.
 		delay = 0
 		d.newsPassed++
 	} else {
-		delay = d.limitRise(f, dir, ack, delay, now)
+		delay = d.limitRise(c, f, dir, ack, delay, now)
 	}
-	fs, busy := d.flows[f]
+	fs := d.flows[f]
+	busy := fs != nil
 	if !busy && delay <= 0 {
 		d.passed++
 		d.mu.Unlock()
 		return true
 	}
-	if d.heap.Len() >= d.maxBacklog {
+	if ok, hard := d.admit(c); !ok {
 		// It leaves at once: its RTT sample is low, so the ramp of its
 		// flow restarts from 0 (slower, never faster, than the sender's
 		// SRTT can follow). Earlier packets of its flow still held leave
 		// first, in their order (fail open per flow: the new packet must
 		// not overtake them).
 		delete(d.rise, riseKey{f, dir})
-		d.bypass++
+		warn := d.bypassed(f.dst, c, hard, now)
 		d.passed++
-		if !busy {
-			d.mu.Unlock()
-			return true
+		var ids []uint32
+		if busy {
+			ids = d.takeFlow(f)
 		}
-		ids := d.takeFlow(f)
 		d.mu.Unlock()
-		d.release(ids)
+		if warn != nil && d.warn != nil {
+			d.warn(warn.ConsumerStats, warn.backlog, warn.hard)
+		}
+		if busy {
+			d.release(ids)
+		}
 		return true
 	}
 	at := now.Add(delay)
 	if busy && fs.last.After(at) {
 		at = fs.last
 	}
+	if !busy {
+		d.gens++
+		fs = &flowState{gen: d.gens}
+		d.flows[f] = fs
+	}
 	fs.last = at
 	fs.pending++
-	d.flows[f] = fs
+	fs.queue = append(fs.queue, id)
 	d.seq++
-	d.heap.Push(held{id: id, flow: f, at: at, seq: d.seq})
+	d.heap.Push(held{id: id, flow: f, at: at, seq: d.seq, gen: fs.gen})
 	d.held++
+	d.hold(c)
 	d.mu.Unlock()
 	return false
 }
 
-// takeFlow removes the held packets of f from the heap and returns their
-// ids in release order; the flow then has nothing pending. It costs a
-// pass over the heap, only when the backlog overflows, and empties the
-// flow, so its next packets pass without it. d.mu held.
+// takeFlow takes the held packets of f out and returns their ids in
+// release order; the flow then has nothing pending, so its next packets
+// pass without it. Their heap entries stay, stale: the flow's next
+// packets have another generation, and ReleaseDue and next skip them.
+// A consumer over its share takes a flow out at every packet of a busy
+// flow, so this must not cost a pass over the heap; compact does one
+// only once the stale entries are as many as the live ones. d.mu held.
 func (d *Delayer) takeFlow(f flowKey) []uint32 {
-	var mine []held
+	fs := d.flows[f]
+	ids := fs.queue
+	delete(d.flows, f)
+	d.stale += len(ids)
+	d.unhold(f.dst, len(ids))
+	d.passed += uint64(len(ids))
+	if d.stale > compactAfter && 2*d.stale > d.heap.Len() {
+		d.compact()
+	}
+	return ids
+}
+
+// compactAfter is how many stale heap entries are let be before a
+// compaction is considered.
+const compactAfter = 1024
+
+// isStale reports whether a heap entry's flow was taken out. d.mu held.
+func (d *Delayer) isStale(p held) bool {
+	fs := d.flows[p.flow]
+	return fs == nil || fs.gen != p.gen
+}
+
+// compact removes the stale entries from the heap. d.mu held.
+func (d *Delayer) compact() {
 	keep := d.heap.Items[:0]
 	for _, p := range d.heap.Items {
-		if p.flow == f {
-			mine = append(mine, p)
-		} else {
+		if !d.isStale(p) {
 			keep = append(keep, p)
 		}
 	}
 	clear(d.heap.Items[len(keep):])
 	d.heap.Items = keep
 	d.heap.Init()
-	slices.SortFunc(mine, heldOrder)
-	ids := make([]uint32, len(mine))
-	for i, p := range mine {
-		ids[i] = p.id
+	d.stale = 0
+}
+
+// backlog is how many packets are held. d.mu held.
+func (d *Delayer) backlog() int { return d.heap.Len() - d.stale }
+
+// popStale drops stale entries from the top of the heap. d.mu held.
+func (d *Delayer) popStale() {
+	for d.stale > 0 && d.heap.Len() > 0 && d.isStale(d.heap.Items[0]) {
+		d.heap.Pop()
+		d.stale--
 	}
-	delete(d.flows, f)
-	d.passed += uint64(len(mine))
-	return ids
 }
 
 // sweepBatch is how many remembered flows each packet looks at for
@@ -192,11 +254,12 @@ func (d *Delayer) takeFlow(f flowKey) []uint32 {
 const sweepBatch = 4
 
 // sweep forgets a few ramps and acknowledgment numbers idle for
-// riseForget. d.mu held.
+// riseForget or of a forgotten consumer (see Forget), and consumers idle
+// that long with nothing held. d.mu held.
 func (d *Delayer) sweep(now time.Time) {
 	n := 0
 	for k, st := range d.rise {
-		if now.Sub(st.seen) >= riseForget {
+		if now.Sub(st.seen) >= riseForget || !d.current(k.flow.dst, st.epoch) {
 			delete(d.rise, k)
 		}
 		if n++; n >= sweepBatch {
@@ -205,7 +268,7 @@ func (d *Delayer) sweep(now time.Time) {
 	}
 	n = 0
 	for f, a := range d.acks {
-		if now.Sub(a.seen) >= riseForget {
+		if now.Sub(a.seen) >= riseForget || !d.current(f.dst, a.epoch) {
 			delete(d.acks, f)
 		}
 		if n++; n >= sweepBatch {
@@ -213,9 +276,9 @@ func (d *Delayer) sweep(now time.Time) {
 		}
 	}
 	n = 0
-	for a, t := range d.seen {
-		if now.Sub(t) >= riseForget {
-			delete(d.seen, a)
+	for a, c := range d.cons {
+		if now.Sub(c.seen) >= riseForget && c.held == 0 {
+			d.dropConsumer(a)
 		}
 		if n++; n >= sweepBatch {
 			break
@@ -239,15 +302,19 @@ func (d *Delayer) sweep(now time.Time) {
 const ackNewsLimit = 1448
 
 type ackSeen struct {
-	ack  uint32 // highest acknowledgment number of the flow's packets
-	seen time.Time
+	ack   uint32 // highest acknowledgment number of the flow's packets
+	seen  time.Time
+	epoch uint64 // of its consumer when recorded (see Forget)
 }
 
-// ackNews records ack as sent on flow f and returns how many bytes it
-// acknowledges beyond the flow's earlier packets (0 for the first one
-// seen). d.mu held.
-func (d *Delayer) ackNews(f flowKey, ack uint32, now time.Time) uint32 {
+// ackNews records ack as sent on flow f of consumer c and returns how
+// many bytes it acknowledges beyond the flow's earlier packets (0 for
+// the first one seen). d.mu held.
+func (d *Delayer) ackNews(c *consumer, f flowKey, ack uint32, now time.Time) uint32 {
 	a, known := d.acks[f]
+	if known && a.epoch != c.epoch {
+		a, known = ackSeen{}, false
+	}
 	var news uint32
 	if known && seqAfter(ack, a.ack) {
 		news = ack - a.ack
@@ -255,8 +322,8 @@ func (d *Delayer) ackNews(f flowKey, ack uint32, now time.Time) uint32 {
 	if !known || seqAfter(ack, a.ack) {
 		a.ack = ack
 	}
-	a.seen = now
-	if !known && len(d.acks) >= MaxFlows {
+	a.seen, a.epoch = now, c.epoch
+	if _, there := d.acks[f]; !there && len(d.acks) >= MaxFlows {
 		evictOne(d.acks)
 	}
 	d.acks[f] = a
@@ -293,8 +360,8 @@ func (d *Delayer) SubmitPureAck(id uint32, f flowKey, dir Direction, ack uint32,
 		return d.Submit(id, f, dir, ack, delay, now)
 	}
 	d.mu.Lock()
-	d.see(f.dst, now)
-	d.ackNews(f, ack, now)
+	c := d.consumerOf(f.dst, now)
+	d.ackNews(c, f, ack, now)
 	d.acksPassed++
 	d.passed++
 	d.mu.Unlock()
@@ -309,8 +376,11 @@ func (d *Delayer) SubmitPureAck(id uint32, f flowKey, dir Direction, ack uint32,
 func (d *Delayer) ReleaseDue(now time.Time) int {
 	d.mu.Lock()
 	due := d.scratch[:0]
-	for d.heap.Len() > 0 && !d.heap.Items[0].at.After(now) {
-		due = append(due, d.heap.Pop())
+	for d.popStale(); d.heap.Len() > 0 && !d.heap.Items[0].at.After(now); d.popStale() {
+		p := d.heap.Pop()
+		fs := d.flows[p.flow]
+		fs.queue = fs.queue[1:]
+		due = append(due, p)
 	}
 	d.scratch = due
 	ids := d.ids[:0]
@@ -326,13 +396,13 @@ func (d *Delayer) ReleaseDue(now time.Time) int {
 	done := d.clk.Now()
 	d.mu.Lock()
 	for _, p := range due {
-		fs := d.flows[p.flow]
-		fs.pending--
-		if fs.pending == 0 {
-			delete(d.flows, p.flow)
-		} else {
-			d.flows[p.flow] = fs
+		// A flow taken out meanwhile (by another caller) is gone.
+		if fs := d.flows[p.flow]; fs != nil && fs.gen == p.gen {
+			if fs.pending--; fs.pending == 0 {
+				delete(d.flows, p.flow)
+			}
 		}
+		d.unhold(p.flow.dst, 1)
 		d.errs[d.nerr%len(d.errs)] = done.Sub(p.at)
 		d.nerr++
 	}
@@ -341,58 +411,20 @@ func (d *Delayer) ReleaseDue(now time.Time) int {
 	return len(due)
 }
 
-// see records an arrival for dst, within MaxFlows destinations. d.mu held.
-func (d *Delayer) see(dst netip.Addr, now time.Time) {
-	if _, ok := d.seen[dst]; !ok && len(d.seen) >= MaxFlows {
-		evictOne(d.seen)
-	}
-	d.seen[dst] = now
-}
-
 // Quiet reports whether nothing for dst has arrived since before now -
 // gap and nothing for it is held.
 func (d *Delayer) Quiet(dst netip.Addr, now time.Time, gap time.Duration) bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if t, ok := d.seen[dst]; ok && now.Sub(t) < gap {
-		return false
-	}
-	for f := range d.flows {
-		if f.dst == dst {
-			return false
-		}
-	}
-	return true
-}
-
-// Forget drops the arrival times and remembered delays of destinations
-// not in keep. A destination that left the queue's set may go on sending
-// unseen and undelayed, its SRTT falling: when it comes back its ramp
-// must start again from 0.
-func (d *Delayer) Forget(keep func(netip.Addr) bool) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	for a := range d.seen {
-		if !keep(a) {
-			delete(d.seen, a)
-		}
-	}
-	for k := range d.rise {
-		if !keep(k.flow.dst) {
-			delete(d.rise, k)
-		}
-	}
-	for f := range d.acks {
-		if !keep(f.dst) {
-			delete(d.acks, f)
-		}
-	}
+	c := d.cons[dst]
+	return c == nil || now.Sub(c.seen) >= gap && c.held == 0
 }
 
 // next returns the earliest release time.
 func (d *Delayer) next() (time.Time, bool) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	d.popStale()
 	if d.heap.Len() == 0 {
 		return time.Time{}, false
 	}
@@ -408,10 +440,14 @@ func (d *Delayer) Stats() Stats {
 	// Copy under the lock, sort after it: a caller from outside the
 	// packet thread (tests) must not hold packets up while it sorts.
 	d.mu.Lock()
-	s := Stats{PacketsHeld: d.held, PacketsPassed: d.passed, Backlog: d.heap.Len(), Bypassed: d.bypass, AcksPassed: d.acksPassed}
+	s := Stats{PacketsHeld: d.held, PacketsPassed: d.passed, Backlog: d.backlog(), Bypassed: d.bypass, AcksPassed: d.acksPassed}
 	n := min(d.nerr, len(d.errs))
 	e := slices.Clone(d.errs[:n])
+	top := d.topBypassers()
 	d.mu.Unlock()
+	if top != nil {
+		s.Bypassers = sortBypassers(top)
+	}
 	s.PureAcks = "passed"
 	if d.AckDelay {
 		s.PureAcks = "held"
@@ -425,7 +461,7 @@ func (d *Delayer) Stats() Stats {
 }
 
 // MaxFlows caps each of the delayer's per-flow tables (remembered ramps,
-// acknowledgment numbers) and the per-destination arrival times: a
+// acknowledgment numbers) and the per-destination records: a
 // consumer opening connections as fast as it can must not grow the
 // daemon without bound. 65,536 entries of ~100 bytes: a few MiB each at
 // most. A new flow at the cap takes the place of a random one, whose

@@ -138,7 +138,7 @@ func (q *fakeQueue) poller(int) poller  { return q }
 // and clock starting at t0, with the packet thread on CPU 1 and the
 // standby on CPU 0, nothing placed, and /proc at proc. Its threads are
 // not started.
-func newFakePath(t *testing.T, cfg NfqueueConfig, proc string) (*Nfqueue, *fakeClock, *fakeQueue) {
+func newFakePath(t testing.TB, cfg NfqueueConfig, proc string) (*Nfqueue, *fakeClock, *fakeQueue) {
 	t.Helper()
 	cfg.SmallSegment = DefaultSmallSegment
 	if cfg.MaxBacklog == 0 {

@@ -1,6 +1,7 @@
 package throttle
 
 import (
+	"maps"
 	"net/netip"
 	"slices"
 	"strings"
@@ -17,7 +18,7 @@ type memberKey struct {
 // until its held packets are out.
 type membership struct {
 	ports []uint16
-	delay time.Duration // largest delay it had
+	delay time.Duration // lingering: the delay its group had when it left
 	left  time.Time     // lingering: when it stopped being throttled
 }
 
@@ -55,39 +56,131 @@ type members struct {
 	active map[memberKey]membership // active memberships of the last state
 	linger map[memberKey]membership // left recently; still queued, delay 0
 	gone   map[netip.Addr]time.Time // left the set then (see riseKeep)
+
+	// By address, so that keep costs a few lookups whatever the number
+	// of members: the packet path asks it for every destination it
+	// remembers. The classes have the last state's members of active
+	// groups and armed consumers.
+	classes   classes
+	lingerIPs map[netip.Addr]int      // memberships lingering per address
+	sets      map[string][]netip.Addr // the last state's sets; never changed
+	// shrunk is set when an address may have stopped being kept (see
+	// keep): only then has the packet path anything to forget.
+	shrunk bool
 }
 
-// update takes a new state at now and returns the delay table for it.
-func (ms *members) update(s State, now time.Time) delays {
+// apply takes a new state at now and returns the delay table for it.
+func (ms *members) apply(s State, now time.Time) *pathTable {
 	if ms.linger == nil {
 		ms.linger = map[memberKey]membership{}
 	}
-	t := delays{}
-	cur := map[memberKey]membership{}
+	if ms.sameMembers(s) {
+		// Only delays changed, as at every tick while a controller
+		// moves: the memberships stand, and so do the classes and
+		// everything kept by address.
+		for i, g := range s.Groups {
+			last := ms.last.Groups[i]
+			g.Members, g.Ports, g.Armed = last.Members, last.Ports, last.Armed
+			ms.last.Groups[i] = g
+		}
+		return ms.classes.table(s)
+	}
+	was := ms.classes
+	ms.classes = classify(s, len(was.of))
+	cur := make(map[memberKey]membership, len(ms.active))
 	for _, g := range s.Groups {
 		if !g.Active() {
 			continue
 		}
+		ports := g.ports()
 		for _, m := range g.Members {
-			m = m.Unmap()
-			d := t[m]
-			d.write, d.read = max(d.write, g.WriteDelay), max(d.read, g.ReadDelay)
-			t[m] = d
-			cur[memberKey{g.Name, m}] = membership{ports: g.ports(), delay: max(g.WriteDelay, g.ReadDelay)}
+			cur[memberKey{g.Name, m.Unmap()}] = membership{ports: ports}
 		}
+	}
+	had := map[string]time.Duration{}
+	for _, g := range ms.last.Groups {
+		had[g.Name] = max(g.WriteDelay, g.ReadDelay)
 	}
 	for k, m := range ms.active {
 		if _, ok := cur[k]; !ok {
-			m.left = now
-			ms.linger[k] = m
+			m.left, m.delay = now, had[k.group]
+			ms.addLinger(k, m)
 		}
 	}
 	for k := range cur {
-		delete(ms.linger, k)
+		ms.dropLinger(k)
 	}
-	armedDelays(s, t)
-	ms.active, ms.last = cur, s
-	return t
+	// A member that left lingers; one that is no longer armed is not
+	// kept any more.
+	for a := range was.of {
+		if _, ok := ms.classes.of[a]; !ok && ms.lingerIPs[a] == 0 {
+			ms.shrunk = true
+			break
+		}
+	}
+	ms.active, ms.last = cur, ownState(s)
+	ms.sets = wantSets(ms.last)
+	return ms.classes.table(s)
+}
+
+// sameMembers reports whether s has the groups, members, ports and armed
+// consumers of the last state, each group as active and as armed: then
+// only delays or rates changed.
+func (ms *members) sameMembers(s State) bool {
+	if ms.active == nil || len(s.Groups) != len(ms.last.Groups) {
+		return false
+	}
+	for i, g := range s.Groups {
+		last := ms.last.Groups[i]
+		if g.Name != last.Name || g.Active() != last.Active() || g.armed() != last.armed() ||
+			!slices.Equal(g.Ports, last.Ports) || !slices.Equal(g.Members, last.Members) || !slices.Equal(g.Armed, last.Armed) {
+			return false
+		}
+	}
+	return true
+}
+
+// ownState copies s with slices of its own, so that a caller reusing
+// its slices for the next state cannot change what sameMembers compares
+// with.
+func ownState(s State) State {
+	s.Groups = slices.Clone(s.Groups)
+	for i, g := range s.Groups {
+		g.Members, g.Ports, g.Armed = slices.Clone(g.Members), slices.Clone(g.Ports), slices.Clone(g.Armed)
+		s.Groups[i] = g
+	}
+	return s
+}
+
+// addLinger and dropLinger keep linger and lingerIPs in step.
+func (ms *members) addLinger(k memberKey, m membership) {
+	if _, ok := ms.linger[k]; !ok {
+		if ms.lingerIPs == nil {
+			ms.lingerIPs = map[netip.Addr]int{}
+		}
+		ms.lingerIPs[k.ip]++
+	}
+	ms.linger[k] = m
+}
+
+func (ms *members) dropLinger(k memberKey) {
+	if _, ok := ms.linger[k]; !ok {
+		return
+	}
+	delete(ms.linger, k)
+	if ms.lingerIPs[k.ip]--; ms.lingerIPs[k.ip] <= 0 {
+		delete(ms.lingerIPs, k.ip)
+	}
+}
+
+// forgetDue reports, once, whether an address may have stopped being
+// kept since the last call: the packet path then has something to
+// forget (Delayer.Forget). A new delay or a new member changes nothing
+// it keeps.
+func (ms *members) forgetDue() bool {
+	due := ms.shrunk
+	ms.shrunk = false
+	return due
 }
 
 // plan drops the lingering members whose traffic paused (quiet) and
@@ -95,17 +188,21 @@ func (ms *members) update(s State, now time.Time) delays {
 // lingering member in its group's set, with a rule for groups that are
 // gone. lingering reports whether any member still lingers.
 func (ms *members) plan(now time.Time, queue uint16, quiet func(netip.Addr) bool) (rules []string, sets map[string][]netip.Addr, lingering bool) {
-	sets = wantSets(ms.last)
+	sets = maps.Clone(ms.sets)
+	if sets == nil {
+		sets = map[string][]netip.Addr{}
+	}
 	for a, t := range ms.gone {
 		if now.Sub(t) >= riseKeep {
 			delete(ms.gone, a)
+			ms.shrunk = true
 		}
 	}
 	var ghosts []Group
 	for _, k := range sortedMemberKeys(ms.linger) {
 		m := ms.linger[k]
 		if now.Sub(m.left) >= m.delay && quiet(k.ip) || now.Sub(m.left) >= lingerMax {
-			delete(ms.linger, k)
+			ms.dropLinger(k)
 			if ms.gone == nil {
 				ms.gone = map[netip.Addr]time.Time{}
 			}
@@ -118,7 +215,8 @@ func (ms *members) plan(now time.Time, queue uint16, quiet func(netip.Addr) bool
 			ghosts = append(ghosts, Group{Name: k.group, Ports: m.ports})
 		}
 		if !slices.Contains(sets[n], k.ip) {
-			sets[n] = append(sets[n], k.ip)
+			// Clipped: the slice may be ms.sets's, which stays as it is.
+			sets[n] = append(slices.Clip(sets[n]), k.ip)
 		}
 	}
 	ghosts = slices.CompactFunc(ghosts, func(a, b Group) bool { return a.Name == b.Name })
@@ -128,7 +226,8 @@ func (ms *members) plan(now time.Time, queue uint16, quiet func(netip.Addr) bool
 
 // keep reports whether the packet path keeps what it knows of a
 // destination's flows at now: it is throttled, lingering or armed, or
-// left the set within riseKeep.
+// left the set within riseKeep. A few lookups, whatever the number of
+// members.
 func (ms *members) keep(a netip.Addr, now time.Time) bool {
 	if t, ok := ms.gone[a]; ok {
 		if now.Sub(t) < riseKeep {
@@ -136,22 +235,10 @@ func (ms *members) keep(a netip.Addr, now time.Time) bool {
 		}
 		delete(ms.gone, a)
 	}
-	for _, g := range ms.last.Groups {
-		if g.armed() && slices.ContainsFunc(g.Armed, func(x netip.Addr) bool { return x.Unmap() == a }) {
-			return true
-		}
+	if _, ok := ms.classes.of[a]; ok {
+		return true
 	}
-	for k := range ms.active {
-		if k.ip == a {
-			return true
-		}
-	}
-	for k := range ms.linger {
-		if k.ip == a {
-			return true
-		}
-	}
-	return false
+	return ms.lingerIPs[a] > 0
 }
 
 func sortedMemberKeys(m map[memberKey]membership) []memberKey {

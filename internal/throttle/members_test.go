@@ -70,3 +70,59 @@ func TestMembersLingerUntilQuiet(t *testing.T) {
 		t.Fatal("keep still reports a member that left riseKeep ago")
 	}
 }
+
+// TestMembersNewDelayOnly: a state that changes only delays reaches
+// every consumer's delays (one group, two groups, an armed consumer),
+// while a change of members in the caller's own slice, reused in place,
+// is seen as the change it is; and only an address that stops being
+// kept asks the packet path to forget (forgetDue).
+func TestMembersNewDelayOnly(t *testing.T) {
+	var mb members
+	now := time.Unix(1000, 0)
+	a, b, c, armed := ip("10.0.0.2"), ip("10.0.0.3"), ip("10.0.0.4"), ip("10.0.0.9")
+	both := []netip.Addr{a, b}
+	s := State{Groups: []Group{
+		{Name: "vg", Members: both, WriteDelay: 10 * ms},
+		{Name: "pool", Members: []netip.Addr{b}, ReadDelay: 4 * ms, Armed: []netip.Addr{armed}, ArmedDelay: 7 * ms},
+	}}
+	check := func(what string, want map[netip.Addr]dirDelays) {
+		t.Helper()
+		tab := mb.update(s, now)
+		for x, w := range want {
+			if tab[x] != w {
+				t.Errorf("%s: %v has %+v, want %+v", what, x, tab[x], w)
+			}
+		}
+	}
+	check("first", map[netip.Addr]dirDelays{a: {write: 10 * ms}, b: {write: 10 * ms, read: 4 * ms}, armed: {write: 7 * ms}})
+	if mb.forgetDue() {
+		t.Error("a first state asks to forget")
+	}
+	s.Groups[0].WriteDelay, s.Groups[1].ReadDelay, s.Groups[1].ArmedDelay = 25*ms, 9*ms, 3*ms
+	check("new delays", map[netip.Addr]dirDelays{a: {write: 25 * ms}, b: {write: 25 * ms, read: 9 * ms}, armed: {write: 3 * ms}})
+	both[1] = c // the caller reuses its slice
+	check("members changed in place", map[netip.Addr]dirDelays{a: {write: 25 * ms}, b: {read: 9 * ms}, c: {write: 25 * ms}})
+	if mb.forgetDue() || !mb.keep(b, now) {
+		t.Error("a member that left the group but lingers is forgotten")
+	}
+	s.Groups[1].Armed = nil
+	check("disarmed", map[netip.Addr]dirDelays{armed: {}})
+	if !mb.forgetDue() || mb.forgetDue() {
+		t.Error("a consumer no longer armed does not ask, once, to forget")
+	}
+	s.Groups[0].WriteDelay = 0 // inactive: its members leave
+	check("inactive", map[netip.Addr]dirDelays{a: {}, c: {}, b: {read: 9 * ms}})
+	if !mb.keep(a, now) {
+		t.Error("a member of a group that stopped is forgotten at once")
+	}
+}
+
+// update is apply with the delays of every consumer in a map, for tests.
+func (ms *members) update(s State, now time.Time) delays {
+	t := ms.apply(s, now)
+	out := delays{}
+	for a := range t.class {
+		out[a] = t.of(a)
+	}
+	return out
+}

@@ -27,15 +27,18 @@ const (
 	// little sense data. 128 bytes keeps those and pure ACKs, and leaves
 	// every read data segment (kilobytes) in the read direction.
 	DefaultSmallSegment = 128
-	// DefaultMaxBacklog bounds the packets held in user space; beyond it
-	// packets pass at once. At 40 MB/s of 64 KiB writes and 20 ms delay the
-	// backlog is a few hundred packets, so this is far from normal use.
+	// DefaultMaxBacklog is the budget of packets held in user space for
+	// all consumers; beyond it each consumer may hold its share, and
+	// beyond twice it every packet passes at once (see consumers.go). At
+	// 40 MB/s of 64 KiB writes and 20 ms delay the backlog is a few
+	// hundred packets, so this is far from normal use.
 	DefaultMaxBacklog = 8192
 	// copyRange is how much of each packet the kernel copies to us: the
 	// largest IPv4 header (60) plus the largest TCP header (60).
 	copyRange = 120
 	// kernelQueueLen is the kernel's queue limit; it must exceed our
-	// backlog, since held packets stay in the kernel until their verdict.
+	// backlog's hard limit, since held packets stay in the kernel until
+	// their verdict.
 	// Beyond it the kernel accepts packets itself (fail-open flag).
 	kernelQueueLen = 4 * DefaultMaxBacklog
 	// netlinkBuffer is the receive buffer of the queue socket. When it is
@@ -107,16 +110,19 @@ type NfqueueConfig struct {
 // work (see standby).
 //
 // The parts live in files of their own: this one has the lifecycle and
-// the rules; packetloop.go the packet thread; standby.go the standby;
-// commands.go the command channel; rt_linux.go the threads' real-time
-// placement; pathio.go the seams (pathClock, queueSocket) through which
-// unit tests drive the packet path with a fake clock and queue.
+// the rules; applied.go when they need not be given again; members.go
+// and classes.go who is queued and the delay table; consumers.go each
+// consumer's share of the backlog; packetloop.go the packet thread;
+// standby.go the standby; commands.go the command channel; rt_linux.go
+// the threads' real-time placement; pathio.go the seams (pathClock,
+// queueSocket) through which unit tests drive the packet path with a
+// fake clock and queue.
 type Nfqueue struct {
 	cfg      NfqueueConfig
 	lock     *instanceLock // held until Close has removed everything
 	rec      *reconciler
 	rec6     *reconciler // the IPv6 half; nil: IPv6 consumers are refused
-	table    atomic.Pointer[delays]
+	table    atomic.Pointer[pathTable]
 	del      *Delayer
 	sock     queueSocket
 	clk      pathClock
@@ -129,9 +135,12 @@ type Nfqueue struct {
 
 	mu      sync.Mutex
 	members members
-	waiting bool // a re-sync for lingering members is scheduled
-	stop    chan struct{}
-	closed  bool
+	applied programmed // what the reconcilers were last given, successfully
+	// splitClean: split refused nothing of the last state.
+	splitClean bool
+	waiting    bool // a re-sync for lingering members is scheduled
+	stop       chan struct{}
+	closed     bool
 
 	cmdMu    sync.Mutex             // one command at a time
 	cmd      atomic.Pointer[func()] // the command waiting for the packet thread
@@ -172,6 +181,12 @@ func NewNfqueue(ctx context.Context, cfg NfqueueConfig) (*Nfqueue, error) {
 	}
 	if cfg.MaxBacklog == 0 {
 		cfg.MaxBacklog = DefaultMaxBacklog
+	}
+	if cfg.MaxBacklog < 0 || hardBacklogFactor*cfg.MaxBacklog >= kernelQueueLen {
+		// Beyond the kernel's queue limit the kernel accepts packets
+		// itself, and those would overtake the ones we hold.
+		return nil, fmt.Errorf("backlog budget %d packets: want 1 to %d (its hard limit, %d times it, must stay under the kernel's queue of %d)",
+			cfg.MaxBacklog, (kernelQueueLen-1)/hardBacklogFactor, hardBacklogFactor, kernelQueueLen)
 	}
 	if cfg.Firewall == nil {
 		cfg.Firewall = &Iptables{Run: ExecRunner{}}
@@ -287,9 +302,10 @@ func (b *Nfqueue) initPath(sock queueSocket, wake, done int, clk pathClock, proc
 	b.sock, b.wake, b.done, b.clk, b.proc = sock, wake, done, clk, proc
 	b.onPacket = b.handle
 	b.members.small, b.members.def = b.cfg.SmallSegments, b.cfg.SmallSegment
-	b.table.Store(&delays{})
+	b.table.Store(tableOf(nil))
 	b.del = NewDelayer(clk, b.cfg.MaxBacklog, b.release)
 	b.del.AckDelay = b.cfg.AckDelay
+	b.del.warn = b.warnHog
 	switch {
 	case b.cfg.NoRiseLimit:
 		b.del.Rise = RiseLimit{}
@@ -346,17 +362,24 @@ func (b *Nfqueue) Apply(ctx context.Context, s State) error {
 	if err := validateShape(s); err != nil {
 		return err
 	}
-	// What cannot be programmed is left out, one consumer or group at a
-	// time, and reported; everything else is controlled as usual.
-	s, refused := split(s, b.rec6 != nil)
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.closed {
 		return errors.New("backend is closed")
 	}
-	t := b.members.update(s, b.clk.Now())
+	// What cannot be programmed is left out, one consumer or group at a
+	// time, and reported; everything else is controlled as usual. A state
+	// with the members of the last one, all of which could be
+	// programmed, has nothing to leave out: no need to look at each
+	// member again.
+	var refused *Refused
+	if !b.splitClean || !b.members.sameMembers(s) {
+		s, refused = split(s, b.rec6 != nil)
+		b.splitClean = refused == nil
+	}
+	t := b.members.apply(s, b.clk.Now())
 	// Delays first: a consumer joining finds its delay on its first packet.
-	b.table.Store(&t)
+	b.table.Store(t)
 	err := b.program(ctx)
 	if refused != nil {
 		return errors.Join(err, refused)
@@ -376,17 +399,26 @@ func (b *Nfqueue) program(ctx context.Context) error {
 			return b.del.Quiet(a, now, lingerQuiet)
 		})
 	})
-	rules4, sets4, rules6, sets6 := byFamily(rules, sets)
-	err4 := b.rec.apply(ctx, rules4, sets4)
-	var err6 error
-	if b.rec6 != nil {
-		err6 = b.rec6.apply(ctx, rules6, sets6)
-	}
-	if err := errors.Join(err4, err6); err != nil {
-		return fmt.Errorf("programming the nfqueue data path: %w", err)
+	if !b.applied.same(rules, sets) || !b.rec.clean() || b.rec6 != nil && !b.rec6.clean() {
+		b.applied = programmed{}
+		rules4, sets4, rules6, sets6 := byFamily(rules, sets)
+		err4 := b.rec.apply(ctx, rules4, sets4)
+		var err6 error
+		if b.rec6 != nil {
+			err6 = b.rec6.apply(ctx, rules6, sets6)
+		}
+		if err := errors.Join(err4, err6); err != nil {
+			return fmt.Errorf("programming the nfqueue data path: %w", err)
+		}
+		b.applied = programmed{rules, sets}
 	}
 	b.active.Store(len(rules) > 0)
-	b.onLoop(func() { b.del.Forget(func(a netip.Addr) bool { return b.members.keep(a, now) }) })
+	// Only when an address stopped being kept: Forget walks every
+	// consumer the packet path knows, and a new delay, which comes at
+	// every tick while a resource is over its threshold, forgets nothing.
+	if b.members.forgetDue() {
+		b.onLoop(func() { b.del.Forget(func(a netip.Addr) bool { return b.members.keep(a, now) }) })
+	}
 	if lingering && !b.waiting {
 		b.waiting = true
 		go func() {

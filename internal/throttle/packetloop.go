@@ -299,7 +299,7 @@ func (b *Nfqueue) handle(pk nfq.Packet) {
 		return
 	}
 	small := smallOf(b.cfg.SmallSegments, b.cfg.SmallSegment, p.flow.sport)
-	delay := (*b.table.Load())[p.flow.dst].of(p.payload, small)
+	delay := b.table.Load().of(p.flow.dst).of(p.payload, small)
 	submit := b.del.Submit
 	if p.pureAck() {
 		submit = b.del.SubmitPureAck

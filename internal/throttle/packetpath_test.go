@@ -20,7 +20,7 @@ const ms = time.Millisecond
 // flow's order when a later packet has the shorter delay.
 func TestPacketLoopHoldsEachPacketItsDelay(t *testing.T) {
 	b, _, q := newFakePath(t, NfqueueConfig{NoRiseLimit: true}, "/nonexistent")
-	b.table.Store(&delays{ip("10.0.0.2"): {write: 5 * ms, read: 12 * ms}})
+	b.table.Store(tableOf(delays{ip("10.0.0.2"): {write: 5 * ms, read: 12 * ms}}))
 	small, big := 48, 1000
 	q.packet(1*ms, 1, tcpPacket(small, 3260, 40001), 52+small)
 	q.packet(2*ms, 2, tcpPacket(big, 3260, 40001), 52+big)
@@ -49,7 +49,7 @@ func TestPacketLoopHoldsEachPacketItsDelay(t *testing.T) {
 // before them, since it came first.
 func TestPacketLoopOverflowKeepsArrivalOrder(t *testing.T) {
 	b, _, q := newFakePath(t, NfqueueConfig{NoRiseLimit: true, MaxBacklog: 2}, "/nonexistent")
-	b.table.Store(&delays{ip("10.0.0.2"): {write: 5 * ms, read: 5 * ms}})
+	b.table.Store(tableOf(delays{ip("10.0.0.2"): {write: 5 * ms, read: 5 * ms}}))
 	q.packet(1*ms, 1, tcpPacket(48, 3260, 40001), 100)
 	q.packet(1*ms, 2, tcpPacket(48, 3260, 40002), 100) // the backlog is full
 	q.packet(2*ms, 3, to(tcpPacket(48, 3260, 40003), "10.0.0.9"), 100)
@@ -85,7 +85,7 @@ func TestPacketLoopRiseLimit(t *testing.T) {
 	applied := map[bool][]time.Duration{}
 	for _, limit := range []bool{false, true} {
 		b, _, q := newFakePath(t, NfqueueConfig{NoRiseLimit: !limit}, "/nonexistent")
-		b.table.Store(&delays{ip("10.0.0.2"): {write: target, read: target}})
+		b.table.Store(tableOf(delays{ip("10.0.0.2"): {write: target, read: target}}))
 		for i := range n {
 			q.packet(time.Duration(i+1)*ms, uint32(i+1), tcpPacket(1000, 3260, 40001), 52+1000)
 		}

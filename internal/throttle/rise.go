@@ -111,6 +111,9 @@ type riseState struct {
 	seen time.Time     // that packet's arrival
 	ack  uint32        // write direction: highest acknowledgment number
 	n    uint32        // read direction: data packets seen
+	// epoch is its consumer's when it was recorded: an entry of another
+	// epoch is forgotten (see Delayer.Forget).
+	epoch uint64
 }
 
 // seqAfter reports whether sequence number a is after b (RFC 1982).
@@ -130,15 +133,15 @@ type RiseStats struct {
 	NewsPassed uint64
 }
 
-// limitRise returns the delay to apply to a packet of f in direction dir
-// with acknowledgment number ack, asked to get delay, and remembers it as
-// the flow's last. d.mu held.
-func (d *Delayer) limitRise(f flowKey, dir Direction, ack uint32, delay time.Duration, now time.Time) time.Duration {
+// limitRise returns the delay to apply to a packet of f (of consumer c)
+// in direction dir with acknowledgment number ack, asked to get delay,
+// and remembers it as the flow's last. d.mu held.
+func (d *Delayer) limitRise(c *consumer, f flowKey, dir Direction, ack uint32, delay time.Duration, now time.Time) time.Duration {
 	d.sweep(now)
 	k := riseKey{f, dir}
 	delay = max(delay, 0)
 	st, known := d.rise[k]
-	if known && now.Sub(st.seen) >= riseForget {
+	if known && (now.Sub(st.seen) >= riseForget || st.epoch != c.epoch) {
 		// Forgotten, whether or not the sweep has come by yet: the
 		// sweep looks at a few entries a packet, in random order.
 		delete(d.rise, k)
@@ -170,7 +173,7 @@ func (d *Delayer) limitRise(f flowKey, dir Direction, ack uint32, delay time.Dur
 		if !known && len(d.rise) >= MaxFlows {
 			evictOne(d.rise)
 		}
-		st.prev, st.seen = applied, now
+		st.prev, st.seen, st.epoch = applied, now, c.epoch
 		d.rise[k] = st
 	}
 	return applied
@@ -180,7 +183,14 @@ func (d *Delayer) limitRise(f flowKey, dir Direction, ack uint32, delay time.Dur
 func (d *Delayer) RiseStats() RiseStats {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	s := RiseStats{Limited: d.limited, Flows: len(d.rise), NewsPassed: d.newsPassed}
+	s := RiseStats{Limited: d.limited, NewsPassed: d.newsPassed}
+	// Not len(d.rise): the entries of forgotten consumers stay until the
+	// sweep comes by. Only tests and the lab ask.
+	for k, st := range d.rise {
+		if d.current(k.flow.dst, st.epoch) {
+			s.Flows++
+		}
+	}
 	n := min(d.nshort, len(d.shorts))
 	if n > 0 {
 		e := slices.Clone(d.shorts[:n])

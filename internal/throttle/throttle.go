@@ -51,9 +51,11 @@
 //   - edt backend: root qdisc fq handle 5e:, a clsact qdisc with the
 //     sanqos-edt BPF filter on egress, and its map (see package edt).
 //
-// Bounds under hostile load (nfqueue): at most DefaultMaxBacklog packets
-// held (beyond it a packet passes at once, after the held packets of its
-// own flow: no reordering), kernelQueueLen in the kernel's queue (beyond
+// Bounds under hostile load (nfqueue): DefaultMaxBacklog packets held
+// for all consumers, then each consumer's share of it, and at most twice
+// it in all (beyond its share or that limit a packet passes at once,
+// after the held packets of its own flow: no reordering; see
+// consumers.go), kernelQueueLen in the kernel's queue (beyond
 // it the kernel accepts: fail open), MaxFlows entries in each per-flow
 // table (about 20 MiB in all at the caps, measured by
 // TestDelayerHostileLoad), swept a few entries per packet rather than
@@ -167,9 +169,13 @@ type Stats struct {
 	// that found the packet thread away but did not take over because
 	// packets still waited in the packet CPU's receive backlog.
 	TakeoversDeclined uint64 `json:",omitempty"`
-	// Bypassed counts packets accepted at once because the backlog was over
-	// its limit (fail open rather than hold unbounded memory).
+	// Bypassed counts packets accepted at once because their consumer was
+	// over its share of the backlog, or the backlog at its hard limit
+	// (fail open rather than hold unbounded memory; see consumers.go).
 	Bypassed uint64
+	// Bypassers are the consumers that had packets bypassed, the most
+	// first (at most 16), with their counters (nfqueue only).
+	Bypassers []ConsumerStats `json:",omitempty"`
 	// Errors counts packets that could not be parsed or whose verdict
 	// could not be sent (the kernel then lets them pass: fail open).
 	Errors uint64
