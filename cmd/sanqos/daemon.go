@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -304,37 +305,25 @@ func parseRunOptions(args []string, manual bool, stderr io.Writer) (runOptions, 
 	if manual {
 		usage, description = "sanqos run --manual [--backend nfqueue] [--socket PATH] [flags]", manualDescription
 	}
-	fs := newFlagSet("run", usage, description, stderr)
 	c := config.Default()
-	configPath := fs.String("config", "", "TOML configuration `file` (see deploy/sanqos.example.toml); flags override it")
-	c.RegisterFlags(fs)
-	proc := fs.String("proc", "/proc", "proc file system to read diskstats from")
-	dev := fs.String("dev", "", "interface towards the initiators (netem, htb and edt backends)")
-	queue := fs.Uint("queue-num", uint(throttle.DefaultQueueNum), "NFQUEUE number (nfqueue backend)")
-	small := fs.Int("small-segment", throttle.DefaultSmallSegment, "largest TCP payload in bytes that counts as write-direction traffic (R2T, SCSI response); given, it applies to every port, else each known protocol port has its measured default (NFS 2049: 256) and small_segment.<port> overrides")
-	cleanup := fs.Bool("cleanup-only", false, "remove the kernel objects a sanqos daemon left behind, then exit")
-	// Parsed here only so that --help lists it: cmdRun has read the mode.
-	var manualFlag config.BoolFlag
-	fs.Var(&manualFlag, "manual", "serve manual throttles only: no discovery, no controller (see 'sanqos run --manual --help')")
-	var consumers consumerFlag
-	fs.Var(&consumers, "consumer", "add a fixed `RESOURCE,ADDR,DEVICE` consumer (e.g. fs-lab,10.0.0.3,loop1), device taken as its kernel name; repeat for each; replaces discovery")
+	fs, x := newRunFlagSet(usage, description, stderr, &c)
 	if err := parseFlags(fs, args); err != nil {
 		return runOptions{}, err
 	}
-	if *configPath != "" {
+	if *x.configPath != "" {
 		var err error
-		if c, err = config.Load(*configPath); err != nil {
+		if c, err = config.Load(*x.configPath); err != nil {
 			return runOptions{}, fmt.Errorf("%w; nothing was started", err)
 		}
 	}
 	// --consumer lists replace discovery: they count as the static adapter's
 	// consumers for validation, and are used as given, without device
 	// resolution.
-	if len(consumers) > 0 {
+	if len(x.consumers) > 0 {
 		c.Static.Consumers = nil
 		c.Discovery.Adapter = "static"
 	}
-	for _, k := range consumers {
+	for _, k := range x.consumers {
 		c.Static.Consumers = append(c.Static.Consumers, config.StaticConsumer{Resource: k.resource, Addr: k.c.Addr.String(), Device: k.c.Device})
 	}
 	var errs []error
@@ -342,29 +331,26 @@ func parseRunOptions(args []string, manual bool, stderr io.Writer) (runOptions, 
 	if flagsErr != nil {
 		errs = append(errs, flagsErr)
 	}
-	if *queue == 0 || *queue > 65535 {
-		errs = append(errs, fmt.Errorf("--queue-num %d: want 1 to 65535", *queue))
-	}
-	if *small < 0 || *small > 65535 {
-		errs = append(errs, fmt.Errorf("--small-segment %d: want 0 to 65535 bytes", *small))
+	if *x.small < 0 || *x.small > 65535 {
+		errs = append(errs, fmt.Errorf("--small-segment %d: want 0 to 65535 bytes", *x.small))
 	}
 	cfg := c.EngineConfig() // config.Validate (in ApplyFlags) checked it all
 	o := runOptions{
-		config: c, engine: cfg, listen: c.Listen, socket: c.Socket, record: c.Record, procRoot: *proc,
-		cleanupOnly: *cleanup,
-		backend:     throttle.Options{Backend: c.Backend, Dev: *dev, RateDev: c.RateDev, QueueNum: uint16(*queue), SmallSegment: *small, AckDelay: c.AckDelay},
+		config: c, engine: cfg, listen: c.Listen, socket: c.Socket, record: c.Record, procRoot: *x.proc,
+		cleanupOnly: *x.cleanup,
+		backend:     throttle.Options{Backend: c.Backend, Dev: c.Dev, RateDev: c.RateDev, QueueNum: uint16(c.QueueNum), SmallSegment: *x.small, AckDelay: c.AckDelay},
 	}
-	o.backend.SmallSegments = c.SmallSegments(*small, flagSet(fs, "small-segment"))
+	o.backend.SmallSegments = c.SmallSegments(*x.small, flagSet(fs, "small-segment"))
 	for _, p := range c.Ports {
 		o.ports = append(o.ports, uint16(p)) // validated: 1-65535
 	}
 	if manual {
-		if len(consumers) > 0 {
+		if len(x.consumers) > 0 {
 			errs = append(errs, errors.New("--consumer: manual mode has no controller to give consumers to; leave --consumer out or drop --manual"))
 		}
-	} else if len(consumers) > 0 {
+	} else if len(x.consumers) > 0 {
 		o.fixed = true
-		o.topo = discover.ApplyThresholds(consumers.topology(), c)
+		o.topo = discover.ApplyThresholds(x.consumers.topology(), c)
 		if err := engine.ValidateTopology(o.topo, cfg); err != nil {
 			errs = append(errs, fmt.Errorf("--consumer: %w", err))
 		}
@@ -375,6 +361,34 @@ func parseRunOptions(args []string, manual bool, stderr io.Writer) (runOptions, 
 		return runOptions{}, fmt.Errorf("bad configuration, nothing was started: %w", errors.Join(errs...))
 	}
 	return o, nil
+}
+
+// runFlags are the flags of 'sanqos run' that are not configuration keys
+// (config.RegisterFlags adds those): each is either meaningless in a file
+// or has a file form of another shape (noFileKey in daemon_test.go).
+type runFlags struct {
+	configPath *string
+	proc       *string
+	small      *int
+	cleanup    *bool
+	manual     config.BoolFlag
+	consumers  consumerFlag
+}
+
+// newRunFlagSet is run's flag set: one flag per configuration key, with
+// c's values as defaults, and the flags in runFlags.
+func newRunFlagSet(usage, description string, stderr io.Writer, c *config.Config) (*flag.FlagSet, *runFlags) {
+	fs := newFlagSet("run", usage, description, stderr)
+	x := &runFlags{}
+	x.configPath = fs.String("config", "", "TOML configuration `file` (see deploy/sanqos.example.toml); flags override it")
+	c.RegisterFlags(fs)
+	x.proc = fs.String("proc", "/proc", "proc file system to read diskstats from")
+	x.small = fs.Int("small-segment", throttle.DefaultSmallSegment, "largest TCP payload in bytes that counts as write-direction traffic (R2T, SCSI response); given, it applies to every port, else each known protocol port has its measured default (NFS 2049: 256) and small_segment.<port> overrides")
+	x.cleanup = fs.Bool("cleanup-only", false, "remove the kernel objects a sanqos daemon left behind, then exit")
+	// Parsed here only so that --help lists it: cmdRun has read the mode.
+	fs.Var(&x.manual, "manual", "serve manual throttles only: no discovery, no controller (see 'sanqos run --manual --help')")
+	fs.Var(&x.consumers, "consumer", "add a fixed `RESOURCE,ADDR,DEVICE` consumer (e.g. fs-lab,10.0.0.3,loop1), device taken as its kernel name; repeat for each; replaces discovery")
+	return fs, x
 }
 
 // consumerFlag collects --consumer RESOURCE,ADDR,DEVICE.

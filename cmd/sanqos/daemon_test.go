@@ -22,12 +22,12 @@ func TestRunBadConfigOneError(t *testing.T) {
 	addr := freeAddr(t)
 	var out, errb bytes.Buffer
 	code := dispatch([]string{"run", "--backend", "dry-run", "--listen", addr, "--controller", "bang-bang",
-		"--queue-num", "0"}, &out, &errb)
+		"--small-segment", "-1"}, &out, &errb)
 	if code != 1 {
 		t.Fatalf("exit %d, want 1", code)
 	}
 	msg := errb.String()
-	for _, want := range []string{"nothing was started", "--queue-num 0", "bang-bang"} {
+	for _, want := range []string{"nothing was started", "--small-segment -1", "bang-bang"} {
 		if !strings.Contains(msg, want) {
 			t.Errorf("error lacks %q:\n%s", want, msg)
 		}

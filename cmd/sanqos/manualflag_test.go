@@ -53,8 +53,8 @@ func TestRunModesShareFlags(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"--queue-num", "0"}, "--queue-num 0: want 1 to 65535"},
-		{[]string{"--queue-num", "70000"}, "--queue-num 70000: want 1 to 65535"},
+		{[]string{"--queue-num", "0"}, "--queue-num (queue_num) = 0: must be a queue number from 1 to 65535"},
+		{[]string{"--queue-num", "70000"}, "--queue-num (queue_num) = 70000: must be a queue number from 1 to 65535"},
 		{[]string{"--small-segment", "-1"}, "--small-segment -1: want 0 to 65535 bytes"},
 		{[]string{"--small-segment", "65536"}, "--small-segment 65536: want 0 to 65535 bytes"},
 		{[]string{"--backend", "tape"}, "backend"},

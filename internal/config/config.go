@@ -13,6 +13,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -59,6 +60,12 @@ type Config struct {
 	// backend gets an htb backend beside it for read rate caps ('sanqos
 	// throttle --rate', manual.read_rates); "" means no rates.
 	RateDev string `toml:"rate_dev"`
+	// Dev is the interface towards the initiators on which the tc
+	// backends (netem, htb, edt) install their root qdisc; they need it.
+	Dev string `toml:"dev"`
+	// QueueNum is the NFQUEUE number of the nfqueue backend; it also
+	// names the instance (q<queue>), so two daemons on one host need two.
+	QueueNum int `toml:"queue_num"`
 	// Direction is what is delayed: "write" (ACKs and control segments),
 	// "read" (data segments) or "both".
 	Direction string `toml:"direction"`
@@ -187,6 +194,7 @@ func Default() Config {
 		WriteLeave:     250e3,
 		AckDelay:       true,
 		Backend:        throttle.Backends[0],
+		QueueNum:       throttle.DefaultQueueNum,
 		Direction:      eng.Direction.String(),
 		Ports:          []int{3260},
 		Discovery: Discovery{
@@ -264,7 +272,7 @@ func (c *Config) decode(text string) error {
 var knownKeys = []string{
 	"tick", "ewma_alpha", "threshold", "headroom", "signal", "probe", "resources.<name>.{threshold,signal}",
 	"controller", "pid.kp", "pid.ti", "pid.td", "pid.u_max", "pid.u_max_limit",
-	"write_threshold", "write_leave", "backend", "rate_dev", "direction", "ports",
+	"write_threshold", "write_leave", "backend", "dev", "queue_num", "rate_dev", "direction", "ack_delay", "ports",
 	"discovery.adapter", "discovery.interval", "discovery.tgt_control_port",
 	"discovery.lio_root", "discovery.exports", "attribution", "small_segment.<port>", "static.consumers.{resource,addr,device}",
 	"policy", "manual.protected", "manual.throttle", "manual.read_rates", "listen", "socket", "record", "record_max_size",
@@ -296,3 +304,7 @@ func (c *Config) Warnings() []string {
 	}
 	return w
 }
+
+// KnownKeys lists every key a configuration file may set, as the error
+// for an unknown key names them (tables as "section.<name>.{keys}").
+func KnownKeys() []string { return slices.Clone(knownKeys) }

@@ -68,7 +68,7 @@ func TestLoadGood(t *testing.T) {
 		{"read rates", "rate_dev = \"eth1\"\n[manual]\nread_rates = { \"192.0.2.5\" = \"10MB/s\", \"fd00::5\" = \"80Mbit/s\" }", func(c Config) bool {
 			return c.RateDev == "eth1" && len(c.Manual.ReadRates) == 2
 		}},
-		{"read rates on htb", "backend = \"htb\"\n[manual]\nread_rates = { \"192.0.2.5\" = \"10MB/s\" }", func(c Config) bool { return c.Backend == "htb" }},
+		{"read rates on htb", "backend = \"htb\"\ndev = \"eth1\"\n[manual]\nread_rates = { \"192.0.2.5\" = \"10MB/s\" }", func(c Config) bool { return c.Backend == "htb" }},
 		{"bit rate threshold", `write_threshold = "8Mbit/s"`, func(c Config) bool { return c.WriteThreshold == 1e6 }},
 		{"ports replace", "ports = [3260, 3261]", func(c Config) bool { return reflect.DeepEqual(c.Ports, []int{3260, 3261}) }},
 		{"static", `[discovery]
@@ -130,6 +130,13 @@ func TestLoadBad(t *testing.T) {
 		{"controller", `controller = "lqr"`, []string{`controller = "lqr"`, `"pid", "thesis", "none"`}},
 		{"backend", `backend = "tc"`, []string{`backend = "tc"`, `"dry-run"`}},
 		{"direction", `direction = "up"`, []string{"direction"}},
+		{"queue_num zero", "queue_num = 0", []string{"queue_num = 0", "1 to 65535"}},
+		{"queue_num too big", "queue_num = 65536", []string{"queue_num = 65536"}},
+		{"queue_num string", `queue_num = "1"`, []string{"queue_num"}},
+		{"tc backend without dev", `backend = "edt"`, []string{"dev", `backend "edt"`, "eth0"}},
+		{"dev with slash", "backend = \"htb\"\ndev = \"eth0/1\"", []string{`dev = "eth0/1"`, "interface name"}},
+		{"dev too long", "backend = \"netem\"\ndev = \"abcdefghijklmnop\"", []string{"dev", "15 characters"}},
+		{"rate_dev blank", `rate_dev = "eth 1"`, []string{"rate_dev", "interface name"}},
 		{"ports empty", "ports = []", []string{"ports", "at least one"}},
 		{"port range", "ports = [70000]", []string{"70000", "between 1 and 65535"}},
 		{"too many ports", "ports = [1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16]", []string{"ports", "at most 15"}},
@@ -151,7 +158,7 @@ func TestLoadBad(t *testing.T) {
 		{"read rate by name", "rate_dev = \"eth1\"\n[manual]\nread_rates = { \"iqn.2026-11.org.example:db\" = \"10MB/s\" }", []string{"not an IP address", "by address"}},
 		{"read rate zero", "rate_dev = \"eth1\"\n[manual]\nread_rates = { \"192.0.2.5\" = \"0MB/s\" }", []string{`manual.read_rates."192.0.2.5"`, "not above 0"}},
 		{"read rate unit", "rate_dev = \"eth1\"\n[manual]\nread_rates = { \"192.0.2.5\" = \"10mb\" }", []string{"unknown unit"}},
-		{"rate_dev beside htb", "backend = \"htb\"\nrate_dev = \"eth1\"", []string{"rate_dev", "needs none"}},
+		{"rate_dev beside htb", "backend = \"htb\"\ndev = \"eth0\"\nrate_dev = \"eth1\"", []string{"rate_dev", "needs none"}},
 		{"listen", `listen = "9469"`, []string{`listen = "9469"`, "HOST:PORT"}},
 		{"socket", `socket = "sanqos.sock"`, []string{"socket", "absolute"}},
 		{"syntax", "tick = \"100ms\"\nthreshold = 15 ms\n", []string{"line 2"}},

@@ -133,6 +133,15 @@ var flagDefs = []flagDef{
 	{"write-threshold", "write_threshold", "write rate above which a consumer becomes throttleable (a bare number is kB/s)", func(c *Config) string { return c.WriteThreshold.String() }, setRate(func(c *Config) *Rate { return &c.WriteThreshold })},
 	{"write-leave", "write_leave", "write rate below which a throttleable consumer is released again (keep it under --write-threshold)", func(c *Config) string { return c.WriteLeave.String() }, setRate(func(c *Config) *Rate { return &c.WriteLeave })},
 	{"backend", "backend", "data path: nfqueue, netem, htb, edt (tc/BPF departure times with fq; needs --dev) or dry-run", func(c *Config) string { return c.Backend }, setString(func(c *Config) *string { return &c.Backend })},
+	{"dev", "dev", "interface towards the initiators (netem, htb and edt backends)", func(c *Config) string { return c.Dev }, setString(func(c *Config) *string { return &c.Dev })},
+	{"queue-num", "queue_num", "NFQUEUE number (nfqueue backend); it names the instance, so a second daemon needs another", func(c *Config) string { return strconv.Itoa(c.QueueNum) }, func(c *Config, s string) error {
+		q, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil {
+			return fmt.Errorf("%q: must be a queue number from 1 to 65535", s)
+		}
+		c.QueueNum = q
+		return nil
+	}},
 	{"rate-dev", "rate_dev", "interface towards the initiators on which read rates are capped (HTB) beside the delay backend: enables 'sanqos throttle --rate' and manual.read_rates", func(c *Config) string { return c.RateDev }, setString(func(c *Config) *string { return &c.RateDev })},
 	{"direction", "direction", "what to delay: write, read or both", func(c *Config) string { return c.Direction }, setString(func(c *Config) *string { return &c.Direction })},
 	{"ack-delay", "ack_delay", AckDelayUsage, func(c *Config) string { return strconv.FormatBool(c.AckDelay) }, setBool(func(c *Config) *bool { return &c.AckDelay })},

@@ -146,6 +146,26 @@ func (c *Config) dataPathChecks() []func() error {
 		},
 		func() error { return oneOf("backend", c.Backend, throttle.Backends...) },
 		func() error {
+			if c.QueueNum < 1 || c.QueueNum > 65535 {
+				return bad("queue_num", c.QueueNum, "must be a queue number from 1 to 65535")
+			}
+			return nil
+		},
+		func() error {
+			for _, d := range []struct{ key, v string }{{"dev", c.Dev}, {"rate_dev", c.RateDev}} {
+				if d.v != "" && !validIfName(d.v) {
+					return bad(d.key, strconv.Quote(d.v), "must be a network interface name (1 to 15 characters, no '/', ':' or blanks), like \"eth0\"")
+				}
+			}
+			switch c.Backend {
+			case "netem", "htb", "edt":
+				if c.Dev == "" {
+					return bad("dev", `""`, fmt.Sprintf("backend %q installs its qdisc on the interface towards the initiators: set dev (--dev), like \"eth0\"", c.Backend))
+				}
+			}
+			return nil
+		},
+		func() error {
 			if _, err := direction.Parse(c.Direction); err != nil {
 				return bad("direction", strconv.Quote(c.Direction), "must be one of \"write\", \"read\", \"both\"")
 			}
@@ -388,4 +408,14 @@ func quoteAll(s []string) []string {
 // (digits and dots, or an IPv6 colon) rather than as a host name.
 func looksLikeAddr(host string) bool {
 	return host != "" && (strings.Trim(host, "0123456789.") == "" || strings.Contains(host, ":"))
+}
+
+// validIfName reports whether s can name a Linux network interface
+// (dev_valid_name): at most IFNAMSIZ-1 bytes, not "." or "..", and no
+// '/', ':' or white space.
+func validIfName(s string) bool {
+	if len(s) == 0 || len(s) > 15 || s == "." || s == ".." {
+		return false
+	}
+	return !strings.ContainsAny(s, "/: \t\n\r\v\f")
 }
