@@ -26,12 +26,15 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		fmt.Fprintf(stderr, "sanqos run: %v\nRun 'sanqos run --help' for usage.\n", err)
 		return errUsage
 	}
-	o, err := parseRunOptions(args, manual, stderr)
-	if err != nil {
-		return err
-	}
 	// Under systemd each line carries its journald priority (internal/journal).
 	log := slog.New(journal.NewHandler(stderr, nil))
+	o, err := parseRunOptions(args, manual, stderr)
+	if err != nil {
+		if !errors.Is(err, errHelp) && cleanupRequested(args) {
+			return cleanupWithoutConfig(ctx, err, log)
+		}
+		return err
+	}
 	o.backend.Logger = log
 	if manual {
 		return runManual(ctx, o, log)
@@ -68,6 +71,48 @@ func manualMode(args []string) (bool, error) {
 		manual = v
 	}
 	return manual, nil
+}
+
+// cleanupRequested reports whether args ask for --cleanup-only, read as
+// manualMode reads --manual: without the flag set, which has refused
+// them.
+func cleanupRequested(args []string) bool {
+	want := false
+	for _, a := range args {
+		if a == "--" {
+			break
+		}
+		name, val, hasVal := strings.Cut(strings.TrimPrefix(strings.TrimPrefix(a, "-"), "-"), "=")
+		if !strings.HasPrefix(a, "-") || name != "cleanup-only" {
+			continue
+		}
+		if !hasVal {
+			want = true
+			continue
+		}
+		v, err := config.ParseBool(val)
+		want = err == nil && v
+	}
+	return want
+}
+
+// cleanupWithoutConfig is --cleanup-only when the configuration or the
+// flags are refused (cfgErr): the unit's ExecStopPost must still remove
+// what the daemon left, whatever typo a key elsewhere has. It does not
+// read the configuration at all (an untrusted file chooses nothing): it
+// removes the objects of every sanqos instance that is provably dead
+// (its lock is free), which includes this unit's once its daemon has
+// exited, and never a live instance's (internal/throttle SweepDead).
+func cleanupWithoutConfig(ctx context.Context, cfgErr error, log *slog.Logger) error {
+	log.Warn("the configuration is refused; removing the leftovers of every dead sanqos instance instead of this one's", "err", cfgErr)
+	if os.Geteuid() != 0 {
+		return errors.New("--cleanup-only must run as root: it removes iptables chains, ipsets and qdiscs")
+	}
+	if err := throttle.SweepDead(ctx, log); err != nil {
+		return fmt.Errorf("removing the leftovers of dead sanqos instances: %w", err)
+	}
+	log.Info("leftovers of dead instances removed; fix the configuration before the next start")
+	return nil
 }
 
 // manualDescription is --help's text in manual mode.
