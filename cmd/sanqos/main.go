@@ -33,7 +33,7 @@ func commands() []command {
 	return []command{
 		{"run", "run the QoS daemon (autonomic control, or --manual throttling only)", cmdRun},
 		{"throttle", "set, free or list a manual packet delay for one initiator", cmdThrottle},
-		{"check", "validate a configuration file as 'run' would, starting nothing", cmdCheck},
+		{"check", "say whether 'run' would start here and why not: config, kernel, backend, capabilities, discovery", cmdCheck},
 		{"status", "print the running daemon's resources, signals and throttles", cmdStatus},
 		{"top", "live terminal view of the running daemon", cmdTop},
 		{"sim", "run the deterministic simulation of the thesis experiment (sanqos-lab)", cmdSim},
