@@ -23,8 +23,9 @@ type Counters struct {
 	Sent, Received uint64
 }
 
-// Rates are one client's wire rates over a tick, kB/s (10^3 B/s, as the
-// engine's device rates).
+// Rates are one client's wire rates over a tick, in KiB/s (1024 B/s):
+// the unit of the engine's device rates (diskstats' two sectors), which
+// they replace and are compared with the same thresholds as.
 type Rates struct {
 	WriteKBs, ReadKBs float64
 }
@@ -50,8 +51,8 @@ func (m *Meter) Update(now time.Time, cur map[netip.Addr]Counters) map[netip.Add
 				continue
 			}
 			out[a] = Rates{
-				WriteKBs: float64(c.Sent-p.Sent) / dt / 1e3,
-				ReadKBs:  float64(c.Received-p.Received) / dt / 1e3,
+				WriteKBs: float64(c.Sent-p.Sent) / dt / 1024,
+				ReadKBs:  float64(c.Received-p.Received) / dt / 1024,
 			}
 		}
 	}

@@ -128,15 +128,17 @@ func TestMeter(t *testing.T) {
 		t.Errorf("first update: %v, want an empty map (counters run, nobody measured yet)", r)
 	}
 	r := m.Update(t0.Add(100*time.Millisecond), map[netip.Addr]Counters{
-		w1:     {Sent: 1000 + 2e6, Received: 10 + 1e4}, // 2 MB and 10 kB in 100 ms
-		reader: {Sent: 5, Received: 5},                 // new: no rate yet
+		w1:     {Sent: 1000 + 2048000, Received: 10 + 10240}, // 2000 KiB and 10 KiB in 100 ms
+		reader: {Sent: 5, Received: 5},                       // new: no rate yet
 	})
 	want := map[netip.Addr]Rates{w1: {WriteKBs: 20000, ReadKBs: 100}}
 	if !reflect.DeepEqual(r, want) {
 		t.Errorf("rates %v, want %v", r, want)
 	}
 	r = m.Update(t0.Add(200*time.Millisecond), map[netip.Addr]Counters{w1: {Sent: 7}, reader: {Sent: 105, Received: 5}})
-	want = map[netip.Addr]Rates{reader: {WriteKBs: 1}} // w1's counters went back: skipped
+	// 100 B in 100 ms: 1000 B/s is 0.9765625 KiB/s, the unit of the
+	// device rates it stands in for. w1's counters went back: skipped.
+	want = map[netip.Addr]Rates{reader: {WriteKBs: 1000.0 / 1024}}
 	if !reflect.DeepEqual(r, want) {
 		t.Errorf("after a reset: %v, want %v", r, want)
 	}

@@ -38,8 +38,11 @@ func (d *Duration) UnmarshalText(b []byte) error {
 func (d Duration) MarshalText() ([]byte, error) { return []byte(d.String()), nil }
 
 // Rate is a data rate in bytes per second, written "500kB/s", "1.5MB/s",
-// "512KiB/s", "800B/s", or as a bare number of kB/s (iostat's unit, and
-// what 'sanqos run --write-threshold 500' has always meant).
+// "512KiB/s", "800B/s", or as a bare number of kB/s (what 'sanqos run
+// --write-threshold 500' has always meant). The units are SI where
+// spelled so and binary where spelled so: kB and MB are 1000 and 10^6
+// bytes, KiB and MiB 1024 and 2^20; 'sanqos status' and the engine count
+// in KiB (diskstats' two sectors), and EngineConfig converts.
 type Rate float64
 
 // unit is a suffix and what it multiplies by.

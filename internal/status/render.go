@@ -50,7 +50,7 @@ func WriteTable(w io.Writer, s Status) error {
 	}
 	b.WriteString("\n")
 	tw = tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "CONSUMER\tRESOURCE\tDEVICE\tREAD kB/s\tWRITE kB/s\tWRITE EWMA kB/s\tR_AWAIT ms\tTHROTTLEABLE")
+	fmt.Fprintln(tw, "CONSUMER\tRESOURCE\tDEVICE\tREAD KiB/s\tWRITE KiB/s\tWRITE EWMA KiB/s\tR_AWAIT ms\tTHROTTLEABLE")
 	for _, c := range s.Consumers {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%.1f\t%.1f\t%.1f\t%.2f\t%s\n",
 			c.Addr, c.Resource, c.Device, c.ReadKBs, c.WriteKBs, c.WriteEWMAKBs, c.RAwaitMs, yesNo(c.Throttleable))
@@ -143,7 +143,7 @@ func RenderTop(s Status, o TopOptions) string {
 		cs = cs[:o.Consumers]
 	}
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "TOP WRITERS\tRESOURCE\tWRITE kB/s\tEWMA kB/s\tREAD kB/s\tR_AWAIT ms\tSET")
+	fmt.Fprintln(tw, "TOP WRITERS\tRESOURCE\tWRITE KiB/s\tEWMA KiB/s\tREAD KiB/s\tR_AWAIT ms\tSET")
 	for _, c := range cs {
 		set := ""
 		if c.Throttleable {

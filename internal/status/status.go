@@ -105,6 +105,9 @@ type Consumer struct {
 	Resource     string  `json:"resource"`
 	Device       string  `json:"device"`
 	Addr         string  `json:"addr"`
+	// The rates are in KiB/s (1024 B/s: diskstats' two sectors), as
+	// 'sanqos status' heads them; the JSON names keep their old "kbs"
+	// spelling so that scripts reading /status go on working.
 	ReadKBs      float64 `json:"read_kbs"`
 	WriteKBs     float64 `json:"write_kbs"`
 	WriteEWMAKBs float64 `json:"write_ewma_kbs"`
