@@ -102,9 +102,9 @@ func (r Resource) Throttling() bool { return r.DelayMs > 0 && len(r.Members) > 0
 
 // Consumer is one initiator on one device at the last tick.
 type Consumer struct {
-	Resource     string  `json:"resource"`
-	Device       string  `json:"device"`
-	Addr         string  `json:"addr"`
+	Resource string `json:"resource"`
+	Device   string `json:"device"`
+	Addr     string `json:"addr"`
 	// The rates are in KiB/s (1024 B/s: diskstats' two sectors), as
 	// 'sanqos status' heads them; the JSON names keep their old "kbs"
 	// spelling so that scripts reading /status go on working.
