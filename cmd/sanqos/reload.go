@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync/atomic"
 
+	"github.com/sanqos/sanqos/internal/config"
 	"github.com/sanqos/sanqos/internal/daemon"
 	"github.com/sanqos/sanqos/internal/discover"
 	"github.com/sanqos/sanqos/internal/engine"
@@ -122,8 +123,9 @@ func (r *reloader) reload(ctx context.Context) error {
 		return err
 	}
 	r.d.Reload(rl)
+	changed := config.Changed(r.cur.config, o.config)
 	r.cur = o
-	r.log.Info("SIGHUP: configuration read; it applies at the next tick")
+	r.log.Info("SIGHUP: configuration read; it applies at the next tick", "changed", changed)
 	return nil
 }
 

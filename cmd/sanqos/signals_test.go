@@ -81,6 +81,10 @@ func TestRunSIGHUPReloadsAndSIGTERMCleansUp(t *testing.T) {
 	write("threshold = \"40ms\"\n")
 	syscall.Kill(os.Getpid(), syscall.SIGHUP)
 	waitFor(t, "the reloaded threshold", done, func() bool { return threshold() == 40 })
+	// One line says what the reload changed (issue 34).
+	waitFor(t, "the reload's line", done, func() bool {
+		return strings.Contains(logText(), `msg="SIGHUP: configuration read; it applies at the next tick" changed=[threshold]`)
+	})
 
 	write("threshold = \"40ms\"\ntreshold = \"5ms\"\n")
 	syscall.Kill(os.Getpid(), syscall.SIGHUP)

@@ -123,9 +123,14 @@ func (d *Daemon) reportDrift(vt *verifyTarget, drifts []throttle.Drift) {
 		d.metrics.KernelRepair(dr.Object)
 	}
 	key := strings.Join(what, "; ")
-	if key != "" && key != vt.last {
+	switch {
+	case key != "" && key != vt.last:
 		d.log.Warn("kernel objects sanqos installed were removed or changed by someone else; re-installing them",
 			"of", vt.name, "drift", key)
+	case key == "" && vt.last != "":
+		// The end of the event the warning began: without it a reader of
+		// the journal cannot tell a repair that took from one that failed.
+		d.log.Info("kernel objects repaired; what sanqos installed is whole again", "of", vt.name, "was", vt.last)
 	}
 	vt.last = key
 }

@@ -180,6 +180,11 @@ func TestRepairReportedOncePerEvent(t *testing.T) {
 			t.Errorf("look %d: /metrics lacks %q", i, s.jumpsCounted)
 		}
 	}
+	// Each event ends with one line saying it is repaired (looks 3 and 5);
+	// a failed read-back says nothing of the kind.
+	if got := r.logs.count("level=INFO", "kernel objects repaired", "was=\"jump POSTROUTING -> SANQOS-q3260: want present, found absent\""); got != 2 {
+		t.Errorf("%d repaired lines, want 2:\n%s", got, r.logs)
+	}
 	if !strings.Contains(r.logs.String(), "drift=\"jump POSTROUTING -> SANQOS-q3260: want present, found absent\"") {
 		t.Errorf("the warning does not say what changed:\n%s", r.logs)
 	}

@@ -37,7 +37,7 @@ func (f *fakeWire) Read() (map[netip.Addr]attribution.Counters, error) {
 		f.c = map[netip.Addr]attribution.Counters{}
 	}
 	w, r := f.c[f.writer], f.c[f.reader]
-	w.Sent += 2e6
+	w.Sent += 20000 * 1024 / 10 // 20000 KiB/s, as the device (diskstats' KiB)
 	r.Sent += 100
 	r.Received += 25600
 	f.c[f.writer], f.c[f.reader] = w, r
@@ -105,14 +105,15 @@ func TestWireAttributionInTheLoop(t *testing.T) {
 				if c.WriteFrom != tc.from {
 					t.Errorf("consumer %s: write rate from %q, want %q", c.Addr, c.WriteFrom, tc.from)
 				}
-				// The device writes 20 MB/s; on the wire the writer
-				// sends 20 MB/s (2 MB a tick), the reader 1 kB/s.
+				// The device writes 20000 KiB/s; on the wire the writer
+				// sends as much, the reader 100 B a tick: 1 kB/s, which
+				// is 0.977 KiB/s, the unit of the rates (issue 34).
 				want := 20000.0
 				if tc.wire && c.Addr == reader.String() {
-					want = 1
+					want = 1000.0 / 1024
 				}
 				if c.WriteKBs < 0.99*want || c.WriteKBs > 1.01*want {
-					t.Errorf("consumer %s: write_kbs %.1f, want %.0f", c.Addr, c.WriteKBs, want)
+					t.Errorf("consumer %s: write_kbs %.3f, want %.3f", c.Addr, c.WriteKBs, want)
 				}
 			}
 		})
