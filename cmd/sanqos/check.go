@@ -130,21 +130,10 @@ var capUse = map[int]string{
 }
 
 func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer, ck checker) error {
-	asJSON := false
-	var runArgs []string
-	for _, a := range args {
-		switch a {
-		case "-h", "--help", "-help":
-			fmt.Fprint(stdout, checkUsage)
-			return errHelp
-		case "--json", "-json", "--json=true", "-json=true":
-			asJSON = true
-			continue
-		case "--json=false", "-json=false":
-			asJSON = false
-			continue
-		}
-		runArgs = append(runArgs, a)
+	runArgs, asJSON, configOnly, help := checkArgs(args)
+	if help {
+		fmt.Fprint(stdout, checkUsage)
+		return errHelp
 	}
 	manual, err := manualMode(runArgs)
 	if err != nil {
@@ -154,6 +143,17 @@ func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer, ck c
 	// run's own parser and validation: the flags are run's, so that the
 	// unit's ExecStart arguments can be checked as given.
 	o, cfgErr := validateAsRun(runArgs, manual)
+	if configOnly {
+		// The unit's ExecReload: only what a reload can get wrong.
+		if cfgErr != nil {
+			return cfgErr
+		}
+		for _, w := range o.config.Warnings() {
+			fmt.Fprintf(stderr, "warning: %s\n", w)
+		}
+		fmt.Fprintln(stdout, "configuration OK")
+		return nil
+	}
 	if cfgErr != nil {
 		r.Config.Status, r.Config.Error = stError, cfgErr.Error()
 		r.Reasons = append(r.Reasons, "the configuration is refused")
@@ -221,6 +221,25 @@ func validateAsRun(args []string, manual bool) (runOptions, error) {
 		}
 	}
 	return o, nil
+}
+
+// checkArgs takes check's own flags out of args; the rest are run's.
+func checkArgs(args []string) (runArgs []string, asJSON, configOnly, help bool) {
+	for _, a := range args {
+		switch a {
+		case "-h", "--help", "-help":
+			help = true
+		case "--json", "-json", "--json=true", "-json=true":
+			asJSON = true
+		case "--json=false", "-json=false":
+			asJSON = false
+		case "--config-only", "-config-only":
+			configOnly = true
+		default:
+			runArgs = append(runArgs, a)
+		}
+	}
+	return runArgs, asJSON, configOnly, help
 }
 
 // flagValueIn returns the value of --name in args ("" if absent).
@@ -451,7 +470,7 @@ func writeCheck(w io.Writer, r checkReport) {
 	}
 }
 
-const checkUsage = `Usage: sanqos check [--config FILE] [--json] [run flags]
+const checkUsage = `Usage: sanqos check [--config FILE] [--json | --config-only] [run flags]
 
 Say whether 'sanqos run' would start with this configuration, and why not,
 without starting or changing anything (no rule installed, no module
@@ -470,7 +489,10 @@ loaded, discovery read-only):
 
 Exits 0 when run would start, 1 with the reasons when not. --json prints
 the same as one JSON document (would_run, reasons, config, kernel,
-backend, capabilities, discovery). The flags are those of 'sanqos run'.
+backend, capabilities, discovery). --config-only validates the
+configuration alone (the unit's ExecReload: what a reload can get
+wrong), prints "configuration OK" and exits 0, or exits 1 with the
+error. The flags are those of 'sanqos run'.
 Settings that a reload cannot change (listen, socket, backend, tick) are
 not compared with a running daemon: the daemon refuses those on SIGHUP
 itself.

@@ -35,6 +35,8 @@ func TestCheck(t *testing.T) {
 		{"socket adapter without ports", []string{"--config", write("socket.toml", "ports = []\n[discovery]\nadapter = \"socket\"\n")}, 1, "port"},
 		{"missing file", []string{"--config", filepath.Join(dir, "none.toml")}, 1, "none.toml"},
 		{"flag overrides file", []string{"--config", good, "--threshold", "-1ms"}, 1, "threshold"},
+		{"config only", []string{"--config-only", "--config", good}, 0, "configuration OK\n"},
+		{"config only, bad", []string{"--config", write("bad2.toml", "threshold = \"fast\"\n"), "--config-only"}, 1, "threshold"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			var out, errb bytes.Buffer
