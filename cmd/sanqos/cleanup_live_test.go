@@ -2,11 +2,15 @@ package main
 
 import (
 	"bytes"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/sanqos/sanqos/internal/throttle"
 )
 
 // TestLiveCleanupOnlyBadConfig: issue 34. --cleanup-only used to refuse
@@ -78,17 +82,33 @@ func TestHelperCleanupOnly(t *testing.T) {
 	sh("ipset", "create", "sanqos-q77-w", "hash:ip")
 	sh("tc", "qdisc", "add", "dev", "lo", "root", "handle", "54:", "htb")
 
+	// A live instance beside them: q78, running in this process. Its
+	// objects are not the clean-up's to touch.
+	live, err := throttle.Open(t.Context(), throttle.Options{Backend: "nfqueue", QueueNum: 78, AckDelay: true})
+	if err != nil {
+		t.Fatalf("starting a live instance: %v", err)
+	}
+	defer live.Close()
+	state := throttle.State{Groups: []throttle.Group{{Name: "fs-a", Members: []netip.Addr{netip.MustParseAddr("192.0.2.9")}, WriteDelay: 5 * time.Millisecond}}}
+	if err := live.Apply(t.Context(), state); err != nil {
+		t.Fatalf("throttling with the live instance: %v", err)
+	}
+
 	var stdout, stderr bytes.Buffer
 	rc := dispatch([]string{"run", "--config", cfg, "--cleanup-only"}, &stdout, &stderr)
 	t.Logf("exit %d\nstdout: %s\nstderr: %s", rc, stdout.String(), stderr.String())
 	if rc != 0 {
 		t.Errorf("exit %d, want 0", rc)
 	}
-	if s := sh("iptables", "-t", "mangle", "-S"); strings.Contains(s, "SANQOS") {
+	if s := sh("iptables", "-t", "mangle", "-S"); strings.Contains(s, "SANQOS-q77") {
 		t.Errorf("chain left:\n%s", s)
+	} else if !strings.Contains(s, "-N SANQOS-q78") {
+		t.Errorf("the live instance's chain was removed:\n%s", s)
 	}
-	if s := sh("ipset", "list", "-n"); strings.Contains(s, "sanqos") {
+	if s := sh("ipset", "list", "-n"); strings.Contains(s, "sanqos-q77") {
 		t.Errorf("ipset left:\n%s", s)
+	} else if !strings.Contains(s, "sanqos-q78-") {
+		t.Errorf("the live instance's sets were removed:\n%s", s)
 	}
 	if s := sh("tc", "qdisc", "show", "dev", "lo", "root"); strings.Contains(s, "54:") {
 		t.Errorf("qdisc left:\n%s", s)
