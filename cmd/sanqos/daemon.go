@@ -59,7 +59,8 @@ in the mangle table and ipsets sanqos-<instance>-*, in the current network
 namespace; all removed on exit (Ctrl-C, SIGTERM, SIGHUP never exits) and at
 the next start after a crash. Each instance (q<queue> by default) owns its
 own objects and holds a lock; a second instance never touches them. --cleanup-only removes
-them and exits. The dry-run backend only logs and needs no root.
+them and exits; when the configuration is refused (a typo, a file others
+can write), it warns and removes the objects of every dead instance. The dry-run backend only logs and needs no root.
 
 Write delays hold the pure ACKs and the small segments that clock an iSCSI
 writer (R2T, SCSI response); a flow's delay rises gradually so that the
