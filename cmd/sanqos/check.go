@@ -172,9 +172,10 @@ func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer, ck c
 	if cfgErr == nil {
 		r.Discovery = ck.discovery(ctx, o, manual)
 		r.Kernel = append(r.Kernel, ck.probe(o, manual, r.Discovery, caps, capsErr))
-		r.Backend, r.Capabilities = ck.backend(o, runArgs, manual, r.Kernel, caps, capsErr)
+		var why []string
+		r.Backend, r.Capabilities, why = ck.backend(o, runArgs, manual, r.Kernel, caps, capsErr)
 		if r.Backend.Status != stOK {
-			r.Reasons = append(r.Reasons, fmt.Sprintf("the %s backend cannot run here", r.Backend.Name))
+			r.Reasons = append(r.Reasons, fmt.Sprintf("the %s backend cannot run here: %s", r.Backend.Name, strings.Join(why, "; ")))
 		}
 	}
 	r.WouldRun = len(r.Reasons) == 0
@@ -343,7 +344,7 @@ func (ck checker) probe(o runOptions, manual bool, d checkDiscovery, caps uint64
 // backend says which backend run would open and whether this host has
 // what it needs, and lists the capabilities the run needs with those
 // missing.
-func (ck checker) backend(o runOptions, args []string, manual bool, kernel []checkItem, caps uint64, capsErr error) (checkBackend, []checkItem) {
+func (ck checker) backend(o runOptions, args []string, manual bool, kernel []checkItem, caps uint64, capsErr error) (checkBackend, []checkItem, []string) {
 	name := o.backend.Backend
 	need := backendNeeds[name]
 	b := checkBackend{Name: name, Status: stOK, Needs: []string{}}
@@ -373,9 +374,11 @@ func (ck checker) backend(o runOptions, args []string, manual bool, kernel []che
 			lacking = append(lacking, n)
 		}
 	}
+	var why []string
 	if len(lacking) > 0 {
 		b.Status = stMissing
 		b.Why += "; this host lacks " + strings.Join(lacking, ", ")
+		why = append(why, "the kernel or host lacks "+strings.Join(lacking, ", "))
 	}
 
 	// Capabilities: the backend's must be there; the probe's and the
@@ -385,6 +388,7 @@ func (ck checker) backend(o runOptions, args []string, manual bool, kernel []che
 	if name != "dry-run" && ck.euid != 0 {
 		root.Status, root.Detail = stMissing, fmt.Sprintf("euid %d: run refuses the %s backend unless root", ck.euid, name)
 		b.Status = stMissing
+		why = append(why, "not root")
 	}
 	items = append(items, root)
 	type want struct {
@@ -416,11 +420,12 @@ func (ck checker) backend(o runOptions, args []string, manual bool, kernel []che
 			it.Status = stMissing
 			if w.required {
 				b.Status = stMissing
+				why = append(why, "no "+capNames[w.cap])
 			}
 		}
 		items = append(items, it)
 	}
-	return b, items
+	return b, items, why
 }
 
 // writeCheck prints the report, one line per item.
@@ -453,7 +458,7 @@ func writeCheck(w io.Writer, r checkReport) {
 		case d.Error != "":
 			line("discovery", d.Adapter, d.Status, d.Error+" (the daemon retries every discovery.interval)")
 		default:
-			line("discovery", d.Adapter, d.Status, fmt.Sprintf("%d resources", len(d.Resources)))
+			line("discovery", d.Adapter, d.Status, fmt.Sprintf("resources found: %d", len(d.Resources)))
 			for _, res := range d.Resources {
 				var cs []string
 				for _, c := range res.Consumers {

@@ -87,6 +87,13 @@ func TestCheckReportFixtures(t *testing.T) {
 			if r.Backend.Name != c.backend {
 				t.Errorf("backend %q, want %q", r.Backend.Name, c.backend)
 			}
+			reasons := strings.Join(r.Reasons, "; ")
+			if !c.wantRun && c.euid != 0 && !strings.Contains(reasons, "not root; no CAP_NET_ADMIN") {
+				t.Errorf("reasons %q do not say root and CAP_NET_ADMIN are missing", reasons)
+			}
+			if c.lacks != "" && !strings.Contains(reasons, "lacks "+c.lacks) {
+				t.Errorf("reasons %q do not say the host lacks %s", reasons, c.lacks)
+			}
 			if c.lacks != "" && !strings.Contains(r.Backend.Why, "lacks "+c.lacks) {
 				t.Errorf("backend why %q does not say it lacks %s", r.Backend.Why, c.lacks)
 			}
