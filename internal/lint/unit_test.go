@@ -73,8 +73,8 @@ func TestUnitSettings(t *testing.T) {
 	}
 	// The file is checked first (a bad one fails the reload), then the
 	// daemon gets SIGHUP.
-	if r := u["ExecReload"]; len(r) != 2 || !strings.Contains(r[0], "sanqos check --config") || !strings.Contains(r[1], "-HUP") {
-		t.Errorf("ExecReload=%q: want 'sanqos check --config FILE', then SIGHUP (the daemon reloads on it)", r)
+	if r := u["ExecReload"]; len(r) != 2 || !strings.Contains(r[0], "sanqos check --config-only --config") || !strings.Contains(r[1], "-HUP") {
+		t.Errorf("ExecReload=%q: want 'sanqos check --config-only --config FILE', then SIGHUP (the daemon reloads on it)", r)
 	}
 	if p := one("ExecStopPost"); !strings.Contains(p, "--cleanup-only") {
 		t.Errorf("ExecStopPost=%s: want sanqos run --cleanup-only, so rules never outlive the service", p)
