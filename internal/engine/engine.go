@@ -220,6 +220,13 @@ type device struct {
 	// fine: the block-layer probe is trusted for this device: it has
 	// counted reads on it, and never none while diskstats counted some.
 	fine bool
+	// probe is the probe's tick for this device, read in the observe
+	// phase (probeOK false: not probed); probeStuck that its oldest read
+	// would count as pending but the kernel counts no read in flight.
+	probe      latency.Ops
+	oldest     time.Duration
+	probeOK    bool
+	probeStuck bool
 }
 
 type consumer struct {
@@ -339,7 +346,9 @@ func (e *Engine) Step(now time.Time, snap []diskstats.Stat) Decision {
 
 // readSnapshot files snap's counters under the engine's devices and
 // computes each device's interval rates; it returns how many topology
-// devices the snapshot lacks.
+// devices the snapshot lacks. It is the observe phase of Step: every
+// read of a device (the probe's tick, reads in flight) happens here,
+// before any resource's law runs, so the law decides on one sample.
 func (e *Engine) readSnapshot(now time.Time, snap []diskstats.Stat) (missing int) {
 	e.gen++
 	if len(e.hintDev) != len(snap) {
@@ -379,6 +388,7 @@ func (e *Engine) readSnapshot(now time.Time, snap []diskstats.Stat) (missing int
 			d.valid = true
 			e.updateFine(d)
 			e.updatePending(d, now)
+			e.checkOldest(d)
 		}
 		d.prev, d.prevAt, d.hasPrev = d.cur, now, true
 	}

@@ -101,17 +101,26 @@ func (e *Engine) updatePending(d *device, now time.Time) {
 	d.pendingMs = float64(age) / float64(time.Millisecond)
 }
 
-// kernelHasReadsInFlight says whether the block layer counts reads in
-// flight on d (sysfs inflight), or cannot say. The probe's oldest read is
-// taken only with the kernel's word: a slot the probe failed to free
-// (seen in the lab: a "read" aging to 1.9 s while the reader's reads
-// completed in under a millisecond) must not throttle anyone.
-func (e *Engine) kernelHasReadsInFlight(d *device) bool {
-	if e.cfg.InFlight == nil {
-		return true
+// checkOldest sets d.probeStuck when the probe's oldest read in flight
+// would count (see measure) but the block layer counts no read in flight
+// on d. The probe's oldest read is taken only with the kernel's word: a
+// slot the probe failed to free (seen in the lab: a "read" aging to
+// 1.9 s while the reader's reads completed in under a millisecond) must
+// not throttle anyone. Only signal devices the probe measures are asked.
+func (e *Engine) checkOldest(d *device) {
+	d.probeStuck = false
+	if !d.sig || !d.fine || !d.probeOK || !oldestCounts(&d.probe, d.oldest) || e.cfg.InFlight == nil {
+		return
 	}
 	n, ok := e.cfg.InFlight.ReadsInFlight(d.name)
-	return !ok || n > 0
+	d.probeStuck = ok && n == 0
+}
+
+// oldestCounts says whether the probe's oldest read in flight counts as
+// a read of its age: when nothing completed, or it is older than the
+// tick's slowest completed reads.
+func oldestCounts(ops *latency.Ops, oldest time.Duration) bool {
+	return oldest > 0 && (ops.Count == 0 || oldest > ops.Hist.Quantile(0.99))
 }
 
 // measure aggregates the tick's reads of r's signal devices into the raw
@@ -133,7 +142,7 @@ func (e *Engine) measure(r *resource, rd *ResourceDecision) (raw float64, ok, pe
 			continue
 		}
 		if d.fine {
-			if ops, oldest, ok := e.cfg.Fine.TickReads(d.name); ok {
+			if ops, oldest, ok := &d.probe, d.oldest, d.probeOK; ok {
 				fine++
 				fineReads += ops.Count
 				fineSum += ops.Sum
@@ -143,7 +152,7 @@ func (e *Engine) measure(r *resource, rd *ResourceDecision) (raw float64, ok, pe
 				// counts by its age at once, no tick of proof needed,
 				// when nothing completed or it is older than the tick's
 				// slowest completed reads.
-				if oldest > 0 && (ops.Count == 0 || oldest > ops.Hist.Quantile(0.99)) && e.kernelHasReadsInFlight(d) {
+				if oldestCounts(ops, oldest) && !d.probeStuck {
 					pending = true
 					ms := float64(oldest) / float64(time.Millisecond)
 					agg.AddPending(ms)
@@ -191,10 +200,12 @@ func (e *Engine) measure(r *resource, rd *ResourceDecision) (raw float64, ok, pe
 // and falls back to diskstats as soon as diskstats counts reads the probe
 // did not (found live on LVM over dm-delay in the kernel lab).
 func (e *Engine) updateFine(d *device) {
+	d.probeOK = false
 	if e.cfg.Fine == nil {
 		return
 	}
-	ops, _, ok := e.cfg.Fine.TickReads(d.name)
+	ops, oldest, ok := e.cfg.Fine.TickReads(d.name)
+	d.probe, d.oldest, d.probeOK = ops, oldest, ok
 	switch {
 	case !ok:
 		d.fine = false
