@@ -354,42 +354,6 @@ func (c *PID) SetOutput(u float64) float64 {
 	return c.u
 }
 
-// Setter is a controller whose output can be set from outside. pid is
-// one; thesis is not.
-type Setter interface {
-	SetOutput(u float64) float64
-}
-
-// Scaler is a controller whose output can be scaled from outside.
-// pid is one; thesis is not (the copied listing has no such input).
-type Scaler interface {
-	Scale(f float64) float64
-}
-
-// Retargeter is a controller whose set point can move while it runs
-// (the engine's measured headroom). pid is one; thesis is not.
-type Retargeter interface {
-	Retarget(targetMs float64)
-}
-
-// Rebaser is a controller that can resume after a pause without acting
-// on the change of its error across the pause.
-type Rebaser interface {
-	Rebase(signalMs float64)
-}
-
-// Climber is a controller that says when it is in a burst's first
-// climb, still short of what holds the writers. pid is one.
-type Climber interface {
-	Rising() bool
-}
-
-// Ceiling is a controller whose output clamp can be moved while it runs.
-// pid is one; thesis is not (its clamp is part of the copied listing).
-type Ceiling interface {
-	SetUMax(umax float64)
-}
-
 // None never throttles: it is the baseline of every comparison.
 type None struct{}
 

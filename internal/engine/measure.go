@@ -5,6 +5,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sanqos/sanqos/internal/control"
 	"github.com/sanqos/sanqos/internal/latency"
 
 	"github.com/sanqos/sanqos/internal/smoothing"
@@ -12,9 +13,9 @@ import (
 
 // The signals a resource's controller can follow.
 const (
-	SignalMean = "mean"
-	SignalP95  = "p95"
-	SignalP99  = "p99"
+	SignalMean = control.SignalMean
+	SignalP95  = control.SignalP95
+	SignalP99  = control.SignalP99
 )
 
 // Signals lists the valid Signal names.
@@ -64,11 +65,8 @@ type InFlight interface {
 //     held (there is no new evidence either way);
 //   - otherwise the resource is idle: the signal decays as in the thesis.
 const (
-	// idleHold bridges the think time of slow readers (a reader of a few
-	// reads a second leaves most ticks without a read in flight), so that
-	// the delay is neither released between two reads nor kept on stale
-	// news once the readers have gone.
-	idleHold = time.Second
+	// idleHold: see control.DefaultIdleHold.
+	idleHold = control.DefaultIdleHold
 	// pendingTrustMax: a read in flight longer than this is past the SCSI
 	// layer's 30 s command timeout; an in-flight count that old is a
 	// kernel's accounting leak, not a read, and is ignored rather than
@@ -77,7 +75,7 @@ const (
 )
 
 // updatePending classifies d's reads in flight for this Step (see
-// "Starvation"); d.rates holds the Step's interval.
+// "Starvation" in package control); d.rates holds the Step's interval.
 func (e *Engine) updatePending(d *device, now time.Time) {
 	d.pending, d.pendingMs = false, 0
 	if !d.sig || d.rates.Reads > 0 || d.cur.InProgress == 0 || e.cfg.InFlight == nil || d.fine {
@@ -125,7 +123,7 @@ func oldestCounts(ops *latency.Ops, oldest time.Duration) bool {
 
 // measure aggregates the tick's reads of r's signal devices into the raw
 // value of r's signal: from the probe where it has the device, from
-// /proc/diskstats otherwise (see "Starvation" for reads in flight). It
+// /proc/diskstats otherwise (see "Starvation" in package control for reads in flight). It
 // fills rd's Reads, PendingMs, Signal, Source and the probe's statistics.
 // ok is false when there was no read to measure; pending is true when
 // reads are known to be in flight.

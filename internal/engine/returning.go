@@ -4,6 +4,7 @@ import (
 	"net/netip"
 	"time"
 
+	"github.com/sanqos/sanqos/internal/control"
 	"github.com/sanqos/sanqos/internal/direction"
 	"github.com/sanqos/sanqos/internal/policy"
 )
@@ -15,13 +16,13 @@ import (
 // onsets peaked at 25–120 ms although the delay was armed). The data path
 // can see a write at once (throttle "Arming"), so each decision names the
 // resource's returning writers: consumers that were in its set within
-// armHold and are not now, to be held at the delay the set left
+// control.ArmHold and are not now, to be held at the delay the set left
 // (ControlMs) from their first write data segment. Only writers that
-// paused are named: one that has written within activeWindow left the set
+// paused are named: one that has written within control.ActiveWindow left the set
 // because its rate fell, not because it stopped, and is judged by the
 // policy alone (a VM back to light writes after a bulk load must not be
 // held at the bulk load's delay). A named writer that writes stays named
-// while it rejoins, for up to activeWindow from its first write: the
+// while it rejoins, for up to control.ActiveWindow from its first write: the
 // policy needs a tick or two of writes to take it back, and dropping it at
 // its first write would let it run unheld in between (the lab's randw
 // record: 28 MB/s in the tick after the first, with 32 ms armed). One
@@ -41,7 +42,7 @@ func noteMember(c *consumer, member bool, now time.Time) {
 
 // returning lists r's returning writers into rd.
 func (e *Engine) returning(r *resource, rd *ResourceDecision, now time.Time) {
-	if e.cfg.Policy != policy.ReadOverWrite || e.cfg.Direction&direction.Write == 0 || r.controlMs <= 0 {
+	if e.cfg.Policy != policy.ReadOverWrite || e.cfg.Direction&direction.Write == 0 || rd.ControlMs <= 0 {
 		return
 	}
 	for _, ci := range r.consumers {
@@ -57,17 +58,17 @@ func (e *Engine) returning(r *resource, rd *ResourceDecision, now time.Time) {
 
 // stillReturning moves c's returning state to now and reports it.
 func (e *Engine) stillReturning(c *consumer, now time.Time) bool {
-	if c.memberAt.IsZero() || c.memberAt.Equal(now) || now.Sub(c.memberAt) >= armHold {
+	if c.memberAt.IsZero() || c.memberAt.Equal(now) || now.Sub(c.memberAt) >= control.ArmHold {
 		c.returning, c.rejoinSince = false, time.Time{}
 		return false
 	}
-	switch paused := c.lastWrite.IsZero() || now.Sub(c.lastWrite) >= activeWindow; {
+	switch paused := c.lastWrite.IsZero() || now.Sub(c.lastWrite) >= control.ActiveWindow; {
 	case paused:
 		c.returning, c.rejoinSince = true, time.Time{}
 	case !c.returning:
 	case c.rejoinSince.IsZero():
 		c.rejoinSince = now
-	case now.Sub(c.rejoinSince) >= activeWindow:
+	case now.Sub(c.rejoinSince) >= control.ActiveWindow:
 		c.returning, c.rejoinSince = false, time.Time{}
 	}
 	return c.returning
@@ -80,4 +81,28 @@ func containsAddr(s []netip.Addr, a netip.Addr) bool {
 		}
 	}
 	return false
+}
+
+// noteWrite records that consumer c was judged writing kbs this tick.
+func noteWrite(c *consumer, kbs float64, now time.Time) {
+	if kbs > 0 {
+		c.lastWrite = now
+	}
+}
+
+// activeWriters counts the distinct addresses of r's members that wrote
+// within control.ActiveWindow (the loop's onsets and wind-down).
+func (e *Engine) activeWriters(r *resource, now time.Time) int {
+	var seen [16]netip.Addr
+	addrs := seen[:0]
+	for _, ci := range r.consumers {
+		c := &e.cons[ci]
+		if !c.st.Member || c.lastWrite.IsZero() || now.Sub(c.lastWrite) >= control.ActiveWindow {
+			continue
+		}
+		if !containsAddr(addrs, c.c.Addr) {
+			addrs = append(addrs, c.c.Addr)
+		}
+	}
+	return len(addrs)
 }

@@ -1,12 +1,6 @@
-package engine
+package control
 
-import (
-	"net/netip"
-	"time"
-
-	"github.com/sanqos/sanqos/internal/control"
-	"github.com/sanqos/sanqos/internal/policy"
-)
+import "time"
 
 // Onsets. A per-packet delay slows each writer by about one delay per
 // I/O, so the delay a resource needs grows with the number of writers
@@ -32,11 +26,11 @@ import (
 // read-over-write policy, whose members are found writing, and only a
 // controller that can be scaled (pid; not thesis's copy).
 const (
-	// activeWindow: a member counts as writing for this long after its
+	// ActiveWindow: a member counts as writing for this long after its
 	// last write, so a writer held at a long delay that completes no
 	// write in some tick is not counted out and back in (each return
 	// would scale the delay up again).
-	activeWindow = time.Second
+	ActiveWindow = time.Second
 	// learnAfter: about two of the pid's integral times (Ti 500 ms), by
 	// which it has adapted the output to a lower count.
 	learnAfter = 2 * time.Second
@@ -50,33 +44,26 @@ type onsetState struct {
 	lowerSince time.Time
 }
 
-// noteWrite records that consumer c was judged writing kbs this tick.
-func noteWrite(c *consumer, kbs float64, now time.Time) {
-	if kbs > 0 {
-		c.lastWrite = now
-	}
-}
-
-// feedForward scales r's output when more members write than it was
+// feedForward scales the output when more members write than it was
 // learned with (see "Onsets"). It runs before the controller's step;
-// running says whether the controller is stepped in this Step (a lower
+// running says whether the controller is stepped in this tick (a lower
 // count is learned only while it is).
-func (e *Engine) feedForward(r *resource, now time.Time, running bool) {
+func (l *Loop) feedForward(o Observation, running bool) {
 	if !running {
-		r.onset.lowerSince = time.Time{}
+		l.onset.lowerSince = time.Time{}
 		return
 	}
-	if e.cfg.Policy != policy.ReadOverWrite {
+	if !l.cfg.ByWrites {
 		return
 	}
-	n := e.activeWriters(r, now)
-	st := &r.onset
+	n, now := o.Active, o.Now
+	st := &l.onset
 	switch {
 	case n == 0:
 		st.lowerSince = time.Time{}
 	case n > st.writers:
-		if sc, ok := r.ctrl.(control.Scaler); ok && st.writers > 0 && r.controlMs > 0 {
-			r.controlMs = sc.Scale(float64(n) / float64(st.writers))
+		if l.rules.Onset && st.writers > 0 && l.controlMs > 0 {
+			l.controlMs = l.pid.Scale(float64(n) / float64(st.writers))
 		}
 		st.writers, st.lowerSince = n, time.Time{}
 	case n < st.writers:
@@ -90,19 +77,6 @@ func (e *Engine) feedForward(r *resource, now time.Time, running bool) {
 	}
 }
 
-// activeWriters counts the distinct addresses of r's members that wrote
-// within activeWindow.
-func (e *Engine) activeWriters(r *resource, now time.Time) int {
-	var seen [16]netip.Addr
-	addrs := seen[:0]
-	for _, ci := range r.consumers {
-		c := &e.cons[ci]
-		if !c.st.Member || c.lastWrite.IsZero() || now.Sub(c.lastWrite) >= activeWindow {
-			continue
-		}
-		if !containsAddr(addrs, c.c.Addr) {
-			addrs = append(addrs, c.c.Addr)
-		}
-	}
-	return len(addrs)
-}
+// OnsetWriters is how many writing members the output stands for (see
+// "Onsets"; 0: none yet).
+func (l *Loop) OnsetWriters() int { return l.onset.writers }

@@ -1,11 +1,9 @@
-package engine
+package control
 
 import (
 	"math"
 	"slices"
 	"time"
-
-	"github.com/sanqos/sanqos/internal/control"
 )
 
 // Headroom. A threshold is a promise about single seconds, and the
@@ -98,9 +96,6 @@ type scatter struct {
 	next  int
 }
 
-// targetMs is r's set point: the threshold less its headroom.
-func (r *resource) targetMs() float64 { return r.threshold * (1 - r.headroom) }
-
 // headroomFor returns the headroom that keeps seconds at median m and
 // scatter s (both relative to the set point) within the margins. A loop
 // whose median second is more than holdTolerance over its set point is
@@ -143,60 +138,64 @@ func median(sorted []float64) float64 {
 	return (sorted[n/2-1] + sorted[n/2]) / 2
 }
 
-// adaptHeadroom adds this tick to r's scatter and, at each new second,
-// moves r's headroom toward what the scatter asks for. A second counts if
+// adaptHeadroom adds this tick to the scatter and, at each new second,
+// moves the headroom toward what the scatter asks for. A second counts if
 // in every tick of it the controller held a delay on writers that wrote,
 // past the onset; its value is the mean of its ticks that completed reads
 // (a reader slower than a tick leaves some without).
-func (e *Engine) adaptHeadroom(r *resource, rd *ResourceDecision, now time.Time) {
-	sc := &r.scatter
+func (l *Loop) adaptHeadroom(o Observation, out *Output) {
+	now := o.Now
+	sc := &l.scatter
 	switch {
-	case len(rd.Members) == 0:
+	case o.Members == 0:
 		sc.since = time.Time{}
 	case sc.since.IsZero():
 		sc.since = now
 	}
-	if !e.cfg.AutoHeadroom || r.signal != SignalMean {
+	if !l.cfg.AutoHeadroom || l.cfg.Signal != SignalMean {
 		return
 	}
 	if now.Sub(sc.sec) >= time.Second || now.Before(sc.sec) {
 		// The headroom moves only here, so the second was judged against
 		// the set point it still has.
 		if sc.held && sc.n > 0 {
-			e.addScatter(r, sc.sum/float64(sc.n)/r.targetMs()-1)
+			l.addScatter(sc.sum/float64(sc.n)/l.TargetMs() - 1)
 		}
 		sc.sec, sc.sum, sc.n, sc.held = now, 0, 0, true
 	}
-	held := len(rd.Members) > 0 && !rd.Armed && rd.ControlMs > 0 && now.Sub(sc.since) >= settleAfter
+	raw := 0.0
+	if o.Measured && o.Reads {
+		raw = o.RawMs
+	}
+	held := o.Members > 0 && !out.Armed && out.ControlMs > 0 && now.Sub(sc.since) >= settleAfter
 	sc.held = sc.held && held
-	if held && rd.RawMs > 0 {
-		sc.sum += rd.RawMs
+	if held && raw > 0 {
+		sc.sum += raw
 		sc.n++
 	}
 }
 
 // addScatter records one held second's deviation and steps the headroom.
-func (e *Engine) addScatter(r *resource, dev float64) {
-	sc := &r.scatter
+func (l *Loop) addScatter(dev float64) {
+	sc := &l.scatter
 	if len(sc.devs) < scatterWindow {
 		sc.devs = append(sc.devs, dev)
 	} else {
 		sc.devs[sc.next] = dev
 		sc.next = (sc.next + 1) % scatterWindow
 	}
-	if len(sc.devs) < scatterMin {
-		return
-	}
-	rt, ok := r.ctrl.(control.Retargeter)
-	if !ok {
+	if len(sc.devs) < scatterMin || !l.rules.Retarget {
 		return // the thesis's controller keeps the set point it was built with
 	}
 	m, s := robust(slices.Clone(sc.devs))
 	want := headroomFor(m, s)
-	h := r.headroom + max(min(want-r.headroom, headroomStep), -headroomStep)
-	if h == r.headroom {
+	h := l.headroom + max(min(want-l.headroom, headroomStep), -headroomStep)
+	if h == l.headroom {
 		return
 	}
-	r.headroom = h
-	rt.Retarget(r.targetMs())
+	l.headroom = h
+	l.pid.Retarget(l.TargetMs())
 }
+
+// Headroom is the fraction of the threshold the set point lies below it.
+func (l *Loop) Headroom() float64 { return l.headroom }

@@ -1,10 +1,6 @@
-package engine
+package control
 
-import (
-	"time"
-
-	"github.com/sanqos/sanqos/internal/control"
-)
+import "time"
 
 // Authority. A per-packet delay slows each of a writer's I/Os by about
 // one delay, so it cuts the writers' rate only as far as their
@@ -49,48 +45,47 @@ const (
 // the initiators' 30 s SCSI command timeout.
 const DefaultUMaxLimitMs = 200
 
-// scaleCeiling moves r's delay ceiling with the writers' need (see
-// "Authority") and reports saturation in rd.
-func (e *Engine) scaleCeiling(r *resource, rd *ResourceDecision, now time.Time) {
-	base := e.cfg.Control.UMaxMs
-	limit := max(e.cfg.UMaxLimitMs, base)
-	c, movable := r.ctrl.(control.Ceiling)
+// scaleCeiling moves the delay ceiling with the writers' need (see
+// "Authority") and reports saturation in out.
+func (l *Loop) scaleCeiling(o Observation, out *Output) {
+	now := o.Now
+	base := l.cfg.Params.UMaxMs
+	limit := max(l.cfg.UMaxLimitMs, base)
+	movable := l.rules.Ceiling
 	if !movable {
 		limit = base
 	}
-	if r.ceiling <= 0 {
-		r.ceiling = base
+	if l.ceiling <= 0 {
+		l.ceiling = base
 	}
 	// Pressing: the delay near the ceiling and the latency still over the
 	// set point. Near, not at: the P and D terms keep the output a few
-	// percent under the clamp from tick to tick while it is not enough
-	// (the lab's 24 sequential writers held it at 17-20 ms of 20 with the
-	// latency at 15-39 ms for 40 s before "at" was true for a second).
-	atCeiling := r.controlMs >= r.ceiling*pressShare && r.signalMs > r.targetMs() && len(rd.Members) > 0
+	// percent under the clamp from tick to tick while it is not enough.
+	atCeiling := l.controlMs >= l.ceiling*pressShare && l.signalMs > l.TargetMs() && o.Members > 0
 	if !atCeiling {
-		r.satSince = time.Time{}
-	} else if r.satSince.IsZero() {
-		r.satSince = now
+		l.satSince = time.Time{}
+	} else if l.satSince.IsZero() {
+		l.satSince = now
 	}
-	if r.controlMs >= r.ceiling/2 {
-		r.lowSince = time.Time{}
-	} else if r.lowSince.IsZero() {
-		r.lowSince = now
+	if l.controlMs >= l.ceiling/2 {
+		l.lowSince = time.Time{}
+	} else if l.lowSince.IsZero() {
+		l.lowSince = now
 	}
 	after := raiseAfter
-	if cl, ok := r.ctrl.(control.Climber); r.signalMs >= farOver*r.threshold || ok && cl.Rising() {
+	if l.signalMs >= farOver*l.cfg.ThresholdMs || l.rules.FirstClimb && l.pid.Rising() {
 		after = raiseAfterFar
 	}
 	switch {
-	case movable && atCeiling && r.ceiling < limit && now.Sub(r.satSince) >= after:
-		r.ceiling = min(r.ceiling*raiseFactor, limit)
-		c.SetUMax(r.ceiling)
-		r.satSince = time.Time{}
-	case movable && r.ceiling > base && !r.lowSince.IsZero() && now.Sub(r.lowSince) >= lowerAfter:
-		r.ceiling = max(r.ceiling/raiseFactor, base)
-		c.SetUMax(r.ceiling)
-		r.lowSince = time.Time{}
+	case movable && atCeiling && l.ceiling < limit && now.Sub(l.satSince) >= after:
+		l.ceiling = min(l.ceiling*raiseFactor, limit)
+		l.pid.SetUMax(l.ceiling)
+		l.satSince = time.Time{}
+	case movable && l.ceiling > base && !l.lowSince.IsZero() && now.Sub(l.lowSince) >= lowerAfter:
+		l.ceiling = max(l.ceiling/raiseFactor, base)
+		l.pid.SetUMax(l.ceiling)
+		l.lowSince = time.Time{}
 	}
-	rd.UMaxMs, rd.UMaxLimitMs = r.ceiling, limit
-	rd.Saturated = atCeiling && r.ceiling >= limit && !r.satSince.IsZero() && now.Sub(r.satSince) >= raiseAfter
+	out.UMaxMs, out.UMaxLimitMs = l.ceiling, limit
+	out.Saturated = atCeiling && l.ceiling >= limit && !l.satSince.IsZero() && now.Sub(l.satSince) >= raiseAfter
 }

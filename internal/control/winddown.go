@@ -1,10 +1,6 @@
-package engine
+package control
 
-import (
-	"time"
-
-	"github.com/sanqos/sanqos/internal/control"
-)
+import "time"
 
 // Wind-down. The writers of a burst do not all stop at once: their
 // threads finish one after another, the read latency falls with each,
@@ -70,20 +66,20 @@ func (b *burstPeak) peak(now time.Time) float64 {
 	return m
 }
 
-// windDown notes r's output of a running tick, or, in a pause of every
+// windDown notes the output of a running tick, or, in a pause of every
 // member, lifts it to the burst's (see "Wind-down"). It runs after the
 // controller's step; running says whether it was stepped.
-func (e *Engine) windDown(r *resource, rd *ResourceDecision, now time.Time, running bool) {
-	b := &r.burst
+func (l *Loop) windDown(o Observation, armed, running bool) {
+	b := &l.burst
 	switch {
-	case running && len(rd.Members) > 0:
-		b.note(now, r.controlMs)
-	case !rd.Armed || b.lifted || e.activeWriters(r, now) > 0:
+	case running && o.Members > 0:
+		b.note(o.Now, l.controlMs)
+	case !armed || b.lifted || o.Active > 0:
 	default:
 		b.lifted = true
-		if st, ok := r.ctrl.(control.Setter); ok {
-			if p := b.peak(now); p > r.controlMs {
-				r.controlMs = st.SetOutput(p)
+		if l.rules.WindDown {
+			if p := b.peak(o.Now); p > l.controlMs {
+				l.controlMs = l.pid.SetOutput(p)
 			}
 		}
 	}
