@@ -2,37 +2,17 @@ package control
 
 import "time"
 
-// Onsets. A per-packet delay slows each writer by about one delay per
-// I/O, so the delay a resource needs grows with the number of writers
-// it holds (Little's law: outstanding I/Os × service time; see
-// "Authority"). The controller learns the delay for the writers it
-// sees, from the read latency, which rises only after a newcomer's
-// first I/Os have queued at the disk: a writer that starts while others
-// are held meets a delay learned for fewer and lets a second or two
-// through. Measured in the simulator's lab scenario, whose hosts drift
-// apart as the lab's do: a host alone brings the delay down to 3–5 ms
-// and each host that starts after it lifts the reader's wait over
-// 1.2 × threshold, 2–6 % of the seconds at 15 and 20 ms.
-//
-// So the engine counts the set's members that wrote in the last
-// activeWindow and, when more of them write than the output was learned
-// with, scales the output by the ratio at once (the pid moves by
-// factors anyway); the controller then corrects from there. The count
-// the output stands for rises at once and falls only after the lower
-// count has held for learnAfter with the controller running, so writers
-// that stop together (and leave the window a tick apart) and come back
-// together meet the delay they left, not a multiple of it. No member
-// writing keeps the count (the output is armed for them). Only the
-// read-over-write policy, whose members are found writing, and only a
-// controller that can be scaled (pid; not thesis's copy).
+// Onsets (step 3 of the law, doc.go): more members writing than the
+// output was learned with scale it at once. Only where members are found
+// by their writes (LoopConfig.ByWrites).
 const (
 	// ActiveWindow: a member counts as writing for this long after its
 	// last write, so a writer held at a long delay that completes no
 	// write in some tick is not counted out and back in (each return
 	// would scale the delay up again).
 	ActiveWindow = time.Second
-	// learnAfter: about two of the pid's integral times (Ti 500 ms), by
-	// which it has adapted the output to a lower count.
+	// learnAfter: a lower count is learned after it: about two of pid's
+	// integral times (Ti 500 ms), by which it has adapted to the count.
 	learnAfter = 2 * time.Second
 )
 

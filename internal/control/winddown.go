@@ -2,28 +2,12 @@ package control
 
 import "time"
 
-// Wind-down. The writers of a burst do not all stop at once: their
-// threads finish one after another, the read latency falls with each,
-// and the controller, following it, lowers the delay over the burst's
-// last seconds. Armed through the pause, the set then keeps that
-// wound-down delay, learned for the last few threads, and the next burst
-// starts with all of them at it. Near saturation that is the difference
-// between holding and not: in the lab's fig5.11 at 20 ms (2026-11-27,
-// frontier's pid-20ms) the delay held the bursts at 9–13 ms, fell to
-// 5–6 ms as each burst ended, and the bursts that came back to it peaked
-// at 25–30 ms for a second, where the static frontier of the same hour put
-// the reader's p95 at 44 ms under a fixed 7.5 ms and at 18.6 ms under
-// 10 ms.
-//
-// So the engine keeps the highest output of the controller's running
-// ticks with members over the last burstMemory, and once no member has
-// written for activeWindow (a pause, not a quiet tick inside a burst)
-// lifts the output to it, once per pause: writers that come back meet
-// the delay that held their burst, and the controller corrects from
-// there. A burst's onset, where the ceiling may have driven the delay to
-// many times its steady value to drain a backlog, lies further back than
-// burstMemory in every burst longer than a few seconds. Only controllers
-// whose output can be set (pid).
+// Wind-down (step 5 of the law, doc.go): in a pause, the output is
+// lifted to the highest of the burst's last burstMemory, so writers that
+// come back meet the delay that held their burst, not the one learned
+// for its last threads. burstMemory: a long burst's onset, where the
+// ceiling may have driven the delay to many times its steady value, lies
+// further back.
 const burstMemory = 4 * time.Second
 
 // burstSlots: one place per whole second of burstMemory, and the current

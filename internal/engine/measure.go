@@ -102,9 +102,9 @@ func (e *Engine) updatePending(d *device, now time.Time) {
 // checkOldest sets d.probeStuck when the probe's oldest read in flight
 // would count (see measure) but the block layer counts no read in flight
 // on d. The probe's oldest read is taken only with the kernel's word: a
-// slot the probe failed to free (seen in the lab: a "read" aging to
-// 1.9 s while the reader's reads completed in under a millisecond) must
-// not throttle anyone. Only signal devices the probe measures are asked.
+// slot the probe failed to free (a "read" aging for seconds while the
+// reader's reads complete in under a millisecond) must not throttle
+// anyone. Only signal devices the probe measures are asked.
 func (e *Engine) checkOldest(d *device) {
 	d.probeStuck = false
 	if !d.sig || !d.fine || !d.probeOK || !oldestCounts(&d.probe, d.oldest) || e.cfg.InFlight == nil {
