@@ -47,12 +47,14 @@
 // # The law, step by step
 //
 // 1. Signal. An EWMA of the raw value, α = 0.25 (the thesis's weight; its
-// lag is about 0.35 s). A tick without a read completed and none known
-// in flight is held, signal and delay kept, for DefaultIdleHold (1 s)
-// after the last read: a reader of a few reads a second leaves most
-// ticks empty, and the delay must be neither released between two reads
-// nor kept on stale news once the readers have gone. After it the EWMA
-// decays toward 0 as in the thesis ("Held" in the output).
+// lag is about 0.35 s). A tick with no value (no read completed, none
+// counted by its age) is held, signal and delay kept ("Held" in the
+// output), while reads are known in flight (seen for the first time: no
+// evidence yet either way) or for DefaultIdleHold (1 s) after the last
+// read: a reader of a few reads a second leaves most ticks empty, and the
+// delay must be neither released between two reads nor kept on stale
+// news once the readers have gone. Otherwise the resource is idle and the
+// EWMA decays toward 0, as in the thesis.
 //
 // 2. Armed through pauses. While the set is empty, or (writers found by
 // their writes: the read-over-write policy) none of its members writes,
