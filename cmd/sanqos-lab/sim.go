@@ -111,6 +111,7 @@ writes DIR/sim/ (figures, summary.json, index.html).`, stderr)
 	kp := fs.Float64("kp", g.Kp, "pid proportional gain: a relative error of 1 multiplies the delay by e^kp")
 	ti := fs.Duration("ti", g.Ti, "pid integral time")
 	td := fs.Duration("td", g.Td, "pid derivative time")
+	rules := fs.String("rules", "", "switch rules of the law off, for ablations: a comma-separated list of -RULE, RULE one of "+strings.Join(control.RuleNames(), ", "))
 	fixed := msFlag(0)
 	fs.Var(&fixed, "fixed-delay", "instead of a controller (with --controller none), delay the writers by this much all along, as the lab's frontier does (e.g. 10ms)")
 	if err := parseFlags(fs, args); err != nil {
@@ -138,6 +139,11 @@ writes DIR/sim/ (figures, summary.json, index.html).`, stderr)
 	if err := engine.CheckSignal(*signal); err != nil {
 		return bad("--%v", err)
 	}
+	off, err := rulesOff(*rules)
+	if err != nil {
+		return bad("--rules: %v", err)
+	}
+	cfg.RulesOff = off
 	cfg.Scenario = sc
 	cfg.Signal, cfg.NoProbe = *signal, *noProbe
 	cfg.Controller = *ctl
@@ -189,4 +195,22 @@ func writeFileWith(path string, write func(io.Writer) error) error {
 		return fmt.Errorf("writing %s: %w", path, err)
 	}
 	return nil
+}
+
+// rulesOff parses --rules: "-onset,-winddown" switches those rules off.
+// Only switching off is offered: which rules a law runs is its table's
+// (control.LawRules).
+func rulesOff(s string) ([]string, error) {
+	if s == "" {
+		return nil, nil
+	}
+	var off []string
+	for _, r := range strings.Split(s, ",") {
+		name, ok := strings.CutPrefix(strings.TrimSpace(r), "-")
+		if !ok {
+			return nil, fmt.Errorf("%q: want -RULE to switch a rule off (the law's table says which are on)", r)
+		}
+		off = append(off, name)
+	}
+	return off, control.CheckRules(off)
 }

@@ -85,6 +85,9 @@ type Config struct {
 	// thesis's r_await), SignalP95 or SignalP99. Percentiles need Fine;
 	// without it a tick's signal is the mean and the decision says so.
 	Signal string
+	// RulesOff switches rules of the law off by name
+	// (control.RuleNames), for ablations; nil runs the law whole.
+	RulesOff []string
 }
 
 // DefaultConfig is the configuration of the thesis's experiments with the
@@ -450,7 +453,7 @@ func (e *Engine) loopConfig(threshold float64, signal string) control.LoopConfig
 		Law: e.cfg.Controller, Params: e.cfg.Control, ThresholdMs: threshold,
 		Alpha: e.cfg.Alpha, Headroom: e.cfg.Headroom, AutoHeadroom: e.cfg.AutoHeadroom,
 		Signal: signal, UMaxLimitMs: e.cfg.UMaxLimitMs, IdleHold: e.idleHold,
-		ByWrites: e.cfg.Policy == policy.ReadOverWrite,
+		ByWrites: e.cfg.Policy == policy.ReadOverWrite, Off: e.cfg.RulesOff,
 	}
 }
 
