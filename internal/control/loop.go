@@ -238,25 +238,32 @@ func (l *Loop) PID() *PID { return l.pid }
 // Step runs the law for one tick: every rule, in the order of doc.go.
 func (l *Loop) Step(o Observation) Output {
 	out := Output{TargetMs: l.TargetMs()}
-	news := l.measure(o, &out)    // 1. signal, starvation hold
-	out.Armed = l.armed(o)        // 2. armed through pauses
-	running := news && !out.Armed //    the controller runs
-	l.feedForward(o, running)     // 3. onsets
-	if running {                  // 4. the law (pid: floor, rest, first climb, error cap)
+	// 1. The signal, held through ticks without evidence.
+	news := l.measure(o, &out)
+	// 2. Armed through pauses: the controller is not stepped.
+	out.Armed = l.armed(o)
+	running := news && !out.Armed
+	// 3. Onsets: more members writing scale the output at once.
+	l.feedForward(o, running)
+	// 4. The controller (pid: error cap, floor, rest, first climb),
+	// rebased after a pause.
+	if running {
 		if l.rules.Rebase && l.frozen {
 			l.pid.Rebase(l.signalMs)
 		}
 		l.controlMs = l.ctrl.Update(l.signalMs)
 	}
-	l.windDown(o, out.Armed, running) // 5. wind-down
+	// 5. Wind-down: a pause lifts the output to the burst's peak.
+	l.windDown(o, out.Armed, running)
 	l.frozen = out.Armed
 	out.ControlMs = l.controlMs
 	if o.Members > 0 {
-		out.DelayMs = l.controlMs
+		out.DelayMs = l.controlMs // the delay in force
 	}
-	l.scaleCeiling(o, &out)  // 6. the ceiling, saturation
-	l.adaptHeadroom(o, &out) // 7. headroom
-	out.SignalMs = l.signalMs
+	// 6. The ceiling follows the writers' need; saturation.
+	l.scaleCeiling(o, &out)
+	// 7. Headroom: the set point moves for the next tick.
+	l.adaptHeadroom(o, &out)
 	return out
 }
 

@@ -11,6 +11,14 @@
 // and by how much (Decision.Throttles), and the daemon translates that to
 // the throttle backend's state, so the engine and the simulator build and
 // test on any OS.
+//
+// The control law is not here: each resource has a control.Loop, which
+// runs every rule in one order (package control describes them). A Step
+// reads every device first (the snapshot, the probe's tick, reads in
+// flight), then per resource measures its signal, updates its
+// throttleable set, steps its loop with what it measured and names its
+// returning writers. The engine keeps the measurement, attribution,
+// membership and bookkeeping; it never asks a controller what it can do.
 package engine
 
 import (

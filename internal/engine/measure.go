@@ -50,20 +50,14 @@ type InFlight interface {
 	ReadsInFlight(device string) (n uint64, ok bool)
 }
 
-// Starvation. A reader whose reads take longer than a tick completes none
-// in most ticks, exactly when the disk is at its worst; the thesis's rule
-// (a tick without reads decays the signal) then reads the worst moments
-// as health and lets the controller release the writers. So a tick
-// without a completed read is classified:
-//
-//   - reads in flight that were already in flight a tick ago (no read of
-//     the device completed in between, so they are the same reads): each
-//     device adds one read of its age so far, a lower bound of its
-//     latency, to the signal;
-//   - reads in flight seen for the first time, or no read in flight but a
-//     read sample less than idleHold ago: the signal and the delay are
-//     held (there is no new evidence either way);
-//   - otherwise the resource is idle: the signal decays as in the thesis.
+// Reads in flight (the measuring half of "Starvation" in package
+// control). A reader whose reads take longer than a tick completes none
+// in most ticks, exactly when the disk is at its worst, so a tick without
+// a completed read is classified per device: reads in flight that were
+// already in flight a tick ago (no read of the device completed in
+// between, so they are the same reads) add one read of their age so far,
+// a lower bound of its latency, to the signal; reads in flight seen for
+// the first time only say that reads are pending, and the loop holds.
 const (
 	// idleHold: see control.DefaultIdleHold.
 	idleHold = control.DefaultIdleHold

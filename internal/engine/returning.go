@@ -11,25 +11,24 @@ import (
 
 // Returning writers. A writer is found by its writes, so one that comes
 // back after a pause is seen a tick after its first writes have reached
-// the disk: at a busy disk that first tick of small random writes is
-// what the reader then waits behind for a second or two, although the
-// delay was armed. The data path
-// can see a write at once (throttle "Arming"), so each decision names the
-// resource's returning writers: consumers that were in its set within
-// control.ArmHold and are not now, to be held at the delay the set left
-// (ControlMs) from their first write data segment. Only writers that
-// paused are named: one that has written within control.ActiveWindow left the set
-// because its rate fell, not because it stopped, and is judged by the
-// policy alone (a VM back to light writes after a bulk load must not be
-// held at the bulk load's delay). A named writer that writes stays named
-// while it rejoins, for up to control.ActiveWindow from its first write: the
-// policy needs a tick or two of writes to take it back, and dropping it at
-// its first write would let it run unheld in between. One
-// that has not joined by then writes too little to be a member, and is
-// named no more (the kernel's entry lapses too). Nobody is delayed for
-// being named: a returning writer that does not write is never held. Only
-// the read-over-write policy, whose members are found writing, and only
-// in the write direction.
+// the disk: at a busy disk that first tick of small random writes is what
+// the reader then waits behind for a second or two, although the delay
+// was armed. The data path can see a write at once (throttle "Arming"),
+// so each decision names the resource's returning writers: consumers that
+// were in its set within control.ArmHold and are not now, to be held at
+// the delay the set left (ControlMs) from their first write data segment.
+// Only writers that paused are named: one that has written within
+// control.ActiveWindow left the set because its rate fell, not because it
+// stopped, and is judged by the policy alone (a VM back to light writes
+// after a bulk load must not be held at the bulk load's delay). A named
+// writer that writes stays named while it rejoins, for up to
+// control.ActiveWindow from its first write: the policy needs a tick or
+// two of writes to take it back, and dropping it at its first write would
+// let it run unheld in between. One that has not joined by then writes
+// too little to be a member, and is named no more (the kernel's entry
+// lapses too). Nobody is delayed for being named: a returning writer that
+// does not write is never held. Only the read-over-write policy, whose
+// members are found writing, and only in the write direction.
 
 // noteMember records that c is in its resource's set at now.
 func noteMember(c *consumer, member bool, now time.Time) {
