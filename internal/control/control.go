@@ -281,7 +281,7 @@ func (c *PID) Update(signalMs float64) float64 {
 func (c *PID) Rising() bool { return c.rising }
 
 // SetUMax moves the clamp of the output to umax (> 0), for a ceiling
-// that follows the writers (see the engine's authority scaling). An
+// that follows the writers (step 6 in doc.go). An
 // output above the new clamp is brought down to it at once.
 func (c *PID) SetUMax(umax float64) {
 	if !(umax > 0) || math.IsInf(umax, 0) {
@@ -321,7 +321,7 @@ func (c *PID) Retarget(targetMs float64) {
 
 // Scale multiplies the output by f (> 0) within the clamp, for a
 // change of load the engine sees before the signal does (more writers
-// than the delay was learned with, see the engine's "Onsets"). The
+// than the delay was learned with, step 3 in doc.go). The
 // velocity form carries on from the scaled output. At rest it stays at
 // rest: a delay of 0 says nothing about what the writers need.
 func (c *PID) Scale(f float64) float64 {

@@ -267,8 +267,8 @@ func (l *Loop) Step(o Observation) Output {
 	return out
 }
 
-// measure moves the signal with the tick's reads (see "Starvation" in
-// doc.go); it says whether the controller has news to act on.
+// measure moves the signal with the tick's reads (step 1 in doc.go);
+// it says whether the controller has news to act on.
 func (l *Loop) measure(o Observation, out *Output) (news bool) {
 	if o.Measured {
 		switch {

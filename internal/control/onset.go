@@ -25,7 +25,7 @@ type onsetState struct {
 }
 
 // feedForward scales the output when more members write than it was
-// learned with (see "Onsets"). It runs before the controller's step;
+// learned with (step 3 in doc.go). It runs before the controller's step;
 // running says whether the controller is stepped in this tick (a lower
 // count is learned only while it is).
 func (l *Loop) feedForward(o Observation, running bool) {
@@ -58,5 +58,5 @@ func (l *Loop) feedForward(o Observation, running bool) {
 }
 
 // OnsetWriters is how many writing members the output stands for (see
-// "Onsets"; 0: none yet).
+// step 3 in doc.go; 0: none yet).
 func (l *Loop) OnsetWriters() int { return l.onset.writers }

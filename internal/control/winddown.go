@@ -51,7 +51,7 @@ func (b *burstPeak) peak(now time.Time) float64 {
 }
 
 // windDown notes the output of a running tick, or, in a pause of every
-// member, lifts it to the burst's (see "Wind-down"). It runs after the
+// member, lifts it to the burst's (step 5 in doc.go). It runs after the
 // controller's step; running says whether it was stepped.
 func (l *Loop) windDown(o Observation, armed, running bool) {
 	b := &l.burst

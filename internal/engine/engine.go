@@ -61,7 +61,7 @@ type Config struct {
 	// about every second, and a controller that holds the mean at the
 	// threshold leaves half of the seconds above it; 0 aims at the
 	// threshold itself, as the thesis did. AutoHeadroom: where each
-	// resource starts, its measured scatter moves it (see "Headroom" in package control).
+	// resource starts, its measured scatter moves it (see "7. Headroom" in package control).
 	Headroom     float64
 	AutoHeadroom bool
 	// JoinKBs and LeaveKBs are the read-over-write policy's write-rate
@@ -75,12 +75,12 @@ type Config struct {
 	Direction Direction
 	// UMaxLimitMs is how far the delay ceiling may rise above
 	// Control.UMaxMs when the writers need more delay than that (see
-	// "The ceiling" in package control); 0, or a value ≤ Control.UMaxMs, keeps the
+	// "6. The ceiling" in package control); 0, or a value ≤ Control.UMaxMs, keeps the
 	// ceiling at Control.UMaxMs.
 	UMaxLimitMs float64
 	// InFlight, when set, says how many reads a device has in flight. It
 	// lets a tick in which no read completed tell "the reads are slower
-	// than a tick" from "nobody reads" (see "Starvation" in package control). Nil: such
+	// than a tick" from "nobody reads" (see "1. Signal" in package control). Nil: such
 	// a tick is idle, as in the thesis.
 	InFlight InFlight
 	// Fine, when set, gives each tick's reads of a device from the block
@@ -109,7 +109,7 @@ func DefaultConfig() Config {
 		ThresholdMs:  control.DefaultParams().TargetMs,
 		Control:      control.DefaultParams(),
 		Headroom:     DefaultHeadroom,
-		AutoHeadroom: false, // "auto" is opt-in: see "Headroom" in package control
+		AutoHeadroom: false, // "auto" is opt-in: see "7. Headroom" in package control
 		JoinKBs:      policy.DefaultJoinKBs,
 		LeaveKBs:     policy.DefaultJoinKBs / 2,
 		Policy:       policy.ReadOverWrite,
@@ -146,7 +146,7 @@ type ResourceDecision struct {
 	// set has members, else 0 (nobody is held).
 	DelayMs float64
 	// UMaxMs is the largest delay the controller may set now (the
-	// ceiling, which follows the writers; see "The ceiling" in package control), UMaxLimitMs
+	// ceiling, which follows the writers; see "6. The ceiling" in package control), UMaxLimitMs
 	// the highest it may go.
 	UMaxMs, UMaxLimitMs float64
 	// Saturated: the delay has sat at the ceiling's limit with the read
@@ -154,11 +154,11 @@ type ResourceDecision struct {
 	// is not holding these writers.
 	Saturated bool
 	// Held: no read completed and none has been in flight for a tick, so
-	// the signal and the delay were kept as they were (see "Starvation" in package control).
+	// the signal and the delay were kept as they were (see "1. Signal" in package control).
 	Held bool
 	// Armed: the set was empty, or none of its members wrote this tick,
 	// so the controller was not stepped and keeps the delay for writers
-	// that come back (see "Armed through pauses" in package control).
+	// that come back (see "2. Armed through pauses" in package control).
 	Armed bool
 	// PendingMs is the age of the oldest read known to be in flight for
 	// more than a tick (0: none), a lower bound of its latency.

@@ -50,7 +50,7 @@ type InFlight interface {
 	ReadsInFlight(device string) (n uint64, ok bool)
 }
 
-// Reads in flight (the measuring half of "Starvation" in package
+// Reads in flight (the measuring half of step 1, "Signal", in package
 // control). A reader whose reads take longer than a tick completes none
 // in most ticks, exactly when the disk is at its worst, so a tick without
 // a completed read is classified per device: reads in flight that were
@@ -69,7 +69,7 @@ const (
 )
 
 // updatePending classifies d's reads in flight for this Step (see
-// "Starvation" in package control); d.rates holds the Step's interval.
+// "1. Signal" in package control); d.rates holds the Step's interval.
 func (e *Engine) updatePending(d *device, now time.Time) {
 	d.pending, d.pendingMs = false, 0
 	if !d.sig || d.rates.Reads > 0 || d.cur.InProgress == 0 || e.cfg.InFlight == nil || d.fine {
@@ -117,7 +117,7 @@ func oldestCounts(ops *latency.Ops, oldest time.Duration) bool {
 
 // measure aggregates the tick's reads of r's signal devices into the raw
 // value of r's signal: from the probe where it has the device, from
-// /proc/diskstats otherwise (see "Starvation" in package control for reads in flight). It
+// /proc/diskstats otherwise (see "1. Signal" in package control for reads in flight). It
 // fills rd's Reads, PendingMs, Signal, Source and the probe's statistics.
 // ok is false when there was no read to measure; pending is true when
 // reads are known to be in flight.
