@@ -91,7 +91,7 @@
 // The clamp is the whole anti-windup: the velocity form has no integral
 // to pile up, and the delay falls on the first tick under the set point.
 //
-//   - Error cap (ErrCap = 3): a latency many times over the set point
+//   - Error cap (ErrCap, DefaultErrCap = 3): a latency many times over the set point
 //     says "more delay", not how much; uncapped, the P term of a falling
 //     spike undid the whole delay while the latency was still far over.
 //   - Floor (FloorShare = 0.05 of r): a law acting by factors needs a
