@@ -111,6 +111,8 @@ writes DIR/sim/ (figures, summary.json, index.html).`, stderr)
 	kp := fs.Float64("kp", g.Kp, "pid proportional gain: a relative error of 1 multiplies the delay by e^kp")
 	ti := fs.Duration("ti", g.Ti, "pid integral time")
 	td := fs.Duration("td", g.Td, "pid derivative time")
+	var rules rulesFlag
+	fs.Var(&rules, "rules", "switch rules of the law off, for ablations: a comma-separated list of -RULE, RULE one of "+strings.Join(control.RuleNames(), ", "))
 	fixed := msFlag(0)
 	fs.Var(&fixed, "fixed-delay", "instead of a controller (with --controller none), delay the writers by this much all along, as the lab's frontier does (e.g. 10ms)")
 	if err := parseFlags(fs, args); err != nil {
@@ -138,6 +140,7 @@ writes DIR/sim/ (figures, summary.json, index.html).`, stderr)
 	if err := engine.CheckSignal(*signal); err != nil {
 		return bad("--%v", err)
 	}
+	cfg.RulesOff = rules
 	cfg.Scenario = sc
 	cfg.Signal, cfg.NoProbe = *signal, *noProbe
 	cfg.Controller = *ctl
@@ -164,6 +167,9 @@ func printSimSummary(w io.Writer, cfg sim.Config, s sim.Summary) {
 	if cfg.FixedDelayMs > 0 {
 		fmt.Fprintf(w, "  fixed delay      %g ms on every writer, all along\n", cfg.FixedDelayMs)
 	}
+	if len(cfg.RulesOff) > 0 {
+		fmt.Fprintf(w, "  rules off        %s (an ablation, not the law)\n", strings.Join(cfg.RulesOff, ", "))
+	}
 	if s.Gains != nil {
 		fmt.Fprintf(w, "  pid gains        Kp %g, Ti %v, Td %v, max delay %g ms\n", s.Gains.Kp, s.Gains.Ti, s.Gains.Td, s.Gains.UMaxMs)
 	}
@@ -188,5 +194,33 @@ func writeFileWith(path string, write func(io.Writer) error) error {
 	if err := f.Close(); err != nil {
 		return fmt.Errorf("writing %s: %w", path, err)
 	}
+	return nil
+}
+
+// rulesFlag is --rules: "-onset,-winddown" switches those rules off.
+// Only switching off is offered: which rules a law runs is its table's
+// (control.LawRules).
+type rulesFlag []string
+
+func (r *rulesFlag) String() string {
+	if r == nil || len(*r) == 0 {
+		return ""
+	}
+	return "-" + strings.Join(*r, ",-")
+}
+
+func (r *rulesFlag) Set(s string) error {
+	var off []string
+	for _, x := range strings.Split(s, ",") {
+		name, ok := strings.CutPrefix(strings.TrimSpace(x), "-")
+		if !ok {
+			return fmt.Errorf("%q: want -RULE to switch a rule off (the law's table says which are on)", x)
+		}
+		off = append(off, name)
+	}
+	if err := control.CheckRules(off); err != nil {
+		return err
+	}
+	*r = off
 	return nil
 }

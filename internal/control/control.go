@@ -158,13 +158,10 @@ func clamp(x, lo, hi float64) float64 {
 	return x
 }
 
-// DefaultErrCap bounds the error pid acts on to 3 × the set point. A
-// latency many times over the set point says "more delay" and nothing
-// about how much more; uncapped, the P term of a falling spike undid the
-// clamped delay while the latency was still far over: in a recorded lab
-// trace a signal going from 320 to 272 ms (threshold 15 ms) took the
-// delay from u_max to 0 in one tick. Capped, the error of such a spike
-// stays at its cap, Δe is 0, and the integral keeps adding.
+// DefaultErrCap bounds the error pid acts on to 3 × the set point: a
+// latency many times over says "more delay" and nothing about how much
+// more, and uncapped, the P term of a falling spike undid the clamped
+// delay while the latency was still far over (step 4 in doc.go).
 const DefaultErrCap = 3
 
 // FloorShare is the smallest delay pid applies, as a share of its set
@@ -172,9 +169,7 @@ const DefaultErrCap = 3
 // under which a falling delay is released to 0. A law that acts by
 // factors needs a starting point above 0; 5 % of the set point (0.64 ms
 // at 15 ms, 9 µs at 0.2 ms) is under what these writers need and is
-// passed on the first tick of a real violation. (In the simulator, 3 %
-// let the first burst of a run through for a second longer; 10 % kicked
-// an SSD held at 5 ms into oscillation.)
+// passed on the first tick of a real violation.
 const FloorShare = 0.05
 
 // PID is the single-sided velocity-form PID controller of doc.go, in
@@ -209,7 +204,7 @@ func (c *PID) TargetMs() float64 { return c.p.TargetMs }
 //
 // that is the velocity-form PID on the logarithm of the delay, driven by
 // the error relative to the set point; u_floor = FloorShare·r, and a
-// delay falling under it is released to 0.
+// delay falling under it is released to 0. ε_k is capped at ErrCap.
 //
 // Why relative, both ways. The signal's scale is the threshold: 1 ms
 // over means nothing at 50 ms and everything at 0.5 ms, so the error is
@@ -218,9 +213,7 @@ func (c *PID) TargetMs() float64 { return c.p.TargetMs }
 // and without the delay, and that I/O time is a fraction of a
 // millisecond on flash and tens of ms on the thesis's array. A delay
 // step in ms is therefore either far too large for one or far too small
-// for the other whatever the threshold (measured in the simulator: with
-// steps in ms, an SSD held at 5 ms swung between 0 and 14 ms of delay,
-// twice a second, where 0.6 ms sufficed). Moving the delay by factors
+// for the other whatever the threshold. Moving the delay by factors
 // makes each step proportionate to the delay these writers already
 // need, so the same gains hold 0.2 ms on flash and 50 ms on disks
 // (internal/sim TestThresholdsFitTheDevice) without retuning; at the
@@ -240,15 +233,8 @@ func (c *PID) TargetMs() float64 { return c.p.TargetMs }
 // any delay acts; as the delay drains that backlog the signal falls from
 // many times the set point to just over it, and the Δε term of that
 // fall, a correction meant for a loop that has overshot, took the delay
-// back while the writers were not yet held: in the lab at 10 ms (where
-// the writers need 80-90 ms) the delay rose to 17.5 ms in 0.7 s, fell to
-// 12.5 ms as the backlog drained, and climbed from there on the integral
-// alone, which with the signal at 1.4-1.8 × the set point adds 5-10 % a
-// tick: the reader waited over 1.2 × threshold for 3 s. No delay has yet
-// been too much while the signal has never reached the set point. In the
-// simulator's lab scenario (300 s, seeds 1-3) the cost is the first
-// burst's overshoot: the writers kept 6.1 MB/s at 10 ms against 6.8, 29.4 at
-// 15 ms against 30.2, 34.5 at 20 ms as before.
+// back while the writers were not yet held. No delay has yet been too
+// much while the signal has never reached the set point.
 func (c *PID) Update(signalMs float64) float64 {
 	if math.IsNaN(signalMs) {
 		signalMs = 0 // no signal: treat as healthy; fail open
@@ -295,7 +281,7 @@ func (c *PID) Update(signalMs float64) float64 {
 func (c *PID) Rising() bool { return c.rising }
 
 // SetUMax moves the clamp of the output to umax (> 0), for a ceiling
-// that follows the writers (see the engine's authority scaling). An
+// that follows the writers (step 6 in doc.go). An
 // output above the new clamp is brought down to it at once.
 func (c *PID) SetUMax(umax float64) {
 	if !(umax > 0) || math.IsInf(umax, 0) {
@@ -335,7 +321,7 @@ func (c *PID) Retarget(targetMs float64) {
 
 // Scale multiplies the output by f (> 0) within the clamp, for a
 // change of load the engine sees before the signal does (more writers
-// than the delay was learned with, see the engine's "Onsets"). The
+// than the delay was learned with, step 3 in doc.go). The
 // velocity form carries on from the scaled output. At rest it stays at
 // rest: a delay of 0 says nothing about what the writers need.
 func (c *PID) Scale(f float64) float64 {
@@ -352,42 +338,6 @@ func (c *PID) SetOutput(u float64) float64 {
 		c.u = clamp(u, 0, c.p.UMaxMs)
 	}
 	return c.u
-}
-
-// Setter is a controller whose output can be set from outside. pid is
-// one; thesis is not.
-type Setter interface {
-	SetOutput(u float64) float64
-}
-
-// Scaler is a controller whose output can be scaled from outside.
-// pid is one; thesis is not (the copied listing has no such input).
-type Scaler interface {
-	Scale(f float64) float64
-}
-
-// Retargeter is a controller whose set point can move while it runs
-// (the engine's measured headroom). pid is one; thesis is not.
-type Retargeter interface {
-	Retarget(targetMs float64)
-}
-
-// Rebaser is a controller that can resume after a pause without acting
-// on the change of its error across the pause.
-type Rebaser interface {
-	Rebase(signalMs float64)
-}
-
-// Climber is a controller that says when it is in a burst's first
-// climb, still short of what holds the writers. pid is one.
-type Climber interface {
-	Rising() bool
-}
-
-// Ceiling is a controller whose output clamp can be moved while it runs.
-// pid is one; thesis is not (its clamp is part of the copied listing).
-type Ceiling interface {
-	SetUMax(umax float64)
 }
 
 // None never throttles: it is the baseline of every comparison.

@@ -1,134 +1,256 @@
-// Package control holds the controllers that decide, every tick, how much
-// packet delay a shared storage resource's writers get. They are pure and
-// deterministic: a signal in, a delay out, no clock, no I/O.
+// Package control holds sanqos's control law. Per shared storage resource
+// and per tick, a Loop takes what the engine measured (an Observation)
+// and returns the packet delay for the resource's writers and its
+// ceiling (an Output), running every rule below in this order
+// (Loop.Step). The loop is pure and deterministic: no clock, no I/O.
+// The evidence behind the rules is in docs/results.md; this comment says
+// what each rule does and why.
 //
 // # What is measured
 //
-// The signal is a resource's read latency: per tick (100 ms) the sum of
-// the milliseconds its consumer devices spent on reads completed in the
-// tick, divided by the number of those reads (iostat's r_await, weighted
-// by requests across the resource's devices), then an EWMA with α = 0.25
-// (package smoothing). Reads still in flight that were in flight a tick ago
-// count as reads of their age so far: a reader slower than a tick
-// completes nothing in most ticks exactly when the disk is worst, and
-// reading those ticks as idle released the writers at the worst moment.
-// A tick with no read completed and none pending is held (signal and
-// delay kept) for up to a second after the last read, then the EWMA
-// decays by α toward 0 as in the thesis (engine: "Starvation"). Reads are the
-// victims: writes are absorbed by caches and only hurt through the queue
-// they build, so read latency is the symptom we control and writers are
-// the knob. The 100 ms window is the thesis's sampling period (Listings
-// A.2, C.3): short enough to react within a few hundred ms to a
-// saturation, long enough to hold several reads of a slow reader (an
-// 8 KiB reader at 256 kB/s completes about three per tick).
+// Reads are the victims: writes are absorbed by caches and hurt only
+// through the queue they build, so the read latency of a resource is
+// the symptom controlled and its writers are the knob. Every tick (T =
+// 100 ms, the thesis's sampling period: a few hundred ms to react, and
+// several reads of a slow reader per window) the engine takes, over the
+// resource's devices whose reads count (package policy), the reads that
+// completed in the tick:
 //
-// # Control law (pid)
+//   - from the block-layer probe (internal/blkprobe) where it is trusted
+//     for the device (it has counted reads there and never none while
+//     /proc/diskstats counted some: bio-based devices are invisible to
+//     it), in microseconds with their histogram;
+//   - else from /proc/diskstats: Σ read ms / Σ reads (iostat's r_await,
+//     weighted by requests across the devices).
 //
-// A single-sided PID in velocity form, in relative terms. With r the set
-// point, ε_k = (signal − r)/r the error relative to it, and T the tick:
+// The raw value is the statistic the resource's signal names: the mean
+// (SignalMean, the thesis's), or the tick's p95 or p99 where the probe
+// measured every device (otherwise the mean, and the decision says so).
+// Reads in flight count too, because a reader slower than a tick
+// completes nothing exactly when the disk is worst: the probe's oldest
+// read counts by its age when nothing completed or it is older than the
+// tick's slowest (and only when the kernel also counts a read in flight:
+// a slot the probe failed to free must not throttle anyone); without
+// the probe, reads in flight that were already in flight a tick ago
+// count by their age since (a lower bound). A count older than 30 s
+// (past the SCSI command timeout) is an accounting leak and is ignored.
+// Every device read happens in the engine's observe phase, before any
+// loop is stepped.
 //
-//	Δv = Kp·[(ε_k − ε_{k−1}) + (T/Ti)·ε_k + (Td/T)·(ε_k − 2ε_{k−1} + ε_{k−2})]
-//	u_k = clamp(max(u_{k−1}, 0.05·r)·e^Δv, 0, u_max)
+// The engine also tells the loop the size of the throttleable set
+// (members: consumers whose write-rate EWMA is over the join threshold,
+// package policy), whether a member wrote in the tick (writes completed
+// or I/O at its device), and how many distinct members wrote within
+// ActiveWindow (1 s: a writer held at a long delay completes no write in
+// some ticks, and must not be counted out and back in).
 //
-// The law moves the logarithm of the delay: the error's scale is the
-// threshold and the delay's scale is the device (the writers' own I/O
-// time, a fraction of a ms on flash, tens of ms on the thesis's array),
-// so one set of gains holds 0.2 ms and 50 ms promises alike (see
-// PID.Update). A delay falling under 0.05·r is released to 0.
+// # The law, step by step
 //
-// u is the added packet delay in ms. The velocity form computes the change
-// of the output, so the clamp on u is the whole anti-windup: no integral
-// state exists to pile up while the output is saturated, and the delay
-// starts to fall on the first tick the signal is back under the threshold,
-// however long it was saturated. "Single-sided" means the controller only
-// ever slows writers down; it never speeds anyone up, and whenever the
-// clamp brings u to 0 with the signal under the threshold it returns to
-// rest and clears its error history, so that a latency climbing from far
-// below to just below the threshold (or a stale error of the last
-// overload) cannot throttle a healthy resource through the Δe or D terms.
+// 1. Signal. An EWMA of the raw value, α = 0.25 (the thesis's weight; its
+// lag is about 0.35 s). A tick with no value (no read completed, none
+// counted by its age) is held, signal and delay kept ("Held" in the
+// output), while reads are known in flight (seen for the first time: no
+// evidence yet either way) or for DefaultIdleHold (1 s) after the last
+// read: a reader of a few reads a second leaves most ticks empty, and the
+// delay must be neither released between two reads nor kept on stale
+// news once the readers have gone. Otherwise the resource is idle and the
+// EWMA decays toward 0, as in the thesis.
+//
+// 2. Armed through pauses. While the set is empty, or (writers found by
+// their writes: the read-over-write policy) none of its members writes,
+// the delay acts on nobody, and the reader's latency says nothing about
+// the delay the writers need. The controller is then not stepped
+// ("Armed") and keeps its output, for up to ArmHold (30 s) once the set
+// is empty: writers that come back meet the delay they left instead of a
+// ramp from 0 that lets their first second through. Past ArmHold the
+// controller runs again and, the resource being healthy, winds down.
+//
+// 3. Onsets. A per-packet delay slows each writer by about one delay per
+// I/O, so the delay a resource needs grows with the writers it holds
+// (Little's law), and the signal learns of a newcomer only after its
+// first I/Os have queued. When more members have written within
+// ActiveWindow than the output was learned with, the output is scaled by
+// the ratio at once; the controller corrects from there. The count the
+// output stands for rises at once and falls only after the lower count
+// has held for learnAfter (2 s, about two integral times) with the
+// controller running, so writers that stop and come back together meet
+// the delay they left, not a multiple of it.
+//
+// 4. The controller (pid), stepped when the signal had news and the loop
+// is not armed. A single-sided PID in velocity form on the logarithm of
+// the delay, driven by the error relative to the set point r:
+//
+//	ε_k = min((signal − r)/r, ErrCap)
+//	Δv  = Kp·[(ε_k − ε_{k−1}) + (T/Ti)·ε_k + (Td/T)·(ε_k − 2ε_{k−1} + ε_{k−2})]
+//	u_k = clamp(max(u_{k−1}, FloorShare·r)·e^Δv, 0, ceiling)
+//
+// Relative both ways: the error's scale is the threshold (1 ms over is
+// nothing at 50 ms and everything at 0.5 ms) and the delay's is the
+// device (a writer's I/O time, a fraction of a ms on flash, tens of ms
+// on a disk array), so one set of gains holds 0.2 ms and 50 ms promises.
+// The clamp is the whole anti-windup: the velocity form has no integral
+// to pile up, and the delay falls on the first tick under the set point.
+//
+//   - Error cap (ErrCap, DefaultErrCap = 3): a latency many times over the set point
+//     says "more delay", not how much; uncapped, the P term of a falling
+//     spike undid the whole delay while the latency was still far over.
+//   - Floor (FloorShare = 0.05 of r): a law acting by factors needs a
+//     starting point above 0, under what any writers need; a delay
+//     falling under it is released to 0.
+//   - Rest: at 0 with the signal under the set point the error history
+//     is cleared, so how far under a healthy resource is, or a stale error
+//     of the last overload, cannot throttle it through the Δε or D terms.
+//   - First climb: from rest until the signal first comes down to the set
+//     point, a falling error takes nothing away (Δε and D count only
+//     when they add): as the delay drains a burst's backlog the signal
+//     falls from far over to just over, and that fall is not an overshoot.
+//   - Rebase: a controller stepped again after a pause takes the signal
+//     as its error history, so the pause's change of error is no kick.
+//
+// 5. Wind-down. A burst's threads stop one after another and the
+// controller follows the falling latency down, so a pause would keep the
+// delay learned for its last few threads, and the next burst would start
+// with all of them at it. So the loop keeps the highest output of its
+// running ticks with members over the last burstMemory (4 s: later than
+// a long burst's onset, whose delay may have been many times the steady
+// one), and once no member has written for ActiveWindow lifts the
+// output to it, once per pause.
+//
+// 6. The ceiling. A per-packet delay cuts a writer's rate only as far as
+// its concurrency allows, so many threads or deep queues need more than
+// the thesis's 20 ms. The ceiling starts at UMaxMs (20 ms) and, while the
+// delay presses on it (within pressShare = 0.85 of it: the P and D terms
+// keep the output a few percent under the clamp from tick to tick) with
+// the signal over the set point and members in the set, rises by
+// raiseFactor (1.5: by factors, so TCP's RTT estimate keeps ahead) after
+// raiseAfter (1 s), or raiseAfterFar (0.3 s) with the signal farOver (2)
+// × the threshold or more, or in the controller's first climb: a burst's
+// backlog drains only with more than the steady need, soon. It rises up
+// to UMaxLimitMs (DefaultUMaxLimitMs = 200 ms: under Linux's 200 ms
+// minimum retransmission timeout plus the RTT the writers measure, and
+// far under the 30 s SCSI command timeout) and falls by the same factor
+// after lowerAfter (10 s) with the delay under half of it. Saturated: the
+// delay has pressed on the ceiling at its limit for raiseAfter with the
+// signal still over: packet delay alone is not holding these writers.
+//
+// 7. Headroom. The set point is the threshold less a headroom: the
+// promise is about single seconds, the controller holds the mean, and a
+// mean held at the threshold leaves half the seconds over it.
+// DefaultHeadroom (0.15) holds a second's p95 near the threshold for a
+// scatter of up to about 10 %. With AutoHeadroom, and only for the mean
+// signal (a tick's percentile of a few reads scatters by its own
+// sampling), the loop measures the scatter of held seconds around the set
+// point (each second in which the controller held a delay on writing
+// members, from settleAfter = 3 s after the set gained them, so onsets do
+// not count), over the last scatterWindow (120) seconds, once it has
+// scatterMin (20); with their median m and robust σ (the larger of 1.4826
+// × the median absolute deviation and the 90th percentile's distance /
+// 1.2816, for heavy upper tails) it aims where a second's p95 (z95 =
+// 1.645) is within p95Margin (1.05) and its p98 (z98 = 2.054) within
+// overMargin (1.15) of the threshold: the promise's 1.1 and 1.2 less what
+// the initiator sees beyond the target's disk. The headroom stays in
+// [headroomMin, headroomMax] = [0.15, 0.35] (it only ever adds margin),
+// moves by at most headroomStep (0.01) a second so the set point glides,
+// and a loop whose median second is more than holdTolerance (0.1) over
+// its set point is not holding it and gets the default. It is opt-in:
+// on by default, it once cost CI's end-to-end run the writers'
+// throughput-steadiness guarantee, and that is not yet understood.
+//
+// After the loop the engine names the resource's returning writers:
+// consumers that were members within ArmHold, paused (no write within
+// ActiveWindow) and are not members now. The data path holds them at the
+// loop's output from their first write, since a writer is found by its
+// writes a tick after they have reached the disk; a named writer stays
+// named while it rejoins, for up to ActiveWindow. Nobody is delayed for
+// being named.
+//
+// # Laws and their rules
+//
+// The steps that act on the controller's state have a switch (Rules,
+// RuleNames); LawRules says which each law runs:
+//
+//	rule          pid  thesis  none
+//	rebase         on    off    off   step 4
+//	onset          on    off    off   step 3 (the count is kept: a reload may switch law)
+//	winddown       on    off    off   step 5
+//	ceiling        on    off    off   step 6 (off: fixed at UMaxMs, saturation at it)
+//	first-climb    on    off    off   step 6, the faster raise
+//	retarget       on    off    off   step 7 and reloads: the set point moves
+//	resume         on    off    off   reloads: a rebuilt controller keeps the delay
+//
+// Steps 1, 2 and the saturation report run under every law. "thesis" is
+// a faithful copy of the buggy arithmetic of thesis Listing A.2 (see
+// Thesis), kept to compare with pid on the same run: it has none of
+// these inputs. "none" never delays: the baseline. LoopConfig.Off
+// switches rules off by name on top of the table, for ablations.
+//
+// # Reloads
+//
+// A reload builds a new loop from the new settings and Loop.Adopt gives
+// it the running one's memory, so that a reload changes what the new
+// settings change and nothing else: the signal (re-weighted for a new α),
+// the rules' timers, the learned headroom while its settings and the
+// statistic are the same, the controller while its law and gains are the
+// same (moved to a new set point without a kick, or rebuilt at rest where
+// it cannot move), a controller rebuilt for new gains from the delay in
+// force, the ceiling within the new bounds.
+//
+// # Asymmetries
+//
+// The plant is asymmetric: a saturated disk's latency rises within a few
+// hundred ms and falls as soon as the queue drains, while writers slowed
+// by a large delay recover only as TCP reopens its window. So the delay
+// rises promptly (the P term, onsets, the first climb, the faster raise of
+// the ceiling far over) and falls steadily: under the set point the
+// integral takes a factor e^(Kp·(T/Ti)·|ε|) a tick, fast far under and
+// slowly near; the ceiling falls only after 10 s under half of it; a
+// pause keeps the delay (armed, wind-down) rather than releasing it.
+//
+// # Tuning constants of the controller (DefaultParams)
+//
+//	TargetMs = 15      the thesis's §5.8 threshold (the set point is
+//	                   set per resource, threshold × (1 − headroom)).
+//	Kp = 0.6           a relative error of 1 multiplies the delay by
+//	                   e^0.6 ≈ 1.8 at once: a burst is met within a tick
+//	                   or two; the lowest worst-case p95 in the
+//	                   simulator's sweep (sim.SimGains), higher Kp costs
+//	                   write throughput for nothing.
+//	Ti = 500 ms        five ticks: removes P's steady-state error without
+//	                   racing the EWMA's lag into oscillation.
+//	Td = 50 ms         Td/T = 0.5: damps the overshoot of the EWMA's lag;
+//	                   more amplifies the noise of a mean of few reads.
+//	T = 100 ms         the tick; it scales Ti and Td.
+//	UMaxMs = 20        where the ceiling starts: the top of the thesis's
+//	                   range (§4.4, §5.7).
+//	ErrCap = 3         see step 4.
+//
+// Change them through Params (the config's [pid] section), never here
+// alone; the simulator's gate (internal/sim, TestGateLawUnchanged) says
+// when a change changes what the law decides.
 //
 // # Actuator and limits
 //
 // The delay is applied by package throttle to the TCP packets the target
-// sends to the resource's throttleable set (consumers writing more than a
-// threshold, package policy): to pure ACKs and iSCSI R2T/response PDUs
-// when writers are slowed (the default), to data segments when readers
-// are. Per-packet delay slows a TCP flow smoothly without drops, so
-// nothing is retransmitted; the thesis found a stable relation between
-// delay and rate (Figures 5.5, 5.6) and delays of typically 0.5–20 ms
-// enough to throttle (§5.7). The delay is clamped to [0, u_max].
-//
-// # Asymmetry
-//
-// The law itself is symmetric, but the plant is not: a saturated array's
-// latency rises in a few hundred ms and falls as soon as the queue
-// drains, while writers slowed by a large delay recover only as TCP
-// reopens its window. So the delay should rise promptly on a violation
-// and fall steadily, not drop to 0 the moment the EWMA dips under, which
-// would let the writers refill the queue at once and oscillate. The
-// integral term gives exactly that: below the threshold the delay falls by
-// a factor e^(Kp·(T/Ti)·|ε|) per tick, fast when the resource is far under
-// the threshold, slowly near it.
-//
-// # Tuning constants (DefaultParams)
-//
-//	TargetMs = 15      the thesis's §5.8 resource-wait threshold; the lab's
-//	                   reader waits 5–10 ms alone and 30–120 ms under load.
-//	Kp = 0.6           (dimensionless) a relative overshoot of 1 (the
-//	                   signal at twice the set point) multiplies the
-//	                   delay by e^0.6 ≈ 1.8 at once; at the thesis's
-//	                   operating point (15 ms, ~7.5 ms of delay) that is
-//	                   the former 0.6 ms per ms of error. So
-//	                   a violent burst of writers is met within a tick or
-//	                   two; found by the simulator's sweep (Kp 0.3–0.8,
-//	                   Ti 200–500 ms, Td 0–50 ms, thresholds 10/15/20 ms):
-//	                   lowest worst-case p95/threshold, while higher Kp
-//	                   cost write throughput for no gain (sim.SimGains).
-//	Ti = 500 ms        five ticks: the integral moves the delay by e^(Kp·ε)
-//	                   per 0.5 s, which
-//	                   removes the steady-state error of P alone without
-//	                   racing the EWMA's ~0.35 s lag into oscillation.
-//	Td = 50 ms         Td/T = 0.5: a small D term damps the overshoot the
-//	                   EWMA's lag causes; larger amplifies the per-tick
-//	                   noise of a mean over a few reads.
-//	T = 100 ms         the tick; must match the loop, it scales Ti and Td.
-//	u_max = 20 ms      the ceiling the delay starts with: the top of the
-//	                   thesis's range (§4.4: 21 steps of 0.5 ms up to
-//	                   20 ms; §5.7: typically 0.5–20 ms). The engine
-//	                   raises it ×1.5 per second (per 0.3 s at twice the
-//	                   threshold) while the delay sits at it over the
-//	                   threshold, up to u_max_limit (200 ms):
-//	                   a per-I/O delay cuts a writer's rate only as far as
-//	                   its concurrency allows, so many threads or deep
-//	                   queues need more (engine: "Authority").
-//	ErrCap = 3         the error is capped at 3 × the set point: beyond,
-//	                   a latency says "more delay" but not how much, and
-//	                   the P term of a falling spike (320 → 272 ms at
-//	                   15 ms, a recorded lab trace) took the delay from
-//	                   u_max to 0 while the latency was 18 × over.
-//	EWMA α = 0.25      the thesis's filter weight (package smoothing).
-//
-// The simulator tunes these against the disk model; change them through
-// Params, never here alone.
-//
-// # Other controllers
-//
-// "thesis" is a deliberate copy of the buggy arithmetic of thesis Listing
-// A.2 (see Thesis), kept to compare with pid on the same run. "none"
-// always returns 0 and is the baseline.
+// sends to the members: ACKs and iSCSI R2T/response PDUs when writers are
+// slowed (the default), data segments when readers are. A per-packet
+// delay slows a flow smoothly, without drops; the data path also limits
+// how fast the delay a flow meets may rise, and keeps each flow's order.
 //
 // # Monitoring
 //
-// The engine reports per resource and tick: the raw latency, the filtered
-// signal, the threshold, the delay and the throttleable set, e.g. as the
-// daemon logs and exports them:
+// The engine reports per resource and tick (the daemon's log, metrics,
+// `sanqos status`, the record): the raw value and the filtered signal,
+// the threshold and set point, the controller's output and the delay in
+// force (0 while the set is empty), the ceiling and its limit, the flags
+// Held, Armed and Saturated, the oldest read in flight, the source
+// (ebpf or diskstats) and statistic, the set's members and the returning
+// writers, e.g.
 //
 //	resource=vg-data raw_ms=41.2 signal_ms=33.9 threshold_ms=15 delay_ms=3.78 members=10.0.0.3,10.0.0.4
 //
-// A resource at rest shows delay_ms=0 and no members; delay_ms pinned at
-// u_max_limit for long is reported as saturation (a warning, the
-// sanqos_resource_saturated metric, SATURATED in sanqos status): the
-// resource cannot be brought under its threshold by delaying its writers
-// (the threshold is too low, the load is reads, or the writers need a
-// rate limit).
+// A resource at rest shows delay_ms=0 and no members. Saturated (a
+// warning, the sanqos_resource_saturated metric, SATURATED in status)
+// says the resource cannot be brought under its threshold by delaying its
+// writers: the threshold is too low, the load is reads, or the writers
+// need a rate limit.
 package control

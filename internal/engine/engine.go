@@ -11,6 +11,14 @@
 // and by how much (Decision.Throttles), and the daemon translates that to
 // the throttle backend's state, so the engine and the simulator build and
 // test on any OS.
+//
+// The control law is not here: each resource has a control.Loop, which
+// runs every rule in one order (package control describes them). A Step
+// reads every device first (the snapshot, the probe's tick, reads in
+// flight), then per resource measures its signal, updates its
+// throttleable set, steps its loop with what it measured and names its
+// returning writers. The engine keeps the measurement, attribution,
+// membership and bookkeeping; it never asks a controller what it can do.
 package engine
 
 import (
@@ -53,7 +61,7 @@ type Config struct {
 	// about every second, and a controller that holds the mean at the
 	// threshold leaves half of the seconds above it; 0 aims at the
 	// threshold itself, as the thesis did. AutoHeadroom: where each
-	// resource starts, its measured scatter moves it (see "Headroom").
+	// resource starts, its measured scatter moves it (see "7. Headroom" in package control).
 	Headroom     float64
 	AutoHeadroom bool
 	// JoinKBs and LeaveKBs are the read-over-write policy's write-rate
@@ -67,12 +75,12 @@ type Config struct {
 	Direction Direction
 	// UMaxLimitMs is how far the delay ceiling may rise above
 	// Control.UMaxMs when the writers need more delay than that (see
-	// "Authority" below); 0, or a value ≤ Control.UMaxMs, keeps the
+	// "6. The ceiling" in package control); 0, or a value ≤ Control.UMaxMs, keeps the
 	// ceiling at Control.UMaxMs.
 	UMaxLimitMs float64
 	// InFlight, when set, says how many reads a device has in flight. It
 	// lets a tick in which no read completed tell "the reads are slower
-	// than a tick" from "nobody reads" (see "Starvation" below). Nil: such
+	// than a tick" from "nobody reads" (see "1. Signal" in package control). Nil: such
 	// a tick is idle, as in the thesis.
 	InFlight InFlight
 	// Fine, when set, gives each tick's reads of a device from the block
@@ -85,18 +93,10 @@ type Config struct {
 	// thesis's r_await), SignalP95 or SignalP99. Percentiles need Fine;
 	// without it a tick's signal is the mean and the decision says so.
 	Signal string
+	// RulesOff switches rules of the law off by name
+	// (control.RuleNames), for ablations; nil runs the law whole.
+	RulesOff []string
 }
-
-// Armed through pauses. While no member of the throttleable set writes
-// (no write completed in the tick and no I/O at its device) or the set is
-// empty, the delay acts on nobody, so the reader's latency then says
-// nothing about the delay the writers need: the controller is frozen (not
-// stepped), for up to armHold once the set is empty, and writers that
-// come back meet the delay they left instead of a ramp from 0 that lets
-// their first second through. The signal goes on being measured. After
-// armHold without writers the controller runs again and, the resource
-// being healthy, winds down to rest.
-const armHold = 30 * time.Second
 
 // DefaultConfig is the configuration of the thesis's experiments with the
 // pid controller.
@@ -109,7 +109,7 @@ func DefaultConfig() Config {
 		ThresholdMs:  control.DefaultParams().TargetMs,
 		Control:      control.DefaultParams(),
 		Headroom:     DefaultHeadroom,
-		AutoHeadroom: false, // "auto" is opt-in: see "Headroom"
+		AutoHeadroom: false, // "auto" is opt-in: see "7. Headroom" in package control
 		JoinKBs:      policy.DefaultJoinKBs,
 		LeaveKBs:     policy.DefaultJoinKBs / 2,
 		Policy:       policy.ReadOverWrite,
@@ -146,7 +146,7 @@ type ResourceDecision struct {
 	// set has members, else 0 (nobody is held).
 	DelayMs float64
 	// UMaxMs is the largest delay the controller may set now (the
-	// ceiling, which follows the writers; see "Authority"), UMaxLimitMs
+	// ceiling, which follows the writers; see "6. The ceiling" in package control), UMaxLimitMs
 	// the highest it may go.
 	UMaxMs, UMaxLimitMs float64
 	// Saturated: the delay has sat at the ceiling's limit with the read
@@ -154,11 +154,11 @@ type ResourceDecision struct {
 	// is not holding these writers.
 	Saturated bool
 	// Held: no read completed and none has been in flight for a tick, so
-	// the signal and the delay were kept as they were (see "Starvation").
+	// the signal and the delay were kept as they were (see "1. Signal" in package control).
 	Held bool
 	// Armed: the set was empty, or none of its members wrote this tick,
 	// so the controller was not stepped and keeps the delay for writers
-	// that come back (see "Armed through pauses").
+	// that come back (see "2. Armed through pauses" in package control).
 	Armed bool
 	// PendingMs is the age of the oldest read known to be in flight for
 	// more than a tick (0: none), a lower bound of its latency.
@@ -176,7 +176,7 @@ type ResourceDecision struct {
 	// Members is the throttleable set (whether or not DelayMs is 0).
 	Members []netip.Addr
 	// Returning are consumers out of the set that were in it within
-	// armHold: the data path holds them at ControlMs from their first
+	// control.ArmHold: the data path holds them at ControlMs from their first
 	// write (see "Returning writers").
 	Returning []netip.Addr
 	Direction Direction
@@ -220,13 +220,20 @@ type device struct {
 	// fine: the block-layer probe is trusted for this device: it has
 	// counted reads on it, and never none while diskstats counted some.
 	fine bool
+	// probe is the probe's tick for this device, read in the observe
+	// phase (probeOK false: not probed); probeStuck that its oldest read
+	// would count as pending but the kernel counts no read in flight.
+	probe      latency.Ops
+	oldest     time.Duration
+	probeOK    bool
+	probeStuck bool
 }
 
 type consumer struct {
 	c         topology.Consumer
 	dev       int // index into Engine.devs, -1 without a device
 	st        policy.State
-	lastWrite time.Time // the last Step that judged it writing ("Onsets")
+	lastWrite time.Time // the last Step that judged it writing (the loop's onsets)
 	// memberAt: the last Step it was in its set; returning, rejoinSince:
 	// it is armed, and writing since then ("Returning writers").
 	memberAt, rejoinSince time.Time
@@ -239,33 +246,15 @@ type resource struct {
 	signal    string // SignalMean, SignalP95, SignalP99
 	// hist is the tick's histogram of the resource's probed reads, kept
 	// to save an allocation per tick.
-	hist     latency.Histogram
-	ctrl     control.Controller
-	ewma     *smoothing.EWMA
-	signalMs float64
+	hist latency.Histogram
+	// loop is the resource's control law (package control).
+	loop *control.Loop
 	// started: the resource has been measured at least once; from then on
 	// a tick without measurements counts as a tick without reads.
-	started bool
-	// controlMs is the controller's last output, kept while it is held.
-	controlMs float64
-	// lastSample is when the signal last had a read sample.
-	lastSample time.Time
-	// emptySince is when the throttleable set last became empty (zero:
-	// it has members, or the resource never had any); frozen that the
-	// controller was armed (not stepped) at the last Step.
-	emptySince time.Time
-	frozen     bool
-	// ceiling is the controller's current clamp (Authority); satSince and
-	// lowSince when the delay started to sit at it, or under half of it.
-	ceiling            float64
-	satSince, lowSince time.Time
-	onset              onsetState // see "Onsets"
-	burst              burstPeak  // see "Wind-down"
-	consumers          []int      // indices into Engine.cons
-	devs               []int      // distinct devices of all consumers
-	sigDevs            []int      // distinct devices whose reads are the signal
-	headroom           float64    // see "Headroom"
-	scatter            scatter    // ditto
+	started   bool
+	consumers []int // indices into Engine.cons
+	devs      []int // distinct devices of all consumers
+	sigDevs   []int // distinct devices whose reads are the signal
 }
 
 // Engine holds the state of every resource between Steps. It is not safe
@@ -339,7 +328,9 @@ func (e *Engine) Step(now time.Time, snap []diskstats.Stat) Decision {
 
 // readSnapshot files snap's counters under the engine's devices and
 // computes each device's interval rates; it returns how many topology
-// devices the snapshot lacks.
+// devices the snapshot lacks. It is the observe phase of Step: every
+// read of a device (the probe's tick, reads in flight) happens here,
+// before any resource's law runs, so the law decides on one sample.
 func (e *Engine) readSnapshot(now time.Time, snap []diskstats.Stat) (missing int) {
 	e.gen++
 	if len(e.hintDev) != len(snap) {
@@ -379,6 +370,7 @@ func (e *Engine) readSnapshot(now time.Time, snap []diskstats.Stat) (missing int
 			d.valid = true
 			e.updateFine(d)
 			e.updatePending(d, now)
+			e.checkOldest(d)
 		}
 		d.prev, d.prevAt, d.hasPrev = d.cur, now, true
 	}
@@ -387,10 +379,10 @@ func (e *Engine) readSnapshot(now time.Time, snap []diskstats.Stat) (missing int
 }
 
 // stepResource measures r, updates its throttleable set (appending the
-// members to members and each consumer's rates to cons) and steps its
-// controller.
+// members to members and each consumer's rates to cons), steps its loop
+// and names its returning writers.
 func (e *Engine) stepResource(r *resource, now time.Time, members []netip.Addr, cons []ConsumerRates) (ResourceDecision, []netip.Addr) {
-	rd, stepCtrl := e.updateSignal(r, now)
+	rd, obs := e.observe(r, now)
 	start := len(members)
 	writing := false
 	for _, ci := range r.consumers {
@@ -424,43 +416,21 @@ func (e *Engine) stepResource(r *resource, now time.Time, members []netip.Addr, 
 	}
 	if len(members) > start {
 		rd.Members = members[start:len(members):len(members)]
-		r.emptySince = time.Time{}
-		// Members that wrote nothing this tick are pausing: the
-		// latency now says nothing about the delay they need. (The
-		// manual policy's members are named, not found writing: its
-		// controller always runs.)
-		rd.Armed = !writing && e.cfg.Policy == policy.ReadOverWrite
-	} else if !r.emptySince.IsZero() || r.controlMs > 0 {
-		if r.emptySince.IsZero() {
-			r.emptySince = now
-		}
-		rd.Armed = now.Sub(r.emptySince) < armHold
 	}
-	running := stepCtrl && !rd.Armed
-	e.feedForward(r, now, running)
-	if running {
-		if rb, ok := r.ctrl.(control.Rebaser); ok && r.frozen {
-			rb.Rebase(r.signalMs)
-		}
-		r.controlMs = r.ctrl.Update(r.signalMs)
-	}
-	e.windDown(r, &rd, now, running)
-	r.frozen = rd.Armed
-	rd.ControlMs = r.controlMs
-	if len(rd.Members) > 0 {
-		rd.DelayMs = rd.ControlMs
-	}
+	obs.Members, obs.Writing, obs.Active = len(rd.Members), writing, e.activeWriters(r, now)
+	out := r.loop.Step(obs)
+	rd.SignalMs, rd.TargetMs = out.SignalMs, out.TargetMs
+	rd.ControlMs, rd.DelayMs = out.ControlMs, out.DelayMs
+	rd.UMaxMs, rd.UMaxLimitMs = out.UMaxMs, out.UMaxLimitMs
+	rd.Held, rd.Armed, rd.Saturated = out.Held, out.Armed, out.Saturated
 	e.returning(r, &rd, now)
-	e.scaleCeiling(r, &rd, now)
-	e.adaptHeadroom(r, &rd, now)
 	return rd, members
 }
 
-// updateSignal measures r's reads for this Step and moves its signal (see
-// "Starvation"); stepCtrl says whether the controller has news to act on.
-func (e *Engine) updateSignal(r *resource, now time.Time) (rd ResourceDecision, stepCtrl bool) {
-	rd = ResourceDecision{Name: r.name, ThresholdMs: r.threshold, TargetMs: r.targetMs(),
-		UMaxMs: e.cfg.Control.UMaxMs, Direction: e.cfg.Direction}
+// observe measures r's reads for this Step into rd and the loop's
+// observation.
+func (e *Engine) observe(r *resource, now time.Time) (ResourceDecision, control.Observation) {
+	rd := ResourceDecision{Name: r.name, ThresholdMs: r.threshold, Direction: e.cfg.Direction}
 	measured := false
 	for _, di := range r.devs {
 		d := &e.devs[di]
@@ -474,24 +444,30 @@ func (e *Engine) updateSignal(r *resource, now time.Time) (rd ResourceDecision, 
 	raw, ok, pending := e.measure(r, &rd)
 	if measured || r.started {
 		// A resource whose devices all vanished from the snapshot is
-		// treated as idle: after idleHold its signal decays and the
+		// treated as idle: after the idle hold its signal decays and the
 		// throttle winds down (fail open) rather than holding the last
 		// delay.
 		r.started = true
-		switch {
-		case ok:
+		if ok {
 			rd.RawMs = raw
-			r.signalMs = r.ewma.Update(raw)
-			r.lastSample = now
-			stepCtrl = true
-		case pending || (!r.lastSample.IsZero() && now.Sub(r.lastSample) < e.idleHold):
-			rd.Held = true
-		default:
-			r.signalMs = r.ewma.Decay()
-			stepCtrl = true
 		}
 	}
-	rd.SignalMs = r.signalMs
-
-	return rd, stepCtrl
+	return rd, control.Observation{Now: now, Measured: r.started, RawMs: raw, Reads: ok, Pending: pending}
 }
+
+// loopConfig is the configuration of a resource's loop.
+func (e *Engine) loopConfig(threshold float64, signal string) control.LoopConfig {
+	return control.LoopConfig{
+		Law: e.cfg.Controller, Params: e.cfg.Control, ThresholdMs: threshold,
+		Alpha: e.cfg.Alpha, Headroom: e.cfg.Headroom, AutoHeadroom: e.cfg.AutoHeadroom,
+		Signal: signal, UMaxLimitMs: e.cfg.UMaxLimitMs, IdleHold: e.idleHold,
+		ByWrites: e.cfg.Policy == policy.ReadOverWrite, Off: e.cfg.RulesOff,
+	}
+}
+
+// DefaultHeadroom and DefaultUMaxLimitMs are the law's (package control,
+// where their reasons are).
+const (
+	DefaultHeadroom    = control.DefaultHeadroom
+	DefaultUMaxLimitMs = control.DefaultUMaxLimitMs
+)

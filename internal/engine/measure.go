@@ -5,6 +5,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sanqos/sanqos/internal/control"
 	"github.com/sanqos/sanqos/internal/latency"
 
 	"github.com/sanqos/sanqos/internal/smoothing"
@@ -12,9 +13,9 @@ import (
 
 // The signals a resource's controller can follow.
 const (
-	SignalMean = "mean"
-	SignalP95  = "p95"
-	SignalP99  = "p99"
+	SignalMean = control.SignalMean
+	SignalP95  = control.SignalP95
+	SignalP99  = control.SignalP99
 )
 
 // Signals lists the valid Signal names.
@@ -49,26 +50,17 @@ type InFlight interface {
 	ReadsInFlight(device string) (n uint64, ok bool)
 }
 
-// Starvation. A reader whose reads take longer than a tick completes none
-// in most ticks, exactly when the disk is at its worst; the thesis's rule
-// (a tick without reads decays the signal) then reads the worst moments
-// as health and lets the controller release the writers. So a tick
-// without a completed read is classified:
-//
-//   - reads in flight that were already in flight a tick ago (no read of
-//     the device completed in between, so they are the same reads): each
-//     device adds one read of its age so far, a lower bound of its
-//     latency, to the signal;
-//   - reads in flight seen for the first time, or no read in flight but a
-//     read sample less than idleHold ago: the signal and the delay are
-//     held (there is no new evidence either way);
-//   - otherwise the resource is idle: the signal decays as in the thesis.
+// Reads in flight (the measuring half of step 1, "Signal", in package
+// control). A reader whose reads take longer than a tick completes none
+// in most ticks, exactly when the disk is at its worst, so a tick without
+// a completed read is classified per device: reads in flight that were
+// already in flight a tick ago (no read of the device completed in
+// between, so they are the same reads) add one read of their age so far,
+// a lower bound of its latency, to the signal; reads in flight seen for
+// the first time only say that reads are pending, and the loop holds.
 const (
-	// idleHold bridges the think time of slow readers (a reader of a few
-	// reads a second leaves most ticks without a read in flight), so that
-	// the delay is neither released between two reads nor kept on stale
-	// news once the readers have gone.
-	idleHold = time.Second
+	// idleHold: see control.DefaultIdleHold.
+	idleHold = control.DefaultIdleHold
 	// pendingTrustMax: a read in flight longer than this is past the SCSI
 	// layer's 30 s command timeout; an in-flight count that old is a
 	// kernel's accounting leak, not a read, and is ignored rather than
@@ -77,7 +69,7 @@ const (
 )
 
 // updatePending classifies d's reads in flight for this Step (see
-// "Starvation"); d.rates holds the Step's interval.
+// "1. Signal" in package control); d.rates holds the Step's interval.
 func (e *Engine) updatePending(d *device, now time.Time) {
 	d.pending, d.pendingMs = false, 0
 	if !d.sig || d.rates.Reads > 0 || d.cur.InProgress == 0 || e.cfg.InFlight == nil || d.fine {
@@ -101,22 +93,31 @@ func (e *Engine) updatePending(d *device, now time.Time) {
 	d.pendingMs = float64(age) / float64(time.Millisecond)
 }
 
-// kernelHasReadsInFlight says whether the block layer counts reads in
-// flight on d (sysfs inflight), or cannot say. The probe's oldest read is
-// taken only with the kernel's word: a slot the probe failed to free
-// (seen in the lab: a "read" aging to 1.9 s while the reader's reads
-// completed in under a millisecond) must not throttle anyone.
-func (e *Engine) kernelHasReadsInFlight(d *device) bool {
-	if e.cfg.InFlight == nil {
-		return true
+// checkOldest sets d.probeStuck when the probe's oldest read in flight
+// would count (see measure) but the block layer counts no read in flight
+// on d. The probe's oldest read is taken only with the kernel's word: a
+// slot the probe failed to free (a "read" aging for seconds while the
+// reader's reads complete in under a millisecond) must not throttle
+// anyone. Only signal devices the probe measures are asked.
+func (e *Engine) checkOldest(d *device) {
+	d.probeStuck = false
+	if !d.sig || !d.fine || !d.probeOK || !oldestCounts(&d.probe, d.oldest) || e.cfg.InFlight == nil {
+		return
 	}
 	n, ok := e.cfg.InFlight.ReadsInFlight(d.name)
-	return !ok || n > 0
+	d.probeStuck = ok && n == 0
+}
+
+// oldestCounts says whether the probe's oldest read in flight counts as
+// a read of its age: when nothing completed, or it is older than the
+// tick's slowest completed reads.
+func oldestCounts(ops *latency.Ops, oldest time.Duration) bool {
+	return oldest > 0 && (ops.Count == 0 || oldest > ops.Hist.Quantile(0.99))
 }
 
 // measure aggregates the tick's reads of r's signal devices into the raw
 // value of r's signal: from the probe where it has the device, from
-// /proc/diskstats otherwise (see "Starvation" for reads in flight). It
+// /proc/diskstats otherwise (see "1. Signal" in package control for reads in flight). It
 // fills rd's Reads, PendingMs, Signal, Source and the probe's statistics.
 // ok is false when there was no read to measure; pending is true when
 // reads are known to be in flight.
@@ -133,7 +134,7 @@ func (e *Engine) measure(r *resource, rd *ResourceDecision) (raw float64, ok, pe
 			continue
 		}
 		if d.fine {
-			if ops, oldest, ok := e.cfg.Fine.TickReads(d.name); ok {
+			if ops, oldest, ok := &d.probe, d.oldest, d.probeOK; ok {
 				fine++
 				fineReads += ops.Count
 				fineSum += ops.Sum
@@ -143,7 +144,7 @@ func (e *Engine) measure(r *resource, rd *ResourceDecision) (raw float64, ok, pe
 				// counts by its age at once, no tick of proof needed,
 				// when nothing completed or it is older than the tick's
 				// slowest completed reads.
-				if oldest > 0 && (ops.Count == 0 || oldest > ops.Hist.Quantile(0.99)) && e.kernelHasReadsInFlight(d) {
+				if oldestCounts(ops, oldest) && !d.probeStuck {
 					pending = true
 					ms := float64(oldest) / float64(time.Millisecond)
 					agg.AddPending(ms)
@@ -191,10 +192,12 @@ func (e *Engine) measure(r *resource, rd *ResourceDecision) (raw float64, ok, pe
 // and falls back to diskstats as soon as diskstats counts reads the probe
 // did not (found live on LVM over dm-delay in the kernel lab).
 func (e *Engine) updateFine(d *device) {
+	d.probeOK = false
 	if e.cfg.Fine == nil {
 		return
 	}
-	ops, _, ok := e.cfg.Fine.TickReads(d.name)
+	ops, oldest, ok := e.cfg.Fine.TickReads(d.name)
+	d.probe, d.oldest, d.probeOK = ops, oldest, ok
 	switch {
 	case !ok:
 		d.fine = false

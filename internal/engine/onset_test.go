@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"github.com/sanqos/sanqos/internal/control"
 	"net/netip"
 	"testing"
 	"time"
@@ -115,9 +116,9 @@ func TestOnsetTogetherMeetsTheDelayTheyLeft(t *testing.T) {
 	r.run(time.Second, 12) // held: the first climb is over
 	r.run(2*time.Second, 13)
 	r.on = [3]bool{true, false, false}
-	left := r.run(activeWindow+learnAfter/4, 13).ControlMs
+	left := r.run(control.ActiveWindow+learnAfter/4, 13).ControlMs
 	r.on = [3]bool{}
-	r.run(3*time.Second, 5) // inside armHold: the set keeps them
+	r.run(3*time.Second, 5) // inside control.ArmHold: the set keeps them
 	r.on = [3]bool{true, false, false}
 	r.step(13)
 	r.on = [3]bool{true, true, true}
@@ -135,16 +136,16 @@ func TestOnsetLearnsFewerWritersOnlyWhileRunning(t *testing.T) {
 	r.on = [3]bool{true, true, true}
 	r.run(5*time.Second, 30)
 	r.run(2*time.Second, 13)
-	if got := r.e.res[0].onset.writers; got != 3 {
+	if got := r.e.res[0].loop.OnsetWriters(); got != 3 {
 		t.Fatalf("writers = %d with three hosts writing, want 3", got)
 	}
 	r.on = [3]bool{true, false, false}
-	r.run(learnAfter/2+activeWindow, 13)
-	if got := r.e.res[0].onset.writers; got != 3 {
+	r.run(learnAfter/2+control.ActiveWindow, 13)
+	if got := r.e.res[0].loop.OnsetWriters(); got != 3 {
 		t.Fatalf("writers = %d half a learning time after two stopped, want still 3", got)
 	}
 	r.run(learnAfter, 13)
-	if got := r.e.res[0].onset.writers; got != 1 {
+	if got := r.e.res[0].loop.OnsetWriters(); got != 1 {
 		t.Fatalf("writers = %d after %v with one host, want 1", got, learnAfter)
 	}
 }
@@ -164,7 +165,10 @@ func TestOnsetNotInManualPolicy(t *testing.T) {
 	if got := r.step(13).ControlMs; before > 0 && got/before > 1.5 {
 		t.Fatalf("manual policy scaled the delay %.2f -> %.2f at an onset", before, got)
 	}
-	if r.e.res[0].onset.writers != 0 {
-		t.Fatalf("manual policy counted writers: %+v", r.e.res[0].onset)
+	if r.e.res[0].loop.OnsetWriters() != 0 {
+		t.Fatalf("manual policy counted writers: %d", r.e.res[0].loop.OnsetWriters())
 	}
 }
+
+// learnAfter is control's: a lower count of writers is learned after it.
+const learnAfter = 2 * time.Second

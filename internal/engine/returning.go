@@ -4,32 +4,31 @@ import (
 	"net/netip"
 	"time"
 
+	"github.com/sanqos/sanqos/internal/control"
 	"github.com/sanqos/sanqos/internal/direction"
 	"github.com/sanqos/sanqos/internal/policy"
 )
 
 // Returning writers. A writer is found by its writes, so one that comes
 // back after a pause is seen a tick after its first writes have reached
-// the disk: at a busy disk that first tick of small random writes is
-// what the reader then waits behind for a second or two (the lab's randw
-// onsets peaked at 25–120 ms although the delay was armed). The data path
-// can see a write at once (throttle "Arming"), so each decision names the
-// resource's returning writers: consumers that were in its set within
-// armHold and are not now, to be held at the delay the set left
-// (ControlMs) from their first write data segment. Only writers that
-// paused are named: one that has written within activeWindow left the set
-// because its rate fell, not because it stopped, and is judged by the
-// policy alone (a VM back to light writes after a bulk load must not be
-// held at the bulk load's delay). A named writer that writes stays named
-// while it rejoins, for up to activeWindow from its first write: the
-// policy needs a tick or two of writes to take it back, and dropping it at
-// its first write would let it run unheld in between (the lab's randw
-// record: 28 MB/s in the tick after the first, with 32 ms armed). One
-// that has not joined by then writes too little to be a member, and is
-// named no more (the kernel's entry lapses too). Nobody is delayed for
-// being named: a returning writer that does not write is never held. Only
-// the read-over-write policy, whose members are found writing, and only
-// in the write direction.
+// the disk: at a busy disk that first tick of small random writes is what
+// the reader then waits behind for a second or two, although the delay
+// was armed. The data path can see a write at once (throttle "Arming"),
+// so each decision names the resource's returning writers: consumers that
+// were in its set within control.ArmHold and are not now, to be held at
+// the delay the set left (ControlMs) from their first write data segment.
+// Only writers that paused are named: one that has written within
+// control.ActiveWindow left the set because its rate fell, not because it
+// stopped, and is judged by the policy alone (a VM back to light writes
+// after a bulk load must not be held at the bulk load's delay). A named
+// writer that writes stays named while it rejoins, for up to
+// control.ActiveWindow from its first write: the policy needs a tick or
+// two of writes to take it back, and dropping it at its first write would
+// let it run unheld in between. One that has not joined by then writes
+// too little to be a member, and is named no more (the kernel's entry
+// lapses too). Nobody is delayed for being named: a returning writer that
+// does not write is never held. Only the read-over-write policy, whose
+// members are found writing, and only in the write direction.
 
 // noteMember records that c is in its resource's set at now.
 func noteMember(c *consumer, member bool, now time.Time) {
@@ -41,7 +40,7 @@ func noteMember(c *consumer, member bool, now time.Time) {
 
 // returning lists r's returning writers into rd.
 func (e *Engine) returning(r *resource, rd *ResourceDecision, now time.Time) {
-	if e.cfg.Policy != policy.ReadOverWrite || e.cfg.Direction&direction.Write == 0 || r.controlMs <= 0 {
+	if e.cfg.Policy != policy.ReadOverWrite || e.cfg.Direction&direction.Write == 0 || rd.ControlMs <= 0 {
 		return
 	}
 	for _, ci := range r.consumers {
@@ -57,17 +56,17 @@ func (e *Engine) returning(r *resource, rd *ResourceDecision, now time.Time) {
 
 // stillReturning moves c's returning state to now and reports it.
 func (e *Engine) stillReturning(c *consumer, now time.Time) bool {
-	if c.memberAt.IsZero() || c.memberAt.Equal(now) || now.Sub(c.memberAt) >= armHold {
+	if c.memberAt.IsZero() || c.memberAt.Equal(now) || now.Sub(c.memberAt) >= control.ArmHold {
 		c.returning, c.rejoinSince = false, time.Time{}
 		return false
 	}
-	switch paused := c.lastWrite.IsZero() || now.Sub(c.lastWrite) >= activeWindow; {
+	switch paused := c.lastWrite.IsZero() || now.Sub(c.lastWrite) >= control.ActiveWindow; {
 	case paused:
 		c.returning, c.rejoinSince = true, time.Time{}
 	case !c.returning:
 	case c.rejoinSince.IsZero():
 		c.rejoinSince = now
-	case now.Sub(c.rejoinSince) >= activeWindow:
+	case now.Sub(c.rejoinSince) >= control.ActiveWindow:
 		c.returning, c.rejoinSince = false, time.Time{}
 	}
 	return c.returning
@@ -80,4 +79,28 @@ func containsAddr(s []netip.Addr, a netip.Addr) bool {
 		}
 	}
 	return false
+}
+
+// noteWrite records that consumer c was judged writing kbs this tick.
+func noteWrite(c *consumer, kbs float64, now time.Time) {
+	if kbs > 0 {
+		c.lastWrite = now
+	}
+}
+
+// activeWriters counts the distinct addresses of r's members that wrote
+// within control.ActiveWindow (the loop's onsets and wind-down).
+func (e *Engine) activeWriters(r *resource, now time.Time) int {
+	var seen [16]netip.Addr
+	addrs := seen[:0]
+	for _, ci := range r.consumers {
+		c := &e.cons[ci]
+		if !c.st.Member || c.lastWrite.IsZero() || now.Sub(c.lastWrite) >= control.ActiveWindow {
+			continue
+		}
+		if !containsAddr(addrs, c.c.Addr) {
+			addrs = append(addrs, c.c.Addr)
+		}
+	}
+	return len(addrs)
 }

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"github.com/sanqos/sanqos/internal/control"
 	"slices"
 	"testing"
 	"time"
@@ -10,7 +11,7 @@ import (
 )
 
 // TestReturningWritersAreNamed: writers that were held and paused are
-// named returning, with the delay they left, for armHold after they were
+// named returning, with the delay they left, for control.ArmHold after they were
 // last in the set; the reader, never in it, never is; a writer in the set
 // is a member, and one that goes on writing lightly is neither; the write
 // direction and the read-over-write policy only.
@@ -33,7 +34,7 @@ func TestReturningWritersAreNamed(t *testing.T) {
 		t.Fatalf("a consumer that was never held is returning: %v", rd.Returning)
 	}
 	// A returning writer that writes stays armed while it may rejoin (the
-	// policy takes a tick or two), for up to activeWindow; one that writes
+	// policy takes a tick or two), for up to control.ActiveWindow; one that writes
 	// too little to join (under the leave rate) is then armed no more, and
 	// stays so while it goes on writing.
 	r.light[1] = true
@@ -60,9 +61,9 @@ func TestReturningWritersAreNamed(t *testing.T) {
 		t.Fatalf("one writer back: members %v, returning %v", rd.Members, rd.Returning)
 	}
 	r.on = [3]bool{}
-	rd = r.run(armHold+5*time.Second, 5)
+	rd = r.run(control.ArmHold+5*time.Second, 5)
 	if len(rd.Returning) != 0 {
-		t.Fatalf("still returning %v more than armHold after they were held", rd.Returning)
+		t.Fatalf("still returning %v more than control.ArmHold after they were held", rd.Returning)
 	}
 
 	for _, mod := range []struct {

@@ -3,7 +3,7 @@ package engine
 import (
 	"net/netip"
 
-	"github.com/sanqos/sanqos/internal/smoothing"
+	"github.com/sanqos/sanqos/internal/control"
 	"github.com/sanqos/sanqos/internal/topology"
 )
 
@@ -94,7 +94,7 @@ func (e *Engine) SetTopology(topo topology.Topology) {
 // "Reloads"): a new threshold moves the controller's set point, it does
 // not restart it.
 func (e *Engine) resourceFor(tr topology.Resource, old *resource) resource {
-	r := resource{name: tr.Name, threshold: e.cfg.ThresholdMs, signal: e.cfg.Signal, headroom: e.cfg.Headroom}
+	r := resource{name: tr.Name, threshold: e.cfg.ThresholdMs, signal: e.cfg.Signal}
 	if tr.ThresholdMs > 0 {
 		r.threshold = tr.ThresholdMs
 	}
@@ -104,11 +104,12 @@ func (e *Engine) resourceFor(tr topology.Resource, old *resource) resource {
 	if r.signal == "" {
 		r.signal = SignalMean
 	}
-	r.ewma, _ = smoothing.NewEWMA(e.cfg.Alpha) // alpha validated in New
-	r.ctrl = e.newController(r.targetMs())
-	r.ceiling = e.cfg.Control.UMaxMs
+	// The configuration and the threshold were validated in New and
+	// ValidateTopology, the only errors NewLoop has.
+	r.loop, _ = control.NewLoop(e.loopConfig(r.threshold, r.signal))
 	if old != nil {
-		e.carry(&r, old, e.cfg)
+		r.started = old.started
+		r.loop.Adopt(old.loop)
 	}
 	return r
 }

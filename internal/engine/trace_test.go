@@ -94,6 +94,7 @@ func replay(t *testing.T, ticks []traceTick, withInFlight bool) (badReleases, re
 	e := mustEngine(t, cfg, traceTopology(ticks[0]))
 	if !withInFlight {
 		e.idleHold = 0 // the thesis's rule; with no error cap, the engine before the fix
+		e.SetTopology(traceTopology(ticks[0]))
 	}
 	prevDelay := 0.0
 	prevPending := map[string]bool{}

@@ -50,6 +50,9 @@ func (cfg Config) validate() error {
 	if _, err := control.New(cfg.Controller, p); err != nil {
 		errs = append(errs, err)
 	}
+	if err := control.CheckRules(cfg.RulesOff); err != nil {
+		errs = append(errs, err)
+	}
 	return errors.Join(errs...)
 }
 

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"github.com/sanqos/sanqos/internal/control"
 	"testing"
 	"time"
 )
@@ -31,9 +32,9 @@ func TestWindDownArmsTheBurstsDelay(t *testing.T) {
 				t.Fatalf("delay %.2f ms in the burst, %.2f as it wound down: the rig does not wind down", held, wound)
 			}
 			r.on = [3]bool{}
-			r.run(activeWindow-100*time.Millisecond, 5)
+			r.run(control.ActiveWindow-100*time.Millisecond, 5)
 			if got := r.last.ControlMs; got != wound {
-				t.Fatalf("output %.2f ms within activeWindow of the last write, want the wound-down %.2f kept", got, wound)
+				t.Fatalf("output %.2f ms within control.ActiveWindow of the last write, want the wound-down %.2f kept", got, wound)
 			}
 			paused := r.run(2*time.Second, 5).ControlMs
 			r.on = [3]bool{true, true, true}
@@ -63,31 +64,5 @@ func TestWindDownNotOnAQuietTick(t *testing.T) {
 	quiet := r.step(5)
 	if !quiet.Armed || quiet.ControlMs != wound {
 		t.Fatalf("a quiet tick: armed %v at %.2f ms, want armed at the wound-down %.2f", quiet.Armed, quiet.ControlMs, wound)
-	}
-}
-
-func TestBurstPeakWindow(t *testing.T) {
-	var b burstPeak
-	t0 := time.Unix(5000, 0)
-	b.note(t0, 10)
-	b.note(t0.Add(1500*time.Millisecond), 7)
-	for _, tc := range []struct {
-		after time.Duration
-		want  float64
-	}{
-		{0, 10},
-		{2 * time.Second, 10},
-		{burstMemory, 10},
-		{burstMemory + time.Second, 7},
-		{burstMemory + 2*time.Second, 0},
-	} {
-		if got := b.peak(t0.Add(tc.after)); got != tc.want {
-			t.Errorf("peak %v after = %g, want %g", tc.after, got, tc.want)
-		}
-	}
-	// A second noted again replaces what its place held 5 s before.
-	b.note(t0.Add(5*time.Second), 3)
-	if got := b.peak(t0.Add(5 * time.Second)); got != 7 {
-		t.Errorf("after overwriting the oldest place: peak = %g, want 7", got)
 	}
 }

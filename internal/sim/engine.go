@@ -77,6 +77,7 @@ func (cfg Config) EngineConfig() engine.Config {
 	ec.Controller = cfg.Controller
 	ec.ThresholdMs = cfg.ThresholdMs
 	ec.Signal = cfg.Signal
+	ec.RulesOff = cfg.RulesOff
 	if g := cfg.Gains; g.Kp > 0 {
 		td := g.Td
 		g = g.WithDefaults()

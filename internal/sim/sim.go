@@ -48,6 +48,9 @@ type Config struct {
 	// does with manual throttles: the plant's delay→throughput curve,
 	// without a controller in the loop.
 	FixedDelayMs float64
+	// RulesOff switches rules of the law off by name (engine.Config's),
+	// for ablations.
+	RulesOff []string
 }
 
 // Gains are the PID tuning the run uses: control's one gains type.

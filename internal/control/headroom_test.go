@@ -1,13 +1,10 @@
-package engine
+package control
 
 import (
 	"math"
 	"math/rand/v2"
-	"net/netip"
 	"testing"
 	"time"
-
-	"github.com/sanqos/sanqos/internal/control"
 )
 
 func TestHeadroomFor(t *testing.T) {
@@ -76,9 +73,8 @@ func TestRobustScatter(t *testing.T) {
 // 100 ms tick's raw signal the set point of its second × (1 + x) with x
 // drawn per second from the scatter.
 type heldRig struct {
-	e   *Engine
-	r   *resource
-	pid *control.PID
+	l   *Loop
+	pid *PID
 	now time.Time
 	// gaps: every third tick completes no read (a reader slower than a
 	// tick), which must not disqualify its second.
@@ -86,27 +82,32 @@ type heldRig struct {
 }
 
 func newHeldRig(auto bool) *heldRig {
-	cfg := DefaultConfig()
-	cfg.AutoHeadroom = auto
-	p := cfg.Control
-	p.TargetMs = 15 * (1 - cfg.Headroom)
-	pid := control.NewPID(p)
-	pid.Update(30) // holding: a delay on
-	return &heldRig{e: &Engine{cfg: cfg}, r: &resource{threshold: 15, signal: SignalMean, headroom: cfg.Headroom, ctrl: pid}, pid: pid,
-		now: time.Unix(1000, 0)}
+	l, err := NewLoop(LoopConfig{Law: "pid", Params: DefaultParams(), ThresholdMs: 15, Alpha: 0.25,
+		Headroom: DefaultHeadroom, AutoHeadroom: auto, Signal: SignalMean})
+	if err != nil {
+		panic(err)
+	}
+	l.pid.Update(30) // holding: a delay on
+	return &heldRig{l: l, pid: l.pid, now: time.Unix(1000, 0)}
+}
+
+// step runs the headroom rule for one tick with members (0 or 1) and the
+// tick's raw signal (0: no read completed).
+func (h *heldRig) step(members int, raw float64, armed bool) {
+	h.l.adaptHeadroom(Observation{Now: h.now, Measured: true, Reads: raw > 0, RawMs: raw, Members: members},
+		&Output{ControlMs: 12, Armed: armed})
+	h.now = h.now.Add(100 * time.Millisecond)
 }
 
 func (h *heldRig) run(seconds int, x func(s int) float64, armed bool) {
-	members := []netip.Addr{netip.MustParseAddr("10.0.0.3")}
 	for s := 0; s < seconds; s++ {
-		raw := h.r.threshold * (1 - h.r.headroom) * (1 + x(s))
+		raw := h.l.TargetMs() * (1 + x(s))
 		for k := 0; k < 10; k++ {
-			rd := ResourceDecision{Members: members, ControlMs: 12, RawMs: raw, Armed: armed}
 			if h.gaps && k%3 == 0 {
-				rd.RawMs = 0
+				h.step(1, 0, armed)
+				continue
 			}
-			h.e.adaptHeadroom(h.r, &rd, h.now)
-			h.now = h.now.Add(100 * time.Millisecond)
+			h.step(1, raw, armed)
 		}
 	}
 }
@@ -136,14 +137,14 @@ func TestHeadroomFollowsTheScatter(t *testing.T) {
 			h := newHeldRig(c.auto)
 			h.gaps = c.gaps
 			if c.signal != "" {
-				h.r.signal = c.signal
+				h.l.cfg.Signal = c.signal
 			}
 			x := gauss(c.sigma)
 			if c.sigma < 0 {
 				x = func(int) float64 { return 0.25 + 0.3*r.NormFloat64() }
 			}
 			h.run(300, x, c.armed)
-			got := h.r.headroom
+			got := h.l.headroom
 			if got < c.min || got > c.max {
 				t.Errorf("headroom %.3f after 300 s at σ %.2f, want %.3f–%.3f", got, c.sigma, c.min, c.max)
 			}
@@ -158,31 +159,27 @@ func TestHeadroomFollowsTheScatter(t *testing.T) {
 // onset's, not the steady state's, and a second step is bounded.
 func TestHeadroomIgnoresOnsets(t *testing.T) {
 	h := newHeldRig(true)
-	members := []netip.Addr{netip.MustParseAddr("10.0.0.3")}
-	prev := h.r.headroom
+	prev := h.l.headroom
 	for burst := 0; burst < 40; burst++ {
 		for s := 0; s < 12; s++ {
 			// 3 s at four times the threshold, then steady (σ 0).
-			raw := h.r.threshold * (1 - h.r.headroom)
+			raw := h.l.TargetMs()
 			if s < 3 {
 				raw *= 4
 			}
 			for k := 0; k < 10; k++ {
-				rd := ResourceDecision{Members: members, ControlMs: 12, RawMs: raw}
-				h.e.adaptHeadroom(h.r, &rd, h.now)
-				h.now = h.now.Add(100 * time.Millisecond)
-				if d := math.Abs(h.r.headroom - prev); d > headroomStep+1e-12 {
+				h.step(1, raw, false)
+				if d := math.Abs(h.l.headroom - prev); d > headroomStep+1e-12 {
 					t.Fatalf("headroom moved %.4f in one step, more than %v", d, headroomStep)
 				}
-				prev = h.r.headroom
+				prev = h.l.headroom
 			}
 		}
 		for k := 0; k < 30; k++ { // a pause: the set empties
-			h.e.adaptHeadroom(h.r, &ResourceDecision{}, h.now)
-			h.now = h.now.Add(100 * time.Millisecond)
+			h.step(0, 0, false)
 		}
 	}
-	if h.r.headroom != headroomMin {
-		t.Errorf("headroom %.3f after steady bursts with 3 s onsets at 4 × the set point, want the floor %v", h.r.headroom, headroomMin)
+	if h.l.headroom != headroomMin {
+		t.Errorf("headroom %.3f after steady bursts with 3 s onsets at 4 × the set point, want the floor %v", h.l.headroom, headroomMin)
 	}
 }

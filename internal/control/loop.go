@@ -1,0 +1,304 @@
+package control
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/sanqos/sanqos/internal/smoothing"
+)
+
+// The signals a resource's loop can follow (the engine measures them).
+const (
+	SignalMean = "mean"
+	SignalP95  = "p95"
+	SignalP99  = "p99"
+)
+
+// LoopConfig configures one resource's Loop.
+type LoopConfig struct {
+	// Law is the controller the loop steps: pid, thesis or none.
+	Law string
+	// Params configure the controller; TargetMs is overwritten with the
+	// set point, ThresholdMs·(1−Headroom).
+	Params Params
+	// ThresholdMs is the read latency promised for the resource.
+	ThresholdMs float64
+	// Alpha weighs the signal's EWMA.
+	Alpha float64
+	// Headroom is the fraction of the threshold the set point lies below
+	// it; AutoHeadroom lets the measured scatter raise it (see doc.go).
+	Headroom     float64
+	AutoHeadroom bool
+	// Signal is the statistic the signal is (SignalMean, …): the measured
+	// headroom is only for the mean.
+	Signal string
+	// UMaxLimitMs is the top of the ceiling (≤ Params.UMaxMs: fixed).
+	UMaxLimitMs float64
+	// IdleHold bridges ticks without reads (IdleHold in doc.go); 0 is
+	// the thesis's rule, every tick without a read decays the signal.
+	IdleHold time.Duration
+	// ByWrites: the set's members are found by their writes (the
+	// read-over-write policy), so a set none of whose members writes is
+	// pausing, and more members writing is an onset. Named members (the
+	// manual policy) are neither.
+	ByWrites bool
+	// Off switches rules off by name (RuleNames), on top of the law's
+	// table: for ablations.
+	Off []string
+}
+
+// Rules says which of the rules that act on the controller's state a
+// loop runs. The rules every law runs (the starvation hold, armed
+// pauses, the saturation report) have no switch.
+type Rules struct {
+	// Rebase: a controller stepped again after a pause, or rebuilt at a
+	// reload, takes the signal as its error history (no Δε or D kick).
+	Rebase bool
+	// Onset: more members writing than the output was learned with
+	// scale it at once.
+	Onset bool
+	// WindDown: in a pause, the output is lifted to the burst's peak.
+	WindDown bool
+	// Ceiling: the output's clamp follows the writers' need.
+	Ceiling bool
+	// FirstClimb: the ceiling rises as fast as far over while the
+	// controller is in its first climb.
+	FirstClimb bool
+	// Retarget: the set point moves without a restart (measured headroom,
+	// a reload's new threshold).
+	Retarget bool
+	// Resume: a controller rebuilt at a reload goes on from the delay in
+	// force.
+	Resume bool
+}
+
+// LawRules is the table of the rules each law runs. thesis is a faithful
+// copy of a listing that has none of these inputs; none never delays.
+var LawRules = map[string]Rules{
+	"pid":    {Rebase: true, Onset: true, WindDown: true, Ceiling: true, FirstClimb: true, Retarget: true, Resume: true},
+	"thesis": {},
+	"none":   {},
+}
+
+// RuleNames lists the switchable rules' names, as LoopConfig.Off takes
+// them.
+func RuleNames() []string {
+	names := make([]string, 0, len(ruleFields))
+	for n := range ruleFields {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+var ruleFields = map[string]func(*Rules) *bool{
+	"rebase":      func(r *Rules) *bool { return &r.Rebase },
+	"onset":       func(r *Rules) *bool { return &r.Onset },
+	"winddown":    func(r *Rules) *bool { return &r.WindDown },
+	"ceiling":     func(r *Rules) *bool { return &r.Ceiling },
+	"first-climb": func(r *Rules) *bool { return &r.FirstClimb },
+	"retarget":    func(r *Rules) *bool { return &r.Retarget },
+	"resume":      func(r *Rules) *bool { return &r.Resume },
+}
+
+// CheckRules reports the first name in off that is not a rule.
+func CheckRules(off []string) error {
+	for _, n := range off {
+		if _, ok := ruleFields[n]; !ok {
+			return fmt.Errorf("rule %q: want one of %s", n, strings.Join(RuleNames(), ", "))
+		}
+	}
+	return nil
+}
+
+// Observation is what the engine measured of a resource in one tick,
+// sampled before the loop is stepped.
+type Observation struct {
+	Now time.Time
+	// Measured: the resource has been measured, in this tick or before
+	// (until then the loop leaves the signal alone).
+	Measured bool
+	// RawMs is the tick's read latency (the signal's statistic), valid
+	// when Reads; Pending that reads are known to be in flight.
+	RawMs   float64
+	Reads   bool
+	Pending bool
+	// Members is the size of the throttleable set; Writing that one of
+	// them completed writes in the tick or has I/O at its device; Active
+	// how many distinct members wrote within ActiveWindow.
+	Members int
+	Writing bool
+	Active  int
+}
+
+// Output is the loop's decision for a tick.
+type Output struct {
+	// SignalMs is the filtered signal; TargetMs the set point the tick
+	// was judged against.
+	SignalMs, TargetMs float64
+	// ControlMs is the controller's output, kept through pauses; DelayMs
+	// the delay in force on the members (ControlMs with members, else 0).
+	ControlMs, DelayMs float64
+	// UMaxMs is the ceiling now, UMaxLimitMs the highest it may go.
+	UMaxMs, UMaxLimitMs float64
+	// Held: no evidence this tick, signal and delay kept (starvation).
+	// Armed: the controller was not stepped (a pause, an empty set).
+	// Saturated: the delay sits at the ceiling's limit with the latency
+	// over the set point (packet delay alone is not holding the writers).
+	Held, Armed, Saturated bool
+}
+
+// DefaultIdleHold bridges the think time of slow readers (a reader of a
+// few reads a second leaves most ticks without a read in flight), so that
+// the delay is neither released between two reads nor kept on stale news
+// once the readers have gone.
+const DefaultIdleHold = time.Second
+
+// ArmHold is how long a loop whose set emptied stays armed (see "Armed
+// through pauses" in doc.go): past it, the resource being healthy, the
+// controller winds down to rest.
+const ArmHold = 30 * time.Second
+
+// Loop is one resource's control law: every rule, stepped once per tick
+// in the order of doc.go. It is deterministic and not safe for
+// concurrent use.
+type Loop struct {
+	cfg   LoopConfig
+	rules Rules
+	ctrl  Controller
+	pid   *PID // ctrl when the law is pid, for the rules that reach into it
+
+	ewma       *smoothing.EWMA
+	signalMs   float64
+	lastSample time.Time // when the signal last had a read sample
+	controlMs  float64   // the controller's last output
+	// emptySince: when the set last became empty (zero: it has members,
+	// or never had any); frozen: the controller was armed last tick.
+	emptySince time.Time
+	frozen     bool
+	ceiling    float64
+	// satSince, lowSince: when the delay started to press on the ceiling,
+	// or to sit under half of it.
+	satSince, lowSince time.Time
+	onset              onsetState
+	burst              burstPeak
+	headroom           float64
+	scatter            scatter
+}
+
+// NewLoop returns a loop at rest.
+func NewLoop(cfg LoopConfig) (*Loop, error) {
+	rules, ok := LawRules[cfg.Law]
+	if !ok {
+		return nil, fmt.Errorf("unknown controller %q: want one of %s", cfg.Law, strings.Join(Names(), ", "))
+	}
+	if err := CheckRules(cfg.Off); err != nil {
+		return nil, err
+	}
+	for _, n := range cfg.Off {
+		*ruleFields[n](&rules) = false
+	}
+	ewma, err := smoothing.NewEWMA(cfg.Alpha)
+	if err != nil {
+		return nil, err
+	}
+	if rules != (Rules{}) && cfg.Law != "pid" {
+		// The switchable rules act on pid's state (its output, clamp,
+		// set point and error history).
+		return nil, fmt.Errorf("controller %s runs no switchable rule", cfg.Law)
+	}
+	l := &Loop{cfg: cfg, rules: rules, ewma: ewma, headroom: cfg.Headroom, ceiling: cfg.Params.UMaxMs}
+	if err := l.build(); err != nil {
+		return nil, err
+	}
+	return l, nil
+}
+
+// build makes l's controller at rest with l's set point.
+func (l *Loop) build() error {
+	p := l.cfg.Params
+	p.TargetMs = l.TargetMs()
+	c, err := New(l.cfg.Law, p)
+	if err != nil {
+		return err
+	}
+	l.ctrl = c
+	l.pid, _ = c.(*PID)
+	return nil
+}
+
+// TargetMs is the set point: the threshold less the headroom.
+func (l *Loop) TargetMs() float64 { return l.cfg.ThresholdMs * (1 - l.headroom) }
+
+// PID is the loop's pid controller (nil under another law), for tests.
+func (l *Loop) PID() *PID { return l.pid }
+
+// Step runs the law for one tick: every rule, in the order of doc.go.
+func (l *Loop) Step(o Observation) Output {
+	out := Output{TargetMs: l.TargetMs()}
+	// 1. The signal, held through ticks without evidence.
+	news := l.measure(o, &out)
+	// 2. Armed through pauses: the controller is not stepped.
+	out.Armed = l.armed(o)
+	running := news && !out.Armed
+	// 3. Onsets: more members writing scale the output at once.
+	l.feedForward(o, running)
+	// 4. The controller (pid: error cap, floor, rest, first climb),
+	// rebased after a pause.
+	if running {
+		if l.rules.Rebase && l.frozen {
+			l.pid.Rebase(l.signalMs)
+		}
+		l.controlMs = l.ctrl.Update(l.signalMs)
+	}
+	// 5. Wind-down: a pause lifts the output to the burst's peak.
+	l.windDown(o, out.Armed, running)
+	l.frozen = out.Armed
+	out.ControlMs = l.controlMs
+	if o.Members > 0 {
+		out.DelayMs = l.controlMs // the delay in force
+	}
+	// 6. The ceiling follows the writers' need; saturation.
+	l.scaleCeiling(o, &out)
+	// 7. Headroom: the set point moves for the next tick.
+	l.adaptHeadroom(o, &out)
+	return out
+}
+
+// measure moves the signal with the tick's reads (step 1 in doc.go);
+// it says whether the controller has news to act on.
+func (l *Loop) measure(o Observation, out *Output) (news bool) {
+	if o.Measured {
+		switch {
+		case o.Reads:
+			l.signalMs = l.ewma.Update(o.RawMs)
+			l.lastSample = o.Now
+			news = true
+		case o.Pending || (!l.lastSample.IsZero() && o.Now.Sub(l.lastSample) < l.cfg.IdleHold):
+			out.Held = true
+		default:
+			l.signalMs = l.ewma.Decay()
+			news = true
+		}
+	}
+	out.SignalMs = l.signalMs
+	return news
+}
+
+// armed says whether the controller is frozen this tick (see "Armed
+// through pauses" in doc.go).
+func (l *Loop) armed(o Observation) bool {
+	switch {
+	case o.Members > 0:
+		l.emptySince = time.Time{}
+		return !o.Writing && l.cfg.ByWrites
+	case !l.emptySince.IsZero() || l.controlMs > 0:
+		if l.emptySince.IsZero() {
+			l.emptySince = o.Now
+		}
+		return o.Now.Sub(l.emptySince) < ArmHold
+	}
+	return false
+}

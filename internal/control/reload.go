@@ -1,0 +1,90 @@
+package control
+
+import "github.com/sanqos/sanqos/internal/smoothing"
+
+// Adopt takes over old's memory for l, a loop at rest built for new
+// settings, as a reload or a new threshold from discovery does (see
+// "Reloads" in doc.go): the signal (its EWMA re-weighted when Alpha
+// changed), the armed, onset, wind-down and ceiling timers; the learned
+// headroom while the headroom settings and the statistic are the same;
+// the controller while its law and gains are the same, moved to the new
+// set point without a kick (Retarget), else rebuilt at rest; a controller
+// rebuilt for new gains or another law goes on from the delay in force
+// (Resume); either takes the signal as its error history against the
+// new set point (Rebase). The ceiling, within the new settings' bounds.
+// old must not be used afterwards.
+func (l *Loop) Adopt(old *Loop) {
+	if old == nil || old == l {
+		return
+	}
+	was, now := old.cfg, l.cfg
+	l.ewma, l.signalMs = old.ewma, old.signalMs
+	if was.Alpha != now.Alpha {
+		l.ewma, _ = smoothing.NewEWMAAt(now.Alpha, old.ewma.Value()) // alpha validated in NewLoop
+	}
+	// A new statistic (mean to p95, say) starts from the old one's value:
+	// the nearest estimate there is.
+	l.lastSample, l.emptySince = old.lastSample, old.emptySince
+	l.onset, l.burst, l.satSince, l.lowSince = old.onset, old.burst, old.satSince, old.lowSince
+	if was.Headroom == now.Headroom && was.AutoHeadroom == now.AutoHeadroom && was.Signal == now.Signal {
+		l.headroom, l.scatter = old.headroom, old.scatter
+	}
+	target := l.TargetMs()
+
+	base := now.Params.UMaxMs
+	limit := max(now.UMaxLimitMs, base)
+	out, rebase := 0.0, false
+	switch {
+	case was.Law == now.Law && sameGains(was.Params, now.Params):
+		l.ctrl, l.pid, l.frozen, out = old.ctrl, old.pid, old.frozen, old.controlMs
+		if target == old.TargetMs() {
+			break
+		}
+		if l.rules.Retarget {
+			l.pid.Retarget(target)
+			rebase = true
+		} else {
+			// The thesis's controller keeps the set point it was built
+			// with: a new one, at rest.
+			l.build() // the law and its params were valid in NewLoop
+			l.frozen, out = false, 0
+		}
+	default:
+		// New gains or another law: a new controller that goes on from
+		// the delay in force.
+		l.build()
+		l.frozen = old.frozen
+		if l.rules.Resume {
+			out = old.controlMs
+		}
+		rebase = true
+	}
+	if l.rules.Rebase && rebase {
+		// The signal becomes the error history against the new set
+		// point, as if it had been there all along, capped as pid caps
+		// its error: uncapped, a signal many times over the set point
+		// would read at the first step as a fall to the cap and take the
+		// delay away.
+		sig := l.signalMs
+		if c := now.Params.ErrCap; c > 0 {
+			sig = min(sig, (1+c)*target)
+		}
+		l.pid.Rebase(sig)
+	}
+	l.ceiling = base
+	if l.rules.Ceiling {
+		l.ceiling = min(max(old.ceiling, base), limit)
+		l.pid.SetUMax(l.ceiling)
+	}
+	l.controlMs = min(out, l.ceiling)
+	if l.rules.Resume && l.ctrl != old.ctrl {
+		l.controlMs = l.pid.SetOutput(l.controlMs)
+	}
+}
+
+// sameGains reports whether a controller built with a runs as one built
+// with b would, but for its set point (which Retarget moves).
+func sameGains(a, b Params) bool {
+	a.TargetMs, b.TargetMs = 0, 0
+	return a == b
+}
