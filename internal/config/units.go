@@ -152,7 +152,7 @@ func (z Size) MarshalText() ([]byte, error) { return []byte(z.String()), nil }
 
 // Headroom is the fraction of the threshold the controller aims below it,
 // or "auto": start at the engine's default and follow each resource's
-// measured scatter (engine "Headroom").
+// measured scatter (internal/control, step 7 "Headroom").
 type Headroom struct {
 	Auto  bool
 	Value float64 // the fixed fraction; unused when Auto

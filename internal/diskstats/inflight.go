@@ -12,8 +12,8 @@ import (
 // InFlight reads how many reads and writes a block device has in flight
 // now, from sysfs (class/block/DEV/inflight: "reads writes"). /proc/
 // diskstats has only the sum of both, and a tick in which no read
-// completed needs to know whether reads are waiting (engine:
-// "Starvation"). Each device's file is opened once and re-read in place,
+// completed needs to know whether reads are waiting (internal/control,
+// step 1 "Signal"). Each device's file is opened once and re-read in place,
 // so a sample costs one pread. Not safe for concurrent use.
 type InFlight struct {
 	root  string
