@@ -327,6 +327,9 @@ func (d *Daemon) tick(ctx context.Context, now time.Time) {
 		state = mergeOverrides(state, manual)
 	}
 	applyErr := d.apply(ctx, state)
+	// The decision is the Decider's; the snapshot's copy carries what is
+	// in force (a Decider may hand out the same slice every tick).
+	dec.Resources = slices.Clone(dec.Resources)
 	inForce(dec.Resources, d.applied)
 	d.slo.observe(d.o.Tick, snap, dec.Resources, d.o.Decider, manual)
 
