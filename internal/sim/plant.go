@@ -123,14 +123,45 @@ func (q *eventQueue) pop() event {
 	return top
 }
 
-// thread is one writer thread.
+// thread is one writer thread: one connection to its device.
 type thread struct {
 	device int
 	base   int64 // start of its region of the array
 	pos    int64 // next offset within the region
 	left   int64 // bytes left in this burst
 	limit  int64 // size of the region: pos wraps here
+	// inflight is its writes outstanding (up to Scenario.WriteIODepth);
+	// lastResp the latest response it was sent, which a later one may
+	// not overtake; unacked its window's data not yet acknowledged.
+	inflight int
+	lastResp time.Time
+	unacked  []ackAt
+	inWindow int64
 }
+
+// ackAt is data of a connection's window acknowledged at at.
+type ackAt struct {
+	at    time.Time
+	bytes int64
+}
+
+// Deep queues. A packet delay is a delay line per flow: it adds latency
+// to every packet, not occupancy, so the I/Os a connection keeps
+// outstanding each pay it at the same time. A write at depth N pays what
+// a synchronous one does — (WriteDelayFactor − 1) delays before the
+// target has its data (the delayed R2T and ACKs that clock it in) and
+// one on its response — and N of them overlap: a connection's rate
+// falls with the delay as N / (service + factor × delay), so holding a
+// deep writer takes N times the delay of a sync one. Two things tie the
+// outstanding I/Os of one connection together. The delayed packets of a
+// flow leave in order: a response never overtakes an earlier one of its
+// connection (when the delay falls, later responses wait behind earlier
+// ones). And with Scenario.WindowBytes the connection's data shares one
+// TCP window that each delayed ACK reopens, one delay after the data
+// reached the target: at most WindowBytes per delay, whatever N is. At
+// depth 1 neither binds (one write's data in flight, the factor
+// calibrated on sync writers), so a sync scenario runs exactly as
+// before.
 
 // plant is the simulated storage system: array, initiators, throttle.
 type plant struct {
@@ -150,10 +181,15 @@ type plant struct {
 	reader  int // device index of the reader
 
 	readerNext time.Time // earliest issue time of the reader's next read
-	writersEnd time.Time // the writers stop here (zero: never)
-	ioSeq      uint64
-	delayMs    float64 // current packet delay for throttled consumers
-	throttled  map[netip.Addr]bool
+	// readerOut is the reader's reads outstanding; readerIssue says an
+	// evReadIssue is scheduled; readerResp its latest response.
+	readerOut   int
+	readerIssue bool
+	readerResp  time.Time
+	writersEnd  time.Time // the writers stop here (zero: never)
+	ioSeq       uint64
+	delayMs     float64 // current packet delay for throttled consumers
+	throttled   map[netip.Addr]bool
 	// armed consumers are held at armedMs once they have written
 	// (joined), as the kernel's arming rule puts them in the set.
 	armedMs float64
@@ -210,7 +246,22 @@ func newPlant(sc Scenario, start time.Time, seed int64) (*plant, error) {
 	p.running = make([]int, len(sc.Devices))
 	p.push(event{at: start.Add(sc.Start), kind: evBurst, actor: -1})
 	p.issueRead(start)
+	p.readerMore()
 	return p, nil
+}
+
+// writeDepth and readDepth are the scenario's queue depths, 1 at least.
+func (sc Scenario) writeDepth() int { return max(sc.WriteIODepth, 1) }
+func (sc Scenario) readDepth() int  { return max(sc.ReadIODepth, 1) }
+
+// readerMore schedules the reader's next issue, at its pacing time, when
+// it has room for another read outstanding and none is scheduled.
+func (p *plant) readerMore() {
+	if p.readerOut >= p.sc.readDepth() || p.readerIssue {
+		return
+	}
+	p.readerIssue = true
+	p.push(event{at: p.readerNext, kind: evReadIssue, actor: -1})
 }
 
 // group is the burst group of writer thread t: the barrier its burst
@@ -254,6 +305,7 @@ func (p *plant) issueRead(now time.Time) {
 	// A throttled consumer's reads pay one delay, on the response (see
 	// evComplete): its data packets are the delayed ones.
 	arrive := now.Add(msDur(sc.ReadNetMs))
+	p.readerOut++
 	p.ioSeq++
 	p.push(event{at: arrive, kind: evArrive, actor: -1, io: ioReq{id: p.ioSeq, op: diskmodel.Read, offset: off, length: sc.ReadBytes, issued: now, device: p.reader}})
 	p.readerNext = now.Add(time.Duration(float64(sc.ReadBytes) / sc.ReaderBps * float64(time.Second)))
@@ -276,8 +328,38 @@ func (p *plant) issueWrite(now time.Time, t int) {
 	if a := sc.Devices[th.device].Addr; p.armed[a] {
 		p.joined[a] = true
 	}
-	arrive := now.Add(msDur(sc.WriteNetMs) + time.Duration((sc.WriteDelayFactor-1)*float64(d)))
+	th.inflight++
+	send := now
+	if sc.WindowBytes > 0 && sc.writeDepth() > 1 {
+		send = p.window(th, now, n, d)
+	}
+	arrive := send.Add(msDur(sc.WriteNetMs) + time.Duration((sc.WriteDelayFactor-1)*float64(d)))
+	if sc.WindowBytes > 0 && sc.writeDepth() > 1 {
+		// Its data is acknowledged one delay after it arrives.
+		th.unacked = append(th.unacked, ackAt{at: arrive.Add(d), bytes: n})
+		th.inWindow += n
+	}
 	p.push(event{at: arrive, kind: evArrive, actor: t, io: ioReq{op: diskmodel.Write, offset: off, length: n, issued: now, device: th.device}})
+}
+
+// window is when a write of n bytes issued at now may go out on its
+// connection: once the acknowledgements that have come back leave room
+// for it in the window (a write larger than the window goes alone).
+func (p *plant) window(th *thread, now time.Time, n int64, d time.Duration) time.Time {
+	send := now
+	i := 0
+	for ; i < len(th.unacked); i++ {
+		a := th.unacked[i]
+		if a.at.After(send) && th.inWindow+n <= p.sc.WindowBytes {
+			break
+		}
+		if a.at.After(send) {
+			send = a.at
+		}
+		th.inWindow -= a.bytes
+	}
+	th.unacked = append(th.unacked[:0], th.unacked[i:]...)
+	return send
 }
 
 // handle runs one event. Ticks are handled by the caller.
@@ -304,9 +386,14 @@ func (p *plant) handle(e event) {
 			p.active = true
 			p.obs.activeSecond = true
 			p.issueWrite(e.at, i)
+			for k := 1; k < sc.writeDepth() && th.left > 0; k++ {
+				p.issueWrite(e.at, i)
+			}
 		}
 	case evReadIssue:
+		p.readerIssue = false
 		p.issueRead(e.at)
+		p.readerMore()
 	case evArrive:
 		c := &p.dev[e.io.device]
 		c.account(e.at)
@@ -328,20 +415,25 @@ func (p *plant) handle(e event) {
 			if sc.InitiatorWait {
 				p.observeRead(e.at.Sub(e.io.issued), e.io.length)
 			}
-			next := e.at
-			if p.readerNext.After(next) {
-				next = p.readerNext
+			p.readerOut--
+			if p.readerNext.Before(e.at) {
+				p.readerNext = e.at // no catch-up: paced from here
 			}
-			p.push(event{at: next, kind: evReadIssue, actor: -1})
+			p.readerMore()
 			return
 		}
+		th := &p.threads[e.actor]
+		th.inflight--
 		if p.stopped(e.at) {
 			// The load generator's runtime is over: the thread stops.
-			p.threads[e.actor].left = 0
+			th.left = 0
 		}
-		if p.threads[e.actor].left > 0 {
+		if th.left > 0 {
 			p.issueWrite(e.at, e.actor)
 			return
+		}
+		if th.inflight > 0 {
+			return // the burst ends with its last write
 		}
 		g := p.group(e.actor)
 		p.running[g]--
@@ -390,8 +482,18 @@ func (p *plant) complete(e event) {
 		p.obs.writeLatSum += lat
 		p.obs.writeCount++
 	}
-	resp := msDur(sc.ResponseNetMs) + p.delayFor(e.io.device)
-	p.push(event{at: e.at.Add(resp), kind: evResponse, actor: e.actor, io: e.io})
+	resp := e.at.Add(msDur(sc.ResponseNetMs) + p.delayFor(e.io.device))
+	// A response never overtakes an earlier one of its connection (a
+	// no-op at depth 1: one I/O outstanding).
+	last := &p.readerResp
+	if e.actor >= 0 {
+		last = &p.threads[e.actor].lastResp
+	}
+	if last.After(resp) {
+		resp = *last
+	}
+	*last = resp
+	p.push(event{at: resp, kind: evResponse, actor: e.actor, io: e.io})
 }
 
 // snapshot renders the devices' counters as /proc/diskstats text (the
