@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -126,5 +127,59 @@ func TestIODepthNeedsAsyncDevice(t *testing.T) {
 	_, _, err := runEngine(t, context.Background(), newMemLUN(1<<20), job)
 	if err == nil || !strings.Contains(err.Error(), "needs an asynchronous connection") {
 		t.Fatalf("err %v", err)
+	}
+}
+
+// Bursts and the rate limit work at depth as at depth 1: each burst
+// moves its share and ends with nothing outstanding, and a paced deep
+// reader holds its rate.
+func TestIODepthBurstsAndPacing(t *testing.T) {
+	l := newMemLUN(1 << 20)
+	maxOut := 0
+	open := func(th int) (Device, error) {
+		d, err := l.open(th)
+		if err != nil {
+			return nil, err
+		}
+		return &asyncMem{memDev: d.(memDev), lat: 2 * time.Millisecond, maxOut: &maxOut}, nil
+	}
+	job := loadspec.Job{Name: "b", Mode: loadspec.Write, BlockSize: 4096, Size: 256 << 10, Threads: 2, IODepth: 4,
+		OnSize: 64 << 10, OffTime: 300 * time.Millisecond, Runtime: 1150 * time.Millisecond, Seed: 1}
+	var out bytes.Buffer
+	e := &Generator{Job: job, Clock: clock.Real{}, Open: open, Out: iolog.NewWriter(&out), PerThread: true,
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	res, err := e.Run(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := int64(4 * 2 * 64 << 10); res.bytes != want || maxOut != 4 {
+		t.Fatalf("moved %d bytes (want %d), at most %d outstanding (want 4)", res.bytes, want, maxOut)
+	}
+	recs, err := iolog.ReadRecords(&out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range iolog.Select(recs, iolog.KindBurst, 1, iolog.OpWrite) {
+		if b.Bytes != 64<<10 || b.IOs != 16 {
+			t.Errorf("burst line %+v: want 64 KiB in 16 I/Os", b)
+		}
+	}
+
+	// 400 KiB/s of 4 KiB reads: 100 a second, whatever the depth.
+	job = loadspec.Job{Name: "r", Mode: loadspec.RandRead, BlockSize: 4096, Threads: 1, IODepth: 8, Rate: 400 << 10,
+		Runtime: 1500 * time.Millisecond, TimeBased: true, Seed: 1}
+	out.Reset()
+	e = &Generator{Job: job, Clock: clock.Real{}, Open: open, Out: iolog.NewWriter(&out),
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	if _, err := e.Run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	recs, _ = iolog.ReadRecords(&out)
+	s, _ := iolog.Summary(recs, "")
+	if r := float64(s.IOs) / s.Dur; r < 90 || r > 110 {
+		t.Errorf("paced deep reader: %.0f I/Os a second, want 100", r)
+	}
+	if s.Lat.Mean > 10 {
+		t.Errorf("paced deep reader: mean latency %.1f ms for 2 ms I/Os: completions stamped late", s.Lat.Mean)
 	}
 }
