@@ -23,7 +23,9 @@ import (
 const description = `An fio-like iSCSI and NFS load generator for the sanqos lab. It logs in to one
 LUN with libiscsi, once per thread (each thread has its own iSCSI session and
 TCP connection), and keeps one synchronous I/O in flight per thread, like fio
-with ioengine=sync and direct=1.
+with ioengine=sync and direct=1; with --iodepth N each thread keeps N I/Os
+outstanding on its connection instead, through libiscsi's (libnfs's)
+asynchronous calls, like fio with ioengine=libaio iodepth=N.
 
 With --nfs nfs://HOST/EXPORT it speaks NFSv3 through libnfs instead: each
 thread mounts the export with its own libnfs context (its own TCP connection

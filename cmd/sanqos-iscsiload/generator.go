@@ -27,6 +27,33 @@ type Device interface {
 	Close() error
 }
 
+// AsyncDevice is a Device that keeps several I/Os outstanding on its one
+// connection (--iodepth > 1): libiscsi's and libnfs's asynchronous calls,
+// driven by their service functions on the thread that owns the
+// connection.
+type AsyncDevice interface {
+	Device
+	// StartAsync prepares depth tags (0..depth-1) for I/Os of up to bs
+	// bytes; it is called once, before the first Issue.
+	StartAsync(depth int, bs int64) error
+	// Issue starts an I/O under a tag that is not outstanding: a write of
+	// p (copied before Issue returns) or a read into p (filled by the
+	// Reap that reports it).
+	Issue(tag int, write bool, p []byte, off int64) error
+	// Reap sends what Issue queued and appends the completions that
+	// arrived to into, waiting up to timeout (0: not at all) for the
+	// connection to have something; it may return none (the caller asks
+	// again). An error means the connection failed; the I/Os still
+	// outstanding on it are lost.
+	Reap(into []Completion, timeout time.Duration) ([]Completion, error)
+}
+
+// Completion is one finished asynchronous I/O.
+type Completion struct {
+	Tag int
+	Err error
+}
+
 // Generator runs one job: it opens a device per thread, starts all threads
 // together, and reports per-second and summary lines.
 type Generator struct {

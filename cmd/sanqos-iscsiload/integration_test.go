@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sanqos/sanqos/internal/lab/diskemu"
 	"github.com/sanqos/sanqos/internal/lab/iolog"
 	"github.com/sanqos/sanqos/internal/lab/loadspec"
 )
@@ -28,11 +29,19 @@ const (
 	portal      = "127.0.0.1:3260"
 	iqnOK       = "iqn.2010-05.sanqos.lg:ok"
 	iqnACL      = "iqn.2010-05.sanqos.lg:acl"
+	// iqnSlow's LUN is an image on an emulated disk whose every request
+	// takes slowService and overlaps all others (slowDisk): the number
+	// of commands a connection keeps outstanding shows as throughput, and
+	// the disk counts how many it held at once.
+	iqnSlow     = "iqn.2010-05.sanqos.lg:slow"
+	slowService = 10 * time.Millisecond
 )
 
 type lab struct {
-	t   *testing.T
-	bin string
+	t    *testing.T
+	bin  string
+	slow *slowDisk
+	emu  *diskemu.Server
 }
 
 func TestAgainstTgtd(t *testing.T) {
@@ -152,6 +161,8 @@ func TestAgainstTgtd(t *testing.T) {
 		}
 	})
 
+	t.Run("iodepth", func(t *testing.T) { l.testIODepth(t) })
+
 	for _, tc := range []struct {
 		name string
 		args []string
@@ -260,6 +271,7 @@ func (l *lab) setup() {
 	if exec.Command("tgtadm", "-C", controlPort, "--op", "show", "--mode", "system").Run() == nil {
 		t.Fatalf("a tgtd outside namespace %s answers on control port %s, which belongs to this test; stop it", testNS, controlPort)
 	}
+	l.mountSlowDisk(dir)
 	l.must("ip", "netns", "add", testNS)
 	l.must("ip", "-n", testNS, "link", "set", "lo", "up")
 	tgtd := exec.Command("ip", "netns", "exec", testNS, "tgtd", "-f", "-C", controlPort)
@@ -282,6 +294,14 @@ func (l *lab) setup() {
 	l.tgtadm("--op", "new", "--mode", "target", "--tid", "2", "-T", iqnACL)
 	l.tgtadm("--op", "new", "--mode", "logicalunit", "--tid", "2", "--lun", "1", "-b", img)
 	l.tgtadm("--op", "bind", "--mode", "target", "--tid", "2", "-I", "192.0.2.1")
+	if l.emu != nil {
+		// O_DIRECT, so that every command reaches the emulated disk
+		// rather than tgtd's page cache.
+		l.tgtadm("--op", "new", "--mode", "target", "--tid", "3", "-T", iqnSlow)
+		l.tgtadm("--op", "new", "--mode", "logicalunit", "--tid", "3", "--lun", "1", "-b",
+			filepath.Join(l.emu.Mountpoint(), "slow.img"), "--bsoflags", "direct")
+		l.tgtadm("--op", "bind", "--mode", "target", "--tid", "3", "-I", "127.0.0.1")
+	}
 }
 
 // cleanLeftovers stops every process in our namespace (tgtd, a stray load
@@ -318,6 +338,18 @@ func (l *lab) cleanLeftovers() {
 			}
 		}
 		exec.Command("ip", "netns", "del", ns).Run()
+	}
+	if l.emu != nil {
+		l.emu.Close()
+		l.emu = nil
+	}
+	// A crashed run's emulated disk: its mount is dead (ENOTCONN).
+	if mounts, err := os.ReadFile("/proc/self/mounts"); err == nil {
+		for _, line := range strings.Split(string(mounts), "\n") {
+			if f := strings.Fields(line); len(f) > 2 && strings.HasPrefix(f[1], filepath.Join(shmOrTemp(), nsPrefix)) {
+				syscall.Unmount(f[1], syscall.MNT_DETACH)
+			}
+		}
 	}
 	matches, _ := filepath.Glob(filepath.Join(shmOrTemp(), nsPrefix+"*"))
 	for _, m := range matches {

@@ -9,7 +9,42 @@ package main
 #include <iscsi/iscsi.h>
 #include <iscsi/scsi-lowlevel.h>
 
+#include <poll.h>
+#include <errno.h>
+
 #include "sigmask.h" // sq_block, sq_restore: why, there
+#include "ring.h"    // the completion ring of --iodepth > 1
+
+// sq_task_cb is every asynchronous command's callback: it runs inside
+// iscsi_service, on the connection's thread, and only records.
+static void sq_task_cb(struct iscsi_context *c, int status, void *command_data, void *priv) {
+	sq_ring_push((struct sq_slot *)priv, status, command_data);
+}
+// sq_start queues READ(16) or WRITE(16) for tag; iscsi_service sends it.
+static int sq_start(struct iscsi_context *c, struct sq_ring *r, int tag, int write, int lun, uint64_t lba, uint32_t len, int bs) {
+	struct scsi_task *t;
+	if (write)
+		t = iscsi_write16_task(c, lun, lba, sq_ring_buf(r, tag), len, bs, 0, 0, 0, 0, 0, sq_task_cb, &r->slots[tag]);
+	else
+		t = iscsi_read16_task(c, lun, lba, len, bs, 0, 0, 0, 0, 0, sq_task_cb, &r->slots[tag]);
+	return t == NULL ? -1 : 0;
+}
+// sq_wait waits up to timeout_ms (0: not at all) for the connection to be
+// ready, services it once — sending what is queued, reading responses,
+// which run the callbacks; with no events, timing commands out — and
+// returns the number of completions in the ring, or -1 when the
+// connection failed.
+static int sq_wait(struct iscsi_context *c, struct sq_ring *r, int timeout_ms) {
+	if (r->ndone > 0) return r->ndone;
+	sigset_t old; sq_block(&old);
+	struct pollfd pfd = { .fd = iscsi_get_fd(c), .events = iscsi_which_events(c) };
+	int n = poll(&pfd, 1, pfd.events ? timeout_ms : (timeout_ms < 10 ? timeout_ms : 10));
+	int rc = 0;
+	if (n < 0 && errno != EINTR) rc = -1;
+	else if (iscsi_service(c, n > 0 ? pfd.revents : 0) < 0) rc = -1;
+	sq_restore(&old);
+	return rc < 0 ? rc : r->ndone;
+}
 
 static int sq_full_connect(struct iscsi_context *c, const char *portal, int lun) {
 	sigset_t old; sq_block(&old);
@@ -51,6 +86,11 @@ static int task_copy_in(struct scsi_task *t, void *dst, int n) {
 	memcpy(dst, t->datain.data, n);
 	return 0;
 }
+static int task_copy_to(struct scsi_task *t, unsigned char *dst, int n) {
+	if (t->datain.size < n) return -1;
+	memcpy(dst, t->datain.data, n);
+	return 0;
+}
 static int rc16(struct scsi_task *t, unsigned long long *lba, unsigned int *bl) {
 	struct scsi_readcapacity16 *rc = scsi_datain_unmarshall(t);
 	if (rc == NULL) return -1;
@@ -62,8 +102,10 @@ static int rc16(struct scsi_task *t, unsigned long long *lba, unsigned int *bl) 
 import "C"
 
 import (
+	"errors"
 	"fmt"
 	"strings"
+	"time"
 	"unsafe"
 )
 
@@ -78,6 +120,11 @@ type session struct {
 	// broken is set when the session failed under an I/O; logging out
 	// of it would only wait (or, in libiscsi 1.19, crash).
 	broken bool
+	// ring, with --iodepth > 1, holds the outstanding commands' buffers
+	// and completions; reads is each tag's destination.
+	ring  *ring
+	reads [][]byte
+	done  []ringDone
 }
 
 // sessionConfig names what a session logs in to.
@@ -186,7 +233,76 @@ func (s *session) Close() error {
 	}
 	C.iscsi_destroy_context(s.ctx)
 	s.ctx = nil
+	// After the context: destroying it may still complete (cancel)
+	// outstanding commands into the ring.
+	if s.ring != nil {
+		s.ring.free()
+		s.ring = nil
+	}
 	return err
+}
+
+// StartAsync prepares depth tags of up to bs bytes (AsyncDevice).
+func (s *session) StartAsync(depth int, bs int64) error {
+	r, err := newRing(depth, int(bs))
+	if err != nil {
+		return err
+	}
+	s.ring, s.reads = r, make([][]byte, depth)
+	return nil
+}
+
+// Issue queues READ(16) into p or WRITE(16) of p (copied) under tag; the
+// command goes out in the next Reap.
+func (s *session) Issue(tag int, write bool, p []byte, off int64) error {
+	w := C.int(0)
+	if write {
+		s.ring.put(tag, p)
+		w = 1
+	} else {
+		s.reads[tag] = p
+	}
+	if C.sq_start(s.ctx, s.ring.r, C.int(tag), w, s.lun, C.uint64_t(off/s.blockLen), C.uint32_t(len(p)), C.int(s.blockLen)) != 0 {
+		s.broken = true
+		return fmt.Errorf("queueing a command: %s", s.errText())
+	}
+	return nil
+}
+
+// Reap sends what is queued and takes the completions that arrived,
+// waiting up to timeout for the connection to have something. A
+// transport failure is returned as the error, a failed command as its
+// completion's.
+func (s *session) Reap(into []Completion, timeout time.Duration) ([]Completion, error) {
+	if C.sq_wait(s.ctx, s.ring.r, C.int(timeout.Milliseconds())) < 0 {
+		s.broken = true
+		return into, fmt.Errorf("the session failed: %s", s.errText())
+	}
+	s.done = s.ring.take(s.done[:0])
+	for _, d := range s.done {
+		task := (*C.struct_scsi_task)(d.task)
+		c := Completion{Tag: d.tag}
+		switch {
+		case task == nil:
+			c.Err = fmt.Errorf("the session failed: %s", s.errText())
+			s.broken = true
+		case C.task_status(task) != C.SCSI_STATUS_GOOD:
+			c.Err = errors.New(taskError(task, s))
+		case s.reads[d.tag] != nil:
+			p := s.reads[d.tag]
+			if C.task_copy_to(task, (*C.uchar)(s.ring.buf(d.tag)), C.int(len(p))) != 0 {
+				c.Err = errors.New("short data from the target")
+			} else {
+				s.ring.get(d.tag, p)
+			}
+		}
+		s.reads[d.tag] = nil
+		if task != nil {
+			C.scsi_free_scsi_task(task)
+		}
+		into = append(into, c)
+	}
+	return into, nil
 }
 
 func (s *session) logout() error {

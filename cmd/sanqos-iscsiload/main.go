@@ -3,7 +3,8 @@
 // kernel initiator, and it gives every I/O thread its own iSCSI session —
 // its own TCP connection — so that the target can throttle, and the lab can
 // measure, each thread separately. Each thread keeps one synchronous I/O in
-// flight (fio's ioengine=sync, direct=1). With --nfs it speaks NFSv3
+// flight (fio's ioengine=sync, direct=1), or with --iodepth N keeps N
+// outstanding through libiscsi's asynchronous API (async.go). With --nfs it speaks NFSv3
 // through libnfs instead (nfs.go): the same jobs and logs, each thread
 // with its own connection and its own file on the export.
 //

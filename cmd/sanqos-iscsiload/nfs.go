@@ -9,7 +9,42 @@ package main
 #include <pthread.h>
 #include <nfsc/libnfs.h>
 
+#include <poll.h>
+#include <errno.h>
+
 #include "sigmask.h" // sq_block, sq_restore: libnfs polls as libiscsi does
+#include "ring.h"    // the completion ring of --iodepth > 1
+
+// sqn_cb is every asynchronous READ's and WRITE's callback, run inside
+// nfs_service on the connection's thread: err is the bytes moved or a
+// negative errno; a READ's data is only valid here, so it is copied into
+// the tag's buffer.
+static void sqn_cb(int err, struct nfs_context *n, void *data, void *priv) {
+	sq_ring_push((struct sq_slot *)priv, err, NULL);
+}
+static void sqn_read_cb(int err, struct nfs_context *n, void *data, void *priv) {
+	struct sq_slot *s = priv;
+	if (err > 0 && data != NULL)
+		memcpy(sq_ring_buf(s->r, s->tag), data, err <= s->r->bs ? err : s->r->bs);
+	sq_ring_push(s, err, NULL);
+}
+static int sqn_start(struct nfs_context *n, struct nfsfh *fh, struct sq_ring *r, int tag, int write, uint64_t off, uint64_t count) {
+	if (write)
+		return nfs_pwrite_async(n, fh, off, count, sq_ring_buf(r, tag), sqn_cb, &r->slots[tag]);
+	return nfs_pread_async(n, fh, off, count, sqn_read_cb, &r->slots[tag]);
+}
+// sqn_wait is sq_wait of iscsi.go for libnfs.
+static int sqn_wait(struct nfs_context *n, struct sq_ring *r, int timeout_ms) {
+	if (r->ndone > 0) return r->ndone;
+	sigset_t old; sq_block(&old);
+	struct pollfd pfd = { .fd = nfs_get_fd(n), .events = nfs_which_events(n) };
+	int k = poll(&pfd, 1, pfd.events ? timeout_ms : (timeout_ms < 10 ? timeout_ms : 10));
+	int rc = 0;
+	if (k < 0 && errno != EINTR) rc = -1;
+	else if (nfs_service(n, k > 0 ? pfd.revents : 0) < 0) rc = -1;
+	sq_restore(&old);
+	return rc < 0 ? rc : r->ndone;
+}
 
 static int sqn_mount(struct nfs_context *n, const char *server, const char *export) {
 	sigset_t old; sq_block(&old);
@@ -76,6 +111,7 @@ import (
 	"net/url"
 	"strings"
 	"syscall"
+	"time"
 	"unsafe"
 )
 
@@ -137,6 +173,12 @@ type nfsFile struct {
 	path string
 	// broken is set when the connection failed under an I/O.
 	broken bool
+	// ring, with --iodepth > 1, holds the outstanding RPCs' buffers and
+	// completions; reads is each tag's destination, lens its length.
+	ring  *ring
+	reads [][]byte
+	lens  []int
+	done  []ringDone
 }
 
 // openNFS mounts the export, opens the thread's file (creating and
@@ -294,7 +336,67 @@ func (f *nfsFile) Close() error {
 	}
 	C.nfs_destroy_context(f.ctx)
 	f.ctx = nil
+	if f.ring != nil {
+		f.ring.free()
+		f.ring = nil
+	}
 	return err
+}
+
+// StartAsync prepares depth tags of up to bs bytes (AsyncDevice).
+func (f *nfsFile) StartAsync(depth int, bs int64) error {
+	r, err := newRing(depth, int(bs))
+	if err != nil {
+		return err
+	}
+	f.ring, f.reads, f.lens = r, make([][]byte, depth), make([]int, depth)
+	return nil
+}
+
+// Issue queues a READ into p or a FILE_SYNC WRITE of p (copied) under
+// tag; the RPC goes out in the next Reap.
+func (f *nfsFile) Issue(tag int, write bool, p []byte, off int64) error {
+	w := C.int(0)
+	f.reads[tag], f.lens[tag] = nil, len(p)
+	if write {
+		f.ring.put(tag, p)
+		w = 1
+	} else {
+		f.reads[tag] = p
+	}
+	if r := C.sqn_start(f.ctx, f.fh, f.ring.r, C.int(tag), w, C.uint64_t(off), C.uint64_t(len(p))); r != 0 {
+		f.broken = true
+		return fmt.Errorf("queueing an RPC: %s", f.errText(r))
+	}
+	return nil
+}
+
+// Reap sends what is queued and takes the completions that arrived,
+// waiting up to timeout for the connection (AsyncDevice).
+func (f *nfsFile) Reap(into []Completion, timeout time.Duration) ([]Completion, error) {
+	if r := C.sqn_wait(f.ctx, f.ring.r, C.int(timeout.Milliseconds())); r < 0 {
+		f.broken = true
+		return into, fmt.Errorf("the connection failed: %s", f.errText(r))
+	}
+	f.done = f.ring.take(f.done[:0])
+	for _, d := range f.done {
+		c := Completion{Tag: d.tag}
+		op := "WRITE"
+		if f.reads[d.tag] != nil {
+			op = "READ"
+		}
+		switch {
+		case d.status < 0:
+			c.Err = fmt.Errorf("%s: %s", op, f.errText(C.int(d.status)))
+		case d.status != f.lens[d.tag]:
+			c.Err = fmt.Errorf("%s: %d of %d bytes", op, d.status, f.lens[d.tag])
+		case f.reads[d.tag] != nil:
+			f.ring.get(d.tag, f.reads[d.tag])
+		}
+		f.reads[d.tag] = nil
+		into = append(into, c)
+	}
+	return into, nil
 }
 
 // nfsProbeAddr is the address whose TCP port the NFS transport checks

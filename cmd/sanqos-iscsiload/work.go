@@ -11,9 +11,10 @@ import (
 	"github.com/sanqos/sanqos/internal/lab/loadspec"
 )
 
-// work is one thread's I/O loop: one synchronous I/O at a time, paced to
-// the rate, until its share is done or ctx ends. It returns nil when
-// stopped by ctx: running out of time is not a failure.
+// work is one thread's I/O loop: one synchronous I/O at a time (or
+// --iodepth outstanding, see async.go), paced to the rate, until its share
+// is done or ctx ends. It returns nil when stopped by ctx: running out of
+// time is not a failure.
 func (e *Generator) work(ctx context.Context, w *worker, t0 time.Time, sched *loadspec.Schedule) error {
 	job := e.Job
 	bs := job.BlockSize
@@ -28,10 +29,21 @@ func (e *Generator) work(ctx context.Context, w *worker, t0 time.Time, sched *lo
 		}
 	}
 	th.lastDone = t0
+	if job.Depth() > 1 {
+		if err := th.startAsync(); err != nil {
+			return fmt.Errorf("thread %d: %w", w.id, err)
+		}
+	}
 	offs := loadspec.NewOffsets(w.region, bs, job.Mode.IsRandom(), job.Seed<<16^int64(w.id))
 	err := th.loop(ctx, offs, sched)
+	// What is still outstanding completes and is counted, as the I/O a
+	// synchronous thread is in when its time is up.
+	derr := th.drain()
 	if errors.Is(err, errRuntimeOver) || ctx.Err() != nil && errors.Is(err, ctx.Err()) {
-		return nil
+		err = nil
+	}
+	if err == nil {
+		err = derr
 	}
 	return err
 }
@@ -53,6 +65,8 @@ type thread struct {
 	idle     time.Duration
 	// burst accumulates the thread's share of the current on/off burst.
 	burst burstStats
+	// aio is the outstanding I/Os of a thread with --iodepth > 1.
+	aio *asyncState
 }
 
 // burstStats is one thread's share of one on/off burst.
@@ -93,6 +107,9 @@ func (th *thread) loop(ctx context.Context, offs *loadspec.Offsets, sched *loads
 					return err
 				}
 			}
+			if err := th.drain(); err != nil {
+				return err
+			}
 			if err := th.endBurst(op); err != nil {
 				return err
 			}
@@ -103,6 +120,9 @@ func (th *thread) loop(ctx context.Context, offs *loadspec.Offsets, sched *loads
 			if err := th.io(ctx, opWrite, off); err != nil {
 				return err
 			}
+		}
+		if err := th.drain(); err != nil {
+			return err
 		}
 		// Read back in block order: a second, independent pass.
 		back := loadspec.NewOffsets(th.w.region, job.BlockSize, false, 0)
@@ -127,8 +147,12 @@ func (th *thread) loop(ctx context.Context, offs *loadspec.Offsets, sched *loads
 	}
 }
 
-// io does one paced, timed I/O.
+// io does one paced, timed I/O; with --iodepth > 1 it starts one, waiting
+// for a free tag first.
 func (th *thread) io(ctx context.Context, op int, off int64) error {
+	if th.aio != nil {
+		return th.ioAsync(ctx, op, off)
+	}
 	paced := th.e.Clock.Now()
 	if err := th.pacer.Wait(ctx, int64(len(th.buf))); err != nil {
 		return err
@@ -154,29 +178,37 @@ func (th *thread) io(ctx context.Context, op int, off int64) error {
 	}
 	done := clk.Now()
 	lat := done.Sub(issued)
-	st := th.w.stats
 	if err != nil {
-		st.addError()
+		th.w.stats.addError()
 		return fmt.Errorf("thread %d: %s of %d bytes at offset %d: %w", th.w.id, opNames[op], len(th.buf), off, err)
 	}
-	gap := max(done.Sub(th.lastDone)-th.idle, lat)
+	return th.record(op, off, th.buf, issued, done, max(done.Sub(th.lastDone)-th.idle, lat))
+}
+
+// record counts one completed I/O of buf at off: its latency, the gap
+// since the thread's previous completion, its burst, its --io-log line
+// and its verify.
+func (th *thread) record(op int, off int64, buf []byte, issued, done time.Time, gap time.Duration) error {
+	job := th.e.Job
+	lat := done.Sub(issued)
+	st := th.w.stats
 	th.lastDone, th.idle = done, 0
-	st.add(op, lat, int64(len(th.buf)), done.Sub(th.t0), gap)
+	st.add(op, lat, int64(len(buf)), done.Sub(th.t0), gap)
 	if !th.burst.start.IsZero() {
 		th.burst.ios++
-		th.burst.bytes += int64(len(th.buf))
+		th.burst.bytes += int64(len(buf))
 		th.burst.lat = append(th.burst.lat, float64(lat)/float64(time.Millisecond))
 		th.burst.gapMs = max(th.burst.gapMs, float64(gap)/float64(time.Millisecond))
 	}
 	if th.e.IOLog != nil {
 		rec := iolog.IO{T: float64(issued.Sub(th.t0).Microseconds()) / 1e6, Thread: th.w.id, Op: opNames[op],
-			Offset: off, Len: int64(len(th.buf)), LatUs: float64(lat.Nanoseconds()/100) / 10}
+			Offset: off, Len: int64(len(buf)), LatUs: float64(lat.Nanoseconds()/100) / 10}
 		if err := th.e.IOLog.Write(rec); err != nil {
 			return err
 		}
 	}
 	if op == opRead && job.Verify {
-		st.addVerified(loadspec.CheckPattern(th.buf, th.scratch, job.Seed, off))
+		st.addVerified(loadspec.CheckPattern(buf, th.scratch, job.Seed, off))
 	}
 	return nil
 }

@@ -62,13 +62,22 @@
 // of dirty data make an 8 KiB random read wait 30–120 ms (thesis Fig. 5.7).
 //
 // Profile "ram" has no service time at all: Submit returns now.
+//
+// Two shapes beyond the thesis's (shapes.go): profile "raid6-hdd" lays
+// the stripe units out as RAID-6 (ParityDisks), so that a write that does
+// not cover whole rows reads and rewrites its data and both parities, and
+// its 1 GiB cache destages in the background (DestageDepth), so that a
+// read waits for the destages in progress rather than for all the dirty
+// data, and writes slow to the array's rate only once the cache has
+// filled. Profile "cloud-3000" is a volume behind IOPS and throughput
+// caps: token buckets with a burst that every request passes, first come
+// first served, before a fast back end with a latency floor.
 package diskmodel
 
 import (
 	"fmt"
 	"math"
 	"math/rand"
-	"strings"
 	"sync"
 	"time"
 
@@ -135,51 +144,30 @@ type Profile struct {
 	CacheAckMs float64
 	// NoLatency makes every request complete at once (profile "ram").
 	NoLatency bool
-}
 
-// Profiles returns the names of the built-in profiles.
-func Profiles() []string { return []string{"thesis-2010", "ssd", "ram"} }
+	// ParityDisks is how many units of each stripe row hold parity: 0 is
+	// RAID 0, 1 RAID-5, 2 RAID-6. With parity, a write that does not
+	// cover whole rows is a read-modify-write of each data unit it
+	// touches and of the row's parity units (shapes.go).
+	ParityDisks int
+	// DestageDepth, with a write-back cache, makes the cache destage in
+	// the background, this many destages at the spindles at a time,
+	// oldest dirty data first; 0 queues each write's destage at the
+	// spindles when the write is admitted (the thesis profile's model).
+	DestageDepth int
+	// CoalesceBytes is the most contiguous dirty data one background
+	// destage merges (whole stripes for a sequential stream).
+	CoalesceBytes int64
 
-// ProfileByName returns a built-in profile.
-func ProfileByName(name string) (Profile, error) {
-	switch name {
-	case "thesis-2010":
-		// Ten 36 GB 10k rpm SCSI disks (HP SC10 shelf) on one SCSI
-		// adapter, striped by LVM in 64 KiB units (thesis §3.1, Table
-		// 3.2). Seek and media figures are those of 10k rpm disks of that
-		// generation (Seagate Cheetah 36LP: 4.9 ms average, 0.5 ms track
-		// to track, ~45 MB/s media); 1 ms per command covers the SCSI
-		// command phases, LVM and the target's block path.
-		// Calibrated against the thesis (checked by internal/sim's
-		// TestCalibration): BusMBs 44.5 is the shared channel's nominal
-		// rate, of which this model's gap-filling arbitration leaves about
-		// 87 %, so 12 sequential 64 KiB sync writers reach 37–39 MB/s
-		// (Fig. 5.10, 5.13); the 1.5 MiB write-back cache stands for the
-		// target's dirty page cache and is what makes the 8 KiB random
-		// reader wait ~50 ms (30–120 in Fig. 5.7) behind the writers
-		// instead of ~5 ms alone. The look-ahead is the Cheetah's 4 MB
-		// buffer in 8 segments of 512 KiB; with it one sequential 64 KiB
-		// reader gets ~22 MB/s and four share the channel (Figs. 5.1, 5.5).
-		return Profile{
-			Name: name, Spindles: 10, StripeBytes: 64 << 10, DiskBytes: 36e9,
-			RPM: 10000, AvgSeekMs: 4.9, TrackToTrackMs: 0.5,
-			TransferMBs: 45, BusMBs: 44.5, CommandOverheadMs: 1.0,
-			ReadAheadBytes: 512 << 10, ReadAheadSegments: 8,
-			QueueDepth: 1, CacheBytes: 1536 << 10, CacheAckMs: 0.2,
-		}, nil
-	case "ssd":
-		// A modern SATA SSD: ~0.1 ms reads, ~500 MB/s on the SATA link,
-		// 8 channels with 4 dies each, a DRAM write cache.
-		return Profile{
-			Name: name, Spindles: 8, StripeBytes: 16 << 10, DiskBytes: 64e9,
-			TransferMBs: 100, BusMBs: 520, CommandOverheadMs: 0.07,
-			WriteOverheadMs: 0.2, QueueDepth: 4,
-			CacheBytes: 64 << 20, CacheAckMs: 0.03,
-		}, nil
-	case "ram":
-		return Profile{Name: name, Spindles: 1, StripeBytes: 1 << 20, DiskBytes: 1 << 40, NoLatency: true}, nil
-	}
-	return Profile{}, fmt.Errorf("unknown disk profile %q (known: %s)", name, strings.Join(Profiles(), ", "))
+	// IOPSCap and ThroughputCapMBs are a cloud volume's provisioned
+	// rates, each a token bucket holding IOPSBurst I/Os and
+	// ThroughputBurstBytes bytes; a request waits, first come first
+	// served, until both hold its cost. 0: no cap. A request counts as
+	// one I/O per IOUnitBytes begun (0: one I/O whatever its size).
+	IOPSCap, IOPSBurst   float64
+	IOUnitBytes          int64
+	ThroughputCapMBs     float64
+	ThroughputBurstBytes int64
 }
 
 // Validate says what is wrong with a profile.
@@ -198,8 +186,16 @@ func (p Profile) Validate() error {
 		return fmt.Errorf("profile %q: transfer rate must be > 0 MB/s", p.Name)
 	case p.RPM < 0 || p.AvgSeekMs < 0 || p.TrackToTrackMs < 0 || p.BusMBs < 0 ||
 		p.CommandOverheadMs < 0 || p.WriteOverheadMs < 0 || p.CacheBytes < 0 || p.CacheAckMs < 0 ||
-		p.ReadAheadBytes < 0 || p.ReadAheadSegments < 0:
+		p.ReadAheadBytes < 0 || p.ReadAheadSegments < 0 || p.ParityDisks < 0 || p.DestageDepth < 0 ||
+		p.CoalesceBytes < 0 || p.IOPSCap < 0 || p.IOPSBurst < 0 || p.IOUnitBytes < 0 ||
+		p.ThroughputCapMBs < 0 || p.ThroughputBurstBytes < 0:
 		return fmt.Errorf("profile %q: times, rates and sizes must not be negative", p.Name)
+	case p.ParityDisks > 2:
+		return fmt.Errorf("profile %q: at most 2 parity units a row (RAID-6)", p.Name)
+	case p.ParityDisks > 0 && p.Spindles <= p.ParityDisks:
+		return fmt.Errorf("profile %q: %d parity units need more than %d spindles", p.Name, p.ParityDisks, p.Spindles)
+	case p.DestageDepth > 0 && p.CacheBytes == 0:
+		return fmt.Errorf("profile %q: background destage needs a write-back cache", p.Name)
 	case p.ReadAheadBytes > 0 && p.ReadAheadSegments == 0:
 		return fmt.Errorf("profile %q: read-ahead needs at least one buffer segment", p.Name)
 	case p.AvgSeekMs > 0 && p.TrackToTrackMs > p.AvgSeekMs:
@@ -213,7 +209,7 @@ func (p Profile) Capacity() int64 {
 	if p.NoLatency {
 		return p.DiskBytes
 	}
-	return int64(p.Spindles) * p.DiskBytes
+	return int64(p.Spindles-p.ParityDisks) * p.DiskBytes
 }
 
 // meanSqrtRandomDistance is E[sqrt(X)] for the distance X between two
@@ -237,6 +233,13 @@ type Array struct {
 	dirty    int64
 	destage  minheap.Heap[destageDone]
 	stats    Stats
+	// Background destage (Profile.DestageDepth): dirty data not yet at
+	// the spindles, from pendHead on, and the destages in progress.
+	pending   []pendingWrite
+	pendHead  int
+	inDestage int
+	// The cloud volume's token buckets (admitCapped).
+	tatIO, tatBytes, lastAdmit time.Time
 }
 
 type spindle struct {
@@ -292,6 +295,11 @@ type Stats struct {
 	CacheWaits              int64 // writes that found the cache full
 	ReadAheadHits           int64 // spindle reads served from the read-ahead buffer
 	BusBusy, SpindleBusySum time.Duration
+	// Parity arrays: rows written whole, unit pieces read-modify-written;
+	// background destages started; requests the caps held back.
+	FullStripeWrites, RMWWrites int64
+	Destages                    int64
+	CapWaits                    int64
 }
 
 // Stats returns a copy of the counters.
@@ -324,11 +332,20 @@ func (a *Array) Submit(now time.Time, op Op, offset, length int64, stream uint64
 	}
 	a.last = now
 	a.bus.prune(now)
+	if a.p.IOPSCap > 0 || a.p.ThroughputCapMBs > 0 {
+		now = a.admitCapped(now, length)
+	}
 
 	if op == Write && a.p.CacheBytes > 0 {
+		if a.p.DestageDepth > 0 {
+			return a.writeBackLazy(now, offset, length)
+		}
 		return a.writeBack(now, offset, length)
 	}
-	return a.schedule(now, op, offset, length, nil)
+	if a.p.DestageDepth > 0 {
+		a.advanceDestage(now) // the spindles as the destager left them
+	}
+	return a.scheduleAny(now, op, offset, length, nil)
 }
 
 // writeBack admits a write into the cache, waiting for destages when it is
@@ -349,7 +366,7 @@ func (a *Array) writeBack(now time.Time, offset, length int64) time.Time {
 		}
 	}
 	a.dirty += length
-	a.schedule(admit, Write, offset, length, func(done time.Time, n int64) {
+	a.scheduleAny(admit, Write, offset, length, func(done time.Time, n int64) {
 		a.destage.Push(destageDone{at: done, bytes: n})
 	})
 	return admit.Add(ms(a.p.CacheAckMs))

@@ -123,13 +123,20 @@ func (q *eventQueue) pop() event {
 	return top
 }
 
-// thread is one writer thread.
+// thread is one writer thread: one connection to its device.
 type thread struct {
 	device int
 	base   int64 // start of its region of the array
 	pos    int64 // next offset within the region
 	left   int64 // bytes left in this burst
 	limit  int64 // size of the region: pos wraps here
+	// inflight is its writes outstanding (up to Scenario.WriteIODepth);
+	// lastResp the latest response it was sent, which a later one may
+	// not overtake; unacked its window's data not yet acknowledged.
+	inflight int
+	lastResp time.Time
+	unacked  []ackAt
+	inWindow int64
 }
 
 // plant is the simulated storage system: array, initiators, throttle.
@@ -150,10 +157,15 @@ type plant struct {
 	reader  int // device index of the reader
 
 	readerNext time.Time // earliest issue time of the reader's next read
-	writersEnd time.Time // the writers stop here (zero: never)
-	ioSeq      uint64
-	delayMs    float64 // current packet delay for throttled consumers
-	throttled  map[netip.Addr]bool
+	// readerOut is the reader's reads outstanding; readerIssue says an
+	// evReadIssue is scheduled; readerResp its latest response.
+	readerOut   int
+	readerIssue bool
+	readerResp  time.Time
+	writersEnd  time.Time // the writers stop here (zero: never)
+	ioSeq       uint64
+	delayMs     float64 // current packet delay for throttled consumers
+	throttled   map[netip.Addr]bool
 	// armed consumers are held at armedMs once they have written
 	// (joined), as the kernel's arming rule puts them in the set.
 	armedMs float64
@@ -210,6 +222,7 @@ func newPlant(sc Scenario, start time.Time, seed int64) (*plant, error) {
 	p.running = make([]int, len(sc.Devices))
 	p.push(event{at: start.Add(sc.Start), kind: evBurst, actor: -1})
 	p.issueRead(start)
+	p.readerMore()
 	return p, nil
 }
 
@@ -254,6 +267,7 @@ func (p *plant) issueRead(now time.Time) {
 	// A throttled consumer's reads pay one delay, on the response (see
 	// evComplete): its data packets are the delayed ones.
 	arrive := now.Add(msDur(sc.ReadNetMs))
+	p.readerOut++
 	p.ioSeq++
 	p.push(event{at: arrive, kind: evArrive, actor: -1, io: ioReq{id: p.ioSeq, op: diskmodel.Read, offset: off, length: sc.ReadBytes, issued: now, device: p.reader}})
 	p.readerNext = now.Add(time.Duration(float64(sc.ReadBytes) / sc.ReaderBps * float64(time.Second)))
@@ -276,7 +290,17 @@ func (p *plant) issueWrite(now time.Time, t int) {
 	if a := sc.Devices[th.device].Addr; p.armed[a] {
 		p.joined[a] = true
 	}
-	arrive := now.Add(msDur(sc.WriteNetMs) + time.Duration((sc.WriteDelayFactor-1)*float64(d)))
+	th.inflight++
+	send := now
+	if sc.WindowBytes > 0 && sc.writeDepth() > 1 {
+		send = p.window(th, now, n, d)
+	}
+	arrive := send.Add(msDur(sc.WriteNetMs) + time.Duration((sc.WriteDelayFactor-1)*float64(d)))
+	if sc.WindowBytes > 0 && sc.writeDepth() > 1 {
+		// Its data is acknowledged one delay after it arrives.
+		th.unacked = append(th.unacked, ackAt{at: arrive.Add(d), bytes: n})
+		th.inWindow += n
+	}
 	p.push(event{at: arrive, kind: evArrive, actor: t, io: ioReq{op: diskmodel.Write, offset: off, length: n, issued: now, device: th.device}})
 }
 
@@ -304,9 +328,14 @@ func (p *plant) handle(e event) {
 			p.active = true
 			p.obs.activeSecond = true
 			p.issueWrite(e.at, i)
+			for k := 1; k < sc.writeDepth() && th.left > 0; k++ {
+				p.issueWrite(e.at, i)
+			}
 		}
 	case evReadIssue:
+		p.readerIssue = false
 		p.issueRead(e.at)
+		p.readerMore()
 	case evArrive:
 		c := &p.dev[e.io.device]
 		c.account(e.at)
@@ -328,20 +357,25 @@ func (p *plant) handle(e event) {
 			if sc.InitiatorWait {
 				p.observeRead(e.at.Sub(e.io.issued), e.io.length)
 			}
-			next := e.at
-			if p.readerNext.After(next) {
-				next = p.readerNext
+			p.readerOut--
+			if p.readerNext.Before(e.at) {
+				p.readerNext = e.at // no catch-up: paced from here
 			}
-			p.push(event{at: next, kind: evReadIssue, actor: -1})
+			p.readerMore()
 			return
 		}
+		th := &p.threads[e.actor]
+		th.inflight--
 		if p.stopped(e.at) {
 			// The load generator's runtime is over: the thread stops.
-			p.threads[e.actor].left = 0
+			th.left = 0
 		}
-		if p.threads[e.actor].left > 0 {
+		if th.left > 0 {
 			p.issueWrite(e.at, e.actor)
 			return
+		}
+		if th.inflight > 0 {
+			return // the burst ends with its last write
 		}
 		g := p.group(e.actor)
 		p.running[g]--
@@ -390,8 +424,18 @@ func (p *plant) complete(e event) {
 		p.obs.writeLatSum += lat
 		p.obs.writeCount++
 	}
-	resp := msDur(sc.ResponseNetMs) + p.delayFor(e.io.device)
-	p.push(event{at: e.at.Add(resp), kind: evResponse, actor: e.actor, io: e.io})
+	resp := e.at.Add(msDur(sc.ResponseNetMs) + p.delayFor(e.io.device))
+	// A response never overtakes an earlier one of its connection (a
+	// no-op at depth 1: one I/O outstanding).
+	last := &p.readerResp
+	if e.actor >= 0 {
+		last = &p.threads[e.actor].lastResp
+	}
+	if last.After(resp) {
+		resp = *last
+	}
+	*last = resp
+	p.push(event{at: resp, kind: evResponse, actor: e.actor, io: e.io})
 }
 
 // snapshot renders the devices' counters as /proc/diskstats text (the

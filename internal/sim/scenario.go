@@ -61,6 +61,21 @@ type Scenario struct {
 	// run, mid-burst, as the lab's load generators stop at their
 	// --runtime (the lab's tailTime); 0 runs them to the end.
 	Tail time.Duration
+	// WriteIODepth is how many writes each writer thread keeps
+	// outstanding on its connection (a VM's or database's queue); 0 or 1
+	// is one synchronous write at a time, the thesis's fio jobs.
+	// ReadIODepth likewise for the reader, whose rate limit still paces
+	// its issues. See plant.go, "Deep queues", for what a packet delay
+	// does to a connection with several I/Os outstanding.
+	WriteIODepth, ReadIODepth int
+	// WindowBytes, with WriteIODepth above 1, is a writer connection's
+	// TCP send window: the data of its outstanding writes goes out only
+	// while the bytes not yet acknowledged fit in it, and each byte is
+	// acknowledged one (throttled) packet delay after it reaches the
+	// target, so the window caps a connection at WindowBytes per delay.
+	// 0: no window limit (the kernel's autotuned windows on a lossless
+	// LAN grow past any queue the matrix drives).
+	WindowBytes int64
 	// InitiatorWait reports the reader's wait as its initiator sees it,
 	// from issue to response (ReadNetMs + device + ResponseNetMs), as the
 	// lab's load generator logs it; otherwise the device's time, the

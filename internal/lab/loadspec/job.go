@@ -53,6 +53,11 @@ type Job struct {
 	// Offset is where the first thread's region starts on the LUN.
 	Offset  int64
 	Threads int
+	// IODepth is how many I/Os each thread keeps outstanding on its
+	// connection (fio's iodepth with an async engine). 0 and 1 both mean
+	// one synchronous I/O at a time, the thesis's fio jobs; at most
+	// MaxIODepth.
+	IODepth int
 	// Rate limits each thread to this many bytes per second (0: no limit).
 	Rate int64
 	// Runtime stops the job after this long (0: when Size is done).
@@ -71,6 +76,16 @@ type Job struct {
 	// Seed makes random offsets and the verify pattern reproducible.
 	Seed int64
 }
+
+// MaxIODepth is the deepest queue a thread may keep: far beyond what a VM
+// or database issues on one connection (32–64), and within what tgt
+// accepts on one session (its default command window is 128; beyond it
+// libiscsi queues the rest itself).
+const MaxIODepth = 256
+
+// Depth is the number of I/Os a thread keeps outstanding: IODepth, or 1
+// when it is unset.
+func (j Job) Depth() int { return max(j.IODepth, 1) }
 
 // Presets mirror the fio job files of the thesis, Appendix D.
 var presets = map[string]Job{
@@ -139,6 +154,9 @@ func (j Job) Validate() error {
 	if j.Threads < 1 {
 		errs = append(errs, fmt.Errorf("--threads must be at least 1"))
 	}
+	if j.IODepth < 0 || j.IODepth > MaxIODepth {
+		errs = append(errs, fmt.Errorf("--iodepth %d: want 1 to %d I/Os outstanding per thread", j.IODepth, MaxIODepth))
+	}
 	if j.Size < 0 || j.Offset < 0 || j.Rate < 0 || j.OnSize < 0 || j.Runtime < 0 || j.OffTime < 0 {
 		errs = append(errs, fmt.Errorf("sizes, rates and durations cannot be negative"))
 	}
@@ -201,6 +219,9 @@ func (j Job) Regions(capacity int64) ([]Region, error) {
 // String renders the job as fio-like key=value pairs for logs.
 func (j Job) String() string {
 	s := fmt.Sprintf("%s: rw=%s bs=%s size=%s threads=%d", j.Name, j.Mode, FormatSize(j.BlockSize), FormatSize(j.Size), j.Threads)
+	if j.Depth() > 1 {
+		s += fmt.Sprintf(" iodepth=%d", j.Depth())
+	}
 	if j.Rate > 0 {
 		s += " rate=" + FormatSize(j.Rate) + "/s"
 	}
@@ -226,7 +247,7 @@ type Flags struct {
 	job, name                  string
 	mode                       string
 	bs, size, offset, rate, on sizeFlag
-	threads                    int
+	threads, iodepth           int
 	runtime, off               time.Duration
 	timeBased, verify          bool
 	seed                       int64
@@ -242,7 +263,8 @@ func BindFlags(fs *flag.FlagSet) *Flags {
 	fs.Var(&f.size, "size", "bytes each thread moves per pass, e.g. 128m, 2g; each thread gets its own region of this size (default: the LUN split among threads)")
 	fs.Var(&f.offset, "offset", "where the first thread's region starts on the LUN (default 0)")
 	fs.Var(&f.rate, "rate", "per-thread limit in bytes/s, e.g. 256k, paced evenly like fio's rate= (default: unlimited)")
-	fs.IntVar(&f.threads, "threads", Default.Threads, "I/O threads; each has its own iSCSI session (TCP connection) and one I/O in flight")
+	fs.IntVar(&f.threads, "threads", Default.Threads, "I/O threads; each has its own iSCSI session (TCP connection) and --iodepth I/Os in flight")
+	fs.IntVar(&f.iodepth, "iodepth", 1, fmt.Sprintf("I/Os each thread keeps outstanding on its connection, 1 to %d: 1 is one synchronous I/O at a time (fio's sync engine), more use libiscsi's (libnfs's) asynchronous calls like fio's libaio iodepth=", MaxIODepth))
 	fs.DurationVar(&f.runtime, "runtime", 0, "stop after this long, e.g. 60s (default: when --size is done)")
 	fs.BoolVar(&f.timeBased, "time-based", false, "repeat passes over the region until --runtime, like fio's time_based")
 	fs.Var(&f.on, "on", "on/off schedule: all threads start together and each moves this much, e.g. 64m, then they pause --off; repeats until --runtime")
@@ -263,6 +285,7 @@ func (f *Flags) Job() (Job, error) {
 		}
 		j = p
 	}
+	depthGiven := false
 	f.fs.Visit(func(fl *flag.Flag) {
 		switch fl.Name {
 		case "name":
@@ -279,6 +302,9 @@ func (f *Flags) Job() (Job, error) {
 			j.Rate = f.rate.n
 		case "threads":
 			j.Threads = f.threads
+		case "iodepth":
+			j.IODepth = f.iodepth
+			depthGiven = true
 		case "runtime":
 			j.Runtime = f.runtime
 		case "time-based":
@@ -293,6 +319,11 @@ func (f *Flags) Job() (Job, error) {
 			j.Seed = f.seed
 		}
 	})
+	if depthGiven && j.IODepth == 0 {
+		// In a Job, 0 is "unset" (one I/O); on the command line it is a
+		// mistake.
+		return Job{}, fmt.Errorf("--iodepth 0: want 1 to %d I/Os outstanding per thread", MaxIODepth)
+	}
 	if err := j.Validate(); err != nil {
 		return Job{}, err
 	}

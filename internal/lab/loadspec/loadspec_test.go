@@ -78,6 +78,39 @@ func TestFlagsOverridePreset(t *testing.T) {
 	}
 }
 
+func TestIODepth(t *testing.T) {
+	for _, tc := range []struct {
+		args  []string
+		depth int
+	}{
+		{nil, 1},
+		{[]string{"--iodepth", "1"}, 1},
+		{[]string{"--iodepth", "8"}, 8},
+		{[]string{"--iodepth", "256"}, 256},
+		{[]string{"--job", "randwrite-8k", "--iodepth", "32"}, 32},
+	} {
+		j, err := parseJob(t, tc.args...)
+		if err != nil {
+			t.Fatalf("%v: %v", tc.args, err)
+		}
+		if j.Depth() != tc.depth {
+			t.Errorf("%v: depth %d, want %d", tc.args, j.Depth(), tc.depth)
+		}
+		if s := j.String(); strings.Contains(s, "iodepth") != (tc.depth > 1) {
+			t.Errorf("%v: String() = %q: iodepth shown only when above 1", tc.args, s)
+		}
+	}
+	// A Job written as a literal leaves IODepth unset: one I/O.
+	j := Job{Name: "x", Mode: Read, BlockSize: 4096, Threads: 1}
+	if err := j.Validate(); err != nil || j.Depth() != 1 {
+		t.Errorf("unset IODepth: %v, depth %d; want valid, 1", err, j.Depth())
+	}
+	j.IODepth = MaxIODepth + 1
+	if err := j.Validate(); err == nil {
+		t.Errorf("IODepth %d accepted", j.IODepth)
+	}
+}
+
 func TestFlagErrors(t *testing.T) {
 	for _, tc := range []struct {
 		args []string
@@ -91,6 +124,9 @@ func TestFlagErrors(t *testing.T) {
 		{[]string{"--threads", "0"}, "--threads must be at least 1"},
 		{[]string{"--verify", "--bs", "16"}, "at least 32 bytes"},
 		{[]string{"--bs", "12q"}, "unknown unit"},
+		{[]string{"--iodepth", "0"}, "--iodepth 0: want 1 to 256"},
+		{[]string{"--iodepth", "257"}, "--iodepth 257: want 1 to 256"},
+		{[]string{"--iodepth", "-3"}, "--iodepth -3: want 1 to 256"},
 	} {
 		_, err := parseJob(t, tc.args...)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {

@@ -1,0 +1,230 @@
+package sim
+
+import (
+	"fmt"
+	"io"
+	"math"
+	"net/netip"
+	"strings"
+	"time"
+
+	"github.com/sanqos/sanqos/internal/diskmodel"
+)
+
+// The scenario matrix (issue 33, "Generality, by construction"): disks
+// × writers × thresholds, each cell run under the controller, without
+// it, and at the static delays of a grid, so that the controller is
+// judged against the best fixed throttle for that cell. It reports; the
+// guarantees it will assert (p95 ≤ 1.2 × T where a static delay can meet
+// T, never worse than none where none can, no burst over 2 s, writers ≥
+// 90 % of the best static delay's rate) are the next step.
+
+// Writers is one writer workload of the matrix.
+type Writers struct {
+	Random  bool
+	Bytes   int64 // per I/O
+	Threads int   // in all, spread over the three writer hosts
+	IODepth int   // per connection (thread)
+	Bursty  bool  // on/off bursts of about BurstSeconds, else steady
+}
+
+func (w Writers) String() string {
+	pat := "seq"
+	if w.Random {
+		pat = "rand"
+	}
+	mode := "steady"
+	if w.Bursty {
+		mode = "bursty"
+	}
+	return fmt.Sprintf("%s-%s-%dthr-qd%d-%s", pat, sizeName(w.Bytes), w.Threads, max(w.IODepth, 1), mode)
+}
+
+func sizeName(n int64) string {
+	if n >= 1<<20 && n%(1<<20) == 0 {
+		return fmt.Sprintf("%dm", n>>20)
+	}
+	return fmt.Sprintf("%dk", n>>10)
+}
+
+// Cell is one point of the matrix.
+type Cell struct {
+	Disk        string
+	Writers     Writers
+	ThresholdMs float64
+}
+
+// MatrixScenario is the scenario of a cell: the thesis's reader (8 KiB
+// random reads at 256 KiB/s) on its own host, and the writers on three
+// hosts. Assumptions beyond the calibrated scenarios: a write's network
+// time is 0.3 ms plus its bytes at gigabit speed; a throttled write pays
+// 1.2 delays when it fits in one PDU's immediate data (8 KiB or less, as
+// RandWScenario), 1.85 up to one burst of 256 KiB (the calibrated sync
+// writer) and one more per further 256 KiB burst (each waits for a
+// delayed R2T); bursts last about burst of writing at the uncontrolled
+// rate (burstBytes per thread, from a steady run), 5 s apart.
+func MatrixScenario(c Cell, burstBytes int64) (Scenario, error) {
+	disk, err := diskmodel.ProfileByName(c.Disk)
+	if err != nil {
+		return Scenario{}, err
+	}
+	w := c.Writers
+	if w.Threads < 3 || w.Bytes <= 0 {
+		return Scenario{}, fmt.Errorf("writers %v: want at least 3 threads and a size", w)
+	}
+	ip := func(s string) netip.Addr { return netip.MustParseAddr(s) }
+	sc := Scenario{
+		Name: c.Disk + "/" + w.String(),
+		Disk: disk,
+		Devices: []Device{
+			{Name: "dm-0", Addr: ip("10.0.0.242"), Reader: true},
+			{Name: "dm-1", Addr: ip("10.0.0.243"), Threads: (w.Threads + 2) / 3},
+			{Name: "dm-2", Addr: ip("10.0.0.244"), Threads: (w.Threads + 1) / 3},
+			{Name: "dm-3", Addr: ip("10.0.0.245"), Threads: w.Threads / 3},
+		},
+		LUNBytes: 8 << 30, LUNStride: 8 << 30,
+		WriteBytes: w.Bytes, BurstBytes: 1 << 50, Pause: 5 * time.Second,
+		ReadBytes: 8 << 10, ReaderBps: 256 << 10,
+		Start:      10 * time.Second,
+		WriteNetMs: 0.3 + float64(w.Bytes)/125e3, ReadNetMs: 0.15, ResponseNetMs: 0.1,
+		RandomWrites:  w.Random,
+		WriteIODepth:  w.IODepth,
+		PerHostBursts: true,
+	}
+	switch {
+	case w.Bytes <= 8<<10:
+		sc.WriteDelayFactor = 1.2
+	case w.Bytes <= 256<<10:
+		sc.WriteDelayFactor = 1.85
+	default:
+		sc.WriteDelayFactor = 1.85 + float64((w.Bytes-1)/(256<<10))
+	}
+	if w.Bursty && burstBytes > 0 {
+		sc.BurstBytes = max(burstBytes-burstBytes%w.Bytes, w.Bytes)
+	}
+	return sc, nil
+}
+
+// CellResult is what the matrix reports for a cell.
+type CellResult struct {
+	Cell
+	// Uncontrolled, static (the best static delay) and controlled runs.
+	None, Static, PID Summary
+	// StaticMs is the best static delay: the smallest of the grid whose
+	// p95 meets T, or 0 (none) when none does.
+	StaticMs  float64
+	StaticMet bool
+	// Controlled run: p95/T, seconds over 1.2 × T (%), the longest run
+	// of consecutive seconds over 1.2 × T, and the writers' rate as a
+	// share of the best static delay's.
+	P95OverT, OverPct, LongestOverS, Share float64
+}
+
+// StaticGridMs are the fixed delays the best static delay is sought
+// among.
+var StaticGridMs = []float64{0.5, 1, 2, 5, 10, 20, 50, 100, 200}
+
+// MatrixOptions set a matrix run.
+type MatrixOptions struct {
+	Duration     time.Duration // of each run (default 60 s)
+	Seed         int64         // default 1
+	BurstSeconds float64       // a bursty cell's burst at the uncontrolled rate (default 10)
+}
+
+// RunCell runs one cell: uncontrolled, at each static delay of the grid
+// (until one meets T), and under the pid controller.
+func RunCell(c Cell, o MatrixOptions) (CellResult, error) {
+	if o.Duration <= 0 {
+		o.Duration = 60 * time.Second
+	}
+	if o.Seed == 0 {
+		o.Seed = 1
+	}
+	if o.BurstSeconds <= 0 {
+		o.BurstSeconds = 10
+	}
+	res := CellResult{Cell: c}
+	run := func(sc Scenario, ctl string, fixed float64) (*Result, error) {
+		cfg := DefaultConfig()
+		cfg.Scenario, cfg.Controller, cfg.ThresholdMs = sc, ctl, c.ThresholdMs
+		cfg.Duration, cfg.Seed, cfg.FixedDelayMs = o.Duration, o.Seed, fixed
+		return Run(cfg)
+	}
+	var burst int64
+	if c.Writers.Bursty {
+		// The burst size from the uncontrolled steady rate.
+		steady, err := MatrixScenario(c, 0)
+		if err != nil {
+			return res, err
+		}
+		r, err := run(steady, "none", 0)
+		if err != nil {
+			return res, err
+		}
+		burst = int64(r.Summary.WriteMBs * 1e6 * o.BurstSeconds / float64(c.Writers.Threads))
+	}
+	sc, err := MatrixScenario(c, burst)
+	if err != nil {
+		return res, err
+	}
+	none, err := run(sc, "none", 0)
+	if err != nil {
+		return res, err
+	}
+	res.None, res.Static = none.Summary, none.Summary
+	if none.Summary.ReadLatencyMs.P95 > c.ThresholdMs {
+		for _, d := range StaticGridMs {
+			r, err := run(sc, "none", d)
+			if err != nil {
+				return res, err
+			}
+			if r.Summary.ReadLatencyMs.P95 <= c.ThresholdMs {
+				res.Static, res.StaticMs, res.StaticMet = r.Summary, d, true
+				break
+			}
+		}
+	} else {
+		res.StaticMet = true
+	}
+	pid, err := run(sc, "pid", 0)
+	if err != nil {
+		return res, err
+	}
+	res.PID = pid.Summary
+	res.P95OverT = pid.Summary.ReadLatencyMs.P95 / c.ThresholdMs
+	res.OverPct = pid.Summary.OverThresholdPct
+	var run1 float64
+	for _, s := range pid.Seconds {
+		if s.WritersOn && !math.IsNaN(s.ReadMs) && s.ReadMs > 1.2*c.ThresholdMs {
+			run1++
+			res.LongestOverS = max(res.LongestOverS, run1)
+		} else {
+			run1 = 0
+		}
+	}
+	if res.Static.WriteMBs > 0 {
+		res.Share = pid.Summary.WriteMBs / res.Static.WriteMBs
+	}
+	return res, nil
+}
+
+// MatrixHeader and Row print a matrix as a fixed-width table.
+func MatrixHeader(w io.Writer) {
+	fmt.Fprintf(w, "%-11s %-32s %7s | %8s %8s | %8s %6s | %7s %6s %7s %6s %7s\n",
+		"disk", "writers", "T ms", "none p95", "MB/s", "static", "MB/s", "p95/T", "over%", "burst s", "share", "pid MB/s")
+	fmt.Fprintln(w, strings.Repeat("-", 132))
+}
+
+// Row prints one cell's line: the uncontrolled p95 and rate, the best
+// static delay ("-" when none meets T) and its rate, and the controlled
+// run's p95/T, seconds over 1.2 × T, longest burst over it, and the
+// writers' share of the static rate.
+func (r CellResult) Row(w io.Writer) {
+	static := "-"
+	if r.StaticMet {
+		static = fmt.Sprintf("%g", r.StaticMs)
+	}
+	fmt.Fprintf(w, "%-11s %-32s %7g | %8.2f %8.2f | %8s %6.2f | %7.2f %6.1f %7.0f %6.2f %7.2f\n",
+		r.Disk, r.Writers, r.ThresholdMs, r.None.ReadLatencyMs.P95, r.None.WriteMBs, static, r.Static.WriteMBs,
+		r.P95OverT, r.OverPct, r.LongestOverS, r.Share, r.PID.WriteMBs)
+}
