@@ -236,7 +236,7 @@ KERNEL    ?= cloud
 SUITE     ?= all
 kernel-lab: build
 	CGO_ENABLED=0 $(GO) test -c -o $(BIN)/sanqos-guest.test ./internal/lab/vm/guesttest
-	@debflags=""; case "$(SUITE)" in systemd|all) \
+	@debflags=""; case "$(SUITE)" in systemd|all|deb) \
 		rm -rf $(BIN)/kernel-lab-deb; echo "building the package for the systemd boot: make deb LINTIAN=no"; \
 		deb=$$($(MAKE) --no-print-directory -s deb BIN=$(BIN)/kernel-lab-deb LINTIAN=no | tail -n 1) && [ -f "$$deb" ] || exit 1; \
 		debflags="--deb $$deb --deb-cycle deploy/debian/test-cycle.sh";; esac; \

@@ -19,6 +19,8 @@ import (
 var SystemdSuites = map[string]string{
 	"systemd": "^(TestKernel|TestSystemd)",
 	"all":     "^(TestKernel|TestSystemd)",
+	// deb is the Debian package's test alone (TestSystemdDeb).
+	"deb": "^(TestKernel.*|TestSystemdDeb)$",
 }
 
 // GuestUnit is where the shipped unit is installed in the guest.
