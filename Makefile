@@ -228,14 +228,20 @@ fuzz:
 # kernel-lab boots Debian bookworm's own kernel (KERNEL=cloud|rt|generic)
 # under qemu and runs the kernel-stack suite (SUITE) inside: LIO, open-iscsi,
 # dm-delay, LVM, netem; SUITE=systemd (and all's second boot) boots systemd
-# as PID 1 and tests deploy/sanqos.service as it ships. The rootfs and
-# kernel are cached in /var/cache/sanqos-kernel-lab (first run: a few
-# minutes).
+# as PID 1 and tests deploy/sanqos.service as it ships, and the Debian
+# package (make deb, unchecked by lintian here: make deb checks it) through
+# install, upgrade, remove and purge. The rootfs and kernel are cached in
+# /var/cache/sanqos-kernel-lab (first run: a few minutes).
 KERNEL    ?= cloud
 SUITE     ?= all
 kernel-lab: build
 	CGO_ENABLED=0 $(GO) test -c -o $(BIN)/sanqos-guest.test ./internal/lab/vm/guesttest
-	$(BIN)/sanqos lab vm --kernel $(KERNEL) --suite $(SUITE) --unit deploy/sanqos.service
+	@debflags=""; case "$(SUITE)" in systemd|all|deb) \
+		rm -rf $(BIN)/kernel-lab-deb; echo "building the package for the systemd boot: make deb LINTIAN=no"; \
+		deb=$$($(MAKE) --no-print-directory -s deb BIN=$(BIN)/kernel-lab-deb LINTIAN=no | tail -n 1) && [ -f "$$deb" ] || exit 1; \
+		debflags="--deb $$deb --deb-cycle deploy/debian/test-cycle.sh";; esac; \
+	echo "$(BIN)/sanqos lab vm --kernel $(KERNEL) --suite $(SUITE) --unit deploy/sanqos.service $$debflags"; \
+	$(BIN)/sanqos lab vm --kernel $(KERNEL) --suite $(SUITE) --unit deploy/sanqos.service $$debflags
 
 # diagram rewrites docs/packages.md from the imports (go test ./internal/lint
 # fails while it is out of date).

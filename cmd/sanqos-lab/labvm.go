@@ -37,6 +37,8 @@ Suites: `+strings.Join(vm.SuiteNames(), ", "), stderr)
 	cache := fs.String("cache", vm.DefaultCacheDir, "cache of rootfs and kernels")
 	mirror := fs.String("mirror", "http://deb.debian.org/debian", "Debian mirror for debootstrap")
 	unit := fs.String("unit", "deploy/sanqos.service", "the systemd unit the systemd suites install in the guest, unchanged")
+	deb := fs.String("deb", "", "a package built by make deb, for the systemd boot's package test: installed, upgraded to a successor the lab makes, removed and purged with dpkg (make kernel-lab passes one; without it that test skips)")
+	debCycle := fs.String("deb-cycle", "deploy/debian/test-cycle.sh", "the package cycle script run in the guest with --deb")
 	testBin := fs.String("test-bin", "", "static guest test binary (default: sanqos-guest.test beside this binary)")
 	timeout := fs.Duration("timeout", 15*time.Minute, "limit on boot plus suite")
 	verbose := fs.Bool("v", true, "verbose guest test output")
@@ -71,7 +73,11 @@ Suites: `+strings.Join(vm.SuiteNames(), ", "), stderr)
 			return fmt.Errorf("sanqos lab vm: no guest test binary at %s: build it with 'make kernel-lab' or CGO_ENABLED=0 go test -c -o %s ./internal/lab/vm/guesttest, or pass --test-bin", *testBin, *testBin)
 		}
 	}
+	if *deb == "" {
+		*debCycle = ""
+	}
 	res, err := vm.Run(ctx, vm.Options{
+		Deb: *deb, DebCycle: *debCycle,
 		Kernel: *kernel, Suite: *suite, Accel: *accel, CacheDir: *cache, Mirror: *mirror,
 		Sanqos: daemon, Lab: self, TestBin: *testBin, Unit: *unit, Timeout: *timeout, Verbose: *verbose, CPUs: *cpus,
 	}, stdout)

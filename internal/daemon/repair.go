@@ -59,8 +59,8 @@ func (d *Daemon) verifyTargets() []*verifyTarget {
 	return out
 }
 
-// verifyLoop runs until ctx ends; a backend that is no Verifier (edt,
-// dry-run) has nothing to read back.
+// verifyLoop runs until ctx ends; a backend that is no Verifier
+// (dry-run) has nothing to read back.
 func (d *Daemon) verifyLoop(ctx context.Context, targets []*verifyTarget) {
 	if len(targets) == 0 {
 		return

@@ -27,6 +27,15 @@ func (k edtKernel) Set(a netip.Addr, dir Direction, delay, ttl time.Duration) er
 func (k edtKernel) Free(a netip.Addr) error { return k.e.Free(a) }
 func (k edtKernel) Close() error            { return k.e.Close() }
 
+func (k edtKernel) Verify(force bool) ([]Drift, error) {
+	ds, err := k.e.Verify(force)
+	out := make([]Drift, len(ds))
+	for i, d := range ds {
+		out[i] = Drift{Object: d.Object, Name: d.Name, Want: d.Want, Found: d.Found}
+	}
+	return out, err
+}
+
 // openEDT installs the edt path on o.Dev in this network namespace, after
 // removing what an earlier run left; the device's instance lock keeps a
 // second tc-style backend off it.

@@ -21,6 +21,10 @@ const DefaultEDTTTL = time.Second
 type edtPath interface {
 	Set(addr netip.Addr, dir Direction, delay, ttl time.Duration) error
 	Free(addr netip.Addr) error
+	// Verify reads back the qdiscs and the filter, puts back what is
+	// missing and returns it; with force it attaches the filter again
+	// whatever it finds.
+	Verify(force bool) ([]Drift, error)
 	Close() error
 }
 
@@ -48,6 +52,8 @@ type EDT struct {
 	mu    sync.Mutex
 	cur   map[netip.Addr]edtEntry
 	done  bool
+	// resync: the next Apply attaches the filter again (Resync).
+	resync bool
 }
 
 // newEDT wraps a kernel path; Open's "edt" case builds the real one.
@@ -110,6 +116,13 @@ func (b *EDT) Apply(_ context.Context, s State) error {
 		return errors.New("edt: backend closed")
 	}
 	var errs []error
+	if b.resync {
+		if _, err := b.path.Verify(true); err != nil {
+			errs = append(errs, err)
+		} else {
+			b.resync = false
+		}
+	}
 	for _, a := range sortedAddrs(w) {
 		if err := b.path.Set(a, w[a].dir, w[a].delay, b.ttl); err != nil {
 			errs = append(errs, err)
@@ -150,6 +163,35 @@ func (b *EDT) Renew(context.Context) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+var _ Verifier = (*EDT)(nil)
+
+// Verify reads back fq, clsact and the filter running our program (see
+// package edt) and puts back at once what someone removed or replaced: a
+// `tc qdisc del` of either qdisc ends every delay, and nothing else would
+// bring them back while the daemon runs. The entries need no repair:
+// they live in our map, which the program holds, and the daemon renews
+// them every tick.
+func (b *EDT) Verify(context.Context) ([]Drift, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.done {
+		return nil, nil
+	}
+	out, err := b.path.Verify(false)
+	if err != nil {
+		return out, fmt.Errorf("verifying the edt data path: %w", err)
+	}
+	return out, nil
+}
+
+// Resync has the next Apply attach the filter again whatever Verify
+// finds (see Verifier); it sets every entry anyway.
+func (b *EDT) Resync() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.resync = true
 }
 
 // Stats: fq and the program keep no counters of ours.

@@ -15,6 +15,16 @@ type fakeEDT struct {
 	calls  []string
 	closed bool
 	fail   bool
+	// drift is what the next Verify finds missing; verifyErr its error.
+	drift     []Drift
+	verifyErr error
+}
+
+func (f *fakeEDT) Verify(force bool) ([]Drift, error) {
+	f.calls = append(f.calls, fmt.Sprintf("verify force=%v", force))
+	d := f.drift
+	f.drift = nil
+	return d, f.verifyErr
 }
 
 func (f *fakeEDT) Set(a netip.Addr, dir Direction, delay, ttl time.Duration) error {
@@ -130,5 +140,63 @@ func TestTCBackendsApplyTheRest(t *testing.T) {
 			t.Errorf("%s did not program the IPv4 member:\n%s", b.Name(), got)
 		}
 		b.Close()
+	}
+}
+
+// TestEDTVerify: the backend reads its path back and reports what the
+// path put back; Resync has the next Apply attach the filter again before
+// it sets the entries, once, and after Close nothing is read back.
+func TestEDTVerify(t *testing.T) {
+	ctx := context.Background()
+	k := &fakeEDT{}
+	b := newEDT(k, time.Second, nil)
+	var v Verifier = b
+	a := netip.MustParseAddr("10.0.0.3")
+	s := State{Groups: []Group{{Name: "vg0", Members: []netip.Addr{a}, WriteDelay: 5 * time.Millisecond}}}
+	if err := b.Apply(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	k.calls = nil
+	if d, err := v.Verify(ctx); err != nil || len(d) != 0 || strings.Join(k.calls, "; ") != "verify force=false" {
+		t.Errorf("intact path: drift %v, err %v, calls %q", d, err, k.calls)
+	}
+	gone := Drift{Object: "qdisc", Name: "veth0 clsact", Want: "clsact", Found: "absent"}
+	k.drift = []Drift{gone, {Object: "filter", Name: "veth0 egress sanqos-edt", Want: "bpf", Found: "absent (with clsact)"}}
+	d, err := v.Verify(ctx)
+	if err != nil || len(d) != 2 || d[0] != gone {
+		t.Errorf("clsact deleted: drift %v, err %v, want both reported", d, err)
+	}
+	k.verifyErr = errors.New("someone else's root qdisc")
+	if _, err := v.Verify(ctx); err == nil || !strings.Contains(err.Error(), "someone else's") {
+		t.Errorf("a repair refused: %v", err)
+	}
+	k.verifyErr = nil
+
+	k.calls = nil
+	v.Resync()
+	if err := b.Apply(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(k.calls, "; "); got != "verify force=true; set 10.0.0.3 write 5ms ttl 1s" {
+		t.Errorf("apply after Resync: %q, want the filter attached again, then the entries", got)
+	}
+	k.calls = nil
+	if err := b.Apply(ctx, s); err != nil || strings.Join(k.calls, "; ") != "set 10.0.0.3 write 5ms ttl 1s" {
+		t.Errorf("the apply after: %v %q, want no second re-attach", err, k.calls)
+	}
+	// A re-attach that fails is tried again at the next Apply.
+	v.Resync()
+	k.verifyErr = errors.New("no clsact")
+	if err := b.Apply(ctx, s); err == nil {
+		t.Error("a failed re-attach was not reported")
+	}
+	k.verifyErr, k.calls = nil, nil
+	if err := b.Apply(ctx, s); err != nil || !strings.HasPrefix(strings.Join(k.calls, "; "), "verify force=true") {
+		t.Errorf("after a failed re-attach: %v %q", err, k.calls)
+	}
+	b.Close()
+	k.calls = nil
+	if d, err := v.Verify(ctx); d != nil || err != nil || len(k.calls) != 0 {
+		t.Errorf("after Close: %v %v %q", d, err, k.calls)
 	}
 }

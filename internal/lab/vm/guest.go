@@ -43,6 +43,9 @@ func SuiteNames() []string {
 // 'go test ./...' on the host does not run them.
 const GuestEnv = "SANQOS_KERNEL_LAB"
 
+// GuestSuiteEnv names the suite the guest test binary runs in.
+const GuestSuiteEnv = "SANQOS_KERNEL_LAB_SUITE"
+
 // GuestInit is PID 1 in the guest: it mounts the pseudo file systems,
 // loads the lab's modules, runs the suite and powers off. It never
 // returns normally: PID 1 exiting would panic the kernel.
@@ -84,7 +87,7 @@ func runSuite(suite, pat string, verbose bool, console io.Writer) int {
 	}
 	cmd := exec.Command(GuestTestBin, args...)
 	cmd.Dir = "/tmp"
-	cmd.Env = append(os.Environ(), GuestEnv+"=1", "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+	cmd.Env = append(os.Environ(), GuestEnv+"=1", GuestSuiteEnv+"="+suite, "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
 		"HOME=/root", "DM_DISABLE_UDEV=1", "TMPDIR=/tmp")
 	cmd.Stdout, cmd.Stderr = console, console
 	start := time.Now()

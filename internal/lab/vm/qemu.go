@@ -48,6 +48,11 @@ type Options struct {
 	Lab      string // static sanqos-lab binary, the guest's init
 	TestBin  string // static guest test binary
 	Unit     string // the systemd unit to install, unchanged (suites with a systemd boot)
+	// Deb is a package make deb built, for the systemd boot's package
+	// test (the lab makes its successor, see addDebs); DebCycle is
+	// deploy/debian/test-cycle.sh. Without Deb that test skips.
+	Deb      string
+	DebCycle string
 	MemoryMB int
 	CPUs     int           // guest CPUs (default 1; under TCG each takes a host core)
 	Timeout  time.Duration // boot plus suite
@@ -286,6 +291,9 @@ func assembleInitrd(o Options, rootfs string, k Kernel, withSystemd bool) (strin
 		}
 		if withSystemd {
 			if err := addSystemdUnits(w, o); err != nil {
+				return err
+			}
+			if err := addDebs(w, o); err != nil {
 				return err
 			}
 		}

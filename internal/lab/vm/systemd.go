@@ -1,9 +1,12 @@
 package vm
 
 import (
+	"bytes"
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 )
@@ -16,6 +19,8 @@ import (
 var SystemdSuites = map[string]string{
 	"systemd": "^(TestKernel|TestSystemd)",
 	"all":     "^(TestKernel|TestSystemd)",
+	// deb is the Debian package's test alone (TestSystemdDeb).
+	"deb": "^(TestKernel.*|TestSystemdDeb)$",
 }
 
 // GuestUnit is where the shipped unit is installed in the guest.
@@ -164,3 +169,101 @@ func mounted(dir string) bool {
 	}
 	return false
 }
+
+// GuestDebDir is where a systemd boot finds the packages of the package
+// test: DebFirst (what make deb built), DebNext (its successor, with a
+// changed default configuration) and DebCycle (test-cycle.sh).
+const (
+	GuestDebDir = "/usr/local/share/sanqos-lab/deb"
+	DebFirst    = "sanqos-first.deb"
+	DebNext     = "sanqos-next.deb"
+	DebCycle    = "test-cycle.sh"
+)
+
+// addDebs adds o.Deb, its successor and test-cycle.sh to the payload.
+func addDebs(w *CPIOWriter, o Options) error {
+	if o.Deb == "" {
+		return nil
+	}
+	dir := strings.TrimPrefix(GuestDebDir, "/")
+	for _, d := range []string{"usr/local/share", "usr/local/share/sanqos-lab", dir} {
+		if err := w.Dir(d, 0o755); err != nil {
+			return err
+		}
+	}
+	next, err := NextDeb(o.Deb)
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(filepath.Dir(next))
+	files := []struct{ name, from string }{{DebFirst, o.Deb}, {DebNext, next}}
+	if o.DebCycle != "" {
+		files = append(files, struct{ name, from string }{DebCycle, o.DebCycle})
+	}
+	for _, f := range files {
+		if err := w.CopyFile(dir+"/"+f.name, f.from, 0o755); err != nil {
+			return fmt.Errorf("the package test's %s: %w", f.name, err)
+		}
+	}
+	return nil
+}
+
+// NextDeb makes the successor of a package in a temporary directory (the
+// caller removes it): its Debian revision raised from -1 to -2 and a line
+// added to its configuration, as a release that ships a new default
+// does (internal/lint's TestDeb makes it the same way). It is not
+// compressed: decompressing under emulation costs the guest seconds.
+func NextDeb(deb string) (string, error) {
+	dir, err := os.MkdirTemp("", "sanqos-kernel-lab-deb-")
+	if err != nil {
+		return "", err
+	}
+	fail := func(err error) (string, error) {
+		os.RemoveAll(dir)
+		return "", fmt.Errorf("making the successor of %s: %w", deb, err)
+	}
+	tree := filepath.Join(dir, "tree")
+	if out, err := exec.Command("dpkg-deb", "-R", deb, tree).CombinedOutput(); err != nil {
+		return fail(fmt.Errorf("dpkg-deb -R: %v: %s", err, out))
+	}
+	control := filepath.Join(tree, "DEBIAN/control")
+	b, err := os.ReadFile(control)
+	if err != nil {
+		return fail(err)
+	}
+	next := regexp.MustCompile(`(?m)^(Version: .*)-1$`).ReplaceAll(b, []byte("${1}-2"))
+	if bytes.Equal(next, b) {
+		return fail(fmt.Errorf("no Debian revision -1 in its control file"))
+	}
+	if err := os.WriteFile(control, next, 0o644); err != nil {
+		return fail(err)
+	}
+	conf := filepath.Join(tree, "etc/sanqos/sanqos.toml")
+	f, err := os.OpenFile(conf, os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		return fail(err)
+	}
+	_, err = f.WriteString(NextDebConfigLine + "\n")
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fail(err)
+	}
+	sums, err := exec.Command("sh", "-c", `cd "$1" && find . -path ./DEBIAN -prune -o -type f -printf '%P\0' | LC_ALL=C sort -z | xargs -0 md5sum`, "sh", tree).Output()
+	if err != nil {
+		return fail(fmt.Errorf("md5sums: %w", err))
+	}
+	if err := os.WriteFile(filepath.Join(tree, "DEBIAN/md5sums"), sums, 0o644); err != nil {
+		return fail(err)
+	}
+	out := filepath.Join(dir, "next.deb")
+	if o, err := exec.Command("dpkg-deb", "--root-owner-group", "-Znone", "--build", tree, out).CombinedOutput(); err != nil {
+		return fail(fmt.Errorf("dpkg-deb --build: %v: %s", err, o))
+	}
+	os.RemoveAll(tree)
+	return out, nil
+}
+
+// NextDebConfigLine is what the successor adds to the configuration.
+const NextDebConfigLine = "# a new default of the next release (kernel lab)"

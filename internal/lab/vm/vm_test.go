@@ -5,6 +5,7 @@ import (
 	"context"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -191,5 +192,63 @@ func TestSystemdPayload(t *testing.T) {
 	}
 	if !strings.Contains(systemdCmdline(), "rdinit="+systemdInit) {
 		t.Errorf("cmdline %q does not boot systemd", systemdCmdline())
+	}
+}
+
+// TestDebPayload: with a package, the systemd boot's payload carries it,
+// its successor (revision -2, a line added to the configuration, md5sums
+// to match) and test-cycle.sh; without one, nothing.
+func TestDebPayload(t *testing.T) {
+	if _, err := exec.LookPath("dpkg-deb"); err != nil {
+		t.Skip("dpkg-deb is not installed")
+	}
+	dir := t.TempDir()
+	tree := filepath.Join(dir, "tree")
+	for p, text := range map[string]string{
+		"DEBIAN/control":         "Package: sanqos\nVersion: 1.0-1\nArchitecture: all\nMaintainer: lab <lab@example.org>\nDescription: test\n test\n",
+		"etc/sanqos/sanqos.toml": "# shipped\n",
+	} {
+		os.MkdirAll(filepath.Dir(filepath.Join(tree, p)), 0o755)
+		if err := os.WriteFile(filepath.Join(tree, p), []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deb := filepath.Join(dir, "first.deb")
+	if out, err := exec.Command("dpkg-deb", "--root-owner-group", "--build", tree, deb).CombinedOutput(); err != nil {
+		t.Skipf("dpkg-deb --build: %v\n%s", err, out)
+	}
+	var buf bytes.Buffer
+	w := NewCPIOWriter(&buf)
+	if err := addDebs(w, Options{}); err != nil || buf.Len() != 0 {
+		t.Fatalf("without a package: %v, %d bytes", err, buf.Len())
+	}
+	if err := addDebs(w, Options{Deb: deb, DebCycle: "../../../deploy/debian/test-cycle.sh"}); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	got := readCPIO(t, buf.Bytes())
+	at := strings.TrimPrefix(GuestDebDir, "/") + "/"
+	if f := got[at+DebCycle]; !strings.HasPrefix(f[1], "#!/bin/sh") {
+		t.Errorf("test-cycle.sh not in the payload: %v", f[0])
+	}
+	next := filepath.Join(dir, "next.deb")
+	if err := os.WriteFile(next, []byte(got[at+DebNext][1]), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if v, _ := exec.Command("dpkg-deb", "-f", next, "Version").Output(); strings.TrimSpace(string(v)) != "1.0-2" {
+		t.Errorf("successor's version %q, want 1.0-2", v)
+	}
+	x := filepath.Join(dir, "x")
+	if out, err := exec.Command("dpkg-deb", "-R", next, x).CombinedOutput(); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if b, _ := os.ReadFile(filepath.Join(x, "etc/sanqos/sanqos.toml")); string(b) != "# shipped\n"+NextDebConfigLine+"\n" {
+		t.Errorf("successor's configuration %q", b)
+	}
+	if b, _ := os.ReadFile(filepath.Join(x, "DEBIAN/md5sums")); !strings.Contains(string(b), "etc/sanqos/sanqos.toml") {
+		t.Errorf("successor's md5sums %q", b)
+	}
+	if got[at+DebFirst][1] == "" {
+		t.Error("the package itself is not in the payload")
 	}
 }

@@ -107,10 +107,12 @@ func program(mapFD int) asm.Instructions {
 
 // EDT is the delay path on one interface of one network namespace.
 type EDT struct {
-	h    *netlink.Handle
-	link netlink.Link
-	m    *ebpf.Map
-	prog *ebpf.Program
+	h      *netlink.Handle
+	dev    string
+	link   netlink.Link
+	m      *ebpf.Map
+	prog   *ebpf.Program
+	progID ebpf.ProgramID // the kernel's id of prog, as a filter dump names it
 }
 
 // Direction selects packets by IP total length: Write holds pure ACKs and
@@ -135,7 +137,7 @@ func New(nsPath, dev string) (_ *EDT, err error) {
 	if err != nil {
 		return nil, err
 	}
-	e := &EDT{h: h}
+	e := &EDT{h: h, dev: dev}
 	defer func() {
 		if err != nil {
 			e.Close()
@@ -153,22 +155,43 @@ func New(nsPath, dev string) (_ *EDT, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("edt: loading the classifier: %w", err)
 	}
-	fq := &netlink.Fq{QdiscAttrs: netlink.QdiscAttrs{LinkIndex: e.link.Attrs().Index, Parent: netlink.HANDLE_ROOT, Handle: netlink.MakeHandle(0x5e, 0)}}
-	if err := h.QdiscReplace(fq); err != nil {
+	if info, err := e.prog.Info(); err == nil {
+		e.progID, _ = info.ID()
+	}
+	if err := h.QdiscReplace(e.fq()); err != nil {
 		return nil, fmt.Errorf("edt: fq as root qdisc of %s: %w", dev, err)
 	}
-	clsact := &netlink.GenericQdisc{QdiscAttrs: netlink.QdiscAttrs{LinkIndex: e.link.Attrs().Index, Parent: netlink.HANDLE_CLSACT, Handle: netlink.MakeHandle(0xffff, 0)}, QdiscType: "clsact"}
-	if err := h.QdiscReplace(clsact); err != nil {
+	if err := h.QdiscReplace(e.clsact()); err != nil {
 		return nil, fmt.Errorf("edt: clsact on %s: %w", dev, err)
 	}
-	f := &netlink.BpfFilter{
-		FilterAttrs: netlink.FilterAttrs{LinkIndex: e.link.Attrs().Index, Parent: netlink.HANDLE_MIN_EGRESS, Handle: 1, Protocol: unix.ETH_P_ALL, Priority: 1},
-		Fd:          e.prog.FD(), Name: FilterName, DirectAction: true,
-	}
-	if err := h.FilterReplace(f); err != nil {
+	if err := h.FilterReplace(e.filter()); err != nil {
 		return nil, fmt.Errorf("edt: attaching the classifier to %s: %w", dev, err)
 	}
 	return e, nil
+}
+
+// fqHandle is our fq's handle (5e:), so a cleanup removes only ours.
+var fqHandle = netlink.MakeHandle(0x5e, 0)
+
+// Our filter's place on the egress hook: handle 1 at priority 1.
+const (
+	filterHandle = 1
+	filterPrio   = 1
+)
+
+func (e *EDT) fq() *netlink.Fq {
+	return &netlink.Fq{QdiscAttrs: netlink.QdiscAttrs{LinkIndex: e.link.Attrs().Index, Parent: netlink.HANDLE_ROOT, Handle: fqHandle}}
+}
+
+func (e *EDT) clsact() *netlink.GenericQdisc {
+	return &netlink.GenericQdisc{QdiscAttrs: netlink.QdiscAttrs{LinkIndex: e.link.Attrs().Index, Parent: netlink.HANDLE_CLSACT, Handle: netlink.MakeHandle(0xffff, 0)}, QdiscType: "clsact"}
+}
+
+func (e *EDT) filter() *netlink.BpfFilter {
+	return &netlink.BpfFilter{
+		FilterAttrs: netlink.FilterAttrs{LinkIndex: e.link.Attrs().Index, Parent: netlink.HANDLE_MIN_EGRESS, Handle: filterHandle, Protocol: unix.ETH_P_ALL, Priority: filterPrio},
+		Fd:          e.prog.FD(), Name: FilterName, DirectAction: true,
+	}
 }
 
 func handle(nsPath string) (*netlink.Handle, error) {
@@ -275,7 +298,7 @@ func cleanup(h *netlink.Handle, link netlink.Link) error {
 	var errs []error
 	for _, q := range qs {
 		a := q.Attrs()
-		if (q.Type() == "clsact" && a.Parent == netlink.HANDLE_CLSACT) || (q.Type() == "fq" && a.Parent == netlink.HANDLE_ROOT && a.Handle == netlink.MakeHandle(0x5e, 0)) {
+		if (q.Type() == "clsact" && a.Parent == netlink.HANDLE_CLSACT) || (q.Type() == "fq" && a.Parent == netlink.HANDLE_ROOT && a.Handle == fqHandle) {
 			if err := h.QdiscDel(q); err != nil {
 				errs = append(errs, fmt.Errorf("edt: removing %s from %s: %w", q.Type(), link.Attrs().Name, err))
 			}

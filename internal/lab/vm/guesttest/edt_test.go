@@ -1,14 +1,18 @@
 package guesttest
 
 import (
+	"bytes"
+	"io"
 	"net/netip"
 	"os"
 	"os/exec"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/sanqos/sanqos/internal/lab/vm"
 	"github.com/sanqos/sanqos/internal/lab/vm/kstack"
 	"github.com/sanqos/sanqos/internal/throttle/edt"
 )
@@ -155,5 +159,110 @@ func TestEDTBackend(t *testing.T) {
 	if err := edt.Cleanup(ns, kstack.Bridge); err != nil {
 		t.Fatal(err)
 	}
+	assertClean(t)
+}
+
+// lockedBuffer collects a daemon's log while the test reads it.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// TestEDTDaemonRepair: the autonomic daemon with the edt backend holds a
+// 20 ms write delay (a manual one, through its control socket, the
+// threshold too high for the controller to act), and someone deletes
+// clsact (with it our filter), then the root qdisc (our fq): each time
+// the daemon's read-back finds it within its 5 s cadence, logs what was
+// removed, and puts it back, so that writes wait 20 ms again within 10 s.
+func TestEDTDaemonRepair(t *testing.T) {
+	s := stack(t)
+	writer := s.Initiators[0]
+	disk := diskOf(t, s, writer, 2) // VG1's LV: no disk delay
+	socket := "/tmp/sanqos-edt-repair.sock"
+	var log lockedBuffer
+	daemon := inTarget(vm.GuestBin, "run", "--adapter", "lio", "--backend", "edt", "--dev", kstack.Bridge,
+		"--threshold", "500ms", "--discovery-interval", "1s", "--listen", "", "--socket", socket)
+	daemon.Stdout, daemon.Stderr = os.Stderr, io.MultiWriter(os.Stderr, &log)
+	if err := daemon.Start(); err != nil {
+		t.Fatal(err)
+	}
+	stopped := false
+	t.Cleanup(func() {
+		if !stopped {
+			daemon.Process.Kill()
+			daemon.Wait()
+		}
+		inTarget(vm.GuestBin, "run", "--backend", "edt", "--dev", kstack.Bridge, "--cleanup-only").Run()
+	})
+	deadline := time.Now().Add(30 * time.Second)
+	for exec.Command(vm.GuestBin, "throttle", "--socket", socket, "--list").Run() != nil {
+		if time.Now().After(deadline) {
+			t.Fatalf("the edt daemon did not answer on %s:\n%s", socket, log.String())
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if out, err := exec.Command(vm.GuestBin, "throttle", "--socket", socket, "--ip", writer.IP, "--delay", "20ms", "--direction", "write").CombinedOutput(); err != nil {
+		t.Fatalf("sanqos throttle: %v\n%s", err, out)
+	}
+	// The daemon applies it at its next tick (the first after discovery).
+	deadline = time.Now().Add(30 * time.Second)
+	for held := timedIO(t, disk, true); held.Min < 20*time.Millisecond; held = timedIO(t, disk, true) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the daemon's 20 ms write delay does not hold after 30 s: %v\n%s", held, log.String())
+		}
+	}
+	const repairWithin = 10 * time.Second
+	for _, c := range []struct {
+		del   []string
+		drift string // in the daemon's repair warning
+	}{
+		{[]string{"clsact"}, "qdisc " + kstack.Bridge + " clsact: want clsact, found absent"},
+		{[]string{"root"}, "qdisc " + kstack.Bridge + " root: want fq 5e:"},
+	} {
+		warned := strings.Count(log.String(), "re-installing them")
+		runTarget(t, "tc", append([]string{"qdisc", "del", "dev", kstack.Bridge}, c.del...)...)
+		deleted := time.Now()
+		gone := timedIO(t, disk, true)
+		repairedBefore := strings.Count(log.String(), "re-installing them") > warned
+		t.Logf("tc qdisc del dev %s %s: writes %v right after", kstack.Bridge, c.del[0], gone)
+		if gone.Min >= 20*time.Millisecond && !repairedBefore {
+			t.Errorf("deleting %s did not lift the delay (%v): the repair below proves nothing", c.del[0], gone)
+		}
+		var back ioStats
+		for {
+			back = timedIO(t, disk, true)
+			if back.Min >= 20*time.Millisecond {
+				break
+			}
+			if time.Since(deleted) > repairWithin {
+				t.Fatalf("the 20 ms delay is not back %v after tc qdisc del %s: writes %v\nqdiscs:\n%s\ndaemon:\n%s", repairWithin, c.del[0], back,
+					runTarget(t, "tc", "qdisc", "show", "dev", kstack.Bridge), log.String())
+			}
+		}
+		t.Logf("the delay is back %v after tc qdisc del %s: writes %v", time.Since(deleted).Round(100*time.Millisecond), c.del[0], back)
+		if l := log.String(); !strings.Contains(l, c.drift) {
+			t.Errorf("no repair of %q logged:\n%s", c.drift, l)
+		}
+	}
+	if f := runTarget(t, "tc", "filter", "show", "dev", kstack.Bridge, "egress"); strings.Count(f, edt.FilterName) != 1 {
+		t.Errorf("after the repairs, want our filter once on egress:\n%s", f)
+	}
+	daemon.Process.Signal(syscall.SIGTERM)
+	if err := daemon.Wait(); err != nil {
+		t.Errorf("sanqos run after SIGTERM: %v\n%s", err, log.String())
+	}
+	stopped = true
 	assertClean(t)
 }

@@ -523,3 +523,48 @@ EXPORT {
 	stop(t)
 	assertClean(t)
 }
+
+// TestSystemdDeb installs, upgrades, removes and purges the package
+// under systemd: first with test-cycle.sh as an administrator would run
+// it (the shipped configuration), then step by step with the LIO stack,
+// looking at the journal, 'sanqos check' and what each step leaves.
+func TestSystemdDeb(t *testing.T) {
+	underSystemd(t)
+	first := filepath.Join(vm.GuestDebDir, vm.DebFirst)
+	next := filepath.Join(vm.GuestDebDir, vm.DebNext)
+	if _, err := os.Stat(first); err != nil {
+		t.Skip("no package in the guest: make kernel-lab SUITE=systemd builds one (sanqos lab vm --deb)")
+	}
+	suiteUnitAside(t)
+	v1, v2 := debVersion(t, first), debVersion(t, next)
+	t.Logf("packages %s and %s", v1, v2)
+
+	t.Run("test-cycle.sh", func(t *testing.T) {
+		// It costs a minute under emulation and checks less than the
+		// steps below: suite deb runs it, systemd and all do not.
+		if os.Getenv(vm.GuestSuiteEnv) != "deb" {
+			t.Skip("runs in suite deb (make kernel-lab SUITE=deb); the steps below check what it does and more")
+		}
+		script := filepath.Join(vm.GuestDebDir, vm.DebCycle)
+		if _, err := os.Stat(script); err != nil {
+			t.Skip("test-cycle.sh is not in the guest (sanqos lab vm --deb-cycle)")
+		}
+		out, err := exec.Command("sh", script, first, next).CombinedOutput()
+		t.Logf("test-cycle.sh:\n%s", strings.TrimSpace(string(out)))
+		if err != nil {
+			t.Errorf("test-cycle.sh %s %s: %v\njournal of sanqos:\n%s", v1, v2, err, journal(t, ""))
+		}
+		// With systemd running it must have checked the service too.
+		if !strings.Contains(string(out), "PASS") {
+			t.Errorf("test-cycle.sh did not pass")
+		}
+		if r := run(t, "iptables-save"); strings.Contains(strings.ToLower(r), "sanqos") {
+			t.Errorf("iptables rules or chains left after the purge:\n%s", r)
+		}
+	})
+	if pkgStatus() != "" {
+		exec.Command("dpkg", "-P", "sanqos").Run()
+	}
+
+	t.Run("step by step", func(t *testing.T) { debSteps(t, first, next, v1, v2) })
+}
