@@ -209,10 +209,10 @@ func (f *Iptables) Remove(ctx context.Context, chain string) error {
 // commit, not in it. It clears within moments on a healthy host and
 // within a second or two on a slow one (every stop of the daemon under
 // systemd in the emulated kernel lab), so deletion is retried with a
-// doubling wait, busyFirstWait to about 3 s in all, well inside the unit's
+// doubling wait, busyFirstWait to about 6 s in all, inside the unit's
 // TimeoutStopSec.
 const (
-	busyTries     = 7
+	busyTries     = 8
 	busyFirstWait = 50 * time.Millisecond
 )
 
@@ -234,12 +234,40 @@ func retryBusy(ctx context.Context, del func() (busy bool, err error)) error {
 	}
 }
 
-// deleteChain deletes the (empty) chain, retrying while it is busy.
+// deleteChain deletes the (empty) chain, retrying while it is busy. A
+// chain is also busy while any rule still jumps to it, whoever added it
+// and with whatever matches: each busy try first deletes every such rule
+// of the table, so that only the kernel's deferred release is waited for.
 func (f *Iptables) deleteChain(ctx context.Context, chain string) error {
 	return retryBusy(ctx, func() (bool, error) {
 		out, err := f.Run.Run(ctx, "", f.bin(), "-w", "-t", table, "-X", chain)
-		return err != nil && isBusy(out, err), err
+		if err == nil || !isBusy(out, err) {
+			return false, err
+		}
+		if jerr := f.deleteJumpsTo(ctx, chain); jerr != nil {
+			return true, errors.Join(err, jerr)
+		}
+		return true, err
 	})
+}
+
+// deleteJumpsTo deletes every rule of the table that jumps to chain.
+func (f *Iptables) deleteJumpsTo(ctx context.Context, chain string) error {
+	out, err := f.Run.Run(ctx, "", f.bin(), "-w", "-t", table, "-S")
+	if err != nil {
+		return fmt.Errorf("listing the %s table: %w", table, err)
+	}
+	for _, line := range strings.Split(out, "\n") {
+		rule, ok := strings.CutPrefix(strings.TrimSpace(line), "-A ")
+		if !ok || !strings.HasSuffix(rule, " -j "+chain) || strings.HasPrefix(rule, chain+" ") {
+			continue
+		}
+		args := append([]string{"-w", "-t", table, "-D"}, strings.Fields(rule)...)
+		if _, err := f.Run.Run(ctx, "", f.bin(), args...); err != nil {
+			return fmt.Errorf("removing a rule that jumps to %s (%s): %w", chain, rule, err)
+		}
+	}
+	return nil
 }
 
 // isBusy reports whether iptables failed with EBUSY.

@@ -116,3 +116,44 @@ func TestRetryBusy(t *testing.T) {
 		})
 	}
 }
+
+// strayJump is a table in which a rule with matches of its own jumps to
+// our chain: the unconditional jump Remove deletes is not it, and the
+// chain stays busy until that rule goes too.
+type strayJump struct {
+	stray   bool
+	chained bool
+}
+
+const strayRule = "-A POSTROUTING -p tcp -m tcp --sport 3260 -j SANQOS-q3260"
+
+func (r *strayJump) Run(_ context.Context, _, _ string, args ...string) (string, error) {
+	cmd := strings.Join(args, " ")
+	switch {
+	case strings.HasSuffix(cmd, "-t mangle -S"):
+		if r.stray {
+			return "-P POSTROUTING ACCEPT\n-N SANQOS-q3260\n" + strayRule + "\n", nil
+		}
+		return "-P POSTROUTING ACCEPT\n-N SANQOS-q3260\n", nil
+	case strings.Contains(cmd, " -C "):
+		return "", errors.New("exit status 1") // no unconditional jump
+	case strings.Contains(cmd, " -D "+strings.TrimPrefix(strayRule, "-A ")):
+		r.stray = false
+	case strings.Contains(cmd, " -X "):
+		if r.stray {
+			return "CHAIN_DEL failed (Device or resource busy)", errors.New("exit status 4")
+		}
+		r.chained = false
+	}
+	return "", nil
+}
+
+func TestRemoveDeletesStrayJumpsWhenBusy(t *testing.T) {
+	r := &strayJump{stray: true, chained: true}
+	if err := (&Iptables{Run: r}).Remove(context.Background(), "SANQOS-q3260"); err != nil {
+		t.Fatalf("a rule with matches jumping to the chain kept it busy: %v", err)
+	}
+	if r.stray || r.chained {
+		t.Errorf("after Remove: stray jump %v, chain %v; want both gone", r.stray, r.chained)
+	}
+}
