@@ -140,9 +140,14 @@ func (r *reconciler) verify(ctx context.Context, sets map[string][]netip.Addr) (
 
 // verifyChain compares a read-back chain with the installed rules.
 func (r *reconciler) verifyChain(in Installed) []Drift {
-	chain := r.own.chain()
+	return chainDrift(r.own.chain(), r.rules, in)
+}
+
+// chainDrift compares chain as read back (in) with the rules installed
+// in it, jumps included: what is missing or altered.
+func chainDrift(chain string, rules []string, in Installed) []Drift {
 	var out []Drift
-	want, own := splitJumps(chain, r.rules)
+	want, own := splitJumps(chain, rules)
 	for _, from := range want {
 		if in.Jumps[from] == 0 {
 			out = append(out, Drift{Object: "jump", Name: from + " -> " + chain, Want: "present", Found: "absent"})

@@ -55,18 +55,7 @@ func (w *Wire) verifyHalf(ctx context.Context, hf wireHalf) ([]Drift, error) {
 		if err != nil {
 			return nil, fmt.Errorf("wire counters: %w", err)
 		}
-		jumps, own := splitJumps(chain, w.rules(hf))
-		for _, from := range jumps {
-			if in.Jumps[from] == 0 {
-				out = append(out, Drift{Object: "jump", Name: from + " -> " + chain, Want: "present", Found: "absent"})
-			}
-		}
-		switch {
-		case !in.Exists:
-			out = append(out, Drift{Object: "chain", Name: chain, Want: fmt.Sprintf("%d rules", len(own)), Found: "absent"})
-		case !slices.Equal(in.Rules, own):
-			out = append(out, Drift{Object: "rule", Name: chain, Want: firstDiff(own, in.Rules), Found: firstDiff(in.Rules, own)})
-		}
+		out = append(out, chainDrift(chain, w.rules(hf), in)...)
 	}
 	for _, n := range []string{wireSent, wireRecv} {
 		name := hf.own.set(n)
