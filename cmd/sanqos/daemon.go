@@ -184,7 +184,7 @@ func openSenses(o *runOptions, log *slog.Logger) (*senses, error) {
 	}
 	live := o.procRoot == "/proc"
 	if live {
-		inFlight := diskstats.NewInFlight("/sys")
+		inFlight := diskstats.NewInFlightSnapshot(diskstats.NewInFlight("/sys"))
 		s.closers = append(s.closers, inFlight.Close)
 		o.engine.InFlight = inFlight
 	}

@@ -34,8 +34,9 @@
 // the probe, reads in flight that were already in flight a tick ago
 // count by their age since (a lower bound). A count older than 30 s
 // (past the SCSI command timeout) is an accounting leak and is ignored.
-// Every device read happens in the engine's observe phase, before any
-// loop is stepped.
+// The engine reads no device itself: /proc/diskstats, the probe's tick
+// and the reads in flight (sysfs) are sampled by the daemon before the
+// engine's step, which decides on that one sample.
 //
 // The engine also tells the loop the size of the throttleable set
 // (members: consumers whose write-rate EWMA is over the join threshold,

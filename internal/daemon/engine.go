@@ -72,8 +72,17 @@ func (a *engineAdapter) addrNames(as []netip.Addr) []string {
 	return s
 }
 
+// inFlightSampler is an engine.InFlight that answers from a sample taken
+// before the Step (diskstats.InFlightSnapshot), as the probe does.
+type inFlightSampler interface {
+	Sample(snap []diskstats.Stat)
+}
+
 func (a *engineAdapter) Step(now time.Time, snap []diskstats.Stat) Decision {
 	a.probe.Sample(now)
+	if s, ok := a.e.Config().InFlight.(inFlightSampler); ok {
+		s.Sample(snap)
+	}
 	a.e.SetWire(a.wire.sample(now))
 	d := a.e.Step(now, snap)
 	out := Decision{

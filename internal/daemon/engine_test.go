@@ -182,3 +182,45 @@ func TestThrottleStateDirections(t *testing.T) {
 		}
 	}
 }
+
+// orderInFlight records the order of its samples and the engine's
+// questions.
+type orderInFlight struct{ calls []string }
+
+func (o *orderInFlight) Sample(snap []diskstats.Stat) { o.calls = append(o.calls, "sample") }
+func (o *orderInFlight) ReadsInFlight(string) (uint64, bool) {
+	o.calls = append(o.calls, "read")
+	return 1, true
+}
+
+// The reads in flight are sampled by the adapter before the engine's
+// Step, as the probe is: the engine asks only the sample of its tick.
+func TestAdapterSamplesInFlightBeforeStep(t *testing.T) {
+	reader := netip.MustParseAddr("10.99.0.2")
+	topo := topology.Topology{Resources: []topology.Resource{{Name: "fs-lab", Consumers: []topology.Consumer{
+		{Addr: reader, Device: "loop1"},
+	}}}}
+	inf := &orderInFlight{}
+	cfg := engine.DefaultConfig()
+	cfg.InFlight = inf
+	e, err := engine.New(cfg, topo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := FromEngine(e, nil, nil)
+	snap := []diskstats.Stat{{Device: "loop1", Fields: 20, InProgress: 1}}
+	now := t0
+	var ticks [][]string
+	for range 3 {
+		inf.calls = nil
+		now = now.Add(100 * time.Millisecond)
+		a.Step(now, snap)
+		ticks = append(ticks, inf.calls)
+	}
+	// The first Step only records counters; the next ones ask.
+	for i, calls := range ticks[1:] {
+		if len(calls) < 2 || calls[0] != "sample" || slices.Contains(calls[1:], "sample") {
+			t.Errorf("tick %d: calls %v, want one sample, then the engine's questions", i+1, calls)
+		}
+	}
+}

@@ -89,3 +89,44 @@ func (f *InFlight) Close() error {
 	}
 	return nil
 }
+
+// InFlightSnapshot is the reads in flight of a snapshot's devices, read
+// from sysfs once per tick right after /proc/diskstats, so that whoever
+// decides on the tick looks at one sample and reads no device while it
+// decides. Not safe for concurrent use.
+type InFlightSnapshot struct {
+	src   *InFlight
+	reads map[string]uint64
+}
+
+// NewInFlightSnapshot returns a snapshot that samples src.
+func NewInFlightSnapshot(src *InFlight) *InFlightSnapshot {
+	return &InFlightSnapshot{src: src, reads: map[string]uint64{}}
+}
+
+// Sample replaces the snapshot with the reads in flight of snap's
+// devices now. A device with nothing in progress has no read in flight
+// and costs no read; one whose sysfs file cannot be read is left out.
+func (s *InFlightSnapshot) Sample(snap []Stat) {
+	clear(s.reads)
+	for i := range snap {
+		st := &snap[i]
+		if st.InProgress == 0 {
+			s.reads[st.Device] = 0
+			continue
+		}
+		if r, _, err := s.src.Read(st.Device); err == nil {
+			s.reads[st.Device] = r
+		}
+	}
+}
+
+// ReadsInFlight is the device's reads in flight at the last Sample; ok
+// is false when it was not sampled or could not be read.
+func (s *InFlightSnapshot) ReadsInFlight(device string) (uint64, bool) {
+	n, ok := s.reads[device]
+	return n, ok
+}
+
+// Close closes the sysfs files.
+func (s *InFlightSnapshot) Close() error { return s.src.Close() }

@@ -93,3 +93,29 @@ func TestInFlightLiveSysfs(t *testing.T) {
 		}
 	}
 }
+
+// The snapshot answers from the sample, not from sysfs: a change after
+// Sample is seen only at the next Sample, and an idle device costs no
+// read (it is not even there to read).
+func TestInFlightSnapshotAnswersFromTheSample(t *testing.T) {
+	root := t.TempDir()
+	writeInFlight(t, root, "loop3", "3 1\n")
+	s := NewInFlightSnapshot(NewInFlight(root))
+	defer s.Close()
+	snap := []Stat{{Device: "loop3", InProgress: 4}, {Device: "idle0"}, {Device: "gone1", InProgress: 2}}
+	s.Sample(snap)
+	writeInFlight(t, root, "loop3", "9 0\n")
+	for _, tc := range []struct {
+		dev string
+		n   uint64
+		ok  bool
+	}{{"loop3", 3, true}, {"idle0", 0, true}, {"gone1", 0, false}, {"other", 0, false}} {
+		if n, ok := s.ReadsInFlight(tc.dev); n != tc.n || ok != tc.ok {
+			t.Errorf("%s = %d, %v; want %d, %v", tc.dev, n, ok, tc.n, tc.ok)
+		}
+	}
+	s.Sample(snap)
+	if n, _ := s.ReadsInFlight("loop3"); n != 9 {
+		t.Errorf("loop3 after a new Sample = %d, want 9", n)
+	}
+}

@@ -81,7 +81,9 @@ type Config struct {
 	// InFlight, when set, says how many reads a device has in flight. It
 	// lets a tick in which no read completed tell "the reads are slower
 	// than a tick" from "nobody reads" (see "1. Signal" in package control). Nil: such
-	// a tick is idle, as in the thesis.
+	// a tick is idle, as in the thesis. It must answer from a sample
+	// taken before Step (diskstats.InFlightSnapshot, sampled by the
+	// daemon), as Fine does: the engine reads no device while it decides.
 	InFlight InFlight
 	// Fine, when set, gives each tick's reads of a device from the block
 	// layer (internal/blkprobe): latencies in microseconds with their
@@ -328,9 +330,9 @@ func (e *Engine) Step(now time.Time, snap []diskstats.Stat) Decision {
 
 // readSnapshot files snap's counters under the engine's devices and
 // computes each device's interval rates; it returns how many topology
-// devices the snapshot lacks. It is the observe phase of Step: every
-// read of a device (the probe's tick, reads in flight) happens here,
-// before any resource's law runs, so the law decides on one sample.
+// devices the snapshot lacks. It is the observe phase of Step: the
+// probe's tick and the reads in flight, sampled by the caller before
+// Step, are taken here, before any resource's law runs.
 func (e *Engine) readSnapshot(now time.Time, snap []diskstats.Stat) (missing int) {
 	e.gen++
 	if len(e.hintDev) != len(snap) {
