@@ -183,3 +183,57 @@ func TestIODepthBurstsAndPacing(t *testing.T) {
 		t.Errorf("paced deep reader: mean latency %.1f ms for 2 ms I/Os: completions stamped late", s.Lat.Mean)
 	}
 }
+
+// syncCheck is an asyncMem whose Sync records how many I/Os were still
+// outstanding: a flush must come after the writes before it completed.
+type syncCheck struct {
+	*asyncMem
+	outstandingAtSync *int
+}
+
+func (d syncCheck) Sync() error {
+	*d.outstandingAtSync += len(d.pending)
+	return d.asyncMem.Sync()
+}
+
+// --fsync N flushes after every N writes of a thread, at every depth,
+// with nothing outstanding when it does, and writes nothing extra.
+func TestFsyncFlushesEveryNWrites(t *testing.T) {
+	for _, tc := range []struct {
+		depth, fsync int
+		syncs        int
+		unsynced     int64
+	}{
+		{1, 4, 16, 0},        // 64 writes of 4 KiB, a flush every 4
+		{1, 5, 12, 4 * 4096}, // the last 4 writes are not flushed
+		{8, 16, 4, 0},        // deep queue: drained before each flush
+		{1, 0, 0, 64 * 4096},
+	} {
+		l := newMemLUN(1 << 20)
+		maxOut, atSync := 0, 0
+		open := func(th int) (Device, error) {
+			d, err := l.open(th)
+			if err != nil {
+				return nil, err
+			}
+			if tc.depth == 1 {
+				return d, nil
+			}
+			return syncCheck{&asyncMem{memDev: d.(memDev), lat: time.Millisecond, maxOut: &maxOut}, &atSync}, nil
+		}
+		job := loadspec.Job{Name: "f", Mode: loadspec.RandWrite, BlockSize: 4096, Size: 256 << 10, Threads: 1,
+			IODepth: tc.depth, Fsync: tc.fsync, Seed: 3}
+		e := &Generator{Job: job, Clock: clock.Real{}, Open: open, Out: iolog.NewWriter(io.Discard),
+			Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+		if _, err := e.Run(context.Background()); err != nil {
+			t.Fatalf("depth %d fsync %d: %v", tc.depth, tc.fsync, err)
+		}
+		if l.syncs != tc.syncs || l.unsynced != tc.unsynced || l.written != 256<<10 {
+			t.Errorf("depth %d fsync %d: %d flushes, %d bytes unflushed of %d written; want %d, %d of %d",
+				tc.depth, tc.fsync, l.syncs, l.unsynced, l.written, tc.syncs, tc.unsynced, 256<<10)
+		}
+		if atSync != 0 {
+			t.Errorf("depth %d fsync %d: %d I/Os still outstanding at the flushes", tc.depth, tc.fsync, atSync)
+		}
+	}
+}

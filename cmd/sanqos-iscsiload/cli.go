@@ -31,7 +31,10 @@ With --nfs nfs://HOST/EXPORT it speaks NFSv3 through libnfs instead: each
 thread mounts the export with its own libnfs context (its own TCP connection
 to port 2049) and works on a file of its own, --nfs-file with %d replaced by
 the thread number (1..N), opened O_SYNC so that every WRITE is FILE_SYNC (on
-the server's disk when it completes). A missing file is created at --offset
+the server's disk when it completes); with --fsync N the WRITEs are UNSTABLE
+instead and every N of them are followed by a COMMIT, as a kernel client's
+buffered writes and fsync are (on a LUN, --fsync sends SYNCHRONIZE CACHE).
+A missing file is created at --offset
 + --size: written out for a read job (a hole would read as zeros without
 touching the disk), sparse for a write job. Threads' regions are then in
 their own files, all at --offset.
@@ -155,7 +158,7 @@ func (o cliOptions) generator(out, stderr io.Writer) *Generator {
 		e.OwnDevices = true
 		e.Open = func(thread int) (Device, error) {
 			return openNFS(nfsConfig{nfsTarget: o.nfs, Thread: thread, Size: job.Offset + job.Size,
-				Fill: !job.Mode.IsWrite(), Timeout: int(o.ioTimeout / time.Second)})
+				Fill: !job.Mode.IsWrite(), Timeout: int(o.ioTimeout / time.Second), Unstable: job.Fsync > 0})
 		}
 	}
 	if !o.quiet {

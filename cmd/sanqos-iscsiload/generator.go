@@ -23,6 +23,8 @@ type Device interface {
 	BlockSize() int64
 	ReadAt(p []byte, off int64) error
 	WriteAt(p []byte, off int64) error
+	// Sync makes the writes completed so far durable (--fsync).
+	Sync() error
 	// Close logs out and frees the session.
 	Close() error
 }

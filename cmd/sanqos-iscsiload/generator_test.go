@@ -26,6 +26,10 @@ type memLUN struct {
 	corrupt  int64 // flip a byte when reading the block at this offset (-1: never)
 	failAt   int64 // fail I/O at this offset (-1: never)
 	openFail int   // thread whose login fails (0: none)
+	syncs    int   // Sync calls
+	// written counts the bytes written, unsynced the bytes written since
+	// the last Sync (the flush is of the writes done so far).
+	written, unsynced int64
 }
 
 func newMemLUN(size int64) *memLUN { return &memLUN{data: make([]byte, size), corrupt: -1, failAt: -1} }
@@ -51,6 +55,14 @@ func (d memDev) Close() error {
 	return nil
 }
 
+func (d memDev) Sync() error {
+	d.l.mu.Lock()
+	defer d.l.mu.Unlock()
+	d.l.syncs++
+	d.l.unsynced = 0
+	return nil
+}
+
 func (d memDev) ReadAt(p []byte, off int64) error {
 	d.l.mu.Lock()
 	defer d.l.mu.Unlock()
@@ -71,6 +83,8 @@ func (d memDev) WriteAt(p []byte, off int64) error {
 		return errors.New("check condition")
 	}
 	copy(d.l.data[off:], p)
+	d.l.written += int64(len(p))
+	d.l.unsynced += int64(len(p))
 	return nil
 }
 

@@ -166,4 +166,23 @@ func (l *lab) testIODepth(t *testing.T) {
 			t.Fatalf("read-back at iodepth 32: %v %s %+v", err, stderr, s)
 		}
 	})
+
+	// --fsync 4: 16 writes flush 4 times, each a SYNCHRONIZE CACHE that
+	// tgtd turns into an fsync of the image, which the emulated disk
+	// counts.
+	t.Run("fsync", func(t *testing.T) {
+		before := l.emu.Stats().Fsyncs
+		out, stderr, err := l.run("--target", iqnSlow, "--rw", "write", "--bs", "64k", "--size", "1m", "--fsync", "4")
+		if err != nil {
+			t.Fatalf("%v: %s", err, stderr)
+		}
+		if s := lastSummary(t, out); s.Errors != 0 || s.IOs != 16 {
+			t.Fatalf("summary %+v", s)
+		}
+		flushed := l.emu.Stats().Fsyncs - before
+		t.Logf("--fsync 4 over 16 writes: %d fsyncs at the emulated disk", flushed)
+		if flushed < 4 {
+			t.Errorf("the emulated disk saw %d fsyncs, want at least the 4 flushes", flushed)
+		}
+	})
 }

@@ -70,6 +70,14 @@ static struct scsi_task *sq_write16(struct iscsi_context *c, int lun, uint64_t l
 	sq_restore(&old);
 	return t;
 }
+// sq_sync is SYNCHRONIZE CACHE(10) of the whole LUN (lba 0, 0 blocks:
+// to its end), waiting for the target to report it done.
+static struct scsi_task *sq_sync(struct iscsi_context *c, int lun) {
+	sigset_t old; sq_block(&old);
+	struct scsi_task *t = iscsi_synchronizecache10_sync(c, lun, 0, 0, 0, 0);
+	sq_restore(&old);
+	return t;
+}
 static int sq_logout(struct iscsi_context *c) {
 	sigset_t old; sq_block(&old);
 	int r = iscsi_logout_sync(c);
@@ -221,6 +229,21 @@ func (s *session) WriteAt(p []byte, off int64) error {
 	defer C.scsi_free_scsi_task(task)
 	if C.task_status(task) != C.SCSI_STATUS_GOOD {
 		return fmt.Errorf("WRITE(16): %s", taskError(task, s))
+	}
+	return nil
+}
+
+// Sync flushes the LUN's write cache with SYNCHRONIZE CACHE(10): what
+// --fsync asks of a block device.
+func (s *session) Sync() error {
+	task := C.sq_sync(s.ctx, s.lun)
+	if task == nil {
+		s.broken = true
+		return fmt.Errorf("SYNCHRONIZE CACHE(10): %s", s.errText())
+	}
+	defer C.scsi_free_scsi_task(task)
+	if C.task_status(task) != C.SCSI_STATUS_GOOD {
+		return fmt.Errorf("SYNCHRONIZE CACHE(10): %s", taskError(task, s))
 	}
 	return nil
 }

@@ -90,6 +90,12 @@ static int sqn_pwrite(struct nfs_context *n, struct nfsfh *fh, uint64_t off, uin
 	sq_restore(&old);
 	return r;
 }
+static int sqn_fsync(struct nfs_context *n, struct nfsfh *fh) {
+	sigset_t old; sq_block(&old);
+	int r = nfs_fsync(n, fh);
+	sq_restore(&old);
+	return r;
+}
 static int sqn_close(struct nfs_context *n, struct nfsfh *fh) {
 	sigset_t old; sq_block(&old);
 	int r = nfs_close(n, fh);
@@ -159,12 +165,17 @@ type nfsConfig struct {
 	Size    int64
 	Fill    bool
 	Timeout int // seconds per RPC; 0: none
+	// Unstable opens the file without O_SYNC: WRITEs are UNSTABLE (the
+	// server may cache them) and Sync sends the COMMIT that makes them
+	// stable, as a kernel client's buffered writes and fsync do.
+	Unstable bool
 }
 
 // nfsFile is one thread's own file on an NFSv3 export, through its own
 // libnfs context and TCP connection. Writes are FILE_SYNC (the file is
 // opened O_SYNC): each is on the server's disk when it completes, as a
-// write with fio's direct=1 is on the LUN. Its methods must be called
+// write with fio's direct=1 is on the LUN; with Unstable (--fsync) they
+// are UNSTABLE until Sync commits them. Its methods must be called
 // from the OS thread that opened it.
 type nfsFile struct {
 	ctx  *C.struct_nfs_context
@@ -222,6 +233,9 @@ func (f *nfsFile) open(c nfsConfig) error {
 	cPath := C.CString(f.path)
 	defer C.free(unsafe.Pointer(cPath))
 	flags := C.int(C.O_RDWR | C.O_SYNC)
+	if c.Unstable {
+		flags = C.int(C.O_RDWR)
+	}
 	r := C.sqn_open(f.ctx, cPath, flags, &f.fh)
 	created := false
 	if r == -C.int(syscall.ENOENT) {
@@ -309,6 +323,15 @@ func (f *nfsFile) WriteAt(p []byte, off int64) error {
 	}
 	if int(r) != len(p) {
 		return fmt.Errorf("WRITE: %d of %d bytes", int(r), len(p))
+	}
+	return nil
+}
+
+// Sync commits the file's UNSTABLE writes to the server's disk (COMMIT).
+func (f *nfsFile) Sync() error {
+	if r := C.sqn_fsync(f.ctx, f.fh); r < 0 {
+		f.broken = true
+		return fmt.Errorf("COMMIT: %s", f.errText(r))
 	}
 	return nil
 }

@@ -67,6 +67,8 @@ type thread struct {
 	burst burstStats
 	// aio is the outstanding I/Os of a thread with --iodepth > 1.
 	aio *asyncState
+	// writes counts the thread's writes toward its next --fsync.
+	writes int
 }
 
 // burstStats is one thread's share of one on/off burst.
@@ -148,11 +150,36 @@ func (th *thread) loop(ctx context.Context, offs *loadspec.Offsets, sched *loads
 }
 
 // io does one paced, timed I/O; with --iodepth > 1 it starts one, waiting
-// for a free tag first.
+// for a free tag first. Every --fsync writes it flushes.
 func (th *thread) io(ctx context.Context, op int, off int64) error {
+	var err error
 	if th.aio != nil {
-		return th.ioAsync(ctx, op, off)
+		err = th.ioAsync(ctx, op, off)
+	} else {
+		err = th.ioSync(ctx, op, off)
 	}
+	if err != nil || op != opWrite || th.e.Job.Fsync <= 0 {
+		return err
+	}
+	if th.writes++; th.writes < th.e.Job.Fsync {
+		return nil
+	}
+	th.writes = 0
+	// What is outstanding completes first, as a file's writes before an
+	// fsync. The flush's time is the thread's: it shows in the gap
+	// before the next completion, as an application's fsync would.
+	if err := th.drain(); err != nil {
+		return err
+	}
+	if err := th.w.dev.Sync(); err != nil {
+		th.w.stats.addError()
+		return fmt.Errorf("thread %d: flush after %d writes: %w", th.w.id, th.e.Job.Fsync, err)
+	}
+	return nil
+}
+
+// ioSync is io with one I/O at a time.
+func (th *thread) ioSync(ctx context.Context, op int, off int64) error {
 	paced := th.e.Clock.Now()
 	if err := th.pacer.Wait(ctx, int64(len(th.buf))); err != nil {
 		return err

@@ -58,6 +58,11 @@ type Job struct {
 	// one synchronous I/O at a time, the thesis's fio jobs; at most
 	// MaxIODepth.
 	IODepth int
+	// Fsync makes each thread flush after every Fsync writes, as fio's
+	// fsync=N: a SYNCHRONIZE CACHE on a LUN, a COMMIT over NFS (whose
+	// writes are then UNSTABLE, cached by the server until the COMMIT,
+	// as a kernel client's buffered writes and fsync are). 0: never.
+	Fsync int
 	// Rate limits each thread to this many bytes per second (0: no limit).
 	Rate int64
 	// Runtime stops the job after this long (0: when Size is done).
@@ -157,6 +162,12 @@ func (j Job) Validate() error {
 	if j.IODepth < 0 || j.IODepth > MaxIODepth {
 		errs = append(errs, fmt.Errorf("--iodepth %d: want 1 to %d I/Os outstanding per thread", j.IODepth, MaxIODepth))
 	}
+	if j.Fsync < 0 {
+		errs = append(errs, fmt.Errorf("--fsync %d: want the number of writes between flushes, or 0 for none", j.Fsync))
+	}
+	if j.Fsync > 0 && !j.Mode.IsWrite() {
+		errs = append(errs, fmt.Errorf("--fsync needs a write mode (--rw write or randwrite)"))
+	}
 	if j.Size < 0 || j.Offset < 0 || j.Rate < 0 || j.OnSize < 0 || j.Runtime < 0 || j.OffTime < 0 {
 		errs = append(errs, fmt.Errorf("sizes, rates and durations cannot be negative"))
 	}
@@ -222,6 +233,9 @@ func (j Job) String() string {
 	if j.Depth() > 1 {
 		s += fmt.Sprintf(" iodepth=%d", j.Depth())
 	}
+	if j.Fsync > 0 {
+		s += fmt.Sprintf(" fsync=%d", j.Fsync)
+	}
 	if j.Rate > 0 {
 		s += " rate=" + FormatSize(j.Rate) + "/s"
 	}
@@ -247,7 +261,7 @@ type Flags struct {
 	job, name                  string
 	mode                       string
 	bs, size, offset, rate, on sizeFlag
-	threads, iodepth           int
+	threads, iodepth, fsync    int
 	runtime, off               time.Duration
 	timeBased, verify          bool
 	seed                       int64
@@ -265,6 +279,7 @@ func BindFlags(fs *flag.FlagSet) *Flags {
 	fs.Var(&f.rate, "rate", "per-thread limit in bytes/s, e.g. 256k, paced evenly like fio's rate= (default: unlimited)")
 	fs.IntVar(&f.threads, "threads", Default.Threads, "I/O threads; each has its own iSCSI session (TCP connection) and --iodepth I/Os in flight")
 	fs.IntVar(&f.iodepth, "iodepth", 1, fmt.Sprintf("I/Os each thread keeps outstanding on its connection, 1 to %d: 1 is one synchronous I/O at a time (fio's sync engine), more use libiscsi's (libnfs's) asynchronous calls like fio's libaio iodepth=", MaxIODepth))
+	fs.IntVar(&f.fsync, "fsync", 0, "with a write mode: flush after every N writes of a thread, like fio's fsync=N (SYNCHRONIZE CACHE on a LUN; over NFS the writes become UNSTABLE and each flush a COMMIT); 0: never")
 	fs.DurationVar(&f.runtime, "runtime", 0, "stop after this long, e.g. 60s (default: when --size is done)")
 	fs.BoolVar(&f.timeBased, "time-based", false, "repeat passes over the region until --runtime, like fio's time_based")
 	fs.Var(&f.on, "on", "on/off schedule: all threads start together and each moves this much, e.g. 64m, then they pause --off; repeats until --runtime")
@@ -305,6 +320,8 @@ func (f *Flags) Job() (Job, error) {
 		case "iodepth":
 			j.IODepth = f.iodepth
 			depthGiven = true
+		case "fsync":
+			j.Fsync = f.fsync
 		case "runtime":
 			j.Runtime = f.runtime
 		case "time-based":

@@ -111,6 +111,19 @@ func TestIODepth(t *testing.T) {
 	}
 }
 
+func TestFsyncFlag(t *testing.T) {
+	j, err := parseJob(t, "--job", "seqwrite-64k", "--fsync", "64")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if j.Fsync != 64 || !strings.Contains(j.String(), "fsync=64") {
+		t.Errorf("--fsync 64: Fsync %d, String %q", j.Fsync, j.String())
+	}
+	if j, _ := parseJob(t, "--job", "seqwrite-64k"); j.Fsync != 0 || strings.Contains(j.String(), "fsync") {
+		t.Errorf("no --fsync: Fsync %d, String %q", j.Fsync, j.String())
+	}
+}
+
 func TestFlagErrors(t *testing.T) {
 	for _, tc := range []struct {
 		args []string
@@ -127,6 +140,8 @@ func TestFlagErrors(t *testing.T) {
 		{[]string{"--iodepth", "0"}, "--iodepth 0: want 1 to 256"},
 		{[]string{"--iodepth", "257"}, "--iodepth 257: want 1 to 256"},
 		{[]string{"--iodepth", "-3"}, "--iodepth -3: want 1 to 256"},
+		{[]string{"--fsync", "-1", "--rw", "write"}, "--fsync -1: want the number of writes"},
+		{[]string{"--fsync", "64", "--rw", "randread"}, "--fsync needs a write mode"},
 	} {
 		_, err := parseJob(t, tc.args...)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
