@@ -60,10 +60,14 @@ func TestWriterArgs(t *testing.T) {
 		w         Workload
 		timeBased bool
 		onBytes   int64
+		depth     int
+		fsync     int
 	}{
-		{"continuous (fig5.8: 1 GiB a thread, 440 s)", Workload{WriterTime: 440 * time.Second, Writers: 12}, true, 0},
-		{"bursts", Workload{WriterTime: 280 * time.Second, Writers: 12, On: "64m", Off: 5 * time.Second}, false, 64 << 20},
-		{"random writers", Workload{WriterTime: 280 * time.Second, Writers: 24, WriterJob: "randwrite-8k"}, true, 0},
+		{"continuous (fig5.8: 1 GiB a thread, 440 s)", Workload{WriterTime: 440 * time.Second, Writers: 12}, true, 0, 1, 0},
+		{"bursts", Workload{WriterTime: 280 * time.Second, Writers: 12, On: "64m", Off: 5 * time.Second}, false, 64 << 20, 1, 0},
+		{"random writers", Workload{WriterTime: 280 * time.Second, Writers: 24, WriterJob: "randwrite-8k"}, true, 0, 1, 0},
+		{"deep queues (deepq)", Workload{WriterTime: 70 * time.Second, Writers: 3, WriterJob: "randwrite-16k", WriterDepth: 32}, true, 0, 32, 0},
+		{"flushing (nfsfsync)", Workload{WriterTime: 70 * time.Second, Writers: 12, On: "32m", Off: 5 * time.Second, WriterFsync: 64}, false, 32 << 20, 1, 64},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -77,10 +81,65 @@ func TestWriterArgs(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			if j.Depth() != c.depth || j.Fsync != c.fsync {
+				t.Errorf("job %+v: want iodepth %d, fsync %d", j, c.depth, c.fsync)
+			}
 			if j.TimeBased != c.timeBased || j.OnSize != c.onBytes || j.Runtime != c.w.WriterTime || j.Size != 1024<<20 || j.Threads != 4 || !*perThread {
 				t.Errorf("job %+v (per-thread %v): want time-based %v, on %d, runtime %v, 1 GiB, 4 threads, per thread",
 					j, *perThread, c.timeBased, c.onBytes, c.w.WriterTime)
 			}
 		})
+	}
+}
+
+// The untuned experiments run uncontrolled, every fixed delay of their
+// sweep and pid at 15 ms on one workload, and the analysis judges pid
+// against the smallest fixed delay that meets 15 ms with the issue's
+// share.
+func TestUntunedPlansAndChecks(t *testing.T) {
+	for _, e := range untunedExperiments() {
+		runs := e.plan(true)
+		if runs[0].name != "none" || runs[len(runs)-1].name != "pid-15ms" || len(runs) < 4 {
+			t.Fatalf("%s: runs %v", e.Name, runs)
+		}
+		for _, r := range runs[1:] {
+			if r.w != runs[0].w {
+				t.Errorf("%s: %s runs another workload than none", e.Name, r.name)
+			}
+		}
+	}
+	th := 15.0
+	run := func(name string, fixed, p95, over, mbs float64, ctl bool) *RunResult {
+		r := &RunResult{Name: name, FixedDelayMs: fixed, WriteMBs: mbs, OverThresholdPct: over}
+		r.WaitMs.P95 = p95
+		if ctl {
+			r.ThresholdMs = &th
+		}
+		return r
+	}
+	for _, tc := range []struct {
+		name                 string
+		pidP95, pidOver, mbs float64
+		pass                 bool
+	}{
+		{"holds at 92 % of the static rate", 15.5, 1.5, 9.2, true},
+		{"p95 over 1.1 × T", 17, 1.5, 9.2, false},
+		{"too many seconds over", 15.5, 3, 9.2, false},
+		{"under 90 % of the static rate", 15.5, 1.5, 8.5, false},
+	} {
+		s := &Summary{Experiment: "deepq", Runs: []*RunResult{
+			run("none", 0, 60, 80, 20, false), run("fixed-50ms", 50, 20, 30, 14, false),
+			run("fixed-100ms", 100, 14, 0, 10, false), run("pid-15ms", 0, tc.pidP95, tc.pidOver, tc.mbs, true),
+		}}
+		analyzeUntuned(s)
+		var failed []string
+		for _, c := range append(untunedChecks(s), frontierChecks(s.Frontier)...) {
+			if !c.OK {
+				failed = append(failed, c.What)
+			}
+		}
+		if (len(failed) == 0) != tc.pass {
+			t.Errorf("%s: failed checks %v, want pass %v", tc.name, failed, tc.pass)
+		}
 	}
 }

@@ -108,10 +108,13 @@ func (b *BestStatic) atEqualP95(static []FrontierPoint, c FrontierPoint) {
 // Frontier is the price of control: what fixed delays buy and cost, and
 // where the controller lands.
 type Frontier struct {
-	MeetFactor float64         `json:"meet_factor"`
-	Static     []FrontierPoint `json:"static"`
-	Controller []FrontierPoint `json:"controller"`
-	Best       []BestStatic    `json:"best_static"`
+	MeetFactor float64 `json:"meet_factor"`
+	// MinSharePct is the share of the best static throttle's MB/s the
+	// controller must keep (0: MinShare).
+	MinSharePct float64         `json:"min_share_pct,omitempty"`
+	Static      []FrontierPoint `json:"static"`
+	Controller  []FrontierPoint `json:"controller"`
+	Best        []BestStatic    `json:"best_static"`
 }
 
 // frontierThresholds are the thresholds the best static throttle is
@@ -192,13 +195,17 @@ func frontierChecks(f *Frontier) []Check {
 	if f == nil {
 		return nil
 	}
+	minShare := f.MinSharePct
+	if minShare == 0 {
+		minShare = MinShare
+	}
 	var out []Check
 	for _, b := range f.Best {
 		if b.Controller == "" {
 			continue
 		}
 		const what = "writers' MB/s against the best static throttle (the smallest fixed delay with p95 ≤ the threshold)"
-		want := fmt.Sprintf("≥ %g %% of its MB/s, the controller's p95 ≤ %.1f ms", MinShare, b.LimitMs)
+		want := fmt.Sprintf("≥ %g %% of its MB/s, the controller's p95 ≤ %.1f ms", minShare, b.LimitMs)
 		if !b.Found && !b.BeyondSweep {
 			out = append(out, Check{b.Controller, what, want, "the sweep has no fixed delay", false})
 			continue
@@ -225,7 +232,7 @@ func frontierChecks(f *Frontier) []Check {
 		if len(b.Dominates) > 0 {
 			got += "; better on both counts than " + strings.Join(b.Dominates, ", ")
 		}
-		out = append(out, Check{b.Controller, what, want, got, held && b.SharePct >= MinShare})
+		out = append(out, Check{b.Controller, what, want, got, held && b.SharePct >= minShare})
 	}
 	return out
 }

@@ -26,7 +26,8 @@ type Check struct {
 // threshold.
 func checks(s *Summary) []Check {
 	out := append(append(append(thesisChecks(s), guaranteeChecks(s)...), frontierChecks(s.Frontier)...), signalChecks(s)...)
-	return append(append(append(out, windowChecks(s)...), mechanismChecks(s)...), setChecks(s)...)
+	out = append(append(append(out, windowChecks(s)...), mechanismChecks(s)...), setChecks(s)...)
+	return append(out, untunedChecks(s)...)
 }
 
 // signalChecks are the targets of runs that name their signal (the ssd

@@ -89,6 +89,11 @@ type Workload struct {
 	// WriterJob is the writers' preset; "" is seqwrite-64k (the
 	// thesis's). randw uses randwrite-8k.
 	WriterJob string `json:"writer_job,omitempty"`
+	// WriterDepth is each writer thread's I/Os outstanding (--iodepth;
+	// 0 and 1: one at a time), WriterFsync its writes between flushes
+	// (--fsync; 0: none).
+	WriterDepth int `json:"writer_depth,omitempty"`
+	WriterFsync int `json:"writer_fsync,omitempty"`
 }
 
 // writerJob is the writers' preset.

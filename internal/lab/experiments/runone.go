@@ -196,6 +196,12 @@ func (r *run) startLoads(ctx context.Context) error {
 func writerArgs(w Workload, host string, n int, regionMiB int64) []string {
 	args := []string{"--job", w.writerJob(), "--name", "writers-" + host, "--threads", strconv.Itoa(n),
 		"--size", strconv.FormatInt(regionMiB, 10) + "m", "--per-thread", "--runtime", w.WriterTime.String()}
+	if w.WriterDepth > 1 {
+		args = append(args, "--iodepth", strconv.Itoa(w.WriterDepth))
+	}
+	if w.WriterFsync > 0 {
+		args = append(args, "--fsync", strconv.Itoa(w.WriterFsync))
+	}
 	if w.On != "" {
 		return append(args, "--on", w.On, "--off", w.Off.String())
 	}

@@ -102,6 +102,11 @@ var presets = map[string]Job{
 	// load that saturates a disk array far harder than sequential
 	// streams (every I/O a seek), for the lab's randw experiment.
 	"randwrite-8k": {Mode: RandWrite, BlockSize: 8 * KiB, Size: 2048 * MiB, Threads: 1},
+	// Not in the thesis either: a database's or a VM's small random
+	// writes (4 KiB pages; 16 KiB, InnoDB's page), for the experiments of
+	// workloads the law was not tuned on (steadyw, deepq).
+	"randwrite-4k":  {Mode: RandWrite, BlockSize: 4 * KiB, Size: 2048 * MiB, Threads: 1},
+	"randwrite-16k": {Mode: RandWrite, BlockSize: 16 * KiB, Size: 2048 * MiB, Threads: 1},
 	// D.2: the small rate-limited random reader whose latency is protected.
 	"smalljob": {Mode: RandRead, BlockSize: 8 * KiB, Size: 128 * MiB, Rate: 256 * KiB, Threads: 1},
 }
