@@ -211,8 +211,9 @@ const MaxPorts = 15
 
 // ValidatePorts checks a list of target ports as the backends will
 // program them: every port 1–65535, at most MaxPorts distinct ones. The
-// config loader and the control socket call it, so that a list the
-// kernel would refuse is refused where it is given.
+// daemon's configuration and the control socket call it, so that a list
+// the kernel would refuse is refused where it is given; an error is a
+// *fielderr.Error of the list.
 func ValidatePorts[P ~int | ~uint16](ports []P) error {
 	distinct := map[int]bool{}
 	for _, p := range ports {
