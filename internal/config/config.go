@@ -106,7 +106,8 @@ type Config struct {
 	origin map[string]string
 }
 
-// Resource is the per-resource section [resources."name"].
+// Resource is the per-resource section [resources."name"]; a key left
+// out (zero) is the top-level one's.
 type Resource struct {
 	Threshold Duration `toml:"threshold"`
 	Signal    string   `toml:"signal"`
@@ -157,8 +158,9 @@ type StaticConsumer struct {
 }
 
 // Manual is the [manual] section, used with policy = "manual": consumers
-// (IP addresses or initiator IQNs) that are never throttled, and those
-// that are throttled whenever their resource is over threshold.
+// (IP addresses, initiator IQNs or device names, as the policy matches
+// them) that are never throttled, and those that are throttled whenever
+// their resource is over threshold.
 //
 // ReadRates caps the rate the target sends a consumer, by IP address,
 // whatever the policy: standing manual throttles (thesis §5.2's HTB
