@@ -21,6 +21,7 @@ import (
 	"github.com/sanqos/sanqos/internal/discover"
 	"github.com/sanqos/sanqos/internal/diskstats"
 	"github.com/sanqos/sanqos/internal/engine"
+	"github.com/sanqos/sanqos/internal/fielderr"
 	"github.com/sanqos/sanqos/internal/sdnotify"
 	"github.com/sanqos/sanqos/internal/throttle"
 	"github.com/sanqos/sanqos/internal/topology"
@@ -327,21 +328,29 @@ func parseRunOptions(args []string, manual bool, stderr io.Writer) (runOptions, 
 	for _, k := range x.consumers {
 		c.Static.Consumers = append(c.Static.Consumers, config.StaticConsumer{Resource: k.resource, Addr: k.c.Addr.String(), Device: k.c.Device})
 	}
+	// The file's syntax and the daemon's own keys (config), then what
+	// each package the configuration is mapped onto refuses, in the keys
+	// that set it (owners.go). The owners' checks of a configuration
+	// whose syntax is refused would only add noise.
+	if err := c.ApplyFlags(fs); err != nil {
+		return runOptions{}, fmt.Errorf("bad configuration, nothing was started: %w", err)
+	}
 	var errs []error
-	flagsErr := c.ApplyFlags(fs)
-	if flagsErr != nil {
-		errs = append(errs, flagsErr)
+	cfg, err := engineConfig(c)
+	if err != nil {
+		errs = append(errs, inKeys(c, *x.configPath, err))
 	}
-	if *x.small < 0 || *x.small > 65535 {
-		errs = append(errs, fmt.Errorf("--small-segment %d: want 0 to 65535 bytes", *x.small))
+	bo, err := backendOptions(c, *x.small, flagSet(fs, "small-segment"))
+	if err != nil {
+		errs = append(errs, inKeys(c, *x.configPath, err))
 	}
-	cfg := c.EngineConfig() // config.Validate (in ApplyFlags) checked it all
+	if err := validateOwners(c, *x.configPath, cfg, bo); err != nil {
+		errs = append(errs, err)
+	}
 	o := runOptions{
 		config: c, engine: cfg, listen: c.Listen, socket: c.Socket, record: c.Record, procRoot: *x.proc,
-		cleanupOnly: *x.cleanup,
-		backend:     throttle.Options{Backend: c.Backend, Dev: c.Dev, RateDev: c.RateDev, QueueNum: uint16(c.QueueNum), SmallSegment: *x.small, AckDelay: c.AckDelay},
+		cleanupOnly: *x.cleanup, backend: bo,
 	}
-	o.backend.SmallSegments = c.SmallSegments(*x.small, flagSet(fs, "small-segment"))
 	for _, p := range c.Ports {
 		o.ports = append(o.ports, uint16(p)) // validated: 1-65535
 	}
@@ -352,8 +361,10 @@ func parseRunOptions(args []string, manual bool, stderr io.Writer) (runOptions, 
 	} else if len(x.consumers) > 0 {
 		o.fixed = true
 		o.topo = discover.ApplyThresholds(x.consumers.topology(), c)
-		if err := engine.ValidateTopology(o.topo, cfg); err != nil {
-			errs = append(errs, fmt.Errorf("--consumer: %w", err))
+		// The [resources] sections' refusals (fields) are reported above,
+		// in their keys.
+		if _, other := fielderr.Split(engine.ValidateTopology(o.topo, cfg)); len(other) > 0 {
+			errs = append(errs, fmt.Errorf("--consumer: %w", errors.Join(other...)))
 		}
 	} else if _, err := discover.NewAdapter(c); err != nil {
 		errs = append(errs, err)

@@ -27,7 +27,7 @@ func TestRunBadConfigOneError(t *testing.T) {
 		t.Fatalf("exit %d, want 1", code)
 	}
 	msg := errb.String()
-	for _, want := range []string{"nothing was started", "--small-segment -1", "bang-bang"} {
+	for _, want := range []string{"nothing was started", "--small-segment = -1", "bang-bang"} {
 		if !strings.Contains(msg, want) {
 			t.Errorf("error lacks %q:\n%s", want, msg)
 		}

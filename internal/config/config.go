@@ -1,7 +1,11 @@
-// Package config holds sanqos's settings: defaults, a TOML file that
-// overrides them, and command-line flags that override the file. Every
-// value is validated once, at load, with an error that names the key, the
-// bad value and what is accepted, so a daemon never starts half-configured.
+// Package config is sanqos's settings as data: defaults, a TOML file
+// that overrides them, command-line flags that override the file, their
+// types and units, and who may write the file. It checks the file's
+// syntax (unknown keys, types, units) and the keys no other package
+// owns; each value that configures another package (the engine, the
+// controller, the policy, the data path) is checked by that package,
+// once, with its own bounds, and the daemon names the key of a value
+// refused there (KeyError). It imports none of them.
 package config
 
 import (
@@ -18,9 +22,6 @@ import (
 	"time"
 
 	"github.com/BurntSushi/toml"
-
-	"github.com/sanqos/sanqos/internal/engine"
-	"github.com/sanqos/sanqos/internal/throttle"
 )
 
 // Config is the complete configuration. Field names follow the TOML keys.
@@ -105,7 +106,8 @@ type Config struct {
 	origin map[string]string
 }
 
-// Resource is the per-resource section [resources."name"].
+// Resource is the per-resource section [resources."name"]; a key left
+// out (zero) is the top-level one's.
 type Resource struct {
 	Threshold Duration `toml:"threshold"`
 	Signal    string   `toml:"signal"`
@@ -156,8 +158,9 @@ type StaticConsumer struct {
 }
 
 // Manual is the [manual] section, used with policy = "manual": consumers
-// (IP addresses or initiator IQNs) that are never throttled, and those
-// that are throttled whenever their resource is over threshold.
+// (IP addresses, initiator IQNs or device names, as the policy matches
+// them) that are never throttled, and those that are throttled whenever
+// their resource is over threshold.
 //
 // ReadRates caps the rate the target sends a consumer, by IP address,
 // whatever the policy: standing manual throttles (thesis §5.2's HTB
@@ -168,41 +171,39 @@ type Manual struct {
 	ReadRates map[string]string `toml:"read_rates"`
 }
 
-// Default returns the built-in configuration. The PID gains are
-// control.DefaultGains: tuned against the simulated thesis array (see
-// internal/control/doc.go), so a config file and the library agree.
+// Default returns the built-in configuration: the defaults of the
+// packages each value configures (the engine's loop, control's gains,
+// the throttle's first backend and queue, the policy's rates), written
+// out here so that this package reads no decision or data-path code.
+// cmd/sanqos's TestConfigDefaultsAreTheOwners holds them equal.
 func Default() Config {
-	// Each default is its owner's: the engine's loop, control's gains,
-	// the throttle's first backend, the policy's name.
-	eng := engine.DefaultConfig()
-	pid := eng.Control.Gains
 	return Config{
-		Tick:       Duration{eng.Tick},
-		EWMAAlpha:  eng.Alpha,
-		Headroom:   Headroom{Auto: eng.AutoHeadroom, Value: eng.Headroom},
-		Signal:     engine.SignalMean,
+		Tick:       Duration{100 * time.Millisecond},
+		EWMAAlpha:  0.25,
+		Headroom:   Headroom{Value: 0.15},
+		Signal:     "mean",
 		Probe:      "auto",
-		Threshold:  Duration{time.Duration(eng.ThresholdMs * float64(time.Millisecond))},
-		Controller: eng.Controller,
+		Threshold:  Duration{15 * time.Millisecond},
+		Controller: "pid",
 		PID: PID{
-			Kp:   pid.Kp,
-			Ti:   Duration{pid.Ti},
-			Td:   Duration{pid.Td},
-			UMax: Duration{time.Duration(pid.UMaxMs * float64(time.Millisecond))},
+			Kp:   0.6,
+			Ti:   Duration{500 * time.Millisecond},
+			Td:   Duration{50 * time.Millisecond},
+			UMax: Duration{20 * time.Millisecond},
 		},
 		WriteThreshold: 500e3,
 		WriteLeave:     250e3,
 		AckDelay:       true,
-		Backend:        throttle.Backends[0],
-		QueueNum:       throttle.DefaultQueueNum,
-		Direction:      eng.Direction.String(),
+		Backend:        "nfqueue",
+		QueueNum:       3260,
+		Direction:      "write",
 		Ports:          []int{3260},
 		Discovery: Discovery{
 			Adapter:  "tgt",
 			Interval: Duration{5 * time.Second},
 			LIORoot:  "/sys/kernel/config/target",
 		},
-		Policy: eng.Policy,
+		Policy: "read-over-write",
 		Listen: "127.0.0.1:9469",
 		Socket: "/run/sanqos/sanqos.sock",
 

@@ -194,6 +194,10 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	}
 }
 
+// Origin returns the flag that set key ("--kp"), or "" when the file or
+// the defaults did.
+func (c *Config) Origin(key string) string { return c.origin[key] }
+
 // ApplyFlags copies the flags of fs that were set on the command line
 // into c and validates the result; an error names the flag.
 func (c *Config) ApplyFlags(fs *flag.FlagSet) error {

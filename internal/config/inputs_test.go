@@ -1,15 +1,14 @@
 package config
 
 import (
-	"flag"
-	"io"
 	"strings"
 	"testing"
 )
 
 // Finding 11 of issue 14: inputs that were accepted silently. Each must
 // now give one error naming the key, or a warning where the value is
-// legitimate but worth a second look.
+// legitimate but worth a second look. (Those of values other packages
+// own: cmd/sanqos's TestOwnersRefuseInKeys.)
 func TestLoadRefusesSilentMistakes(t *testing.T) {
 	static := "[discovery]\nadapter = \"static\"\n"
 	cons := func(res, addr, dev string) string {
@@ -24,12 +23,6 @@ func TestLoadRefusesSilentMistakes(t *testing.T) {
 		{"one IP in two resources", static + cons("a", "10.0.0.3", "loop1") + cons("b", "10.0.0.3", "loop2"),
 			[]string{"static.consumers[1].addr", "10.0.0.3", `"a"`, `"b"`}},
 		{"empty socket", `socket = ""`, []string{`socket = ""`, "absolute path"}},
-		{"resource naming none", static + cons("pool-a", "10.0.0.3", "loop1") + "[resources.\"pool-b\"]\nthreshold = \"20ms\"\n",
-			[]string{`resources."pool-b"`, "pool-a"}},
-		{"NaN kp", "[pid]\nkp = nan", []string{"pid.kp = NaN"}},
-		{"Inf kp", "[pid]\nkp = inf", []string{"pid.kp = +Inf", "finite"}},
-		{"Inf alpha", "ewma_alpha = inf", []string{"ewma_alpha = +Inf"}},
-		{"NaN headroom", "headroom = nan", []string{"headroom = NaN"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -43,27 +36,6 @@ func TestLoadRefusesSilentMistakes(t *testing.T) {
 				}
 			}
 		})
-	}
-}
-
-func TestFlagsRefuseNonFiniteGains(t *testing.T) {
-	for _, arg := range []string{"--kp=NaN", "--kp=Inf", "--kp=-Inf", "--ewma-alpha=NaN", "--headroom=Inf"} {
-		c := Default()
-		fs := flag.NewFlagSet("t", flag.ContinueOnError)
-		fs.SetOutput(io.Discard)
-		c.RegisterFlags(fs)
-		if err := fs.Parse([]string{arg}); err != nil {
-			continue // refused at parse: fine
-		}
-		err := c.ApplyFlags(fs)
-		if err == nil {
-			t.Errorf("%s accepted", arg)
-			continue
-		}
-		name := strings.TrimPrefix(strings.SplitN(arg, "=", 2)[0], "--")
-		if !strings.Contains(err.Error(), "--"+name) {
-			t.Errorf("%s: error does not name the flag: %v", arg, err)
-		}
 	}
 }
 

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/sanqos/sanqos/internal/throttle"
+	"github.com/sanqos/sanqos/internal/units"
 )
 
 // Duration is a time.Duration written as a Go duration string in TOML
@@ -42,7 +42,7 @@ func (d Duration) MarshalText() ([]byte, error) { return []byte(d.String()), nil
 // --write-threshold 500' has always meant). The units are SI where
 // spelled so and binary where spelled so: kB and MB are 1000 and 10^6
 // bytes, KiB and MiB 1024 and 2^20; 'sanqos status' and the engine count
-// in KiB (diskstats' two sectors), and EngineConfig converts.
+// in KiB (diskstats' two sectors), and the daemon converts.
 type Rate float64
 
 // unit is a suffix and what it multiplies by.
@@ -83,9 +83,9 @@ func (r *Rate) UnmarshalTOML(v any) error {
 
 // UnmarshalText parses a rate string.
 func (r *Rate) UnmarshalText(b []byte) error {
-	// The units are the data path's (throttle.RateBytes); a bare number
-	// is kB/s.
-	v, ok, err := throttle.RateBytes(string(b))
+	// The units are the data path's (units.RateBytes); a bare number is
+	// kB/s.
+	v, ok, err := units.RateBytes(string(b))
 	if !ok && err == nil {
 		v, err = strconv.ParseFloat(strings.TrimSpace(string(b)), 64)
 		v *= 1e3

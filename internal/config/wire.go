@@ -5,8 +5,6 @@ import (
 	"path/filepath"
 	"sort"
 	"strconv"
-
-	"github.com/sanqos/sanqos/internal/throttle"
 )
 
 // Protocols other than iSCSI (issue 17): discovery by port, per-client
@@ -39,29 +37,6 @@ func (c *Config) WireOn() bool {
 	return false
 }
 
-// SmallSegments returns the split of each configured port: small_segment
-// where set, else the protocol's default (throttle.DefaultSmallSegments),
-// else def (the --small-segment flag). A def the operator gave (defSet)
-// comes before the protocols' defaults.
-func (c *Config) SmallSegments(def int, defSet bool) map[uint16]int {
-	set := map[uint16]int{}
-	if defSet {
-		for _, p := range c.Ports {
-			set[uint16(p)] = def
-		}
-	}
-	for k, v := range c.SmallSegment {
-		if p, err := strconv.Atoi(k); err == nil {
-			set[uint16(p)] = v // validated
-		}
-	}
-	ports := make([]uint16, len(c.Ports))
-	for i, p := range c.Ports {
-		ports[i] = uint16(p)
-	}
-	return throttle.SmallSegmentsFor(ports, set, def)
-}
-
 // validateWire checks the keys above.
 func (c *Config) validateWire() error {
 	switch c.Attribution {
@@ -83,13 +58,10 @@ func (c *Config) validateWire() error {
 	}
 	sort.Strings(keys)
 	for _, k := range keys {
-		v := c.SmallSegment[k]
+		// The split's bound is the data path's (the daemon asks it).
 		p, err := strconv.Atoi(k)
 		if err != nil || !c.hasPort(p) {
 			return fmt.Errorf("small_segment.%s: the key must be one of the ports %v (the split is per storage port)", strconv.Quote(k), c.Ports)
-		}
-		if v < 0 || v > throttle.MaxSmallSegment {
-			return fmt.Errorf("small_segment.%s = %d: must be 0 to %d bytes (the largest reply that clocks a writer)", k, v, throttle.MaxSmallSegment)
 		}
 	}
 	return nil

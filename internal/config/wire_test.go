@@ -15,7 +15,6 @@ func TestWireKeys(t *testing.T) {
 		{"relative export list", "ports = [2049]\n[discovery]\nadapter = \"socket\"\nexports = [\"exports\"]\n", "absolute path"},
 		{"split of a port not served", "ports = [2049]\n[small_segment]\n3260 = 128\n", `small_segment."3260"`},
 		{"split not a number", "[small_segment]\nnfs = 128\n", `small_segment."nfs"`},
-		{"split too large", "ports = [2049]\n[small_segment]\n2049 = 9000\n", "must be 0 to 1400"},
 	}
 	for _, tc := range tests {
 		c := Default()
@@ -35,18 +34,8 @@ func TestWireKeys(t *testing.T) {
 	}
 }
 
-func TestSmallSegmentsAndWireOn(t *testing.T) {
+func TestWireOn(t *testing.T) {
 	c := Default()
-	c.Ports = []int{2049, 3260, 9999}
-	c.SmallSegment = map[string]int{"3260": 100}
-	got := c.SmallSegments(128, false)
-	if got[2049] != 256 || got[3260] != 100 || got[9999] != 128 {
-		t.Errorf("SmallSegments = %v, want NFS default 256, configured 100, flag's 128", got)
-	}
-	got = c.SmallSegments(200, true)
-	if got[2049] != 200 || got[3260] != 100 {
-		t.Errorf("with --small-segment 200: %v, want 200 for 2049 and the configured 100 for 3260", got)
-	}
 	for _, tc := range []struct {
 		attr, adapter string
 		want          bool

@@ -5,8 +5,11 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
+
+	"github.com/sanqos/sanqos/internal/fielderr"
 )
 
 // Controller turns a resource's read-latency signal into a packet delay.
@@ -95,33 +98,47 @@ func DefaultParams() Params {
 	}
 }
 
-// Validate reports the first parameter that makes no sense, saying what
-// to use instead.
+// DelayBoundsMs are the bounds of a delay ceiling (UMaxMs, and the
+// engine's UMaxLimitMs, how far it may rise), in ms: from a tenth of a
+// millisecond, under which no packet path delays, to a second, beyond
+// which a held ACK outlives TCP's retransmission timeout even once the
+// RTT has adapted.
+func DelayBoundsMs() (lo, hi float64) { return 0.1, 1000 }
+
+// Validate reports every parameter that makes no sense, saying what to
+// use instead. Each error is a *fielderr.Error, so that a caller that
+// filled p from its own keys can name them.
 func (p Params) Validate() error {
 	var errs []error
+	bad := func(field, name string, v any, want string) {
+		errs = append(errs, fielderr.New("control.Params."+field, name, v, want))
+	}
 	if !(p.TargetMs > 0) || math.IsInf(p.TargetMs, 0) {
-		errs = append(errs, fmt.Errorf("target %v ms: want a positive latency, e.g. 15", p.TargetMs))
+		bad("TargetMs", "target", fmt.Sprintf("%v ms", p.TargetMs), "must be a positive latency, e.g. 15 ms")
 	}
 	if !(p.Kp > 0) || math.IsInf(p.Kp, 0) {
-		errs = append(errs, fmt.Errorf("Kp %v: want a positive gain, e.g. %v", p.Kp, DefaultParams().Kp))
+		bad("Kp", "Kp", p.Kp, fmt.Sprintf("must be > 0 (a finite gain, e.g. %v)", DefaultParams().Kp))
 	}
-	if p.Ti <= 0 {
-		errs = append(errs, fmt.Errorf("Ti %v: want a positive integral time, e.g. %v", p.Ti, DefaultParams().Ti))
+	if p.Ti < time.Millisecond || p.Ti > time.Hour {
+		bad("Ti", "Ti", p.Ti, "must be between 1ms and 1h (the integral time)")
 	}
-	if p.Td < 0 {
-		errs = append(errs, fmt.Errorf("Td %v: want 0 (no D term) or a positive derivative time", p.Td))
+	if p.Td < 0 || p.Td > time.Minute {
+		bad("Td", "Td", p.Td, "must be between 0s (no D term) and 1m0s")
 	}
 	if p.T <= 0 {
-		errs = append(errs, fmt.Errorf("tick %v: want a positive period, e.g. 100ms", p.T))
+		bad("T", "tick", p.T, "must be a positive period, e.g. 100ms")
 	}
-	if !(p.UMaxMs > 0) || math.IsInf(p.UMaxMs, 0) {
-		errs = append(errs, fmt.Errorf("maximum delay %v ms: want a positive delay, e.g. 20", p.UMaxMs))
+	if lo, hi := DelayBoundsMs(); !(p.UMaxMs >= lo && p.UMaxMs <= hi) {
+		bad("UMaxMs", "maximum delay", fmt.Sprintf("%v ms", p.UMaxMs), fmt.Sprintf("must be between %v and %v", msDuration(lo), msDuration(hi)))
 	}
 	if !(p.ErrCap >= 0) || math.IsInf(p.ErrCap, 0) {
-		errs = append(errs, fmt.Errorf("error cap %v: want 0 (none) or a positive multiple of the threshold, e.g. %v", p.ErrCap, DefaultErrCap))
+		bad("ErrCap", "error cap", p.ErrCap, fmt.Sprintf("must be 0 (none) or a positive multiple of the threshold, e.g. %v", DefaultErrCap))
 	}
 	return errors.Join(errs...)
 }
+
+// msDuration is ms as a duration, for messages.
+func msDuration(ms float64) time.Duration { return time.Duration(ms * float64(time.Millisecond)) }
 
 var registry = map[string]func(Params) Controller{
 	"pid":    func(p Params) Controller { return NewPID(p) },
@@ -140,12 +157,21 @@ func Names() []string { return slices.Clone(names) }
 func New(name string, p Params) (Controller, error) {
 	mk, ok := registry[name]
 	if !ok {
-		return nil, fmt.Errorf("unknown controller %q: want one of %s", name, strings.Join(Names(), ", "))
+		return nil, fielderr.New("control.LoopConfig.Law", "controller", strconv.Quote(name), "must be one of "+quoted(Names()))
 	}
 	if err := p.Validate(); err != nil {
 		return nil, fmt.Errorf("controller %s: %w", name, err)
 	}
 	return mk(p), nil
+}
+
+// quoted is names as a list of quoted words.
+func quoted(names []string) string {
+	q := make([]string, len(names))
+	for i, n := range names {
+		q[i] = strconv.Quote(n)
+	}
+	return strings.Join(q, ", ")
 }
 
 func clamp(x, lo, hi float64) float64 {

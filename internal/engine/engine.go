@@ -22,7 +22,6 @@
 package engine
 
 import (
-	"fmt"
 	"net/netip"
 	"time"
 
@@ -40,8 +39,8 @@ type ManualConfig = policy.ManualConfig
 
 // Config is the engine's configuration.
 type Config struct {
-	// Tick is the nominal period of Step; it is the controller's T
-	// (Control.T is overwritten with it).
+	// Tick is the nominal period of Step, 10 ms to 10 s; it is the
+	// controller's T (Control.T is overwritten with it).
 	Tick time.Duration
 	// Alpha weighs the read-latency EWMA (thesis: 0.25).
 	Alpha float64
@@ -76,7 +75,7 @@ type Config struct {
 	// UMaxLimitMs is how far the delay ceiling may rise above
 	// Control.UMaxMs when the writers need more delay than that (see
 	// "6. The ceiling" in package control); 0, or a value ≤ Control.UMaxMs, keeps the
-	// ceiling at Control.UMaxMs.
+	// ceiling at Control.UMaxMs. At most 1 s (control.DelayBoundsMs).
 	UMaxLimitMs float64
 	// InFlight, when set, says how many reads a device has in flight. It
 	// lets a tick in which no read completed tell "the reads are slower
@@ -283,20 +282,11 @@ type Engine struct {
 
 // New validates cfg and topo and returns an engine at rest.
 func New(cfg Config, topo topology.Topology) (*Engine, error) {
-	if err := cfg.validate(); err != nil {
+	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	cfg.Control.T = cfg.Tick
-	var pol policy.Policy
-	var err error
-	switch cfg.Policy {
-	case policy.ReadOverWrite:
-		pol, err = policy.NewReadOverWrite(cfg.WriteAlpha, cfg.JoinKBs, cfg.LeaveKBs)
-	case policy.ManualName:
-		pol, err = policy.NewManual(cfg.WriteAlpha, cfg.Manual)
-	default:
-		err = fmt.Errorf("policy %q: want %s or %s", cfg.Policy, policy.ReadOverWrite, policy.ManualName)
-	}
+	pol, err := cfg.policy()
 	if err != nil {
 		return nil, err
 	}

@@ -93,7 +93,7 @@ func TestNewValidates(t *testing.T) {
 		{"zero tick", func(c *Config) { c.Tick = 0 }, good, "tick"},
 		{"bad alpha", func(c *Config) { c.Alpha = 2 }, good, "read-latency"},
 		{"bad write alpha", func(c *Config) { c.WriteAlpha = 0 }, good, "write-rate"},
-		{"unknown controller", func(c *Config) { c.Controller = "fuzzy" }, good, "pid, thesis, none"},
+		{"unknown controller", func(c *Config) { c.Controller = "fuzzy" }, good, `"pid", "thesis", "none"`},
 		{"bad threshold", func(c *Config) { c.ThresholdMs = -1 }, good, "threshold"},
 		{"unknown policy", func(c *Config) { c.Policy = "fair" }, good, "read-over-write"},
 		{"leave above join", func(c *Config) { c.LeaveKBs = 1000 }, good, "leave"},

@@ -24,6 +24,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/sanqos/sanqos/internal/fielderr"
 	"github.com/sanqos/sanqos/internal/smoothing"
 	"github.com/sanqos/sanqos/internal/topology"
 )
@@ -72,13 +73,13 @@ func NewReadOverWrite(alpha, joinKBs, leaveKBs float64) (*Hysteresis, error) {
 		return nil, fmt.Errorf("write-rate EWMA: %w", err)
 	}
 	if !(joinKBs > 0) || math.IsInf(joinKBs, 0) {
-		return nil, fmt.Errorf("join threshold %v kB/s: want a positive write rate, e.g. %d", joinKBs, DefaultJoinKBs)
+		return nil, fielderr.New("policy.ReadOverWrite.JoinKBs", "join threshold", fmt.Sprintf("%v kB/s", joinKBs), fmt.Sprintf("must be a positive write rate, e.g. %d kB/s", DefaultJoinKBs))
 	}
 	if leaveKBs == 0 {
 		leaveKBs = joinKBs / 2
 	}
 	if !(leaveKBs > 0 && leaveKBs <= joinKBs) {
-		return nil, fmt.Errorf("leave threshold %v kB/s: want a rate in (0, join threshold %v]", leaveKBs, joinKBs)
+		return nil, fielderr.New("policy.ReadOverWrite.LeaveKBs", "leave threshold", fmt.Sprintf("%v kB/s", leaveKBs), fmt.Sprintf("must be above 0 and at most the join threshold (%v kB/s)", joinKBs))
 	}
 	return &Hysteresis{alpha: alpha, joinKBs: joinKBs, leaveKB: leaveKBs}, nil
 }
@@ -124,10 +125,10 @@ func NewManual(alpha float64, cfg ManualConfig) (*Manual, error) {
 	}
 	var errs []error
 	if len(cfg.Protected) == 0 {
-		errs = append(errs, errors.New("manual policy: name at least one protected consumer (IP, IQN or device) whose reads are the signal"))
+		errs = append(errs, fielderr.New("policy.ManualConfig.Protected", "manual policy's protected", "[]", "must name at least one protected consumer (IP, IQN or device) whose reads are the signal"))
 	}
 	if len(cfg.Throttle) == 0 {
-		errs = append(errs, errors.New("manual policy: name at least one consumer (IP, IQN or device) to throttle"))
+		errs = append(errs, fielderr.New("policy.ManualConfig.Throttle", "manual policy's throttle", "[]", "must name at least one consumer (IP, IQN or device) to throttle"))
 	}
 	m := &Manual{alpha: alpha, protected: set(cfg.Protected), throttle: set(cfg.Throttle)}
 	var both []string
@@ -137,7 +138,8 @@ func NewManual(alpha float64, cfg ManualConfig) (*Manual, error) {
 		}
 	}
 	if len(both) > 0 {
-		errs = append(errs, fmt.Errorf("manual policy: %s both protected and throttled; name each consumer in one list only", strings.Join(both, ", ")))
+		sort.Strings(both)
+		errs = append(errs, fielderr.New("policy.ManualConfig.Throttle", "manual policy's throttle", both, strings.Join(both, ", ")+" both protected and throttled; name each consumer in one list only"))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, err

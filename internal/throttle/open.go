@@ -38,11 +38,11 @@ type Options struct {
 // RateDev it starts an htb backend there too and returns both as one
 // Composite.
 func Open(ctx context.Context, o Options) (Backend, error) {
+	if err := o.Validate(); err != nil {
+		return nil, err
+	}
 	if o.RateDev == "" {
 		return open(ctx, o)
-	}
-	if o.Backend == "htb" || o.Backend == "dry-run" {
-		return nil, fmt.Errorf("--rate-dev adds read rates to a delay backend (nfqueue or netem); the %s backend needs none", o.Backend)
 	}
 	d, err := open(ctx, o)
 	if err != nil {

@@ -1,8 +1,10 @@
 package throttle
 
 import (
-	"fmt"
 	"slices"
+	"strconv"
+
+	"github.com/sanqos/sanqos/internal/fielderr"
 )
 
 // The small-segment split per storage port. What clocks a writer is what
@@ -50,7 +52,8 @@ var DefaultSmallSegments = map[uint16]int{
 // slowed apart from writes.
 const MaxSmallSegment = 1400
 
-// ValidateSmallSegments checks per-port splits.
+// ValidateSmallSegments checks per-port splits; an error is a
+// *fielderr.Error naming the port.
 func ValidateSmallSegments(byPort map[uint16]int) error {
 	ports := make([]uint16, 0, len(byPort))
 	for p := range byPort {
@@ -58,8 +61,8 @@ func ValidateSmallSegments(byPort map[uint16]int) error {
 	}
 	slices.Sort(ports)
 	for _, p := range ports {
-		if v := byPort[p]; v < 0 || v > MaxSmallSegment {
-			return fmt.Errorf("small segment of port %d = %d bytes: want 0 to %d", p, v, MaxSmallSegment)
+		if err := checkSmall(byPort[p]); err != nil {
+			return fielderr.At("throttle.Options.SmallSegments", "small segment of port", strconv.Itoa(int(p)), byPort[p], err.Error())
 		}
 	}
 	return nil

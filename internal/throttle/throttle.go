@@ -76,6 +76,7 @@ import (
 	"time"
 
 	"github.com/sanqos/sanqos/internal/direction"
+	"github.com/sanqos/sanqos/internal/fielderr"
 )
 
 // Direction says which of a consumer's I/O directions is slowed down
@@ -210,18 +211,19 @@ const MaxPorts = 15
 
 // ValidatePorts checks a list of target ports as the backends will
 // program them: every port 1–65535, at most MaxPorts distinct ones. The
-// config loader and the control socket call it, so that a list the
-// kernel would refuse is refused where it is given.
+// daemon's configuration and the control socket call it, so that a list
+// the kernel would refuse is refused where it is given; an error is a
+// *fielderr.Error of the list.
 func ValidatePorts[P ~int | ~uint16](ports []P) error {
 	distinct := map[int]bool{}
 	for _, p := range ports {
 		if p < 1 || int(p) > 65535 {
-			return fmt.Errorf("port %d is not a TCP port (1 to 65535)", p)
+			return fielderr.New("throttle.Ports", "ports", ports, fmt.Sprintf("port %d must be between 1 and 65535 (a TCP port)", p))
 		}
 		distinct[int(p)] = true
 	}
 	if len(distinct) > MaxPorts {
-		return fmt.Errorf("%d ports given, at most %d fit one iptables multiport rule: list fewer ports", len(distinct), MaxPorts)
+		return fielderr.New("throttle.Ports", "ports", ports, fmt.Sprintf("%d ports given, at most %d fit one iptables multiport rule: list fewer ports", len(distinct), MaxPorts))
 	}
 	return nil
 }
