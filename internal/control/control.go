@@ -183,6 +183,10 @@ type PID struct {
 	// rising: the output left rest and the signal has not yet come down
 	// to the set point since (see Update, "The first climb").
 	rising bool
+	// noRelease, noRest, noClimb: the floor's release, the rest's
+	// clearing of the history and the first climb are switched off
+	// (Rules.Floor, Rules.Rest, Rules.FirstClimbPID).
+	noRelease, noRest, noClimb bool
 }
 
 // NewPID returns a pid controller at rest. p must be valid (see New).
@@ -248,7 +252,7 @@ func (c *PID) Update(signalMs float64) float64 {
 		c.rising = false
 	}
 	de, dde := e-c.e1, e-2*c.e1+c.e2
-	if c.rising {
+	if c.rising && !c.noClimb {
 		de, dde = max(de, 0), max(dde, 0) // the first climb (see above)
 	}
 	dv := c.p.Kp * (de + c.ti*e + c.td*dde)
@@ -261,12 +265,12 @@ func (c *PID) Update(signalMs float64) float64 {
 			c.rising = e > 0
 		}
 		u := math.Max(c.u, floor) * math.Exp(dv)
-		if u < floor {
+		if u < floor && !c.noRelease {
 			u = 0 // fell through the floor: release
 		}
 		c.u = clamp(u, 0, c.p.UMaxMs)
 	}
-	if c.u == 0 && e < 0 {
+	if c.u == 0 && e < 0 && !c.noRest {
 		// Back at rest: forget the history, as Reset does.
 		c.e1, c.e2 = 0, 0
 		return 0

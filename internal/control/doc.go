@@ -166,10 +166,18 @@
 //
 // # Laws and their rules
 //
-// The steps that act on the controller's state have a switch (Rules,
-// RuleNames); LawRules says which each law runs:
+// Every rule but the signal's EWMA, the PID core and the saturation
+// report has a switch (Rules, RuleNames); LawRules says which each law
+// runs:
 //
 //	rule          pid  thesis  none
+//	idle-hold      on    on     on    step 1, the hold for IdleHold after the last read
+//	pending-hold   on    on     on    step 1, the hold while reads are in flight
+//	armed          on    on     on    step 2
+//	err-cap        on    off    off   step 4
+//	floor          on    off    off   step 4, the release under it (the start from rest is the core)
+//	rest           on    off    off   step 4
+//	first-climb-pid on   off    off   step 4, the first climb
 //	rebase         on    off    off   step 4
 //	onset          on    off    off   step 3 (the count is kept: a reload may switch law)
 //	winddown       on    off    off   step 5
@@ -178,10 +186,10 @@
 //	retarget       on    off    off   step 7 and reloads: the set point moves
 //	resume         on    off    off   reloads: a rebuilt controller keeps the delay
 //
-// Steps 1, 2 and the saturation report run under every law. "thesis" is
-// a faithful copy of the buggy arithmetic of thesis Listing A.2 (see
-// Thesis), kept to compare with pid on the same run: it has none of
-// these inputs. "none" never delays: the baseline. LoopConfig.Off
+// The holds, armed pauses and the saturation report run under every law.
+// "thesis" is a faithful copy of the buggy arithmetic of thesis Listing
+// A.2 (see Thesis), kept to compare with pid on the same run: it has none
+// of the other inputs. "none" never delays: the baseline. LoopConfig.Off
 // switches rules off by name on top of the table, for ablations.
 //
 // # Reloads

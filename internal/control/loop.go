@@ -49,10 +49,30 @@ type LoopConfig struct {
 	Off []string
 }
 
-// Rules says which of the rules that act on the controller's state a
-// loop runs. The rules every law runs (the starvation hold, armed
-// pauses, the saturation report) have no switch.
+// Rules says which of the law's rules a loop runs. The holds and armed
+// pauses run under every law; the others act on pid's state. The
+// saturation report, a report that changes no decision, has no switch.
 type Rules struct {
+	// IdleHold: a tick without reads within IdleHold of the last read
+	// keeps the signal and delay (step 1).
+	IdleHold bool
+	// PendingHold: a tick without reads while reads are known in flight
+	// keeps the signal and delay (step 1).
+	PendingHold bool
+	// Armed: the controller is not stepped while no member writes, or
+	// for ArmHold once the set is empty (step 2).
+	Armed bool
+	// ErrCap: pid's relative error is capped at Params.ErrCap (step 4).
+	ErrCap bool
+	// Floor: a delay falling under the floor is released to 0 (step 4;
+	// the floor as the starting point from rest is pid's core).
+	Floor bool
+	// Rest: at 0 under the set point pid's error history is cleared
+	// (step 4).
+	Rest bool
+	// FirstClimbPID: in its first climb pid's Δε and D terms count only
+	// when they add (step 4).
+	FirstClimbPID bool
 	// Rebase: a controller stepped again after a pause, or rebuilt at a
 	// reload, takes the signal as its error history (no Δε or D kick).
 	Rebase bool
@@ -77,9 +97,20 @@ type Rules struct {
 // LawRules is the table of the rules each law runs. thesis is a faithful
 // copy of a listing that has none of these inputs; none never delays.
 var LawRules = map[string]Rules{
-	"pid":    {Rebase: true, Onset: true, WindDown: true, Ceiling: true, FirstClimb: true, Retarget: true, Resume: true},
-	"thesis": {},
-	"none":   {},
+	"pid": {IdleHold: true, PendingHold: true, Armed: true, ErrCap: true, Floor: true, Rest: true, FirstClimbPID: true,
+		Rebase: true, Onset: true, WindDown: true, Ceiling: true, FirstClimb: true, Retarget: true, Resume: true},
+	"thesis": everyLaw,
+	"none":   everyLaw,
+}
+
+// everyLaw are the rules that do not reach into pid's state: the holds
+// of the signal and the armed pauses.
+var everyLaw = Rules{IdleHold: true, PendingHold: true, Armed: true}
+
+// pidOnly is r without the rules every law runs (everyLaw).
+func (r Rules) pidOnly() Rules {
+	r.IdleHold, r.PendingHold, r.Armed = false, false, false
+	return r
 }
 
 // RuleNames lists the switchable rules' names, as LoopConfig.Off takes
@@ -94,13 +125,20 @@ func RuleNames() []string {
 }
 
 var ruleFields = map[string]func(*Rules) *bool{
-	"rebase":      func(r *Rules) *bool { return &r.Rebase },
-	"onset":       func(r *Rules) *bool { return &r.Onset },
-	"winddown":    func(r *Rules) *bool { return &r.WindDown },
-	"ceiling":     func(r *Rules) *bool { return &r.Ceiling },
-	"first-climb": func(r *Rules) *bool { return &r.FirstClimb },
-	"retarget":    func(r *Rules) *bool { return &r.Retarget },
-	"resume":      func(r *Rules) *bool { return &r.Resume },
+	"idle-hold":       func(r *Rules) *bool { return &r.IdleHold },
+	"pending-hold":    func(r *Rules) *bool { return &r.PendingHold },
+	"armed":           func(r *Rules) *bool { return &r.Armed },
+	"err-cap":         func(r *Rules) *bool { return &r.ErrCap },
+	"floor":           func(r *Rules) *bool { return &r.Floor },
+	"rest":            func(r *Rules) *bool { return &r.Rest },
+	"first-climb-pid": func(r *Rules) *bool { return &r.FirstClimbPID },
+	"rebase":          func(r *Rules) *bool { return &r.Rebase },
+	"onset":           func(r *Rules) *bool { return &r.Onset },
+	"winddown":        func(r *Rules) *bool { return &r.WindDown },
+	"ceiling":         func(r *Rules) *bool { return &r.Ceiling },
+	"first-climb":     func(r *Rules) *bool { return &r.FirstClimb },
+	"retarget":        func(r *Rules) *bool { return &r.Retarget },
+	"resume":          func(r *Rules) *bool { return &r.Resume },
 }
 
 // CheckRules reports the first name in off that is not a rule.
@@ -204,7 +242,7 @@ func NewLoop(cfg LoopConfig) (*Loop, error) {
 	if err != nil {
 		return nil, err
 	}
-	if rules != (Rules{}) && cfg.Law != "pid" {
+	if rules.pidOnly() != (Rules{}) && cfg.Law != "pid" {
 		// The switchable rules act on pid's state (its output, clamp,
 		// set point and error history).
 		return nil, fmt.Errorf("controller %s runs no switchable rule", cfg.Law)
@@ -220,12 +258,18 @@ func NewLoop(cfg LoopConfig) (*Loop, error) {
 func (l *Loop) build() error {
 	p := l.cfg.Params
 	p.TargetMs = l.TargetMs()
+	if !l.rules.ErrCap {
+		p.ErrCap = 0
+	}
 	c, err := New(l.cfg.Law, p)
 	if err != nil {
 		return err
 	}
 	l.ctrl = c
 	l.pid, _ = c.(*PID)
+	if l.pid != nil {
+		l.pid.noRelease, l.pid.noRest, l.pid.noClimb = !l.rules.Floor, !l.rules.Rest, !l.rules.FirstClimbPID
+	}
 	return nil
 }
 
@@ -276,7 +320,8 @@ func (l *Loop) measure(o Observation, out *Output) (news bool) {
 			l.signalMs = l.ewma.Update(o.RawMs)
 			l.lastSample = o.Now
 			news = true
-		case o.Pending || (!l.lastSample.IsZero() && o.Now.Sub(l.lastSample) < l.cfg.IdleHold):
+		case o.Pending && l.rules.PendingHold,
+			l.rules.IdleHold && !l.lastSample.IsZero() && o.Now.Sub(l.lastSample) < l.cfg.IdleHold:
 			out.Held = true
 		default:
 			l.signalMs = l.ewma.Decay()
@@ -291,6 +336,8 @@ func (l *Loop) measure(o Observation, out *Output) (news bool) {
 // through pauses" in doc.go).
 func (l *Loop) armed(o Observation) bool {
 	switch {
+	case !l.rules.Armed:
+		return false
 	case o.Members > 0:
 		l.emptySince = time.Time{}
 		return !o.Writing && l.cfg.ByWrites
