@@ -65,17 +65,6 @@
 // ramp from 0 that lets their first second through. Past ArmHold the
 // controller runs again and, the resource being healthy, winds down.
 //
-// 3. Onsets. A per-packet delay slows each writer by about one delay per
-// I/O, so the delay a resource needs grows with the writers it holds
-// (Little's law), and the signal learns of a newcomer only after its
-// first I/Os have queued. When more members have written within
-// ActiveWindow than the output was learned with, the output is scaled by
-// the ratio at once; the controller corrects from there. The count the
-// output stands for rises at once and falls only after the lower count
-// has held for learnAfter (2 s, about two integral times) with the
-// controller running, so writers that stop and come back together meet
-// the delay they left, not a multiple of it.
-//
 // 4. The controller (pid), stepped when the signal had news and the loop
 // is not armed. A single-sided PID in velocity form on the logarithm of
 // the delay, driven by the error relative to the set point r:
@@ -179,7 +168,6 @@
 //	rest           on    off    off   step 4
 //	first-climb-pid on   off    off   step 4, the first climb
 //	rebase         on    off    off   step 4
-//	onset          on    off    off   step 3 (the count is kept: a reload may switch law)
 //	winddown       on    off    off   step 5
 //	ceiling        on    off    off   step 6 (off: fixed at UMaxMs, saturation at it)
 //	first-climb    on    off    off   step 6, the faster raise
@@ -208,7 +196,7 @@
 // The plant is asymmetric: a saturated disk's latency rises within a few
 // hundred ms and falls as soon as the queue drains, while writers slowed
 // by a large delay recover only as TCP reopens its window. So the delay
-// rises promptly (the P term, onsets, the first climb, the faster raise of
+// rises promptly (the P term, the first climb, the faster raise of
 // the ceiling far over) and falls steadily: under the set point the
 // integral takes a factor e^(Kp·(T/Ti)·|ε|) a tick, fast far under and
 // slowly near; the ceiling falls only after 10 s under half of it; a

@@ -41,8 +41,7 @@ type LoopConfig struct {
 	IdleHold time.Duration
 	// ByWrites: the set's members are found by their writes (the
 	// read-over-write policy), so a set none of whose members writes is
-	// pausing, and more members writing is an onset. Named members (the
-	// manual policy) are neither.
+	// pausing. Named members (the manual policy) are not.
 	ByWrites bool
 	// Off switches rules off by name (RuleNames), on top of the law's
 	// table: for ablations.
@@ -76,9 +75,6 @@ type Rules struct {
 	// Rebase: a controller stepped again after a pause, or rebuilt at a
 	// reload, takes the signal as its error history (no Δε or D kick).
 	Rebase bool
-	// Onset: more members writing than the output was learned with
-	// scale it at once.
-	Onset bool
 	// WindDown: in a pause, the output is lifted to the burst's peak.
 	WindDown bool
 	// Ceiling: the output's clamp follows the writers' need.
@@ -98,7 +94,7 @@ type Rules struct {
 // copy of a listing that has none of these inputs; none never delays.
 var LawRules = map[string]Rules{
 	"pid": {IdleHold: true, PendingHold: true, Armed: true, ErrCap: true, Floor: true, Rest: true, FirstClimbPID: true,
-		Rebase: true, Onset: true, WindDown: true, Ceiling: true, FirstClimb: true, Retarget: true, Resume: true},
+		Rebase: true, WindDown: true, Ceiling: true, FirstClimb: true, Retarget: true, Resume: true},
 	"thesis": everyLaw,
 	"none":   everyLaw,
 }
@@ -133,7 +129,6 @@ var ruleFields = map[string]func(*Rules) *bool{
 	"rest":            func(r *Rules) *bool { return &r.Rest },
 	"first-climb-pid": func(r *Rules) *bool { return &r.FirstClimbPID },
 	"rebase":          func(r *Rules) *bool { return &r.Rebase },
-	"onset":           func(r *Rules) *bool { return &r.Onset },
 	"winddown":        func(r *Rules) *bool { return &r.WindDown },
 	"ceiling":         func(r *Rules) *bool { return &r.Ceiling },
 	"first-climb":     func(r *Rules) *bool { return &r.FirstClimb },
@@ -199,6 +194,11 @@ const DefaultIdleHold = time.Second
 // controller winds down to rest.
 const ArmHold = 30 * time.Second
 
+// ActiveWindow: a member counts as writing for this long after its last
+// write (Observation.Active), so a writer held at a long delay that
+// completes no write in some tick is not counted out and back in.
+const ActiveWindow = time.Second
+
 // Loop is one resource's control law: every rule, stepped once per tick
 // in the order of doc.go. It is deterministic and not safe for
 // concurrent use.
@@ -220,7 +220,6 @@ type Loop struct {
 	// satSince, lowSince: when the delay started to press on the ceiling,
 	// or to sit under half of it.
 	satSince, lowSince time.Time
-	onset              onsetState
 	burst              burstPeak
 	headroom           float64
 	scatter            scatter
@@ -287,8 +286,6 @@ func (l *Loop) Step(o Observation) Output {
 	// 2. Armed through pauses: the controller is not stepped.
 	out.Armed = l.armed(o)
 	running := news && !out.Armed
-	// 3. Onsets: more members writing scale the output at once.
-	l.feedForward(o, running)
 	// 4. The controller (pid: error cap, floor, rest, first climb),
 	// rebased after a pause.
 	if running {

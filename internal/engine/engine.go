@@ -233,7 +233,7 @@ type consumer struct {
 	c         topology.Consumer
 	dev       int // index into Engine.devs, -1 without a device
 	st        policy.State
-	lastWrite time.Time // the last Step that judged it writing (the loop's onsets)
+	lastWrite time.Time // the last Step that judged it writing (returning writers)
 	// memberAt: the last Step it was in its set; returning, rejoinSince:
 	// it is armed, and writing since then ("Returning writers").
 	memberAt, rejoinSince time.Time

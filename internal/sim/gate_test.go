@@ -312,11 +312,7 @@ func TestRulesSwitchOff(t *testing.T) {
 	// Pauses longer than control.ArmHold, for the floor's release.
 	byName["lull"] = gateRun{name: "lull", controller: "pid", threshold: 15, seed: 1, duration: 180 * time.Second,
 		scenario: func() Scenario { sc := LabScenario(); sc.Pause = 45 * time.Second; return sc }}
-	// The run that exercises each rule. Not onset: in none of the gate's
-	// scenarios does a member start writing while fewer have been held
-	// for learnAfter (the writers' count goes from 0 to all of them at
-	// once), so the rule never fires here; control's TestLoopOnsetSwitch
-	// holds its switch. Not pending-hold: every tick of these runs
+	// The run that exercises each rule. Not pending-hold: every tick of these runs
 	// without a completed read is within IdleHold of the last one, which
 	// the idle hold covers.
 	for rule, name := range map[string]string{
