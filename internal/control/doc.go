@@ -39,10 +39,8 @@
 //
 // The engine also tells the loop the size of the throttleable set
 // (members: consumers whose write-rate EWMA is over the join threshold,
-// package policy), whether a member wrote in the tick (writes completed
-// or I/O at its device), and how many distinct members wrote within
-// ActiveWindow (1 s: a writer held at a long delay completes no write in
-// some ticks, and must not be counted out and back in).
+// package policy) and whether a member wrote in the tick (writes
+// completed or I/O at its device).
 //
 // # The law, step by step
 //
@@ -96,15 +94,6 @@
 //   - Rebase: a controller stepped again after a pause takes the signal
 //     as its error history, so the pause's change of error is no kick.
 //
-// 5. Wind-down. A burst's threads stop one after another and the
-// controller follows the falling latency down, so a pause would keep the
-// delay learned for its last few threads, and the next burst would start
-// with all of them at it. So the loop keeps the highest output of its
-// running ticks with members over the last burstMemory (4 s: later than
-// a long burst's onset, whose delay may have been many times the steady
-// one), and once no member has written for ActiveWindow lifts the
-// output to it, once per pause.
-//
 // 6. The ceiling. A per-packet delay cuts a writer's rate only as far as
 // its concurrency allows, so many threads or deep queues need more than
 // the thesis's 20 ms. The ceiling starts at UMaxMs (20 ms) and, while the
@@ -147,7 +136,9 @@
 //
 // After the loop the engine names the resource's returning writers:
 // consumers that were members within ArmHold, paused (no write within
-// ActiveWindow) and are not members now. The data path holds them at the
+// ActiveWindow, 1 s: a writer held at a long delay completes no write in
+// some ticks, and must not be counted out and back in) and are not
+// members now. The data path holds them at the
 // loop's output from their first write, since a writer is found by its
 // writes a tick after they have reached the disk; a named writer stays
 // named while it rejoins, for up to ActiveWindow. Nobody is delayed for
@@ -168,7 +159,6 @@
 //	rest           on    off    off   step 4
 //	first-climb-pid on   off    off   step 4, the first climb
 //	rebase         on    off    off   step 4
-//	winddown       on    off    off   step 5
 //	ceiling        on    off    off   step 6 (off: fixed at UMaxMs, saturation at it)
 //	first-climb    on    off    off   step 6, the faster raise
 //	retarget       on    off    off   step 7 and reloads: the set point moves
@@ -200,7 +190,7 @@
 // the ceiling far over) and falls steadily: under the set point the
 // integral takes a factor e^(Kp·(T/Ti)·|ε|) a tick, fast far under and
 // slowly near; the ceiling falls only after 10 s under half of it; a
-// pause keeps the delay (armed, wind-down) rather than releasing it.
+// pause keeps the delay (armed) rather than releasing it.
 //
 // # Tuning constants of the controller (DefaultParams)
 //

@@ -75,8 +75,6 @@ type Rules struct {
 	// Rebase: a controller stepped again after a pause, or rebuilt at a
 	// reload, takes the signal as its error history (no Δε or D kick).
 	Rebase bool
-	// WindDown: in a pause, the output is lifted to the burst's peak.
-	WindDown bool
 	// Ceiling: the output's clamp follows the writers' need.
 	Ceiling bool
 	// FirstClimb: the ceiling rises as fast as far over while the
@@ -94,7 +92,7 @@ type Rules struct {
 // copy of a listing that has none of these inputs; none never delays.
 var LawRules = map[string]Rules{
 	"pid": {IdleHold: true, PendingHold: true, Armed: true, ErrCap: true, Floor: true, Rest: true, FirstClimbPID: true,
-		Rebase: true, WindDown: true, Ceiling: true, FirstClimb: true, Retarget: true, Resume: true},
+		Rebase: true, Ceiling: true, FirstClimb: true, Retarget: true, Resume: true},
 	"thesis": everyLaw,
 	"none":   everyLaw,
 }
@@ -129,7 +127,6 @@ var ruleFields = map[string]func(*Rules) *bool{
 	"rest":            func(r *Rules) *bool { return &r.Rest },
 	"first-climb-pid": func(r *Rules) *bool { return &r.FirstClimbPID },
 	"rebase":          func(r *Rules) *bool { return &r.Rebase },
-	"winddown":        func(r *Rules) *bool { return &r.WindDown },
 	"ceiling":         func(r *Rules) *bool { return &r.Ceiling },
 	"first-climb":     func(r *Rules) *bool { return &r.FirstClimb },
 	"retarget":        func(r *Rules) *bool { return &r.Retarget },
@@ -159,11 +156,9 @@ type Observation struct {
 	Reads   bool
 	Pending bool
 	// Members is the size of the throttleable set; Writing that one of
-	// them completed writes in the tick or has I/O at its device; Active
-	// how many distinct members wrote within ActiveWindow.
+	// them completed writes in the tick or has I/O at its device.
 	Members int
 	Writing bool
-	Active  int
 }
 
 // Output is the loop's decision for a tick.
@@ -194,9 +189,9 @@ const DefaultIdleHold = time.Second
 // controller winds down to rest.
 const ArmHold = 30 * time.Second
 
-// ActiveWindow: a member counts as writing for this long after its last
-// write (Observation.Active), so a writer held at a long delay that
-// completes no write in some tick is not counted out and back in.
+// ActiveWindow: a member that has not written for this long has paused
+// (the engine's returning writers), so a writer held at a long delay
+// that completes no write in some tick is not counted out and back in.
 const ActiveWindow = time.Second
 
 // Loop is one resource's control law: every rule, stepped once per tick
@@ -220,7 +215,6 @@ type Loop struct {
 	// satSince, lowSince: when the delay started to press on the ceiling,
 	// or to sit under half of it.
 	satSince, lowSince time.Time
-	burst              burstPeak
 	headroom           float64
 	scatter            scatter
 }
@@ -294,8 +288,6 @@ func (l *Loop) Step(o Observation) Output {
 		}
 		l.controlMs = l.ctrl.Update(l.signalMs)
 	}
-	// 5. Wind-down: a pause lifts the output to the burst's peak.
-	l.windDown(o, out.Armed, running)
 	l.frozen = out.Armed
 	out.ControlMs = l.controlMs
 	if o.Members > 0 {

@@ -5,7 +5,7 @@ import "github.com/sanqos/sanqos/internal/smoothing"
 // Adopt takes over old's memory for l, a loop at rest built for new
 // settings, as a reload or a new threshold from discovery does (see
 // "Reloads" in doc.go): the signal (its EWMA re-weighted when Alpha
-// changed), the armed, wind-down and ceiling timers; the learned
+// changed), the armed and ceiling timers; the learned
 // headroom while the headroom settings and the statistic are the same;
 // the controller while its law and gains are the same, moved to the new
 // set point without a kick (Retarget), else rebuilt at rest; a controller
@@ -25,7 +25,7 @@ func (l *Loop) Adopt(old *Loop) {
 	// A new statistic (mean to p95, say) starts from the old one's value:
 	// the nearest estimate there is.
 	l.lastSample, l.emptySince = old.lastSample, old.emptySince
-	l.burst, l.satSince, l.lowSince = old.burst, old.satSince, old.lowSince
+	l.satSince, l.lowSince = old.satSince, old.lowSince
 	if was.Headroom == now.Headroom && was.AutoHeadroom == now.AutoHeadroom && was.Signal == now.Signal {
 		l.headroom, l.scatter = old.headroom, old.scatter
 	}

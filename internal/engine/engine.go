@@ -417,7 +417,7 @@ func (e *Engine) stepResource(r *resource, now time.Time, members []netip.Addr, 
 	if len(members) > start {
 		rd.Members = members[start:len(members):len(members)]
 	}
-	obs.Members, obs.Writing, obs.Active = len(rd.Members), writing, e.activeWriters(r, now)
+	obs.Members, obs.Writing = len(rd.Members), writing
 	out := r.loop.Step(obs)
 	rd.SignalMs, rd.TargetMs = out.SignalMs, out.TargetMs
 	rd.ControlMs, rd.DelayMs = out.ControlMs, out.DelayMs

@@ -316,7 +316,7 @@ func TestRulesSwitchOff(t *testing.T) {
 	// without a completed read is within IdleHold of the last one, which
 	// the idle hold covers.
 	for rule, name := range map[string]string{
-		"rebase": "lab-15", "winddown": "lab-15", "ceiling": "surge24",
+		"rebase": "lab-15", "ceiling": "surge24",
 		"first-climb": "lab-10", "retarget": "ssd-auto", "resume": "reload-gains",
 		"idle-hold": "slow-reader", "armed": "lab-15", "err-cap": "lab-10",
 		"floor": "lull", "rest": "lab-15", "first-climb-pid": "lab-10",
