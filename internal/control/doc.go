@@ -161,6 +161,7 @@
 //	rebase         on    off    off   step 4
 //	ceiling        on    off    off   step 6 (off: fixed at UMaxMs, saturation at it)
 //	first-climb    on    off    off   step 6, the faster raise
+//	far-raise      on    off    off   step 6, the faster raise far over
 //	retarget       on    off    off   step 7 and reloads: the set point moves
 //	resume         on    off    off   reloads: a rebuilt controller keeps the delay
 //

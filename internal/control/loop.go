@@ -80,6 +80,9 @@ type Rules struct {
 	// FirstClimb: the ceiling rises as fast as far over while the
 	// controller is in its first climb.
 	FirstClimb bool
+	// FarRaise: the ceiling rises after raiseAfterFar, not raiseAfter,
+	// with the signal farOver × the threshold or more.
+	FarRaise bool
 	// Retarget: the set point moves without a restart (measured headroom,
 	// a reload's new threshold).
 	Retarget bool
@@ -92,7 +95,7 @@ type Rules struct {
 // copy of a listing that has none of these inputs; none never delays.
 var LawRules = map[string]Rules{
 	"pid": {IdleHold: true, PendingHold: true, Armed: true, ErrCap: true, Floor: true, Rest: true, FirstClimbPID: true,
-		Rebase: true, Ceiling: true, FirstClimb: true, Retarget: true, Resume: true},
+		Rebase: true, Ceiling: true, FirstClimb: true, FarRaise: true, Retarget: true, Resume: true},
 	"thesis": everyLaw,
 	"none":   everyLaw,
 }
@@ -129,6 +132,7 @@ var ruleFields = map[string]func(*Rules) *bool{
 	"rebase":          func(r *Rules) *bool { return &r.Rebase },
 	"ceiling":         func(r *Rules) *bool { return &r.Ceiling },
 	"first-climb":     func(r *Rules) *bool { return &r.FirstClimb },
+	"far-raise":       func(r *Rules) *bool { return &r.FarRaise },
 	"retarget":        func(r *Rules) *bool { return &r.Retarget },
 	"resume":          func(r *Rules) *bool { return &r.Resume },
 }
