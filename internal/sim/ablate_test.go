@@ -15,7 +15,10 @@ import (
 //
 //	SANQOS_SIM_ABLATE=1 go test ./internal/sim -run TestAblation -v -timeout 1h
 //
-// (SANQOS_SIM_ABLATE=N: N seeds, 1…N; 1 means 5). Without it, one case
+// (SANQOS_SIM_ABLATE=N: N seeds, 1…N; 1 means 5;
+// SANQOS_SIM_ABLATE_ONLY=−a,+b runs only those variants beside the full
+// law; SANQOS_SIM_ABLATE_OFF=a,b adds one with those rules off
+// together). Without it, one case
 // under the full law and with armed pauses off checks that the harness
 // runs and that a switched rule reaches the runs.
 func TestAblation(t *testing.T) {
@@ -40,6 +43,11 @@ func TestAblation(t *testing.T) {
 			}
 		}
 		variants = keep
+	}
+	if off := os.Getenv("SANQOS_SIM_ABLATE_OFF"); off != "" {
+		// Rules off together, e.g. first-climb,far-raise: one variant more.
+		rules := strings.Split(off, ",")
+		variants = append(variants, AblationVariant{Name: "−" + strings.Join(rules, " −"), Off: rules})
 	}
 	if env == "" {
 		seeds = []int64{1}
