@@ -56,7 +56,7 @@ func (l *Loop) scaleCeiling(o Observation, out *Output) {
 		l.lowSince = now
 	}
 	after := raiseAfter
-	if l.rules.FarRaise && l.signalMs >= farOver*l.cfg.ThresholdMs || l.rules.FirstClimb && l.pid.Rising() {
+	if l.rules.FarRaise && l.signalMs >= farOver*l.cfg.ThresholdMs {
 		after = raiseAfterFar
 	}
 	switch {

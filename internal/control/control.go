@@ -185,7 +185,7 @@ type PID struct {
 	rising bool
 	// noRelease, noRest, noClimb: the floor's release, the rest's
 	// clearing of the history and the first climb are switched off
-	// (Rules.Floor, Rules.Rest, Rules.FirstClimbPID).
+	// (Rules.Floor, Rules.Rest, Rules.FirstClimb).
 	noRelease, noRest, noClimb bool
 }
 

@@ -102,8 +102,8 @@
 // the signal over the set point and members in the set, rises by
 // raiseFactor (1.5: by factors, so TCP's RTT estimate keeps ahead) after
 // raiseAfter (1 s), or raiseAfterFar (0.3 s) with the signal farOver (2)
-// × the threshold or more, or in the controller's first climb: a burst's
-// backlog drains only with more than the steady need, soon. It rises up
+// × the threshold or more: a burst's backlog drains only with more than
+// the steady need, soon. It rises up
 // to UMaxLimitMs (DefaultUMaxLimitMs = 200 ms: under Linux's 200 ms
 // minimum retransmission timeout plus the RTT the writers measure, and
 // far under the 30 s SCSI command timeout) and falls by the same factor
@@ -157,10 +157,9 @@
 //	err-cap        on    off    off   step 4
 //	floor          on    off    off   step 4, the release under it (the start from rest is the core)
 //	rest           on    off    off   step 4
-//	first-climb-pid on   off    off   step 4, the first climb
+//	first-climb    on    off    off   step 4
 //	rebase         on    off    off   step 4
 //	ceiling        on    off    off   step 6 (off: fixed at UMaxMs, saturation at it)
-//	first-climb    on    off    off   step 6, the faster raise
 //	far-raise      on    off    off   step 6, the faster raise far over
 //	retarget       on    off    off   step 7 and reloads: the set point moves
 //	resume         on    off    off   reloads: a rebuilt controller keeps the delay

@@ -69,17 +69,14 @@ type Rules struct {
 	// Rest: at 0 under the set point pid's error history is cleared
 	// (step 4).
 	Rest bool
-	// FirstClimbPID: in its first climb pid's Δε and D terms count only
+	// FirstClimb: in its first climb pid's Δε and D terms count only
 	// when they add (step 4).
-	FirstClimbPID bool
+	FirstClimb bool
 	// Rebase: a controller stepped again after a pause, or rebuilt at a
 	// reload, takes the signal as its error history (no Δε or D kick).
 	Rebase bool
 	// Ceiling: the output's clamp follows the writers' need.
 	Ceiling bool
-	// FirstClimb: the ceiling rises as fast as far over while the
-	// controller is in its first climb.
-	FirstClimb bool
 	// FarRaise: the ceiling rises after raiseAfterFar, not raiseAfter,
 	// with the signal farOver × the threshold or more.
 	FarRaise bool
@@ -94,8 +91,8 @@ type Rules struct {
 // LawRules is the table of the rules each law runs. thesis is a faithful
 // copy of a listing that has none of these inputs; none never delays.
 var LawRules = map[string]Rules{
-	"pid": {IdleHold: true, PendingHold: true, Armed: true, ErrCap: true, Floor: true, Rest: true, FirstClimbPID: true,
-		Rebase: true, Ceiling: true, FirstClimb: true, FarRaise: true, Retarget: true, Resume: true},
+	"pid": {IdleHold: true, PendingHold: true, Armed: true, ErrCap: true, Floor: true, Rest: true, FirstClimb: true,
+		Rebase: true, Ceiling: true, FarRaise: true, Retarget: true, Resume: true},
 	"thesis": everyLaw,
 	"none":   everyLaw,
 }
@@ -122,19 +119,18 @@ func RuleNames() []string {
 }
 
 var ruleFields = map[string]func(*Rules) *bool{
-	"idle-hold":       func(r *Rules) *bool { return &r.IdleHold },
-	"pending-hold":    func(r *Rules) *bool { return &r.PendingHold },
-	"armed":           func(r *Rules) *bool { return &r.Armed },
-	"err-cap":         func(r *Rules) *bool { return &r.ErrCap },
-	"floor":           func(r *Rules) *bool { return &r.Floor },
-	"rest":            func(r *Rules) *bool { return &r.Rest },
-	"first-climb-pid": func(r *Rules) *bool { return &r.FirstClimbPID },
-	"rebase":          func(r *Rules) *bool { return &r.Rebase },
-	"ceiling":         func(r *Rules) *bool { return &r.Ceiling },
-	"first-climb":     func(r *Rules) *bool { return &r.FirstClimb },
-	"far-raise":       func(r *Rules) *bool { return &r.FarRaise },
-	"retarget":        func(r *Rules) *bool { return &r.Retarget },
-	"resume":          func(r *Rules) *bool { return &r.Resume },
+	"idle-hold":    func(r *Rules) *bool { return &r.IdleHold },
+	"pending-hold": func(r *Rules) *bool { return &r.PendingHold },
+	"armed":        func(r *Rules) *bool { return &r.Armed },
+	"err-cap":      func(r *Rules) *bool { return &r.ErrCap },
+	"floor":        func(r *Rules) *bool { return &r.Floor },
+	"rest":         func(r *Rules) *bool { return &r.Rest },
+	"first-climb":  func(r *Rules) *bool { return &r.FirstClimb },
+	"rebase":       func(r *Rules) *bool { return &r.Rebase },
+	"ceiling":      func(r *Rules) *bool { return &r.Ceiling },
+	"far-raise":    func(r *Rules) *bool { return &r.FarRaise },
+	"retarget":     func(r *Rules) *bool { return &r.Retarget },
+	"resume":       func(r *Rules) *bool { return &r.Resume },
 }
 
 // CheckRules reports the first name in off that is not a rule.
@@ -265,7 +261,7 @@ func (l *Loop) build() error {
 	l.ctrl = c
 	l.pid, _ = c.(*PID)
 	if l.pid != nil {
-		l.pid.noRelease, l.pid.noRest, l.pid.noClimb = !l.rules.Floor, !l.rules.Rest, !l.rules.FirstClimbPID
+		l.pid.noRelease, l.pid.noRest, l.pid.noClimb = !l.rules.Floor, !l.rules.Rest, !l.rules.FirstClimb
 	}
 	return nil
 }

@@ -312,16 +312,14 @@ func TestRulesSwitchOff(t *testing.T) {
 	// Pauses longer than control.ArmHold, for the floor's release.
 	byName["lull"] = gateRun{name: "lull", controller: "pid", threshold: 15, seed: 1, duration: 180 * time.Second,
 		scenario: func() Scenario { sc := LabScenario(); sc.Pause = 45 * time.Second; return sc }}
-	// The run that exercises each rule. Not far-raise: in every gate
-	// run where the signal is far over, the controller is in its first
-	// climb, which raises the ceiling as fast. Not pending-hold: every tick of these runs
+	// The run that exercises each rule. Not pending-hold: every tick of these runs
 	// without a completed read is within IdleHold of the last one, which
 	// the idle hold covers.
 	for rule, name := range map[string]string{
 		"rebase": "lab-15", "ceiling": "surge24",
-		"first-climb": "lab-10", "retarget": "ssd-auto", "resume": "reload-gains",
+		"far-raise": "surge24", "retarget": "ssd-auto", "resume": "reload-gains",
 		"idle-hold": "slow-reader", "armed": "lab-15", "err-cap": "lab-10",
-		"floor": "lull", "rest": "lab-15", "first-climb-pid": "lab-10",
+		"floor": "lull", "rest": "lab-15", "first-climb": "lab-10",
 	} {
 		run, ok := byName[name]
 		if !ok {
