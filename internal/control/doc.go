@@ -162,7 +162,6 @@
 //	ceiling        on    off    off   step 6 (off: fixed at UMaxMs, saturation at it)
 //	far-raise      on    off    off   step 6, the faster raise far over
 //	retarget       on    off    off   step 7 and reloads: the set point moves
-//	resume         on    off    off   reloads: a rebuilt controller keeps the delay
 //
 // The holds, armed pauses and the saturation report run under every law.
 // "thesis" is a faithful copy of the buggy arithmetic of thesis Listing
@@ -178,8 +177,9 @@
 // the rules' timers, the learned headroom while its settings and the
 // statistic are the same, the controller while its law and gains are the
 // same (moved to a new set point without a kick, or rebuilt at rest where
-// it cannot move), a controller rebuilt for new gains from the delay in
-// force, the ceiling within the new bounds.
+// it cannot move), the ceiling within the new bounds. New gains or another
+// law rebuild the controller at rest: its first ticks let the writers
+// through for about a second (docs/ablation.md).
 //
 // # Asymmetries
 //

@@ -83,16 +83,13 @@ type Rules struct {
 	// Retarget: the set point moves without a restart (measured headroom,
 	// a reload's new threshold).
 	Retarget bool
-	// Resume: a controller rebuilt at a reload goes on from the delay in
-	// force.
-	Resume bool
 }
 
 // LawRules is the table of the rules each law runs. thesis is a faithful
 // copy of a listing that has none of these inputs; none never delays.
 var LawRules = map[string]Rules{
 	"pid": {IdleHold: true, PendingHold: true, Armed: true, ErrCap: true, Floor: true, Rest: true, FirstClimb: true,
-		Rebase: true, Ceiling: true, FarRaise: true, Retarget: true, Resume: true},
+		Rebase: true, Ceiling: true, FarRaise: true, Retarget: true},
 	"thesis": everyLaw,
 	"none":   everyLaw,
 }
@@ -130,7 +127,6 @@ var ruleFields = map[string]func(*Rules) *bool{
 	"ceiling":      func(r *Rules) *bool { return &r.Ceiling },
 	"far-raise":    func(r *Rules) *bool { return &r.FarRaise },
 	"retarget":     func(r *Rules) *bool { return &r.Retarget },
-	"resume":       func(r *Rules) *bool { return &r.Resume },
 }
 
 // CheckRules reports the first name in off that is not a rule.

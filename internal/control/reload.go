@@ -8,10 +8,9 @@ import "github.com/sanqos/sanqos/internal/smoothing"
 // changed), the armed and ceiling timers; the learned
 // headroom while the headroom settings and the statistic are the same;
 // the controller while its law and gains are the same, moved to the new
-// set point without a kick (Retarget), else rebuilt at rest; a controller
-// rebuilt for new gains or another law goes on from the delay in force
-// (Resume); either takes the signal as its error history against the
-// new set point (Rebase). The ceiling, within the new settings' bounds.
+// set point without a kick (Retarget), else rebuilt at rest; either
+// takes the signal as its error history against the new set point
+// (Rebase). The ceiling, within the new settings' bounds.
 // old must not be used afterwards.
 func (l *Loop) Adopt(old *Loop) {
 	if old == nil || old == l {
@@ -50,13 +49,9 @@ func (l *Loop) Adopt(old *Loop) {
 			l.frozen, out = false, 0
 		}
 	default:
-		// New gains or another law: a new controller that goes on from
-		// the delay in force.
+		// New gains or another law: a new controller, at rest.
 		l.build()
 		l.frozen = old.frozen
-		if l.rules.Resume {
-			out = old.controlMs
-		}
 		rebase = true
 	}
 	if l.rules.Rebase && rebase {
@@ -77,9 +72,6 @@ func (l *Loop) Adopt(old *Loop) {
 		l.pid.SetUMax(l.ceiling)
 	}
 	l.controlMs = min(out, l.ceiling)
-	if l.rules.Resume && l.ctrl != old.ctrl {
-		l.controlMs = l.pid.SetOutput(l.controlMs)
-	}
 }
 
 // sameGains reports whether a controller built with a runs as one built

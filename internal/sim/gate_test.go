@@ -317,7 +317,7 @@ func TestRulesSwitchOff(t *testing.T) {
 	// the idle hold covers.
 	for rule, name := range map[string]string{
 		"rebase": "lab-15", "ceiling": "surge24",
-		"far-raise": "surge24", "retarget": "ssd-auto", "resume": "reload-gains",
+		"far-raise": "surge24", "retarget": "ssd-auto",
 		"idle-hold": "slow-reader", "armed": "lab-15", "err-cap": "lab-10",
 		"floor": "lull", "rest": "lab-15", "first-climb": "lab-10",
 	} {
