@@ -47,9 +47,7 @@
 // 1. Signal. An EWMA of the raw value, α = 0.25 (the thesis's weight; its
 // lag is about 0.35 s). A tick with no value (no read completed, none
 // counted by its age) is held, signal and delay kept ("Held" in the
-// output), while reads are known in flight (seen for the first time: no
-// evidence yet either way) or for DefaultIdleHold (1 s) after the last
-// read: a reader of a few reads a second leaves most ticks empty, and the
+// output), for DefaultIdleHold (1 s) after the last read: a reader of a few reads a second leaves most ticks empty, and the
 // delay must be neither released between two reads nor kept on stale
 // news once the readers have gone. Otherwise the resource is idle and the
 // EWMA decays toward 0, as in the thesis.
@@ -152,7 +150,6 @@
 //
 //	rule          pid  thesis  none
 //	idle-hold      on    on     on    step 1, the hold for IdleHold after the last read
-//	pending-hold   on    on     on    step 1, the hold while reads are in flight
 //	armed          on    on     on    step 2
 //	err-cap        on    off    off   step 4
 //	floor          on    off    off   step 4, the release under it (the start from rest is the core)

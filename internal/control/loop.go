@@ -55,9 +55,6 @@ type Rules struct {
 	// IdleHold: a tick without reads within IdleHold of the last read
 	// keeps the signal and delay (step 1).
 	IdleHold bool
-	// PendingHold: a tick without reads while reads are known in flight
-	// keeps the signal and delay (step 1).
-	PendingHold bool
 	// Armed: the controller is not stepped while no member writes, or
 	// for ArmHold once the set is empty (step 2).
 	Armed bool
@@ -88,7 +85,7 @@ type Rules struct {
 // LawRules is the table of the rules each law runs. thesis is a faithful
 // copy of a listing that has none of these inputs; none never delays.
 var LawRules = map[string]Rules{
-	"pid": {IdleHold: true, PendingHold: true, Armed: true, ErrCap: true, Floor: true, Rest: true, FirstClimb: true,
+	"pid": {IdleHold: true, Armed: true, ErrCap: true, Floor: true, Rest: true, FirstClimb: true,
 		Rebase: true, Ceiling: true, FarRaise: true, Retarget: true},
 	"thesis": everyLaw,
 	"none":   everyLaw,
@@ -96,11 +93,11 @@ var LawRules = map[string]Rules{
 
 // everyLaw are the rules that do not reach into pid's state: the holds
 // of the signal and the armed pauses.
-var everyLaw = Rules{IdleHold: true, PendingHold: true, Armed: true}
+var everyLaw = Rules{IdleHold: true, Armed: true}
 
 // pidOnly is r without the rules every law runs (everyLaw).
 func (r Rules) pidOnly() Rules {
-	r.IdleHold, r.PendingHold, r.Armed = false, false, false
+	r.IdleHold, r.Armed = false, false
 	return r
 }
 
@@ -116,17 +113,16 @@ func RuleNames() []string {
 }
 
 var ruleFields = map[string]func(*Rules) *bool{
-	"idle-hold":    func(r *Rules) *bool { return &r.IdleHold },
-	"pending-hold": func(r *Rules) *bool { return &r.PendingHold },
-	"armed":        func(r *Rules) *bool { return &r.Armed },
-	"err-cap":      func(r *Rules) *bool { return &r.ErrCap },
-	"floor":        func(r *Rules) *bool { return &r.Floor },
-	"rest":         func(r *Rules) *bool { return &r.Rest },
-	"first-climb":  func(r *Rules) *bool { return &r.FirstClimb },
-	"rebase":       func(r *Rules) *bool { return &r.Rebase },
-	"ceiling":      func(r *Rules) *bool { return &r.Ceiling },
-	"far-raise":    func(r *Rules) *bool { return &r.FarRaise },
-	"retarget":     func(r *Rules) *bool { return &r.Retarget },
+	"idle-hold":   func(r *Rules) *bool { return &r.IdleHold },
+	"armed":       func(r *Rules) *bool { return &r.Armed },
+	"err-cap":     func(r *Rules) *bool { return &r.ErrCap },
+	"floor":       func(r *Rules) *bool { return &r.Floor },
+	"rest":        func(r *Rules) *bool { return &r.Rest },
+	"first-climb": func(r *Rules) *bool { return &r.FirstClimb },
+	"rebase":      func(r *Rules) *bool { return &r.Rebase },
+	"ceiling":     func(r *Rules) *bool { return &r.Ceiling },
+	"far-raise":   func(r *Rules) *bool { return &r.FarRaise },
+	"retarget":    func(r *Rules) *bool { return &r.Retarget },
 }
 
 // CheckRules reports the first name in off that is not a rule.
@@ -147,10 +143,9 @@ type Observation struct {
 	// (until then the loop leaves the signal alone).
 	Measured bool
 	// RawMs is the tick's read latency (the signal's statistic), valid
-	// when Reads; Pending that reads are known to be in flight.
-	RawMs   float64
-	Reads   bool
-	Pending bool
+	// when Reads.
+	RawMs float64
+	Reads bool
 	// Members is the size of the throttleable set; Writing that one of
 	// them completed writes in the tick or has I/O at its device.
 	Members int
@@ -305,8 +300,7 @@ func (l *Loop) measure(o Observation, out *Output) (news bool) {
 			l.signalMs = l.ewma.Update(o.RawMs)
 			l.lastSample = o.Now
 			news = true
-		case o.Pending && l.rules.PendingHold,
-			l.rules.IdleHold && !l.lastSample.IsZero() && o.Now.Sub(l.lastSample) < l.cfg.IdleHold:
+		case l.rules.IdleHold && !l.lastSample.IsZero() && o.Now.Sub(l.lastSample) < l.cfg.IdleHold:
 			out.Held = true
 		default:
 			l.signalMs = l.ewma.Decay()

@@ -441,7 +441,7 @@ func (e *Engine) observe(r *resource, now time.Time) (ResourceDecision, control.
 			measured = true
 		}
 	}
-	raw, ok, pending := e.measure(r, &rd)
+	raw, ok := e.measure(r, &rd)
 	if measured || r.started {
 		// A resource whose devices all vanished from the snapshot is
 		// treated as idle: after the idle hold its signal decays and the
@@ -452,7 +452,7 @@ func (e *Engine) observe(r *resource, now time.Time) (ResourceDecision, control.
 			rd.RawMs = raw
 		}
 	}
-	return rd, control.Observation{Now: now, Measured: r.started, RawMs: raw, Reads: ok, Pending: pending}
+	return rd, control.Observation{Now: now, Measured: r.started, RawMs: raw, Reads: ok}
 }
 
 // loopConfig is the configuration of a resource's loop.

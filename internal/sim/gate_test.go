@@ -312,9 +312,7 @@ func TestRulesSwitchOff(t *testing.T) {
 	// Pauses longer than control.ArmHold, for the floor's release.
 	byName["lull"] = gateRun{name: "lull", controller: "pid", threshold: 15, seed: 1, duration: 180 * time.Second,
 		scenario: func() Scenario { sc := LabScenario(); sc.Pause = 45 * time.Second; return sc }}
-	// The run that exercises each rule. Not pending-hold: every tick of these runs
-	// without a completed read is within IdleHold of the last one, which
-	// the idle hold covers.
+	// The run that exercises each rule.
 	for rule, name := range map[string]string{
 		"rebase": "lab-15", "ceiling": "surge24",
 		"far-raise": "surge24", "retarget": "ssd-auto",
