@@ -179,7 +179,7 @@ func Default() Config {
 	return Config{
 		Tick:       Duration{eng.Tick},
 		EWMAAlpha:  eng.Alpha,
-		Headroom:   Headroom{Auto: eng.AutoHeadroom, Value: eng.Headroom},
+		Headroom:   Headroom{Value: eng.Headroom},
 		Signal:     engine.SignalMean,
 		Probe:      "auto",
 		Threshold:  Duration{time.Duration(eng.ThresholdMs * float64(time.Millisecond))},

@@ -83,11 +83,7 @@ addr = "2001:db8::2"
 device = "dm-1"`, func(c Config) bool { return len(c.Static.Consumers) == 2 && c.Static.Consumers[1].Device == "dm-1" }},
 		{"manual", "policy = \"manual\"\n[manual]\nprotected = [\"192.0.2.9\"]\nthrottle = [\"192.0.2.5\", \"iqn.2026-11.x:y\"]", func(c Config) bool { return len(c.Manual.Throttle) == 2 }},
 		{"listen disabled", `listen = ""`, func(c Config) bool { return c.Listen == "" }},
-		{"headroom auto", `headroom = "auto"`, func(c Config) bool { return c.Headroom.Auto && c.EngineConfig().AutoHeadroom }},
-		{"headroom fixed", `headroom = 0.2`, func(c Config) bool {
-			e := c.EngineConfig()
-			return !c.Headroom.Auto && !e.AutoHeadroom && e.Headroom == 0.2
-		}},
+		{"headroom fixed", `headroom = 0.2`, func(c Config) bool { return c.EngineConfig().Headroom == 0.2 }},
 		{"headroom 0 as the thesis", `headroom = 0`, func(c Config) bool { return !c.Headroom.Auto && c.EngineConfig().Headroom == 0 }},
 		{"pid", "[pid]\nkp = 1.5\nti = \"2s\"\ntd = \"0s\"\nu_max = \"40ms\"", func(c Config) bool {
 			return c.PID == PID{Kp: 1.5, Ti: Duration{2 * time.Second}, UMax: Duration{40 * time.Millisecond}}
@@ -116,7 +112,8 @@ func TestLoadBad(t *testing.T) {
 	}{
 		{"negative kp", "[pid]\nkp = -1", []string{"pid.kp = -1: must be > 0"}},
 		{"zero alpha", "ewma_alpha = 0", []string{"ewma_alpha = 0", "> 0 and <= 1"}},
-		{"headroom too big", "headroom = 0.5", []string{"headroom = 0.5", `"auto"`}},
+		{"headroom too big", "headroom = 0.5", []string{"headroom = 0.5", "< 0.5"}},
+		{"headroom auto", `headroom = "auto"`, []string{"headroom", "no longer"}},
 		{"headroom word", `headroom = "some"`, []string{"headroom", `"some"`, `"auto"`}},
 		{"headroom nan", "headroom = nan", []string{"headroom", "finite"}},
 		{"alpha too big", "ewma_alpha = 1.5", []string{"ewma_alpha = 1.5"}},
@@ -294,7 +291,7 @@ func TestAckDelay(t *testing.T) {
 // TestEncodedConfigLoadsBack: the lab writes each run's configuration by
 // encoding a Config; what it writes must load back as it was.
 func TestEncodedConfigLoadsBack(t *testing.T) {
-	for _, h := range []Headroom{{Auto: true}, {Value: 0.2}, {}} {
+	for _, h := range []Headroom{{Value: 0.2}, {}} {
 		c := Default()
 		c.Headroom = h
 		var b strings.Builder

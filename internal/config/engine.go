@@ -23,10 +23,7 @@ func (c *Config) EngineConfig() engine.Config {
 	cfg.Alpha = c.EWMAAlpha
 	cfg.Controller = c.Controller
 	cfg.ThresholdMs = durMs(c.Threshold.Duration)
-	cfg.AutoHeadroom = c.Headroom.Auto
-	if !c.Headroom.Auto {
-		cfg.Headroom = c.Headroom.Value
-	}
+	cfg.Headroom = c.Headroom.Value
 	cfg.Signal = c.Signal
 	cfg.Control.Gains = c.PID.Gains()
 	cfg.Control.T = c.Tick.Duration

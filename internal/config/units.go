@@ -150,9 +150,10 @@ func (z Size) String() string {
 // MarshalText writes the size string.
 func (z Size) MarshalText() ([]byte, error) { return []byte(z.String()), nil }
 
-// Headroom is the fraction of the threshold the controller aims below it,
-// or "auto": start at the engine's default and follow each resource's
-// measured scatter (internal/control, step 7 "Headroom").
+// Headroom is the fraction of the threshold the controller aims below it
+// (internal/control, step 7 "Headroom"). "auto", a headroom measured per
+// resource, was removed (docs/ablation.md): it still parses, for
+// Validate to say so.
 type Headroom struct {
 	Auto  bool
 	Value float64 // the fixed fraction; unused when Auto

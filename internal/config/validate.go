@@ -61,8 +61,12 @@ func (c *Config) loopChecks() []func() error {
 		},
 		func() error { return durIn("threshold", c.Threshold, 100*time.Microsecond, 10*time.Second) },
 		func() error {
-			if !c.Headroom.Auto && !(c.Headroom.Value >= 0 && c.Headroom.Value < 0.5) {
-				return bad("headroom", c.Headroom.Value, "must be \"auto\", or a fraction >= 0 and < 0.5")
+			if c.Headroom.Auto {
+				// The measured headroom was removed (docs/ablation.md).
+				return bad("headroom", "auto", "is no longer offered: give a fraction >= 0 and < 0.5 (0.25 for NFS)")
+			}
+			if !(c.Headroom.Value >= 0 && c.Headroom.Value < 0.5) {
+				return bad("headroom", c.Headroom.Value, "must be a fraction >= 0 and < 0.5")
 			}
 			return nil
 		},

@@ -11,7 +11,7 @@ import (
 // (within pressShare of it) still raises the ceiling.
 func TestCeilingRisesUnderAWobblyRail(t *testing.T) {
 	l, err := NewLoop(LoopConfig{Law: "pid", Params: DefaultParams(), ThresholdMs: 15, Alpha: 0.25,
-		Signal: SignalMean, UMaxLimitMs: DefaultUMaxLimitMs})
+		UMaxLimitMs: DefaultUMaxLimitMs})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -113,24 +113,10 @@
 // promise is about single seconds, the controller holds the mean, and a
 // mean held at the threshold leaves half the seconds over it.
 // DefaultHeadroom (0.15) holds a second's p95 near the threshold for a
-// scatter of up to about 10 %. With AutoHeadroom, and only for the mean
-// signal (a tick's percentile of a few reads scatters by its own
-// sampling), the loop measures the scatter of held seconds around the set
-// point (each second in which the controller held a delay on writing
-// members, from settleAfter = 3 s after the set gained them, so onsets do
-// not count), over the last scatterWindow (120) seconds, once it has
-// scatterMin (20); with their median m and robust σ (the larger of 1.4826
-// × the median absolute deviation and the 90th percentile's distance /
-// 1.2816, for heavy upper tails) it aims where a second's p95 (z95 =
-// 1.645) is within p95Margin (1.05) and its p98 (z98 = 2.054) within
-// overMargin (1.15) of the threshold: the promise's 1.1 and 1.2 less what
-// the initiator sees beyond the target's disk. The headroom stays in
-// [headroomMin, headroomMax] = [0.15, 0.35] (it only ever adds margin),
-// moves by at most headroomStep (0.01) a second so the set point glides,
-// and a loop whose median second is more than holdTolerance (0.1) over
-// its set point is not holding it and gets the default. It is opt-in:
-// on by default, it once cost CI's end-to-end run the writers'
-// throughput-steadiness guarantee, and that is not yet understood.
+// scatter of up to about 10 %; where seconds scatter more (NFS: 0.25) it
+// is configured wider. A headroom measured per resource from the scatter
+// of its seconds ("auto") was removed: the ablation found no case it
+// improved (docs/ablation.md).
 //
 // After the loop the engine names the resource's returning writers:
 // consumers that were members within ArmHold, paused (no write within

@@ -28,12 +28,8 @@ type LoopConfig struct {
 	// Alpha weighs the signal's EWMA.
 	Alpha float64
 	// Headroom is the fraction of the threshold the set point lies below
-	// it; AutoHeadroom lets the measured scatter raise it (see doc.go).
-	Headroom     float64
-	AutoHeadroom bool
-	// Signal is the statistic the signal is (SignalMean, …): the measured
-	// headroom is only for the mean.
-	Signal string
+	// it (see doc.go).
+	Headroom float64
 	// UMaxLimitMs is the top of the ceiling (≤ Params.UMaxMs: fixed).
 	UMaxLimitMs float64
 	// IdleHold bridges ticks without reads (IdleHold in doc.go); 0 is
@@ -77,8 +73,8 @@ type Rules struct {
 	// FarRaise: the ceiling rises after raiseAfterFar, not raiseAfter,
 	// with the signal farOver × the threshold or more.
 	FarRaise bool
-	// Retarget: the set point moves without a restart (measured headroom,
-	// a reload's new threshold).
+	// Retarget: the set point moves without a restart at a reload's new
+	// threshold or headroom.
 	Retarget bool
 }
 
@@ -206,8 +202,6 @@ type Loop struct {
 	// satSince, lowSince: when the delay started to press on the ceiling,
 	// or to sit under half of it.
 	satSince, lowSince time.Time
-	headroom           float64
-	scatter            scatter
 }
 
 // NewLoop returns a loop at rest.
@@ -231,7 +225,7 @@ func NewLoop(cfg LoopConfig) (*Loop, error) {
 		// set point and error history).
 		return nil, fmt.Errorf("controller %s runs no switchable rule", cfg.Law)
 	}
-	l := &Loop{cfg: cfg, rules: rules, ewma: ewma, headroom: cfg.Headroom, ceiling: cfg.Params.UMaxMs}
+	l := &Loop{cfg: cfg, rules: rules, ewma: ewma, ceiling: cfg.Params.UMaxMs}
 	if err := l.build(); err != nil {
 		return nil, err
 	}
@@ -258,7 +252,7 @@ func (l *Loop) build() error {
 }
 
 // TargetMs is the set point: the threshold less the headroom.
-func (l *Loop) TargetMs() float64 { return l.cfg.ThresholdMs * (1 - l.headroom) }
+func (l *Loop) TargetMs() float64 { return l.cfg.ThresholdMs * (1 - l.cfg.Headroom) }
 
 // PID is the loop's pid controller (nil under another law), for tests.
 func (l *Loop) PID() *PID { return l.pid }
@@ -286,8 +280,6 @@ func (l *Loop) Step(o Observation) Output {
 	}
 	// 6. The ceiling follows the writers' need; saturation.
 	l.scaleCeiling(o, &out)
-	// 7. Headroom: the set point moves for the next tick.
-	l.adaptHeadroom(o, &out)
 	return out
 }
 

@@ -5,9 +5,7 @@ import "github.com/sanqos/sanqos/internal/smoothing"
 // Adopt takes over old's memory for l, a loop at rest built for new
 // settings, as a reload or a new threshold from discovery does (see
 // "Reloads" in doc.go): the signal (its EWMA re-weighted when Alpha
-// changed), the armed and ceiling timers; the learned
-// headroom while the headroom settings and the statistic are the same;
-// the controller while its law and gains are the same, moved to the new
+// changed), the armed and ceiling timers; the controller while its law and gains are the same, moved to the new
 // set point without a kick (Retarget), else rebuilt at rest; either
 // takes the signal as its error history against the new set point
 // (Rebase). The ceiling, within the new settings' bounds.
@@ -25,9 +23,6 @@ func (l *Loop) Adopt(old *Loop) {
 	// the nearest estimate there is.
 	l.lastSample, l.emptySince = old.lastSample, old.emptySince
 	l.satSince, l.lowSince = old.satSince, old.lowSince
-	if was.Headroom == now.Headroom && was.AutoHeadroom == now.AutoHeadroom && was.Signal == now.Signal {
-		l.headroom, l.scatter = old.headroom, old.scatter
-	}
 	target := l.TargetMs()
 
 	base := now.Params.UMaxMs

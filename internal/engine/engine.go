@@ -60,10 +60,8 @@ type Config struct {
 	// it: its set point is threshold·(1−Headroom). A threshold is a promise
 	// about every second, and a controller that holds the mean at the
 	// threshold leaves half of the seconds above it; 0 aims at the
-	// threshold itself, as the thesis did. AutoHeadroom: where each
-	// resource starts, its measured scatter moves it (see "7. Headroom" in package control).
-	Headroom     float64
-	AutoHeadroom bool
+	// threshold itself, as the thesis did.
+	Headroom float64
 	// JoinKBs and LeaveKBs are the read-over-write policy's write-rate
 	// thresholds (kB/s); LeaveKBs 0 means JoinKBs/2.
 	JoinKBs, LeaveKBs float64
@@ -102,18 +100,17 @@ type Config struct {
 // pid controller.
 func DefaultConfig() Config {
 	return Config{
-		Tick:         100 * time.Millisecond,
-		Alpha:        smoothing.ThesisAlpha,
-		WriteAlpha:   smoothing.ThesisAlpha,
-		Controller:   "pid",
-		ThresholdMs:  control.DefaultParams().TargetMs,
-		Control:      control.DefaultParams(),
-		Headroom:     DefaultHeadroom,
-		AutoHeadroom: false, // "auto" is opt-in: see "7. Headroom" in package control
-		JoinKBs:      policy.DefaultJoinKBs,
-		LeaveKBs:     policy.DefaultJoinKBs / 2,
-		Policy:       policy.ReadOverWrite,
-		Direction:    direction.Write,
+		Tick:        100 * time.Millisecond,
+		Alpha:       smoothing.ThesisAlpha,
+		WriteAlpha:  smoothing.ThesisAlpha,
+		Controller:  "pid",
+		ThresholdMs: control.DefaultParams().TargetMs,
+		Control:     control.DefaultParams(),
+		Headroom:    DefaultHeadroom,
+		JoinKBs:     policy.DefaultJoinKBs,
+		LeaveKBs:    policy.DefaultJoinKBs / 2,
+		Policy:      policy.ReadOverWrite,
+		Direction:   direction.Write,
 		// UMaxLimitMs: see DefaultUMaxLimitMs.
 		UMaxLimitMs: DefaultUMaxLimitMs,
 	}
@@ -456,11 +453,10 @@ func (e *Engine) observe(r *resource, now time.Time) (ResourceDecision, control.
 }
 
 // loopConfig is the configuration of a resource's loop.
-func (e *Engine) loopConfig(threshold float64, signal string) control.LoopConfig {
+func (e *Engine) loopConfig(threshold float64) control.LoopConfig {
 	return control.LoopConfig{
 		Law: e.cfg.Controller, Params: e.cfg.Control, ThresholdMs: threshold,
-		Alpha: e.cfg.Alpha, Headroom: e.cfg.Headroom, AutoHeadroom: e.cfg.AutoHeadroom,
-		Signal: signal, UMaxLimitMs: e.cfg.UMaxLimitMs, IdleHold: e.idleHold,
+		Alpha: e.cfg.Alpha, Headroom: e.cfg.Headroom, UMaxLimitMs: e.cfg.UMaxLimitMs, IdleHold: e.idleHold,
 		ByWrites: e.cfg.Policy == policy.ReadOverWrite, Off: e.cfg.RulesOff,
 	}
 }

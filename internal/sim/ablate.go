@@ -32,12 +32,10 @@ type AblationCase struct {
 	ReloadAt time.Duration
 }
 
-// AblationVariant is one law: the full law, one with rules off, or one
-// with the headroom "auto".
+// AblationVariant is one law: the full law or one with rules off.
 type AblationVariant struct {
-	Name         string
-	Off          []string
-	AutoHeadroom bool
+	Name string
+	Off  []string
 }
 
 // Metrics are what the ablation compares, over the seconds the writers
@@ -136,7 +134,7 @@ func ablationCellScenario(c Cell) (Scenario, error) {
 func RunAblation(c AblationCase, v AblationVariant, seed int64) (Metrics, error) {
 	cfg := DefaultConfig()
 	cfg.Scenario, cfg.ThresholdMs, cfg.Duration, cfg.Seed = c.Scenario, c.ThresholdMs, c.Duration, seed
-	cfg.RulesOff, cfg.AutoHeadroom, cfg.NoProbe = v.Off, v.AutoHeadroom, c.NoProbe
+	cfg.RulesOff, cfg.NoProbe = v.Off, c.NoProbe
 	var st Stepper
 	var err error
 	if c.Reload == nil {
@@ -237,12 +235,12 @@ func (s *reloadStepper) Step(now time.Time, snap []diskstats.Stat) Decision {
 	return s.engineStepper.Step(now, snap)
 }
 
-// AblationVariants are the full law, the law with each switchable rule
-// off (control.RuleNames), and the full law with the headroom "auto".
+// AblationVariants are the full law and the law with each switchable
+// rule off (control.RuleNames).
 func AblationVariants() []AblationVariant {
 	vs := []AblationVariant{{Name: "full law"}}
 	for _, r := range control.RuleNames() {
 		vs = append(vs, AblationVariant{Name: "−" + r, Off: []string{r}})
 	}
-	return append(vs, AblationVariant{Name: "+headroom-auto", AutoHeadroom: true})
+	return vs
 }

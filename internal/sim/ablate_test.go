@@ -16,7 +16,7 @@ import (
 //	SANQOS_SIM_ABLATE=1 go test ./internal/sim -run TestAblation -v -timeout 1h
 //
 // (SANQOS_SIM_ABLATE=N: N seeds, 1…N; 1 means 5;
-// SANQOS_SIM_ABLATE_ONLY=−a,+b runs only those variants beside the full
+// SANQOS_SIM_ABLATE_ONLY=−a,−b runs only those variants beside the full
 // law; SANQOS_SIM_ABLATE_OFF=a,b adds one with those rules off
 // together). Without it, one case
 // under the full law and with armed pauses off checks that the harness
@@ -35,7 +35,7 @@ func TestAblation(t *testing.T) {
 		}
 	}
 	if only := os.Getenv("SANQOS_SIM_ABLATE_ONLY"); only != "" {
-		// Variants by name, e.g. −onset,+headroom-auto: for a rerun.
+		// Variants by name, e.g. −armed,−rest: for a rerun.
 		keep := variants[:1]
 		for _, v := range variants[1:] {
 			if slices.Contains(strings.Split(only, ","), v.Name) {

@@ -78,7 +78,6 @@ func (cfg Config) EngineConfig() engine.Config {
 	ec.ThresholdMs = cfg.ThresholdMs
 	ec.Signal = cfg.Signal
 	ec.RulesOff = cfg.RulesOff
-	ec.AutoHeadroom = cfg.AutoHeadroom
 	if g := cfg.Gains; g.Kp > 0 {
 		td := g.Td
 		g = g.WithDefaults()

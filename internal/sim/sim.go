@@ -51,9 +51,6 @@ type Config struct {
 	// RulesOff switches rules of the law off by name (engine.Config's),
 	// for ablations.
 	RulesOff []string
-	// AutoHeadroom: the headroom "auto" (engine.Config's), off by
-	// default as in the daemon.
-	AutoHeadroom bool
 }
 
 // Gains are the PID tuning the run uses: control's one gains type.
