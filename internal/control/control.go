@@ -323,20 +323,8 @@ func (c *PID) Retarget(targetMs float64) {
 	c.e2 = ((1+c.e2)*old - targetMs) / targetMs
 }
 
-// Scale multiplies the output by f (> 0) within the clamp, for a
-// change of load the engine sees before the signal does (more writers
-// than the delay was learned with, step 3 in doc.go). The
-// velocity form carries on from the scaled output. At rest it stays at
-// rest: a delay of 0 says nothing about what the writers need.
-func (c *PID) Scale(f float64) float64 {
-	if c.u > 0 && f > 0 && !math.IsInf(f, 0) {
-		c.u = clamp(c.u*f, 0, c.p.UMaxMs)
-	}
-	return c.u
-}
-
 // SetOutput moves the output to u (clamped to [0, UMaxMs]) without a
-// step, as the engine's wind-down restores the delay that held a burst.
+// step: a controller that starts from a delay already held.
 func (c *PID) SetOutput(u float64) float64 {
 	if !math.IsNaN(u) {
 		c.u = clamp(u, 0, c.p.UMaxMs)
