@@ -2,7 +2,7 @@ package control
 
 import "time"
 
-// The ceiling (step 6 of the law, doc.go): the delay's clamp follows the
+// The ceiling (step 4 of the law, doc.go): the delay's clamp follows the
 // writers' need, since a per-packet delay cuts a writer's rate only as
 // far as its concurrency allows.
 const (

@@ -161,7 +161,7 @@ func clamp(x, lo, hi float64) float64 {
 // DefaultErrCap bounds the error pid acts on to 3 × the set point: a
 // latency many times over says "more delay" and nothing about how much
 // more, and uncapped, the P term of a falling spike undid the clamped
-// delay while the latency was still far over (step 4 in doc.go).
+// delay while the latency was still far over (step 3 in doc.go).
 const DefaultErrCap = 3
 
 // FloorShare is the smallest delay pid applies, as a share of its set
@@ -285,7 +285,7 @@ func (c *PID) Update(signalMs float64) float64 {
 func (c *PID) Rising() bool { return c.rising }
 
 // SetUMax moves the clamp of the output to umax (> 0), for a ceiling
-// that follows the writers (step 6 in doc.go). An
+// that follows the writers (step 4 in doc.go). An
 // output above the new clamp is brought down to it at once.
 func (c *PID) SetUMax(umax float64) {
 	if !(umax > 0) || math.IsInf(umax, 0) {

@@ -3,8 +3,9 @@
 // and returns the packet delay for the resource's writers and its
 // ceiling (an Output), running every rule below in this order
 // (Loop.Step). The loop is pure and deterministic: no clock, no I/O.
-// The evidence behind the rules is in docs/results.md; this comment says
-// what each rule does and why.
+// The evidence behind the rules is in docs/results.md, and what each rule
+// is worth, the law run with it off, in docs/ablation.md; this comment
+// says what each rule does and why.
 //
 // # What is measured
 //
@@ -47,10 +48,11 @@
 // 1. Signal. An EWMA of the raw value, α = 0.25 (the thesis's weight; its
 // lag is about 0.35 s). A tick with no value (no read completed, none
 // counted by its age) is held, signal and delay kept ("Held" in the
-// output), for DefaultIdleHold (1 s) after the last read: a reader of a few reads a second leaves most ticks empty, and the
-// delay must be neither released between two reads nor kept on stale
-// news once the readers have gone. Otherwise the resource is idle and the
-// EWMA decays toward 0, as in the thesis.
+// output), for DefaultIdleHold (1 s) after the last read: a reader of a
+// few reads a second leaves most ticks empty, and the delay must be
+// neither released between two reads nor kept on stale news once the
+// readers have gone. Otherwise the resource is idle and the EWMA decays
+// toward 0, as in the thesis.
 //
 // 2. Armed through pauses. While the set is empty, or (writers found by
 // their writes: the read-over-write policy) none of its members writes,
@@ -61,7 +63,7 @@
 // ramp from 0 that lets their first second through. Past ArmHold the
 // controller runs again and, the resource being healthy, winds down.
 //
-// 4. The controller (pid), stepped when the signal had news and the loop
+// 3. The controller (pid), stepped when the signal had news and the loop
 // is not armed. A single-sided PID in velocity form on the logarithm of
 // the delay, driven by the error relative to the set point r:
 //
@@ -76,9 +78,10 @@
 // The clamp is the whole anti-windup: the velocity form has no integral
 // to pile up, and the delay falls on the first tick under the set point.
 //
-//   - Error cap (ErrCap, DefaultErrCap = 3): a latency many times over the set point
-//     says "more delay", not how much; uncapped, the P term of a falling
-//     spike undid the whole delay while the latency was still far over.
+//   - Error cap (ErrCap, DefaultErrCap = 3): a latency many times over
+//     the set point says "more delay", not how much; uncapped, the P
+//     term of a falling spike undid the whole delay while the latency
+//     was still far over.
 //   - Floor (FloorShare = 0.05 of r): a law acting by factors needs a
 //     starting point above 0, under what any writers need; a delay
 //     falling under it is released to 0.
@@ -92,7 +95,7 @@
 //   - Rebase: a controller stepped again after a pause takes the signal
 //     as its error history, so the pause's change of error is no kick.
 //
-// 6. The ceiling. A per-packet delay cuts a writer's rate only as far as
+// 4. The ceiling. A per-packet delay cuts a writer's rate only as far as
 // its concurrency allows, so many threads or deep queues need more than
 // the thesis's 20 ms. The ceiling starts at UMaxMs (20 ms) and, while the
 // delay presses on it (within pressShare = 0.85 of it: the P and D terms
@@ -101,15 +104,15 @@
 // raiseFactor (1.5: by factors, so TCP's RTT estimate keeps ahead) after
 // raiseAfter (1 s), or raiseAfterFar (0.3 s) with the signal farOver (2)
 // × the threshold or more: a burst's backlog drains only with more than
-// the steady need, soon. It rises up
-// to UMaxLimitMs (DefaultUMaxLimitMs = 200 ms: under Linux's 200 ms
-// minimum retransmission timeout plus the RTT the writers measure, and
-// far under the 30 s SCSI command timeout) and falls by the same factor
+// the steady need, soon. It rises up to UMaxLimitMs (DefaultUMaxLimitMs
+// = 200 ms: under Linux's 200 ms minimum retransmission timeout plus the
+// RTT the writers measure, and far under the 30 s SCSI command timeout)
+// and falls by the same factor
 // after lowerAfter (10 s) with the delay under half of it. Saturated: the
 // delay has pressed on the ceiling at its limit for raiseAfter with the
 // signal still over: packet delay alone is not holding these writers.
 //
-// 7. Headroom. The set point is the threshold less a headroom: the
+// 5. Headroom. The set point is the threshold less a headroom: the
 // promise is about single seconds, the controller holds the mean, and a
 // mean held at the threshold leaves half the seconds over it.
 // DefaultHeadroom (0.15) holds a second's p95 near the threshold for a
@@ -122,11 +125,10 @@
 // consumers that were members within ArmHold, paused (no write within
 // ActiveWindow, 1 s: a writer held at a long delay completes no write in
 // some ticks, and must not be counted out and back in) and are not
-// members now. The data path holds them at the
-// loop's output from their first write, since a writer is found by its
-// writes a tick after they have reached the disk; a named writer stays
-// named while it rejoins, for up to ActiveWindow. Nobody is delayed for
-// being named.
+// members now. The data path holds them at the loop's output from their
+// first write, since a writer is found by its writes a tick after they
+// have reached the disk; a named writer stays named while it rejoins, for
+// up to ActiveWindow. Nobody is delayed for being named.
 //
 // # Laws and their rules
 //
@@ -135,18 +137,18 @@
 // runs:
 //
 //	rule          pid  thesis  none
-//	idle-hold      on    on     on    step 1, the hold for IdleHold after the last read
+//	idle-hold      on    on     on    step 1
 //	armed          on    on     on    step 2
-//	err-cap        on    off    off   step 4
-//	floor          on    off    off   step 4, the release under it (the start from rest is the core)
-//	rest           on    off    off   step 4
-//	first-climb    on    off    off   step 4
-//	rebase         on    off    off   step 4
-//	ceiling        on    off    off   step 6 (off: fixed at UMaxMs, saturation at it)
-//	far-raise      on    off    off   step 6, the faster raise far over
-//	retarget       on    off    off   step 7 and reloads: the set point moves
+//	err-cap        on    off    off   step 3
+//	floor          on    off    off   step 3, the release under it (the start from rest is the core)
+//	rest           on    off    off   step 3
+//	first-climb    on    off    off   step 3
+//	rebase         on    off    off   step 3
+//	ceiling        on    off    off   step 4 (off: fixed at UMaxMs, saturation at it)
+//	far-raise      on    off    off   step 4, the faster raise far over
+//	retarget       on    off    off   reloads: a new threshold or headroom moves the set point
 //
-// The holds, armed pauses and the saturation report run under every law.
+// The idle hold, armed pauses and the saturation report run under every law.
 // "thesis" is a faithful copy of the buggy arithmetic of thesis Listing
 // A.2 (see Thesis), kept to compare with pid on the same run: it has none
 // of the other inputs. "none" never delays: the baseline. LoopConfig.Off
@@ -156,11 +158,10 @@
 //
 // A reload builds a new loop from the new settings and Loop.Adopt gives
 // it the running one's memory, so that a reload changes what the new
-// settings change and nothing else: the signal (re-weighted for a new α),
-// the rules' timers, the learned headroom while its settings and the
-// statistic are the same, the controller while its law and gains are the
-// same (moved to a new set point without a kick, or rebuilt at rest where
-// it cannot move), the ceiling within the new bounds. New gains or another
+// settings change and little else: the signal (re-weighted for a new α),
+// the rules' timers, the controller while its law and gains are the same
+// (moved to a new set point without a kick, or rebuilt at rest where it
+// cannot move), the ceiling within the new bounds. New gains or another
 // law rebuild the controller at rest: its first ticks let the writers
 // through for about a second (docs/ablation.md).
 //
@@ -191,7 +192,7 @@
 //	T = 100 ms         the tick; it scales Ti and Td.
 //	UMaxMs = 20        where the ceiling starts: the top of the thesis's
 //	                   range (§4.4, §5.7).
-//	ErrCap = 3         see step 4.
+//	ErrCap = 3         see step 3.
 //
 // Change them through Params (the config's [pid] section), never here
 // alone; the simulator's gate (internal/sim, TestGateLawUnchanged) says

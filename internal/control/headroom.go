@@ -1,6 +1,6 @@
 package control
 
-// Headroom (step 7 of the law, doc.go): the set point lies a headroom
+// Headroom (step 5 of the law, doc.go): the set point lies a headroom
 // below the threshold, since the promise is about single seconds and the
 // controller holds their mean.
 

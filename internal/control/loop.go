@@ -44,7 +44,7 @@ type LoopConfig struct {
 	Off []string
 }
 
-// Rules says which of the law's rules a loop runs. The holds and armed
+// Rules says which of the law's rules a loop runs. The idle hold and armed
 // pauses run under every law; the others act on pid's state. The
 // saturation report, a report that changes no decision, has no switch.
 type Rules struct {
@@ -54,16 +54,16 @@ type Rules struct {
 	// Armed: the controller is not stepped while no member writes, or
 	// for ArmHold once the set is empty (step 2).
 	Armed bool
-	// ErrCap: pid's relative error is capped at Params.ErrCap (step 4).
+	// ErrCap: pid's relative error is capped at Params.ErrCap (step 3).
 	ErrCap bool
-	// Floor: a delay falling under the floor is released to 0 (step 4;
+	// Floor: a delay falling under the floor is released to 0 (step 3;
 	// the floor as the starting point from rest is pid's core).
 	Floor bool
 	// Rest: at 0 under the set point pid's error history is cleared
-	// (step 4).
+	// (step 3).
 	Rest bool
 	// FirstClimb: in its first climb pid's Δε and D terms count only
-	// when they add (step 4).
+	// when they add (step 3).
 	FirstClimb bool
 	// Rebase: a controller stepped again after a pause, or rebuilt at a
 	// reload, takes the signal as its error history (no Δε or D kick).
@@ -87,7 +87,7 @@ var LawRules = map[string]Rules{
 	"none":   everyLaw,
 }
 
-// everyLaw are the rules that do not reach into pid's state: the holds
+// everyLaw are the rules that do not reach into pid's state: the idle hold
 // of the signal and the armed pauses.
 var everyLaw = Rules{IdleHold: true, Armed: true}
 
@@ -265,7 +265,7 @@ func (l *Loop) Step(o Observation) Output {
 	// 2. Armed through pauses: the controller is not stepped.
 	out.Armed = l.armed(o)
 	running := news && !out.Armed
-	// 4. The controller (pid: error cap, floor, rest, first climb),
+	// 3. The controller (pid: error cap, floor, rest, first climb),
 	// rebased after a pause.
 	if running {
 		if l.rules.Rebase && l.frozen {
@@ -278,7 +278,7 @@ func (l *Loop) Step(o Observation) Output {
 	if o.Members > 0 {
 		out.DelayMs = l.controlMs // the delay in force
 	}
-	// 6. The ceiling follows the writers' need; saturation.
+	// 4. The ceiling follows the writers' need; saturation.
 	l.scaleCeiling(o, &out)
 	return out
 }

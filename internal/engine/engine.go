@@ -73,7 +73,7 @@ type Config struct {
 	Direction Direction
 	// UMaxLimitMs is how far the delay ceiling may rise above
 	// Control.UMaxMs when the writers need more delay than that (see
-	// "6. The ceiling" in package control); 0, or a value ≤ Control.UMaxMs, keeps the
+	// "4. The ceiling" in package control); 0, or a value ≤ Control.UMaxMs, keeps the
 	// ceiling at Control.UMaxMs.
 	UMaxLimitMs float64
 	// InFlight, when set, says how many reads a device has in flight. It
@@ -143,7 +143,7 @@ type ResourceDecision struct {
 	// set has members, else 0 (nobody is held).
 	DelayMs float64
 	// UMaxMs is the largest delay the controller may set now (the
-	// ceiling, which follows the writers; see "6. The ceiling" in package control), UMaxLimitMs
+	// ceiling, which follows the writers; see "4. The ceiling" in package control), UMaxLimitMs
 	// the highest it may go.
 	UMaxMs, UMaxLimitMs float64
 	// Saturated: the delay has sat at the ceiling's limit with the read
