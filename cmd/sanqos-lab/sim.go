@@ -197,7 +197,7 @@ func writeFileWith(path string, write func(io.Writer) error) error {
 	return nil
 }
 
-// rulesFlag is --rules: "-onset,-winddown" switches those rules off.
+// rulesFlag is --rules: "-armed,-rest" switches those rules off.
 // Only switching off is offered: which rules a law runs is its table's
 // (control.LawRules).
 type rulesFlag []string

@@ -33,10 +33,7 @@ func engineConfig(c config.Config) (engine.Config, error) {
 	cfg.Alpha = c.EWMAAlpha
 	cfg.Controller = c.Controller
 	cfg.ThresholdMs = durMs(c.Threshold.Duration)
-	cfg.AutoHeadroom = c.Headroom.Auto
-	if !c.Headroom.Auto {
-		cfg.Headroom = c.Headroom.Value
-	}
+	cfg.Headroom = c.Headroom.Value
 	cfg.Signal = c.Signal
 	cfg.Control.Gains = gains(c.PID)
 	cfg.Control.T = c.Tick.Duration
@@ -234,7 +231,7 @@ func keyOf(c config.Config, f *fielderr.Error) (key, bool) {
 		"control.Params.T":              {"tick", c.Tick, ""},
 		"engine.Config.Alpha":           {"ewma_alpha", c.EWMAAlpha, ""},
 		"engine.Config.ThresholdMs":     {"threshold", c.Threshold, ""},
-		"engine.Config.Headroom":        {"headroom", c.Headroom, `, or "auto" (from each resource's measured scatter)`},
+		"engine.Config.Headroom":        {"headroom", c.Headroom, ""},
 		"engine.Config.UMaxLimitMs":     {"pid.u_max_limit", c.PID.UMaxLimit, ""},
 		"direction.Direction":           {"direction", q(c.Direction), ""},
 		"engine.Config.Signal":          {"signal", q(c.Signal), ""},

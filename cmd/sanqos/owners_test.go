@@ -42,7 +42,7 @@ func TestOwnersRefuseInKeys(t *testing.T) {
 		{"alpha too big", "ewma_alpha = 1.5", nil, []string{"ewma_alpha = 1.5"}},
 		{"Inf alpha", "ewma_alpha = inf", nil, []string{"ewma_alpha = +Inf"}},
 		{"threshold too small", `threshold = "50µs"`, nil, []string{"threshold = 50µs", "between 100µs and 10s"}},
-		{"headroom too big", "headroom = 0.5", nil, []string{"headroom = 0.5", "< 0.5", `"auto"`}},
+		{"headroom too big", "headroom = 0.5", nil, []string{"headroom = 0.5", "< 0.5"}},
 		{"NaN headroom", "headroom = nan", nil, []string{"headroom = NaN"}},
 		{"signal", `signal = "p50"`, nil, []string{`signal = "p50"`, `"mean", "p95", "p99"`}},
 		{"direction", `direction = "up"`, nil, []string{`direction = "up"`, `"write", "read", "both"`}},
@@ -116,7 +116,6 @@ func TestOwnersRefuseInKeys(t *testing.T) {
 func TestOwnersTakeWhatTheyAccept(t *testing.T) {
 	for _, tt := range []struct{ name, text string }{
 		{"defaults", ""},
-		{"headroom auto", `headroom = "auto"`},
 		{"headroom 0 as the thesis", "headroom = 0"},
 		{"pid", "[pid]\nkp = 1.5\nti = \"2s\"\ntd = \"0s\"\nu_max = \"40ms\"\nu_max_limit = \"40ms\""},
 		{"u_max over the default limit", "[pid]\nu_max = \"300ms\""},
@@ -161,7 +160,7 @@ func TestConfigDefaultsAreTheOwners(t *testing.T) {
 		{"tick", got.Tick, want.Tick},
 		{"ewma_alpha", got.Alpha, want.Alpha},
 		{"threshold", got.ThresholdMs, want.ThresholdMs},
-		{"headroom", [2]any{got.Headroom, got.AutoHeadroom}, [2]any{want.Headroom, want.AutoHeadroom}},
+		{"headroom", got.Headroom, want.Headroom},
 		{"signal", got.Signal, want.Signal},
 		{"controller", got.Controller, want.Controller},
 		{"pid", got.Control.Gains, control.DefaultGains()},

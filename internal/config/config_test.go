@@ -81,7 +81,6 @@ addr = "2001:db8::2"
 device = "dm-1"`, func(c Config) bool { return len(c.Static.Consumers) == 2 && c.Static.Consumers[1].Device == "dm-1" }},
 		{"manual", "policy = \"manual\"\n[manual]\nprotected = [\"192.0.2.9\"]\nthrottle = [\"192.0.2.5\", \"iqn.2026-11.x:y\"]", func(c Config) bool { return len(c.Manual.Throttle) == 2 }},
 		{"listen disabled", `listen = ""`, func(c Config) bool { return c.Listen == "" }},
-		{"headroom auto", `headroom = "auto"`, func(c Config) bool { return c.Headroom.Auto }},
 		{"headroom fixed", `headroom = 0.2`, func(c Config) bool { return c.Headroom == Headroom{Value: 0.2} }},
 		{"headroom 0 as the thesis", `headroom = 0`, func(c Config) bool { return c.Headroom == Headroom{} }},
 		// A value's bounds are its owner's (cmd/sanqos checks them); the
@@ -110,7 +109,8 @@ func TestLoadBad(t *testing.T) {
 		name, text string
 		want       []string // all must appear in the error
 	}{
-		{"headroom word", `headroom = "some"`, []string{"headroom", `"some"`, `"auto"`}},
+		{"headroom word", `headroom = "some"`, []string{"headroom", `"some"`, "fraction"}},
+		{"headroom auto", `headroom = "auto"`, []string{"headroom", "no longer"}},
 		{"tick not a duration", `tick = "fast"`, []string{"tick", `"fast"`, "duration"}},
 		{"tick bare number", `tick = 100`, []string{"tick", "unit"}},
 		{"unknown key", `tikc = "100ms"`, []string{"unknown key tikc"}},
@@ -265,7 +265,7 @@ func TestAckDelay(t *testing.T) {
 // TestEncodedConfigLoadsBack: the lab writes each run's configuration by
 // encoding a Config; what it writes must load back as it was.
 func TestEncodedConfigLoadsBack(t *testing.T) {
-	for _, h := range []Headroom{{Auto: true}, {Value: 0.2}, {}} {
+	for _, h := range []Headroom{{Value: 0.2}, {}} {
 		c := Default()
 		c.Headroom = h
 		var b strings.Builder

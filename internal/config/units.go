@@ -150,9 +150,10 @@ func (z Size) String() string {
 // MarshalText writes the size string.
 func (z Size) MarshalText() ([]byte, error) { return []byte(z.String()), nil }
 
-// Headroom is the fraction of the threshold the controller aims below it,
-// or "auto": start at the engine's default and follow each resource's
-// measured scatter (internal/control, step 7 "Headroom").
+// Headroom is the fraction of the threshold the controller aims below it
+// (internal/control, step 5 "Headroom"). "auto", a headroom measured per
+// resource, was removed (docs/ablation.md): it still parses, for
+// Validate to say so.
 type Headroom struct {
 	Auto  bool
 	Value float64 // the fixed fraction; unused when Auto
@@ -168,7 +169,7 @@ func (h *Headroom) UnmarshalTOML(v any) error {
 	case int64:
 		*h = Headroom{Value: float64(x)}
 	default:
-		return fmt.Errorf("%v: must be \"auto\" or a fraction like 0.15", v)
+		return fmt.Errorf("%v: must be a fraction like 0.15", v)
 	}
 	return nil
 }
@@ -182,7 +183,7 @@ func (h *Headroom) UnmarshalText(b []byte) error {
 	}
 	v, err := strconv.ParseFloat(s, 64)
 	if err != nil {
-		return fmt.Errorf("%q: must be \"auto\" or a fraction like 0.15", s)
+		return fmt.Errorf("%q: must be a fraction like 0.15", s)
 	}
 	*h = Headroom{Value: v}
 	return nil

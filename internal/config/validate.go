@@ -34,6 +34,13 @@ func (c *Config) checks() []func() error {
 	return []func() error{
 		func() error { return oneOf("probe", c.Probe, "auto", "off") },
 		func() error {
+			if c.Headroom.Auto {
+				// The measured headroom was removed (docs/ablation.md).
+				return bad("headroom", "auto", "is no longer offered: give a fraction >= 0 and < 0.5 (0.25 for NFS)")
+			}
+			return nil
+		},
+		func() error {
 			if len(c.Ports) == 0 {
 				return bad("ports", "[]", "must list at least one TCP port, like [3260]")
 			}

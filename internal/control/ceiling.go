@@ -2,7 +2,7 @@ package control
 
 import "time"
 
-// The ceiling (step 6 of the law, doc.go): the delay's clamp follows the
+// The ceiling (step 4 of the law, doc.go): the delay's clamp follows the
 // writers' need, since a per-packet delay cuts a writer's rate only as
 // far as its concurrency allows.
 const (
@@ -56,7 +56,7 @@ func (l *Loop) scaleCeiling(o Observation, out *Output) {
 		l.lowSince = now
 	}
 	after := raiseAfter
-	if l.signalMs >= farOver*l.cfg.ThresholdMs || l.rules.FirstClimb && l.pid.Rising() {
+	if l.rules.FarRaise && l.signalMs >= farOver*l.cfg.ThresholdMs {
 		after = raiseAfterFar
 	}
 	switch {

@@ -187,7 +187,7 @@ func clamp(x, lo, hi float64) float64 {
 // DefaultErrCap bounds the error pid acts on to 3 × the set point: a
 // latency many times over says "more delay" and nothing about how much
 // more, and uncapped, the P term of a falling spike undid the clamped
-// delay while the latency was still far over (step 4 in doc.go).
+// delay while the latency was still far over (step 3 in doc.go).
 const DefaultErrCap = 3
 
 // FloorShare is the smallest delay pid applies, as a share of its set
@@ -209,6 +209,10 @@ type PID struct {
 	// rising: the output left rest and the signal has not yet come down
 	// to the set point since (see Update, "The first climb").
 	rising bool
+	// noRelease, noRest, noClimb: the floor's release, the rest's
+	// clearing of the history and the first climb are switched off
+	// (Rules.Floor, Rules.Rest, Rules.FirstClimb).
+	noRelease, noRest, noClimb bool
 }
 
 // NewPID returns a pid controller at rest. p must be valid (see New).
@@ -274,7 +278,7 @@ func (c *PID) Update(signalMs float64) float64 {
 		c.rising = false
 	}
 	de, dde := e-c.e1, e-2*c.e1+c.e2
-	if c.rising {
+	if c.rising && !c.noClimb {
 		de, dde = max(de, 0), max(dde, 0) // the first climb (see above)
 	}
 	dv := c.p.Kp * (de + c.ti*e + c.td*dde)
@@ -287,12 +291,12 @@ func (c *PID) Update(signalMs float64) float64 {
 			c.rising = e > 0
 		}
 		u := math.Max(c.u, floor) * math.Exp(dv)
-		if u < floor {
+		if u < floor && !c.noRelease {
 			u = 0 // fell through the floor: release
 		}
 		c.u = clamp(u, 0, c.p.UMaxMs)
 	}
-	if c.u == 0 && e < 0 {
+	if c.u == 0 && e < 0 && !c.noRest {
 		// Back at rest: forget the history, as Reset does.
 		c.e1, c.e2 = 0, 0
 		return 0
@@ -307,7 +311,7 @@ func (c *PID) Update(signalMs float64) float64 {
 func (c *PID) Rising() bool { return c.rising }
 
 // SetUMax moves the clamp of the output to umax (> 0), for a ceiling
-// that follows the writers (step 6 in doc.go). An
+// that follows the writers (step 4 in doc.go). An
 // output above the new clamp is brought down to it at once.
 func (c *PID) SetUMax(umax float64) {
 	if !(umax > 0) || math.IsInf(umax, 0) {
@@ -345,20 +349,8 @@ func (c *PID) Retarget(targetMs float64) {
 	c.e2 = ((1+c.e2)*old - targetMs) / targetMs
 }
 
-// Scale multiplies the output by f (> 0) within the clamp, for a
-// change of load the engine sees before the signal does (more writers
-// than the delay was learned with, step 3 in doc.go). The
-// velocity form carries on from the scaled output. At rest it stays at
-// rest: a delay of 0 says nothing about what the writers need.
-func (c *PID) Scale(f float64) float64 {
-	if c.u > 0 && f > 0 && !math.IsInf(f, 0) {
-		c.u = clamp(c.u*f, 0, c.p.UMaxMs)
-	}
-	return c.u
-}
-
 // SetOutput moves the output to u (clamped to [0, UMaxMs]) without a
-// step, as the engine's wind-down restores the delay that held a burst.
+// step: a controller that starts from a delay already held.
 func (c *PID) SetOutput(u float64) float64 {
 	if !math.IsNaN(u) {
 		c.u = clamp(u, 0, c.p.UMaxMs)

@@ -3,8 +3,9 @@
 // and returns the packet delay for the resource's writers and its
 // ceiling (an Output), running every rule below in this order
 // (Loop.Step). The loop is pure and deterministic: no clock, no I/O.
-// The evidence behind the rules is in docs/results.md; this comment says
-// what each rule does and why.
+// The evidence behind the rules is in docs/results.md, and what each rule
+// is worth, the law run with it off, in docs/ablation.md; this comment
+// says what each rule does and why.
 //
 // # What is measured
 //
@@ -40,22 +41,19 @@
 //
 // The engine also tells the loop the size of the throttleable set
 // (members: consumers whose write-rate EWMA is over the join threshold,
-// package policy), whether a member wrote in the tick (writes completed
-// or I/O at its device), and how many distinct members wrote within
-// ActiveWindow (1 s: a writer held at a long delay completes no write in
-// some ticks, and must not be counted out and back in).
+// package policy) and whether a member wrote in the tick (writes
+// completed or I/O at its device).
 //
 // # The law, step by step
 //
 // 1. Signal. An EWMA of the raw value, α = 0.25 (the thesis's weight; its
 // lag is about 0.35 s). A tick with no value (no read completed, none
 // counted by its age) is held, signal and delay kept ("Held" in the
-// output), while reads are known in flight (seen for the first time: no
-// evidence yet either way) or for DefaultIdleHold (1 s) after the last
-// read: a reader of a few reads a second leaves most ticks empty, and the
-// delay must be neither released between two reads nor kept on stale
-// news once the readers have gone. Otherwise the resource is idle and the
-// EWMA decays toward 0, as in the thesis.
+// output), for DefaultIdleHold (1 s) after the last read: a reader of a
+// few reads a second leaves most ticks empty, and the delay must be
+// neither released between two reads nor kept on stale news once the
+// readers have gone. Otherwise the resource is idle and the EWMA decays
+// toward 0, as in the thesis.
 //
 // 2. Armed through pauses. While the set is empty, or (writers found by
 // their writes: the read-over-write policy) none of its members writes,
@@ -66,18 +64,7 @@
 // ramp from 0 that lets their first second through. Past ArmHold the
 // controller runs again and, the resource being healthy, winds down.
 //
-// 3. Onsets. A per-packet delay slows each writer by about one delay per
-// I/O, so the delay a resource needs grows with the writers it holds
-// (Little's law), and the signal learns of a newcomer only after its
-// first I/Os have queued. When more members have written within
-// ActiveWindow than the output was learned with, the output is scaled by
-// the ratio at once; the controller corrects from there. The count the
-// output stands for rises at once and falls only after the lower count
-// has held for learnAfter (2 s, about two integral times) with the
-// controller running, so writers that stop and come back together meet
-// the delay they left, not a multiple of it.
-//
-// 4. The controller (pid), stepped when the signal had news and the loop
+// 3. The controller (pid), stepped when the signal had news and the loop
 // is not armed. A single-sided PID in velocity form on the logarithm of
 // the delay, driven by the error relative to the set point r:
 //
@@ -92,9 +79,10 @@
 // The clamp is the whole anti-windup: the velocity form has no integral
 // to pile up, and the delay falls on the first tick under the set point.
 //
-//   - Error cap (ErrCap, DefaultErrCap = 3): a latency many times over the set point
-//     says "more delay", not how much; uncapped, the P term of a falling
-//     spike undid the whole delay while the latency was still far over.
+//   - Error cap (ErrCap, DefaultErrCap = 3): a latency many times over
+//     the set point says "more delay", not how much; uncapped, the P
+//     term of a falling spike undid the whole delay while the latency
+//     was still far over.
 //   - Floor (FloorShare = 0.05 of r): a law acting by factors needs a
 //     starting point above 0, under what any writers need; a delay
 //     falling under it is released to 0.
@@ -108,16 +96,7 @@
 //   - Rebase: a controller stepped again after a pause takes the signal
 //     as its error history, so the pause's change of error is no kick.
 //
-// 5. Wind-down. A burst's threads stop one after another and the
-// controller follows the falling latency down, so a pause would keep the
-// delay learned for its last few threads, and the next burst would start
-// with all of them at it. So the loop keeps the highest output of its
-// running ticks with members over the last burstMemory (4 s: later than
-// a long burst's onset, whose delay may have been many times the steady
-// one), and once no member has written for ActiveWindow lifts the
-// output to it, once per pause.
-//
-// 6. The ceiling. A per-packet delay cuts a writer's rate only as far as
+// 4. The ceiling. A per-packet delay cuts a writer's rate only as far as
 // its concurrency allows, so many threads or deep queues need more than
 // the thesis's 20 ms. The ceiling starts at UMaxMs (20 ms) and, while the
 // delay presses on it (within pressShare = 0.85 of it: the P and D terms
@@ -125,87 +104,78 @@
 // the signal over the set point and members in the set, rises by
 // raiseFactor (1.5: by factors, so TCP's RTT estimate keeps ahead) after
 // raiseAfter (1 s), or raiseAfterFar (0.3 s) with the signal farOver (2)
-// × the threshold or more, or in the controller's first climb: a burst's
-// backlog drains only with more than the steady need, soon. It rises up
-// to UMaxLimitMs (DefaultUMaxLimitMs = 200 ms: under Linux's 200 ms
-// minimum retransmission timeout plus the RTT the writers measure, and
-// far under the 30 s SCSI command timeout) and falls by the same factor
+// × the threshold or more: a burst's backlog drains only with more than
+// the steady need, soon. It rises up to UMaxLimitMs (DefaultUMaxLimitMs
+// = 200 ms: under Linux's 200 ms minimum retransmission timeout plus the
+// RTT the writers measure, and far under the 30 s SCSI command timeout)
+// and falls by the same factor
 // after lowerAfter (10 s) with the delay under half of it. Saturated: the
 // delay has pressed on the ceiling at its limit for raiseAfter with the
 // signal still over: packet delay alone is not holding these writers.
 //
-// 7. Headroom. The set point is the threshold less a headroom: the
+// 5. Headroom. The set point is the threshold less a headroom: the
 // promise is about single seconds, the controller holds the mean, and a
 // mean held at the threshold leaves half the seconds over it.
 // DefaultHeadroom (0.15) holds a second's p95 near the threshold for a
-// scatter of up to about 10 %. With AutoHeadroom, and only for the mean
-// signal (a tick's percentile of a few reads scatters by its own
-// sampling), the loop measures the scatter of held seconds around the set
-// point (each second in which the controller held a delay on writing
-// members, from settleAfter = 3 s after the set gained them, so onsets do
-// not count), over the last scatterWindow (120) seconds, once it has
-// scatterMin (20); with their median m and robust σ (the larger of 1.4826
-// × the median absolute deviation and the 90th percentile's distance /
-// 1.2816, for heavy upper tails) it aims where a second's p95 (z95 =
-// 1.645) is within p95Margin (1.05) and its p98 (z98 = 2.054) within
-// overMargin (1.15) of the threshold: the promise's 1.1 and 1.2 less what
-// the initiator sees beyond the target's disk. The headroom stays in
-// [headroomMin, headroomMax] = [0.15, 0.35] (it only ever adds margin),
-// moves by at most headroomStep (0.01) a second so the set point glides,
-// and a loop whose median second is more than holdTolerance (0.1) over
-// its set point is not holding it and gets the default. It is opt-in:
-// on by default, it once cost CI's end-to-end run the writers'
-// throughput-steadiness guarantee, and that is not yet understood.
+// scatter of up to about 10 %; where seconds scatter more (NFS: 0.25) it
+// is configured wider. A headroom measured per resource from the scatter
+// of its seconds ("auto") was removed: the ablation found no case it
+// improved (docs/ablation.md).
 //
 // After the loop the engine names the resource's returning writers:
 // consumers that were members within ArmHold, paused (no write within
-// ActiveWindow) and are not members now. The data path holds them at the
-// loop's output from their first write, since a writer is found by its
-// writes a tick after they have reached the disk; a named writer stays
-// named while it rejoins, for up to ActiveWindow. Nobody is delayed for
-// being named.
+// ActiveWindow, 1 s: a writer held at a long delay completes no write in
+// some ticks, and must not be counted out and back in) and are not
+// members now. The data path holds them at the loop's output from their
+// first write, since a writer is found by its writes a tick after they
+// have reached the disk; a named writer stays named while it rejoins, for
+// up to ActiveWindow. Nobody is delayed for being named.
 //
 // # Laws and their rules
 //
-// The steps that act on the controller's state have a switch (Rules,
-// RuleNames); LawRules says which each law runs:
+// Every rule but the signal's EWMA, the PID core and the saturation
+// report has a switch (Rules, RuleNames); LawRules says which each law
+// runs:
 //
 //	rule          pid  thesis  none
-//	rebase         on    off    off   step 4
-//	onset          on    off    off   step 3 (the count is kept: a reload may switch law)
-//	winddown       on    off    off   step 5
-//	ceiling        on    off    off   step 6 (off: fixed at UMaxMs, saturation at it)
-//	first-climb    on    off    off   step 6, the faster raise
-//	retarget       on    off    off   step 7 and reloads: the set point moves
-//	resume         on    off    off   reloads: a rebuilt controller keeps the delay
+//	idle-hold      on    on     on    step 1
+//	armed          on    on     on    step 2
+//	err-cap        on    off    off   step 3
+//	floor          on    off    off   step 3, the release under it (the start from rest is the core)
+//	rest           on    off    off   step 3
+//	first-climb    on    off    off   step 3
+//	rebase         on    off    off   step 3
+//	ceiling        on    off    off   step 4 (off: fixed at UMaxMs, saturation at it)
+//	far-raise      on    off    off   step 4, the faster raise far over
+//	retarget       on    off    off   reloads: a new threshold or headroom moves the set point
 //
-// Steps 1, 2 and the saturation report run under every law. "thesis" is
-// a faithful copy of the buggy arithmetic of thesis Listing A.2 (see
-// Thesis), kept to compare with pid on the same run: it has none of
-// these inputs. "none" never delays: the baseline. LoopConfig.Off
+// The idle hold, armed pauses and the saturation report run under every law.
+// "thesis" is a faithful copy of the buggy arithmetic of thesis Listing
+// A.2 (see Thesis), kept to compare with pid on the same run: it has none
+// of the other inputs. "none" never delays: the baseline. LoopConfig.Off
 // switches rules off by name on top of the table, for ablations.
 //
 // # Reloads
 //
 // A reload builds a new loop from the new settings and Loop.Adopt gives
 // it the running one's memory, so that a reload changes what the new
-// settings change and nothing else: the signal (re-weighted for a new α),
-// the rules' timers, the learned headroom while its settings and the
-// statistic are the same, the controller while its law and gains are the
-// same (moved to a new set point without a kick, or rebuilt at rest where
-// it cannot move), a controller rebuilt for new gains from the delay in
-// force, the ceiling within the new bounds.
+// settings change and little else: the signal (re-weighted for a new α),
+// the rules' timers, the controller while its law and gains are the same
+// (moved to a new set point without a kick, or rebuilt at rest where it
+// cannot move), the ceiling within the new bounds. New gains or another
+// law rebuild the controller at rest: its first ticks let the writers
+// through for about a second (docs/ablation.md).
 //
 // # Asymmetries
 //
 // The plant is asymmetric: a saturated disk's latency rises within a few
 // hundred ms and falls as soon as the queue drains, while writers slowed
 // by a large delay recover only as TCP reopens its window. So the delay
-// rises promptly (the P term, onsets, the first climb, the faster raise of
+// rises promptly (the P term, the first climb, the faster raise of
 // the ceiling far over) and falls steadily: under the set point the
 // integral takes a factor e^(Kp·(T/Ti)·|ε|) a tick, fast far under and
 // slowly near; the ceiling falls only after 10 s under half of it; a
-// pause keeps the delay (armed, wind-down) rather than releasing it.
+// pause keeps the delay (armed) rather than releasing it.
 //
 // # Tuning constants of the controller (DefaultParams)
 //
@@ -223,7 +193,7 @@
 //	T = 100 ms         the tick; it scales Ti and Td.
 //	UMaxMs = 20        where the ceiling starts: the top of the thesis's
 //	                   range (§4.4, §5.7).
-//	ErrCap = 3         see step 4.
+//	ErrCap = 3         see step 3.
 //
 // Change them through Params (the config's [pid] section), never here
 // alone; the simulator's gate (internal/sim, TestGateLawUnchanged) says

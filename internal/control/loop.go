@@ -28,12 +28,8 @@ type LoopConfig struct {
 	// Alpha weighs the signal's EWMA.
 	Alpha float64
 	// Headroom is the fraction of the threshold the set point lies below
-	// it; AutoHeadroom lets the measured scatter raise it (see doc.go).
-	Headroom     float64
-	AutoHeadroom bool
-	// Signal is the statistic the signal is (SignalMean, …): the measured
-	// headroom is only for the mean.
-	Signal string
+	// it (see doc.go).
+	Headroom float64
 	// UMaxLimitMs is the top of the ceiling (≤ Params.UMaxMs: fixed).
 	UMaxLimitMs float64
 	// IdleHold bridges ticks without reads (IdleHold in doc.go); 0 is
@@ -41,45 +37,64 @@ type LoopConfig struct {
 	IdleHold time.Duration
 	// ByWrites: the set's members are found by their writes (the
 	// read-over-write policy), so a set none of whose members writes is
-	// pausing, and more members writing is an onset. Named members (the
-	// manual policy) are neither.
+	// pausing. Named members (the manual policy) are not.
 	ByWrites bool
 	// Off switches rules off by name (RuleNames), on top of the law's
 	// table: for ablations.
 	Off []string
 }
 
-// Rules says which of the rules that act on the controller's state a
-// loop runs. The rules every law runs (the starvation hold, armed
-// pauses, the saturation report) have no switch.
+// Rules says which of the law's rules a loop runs. The idle hold and armed
+// pauses run under every law; the others act on pid's state. The
+// saturation report, a report that changes no decision, has no switch.
 type Rules struct {
+	// IdleHold: a tick without reads within IdleHold of the last read
+	// keeps the signal and delay (step 1).
+	IdleHold bool
+	// Armed: the controller is not stepped while no member writes, or
+	// for ArmHold once the set is empty (step 2).
+	Armed bool
+	// ErrCap: pid's relative error is capped at Params.ErrCap (step 3).
+	ErrCap bool
+	// Floor: a delay falling under the floor is released to 0 (step 3;
+	// the floor as the starting point from rest is pid's core).
+	Floor bool
+	// Rest: at 0 under the set point pid's error history is cleared
+	// (step 3).
+	Rest bool
+	// FirstClimb: in its first climb pid's Δε and D terms count only
+	// when they add (step 3).
+	FirstClimb bool
 	// Rebase: a controller stepped again after a pause, or rebuilt at a
 	// reload, takes the signal as its error history (no Δε or D kick).
 	Rebase bool
-	// Onset: more members writing than the output was learned with
-	// scale it at once.
-	Onset bool
-	// WindDown: in a pause, the output is lifted to the burst's peak.
-	WindDown bool
 	// Ceiling: the output's clamp follows the writers' need.
 	Ceiling bool
-	// FirstClimb: the ceiling rises as fast as far over while the
-	// controller is in its first climb.
-	FirstClimb bool
-	// Retarget: the set point moves without a restart (measured headroom,
-	// a reload's new threshold).
+	// FarRaise: the ceiling rises after raiseAfterFar, not raiseAfter,
+	// with the signal farOver × the threshold or more.
+	FarRaise bool
+	// Retarget: the set point moves without a restart at a reload's new
+	// threshold or headroom.
 	Retarget bool
-	// Resume: a controller rebuilt at a reload goes on from the delay in
-	// force.
-	Resume bool
 }
 
 // LawRules is the table of the rules each law runs. thesis is a faithful
 // copy of a listing that has none of these inputs; none never delays.
 var LawRules = map[string]Rules{
-	"pid":    {Rebase: true, Onset: true, WindDown: true, Ceiling: true, FirstClimb: true, Retarget: true, Resume: true},
-	"thesis": {},
-	"none":   {},
+	"pid": {IdleHold: true, Armed: true, ErrCap: true, Floor: true, Rest: true, FirstClimb: true,
+		Rebase: true, Ceiling: true, FarRaise: true, Retarget: true},
+	"thesis": everyLaw,
+	"none":   everyLaw,
+}
+
+// everyLaw are the rules that do not reach into pid's state: the idle hold
+// of the signal and the armed pauses.
+var everyLaw = Rules{IdleHold: true, Armed: true}
+
+// pidOnly is r without the rules every law runs (everyLaw).
+func (r Rules) pidOnly() Rules {
+	r.IdleHold, r.Armed = false, false
+	return r
 }
 
 // RuleNames lists the switchable rules' names, as LoopConfig.Off takes
@@ -94,13 +109,16 @@ func RuleNames() []string {
 }
 
 var ruleFields = map[string]func(*Rules) *bool{
-	"rebase":      func(r *Rules) *bool { return &r.Rebase },
-	"onset":       func(r *Rules) *bool { return &r.Onset },
-	"winddown":    func(r *Rules) *bool { return &r.WindDown },
-	"ceiling":     func(r *Rules) *bool { return &r.Ceiling },
+	"idle-hold":   func(r *Rules) *bool { return &r.IdleHold },
+	"armed":       func(r *Rules) *bool { return &r.Armed },
+	"err-cap":     func(r *Rules) *bool { return &r.ErrCap },
+	"floor":       func(r *Rules) *bool { return &r.Floor },
+	"rest":        func(r *Rules) *bool { return &r.Rest },
 	"first-climb": func(r *Rules) *bool { return &r.FirstClimb },
+	"rebase":      func(r *Rules) *bool { return &r.Rebase },
+	"ceiling":     func(r *Rules) *bool { return &r.Ceiling },
+	"far-raise":   func(r *Rules) *bool { return &r.FarRaise },
 	"retarget":    func(r *Rules) *bool { return &r.Retarget },
-	"resume":      func(r *Rules) *bool { return &r.Resume },
 }
 
 // CheckRules reports the first name in off that is not a rule.
@@ -121,16 +139,13 @@ type Observation struct {
 	// (until then the loop leaves the signal alone).
 	Measured bool
 	// RawMs is the tick's read latency (the signal's statistic), valid
-	// when Reads; Pending that reads are known to be in flight.
-	RawMs   float64
-	Reads   bool
-	Pending bool
+	// when Reads.
+	RawMs float64
+	Reads bool
 	// Members is the size of the throttleable set; Writing that one of
-	// them completed writes in the tick or has I/O at its device; Active
-	// how many distinct members wrote within ActiveWindow.
+	// them completed writes in the tick or has I/O at its device.
 	Members int
 	Writing bool
-	Active  int
 }
 
 // Output is the loop's decision for a tick.
@@ -161,6 +176,11 @@ const DefaultIdleHold = time.Second
 // controller winds down to rest.
 const ArmHold = 30 * time.Second
 
+// ActiveWindow: a member that has not written for this long has paused
+// (the engine's returning writers), so a writer held at a long delay
+// that completes no write in some tick is not counted out and back in.
+const ActiveWindow = time.Second
+
 // Loop is one resource's control law: every rule, stepped once per tick
 // in the order of doc.go. It is deterministic and not safe for
 // concurrent use.
@@ -182,10 +202,6 @@ type Loop struct {
 	// satSince, lowSince: when the delay started to press on the ceiling,
 	// or to sit under half of it.
 	satSince, lowSince time.Time
-	onset              onsetState
-	burst              burstPeak
-	headroom           float64
-	scatter            scatter
 }
 
 // NewLoop returns a loop at rest.
@@ -204,12 +220,12 @@ func NewLoop(cfg LoopConfig) (*Loop, error) {
 	if err != nil {
 		return nil, err
 	}
-	if rules != (Rules{}) && cfg.Law != "pid" {
+	if rules.pidOnly() != (Rules{}) && cfg.Law != "pid" {
 		// The switchable rules act on pid's state (its output, clamp,
 		// set point and error history).
 		return nil, fmt.Errorf("controller %s runs no switchable rule", cfg.Law)
 	}
-	l := &Loop{cfg: cfg, rules: rules, ewma: ewma, headroom: cfg.Headroom, ceiling: cfg.Params.UMaxMs}
+	l := &Loop{cfg: cfg, rules: rules, ewma: ewma, ceiling: cfg.Params.UMaxMs}
 	if err := l.build(); err != nil {
 		return nil, err
 	}
@@ -220,17 +236,23 @@ func NewLoop(cfg LoopConfig) (*Loop, error) {
 func (l *Loop) build() error {
 	p := l.cfg.Params
 	p.TargetMs = l.TargetMs()
+	if !l.rules.ErrCap {
+		p.ErrCap = 0
+	}
 	c, err := New(l.cfg.Law, p)
 	if err != nil {
 		return err
 	}
 	l.ctrl = c
 	l.pid, _ = c.(*PID)
+	if l.pid != nil {
+		l.pid.noRelease, l.pid.noRest, l.pid.noClimb = !l.rules.Floor, !l.rules.Rest, !l.rules.FirstClimb
+	}
 	return nil
 }
 
 // TargetMs is the set point: the threshold less the headroom.
-func (l *Loop) TargetMs() float64 { return l.cfg.ThresholdMs * (1 - l.headroom) }
+func (l *Loop) TargetMs() float64 { return l.cfg.ThresholdMs * (1 - l.cfg.Headroom) }
 
 // PID is the loop's pid controller (nil under another law), for tests.
 func (l *Loop) PID() *PID { return l.pid }
@@ -243,9 +265,7 @@ func (l *Loop) Step(o Observation) Output {
 	// 2. Armed through pauses: the controller is not stepped.
 	out.Armed = l.armed(o)
 	running := news && !out.Armed
-	// 3. Onsets: more members writing scale the output at once.
-	l.feedForward(o, running)
-	// 4. The controller (pid: error cap, floor, rest, first climb),
+	// 3. The controller (pid: error cap, floor, rest, first climb),
 	// rebased after a pause.
 	if running {
 		if l.rules.Rebase && l.frozen {
@@ -253,17 +273,13 @@ func (l *Loop) Step(o Observation) Output {
 		}
 		l.controlMs = l.ctrl.Update(l.signalMs)
 	}
-	// 5. Wind-down: a pause lifts the output to the burst's peak.
-	l.windDown(o, out.Armed, running)
 	l.frozen = out.Armed
 	out.ControlMs = l.controlMs
 	if o.Members > 0 {
 		out.DelayMs = l.controlMs // the delay in force
 	}
-	// 6. The ceiling follows the writers' need; saturation.
+	// 4. The ceiling follows the writers' need; saturation.
 	l.scaleCeiling(o, &out)
-	// 7. Headroom: the set point moves for the next tick.
-	l.adaptHeadroom(o, &out)
 	return out
 }
 
@@ -276,7 +292,7 @@ func (l *Loop) measure(o Observation, out *Output) (news bool) {
 			l.signalMs = l.ewma.Update(o.RawMs)
 			l.lastSample = o.Now
 			news = true
-		case o.Pending || (!l.lastSample.IsZero() && o.Now.Sub(l.lastSample) < l.cfg.IdleHold):
+		case l.rules.IdleHold && !l.lastSample.IsZero() && o.Now.Sub(l.lastSample) < l.cfg.IdleHold:
 			out.Held = true
 		default:
 			l.signalMs = l.ewma.Decay()
@@ -291,6 +307,8 @@ func (l *Loop) measure(o Observation, out *Output) (news bool) {
 // through pauses" in doc.go).
 func (l *Loop) armed(o Observation) bool {
 	switch {
+	case !l.rules.Armed:
+		return false
 	case o.Members > 0:
 		l.emptySince = time.Time{}
 		return !o.Writing && l.cfg.ByWrites

@@ -5,13 +5,10 @@ import "github.com/sanqos/sanqos/internal/smoothing"
 // Adopt takes over old's memory for l, a loop at rest built for new
 // settings, as a reload or a new threshold from discovery does (see
 // "Reloads" in doc.go): the signal (its EWMA re-weighted when Alpha
-// changed), the armed, onset, wind-down and ceiling timers; the learned
-// headroom while the headroom settings and the statistic are the same;
-// the controller while its law and gains are the same, moved to the new
-// set point without a kick (Retarget), else rebuilt at rest; a controller
-// rebuilt for new gains or another law goes on from the delay in force
-// (Resume); either takes the signal as its error history against the
-// new set point (Rebase). The ceiling, within the new settings' bounds.
+// changed), the armed and ceiling timers; the controller while its law and gains are the same, moved to the new
+// set point without a kick (Retarget), else rebuilt at rest; either
+// takes the signal as its error history against the new set point
+// (Rebase). The ceiling, within the new settings' bounds.
 // old must not be used afterwards.
 func (l *Loop) Adopt(old *Loop) {
 	if old == nil || old == l {
@@ -25,10 +22,7 @@ func (l *Loop) Adopt(old *Loop) {
 	// A new statistic (mean to p95, say) starts from the old one's value:
 	// the nearest estimate there is.
 	l.lastSample, l.emptySince = old.lastSample, old.emptySince
-	l.onset, l.burst, l.satSince, l.lowSince = old.onset, old.burst, old.satSince, old.lowSince
-	if was.Headroom == now.Headroom && was.AutoHeadroom == now.AutoHeadroom && was.Signal == now.Signal {
-		l.headroom, l.scatter = old.headroom, old.scatter
-	}
+	l.satSince, l.lowSince = old.satSince, old.lowSince
 	target := l.TargetMs()
 
 	base := now.Params.UMaxMs
@@ -50,13 +44,9 @@ func (l *Loop) Adopt(old *Loop) {
 			l.frozen, out = false, 0
 		}
 	default:
-		// New gains or another law: a new controller that goes on from
-		// the delay in force.
+		// New gains or another law: a new controller, at rest.
 		l.build()
 		l.frozen = old.frozen
-		if l.rules.Resume {
-			out = old.controlMs
-		}
 		rebase = true
 	}
 	if l.rules.Rebase && rebase {
@@ -77,9 +67,6 @@ func (l *Loop) Adopt(old *Loop) {
 		l.pid.SetUMax(l.ceiling)
 	}
 	l.controlMs = min(out, l.ceiling)
-	if l.rules.Resume && l.ctrl != old.ctrl {
-		l.controlMs = l.pid.SetOutput(l.controlMs)
-	}
 }
 
 // sameGains reports whether a controller built with a runs as one built

@@ -59,10 +59,8 @@ type Config struct {
 	// it: its set point is threshold·(1−Headroom). A threshold is a promise
 	// about every second, and a controller that holds the mean at the
 	// threshold leaves half of the seconds above it; 0 aims at the
-	// threshold itself, as the thesis did. AutoHeadroom: where each
-	// resource starts, its measured scatter moves it (see "7. Headroom" in package control).
-	Headroom     float64
-	AutoHeadroom bool
+	// threshold itself, as the thesis did.
+	Headroom float64
 	// JoinKBs and LeaveKBs are the read-over-write policy's write-rate
 	// thresholds (kB/s); LeaveKBs 0 means JoinKBs/2.
 	JoinKBs, LeaveKBs float64
@@ -74,7 +72,7 @@ type Config struct {
 	Direction Direction
 	// UMaxLimitMs is how far the delay ceiling may rise above
 	// Control.UMaxMs when the writers need more delay than that (see
-	// "6. The ceiling" in package control); 0, or a value ≤ Control.UMaxMs, keeps the
+	// "4. The ceiling" in package control); 0, or a value ≤ Control.UMaxMs, keeps the
 	// ceiling at Control.UMaxMs. At most 1 s (control.DelayBoundsMs).
 	UMaxLimitMs float64
 	// InFlight, when set, says how many reads a device has in flight. It
@@ -103,18 +101,17 @@ type Config struct {
 // pid controller.
 func DefaultConfig() Config {
 	return Config{
-		Tick:         100 * time.Millisecond,
-		Alpha:        smoothing.ThesisAlpha,
-		WriteAlpha:   smoothing.ThesisAlpha,
-		Controller:   "pid",
-		ThresholdMs:  control.DefaultParams().TargetMs,
-		Control:      control.DefaultParams(),
-		Headroom:     DefaultHeadroom,
-		AutoHeadroom: false, // "auto" is opt-in: see "7. Headroom" in package control
-		JoinKBs:      policy.DefaultJoinKBs,
-		LeaveKBs:     policy.DefaultJoinKBs / 2,
-		Policy:       policy.ReadOverWrite,
-		Direction:    direction.Write,
+		Tick:        100 * time.Millisecond,
+		Alpha:       smoothing.ThesisAlpha,
+		WriteAlpha:  smoothing.ThesisAlpha,
+		Controller:  "pid",
+		ThresholdMs: control.DefaultParams().TargetMs,
+		Control:     control.DefaultParams(),
+		Headroom:    DefaultHeadroom,
+		JoinKBs:     policy.DefaultJoinKBs,
+		LeaveKBs:    policy.DefaultJoinKBs / 2,
+		Policy:      policy.ReadOverWrite,
+		Direction:   direction.Write,
 		// UMaxLimitMs: see DefaultUMaxLimitMs.
 		UMaxLimitMs: DefaultUMaxLimitMs,
 	}
@@ -147,7 +144,7 @@ type ResourceDecision struct {
 	// set has members, else 0 (nobody is held).
 	DelayMs float64
 	// UMaxMs is the largest delay the controller may set now (the
-	// ceiling, which follows the writers; see "6. The ceiling" in package control), UMaxLimitMs
+	// ceiling, which follows the writers; see "4. The ceiling" in package control), UMaxLimitMs
 	// the highest it may go.
 	UMaxMs, UMaxLimitMs float64
 	// Saturated: the delay has sat at the ceiling's limit with the read
@@ -234,7 +231,7 @@ type consumer struct {
 	c         topology.Consumer
 	dev       int // index into Engine.devs, -1 without a device
 	st        policy.State
-	lastWrite time.Time // the last Step that judged it writing (the loop's onsets)
+	lastWrite time.Time // the last Step that judged it writing (returning writers)
 	// memberAt: the last Step it was in its set; returning, rejoinSince:
 	// it is armed, and writing since then ("Returning writers").
 	memberAt, rejoinSince time.Time
@@ -409,7 +406,7 @@ func (e *Engine) stepResource(r *resource, now time.Time, members []netip.Addr, 
 	if len(members) > start {
 		rd.Members = members[start:len(members):len(members)]
 	}
-	obs.Members, obs.Writing, obs.Active = len(rd.Members), writing, e.activeWriters(r, now)
+	obs.Members, obs.Writing = len(rd.Members), writing
 	out := r.loop.Step(obs)
 	rd.SignalMs, rd.TargetMs = out.SignalMs, out.TargetMs
 	rd.ControlMs, rd.DelayMs = out.ControlMs, out.DelayMs
@@ -433,7 +430,7 @@ func (e *Engine) observe(r *resource, now time.Time) (ResourceDecision, control.
 			measured = true
 		}
 	}
-	raw, ok, pending := e.measure(r, &rd)
+	raw, ok := e.measure(r, &rd)
 	if measured || r.started {
 		// A resource whose devices all vanished from the snapshot is
 		// treated as idle: after the idle hold its signal decays and the
@@ -444,15 +441,14 @@ func (e *Engine) observe(r *resource, now time.Time) (ResourceDecision, control.
 			rd.RawMs = raw
 		}
 	}
-	return rd, control.Observation{Now: now, Measured: r.started, RawMs: raw, Reads: ok, Pending: pending}
+	return rd, control.Observation{Now: now, Measured: r.started, RawMs: raw, Reads: ok}
 }
 
 // loopConfig is the configuration of a resource's loop.
-func (e *Engine) loopConfig(threshold float64, signal string) control.LoopConfig {
+func (e *Engine) loopConfig(threshold float64) control.LoopConfig {
 	return control.LoopConfig{
 		Law: e.cfg.Controller, Params: e.cfg.Control, ThresholdMs: threshold,
-		Alpha: e.cfg.Alpha, Headroom: e.cfg.Headroom, AutoHeadroom: e.cfg.AutoHeadroom,
-		Signal: signal, UMaxLimitMs: e.cfg.UMaxLimitMs, IdleHold: e.idleHold,
+		Alpha: e.cfg.Alpha, Headroom: e.cfg.Headroom, UMaxLimitMs: e.cfg.UMaxLimitMs, IdleHold: e.idleHold,
 		ByWrites: e.cfg.Policy == policy.ReadOverWrite, Off: e.cfg.RulesOff,
 	}
 }

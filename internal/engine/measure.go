@@ -57,7 +57,8 @@ type InFlight interface {
 // already in flight a tick ago (no read of the device completed in
 // between, so they are the same reads) add one read of their age so far,
 // a lower bound of its latency, to the signal; reads in flight seen for
-// the first time only say that reads are pending, and the loop holds.
+// the first time say nothing yet, and the tick counts as one without
+// reads (the loop's idle hold).
 const (
 	// idleHold: see control.DefaultIdleHold.
 	idleHold = control.DefaultIdleHold
@@ -119,9 +120,8 @@ func oldestCounts(ops *latency.Ops, oldest time.Duration) bool {
 // value of r's signal: from the probe where it has the device, from
 // /proc/diskstats otherwise (see "1. Signal" in package control for reads in flight). It
 // fills rd's Reads, PendingMs, Signal, Source and the probe's statistics.
-// ok is false when there was no read to measure; pending is true when
-// reads are known to be in flight.
-func (e *Engine) measure(r *resource, rd *ResourceDecision) (raw float64, ok, pending bool) {
+// ok is false when there was no read to measure.
+func (e *Engine) measure(r *resource, rd *ResourceDecision) (raw float64, ok bool) {
 	var agg smoothing.ReadLatency
 	rd.Signal = r.signal
 	clear(r.hist[:])
@@ -145,7 +145,6 @@ func (e *Engine) measure(r *resource, rd *ResourceDecision) (raw float64, ok, pe
 				// when nothing completed or it is older than the tick's
 				// slowest completed reads.
 				if oldestCounts(ops, oldest) && !d.probeStuck {
-					pending = true
 					ms := float64(oldest) / float64(time.Millisecond)
 					agg.AddPending(ms)
 					r.hist.Add(oldest)
@@ -158,7 +157,6 @@ func (e *Engine) measure(r *resource, rd *ResourceDecision) (raw float64, ok, pe
 			coarse++ // a device with nothing to say does not make the tick coarse
 		}
 		agg.Add(d.rates.Reads, d.rates.ReadMs)
-		pending = pending || d.pending
 		if d.pendingMs > 0 {
 			agg.AddPending(d.pendingMs)
 			rd.PendingMs = max(rd.PendingMs, d.pendingMs)
@@ -182,7 +180,7 @@ func (e *Engine) measure(r *resource, rd *ResourceDecision) (raw float64, ok, pe
 		}
 		raw = float64(r.hist.Quantile(q)) / float64(time.Millisecond)
 	}
-	return raw, ok, pending
+	return raw, ok
 }
 
 // updateFine decides whether the probe is trusted for d this tick. The

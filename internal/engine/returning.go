@@ -87,20 +87,3 @@ func noteWrite(c *consumer, kbs float64, now time.Time) {
 		c.lastWrite = now
 	}
 }
-
-// activeWriters counts the distinct addresses of r's members that wrote
-// within control.ActiveWindow (the loop's onsets and wind-down).
-func (e *Engine) activeWriters(r *resource, now time.Time) int {
-	var seen [16]netip.Addr
-	addrs := seen[:0]
-	for _, ci := range r.consumers {
-		c := &e.cons[ci]
-		if !c.st.Member || c.lastWrite.IsZero() || now.Sub(c.lastWrite) >= control.ActiveWindow {
-			continue
-		}
-		if !containsAddr(addrs, c.c.Addr) {
-			addrs = append(addrs, c.c.Addr)
-		}
-	}
-	return len(addrs)
-}

@@ -106,7 +106,7 @@ func (e *Engine) resourceFor(tr topology.Resource, old *resource) resource {
 	}
 	// The configuration and the threshold were validated in New and
 	// ValidateTopology, the only errors NewLoop has.
-	r.loop, _ = control.NewLoop(e.loopConfig(r.threshold, r.signal))
+	r.loop, _ = control.NewLoop(e.loopConfig(r.threshold))
 	if old != nil {
 		r.started = old.started
 		r.loop.Adopt(old.loop)

@@ -170,7 +170,7 @@ var (
 	descSignal    = resDesc("read_latency_seconds", "EWMA-filtered read latency (r_await) of the resource: the controlled signal.")
 	descRaw       = resDesc("read_latency_raw_seconds", "Unfiltered read latency of the last tick (0 when it had no reads).")
 	descThreshold = resDesc("threshold_seconds", "Read latency the controller keeps the resource under.")
-	descTarget    = resDesc("target_seconds", "The controller's set point: the threshold less the headroom (with headroom \"auto\", the resource's own from its measured scatter).")
+	descTarget    = resDesc("target_seconds", "The controller's set point: the threshold less the headroom.")
 )
 
 // What the controller does about it.

@@ -40,7 +40,6 @@ type gateRun struct {
 	duration   time.Duration
 	signal     string
 	noProbe    bool
-	auto       bool // headroom "auto"
 	// reload, when set, replaces the engine at reloadAt by one built
 	// with reload(config), which adopts the running one's state.
 	reloadAt time.Duration
@@ -75,11 +74,6 @@ func gateRuns() []gateRun {
 		}
 	}
 	for _, seed := range []int64{1, 2} {
-		add(gateRun{name: "lab-auto", scenario: LabScenario, seed: seed, auto: true, duration: 240 * time.Second})
-	}
-	add(gateRun{name: "randw-auto", scenario: RandWScenario, seed: 1, auto: true, duration: 240 * time.Second})
-	add(gateRun{name: "ssd-auto", scenario: SSDScenario, threshold: 0.5, seed: 1, auto: true, duration: 240 * time.Second})
-	for _, seed := range []int64{1, 2} {
 		add(gateRun{name: "slow-reader", scenario: slowReaderScenario, seed: seed})
 	}
 	add(gateRun{name: "slow-reader-diskstats", scenario: slowReaderScenario, seed: 3, noProbe: true})
@@ -100,9 +94,9 @@ func gateRuns() []gateRun {
 	}
 	reload("same", LabScenario, "pid", func(c engine.Config) engine.Config { return c })
 	reload("threshold", LabScenario, "pid", func(c engine.Config) engine.Config { c.ThresholdMs = 11; return c })
+	reload("headroom", LabScenario, "pid", func(c engine.Config) engine.Config { c.Headroom = 0.25; return c })
 	reload("gains", Surge24Scenario, "pid", func(c engine.Config) engine.Config { c.Control.Kp = 0.8; return c })
 	reload("alpha", RandWScenario, "pid", func(c engine.Config) engine.Config { c.Alpha = 0.5; return c })
-	reload("auto", LabScenario, "pid", func(c engine.Config) engine.Config { c.AutoHeadroom = true; return c })
 	reload("limit", Surge24Scenario, "pid", func(c engine.Config) engine.Config { c.UMaxLimitMs = 30; return c })
 	reload("to-thesis", LabScenario, "pid", func(c engine.Config) engine.Config { c.Controller = "thesis"; return c })
 	reload("to-pid", LabScenario, "thesis", func(c engine.Config) engine.Config { c.Controller = "pid"; return c })
@@ -194,7 +188,6 @@ func gateRunsOutput(t *testing.T, runs []gateRun) []byte {
 		cfg.Signal = run.signal
 		cfg.NoProbe = run.noProbe
 		ec := cfg.EngineConfig()
-		ec.AutoHeadroom = run.auto
 		ec.RulesOff = run.off
 		src := &plantSource{tick: map[string]probeTick{}}
 		ec.InFlight = src
@@ -205,8 +198,8 @@ func gateRunsOutput(t *testing.T, runs []gateRun) []byte {
 		if err != nil {
 			t.Fatalf("%s: %v", run.name, err)
 		}
-		fmt.Fprintf(&all, "run %s seed=%d controller=%s threshold=%g signal=%q probe=%t auto=%t %v\n",
-			run.name, run.seed, run.controller, run.threshold, run.signal, !run.noProbe, run.auto, run.duration)
+		fmt.Fprintf(&all, "run %s seed=%d controller=%s threshold=%g signal=%q probe=%t %v\n",
+			run.name, run.seed, run.controller, run.threshold, run.signal, !run.noProbe, run.duration)
 		st := &gateStepper{run: run, cfg: ec, e: e, src: src, probe: !run.noProbe, topo: cfg.Scenario, out: &all}
 		if _, err := RunWith(cfg, st); err != nil {
 			t.Fatalf("%s: %v", run.name, err)
@@ -309,14 +302,15 @@ func TestRulesSwitchOff(t *testing.T) {
 			byName[r.name] = r
 		}
 	}
-	// The run that exercises each rule. Not onset: in none of the
-	// simulator's scenarios does a member start writing while fewer have
-	// been held for learnAfter (the writers' count goes from 0 to all of
-	// them at once), so the rule never fires here; control's
-	// TestLoopOnsetSwitch holds its switch.
+	// Pauses longer than control.ArmHold, for the floor's release.
+	byName["lull"] = gateRun{name: "lull", controller: "pid", threshold: 15, seed: 1, duration: 180 * time.Second,
+		scenario: func() Scenario { sc := LabScenario(); sc.Pause = 45 * time.Second; return sc }}
+	// The run that exercises each rule.
 	for rule, name := range map[string]string{
-		"rebase": "lab-15", "winddown": "lab-15", "ceiling": "surge24",
-		"first-climb": "lab-10", "retarget": "ssd-auto", "resume": "reload-gains",
+		"rebase": "lab-15", "ceiling": "surge24",
+		"far-raise": "surge24", "retarget": "reload-threshold",
+		"idle-hold": "slow-reader", "armed": "lab-15", "err-cap": "lab-10",
+		"floor": "lull", "rest": "lab-15", "first-climb": "lab-10",
 	} {
 		run, ok := byName[name]
 		if !ok {

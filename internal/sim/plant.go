@@ -220,7 +220,17 @@ func newPlant(sc Scenario, start time.Time, seed int64) (*plant, error) {
 		return nil, fmt.Errorf("scenario %s: no reader", sc.Name)
 	}
 	p.running = make([]int, len(sc.Devices))
-	p.push(event{at: start.Add(sc.Start), kind: evBurst, actor: -1})
+	if sc.PerHostBursts && sc.HostStagger > 0 {
+		k := 0
+		for i, d := range sc.Devices {
+			if d.Threads > 0 {
+				p.push(event{at: start.Add(sc.Start + time.Duration(k)*sc.HostStagger), kind: evBurst, actor: i})
+				k++
+			}
+		}
+	} else {
+		p.push(event{at: start.Add(sc.Start), kind: evBurst, actor: -1})
+	}
 	p.issueRead(start)
 	p.readerMore()
 	return p, nil

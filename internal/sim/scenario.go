@@ -57,6 +57,10 @@ type Scenario struct {
 	// of their own, as each initiator's load generator does in the lab
 	// (loadspec.Schedule is per process); otherwise all threads share one.
 	PerHostBursts bool
+	// HostStagger, with PerHostBursts, starts writer device k's first
+	// burst k × HostStagger after Start (k = 0, 1, …): writers that join
+	// one after another, as VMs booting do, instead of all at once.
+	HostStagger time.Duration
 	// Tail, when set, stops the writers this long before the end of the
 	// run, mid-burst, as the lab's load generators stop at their
 	// --runtime (the lab's tailTime); 0 runs them to the end.

@@ -49,7 +49,7 @@ type Resource struct {
 	RawMs       float64 `json:"raw_ms"`
 	ThresholdMs float64 `json:"threshold_ms"`
 	// TargetMs is the controller's set point: the threshold less the
-	// headroom (configured, or with headroom "auto" the resource's own).
+	// headroom.
 	TargetMs float64 `json:"target_ms"`
 	// DelayMs is the packet delay applied to the members (0 while there
 	// are none); ControlMs the controller's output, which it keeps while

@@ -5,39 +5,13 @@ import (
 	"time"
 )
 
-func TestBurstPeakWindow(t *testing.T) {
-	var b burstPeak
-	t0 := time.Unix(5000, 0)
-	b.note(t0, 10)
-	b.note(t0.Add(1500*time.Millisecond), 7)
-	for _, tc := range []struct {
-		after time.Duration
-		want  float64
-	}{
-		{0, 10},
-		{2 * time.Second, 10},
-		{burstMemory, 10},
-		{burstMemory + time.Second, 7},
-		{burstMemory + 2*time.Second, 0},
-	} {
-		if got := b.peak(t0.Add(tc.after)); got != tc.want {
-			t.Errorf("peak %v after = %g, want %g", tc.after, got, tc.want)
-		}
-	}
-	// A second noted again replaces what its place held 5 s before.
-	b.note(t0.Add(5*time.Second), 3)
-	if got := b.peak(t0.Add(5 * time.Second)); got != 7 {
-		t.Errorf("after overwriting the oldest place: peak = %g, want 7", got)
-	}
-}
-
 // wobbly: the output wobbles just under the ceiling, as pid's does at
 // the rail while its P and D terms react to a noisy signal. A delay that
 // presses on the ceiling without sitting exactly on it every tick
 // (within pressShare of it) still raises the ceiling.
 func TestCeilingRisesUnderAWobblyRail(t *testing.T) {
 	l, err := NewLoop(LoopConfig{Law: "pid", Params: DefaultParams(), ThresholdMs: 15, Alpha: 0.25,
-		Signal: SignalMean, UMaxLimitMs: DefaultUMaxLimitMs})
+		UMaxLimitMs: DefaultUMaxLimitMs})
 	if err != nil {
 		t.Fatal(err)
 	}
