@@ -156,6 +156,47 @@
 // on by default, it once cost CI's end-to-end run the writers'
 // throughput-steadiness guarantee, and that is not yet understood.
 //
+// 8. Gain. A delay is worth its cost to the writers only where it buys
+// read latency, and on a device that is not the readers' bottleneck (a
+// fast disk whose readers wait for the target's CPU or the network) the
+// controller, seeing the signal over the set point, adds delay for
+// nothing: on the lab's ssd profile at T = 1.16 ms it made the reader
+// slower and took 28 % of the writers' rate. The plant's gain cannot be
+// read off the record passively (in closed loop the delay is high when
+// the latency is, whatever the plant does), so the loop asks the plant.
+// Comparable ticks are running ticks with members writing, as many as
+// before (another count clears the record and ends a probe without a
+// verdict; a pause neither counts nor breaks it: on flash a burst may
+// last 2 s). A loop watching (gainWatching) counts its losing ticks
+// (delay in force, signal over the set point), less gainLosingWeight (3)
+// for each tick under it, so a loop that holds its set point never
+// suspects its delay and a burst's onset does not clear the count. At
+// gainSuspectAfter (2 s) of them, with gainWindow (10) comparable ticks
+// with reads, it releases the delay for a probe (gainReleasing) of
+// gainProbeTicks (15) ticks, the first gainSettle (5) not counted while
+// the device's queue refills, and compares the mean of the probe's reads
+// with the window's, at the window's mean delay D: the gain is the
+// difference over D (ms per ms, Output.GainMsPerMs). The delay buys its
+// keep if it bought at least gainMinBenefit (0.1, about what a tick's
+// mean of a few reads scatters over a probe) of the latency without it
+// and, extrapolating the gain linearly (optimistic for a plant whose
+// returns diminish, so the test errs toward control), the delay that
+// would bring the signal to the set point is within the ceiling's limit:
+// a delay that cannot deliver the promise only costs the writers. If it
+// does not, the delay stays released and gainConfirmAfter (1 s) later a
+// probe applies D again (gainApplying; released then applied, the two
+// cancel a drift of the load); gainConfirmations (2) verdicts make the
+// loop Futile (gainFutile): the delay is held at 0 while the controller
+// runs on. A delay that buys its keep makes the next probe wait
+// gainProbeEvery (30 s), so where delay helps a probe costs the reader
+// at most 1.5 s of a loop that is losing anyway, every 30 s. A futile
+// loop over its set point probes again gainRecheckEvery (30 s) later,
+// the wait doubling with each futile probe up to gainRecheckMax (4 min),
+// and returns to the controller, at D, for a benefit of
+// gainResumeBenefit (0.2: twice the verdict's, so noise does not toggle
+// it): a change of workload where delay helps is caught. A set empty for
+// ArmHold forgets the verdict.
+//
 // After the loop the engine names the resource's returning writers:
 // consumers that were members within ArmHold, paused (no write within
 // ActiveWindow) and are not members now. The data path holds them at the
@@ -177,6 +218,7 @@
 //	first-climb    on    off    off   step 6, the faster raise
 //	retarget       on    off    off   step 7 and reloads: the set point moves
 //	resume         on    off    off   reloads: a rebuilt controller keeps the delay
+//	gain           on    off    off   step 8: a delay that buys nothing is released
 //
 // Steps 1, 2 and the saturation report run under every law. "thesis" is
 // a faithful copy of the buggy arithmetic of thesis Listing A.2 (see
@@ -242,7 +284,7 @@
 // `sanqos status`, the record): the raw value and the filtered signal,
 // the threshold and set point, the controller's output and the delay in
 // force (0 while the set is empty), the ceiling and its limit, the flags
-// Held, Armed and Saturated, the oldest read in flight, the source
+// Held, Armed, Saturated, Futile and Probing, the measured gain, the oldest read in flight, the source
 // (ebpf or diskstats) and statistic, the set's members and the returning
 // writers, e.g.
 //

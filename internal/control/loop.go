@@ -72,12 +72,15 @@ type Rules struct {
 	// Resume: a controller rebuilt at a reload goes on from the delay in
 	// force.
 	Resume bool
+	// Gain: the loop probes what its delay buys and releases a delay
+	// that buys nothing (Futile).
+	Gain bool
 }
 
 // LawRules is the table of the rules each law runs. thesis is a faithful
 // copy of a listing that has none of these inputs; none never delays.
 var LawRules = map[string]Rules{
-	"pid":    {Rebase: true, Onset: true, WindDown: true, Ceiling: true, FirstClimb: true, Retarget: true, Resume: true},
+	"pid":    {Rebase: true, Onset: true, WindDown: true, Ceiling: true, FirstClimb: true, Retarget: true, Resume: true, Gain: true},
 	"thesis": {},
 	"none":   {},
 }
@@ -101,6 +104,7 @@ var ruleFields = map[string]func(*Rules) *bool{
 	"first-climb": func(r *Rules) *bool { return &r.FirstClimb },
 	"retarget":    func(r *Rules) *bool { return &r.Retarget },
 	"resume":      func(r *Rules) *bool { return &r.Resume },
+	"gain":        func(r *Rules) *bool { return &r.Gain },
 }
 
 // CheckRules reports the first name in off that is not a rule.
@@ -148,6 +152,13 @@ type Output struct {
 	// Saturated: the delay sits at the ceiling's limit with the latency
 	// over the set point (packet delay alone is not holding the writers).
 	Held, Armed, Saturated bool
+	// Futile: the loop measured that its delay bought no read latency
+	// and holds it released (step 8); Probing: a probe of the gain is
+	// under way this tick. GainMsPerMs is the last measured gain, ms of
+	// read latency bought per ms of delay (0 until measured; negative:
+	// the delay made reads slower).
+	Futile, Probing bool
+	GainMsPerMs     float64
 }
 
 // DefaultIdleHold bridges the think time of slow readers (a reader of a
@@ -186,6 +197,7 @@ type Loop struct {
 	burst              burstPeak
 	headroom           float64
 	scatter            scatter
+	gain               gainState
 }
 
 // NewLoop returns a loop at rest.
@@ -264,6 +276,8 @@ func (l *Loop) Step(o Observation) Output {
 	l.scaleCeiling(o, &out)
 	// 7. Headroom: the set point moves for the next tick.
 	l.adaptHeadroom(o, &out)
+	// 8. Gain: a delay that buys nothing is released.
+	l.checkGain(o, running, &out)
 	return out
 }
 

@@ -26,6 +26,7 @@ func (l *Loop) Adopt(old *Loop) {
 	// the nearest estimate there is.
 	l.lastSample, l.emptySince = old.lastSample, old.emptySince
 	l.onset, l.burst, l.satSince, l.lowSince = old.onset, old.burst, old.satSince, old.lowSince
+	l.gain = old.gain // what the delay buys is the plant's, not the settings'
 	if was.Headroom == now.Headroom && was.AutoHeadroom == now.AutoHeadroom && was.Signal == now.Signal {
 		l.headroom, l.scatter = old.headroom, old.scatter
 	}
