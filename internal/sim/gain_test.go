@@ -57,3 +57,29 @@ func TestFutileDelayIsReleased(t *testing.T) {
 		}
 	}
 }
+
+// TestGainQuietWhereDelayHelps: on the thesis's disk, where delay buys
+// the reader its promise (fig5.11 at 15 ms), the loop holds its set
+// point, never suspects its delay, and decides exactly what it decides
+// without the gain rule.
+func TestGainQuietWhereDelayHelps(t *testing.T) {
+	for _, seed := range []int64{1, 2, 3} {
+		run := func(off ...string) Summary {
+			cfg := DefaultConfig()
+			cfg.Seed, cfg.RulesOff = seed, off
+			r, err := Run(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return r.Summary
+		}
+		with, without := run(), run("gain")
+		with.Gains, without.Gains = nil, nil // pointers to equal gains
+		if with != without {
+			t.Errorf("seed %d: the gain rule changed the thesis run: %+v, without it %+v", seed, with, without)
+		}
+		if with.ReadLatencyMs.P95 > 1.1*with.ThresholdMs {
+			t.Errorf("seed %d: p95 %.2f ms over 1.1 × %g", seed, with.ReadLatencyMs.P95, with.ThresholdMs)
+		}
+	}
+}
