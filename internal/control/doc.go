@@ -164,38 +164,50 @@
 // slower and took 28 % of the writers' rate. The plant's gain cannot be
 // read off the record passively (in closed loop the delay is high when
 // the latency is, whatever the plant does), so the loop asks the plant.
+//
 // Comparable ticks are running ticks with members writing, as many as
 // before (another count clears the record and ends a probe without a
 // verdict; a pause neither counts nor breaks it: on flash a burst may
-// last 2 s). A loop watching (gainWatching) counts its losing ticks
-// (delay in force, signal over the set point), less gainLosingWeight (3)
-// for each tick under it, so a loop that holds its set point never
-// suspects its delay and a burst's onset does not clear the count. At
-// gainSuspectAfter (2 s) of them, with gainWindow (10) comparable ticks
-// with reads, it releases the delay for a probe (gainReleasing) of
+// last 2 s). The loop keeps the last gainWindow (10) comparable ticks
+// with reads, and counts its losing ticks (delay in force, signal over
+// the set point), less gainLosingWeight (3) for each tick under it, so a
+// loop that holds its set point never suspects its delay and a burst's
+// onset does not clear the count. After gainSuspectAfter (2 s) of them,
+// at most every gainProbeEvery (30 s), it probes (gainReleasing, from
+// gainWatching) unless the window's median read is under the set point
+// (a mean held over it by a heavy tail: a probe there tipped the ssd at
+// 0.2 ms into three times the delay) or its mean fell by gainMinBenefit
+// from the window before (a backlog draining: the delay works).
+//
+// The probe walks the delay down a staircase from the window's mean
+// delay D: D × gainStepShare (0.25), … for gainSteps (1) steps, then 0.
+// A loop that is losing needs more than D if delay helps at all, yet D
+// may be more than the reads need; stepping down finds the need before
+// it lets a backlog in (a release to 0 at once filled the ssd's write
+// cache, and its reads waited 60 ms for seconds). Each step lasts
 // gainProbeTicks (15) ticks, the first gainSettle (5) not counted while
-// the device's queue refills, and compares the mean of the probe's reads
-// with the window's, at the window's mean delay D: the gain is the
-// difference over D (ms per ms, Output.GainMsPerMs). The delay buys its
-// keep if it bought at least gainMinBenefit (0.1, about what a tick's
-// mean of a few reads scatters over a probe) of the latency without it
-// and, extrapolating the gain linearly (optimistic for a plant whose
-// returns diminish, so the test errs toward control), the delay that
-// would bring the signal to the set point is within the ceiling's limit:
-// a delay that cannot deliver the promise only costs the writers. If it
-// does not, the delay stays released and gainConfirmAfter (1 s) later a
-// probe applies D again (gainApplying; released then applied, the two
-// cancel a drift of the load); gainConfirmations (2) verdicts make the
-// loop Futile (gainFutile): the delay is held at 0 while the controller
-// runs on. A delay that buys its keep makes the next probe wait
-// gainProbeEvery (30 s), so where delay helps a probe costs the reader
-// at most 1.5 s of a loop that is losing anyway, every 30 s. A futile
-// loop over its set point probes again gainRecheckEvery (30 s) later,
-// the wait doubling with each futile probe up to gainRecheckMax (4 min),
-// and returns to the controller, at D, for a benefit of
-// gainResumeBenefit (0.2: twice the verdict's, so noise does not toggle
-// it): a change of workload where delay helps is caught. A set empty for
-// ArmHold forgets the verdict.
+// the device's queue follows, and its mean read is compared with the
+// window's: the gain is their difference over the difference of the
+// delays (ms per ms, Output.GainMsPerMs). gainClearTicks (2) ticks with
+// reads over gainClearRise (2) × the window's end a step at once. A step
+// slower by gainMinBenefit (0.1, about what a tick's mean of a few reads
+// scatters over a step) or more says the delay helps: the controller
+// goes on from D, and from the signal the probe found (the steps' reads
+// measured less delay than the writers need). A staircase down to 0
+// without one makes the loop Futile (gainFutile): the delay is held at 0
+// while the controller runs on.
+//
+// A futile loop over its set point probes the other way (gainApplying:
+// D applied for one step) gainRecheckEvery (30 s) after the verdict, the
+// wait doubling with each futile probe up to gainRecheckMax (4 min), and
+// returns to the controller at D for a benefit of gainResumeBenefit
+// (0.2: twice the verdict's, so noise does not toggle it): a change of
+// workload where delay helps is caught. A set empty for ArmHold forgets
+// the verdict. Where delay helps the rule costs a step of less delay
+// now and then, while the loop is losing anyway (the simulator's thesis
+// workload at 10 ms: 0.7 % of seconds over the threshold, 0.4 % without
+// the rule); where it buys nothing, the writers lose a few seconds of
+// delay before the verdict and 1.5 s of it per recheck.
 //
 // After the loop the engine names the resource's returning writers:
 // consumers that were members within ArmHold, paused (no write within

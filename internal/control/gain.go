@@ -1,6 +1,11 @@
 package control
 
-import "time"
+import (
+	"slices"
+	"time"
+
+	"github.com/sanqos/sanqos/internal/smoothing"
+)
 
 // Gain (step 8 of the law, doc.go): the loop measures what its delay
 // buys. A delay is worth its cost to the writers only if the plant's gain
@@ -13,10 +18,11 @@ import "time"
 // loop the delay is high exactly when the latency is, so signal and delay
 // correlate positively whatever the plant does. So the loop asks the
 // plant, at bounded cost: a loop that has been losing (delay in force,
-// signal over the set point) releases its delay for one probe and
-// compares the reads under it with those of the ticks just before, at
-// the same load, then confirms by applying it again. A delay that bought
-// too little is held at 0 (Futile) and tried again now and then, so a
+// signal over the set point) steps its delay down a staircase and
+// compares the reads on each step with those of the ticks just before,
+// at the same load. The first step where the reads get slower ends the
+// probe (the delay helps); a staircase down to 0 without any makes the
+// loop Futile: the delay is held at 0 and tried again now and then, so a
 // change of workload where delay helps is caught. doc.go has the rule
 // whole.
 const (
@@ -27,35 +33,40 @@ const (
 	gainLosingWeight = 3
 	// gainProbeEvery: between two probes of a loop whose delay helped.
 	gainProbeEvery = 30 * time.Second
-	// gainConfirmAfter: a first futile verdict leaves the delay
-	// released and is confirmed by a probe that applies it again this
-	// long after (once the window has refilled without it): released and
-	// applied, the two probes cancel a drift of the load.
-	gainConfirmAfter = time.Second
-	// gainConfirmations: futile verdicts in a row that make the loop
-	// Futile.
-	gainConfirmations = 2
 	// gainRecheckEvery: between the verdict and the first probe of a
 	// futile loop; each probe that finds the delay still futile doubles
 	// the wait, up to gainRecheckMax. A probe applies the delay for
-	// gainProbeTicks, so rechecking costs the writers at most
-	// gainProbeTicks·T / gainRecheckEvery (5 %) of a minute and under 1 %
-	// of a workload that stays futile for long.
+	// gainProbeTicks, so rechecking costs the writers at most 5 % of the
+	// first minute and under 1 % of a workload that stays futile.
 	gainRecheckEvery = 30 * time.Second
 	gainRecheckMax   = 4 * time.Minute
 	// gainWindow: ticks with reads before a probe that it is compared
 	// with (1 s: about 30 of smalljob's reads).
 	gainWindow = 10
-	// gainSettle, gainProbeTicks: a probe lasts gainProbeTicks ticks,
-	// of which the first gainSettle are not counted (writers released
-	// refill the device's queue, writers delayed drain it, within a few
-	// hundred ms).
+	// gainSettle, gainProbeTicks: a step of a probe lasts gainProbeTicks
+	// ticks, of which the first gainSettle are not counted (writers
+	// released refill the device's queue, writers delayed drain it,
+	// within a few hundred ms).
 	gainSettle     = 5
 	gainProbeTicks = 15
-	// gainMinBenefit: releasing a delay that raises the latency by less
-	// than this share of it is releasing a delay that bought nothing (a
-	// tick's mean of a few reads scatters by about this much over a
-	// probe). gainResumeBenefit: a futile loop resumes control only for a
+	// gainStepShare, gainSteps: the staircase's steps are D × share,
+	// D × share², … for gainSteps steps, then 0. A loop that is losing
+	// needs more delay than D if delay helps at all, yet D may be more
+	// than the reads need (a mean held over the set point by a heavy
+	// tail): stepping down finds the need before it lets a backlog in. A
+	// release to 0 at once filled the ssd's 64 MiB write cache and its
+	// reads waited 60 ms for seconds.
+	gainStepShare = 0.25
+	gainSteps     = 1
+	// gainClearTicks ticks of a step with reads over gainClearRise × the
+	// latency before the probe end it at once: the delay helps (on the
+	// thesis's disk a release answers within a tick or two, 8 → 50 ms).
+	gainClearTicks = 2
+	gainClearRise  = 2.0
+	// gainMinBenefit: a step whose reads are slower than those with the
+	// delay by less than this share of them found the delay bought
+	// nothing (about what a tick's mean of a few reads scatters over a
+	// step). gainResumeBenefit: a futile loop resumes control only for a
 	// delay that buys twice that, so noise does not toggle it.
 	gainMinBenefit    = 0.1
 	gainResumeBenefit = 0.2
@@ -66,7 +77,7 @@ type gainPhase int
 
 const (
 	gainWatching  gainPhase = iota // the delay is the controller's
-	gainReleasing                  // a probe: the delay released
+	gainReleasing                  // a probe: stepping the delay down
 	gainFutile                     // the delay bought nothing: held at 0
 	gainApplying                   // a futile loop's probe: delay applied
 )
@@ -78,21 +89,24 @@ type gainState struct {
 	// signal over the set point, less gainLosingWeight for each under.
 	losing    int
 	lastProbe time.Time
-	verdicts  int // futile verdicts in a row
 	// recheck is the wait of a futile loop between probes.
 	recheck time.Duration
 	// raw and delay are the last ticks' reads and delay in force, a ring
 	// of comparable ticks (same writers, running); active their count of
-	// writing members.
+	// writing members; prev the mean read latency of the last whole
+	// window before the one filling (0: none yet).
 	raw, delay [gainWindow]float64
 	n, next    int
 	active     int
-	// probeDelay is the delay a probe compares with none; base the mean
-	// read latency of the ticks before it; ticks, sum and reads the
-	// probe's own.
-	probeDelay, base float64
-	ticks, reads     int
-	sum              float64
+	prev       float64
+	// probeDelay is the delay D a probe compares with less (releasing)
+	// or none (applying); level the delay of the step; base the mean read
+	// latency of the window before it; signalBefore the signal then.
+	probeDelay, level, base, signalBefore float64
+	// ticks, reads and sum are the step's; clear and clearSum its ticks
+	// over gainClearRise × base.
+	ticks, reads, clear int
+	sum, clearSum       float64
 	// gain is the last measured gain, ms of read latency per ms of delay
 	// (0 until measured).
 	gain float64
@@ -100,13 +114,16 @@ type gainState struct {
 
 // clearWindow forgets the comparable ticks, for a change of load.
 func (g *gainState) clearWindow(active int) {
-	g.n, g.next, g.active = 0, 0, active
+	g.n, g.next, g.active, g.prev = 0, 0, active, 0
 }
 
 func (g *gainState) add(raw, delay float64) {
 	g.raw[g.next], g.delay[g.next] = raw, delay
 	g.next = (g.next + 1) % gainWindow
 	g.n = min(g.n+1, gainWindow)
+	if g.next == 0 && g.n == gainWindow {
+		g.prev, _ = g.means()
+	}
 }
 
 // means are the window's mean read latency and delay.
@@ -116,6 +133,14 @@ func (g *gainState) means() (raw, delay float64) {
 		delay += g.delay[i]
 	}
 	return raw / float64(g.n), delay / float64(g.n)
+}
+
+// median is the window's median read latency.
+func (g *gainState) median() float64 {
+	xs := make([]float64, g.n)
+	copy(xs, g.raw[:g.n])
+	slices.Sort(xs)
+	return median(xs)
 }
 
 // checkGain runs the gain rule (step 8 in doc.go) after every other
@@ -145,22 +170,23 @@ func (l *Loop) checkGain(o Observation, running bool, out *Output) {
 		l.watchGain(o, comparable)
 	case gainReleasing, gainApplying:
 		if comparable {
-			l.probeTick(o, out.UMaxLimitMs)
+			l.probeTick(o)
+		}
+	case gainFutile:
+		if comparable && o.Reads {
+			g.add(o.RawMs, 0)
+			if g.n == gainWindow && o.Now.Sub(g.lastProbe) >= g.recheck && l.signalMs > l.TargetMs() {
+				l.startProbe(o, gainApplying)
+			}
 		}
 	}
 	switch g.phase {
-	case gainReleasing, gainFutile:
+	case gainReleasing, gainApplying:
+		l.controlMs = l.pid.SetOutput(g.level)
+	case gainFutile:
 		l.controlMs = l.pid.SetOutput(0)
-	case gainApplying:
-		l.controlMs = l.pid.SetOutput(g.probeDelay)
 	}
-	if g.phase == gainFutile && comparable && o.Reads {
-		g.add(o.RawMs, 0)
-		if g.n == gainWindow && o.Now.Sub(g.lastProbe) >= g.recheck && l.signalMs > l.TargetMs() {
-			l.startProbe(o, gainApplying)
-		}
-	}
-	out.ControlMs = l.controlMs
+	out.SignalMs, out.ControlMs = l.signalMs, l.controlMs
 	if o.Members > 0 {
 		out.DelayMs = l.controlMs
 	}
@@ -188,36 +214,64 @@ func (l *Loop) watchGain(o Observation, comparable bool) {
 		return
 	}
 	g.losing++
-	every := gainProbeEvery
-	if g.verdicts > 0 {
-		every = gainConfirmAfter
+	if g.n < gainWindow || time.Duration(g.losing)*l.cfg.Params.T < gainSuspectAfter || o.Now.Sub(g.lastProbe) < gainProbeEvery {
+		return
 	}
-	if g.n == gainWindow && time.Duration(g.losing)*l.cfg.Params.T >= gainSuspectAfter && o.Now.Sub(g.lastProbe) >= every {
-		l.startProbe(o, gainReleasing)
+	if med := g.median(); med <= l.TargetMs() {
+		// Most of the window's ticks are under the set point: the mean
+		// is held over it by a heavy tail, which more delay may not
+		// cure but less would not either; not a loop losing for want
+		// of delay (on the ssd at 0.2 ms a probe there tipped the loop
+		// into holding three times the delay).
+		return
 	}
+	if now, _ := g.means(); now < (1-gainMinBenefit)*g.prev {
+		// The reads are getting faster under the delay (a burst's
+		// backlog draining): it is working, and a probe would only
+		// refill the queue.
+		return
+	}
+	l.startProbe(o, gainReleasing)
 }
 
-// startProbe compares the window with a probe in phase (releasing the
-// delay, or applying it).
+// startProbe compares the window with a probe in phase: a staircase
+// down from the window's mean delay (releasing), or the delay of the
+// futile verdict applied (applying).
 func (l *Loop) startProbe(o Observation, phase gainPhase) {
 	g := &l.gain
 	base, delay := g.means()
+	level := delay * gainStepShare
 	if phase == gainApplying {
-		delay = g.probeDelay // the delay of the futile verdict
+		delay = g.probeDelay
+		level = delay
 	}
-	g.phase, g.base, g.probeDelay = phase, base, delay
-	g.ticks, g.reads, g.sum = 0, 0, 0
+	g.phase, g.base, g.probeDelay, g.level = phase, base, delay, level
+	g.signalBefore = l.signalMs
 	g.lastProbe = o.Now
+	g.startStep()
 }
 
-// probeTick counts a comparable tick of a probe and, at its end, gives
-// the verdict.
-func (l *Loop) probeTick(o Observation, limitMs float64) {
+func (g *gainState) startStep() {
+	g.ticks, g.reads, g.sum, g.clear, g.clearSum = 0, 0, 0, 0, 0
+}
+
+// probeTick counts a comparable tick of a probe's step and, at its end,
+// moves to the next step or gives the verdict.
+func (l *Loop) probeTick(o Observation) {
 	g := &l.gain
 	g.ticks++
 	if g.ticks > gainSettle && o.Reads {
 		g.sum += o.RawMs
 		g.reads++
+	}
+	if g.phase == gainReleasing && o.Reads && o.RawMs > gainClearRise*g.base {
+		// A step the reads answer at once is answered: where delay
+		// helps, every tick more of it costs the reader.
+		g.clearSum += o.RawMs
+		g.clear++
+		if g.clear >= gainClearTicks {
+			g.sum, g.reads, g.ticks = g.clearSum, g.clear, gainProbeTicks
+		}
 	}
 	if g.ticks < gainProbeTicks {
 		return
@@ -226,58 +280,49 @@ func (l *Loop) probeTick(o Observation, limitMs float64) {
 		l.abortProbe()
 		return
 	}
-	probe := g.sum / float64(g.reads)
-	// without and with: the read latency with the delay released and
-	// with it in force.
-	without, with := probe, g.base
+	step := g.sum / float64(g.reads)
+	// without and with: the read latency with less delay (or none) and
+	// with more.
+	without, with, less := step, g.base, g.level
 	if g.phase == gainApplying {
-		without, with = g.base, probe
+		without, with, less = g.base, step, 0
 	}
-	g.gain = (without - with) / g.probeDelay
+	g.gain = (without - with) / (g.probeDelay - less)
 	g.lastProbe = o.Now
-	g.clearWindow(g.active)
 	switch {
-	case g.phase == gainReleasing && !l.buys(without, with, gainMinBenefit, limitMs):
-		// The delay stays released; the confirmation applies it again
-		// once the window has refilled without it.
-		g.phase, g.verdicts, g.recheck = gainFutile, 1, gainConfirmAfter
+	case g.phase == gainReleasing && buys(without, with, gainMinBenefit):
+		l.resume()
+	case g.phase == gainReleasing && g.level > 0:
+		// The next step down, or 0 after gainSteps.
+		g.level *= gainStepShare
+		if g.level < g.probeDelay*pow(gainStepShare, gainSteps)*0.999 {
+			g.level = 0
+		}
+		g.startStep()
 	case g.phase == gainReleasing:
-		g.verdicts = 0
+		g.phase, g.recheck = gainFutile, gainRecheckEvery
+		g.clearWindow(g.active)
+	case buys(without, with, gainResumeBenefit):
 		l.resume()
-	case l.buys(without, with, l.resumeShare(), limitMs):
-		g.verdicts = 0
-		l.resume()
-	case g.verdicts < gainConfirmations:
-		g.phase, g.verdicts, g.recheck = gainFutile, g.verdicts+1, gainRecheckEvery
 	default:
 		g.phase, g.recheck = gainFutile, min(2*g.recheck, gainRecheckMax)
+		g.clearWindow(g.active)
 	}
 }
 
-// resumeShare is the benefit a probe applying the delay must show: a
-// confirmation, the verdict's; a futile loop's recheck, twice that.
-func (l *Loop) resumeShare() float64 {
-	if l.gain.verdicts < gainConfirmations {
-		return gainMinBenefit
+func pow(x float64, n int) float64 {
+	p := 1.0
+	for range n {
+		p *= x
 	}
-	return gainResumeBenefit
+	return p
 }
 
-// buys says whether the probe's delay bought its keep: the read latency
-// without and with it differ by at least share of the latency without
-// (adverse: nothing bought), and at the gain measured the delay that
-// would bring the signal down to the set point, D + (with − r)/gain, is
-// within the ceiling's limit. The extrapolation is linear, optimistic for
-// a plant whose returns diminish, so the test errs toward keeping
-// control; a delay that cannot deliver the promise even at the limit
-// only costs the writers.
-func (l *Loop) buys(without, with, share, limitMs float64) bool {
-	g := &l.gain
-	if !(without > 0) || (without-with)/without < share {
-		return false
-	}
-	need := g.probeDelay + max(with-l.TargetMs(), 0)/g.gain
-	return need <= limitMs
+// buys says whether more delay bought its keep: the read latency without
+// and with it differ by at least share of the latency without (adverse:
+// nothing bought).
+func buys(without, with, share float64) bool {
+	return without > 0 && (without-with)/without >= share
 }
 
 // abortProbe ends a probe the load changed under, without a verdict.
@@ -295,7 +340,16 @@ func (l *Loop) abortProbe() {
 // its error history (no kick from the probe's change of error).
 func (l *Loop) resume() {
 	g := &l.gain
+	if g.phase == gainReleasing {
+		// The steps' reads measured the plant with less delay, not what
+		// the writers need: the signal goes on from where the probe
+		// found it, or the controller would chase the probe's backlog
+		// with a delay many times the one it had.
+		l.ewma, _ = smoothing.NewEWMAAt(l.cfg.Alpha, g.signalBefore) // alpha validated in NewLoop
+		l.signalMs = g.signalBefore
+	}
 	g.phase, g.losing = gainWatching, 0
+	g.clearWindow(g.active)
 	l.controlMs = l.pid.SetOutput(g.probeDelay)
 	sig := l.signalMs
 	if c := l.cfg.Params.ErrCap; c > 0 {
@@ -306,7 +360,4 @@ func (l *Loop) resume() {
 
 // Futile reports that the loop found its delay bought nothing and holds
 // it released (step 8 in doc.go).
-func (l *Loop) Futile() bool {
-	g := &l.gain
-	return (g.phase == gainFutile || g.phase == gainApplying) && g.verdicts >= gainConfirmations
-}
+func (l *Loop) Futile() bool { return l.gain.phase == gainFutile || l.gain.phase == gainApplying }

@@ -317,6 +317,7 @@ func TestRulesSwitchOff(t *testing.T) {
 	for rule, name := range map[string]string{
 		"rebase": "lab-15", "winddown": "lab-15", "ceiling": "surge24",
 		"first-climb": "lab-10", "retarget": "ssd-auto", "resume": "reload-gains",
+		"gain": "lab-10",
 	} {
 		run, ok := byName[name]
 		if !ok {
