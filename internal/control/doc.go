@@ -188,8 +188,8 @@
 // gainProbeTicks (15) ticks, the first gainSettle (5) not counted while
 // the device's queue follows, and its mean read is compared with the
 // window's: the gain is their difference over the difference of the
-// delays (ms per ms, Output.GainMsPerMs). gainClearTicks (2) ticks with
-// reads over gainClearRise (2) × the window's end a step at once. A step
+// delays (ms per ms, Output.GainMsPerMs). gainClearTicks (1) tick with
+// reads over gainClearRise (2) × the window's ends a step at once. A step
 // slower by gainMinBenefit (0.1, about what a tick's mean of a few reads
 // scatters over a step) or more says the delay helps: the controller
 // goes on from D, and from the signal the probe found (the steps' reads

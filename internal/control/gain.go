@@ -60,8 +60,11 @@ const (
 	gainSteps     = 1
 	// gainClearTicks ticks of a step with reads over gainClearRise × the
 	// latency before the probe end it at once: the delay helps (on the
-	// thesis's disk a release answers within a tick or two, 8 → 50 ms).
-	gainClearTicks = 2
+	// thesis's disk a release answers within a tick, 8 → 50 ms, and on
+	// the ssd every tick more lets in a backlog the reads wait behind for
+	// seconds). A tick of noise may end a futile loop's probe too: it is
+	// probed again gainProbeEvery later.
+	gainClearTicks = 1
 	gainClearRise  = 2.0
 	// gainMinBenefit: a step whose reads are slower than those with the
 	// delay by less than this share of them found the delay bought
