@@ -188,8 +188,9 @@
 // gainProbeTicks (15) ticks, the first gainSettle (5) not counted while
 // the device's queue follows, and its mean read is compared with the
 // window's: the gain is their difference over the difference of the
-// delays (ms per ms, Output.GainMsPerMs). gainClearTicks (1) tick with
-// reads over gainClearRise (2) × the window's ends a step at once. A step
+// delays (ms per ms, Output.GainMsPerMs). A signal over gainClearRise
+// (2) × the window's mean ends a step at once (the signal, not a tick's
+// few reads: noise must not end a futile loop's probe). A step
 // slower by gainMinBenefit (0.1, about what a tick's mean of a few reads
 // scatters over a step) or more says the delay helps: the controller
 // goes on from D, and from the signal the probe found (the steps' reads
@@ -205,7 +206,7 @@
 // workload where delay helps is caught. A set empty for ArmHold forgets
 // the verdict. Where delay helps the rule costs a step of less delay
 // now and then, while the loop is losing anyway (the simulator's thesis
-// workload at 10 ms: 0.7 % of seconds over the threshold, 0.4 % without
+// workload at 10 ms: 1.8 % of seconds over the threshold, 0.4 % without
 // the rule); where it buys nothing, the writers lose a few seconds of
 // delay before the verdict and 1.5 s of it per recheck.
 //

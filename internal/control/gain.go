@@ -58,14 +58,14 @@ const (
 	// reads waited 60 ms for seconds.
 	gainStepShare = 0.25
 	gainSteps     = 1
-	// gainClearTicks ticks of a step with reads over gainClearRise × the
-	// latency before the probe end it at once: the delay helps (on the
+	// gainClearRise: a step whose signal rises over this many times the
+	// latency before the probe ends at once: the delay helps (on the
 	// thesis's disk a release answers within a tick, 8 → 50 ms, and on
 	// the ssd every tick more lets in a backlog the reads wait behind for
-	// seconds). A tick of noise may end a futile loop's probe too: it is
-	// probed again gainProbeEvery later.
-	gainClearTicks = 1
-	gainClearRise  = 2.0
+	// seconds). The signal, not a tick's reads: one tick of a few slow
+	// reads moves it by a quarter of their excess, so noise does not end
+	// a futile loop's probe.
+	gainClearRise = 2.0
 	// gainMinBenefit: a step whose reads are slower than those with the
 	// delay by less than this share of them found the delay bought
 	// nothing (about what a tick's mean of a few reads scatters over a
@@ -106,10 +106,10 @@ type gainState struct {
 	// or none (applying); level the delay of the step; base the mean read
 	// latency of the window before it; signalBefore the signal then.
 	probeDelay, level, base, signalBefore float64
-	// ticks, reads and sum are the step's; clear and clearSum its ticks
-	// over gainClearRise × base.
-	ticks, reads, clear int
-	sum, clearSum       float64
+	// ticks, reads and sum are the step's counted ticks (past
+	// gainSettle); allReads and allSum every tick's of the step.
+	ticks, reads, allReads int
+	sum, allSum            float64
 	// gain is the last measured gain, ms of read latency per ms of delay
 	// (0 until measured).
 	gain float64
@@ -255,7 +255,7 @@ func (l *Loop) startProbe(o Observation, phase gainPhase) {
 }
 
 func (g *gainState) startStep() {
-	g.ticks, g.reads, g.sum, g.clear, g.clearSum = 0, 0, 0, 0, 0
+	g.ticks, g.reads, g.sum, g.allReads, g.allSum = 0, 0, 0, 0, 0
 }
 
 // probeTick counts a comparable tick of a probe's step and, at its end,
@@ -263,18 +263,18 @@ func (g *gainState) startStep() {
 func (l *Loop) probeTick(o Observation) {
 	g := &l.gain
 	g.ticks++
-	if g.ticks > gainSettle && o.Reads {
-		g.sum += o.RawMs
-		g.reads++
+	if o.Reads {
+		g.allSum += o.RawMs
+		g.allReads++
+		if g.ticks > gainSettle {
+			g.sum += o.RawMs
+			g.reads++
+		}
 	}
-	if g.phase == gainReleasing && o.Reads && o.RawMs > gainClearRise*g.base {
+	if g.phase == gainReleasing && g.allReads > 0 && l.signalMs > gainClearRise*g.base {
 		// A step the reads answer at once is answered: where delay
 		// helps, every tick more of it costs the reader.
-		g.clearSum += o.RawMs
-		g.clear++
-		if g.clear >= gainClearTicks {
-			g.sum, g.reads, g.ticks = g.clearSum, g.clear, gainProbeTicks
-		}
+		g.sum, g.reads, g.ticks = g.allSum, g.allReads, gainProbeTicks
 	}
 	if g.ticks < gainProbeTicks {
 		return
