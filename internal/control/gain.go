@@ -92,6 +92,8 @@ type gainState struct {
 	// signal over the set point, less gainLosingWeight for each under.
 	losing    int
 	lastProbe time.Time
+	// emptySince: when the set last became empty (zero: it has members).
+	emptySince time.Time
 	// recheck is the wait of a futile loop between probes.
 	recheck time.Duration
 	// raw and delay are the last ticks' reads and delay in force, a ring
@@ -154,9 +156,16 @@ func (l *Loop) checkGain(o Observation, running bool, out *Output) {
 	if !l.rules.Gain {
 		return
 	}
-	if !l.emptySince.IsZero() && o.Now.Sub(l.emptySince) >= ArmHold {
-		// The writers have gone: a new workload is judged afresh.
-		*g = gainState{gain: g.gain}
+	switch {
+	case o.Members > 0:
+		g.emptySince = time.Time{}
+	case g.emptySince.IsZero():
+		g.emptySince = o.Now
+	case o.Now.Sub(g.emptySince) >= ArmHold:
+		// The writers have gone: a new workload is judged afresh. (The
+		// loop's own emptySince does not run for a futile loop, whose
+		// output is 0.)
+		*g = gainState{gain: g.gain, emptySince: g.emptySince}
 	}
 	// Comparable: the controller ran on a tick's news with its members
 	// writing, as many of them as the window's. A pause (no members, or

@@ -51,3 +51,39 @@ func TestGainReleases(t *testing.T) {
 		})
 	}
 }
+
+// TestGainForgetsAfterTheWritersLeave: a futile verdict is about the
+// workload that earned it; a set empty for ArmHold forgets it, and the
+// next writers meet a controller free to delay them.
+func TestGainForgetsAfterTheWritersLeave(t *testing.T) {
+	l, err := NewLoop(LoopConfig{Law: "pid", Params: DefaultParams(), ThresholdMs: 1, Alpha: 0.25,
+		Headroom: DefaultHeadroom, Signal: SignalMean, UMaxLimitMs: DefaultUMaxLimitMs,
+		IdleHold: DefaultIdleHold, ByWrites: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Unix(1000, 0)
+	step := func(members int, raw float64) Output {
+		now = now.Add(100 * time.Millisecond)
+		return l.Step(Observation{Now: now, Measured: true, Reads: true, RawMs: raw, Members: members, Writing: members > 0, Active: members})
+	}
+	for range 300 {
+		step(3, 2) // over the threshold whatever the delay
+	}
+	if !l.Futile() {
+		t.Fatal("not futile after 30 s of a latency that ignores the delay")
+	}
+	for range int(ArmHold/(100*time.Millisecond)) + 2 {
+		step(0, 0.1)
+	}
+	if l.Futile() {
+		t.Fatal("still futile after the set was empty for ArmHold")
+	}
+	var out Output
+	for range 20 {
+		out = step(3, 2)
+	}
+	if out.DelayMs <= 0 {
+		t.Errorf("new writers over the threshold not delayed: %+v", out)
+	}
+}
