@@ -193,8 +193,8 @@
 // few reads: noise must not end a futile loop's probe). A step
 // slower by gainMinBenefit (0.1, about what a tick's mean of a few reads
 // scatters over a step) or more says the delay helps: the controller
-// goes on from D, and from the signal the probe found (the steps' reads
-// measured less delay than the writers need). A staircase down to 0
+// goes on from D, and from the signal it had before the probe (the
+// steps' reads measured less delay than the writers need). A staircase down to 0
 // without one makes the loop Futile (gainFutile): the delay is held at 0
 // while the controller runs on.
 //
@@ -208,8 +208,9 @@
 // writers' bursts longer: in the lab's ssd, probes saw 40-50 % less
 // latency under the delay of a run that was slower with it; where delay
 // helps a queue it helps by factors): a change of workload where delay
-// helps is caught. A set empty for ArmHold forgets
-// the verdict. Where delay helps the rule costs a step of less delay
+// helps is caught. A set empty for ArmHold forgets the verdict.
+//
+// Where delay helps the rule costs a step of less delay
 // now and then, while the loop is losing anyway (the simulator's thesis
 // workload at 10 ms: 1.8 % of seconds over the threshold, 0.4 % without
 // the rule); where it buys nothing, the writers lose a few seconds of
