@@ -76,13 +76,16 @@ type Rules struct {
 	// Retarget: the set point moves without a restart at a reload's new
 	// threshold or headroom.
 	Retarget bool
+	// Gain: the loop probes what its delay buys and releases a delay
+	// that buys nothing (Futile).
+	Gain bool
 }
 
 // LawRules is the table of the rules each law runs. thesis is a faithful
 // copy of a listing that has none of these inputs; none never delays.
 var LawRules = map[string]Rules{
 	"pid": {IdleHold: true, Armed: true, ErrCap: true, Floor: true, Rest: true, FirstClimb: true,
-		Rebase: true, Ceiling: true, FarRaise: true, Retarget: true},
+		Rebase: true, Ceiling: true, FarRaise: true, Retarget: true, Gain: true},
 	"thesis": everyLaw,
 	"none":   everyLaw,
 }
@@ -119,6 +122,7 @@ var ruleFields = map[string]func(*Rules) *bool{
 	"ceiling":     func(r *Rules) *bool { return &r.Ceiling },
 	"far-raise":   func(r *Rules) *bool { return &r.FarRaise },
 	"retarget":    func(r *Rules) *bool { return &r.Retarget },
+	"gain":        func(r *Rules) *bool { return &r.Gain },
 }
 
 // CheckRules reports the first name in off that is not a rule.
@@ -163,6 +167,13 @@ type Output struct {
 	// Saturated: the delay sits at the ceiling's limit with the latency
 	// over the set point (packet delay alone is not holding the writers).
 	Held, Armed, Saturated bool
+	// Futile: the loop measured that its delay bought no read latency
+	// and holds it released (step 6); Probing: a probe of the gain is
+	// under way this tick. GainMsPerMs is the last measured gain, ms of
+	// read latency bought per ms of delay (0 until measured; negative:
+	// the delay made reads slower).
+	Futile, Probing bool
+	GainMsPerMs     float64
 }
 
 // DefaultIdleHold bridges the think time of slow readers (a reader of a
@@ -202,6 +213,7 @@ type Loop struct {
 	// satSince, lowSince: when the delay started to press on the ceiling,
 	// or to sit under half of it.
 	satSince, lowSince time.Time
+	gain               gainState
 }
 
 // NewLoop returns a loop at rest.
@@ -280,6 +292,9 @@ func (l *Loop) Step(o Observation) Output {
 	}
 	// 4. The ceiling follows the writers' need; saturation.
 	l.scaleCeiling(o, &out)
+	// 6. Gain: a delay that buys nothing is released (5, the headroom,
+	// is the set point TargetMs).
+	l.checkGain(o, running, &out)
 	return out
 }
 

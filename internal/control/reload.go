@@ -23,6 +23,7 @@ func (l *Loop) Adopt(old *Loop) {
 	// the nearest estimate there is.
 	l.lastSample, l.emptySince = old.lastSample, old.emptySince
 	l.satSince, l.lowSince = old.satSince, old.lowSince
+	l.gain = old.gain // what the delay buys is the plant's, not the settings'
 	target := l.TargetMs()
 
 	base := now.Params.UMaxMs

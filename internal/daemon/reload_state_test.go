@@ -43,7 +43,7 @@ func newReloadRig(t *testing.T) *reloadRig {
 // engine is a fresh engine of the rig's (unchanged) configuration, as
 // cmd/sanqos's reload builds one.
 func (r *reloadRig) engine() Decider {
-	e, err := engine.New(engine.DefaultConfig(), r.topo)
+	e, err := engine.New(openLoopConfig(), r.topo)
 	if err != nil {
 		r.t.Fatal(err)
 	}
@@ -191,7 +191,7 @@ func TestReloadKeepsWireRates(t *testing.T) {
 	}}}}
 	fw := &recordingWire{fakeWire: &fakeWire{reader: reader, writer: writer}}
 	build := func(t0 topology.Topology) Decider {
-		e, err := engine.New(engine.DefaultConfig(), t0)
+		e, err := engine.New(openLoopConfig(), t0)
 		if err != nil {
 			t.Fatal(err)
 		}

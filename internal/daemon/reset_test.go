@@ -42,7 +42,7 @@ func TestCounterResetDoesNotMakeAWriter(t *testing.T) {
 	topo := topology.Topology{Resources: []topology.Resource{{Name: "fs-lab", Consumers: []topology.Consumer{
 		{Addr: reader, Device: "loop1"}, {Addr: idle, Device: "loop2"},
 	}}}}
-	e, err := engine.New(engine.DefaultConfig(), topo)
+	e, err := engine.New(openLoopConfig(), topo)
 	if err != nil {
 		t.Fatal(err)
 	}

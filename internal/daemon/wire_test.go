@@ -69,7 +69,7 @@ func TestWireAttributionInTheLoop(t *testing.T) {
 		{"device rates only", false, []string{reader.String(), writer.String()}, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			e, err := engine.New(engine.DefaultConfig(), topo)
+			e, err := engine.New(openLoopConfig(), topo)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -135,7 +135,7 @@ func TestWireReadFailureFailsOpen(t *testing.T) {
 	topo := topology.Topology{Resources: []topology.Resource{{Name: "fs-nfs", Consumers: []topology.Consumer{
 		{Addr: reader, Device: "loop1"}, {Addr: writer, Device: "loop1"},
 	}}}}
-	e, err := engine.New(engine.DefaultConfig(), topo)
+	e, err := engine.New(openLoopConfig(), topo)
 	if err != nil {
 		t.Fatal(err)
 	}

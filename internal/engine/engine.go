@@ -151,6 +151,12 @@ type ResourceDecision struct {
 	// latency over the threshold for a second or more; packet delay alone
 	// is not holding these writers.
 	Saturated bool
+	// Futile: the loop measured that delaying the writers buys the reads
+	// nothing and holds the delay released; Probing: it is measuring that
+	// this tick; GainMsPerMs the last measured gain, ms of read latency
+	// per ms of delay (see "8. Gain" in package control).
+	Futile, Probing bool
+	GainMsPerMs     float64
 	// Held: no read completed and none has been in flight for a tick, so
 	// the signal and the delay were kept as they were (see "1. Signal" in package control).
 	Held bool
@@ -412,6 +418,7 @@ func (e *Engine) stepResource(r *resource, now time.Time, members []netip.Addr, 
 	rd.ControlMs, rd.DelayMs = out.ControlMs, out.DelayMs
 	rd.UMaxMs, rd.UMaxLimitMs = out.UMaxMs, out.UMaxLimitMs
 	rd.Held, rd.Armed, rd.Saturated = out.Held, out.Armed, out.Saturated
+	rd.Futile, rd.Probing, rd.GainMsPerMs = out.Futile, out.Probing, out.GainMsPerMs
 	e.returning(r, &rd, now)
 	return rd, members
 }

@@ -180,6 +180,8 @@ var (
 	descInForce   = resDesc("throttle_delay_in_force_seconds", "Packet delay the data path has for the resource's throttleable set: the last state applied to the backend successfully.")
 	descCeiling   = resDesc("delay_ceiling_seconds", "The controller's current delay ceiling: u_max, raised toward u_max_limit while the writers need more.")
 	descSaturated = resDesc("saturated", "1 while the delay sits at u_max_limit with the read latency over the threshold: packet delay alone is not holding the writers.")
+	descFutile    = resDesc("futile", "1 while the loop holds its delay released because it measured that delaying the writers buys the reads nothing.")
+	descGain      = resDesc("delay_gain_ratio", "The last measured gain of the delay: seconds of read latency bought per second of delay (0: none measured yet; negative: the delay made reads slower).")
 )
 
 // The block-layer probe's view of the reads.
@@ -221,7 +223,7 @@ type snapshotCollector struct {
 }
 
 func (c *snapshotCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descInfo, descUptime, descSignal, descRaw, descThreshold, descTarget, descDelay, descControl, descInForce, descCeiling, descSaturated, descPending, descP95, descP99, descFollows, descSetSize, descArmed,
+	for _, d := range []*prometheus.Desc{descInfo, descUptime, descSignal, descRaw, descThreshold, descTarget, descDelay, descControl, descInForce, descCeiling, descSaturated, descFutile, descGain, descPending, descP95, descP99, descFollows, descSetSize, descArmed,
 		descReadBps, descWriteBps, descWriteEWMA, descThrottle, descHeld, descPassed, descBacklog, descErrP50, descErrMax, descTakeovers, descBypassed, descPathErrors, descConBypass, descConDelayed, descUnresolved} {
 		ch <- d
 	}
@@ -252,6 +254,12 @@ func (c *snapshotCollector) Collect(ch chan<- prometheus.Metric) {
 			sat = 1
 		}
 		ch <- prometheus.MustNewConstMetric(descSaturated, gauge, sat, r.Name)
+		futile := 0.0
+		if r.Futile {
+			futile = 1
+		}
+		ch <- prometheus.MustNewConstMetric(descFutile, gauge, futile, r.Name)
+		ch <- prometheus.MustNewConstMetric(descGain, gauge, r.GainMsPerMs, r.Name)
 		ch <- prometheus.MustNewConstMetric(descPending, gauge, r.PendingMs*msToS, r.Name)
 		ch <- prometheus.MustNewConstMetric(descP95, gauge, r.P95Ms*msToS, r.Name)
 		ch <- prometheus.MustNewConstMetric(descP99, gauge, r.P99Ms*msToS, r.Name)

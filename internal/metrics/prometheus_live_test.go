@@ -15,6 +15,7 @@ import (
 	"regexp"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -66,15 +67,19 @@ func TestPrometheusLive(t *testing.T) {
 	}
 
 	// The disk: loop1 (the reader's) reads at 40 ms, over the 15 ms
-	// threshold; loop2 writes at about 100 MB/s, so the controller
-	// throttles its consumer. Fixed-width numbers: each rewrite is one
-	// write of the same size, which the daemon's kept descriptor re-reads.
+	// threshold, and at 20 ms while the daemon delays the writer (held,
+	// from its /status): a plant where delay buys latency, or the loop
+	// would rightly release a delay that buys nothing; loop2 writes at
+	// about 100 MB/s, so the controller throttles its consumer.
+	// Fixed-width numbers: each rewrite is one write of the same size,
+	// which the daemon's kept descriptor re-reads.
 	proc := filepath.Join(dir, "proc")
 	if err := os.Mkdir(proc, 0o755); err != nil {
 		t.Fatal(err)
 	}
 	ds := filepath.Join(proc, "diskstats")
 	var reads, rticks, wsect uint64
+	var held atomic.Bool
 	render := func() []byte {
 		return []byte(fmt.Sprintf("   7       1 loop1 %020d 0 %020d %020d 0 0 0 0 0 0 0 0 0 0 0 0 0\n"+
 			"   7       2 loop2 0 0 0 0 %020d 0 %020d 0 0 0 0 0 0 0 0 0 0\n", reads, reads*16, rticks, wsect/8, wsect))
@@ -100,6 +105,9 @@ func TestPrometheusLive(t *testing.T) {
 			}
 			reads += 5
 			rticks += 200
+			if held.Load() {
+				rticks -= 100
+			}
 			wsect += 4000
 			f.WriteAt(render(), 0)
 		}
@@ -121,6 +129,21 @@ func TestPrometheusLive(t *testing.T) {
 		_, err := httpGet("http://" + sanqosAddr + "/metrics")
 		return err == nil && fileExists(sock)
 	})
+	go func() {
+		for diskCtx.Err() == nil {
+			time.Sleep(50 * time.Millisecond)
+			b, err := httpGet("http://" + sanqosAddr + "/status")
+			var st struct {
+				Resources []struct {
+					DelayMs float64 `json:"delay_ms"`
+				} `json:"resources"`
+			}
+			if err != nil || json.Unmarshal(b, &st) != nil || len(st.Resources) == 0 {
+				continue
+			}
+			held.Store(st.Resources[0].DelayMs > 0)
+		}
+	}()
 	for _, args := range [][]string{{"--ip", "10.99.0.4", "--delay", "5ms"}, {"--ip", "10.99.0.5", "--rate", "10MB/s"}} {
 		cmd := exec.Command(bin, append([]string{"throttle", "--socket", sock}, args...)...)
 		if out, err := cmd.CombinedOutput(); err != nil {

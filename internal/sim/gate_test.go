@@ -311,6 +311,7 @@ func TestRulesSwitchOff(t *testing.T) {
 		"far-raise": "surge24", "retarget": "reload-threshold",
 		"idle-hold": "slow-reader", "armed": "lab-15", "err-cap": "lab-10",
 		"floor": "lull", "rest": "lab-15", "first-climb": "lab-10",
+		"gain": "lab-10",
 	} {
 		run, ok := byName[name]
 		if !ok {

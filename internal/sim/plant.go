@@ -359,6 +359,9 @@ func (p *plant) handle(e event) {
 		}
 		e.io.arrived = e.at
 		done := p.array.Submit(e.at, e.io.op, e.io.offset, e.io.length, uint64(e.io.device))
+		if e.io.op == diskmodel.Read && p.active {
+			done = done.Add(msDur(sc.ReadContentionMs))
+		}
 		p.push(event{at: done, kind: evComplete, actor: e.actor, io: e.io})
 	case evComplete:
 		p.complete(e)

@@ -35,6 +35,9 @@ func WriteTable(w io.Writer, s Status) error {
 		if r.Saturated {
 			fmt.Fprintf(&b, "SATURATED: %s's delay sits at its limit (%.0f ms) and its read latency is still over the threshold: raise pid.u_max_limit, or these writers cannot be held back by packet delay alone\n", r.Name, r.UMaxLimitMs)
 		}
+		if r.Futile {
+			fmt.Fprintf(&b, "FUTILE: delaying %s's writers bought its reads nothing (last gain %.3f ms per ms of delay): the delay is released and tried again now and then; the readers wait for something else (the target's CPU, the network)\n", r.Name, r.GainMsPerMs)
+		}
 		if len(r.Returning) > 0 {
 			fmt.Fprintf(&b, "armed: %s's returning writers (%s) are held at %.2f ms from their first write\n", r.Name, members(r.Returning), r.ControlMs)
 		}
@@ -122,6 +125,8 @@ func RenderTop(s Status, o TopOptions) string {
 		switch {
 		case r.Saturated:
 			state = "! "
+		case r.Futile:
+			state = "∅ "
 		case r.Throttling():
 			state = "▼ "
 		}

@@ -69,6 +69,13 @@ type Resource struct {
 	// latency is still over the threshold; packet delay alone is not
 	// holding these writers.
 	Saturated bool `json:"saturated,omitempty"`
+	// Futile: the loop measured that delaying the writers buys the reads
+	// nothing and holds the delay released; Probing: it is measuring
+	// that now; GainMsPerMs is the last gain measured, ms of read latency
+	// per ms of delay (0: none yet).
+	Futile      bool    `json:"futile,omitempty"`
+	Probing     bool    `json:"probing,omitempty"`
+	GainMsPerMs float64 `json:"gain_ms_per_ms,omitempty"`
 	// Held: the last tick had no read sample (reads in flight not yet a
 	// tick old, or a short gap between reads); signal and delay were kept.
 	Held bool `json:"held,omitempty"`
@@ -208,6 +215,9 @@ type RecordResource struct {
 	InForceMs   float64 `json:"in_force_ms"`
 	UMaxMs      float64 `json:"u_max_ms,omitempty"`
 	Saturated   bool    `json:"saturated,omitempty"`
+	Futile      bool    `json:"futile,omitempty"`
+	Probing     bool    `json:"probing,omitempty"`
+	GainMsPerMs float64 `json:"gain_ms_per_ms,omitempty"`
 	Held        bool    `json:"held,omitempty"`
 	PendingMs   float64 `json:"pending_ms,omitempty"`
 	Signal      string  `json:"signal,omitempty"`

@@ -201,3 +201,24 @@ func TestWriteTableSaysDelayInForce(t *testing.T) {
 		t.Errorf("no %q in:\n%s", want, b.String())
 	}
 }
+
+// TestFutileIsShown: a resource whose loop found its delay futile says
+// so in the table (FUTILE, with the gain) and in top (∅ beside its
+// delay); one that is not says nothing of it.
+func TestFutileIsShown(t *testing.T) {
+	for _, futile := range []bool{true, false} {
+		s := fixture()
+		s.Resources[0].Saturated, s.Resources[0].Futile, s.Resources[0].GainMsPerMs = false, futile, -0.002
+		var b strings.Builder
+		if err := WriteTable(&b, s); err != nil {
+			t.Fatal(err)
+		}
+		top := RenderTop(s, TopOptions{Width: 100, Consumers: 3})
+		if got := strings.Contains(b.String(), "FUTILE: delaying "+s.Resources[0].Name+"'s writers") && strings.Contains(b.String(), "-0.002 ms per ms"); got != futile {
+			t.Errorf("futile %v: table says FUTILE with the gain %v:\n%s", futile, got, b.String())
+		}
+		if got := strings.Contains(top, "∅"); got != futile {
+			t.Errorf("futile %v: top marks it %v:\n%s", futile, got, top)
+		}
+	}
+}

@@ -9,7 +9,8 @@ import (
 	"github.com/sanqos/sanqos/internal/lab/loadspec"
 )
 
-// TestHarderWorkloadPlans: randw, surge24 and guarantees run 300 s each
+// TestHarderWorkloadPlans: randw, surge24, guarantees and guarantees-ssd
+// run 300 s each
 // in full and shorter with --short, with the workloads the issue asks.
 func TestHarderWorkloadPlans(t *testing.T) {
 	for _, c := range []struct {
@@ -22,6 +23,7 @@ func TestHarderWorkloadPlans(t *testing.T) {
 		{"randw", []string{"none", "pid-15ms"}, "randwrite-8k", 24, 300 * time.Second},
 		{"surge24", []string{"none", "pid-15ms"}, "seqwrite-64k", 24, 300 * time.Second},
 		{"guarantees", []string{"readers-none", "readers-pid-15ms", "writer1-none", "writer1-pid-15ms"}, "", -1, 300 * time.Second},
+		{"guarantees-ssd", []string{"fast-ssd-none", "fast-ssd-pid-1.16ms"}, "", 12, 300 * time.Second},
 	} {
 		x, err := Lookup(c.name)
 		if err != nil {

@@ -175,3 +175,30 @@ func TestBurstJainSkipsTailBursts(t *testing.T) {
 		t.Fatalf("got %v, want one judged burst (the whole one) with its index near 1/3", got)
 	}
 }
+
+// TestFastChecks: guarantees-ssd's controlled run is judged against its
+// uncontrolled one by the reader's mean and p95 wait (within NoiseRel)
+// and the writers' loss (under MaxFastWriterLoss); the issue's lab run
+// (mean 1.63 → 1.84 ms, writers −28 %) fails both, a run that released
+// its delay passes.
+func TestFastChecks(t *testing.T) {
+	none := &RunResult{Name: "fast-ssd-none", Group: fastGroup, WaitMs: Stats{Mean: 1.63, P95: 2.2}, WriteMBs: 250}
+	for _, tc := range []struct {
+		name            string
+		mean, p95, wmbs float64
+		reader, writers bool
+	}{
+		{"released", 1.64, 2.25, 245, true, true},
+		{"issue 33", 1.84, 2.4, 180, false, false},
+		{"p95 worse", 1.6, 2.5, 250, false, true},
+		{"writers pay 6 %", 1.6, 2.1, 235, true, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := &RunResult{Name: "fast-ssd-pid-1.16ms", Group: fastGroup, WaitMs: Stats{Mean: tc.mean, P95: tc.p95}, WriteMBs: tc.wmbs}
+			cs := fastChecks(r, none)
+			if len(cs) != 2 || cs[0].OK != tc.reader || cs[1].OK != tc.writers {
+				t.Errorf("checks %+v, want reader %v writers %v", cs, tc.reader, tc.writers)
+			}
+		})
+	}
+}
