@@ -7,6 +7,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/sanqos/sanqos/internal/status"
 	"github.com/sanqos/sanqos/internal/throttle"
 )
 
@@ -132,4 +133,15 @@ func cloneState(s throttle.State) throttle.State {
 		c.Groups[i] = g
 	}
 	return c
+}
+
+// consumersInForce sets each consumer's InForceMs from held, what the
+// backend holds each address at (throttle.InForce).
+func consumersInForce(cs []status.Consumer, held map[netip.Addr]time.Duration) {
+	for i := range cs {
+		cs[i].InForceMs = 0
+		if a, err := netip.ParseAddr(cs[i].Addr); err == nil {
+			cs[i].InForceMs = ms(held[a.Unmap()])
+		}
+	}
 }

@@ -331,6 +331,8 @@ func (d *Daemon) tick(ctx context.Context, now time.Time) {
 	// in force (a Decider may hand out the same slice every tick).
 	dec.Resources = slices.Clone(dec.Resources)
 	inForce(dec.Resources, d.applied)
+	dec.Consumers = slices.Clone(dec.Consumers)
+	consumersInForce(dec.Consumers, throttle.InForce(d.o.Backend, d.applied))
 	d.slo.observe(d.o.Tick, snap, dec.Resources, d.o.Decider, manual)
 
 	elapsed := time.Since(began)
@@ -379,6 +381,8 @@ func (d *Daemon) statsFailed(ctx context.Context, err error) {
 		d.mu.Lock()
 		d.snap.Resources = slices.Clone(d.snap.Resources)
 		inForce(d.snap.Resources, d.applied)
+		d.snap.Consumers = slices.Clone(d.snap.Consumers)
+		consumersInForce(d.snap.Consumers, throttle.InForce(d.o.Backend, d.applied))
 		d.mu.Unlock()
 	}
 }

@@ -105,7 +105,7 @@ func (a *engineAdapter) Step(now time.Time, snap []diskstats.Stat) Decision {
 		out.Consumers[i] = status.Consumer{
 			Resource: c.Resource, Device: c.Device, Addr: a.name(c.Addr), ReadKBs: c.ReadKBs,
 			WriteKBs: c.WriteKBs, WriteEWMAKBs: c.WriteEWMAKBs, RAwaitMs: c.RAwaitMs, Throttleable: c.Throttleable,
-			WriteFrom: c.WriteFrom,
+			WriteFrom: c.WriteFrom, OutstandingWrites: c.OutstandingWrites, DelayMs: c.HeldMs,
 		}
 	}
 	if a.wire != nil {

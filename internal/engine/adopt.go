@@ -13,8 +13,8 @@ import "net/netip"
 //
 //   - Devices: last counters, reads in flight, probe trust. They describe
 //     the device, not the settings: always kept.
-//   - Consumers: write-rate EWMA, set membership, last write, the
-//     returning-writer memory. Always kept: new policy thresholds judge the next
+//   - Consumers: write-rate and outstanding-write EWMAs, set membership,
+//     last write, the delay put on its writes, the returning-writer memory. Always kept: new policy thresholds judge the next
 //     tick's rate, and a membership they no longer support ends through
 //     the policy's own hysteresis.
 //   - Resources: whether the resource was ever measured, and its loop's
@@ -68,7 +68,7 @@ func (e *Engine) Adopt(old *Engine) {
 		for _, ci := range r.consumers {
 			c := &e.cons[ci]
 			if oc, ok := oldCons[consKey{r.name, c.c.Device, c.c.Addr}]; ok {
-				c.st, c.lastWrite = oc.st, oc.lastWrite
+				c.st, c.lastWrite, c.heldMs = oc.st, oc.lastWrite, oc.heldMs
 				c.memberAt, c.rejoinSince, c.returning = oc.memberAt, oc.rejoinSince, oc.returning
 			}
 		}

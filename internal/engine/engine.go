@@ -200,6 +200,11 @@ type ConsumerRates struct {
 	// WriteEWMAKBs follows): "wire" or "device"; "" without wire
 	// counters, where it is always the device's. See wire.go.
 	WriteFrom string
+	// OutstandingWrites is the EWMA of its writes in flight the policy
+	// judges a held writer by; HeldMs the delay this decision puts on
+	// its writes (see "Demand" in demand.go). The data path may hold it
+	// at another (the daemon reports that beside it).
+	OutstandingWrites, HeldMs float64
 }
 
 // device is the per-device memory: the last snapshot's counters and the
@@ -214,6 +219,8 @@ type device struct {
 	// valid: rates below hold this Step's interval values.
 	valid bool
 	rates diskstats.Rates
+	// elapsed is the interval of rates, in seconds.
+	elapsed float64
 	// sig: the device's reads are part of some resource's signal.
 	sig bool
 	// pendingSince is the first Step that saw reads in flight with none
@@ -242,6 +249,8 @@ type consumer struct {
 	// it is armed, and writing since then ("Returning writers").
 	memberAt, rejoinSince time.Time
 	returning             bool
+	// heldMs is the delay the last Step put on its writes (demand.go).
+	heldMs float64
 }
 
 type resource struct {
@@ -362,6 +371,7 @@ func (e *Engine) readSnapshot(now time.Time, snap []diskstats.Stat) (missing int
 				continue
 			}
 			d.rates = diskstats.Sub(&d.cur, &d.prev).Rates(now.Sub(d.prevAt))
+			d.elapsed = now.Sub(d.prevAt).Seconds()
 			d.valid = true
 			e.updateFine(d)
 			e.updatePending(d, now)
@@ -390,8 +400,8 @@ func (e *Engine) stepResource(r *resource, now time.Time, members []netip.Addr, 
 			rt := &d.rates
 			cr.ReadKBs, cr.WriteKBs, cr.RAwaitMs = rt.ReadKBs, rt.WriteKBs, rt.RAwaitMs
 			kbs, from := e.writeKBs(c, rt.WriteKBs)
-			cr.Throttleable, cr.WriteFrom = e.pol.Update(&c.st, c.c, kbs), from
-			cr.WriteEWMAKBs = c.st.WriteEWMAKBs
+			cr.Throttleable, cr.WriteFrom = e.pol.Judge(&c.st, c.c, sample(c, d, kbs)), from
+			cr.WriteEWMAKBs, cr.OutstandingWrites = c.st.WriteEWMAKBs, c.st.OutstandingEWMA
 			noteWrite(c, kbs, now)
 		}
 		if !r.started {
@@ -420,6 +430,7 @@ func (e *Engine) stepResource(r *resource, now time.Time, members []netip.Addr, 
 	rd.Held, rd.Armed, rd.Saturated = out.Held, out.Armed, out.Saturated
 	rd.Futile, rd.Probing, rd.GainMsPerMs = out.Futile, out.Probing, out.GainMsPerMs
 	e.returning(r, &rd, now)
+	e.noteHeld(r, &rd, cons)
 	return rd, members
 }
 

@@ -65,7 +65,7 @@ func (e *Engine) SetTopology(topo topology.Topology) {
 		for _, tc := range tr.Consumers {
 			c := consumer{c: tc, dev: devOf(tc.Device)}
 			if oi, ok := oldCons[consKey{tr.Name, tc.Device, tc.Addr}]; ok {
-				c.st, c.lastWrite = e.cons[oi].st, e.cons[oi].lastWrite
+				c.st, c.lastWrite, c.heldMs = e.cons[oi].st, e.cons[oi].lastWrite, e.cons[oi].heldMs
 				delete(oldCons, consKey{tr.Name, tc.Device, tc.Addr})
 			}
 			r.consumers = append(r.consumers, len(cons))

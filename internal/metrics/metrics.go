@@ -200,6 +200,9 @@ var (
 	descWriteBps  = conDesc("write_bytes_per_second", "Consumer's write rate in the last tick.")
 	descWriteEWMA = conDesc("write_ewma_bytes_per_second", "Filtered write rate that decides membership of the throttleable set.")
 	descThrottle  = conDesc("throttleable", "1 if the consumer is in its resource's throttleable set.")
+	descOutstand  = conDesc("outstanding_writes", "Estimated writes of the consumer in flight (EWMA): write rate times (write await + the delay on its flows); a held writer stays in the set while it has writes outstanding.")
+	descConDelay  = conDesc("throttle_delay_seconds", "Packet delay the engine put on the consumer's flows: its resource's delay as a member, the armed delay as a returning writer.")
+	descConForce  = conDesc("throttle_delay_in_force_seconds", "Packet delay the data path holds the consumer's flows at: what the backend programs of the last state applied successfully.")
 )
 
 // The data path.
@@ -224,7 +227,7 @@ type snapshotCollector struct {
 
 func (c *snapshotCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descInfo, descUptime, descSignal, descRaw, descThreshold, descTarget, descDelay, descControl, descInForce, descCeiling, descSaturated, descFutile, descGain, descPending, descP95, descP99, descFollows, descSetSize, descArmed,
-		descReadBps, descWriteBps, descWriteEWMA, descThrottle, descHeld, descPassed, descBacklog, descErrP50, descErrMax, descTakeovers, descBypassed, descPathErrors, descConBypass, descConDelayed, descUnresolved} {
+		descReadBps, descWriteBps, descWriteEWMA, descThrottle, descOutstand, descConDelay, descConForce, descHeld, descPassed, descBacklog, descErrP50, descErrMax, descTakeovers, descBypassed, descPathErrors, descConBypass, descConDelayed, descUnresolved} {
 		ch <- d
 	}
 }
@@ -276,6 +279,9 @@ func (c *snapshotCollector) Collect(ch chan<- prometheus.Metric) {
 			t = 1
 		}
 		ch <- prometheus.MustNewConstMetric(descThrottle, gauge, t, k.Resource, k.Addr, k.Device)
+		ch <- prometheus.MustNewConstMetric(descOutstand, gauge, k.OutstandingWrites, k.Resource, k.Addr, k.Device)
+		ch <- prometheus.MustNewConstMetric(descConDelay, gauge, k.DelayMs*msToS, k.Resource, k.Addr, k.Device)
+		ch <- prometheus.MustNewConstMetric(descConForce, gauge, k.InForceMs*msToS, k.Resource, k.Addr, k.Device)
 	}
 	b := s.Throttle
 	ch <- prometheus.MustNewConstMetric(descHeld, counterVT, float64(b.PacketsHeld))

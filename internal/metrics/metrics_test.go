@@ -25,7 +25,8 @@ func fixture() status.Status {
 		},
 		Consumers: []status.Consumer{
 			{Resource: "fs-lab", Device: "loop1", Addr: "10.99.0.2", ReadKBs: 256, RAwaitMs: 31.25},
-			{Resource: "fs-lab", Device: "loop2", Addr: "10.99.0.3", WriteKBs: 18000, WriteEWMAKBs: 17500.5, Throttleable: true},
+			{Resource: "fs-lab", Device: "loop2", Addr: "10.99.0.3", WriteKBs: 18000, WriteEWMAKBs: 17500.5, Throttleable: true,
+				OutstandingWrites: 3.4, DelayMs: 2.5, InForceMs: 2},
 		},
 		Throttle:  status.BackendStats{PacketsHeld: 1200, PacketsPassed: 1195, Backlog: 5, DelayErrorP50Ms: 0.04, DelayErrorMaxMs: 0.9, Takeovers: 3, Bypassed: 7, Errors: 2},
 		Discovery: status.Discovery{OK: true, Unresolved: []string{"/srv/sanqos/lun-a2.img"}},

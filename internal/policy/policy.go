@@ -10,7 +10,9 @@
 //     LeaveKBs. The gap between the two (hysteresis) keeps a writer hovering
 //     around one threshold from flapping in and out every tick. The thesis
 //     converged its sets once a second and saw overshoot from that lag;
-//     here membership is re-evaluated every tick.
+//     here membership is re-evaluated every tick. A member held by the
+//     throttle is judged by its demand, not only by its rate (see
+//     "Demand" below).
 //   - manual (thesis §5.7, prototype 1): fixed lists; the named protected
 //     consumers' read latency is the signal and the named consumers to
 //     throttle are always in the set.
@@ -41,22 +43,86 @@ const (
 // or a log, far below a streaming writer.
 const DefaultJoinKBs = 500
 
+// Demand. The rate of a writer held by the throttle is what the delay
+// leaves it, not what it wants: twelve threads of 4 KiB random writes held
+// at 200 ms complete some 60 writes a second, 240 kB/s, under the leave
+// threshold. Judged by that rate the writer leaves, runs unheld, writes
+// hard again, rejoins a tick or two later, and so on: the lab saw each
+// writer leave and rejoin about 97 times in 80 s with the reader at 4.3 ×
+// its threshold (issue 33). So a held consumer is also judged by what
+// the delay does not shrink: how many of its writes are outstanding. By
+// Little's law a writer's writes in flight (on the wire, held by the
+// throttle or at the device) are its writes per second times the time
+// each takes; the engine estimates that time as the device's write await
+// plus the delay in force on its flows (Sample.Outstanding). A
+// closed-loop writer, which is what a thread writing as fast as it can
+// is, keeps the same number of writes outstanding whatever the delay,
+// while its rate falls with it: four threads of one write each keep
+// about three to four outstanding at any delay. A writer that stops has
+// none. A held member therefore stays while its outstanding writes
+// (EWMA) are at least LeaveOutstanding, even below LeaveKBs, and a held
+// consumer (a returning writer the data path has armed) joins with
+// JoinOutstanding or more, even below JoinKBs: at one write always in
+// flight it writes continuously, and the delay alone keeps its rate low.
+// Why this evidence: it needs only what every backend has, the delay the
+// engine decided and /proc/diskstats, not the data path's counters, which
+// the nfqueue backend keeps per consumer but netem, htb and edt do not in
+// the same form; and it does not shrink as the delay grows, which the
+// wire's bytes and the device's writes in flight both do. What it costs:
+// an open-loop writer (a log writing a few times a second) has λ·(await +
+// delay) outstanding, which the delay inflates: at 200 ms a log of 3
+// writes a second counts 0.6 and stays a member while it is held that
+// hard. Its writes are few, and the delay it keeps falls once the reader
+// is served, and with it the estimate, so it leaves then. A consumer not
+// held is judged by its rate alone, as in the thesis.
+const (
+	JoinOutstanding  = 1.0
+	LeaveOutstanding = 0.5
+)
+
+// Sample is one consumer's tick as the policy judges it.
+type Sample struct {
+	// WriteKBs is its write rate (kB/s).
+	WriteKBs float64
+	// HeldMs is the delay in force on its writes during the tick (0: not
+	// held, its rate is its own).
+	HeldMs float64
+	// Outstanding estimates its writes in flight over the tick: writes per
+	// second × (device write await + HeldMs) (see "Demand").
+	Outstanding float64
+}
+
 // Policy decides, per consumer and tick, whether its reads count in its
 // resource's signal and whether it is throttleable.
 type Policy interface {
 	Name() string
 	// Counts reports whether c's reads make up its resource's signal.
 	Counts(c topology.Consumer) bool
-	// Update folds c's write rate of this tick into st and returns whether
-	// c is in the throttleable set now.
-	Update(st *State, c topology.Consumer, writeKBs float64) bool
+	// Judge folds c's tick into st and returns whether c is in the
+	// throttleable set now.
+	Judge(st *State, c topology.Consumer, s Sample) bool
 }
 
 // State is one consumer's memory across ticks. The zero value is a new
-// consumer at rest (EWMA 0, not a member).
+// consumer at rest (EWMAs 0, not a member).
 type State struct {
 	WriteEWMAKBs float64
-	Member       bool
+	// OutstandingEWMA follows Sample.Outstanding with the same weight.
+	OutstandingEWMA float64
+	Member          bool
+}
+
+// fold adds s to st's EWMAs; a nonsense value counts as 0.
+func (st *State) fold(alpha float64, s Sample) {
+	kbs, out := s.WriteKBs, s.Outstanding
+	if math.IsNaN(kbs) || kbs < 0 {
+		kbs = 0
+	}
+	if math.IsNaN(out) || out < 0 || math.IsInf(out, 0) {
+		out = 0
+	}
+	st.WriteEWMAKBs += alpha * (kbs - st.WriteEWMAKBs)
+	st.OutstandingEWMA += alpha * (out - st.OutstandingEWMA)
 }
 
 // Hysteresis is the read-over-write policy.
@@ -87,16 +153,26 @@ func NewReadOverWrite(alpha, joinKBs, leaveKBs float64) (*Hysteresis, error) {
 func (h *Hysteresis) Name() string                  { return ReadOverWrite }
 func (h *Hysteresis) Counts(topology.Consumer) bool { return true }
 
-// Update applies e ← e + α·(rate − e), then joins above JoinKBs and leaves
-// below LeaveKBs; in between, membership is unchanged.
-func (h *Hysteresis) Update(st *State, _ topology.Consumer, writeKBs float64) bool {
-	if math.IsNaN(writeKBs) || writeKBs < 0 {
-		writeKBs = 0
-	}
-	st.WriteEWMAKBs += h.alpha * (writeKBs - st.WriteEWMAKBs)
+// Update is Judge for a consumer that is not held: its rate alone.
+func (h *Hysteresis) Update(st *State, c topology.Consumer, writeKBs float64) bool {
+	return h.Judge(st, c, Sample{WriteKBs: writeKBs})
+}
+
+// Judge applies e ← e + α·(x − e) to the rate and the outstanding writes,
+// then joins above JoinKBs and leaves below LeaveKBs; in between,
+// membership is unchanged. While it is held (s.HeldMs > 0) it also joins
+// with JoinOutstanding writes outstanding and does not leave with
+// LeaveOutstanding or more (see "Demand").
+func (h *Hysteresis) Judge(st *State, _ topology.Consumer, s Sample) bool {
+	st.fold(h.alpha, s)
+	held := s.HeldMs > 0
 	switch {
 	case st.WriteEWMAKBs > h.joinKBs:
 		st.Member = true
+	case held && st.OutstandingEWMA >= JoinOutstanding:
+		st.Member = true
+	case held && st.Member && st.OutstandingEWMA >= LeaveOutstanding:
+		// Held and still writing: its rate is the delay's, not its own.
 	case st.WriteEWMAKBs < h.leaveKB:
 		st.Member = false
 	}
@@ -174,12 +250,14 @@ func match(names map[string]bool, c topology.Consumer) bool {
 func (m *Manual) Name() string                    { return ManualName }
 func (m *Manual) Counts(c topology.Consumer) bool { return match(m.protected, c) }
 
-// Update keeps the write-rate EWMA for monitoring; membership is the list.
+// Update is Judge with the rate alone.
 func (m *Manual) Update(st *State, c topology.Consumer, writeKBs float64) bool {
-	if math.IsNaN(writeKBs) || writeKBs < 0 {
-		writeKBs = 0
-	}
-	st.WriteEWMAKBs += m.alpha * (writeKBs - st.WriteEWMAKBs)
+	return m.Judge(st, c, Sample{WriteKBs: writeKBs})
+}
+
+// Judge keeps the EWMAs for monitoring; membership is the list.
+func (m *Manual) Judge(st *State, c topology.Consumer, s Sample) bool {
+	st.fold(m.alpha, s)
 	st.Member = match(m.throttle, c)
 	return st.Member
 }

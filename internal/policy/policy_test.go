@@ -179,3 +179,50 @@ func TestManualBadConfig(t *testing.T) {
 		}
 	}
 }
+
+// A writer held by the throttle is judged by its demand: it stays while
+// its writes are outstanding, whatever rate the delay leaves it, and
+// leaves once it stops or is no longer held (issue 33). want is the
+// membership after each tick, m for member, - for not.
+func TestReadOverWriteDemand(t *testing.T) {
+	c := consumer("10.0.0.2", "", "loop0")
+	// A member at EWMA 1000 kB/s with 3.5 writes outstanding.
+	member := State{WriteEWMAKBs: 1000, OutstandingEWMA: 3.5, Member: true}
+	held := func(kbs, out float64) Sample { return Sample{WriteKBs: kbs, HeldMs: 200, Outstanding: out} }
+	tests := []struct {
+		name  string
+		start State
+		tick  Sample
+		want  string
+	}{
+		// 12 threads of 4 KiB random writes on three hosts held at 200 ms.
+		{"held hard, still writing: stays", member, held(64, 3.4), strings.Repeat("m", 40)},
+		// Outstanding 3.5·0.75^k < 0.5 from k = 7; the rate left at k = 5.
+		{"held, then stops: leaves within a second", member, held(0, 0), "mmmmmm----"},
+		{"not held at that rate: leaves by its rate", member, Sample{WriteKBs: 64, Outstanding: 0.02}, "mmmmm-----"},
+		{"held, but a few writes a second: leaves", member, held(12, 0.3), "mmmmmmmmm-----"},
+		{"armed returning writer with writes outstanding: joins", State{WriteEWMAKBs: 40}, held(64, 3.4), "-mmmm"},
+		{"armed light writer: does not join", State{WriteEWMAKBs: 40}, held(12, 0.6), strings.Repeat("-", 20)},
+		{"unheld with writes outstanding: joins only by its rate", State{}, Sample{WriteKBs: 300, Outstanding: 3}, strings.Repeat("-", 20)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h, err := NewReadOverWrite(0.25, 500, 250)
+			if err != nil {
+				t.Fatal(err)
+			}
+			st := tt.start
+			var got strings.Builder
+			for range tt.want {
+				if h.Judge(&st, c, tt.tick) {
+					got.WriteByte('m')
+				} else {
+					got.WriteByte('-')
+				}
+			}
+			if got.String() != tt.want {
+				t.Errorf("membership %s, want %s (state after: %+v)", got.String(), tt.want, st)
+			}
+		})
+	}
+}

@@ -32,12 +32,12 @@ var matrixWriters = []Writers{
 // Read it with two things in mind before asserting on it. On raid6-hdd
 // a 60 s run is shorter than the time some rates take to fill the 1 GiB
 // cache: a static delay that keeps the writers under ~17 MB/s "meets T"
-// only because the cache has not filled yet, and once it has, small
-// random writers run at the read-modify-write rate (0.5 MB/s for 4 KiB)
-// and fall out of the throttleable set by their rate while the reader
-// waits ~100 ms (2026-11-28: rand-4k-12thr at T = 30 ms, members 0 from
-// 25 s on). And the writers' share can exceed 1: the best static delay
-// meets T in every second's p95, the controller only on average.
+// only because the cache has not filled yet; once it has, small random
+// writers run at the read-modify-write rate (0.5 MB/s for 4 KiB), under
+// the leave threshold, and stay in the set only because they are judged
+// by their writes outstanding (policy "Demand"; TestSteadyWritersStayHeld).
+// And the writers' share can exceed 1: the best static delay meets T in
+// every second's p95, the controller only on average.
 // It asserts nothing about the controller yet: SANQOS_SIM_MATRIX=1 runs
 // every cell (minutes); without it, two cells at 30 s check that the
 // harness runs and its numbers hang together.

@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"math"
 	"net/netip"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -143,6 +144,10 @@ type Result struct {
 	Summary Summary
 	Seconds []Second
 	Ticks   []Tick
+	// Leaves counts, per address, the ticks at which it left the
+	// throttleable set while it was in it the tick before: a steady
+	// writer that flaps in and out shows here (issue 33).
+	Leaves map[netip.Addr]int
 }
 
 // epoch is the virtual start time; fixed so runs are reproducible.
@@ -181,7 +186,8 @@ func RunWith(cfg Config, st Stepper) (*Result, error) {
 	if a, ok := st.(interface{ attach(*plant) }); ok {
 		a.attach(p)
 	}
-	res := &Result{Config: cfg}
+	res := &Result{Config: cfg, Leaves: map[netip.Addr]int{}}
+	var was []netip.Addr // the set of the previous tick
 	end := epoch.Add(cfg.Duration)
 	nextTick := epoch.Add(cfg.Tick)
 	nextSecond := epoch.Add(time.Second)
@@ -216,6 +222,7 @@ func RunWith(cfg Config, st Stepper) (*Result, error) {
 				T: at.Sub(epoch).Seconds(), SignalMs: d.SignalMs, RawMs: d.RawMs,
 				DelayMs: d.DelayMs, Members: len(d.Members),
 			})
+			was = countLeaves(res.Leaves, was, d.Members)
 			delaySum += d.DelayMs
 			delayN++
 			nextTick = nextTick.Add(cfg.Tick)
@@ -228,6 +235,17 @@ func RunWith(cfg Config, st Stepper) (*Result, error) {
 	}
 	res.Summary = summarize(cfg, res.Seconds)
 	return res, nil
+}
+
+// countLeaves adds to leaves each address of was that is not in now,
+// and returns was refilled with now.
+func countLeaves(leaves map[netip.Addr]int, was, now []netip.Addr) []netip.Addr {
+	for _, a := range was {
+		if !slices.Contains(now, a) {
+			leaves[a]++
+		}
+	}
+	return append(was[:0], now...)
 }
 
 // stepControl renders the plant's counters at at as /proc/diskstats

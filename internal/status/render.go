@@ -53,12 +53,21 @@ func WriteTable(w io.Writer, s Status) error {
 	}
 	b.WriteString("\n")
 	tw = tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "CONSUMER\tRESOURCE\tDEVICE\tREAD KiB/s\tWRITE KiB/s\tWRITE EWMA KiB/s\tR_AWAIT ms\tTHROTTLEABLE")
+	// OUTSTANDING is the writes in flight a held writer is judged by;
+	// DELAY ms the delay the engine put on its flows and IN FORCE ms the
+	// one the data path holds it at.
+	fmt.Fprintln(tw, "CONSUMER\tRESOURCE\tDEVICE\tREAD KiB/s\tWRITE KiB/s\tWRITE EWMA KiB/s\tR_AWAIT ms\tTHROTTLEABLE\tOUTSTANDING\tDELAY ms\tIN FORCE ms")
 	for _, c := range s.Consumers {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%.1f\t%.1f\t%.1f\t%.2f\t%s\n",
-			c.Addr, c.Resource, c.Device, c.ReadKBs, c.WriteKBs, c.WriteEWMAKBs, c.RAwaitMs, yesNo(c.Throttleable))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%.1f\t%.1f\t%.1f\t%.2f\t%s\t%.2f\t%.2f\t%.2f\n",
+			c.Addr, c.Resource, c.Device, c.ReadKBs, c.WriteKBs, c.WriteEWMAKBs, c.RAwaitMs, yesNo(c.Throttleable),
+			c.OutstandingWrites, c.DelayMs, c.InForceMs)
 	}
 	tw.Flush()
+	for _, c := range s.Consumers {
+		if c.InForceMs != c.DelayMs {
+			fmt.Fprintf(&b, "note: the data path holds %s at %.2f ms, not the %.2f ms decided (an apply failed, a manual throttle holds it, or the backend leaves it out)\n", c.Addr, c.InForceMs, c.DelayMs)
+		}
+	}
 	b.WriteString("\n")
 	writeFooter(&b, s)
 	_, err := io.WriteString(w, b.String())

@@ -125,6 +125,18 @@ type Consumer struct {
 	// are then the client's on the wire) or "device"; empty without wire
 	// counters.
 	WriteFrom string `json:"write_from,omitempty"`
+	// OutstandingWrites estimates its writes in flight (EWMA), what the
+	// policy judges a held writer by (policy "Demand").
+	OutstandingWrites float64 `json:"outstanding_writes"`
+	// DelayMs is the delay the engine put on its flows (its resource's
+	// delay as a member, the armed delay as a returning writer);
+	// InForceMs the one the data path holds it at: what the backend
+	// programs of the last state applied successfully. They differ when
+	// an apply failed, a manual throttle holds it, or the backend leaves
+	// it out (an IPv6 consumer on an IPv4-only backend, arming off
+	// nfqueue, dry-run).
+	DelayMs   float64 `json:"delay_ms"`
+	InForceMs float64 `json:"in_force_ms"`
 }
 
 // BackendStats are the data-path counters of the throttle backend.

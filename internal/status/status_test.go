@@ -31,8 +31,12 @@ func fixture() Status {
 		},
 		Consumers: []Consumer{
 			{Resource: "fs-lab", Device: "loop1", Addr: "10.99.0.2", ReadKBs: 256, WriteKBs: 0, RAwaitMs: 31.25},
-			{Resource: "fs-lab", Device: "loop2", Addr: "10.99.0.3", WriteKBs: 18000, WriteEWMAKBs: 17500.5, Throttleable: true},
-			{Resource: "fs-lab", Device: "loop3", Addr: "10.99.0.4", WriteKBs: 19500, WriteEWMAKBs: 19000, Throttleable: true},
+			{Resource: "fs-lab", Device: "loop2", Addr: "10.99.0.3", WriteKBs: 18000, WriteEWMAKBs: 17500.5, Throttleable: true,
+				OutstandingWrites: 3.4, DelayMs: 4.6, InForceMs: 4.6},
+			// An IPv4-only backend's view of an address it cannot hold would
+			// differ the same way: the data path holds this one at nothing.
+			{Resource: "fs-lab", Device: "loop3", Addr: "10.99.0.4", WriteKBs: 19500, WriteEWMAKBs: 19000, Throttleable: true,
+				OutstandingWrites: 3.1, DelayMs: 4.6},
 			{Resource: "vg-data", Device: "dm-0", Addr: "10.99.0.5", ReadKBs: 12, WriteKBs: 100, WriteEWMAKBs: 90, RAwaitMs: 3},
 		},
 		Throttle:  BackendStats{PacketsHeld: 1200, PacketsPassed: 1195, Backlog: 5, DelayErrorP50Ms: 0.04, DelayErrorMaxMs: 0.9},
