@@ -1,0 +1,74 @@
+package throttle
+
+import (
+	"net/netip"
+	"testing"
+
+	"github.com/sanqos/sanqos/internal/attribution"
+)
+
+// socketCounts keeps each client's counters growing across connections
+// that close: with their final counters before, after or without a dump
+// that saw them, and counts a connection opened and closed between two
+// reads whole.
+func TestSocketCounts(t *testing.T) {
+	a, b := netip.MustParseAddr("10.0.0.2"), netip.MustParseAddr("10.0.0.3")
+	sock := func(cookie uint64, peer netip.Addr, sent, recv uint64) socketSample {
+		return socketSample{cookie: cookie, local: 3260, peer: peer, sent: sent, recv: recv}
+	}
+	type step struct {
+		dump    []socketSample
+		pending []socketSample // destroyed since the last read
+		want    map[netip.Addr]attribution.Counters
+	}
+	for _, c := range []struct {
+		name  string
+		steps []step
+	}{
+		{"open connections are summed per client", []step{
+			{dump: []socketSample{sock(1, a, 10, 100), sock(2, a, 5, 50), sock(3, b, 1, 0)},
+				want: map[netip.Addr]attribution.Counters{a: {Sent: 15, Received: 150}, b: {Sent: 1}}},
+		}},
+		{"final counters of a socket seen before", []step{
+			{dump: []socketSample{sock(1, a, 10, 100)}, want: map[netip.Addr]attribution.Counters{a: {Sent: 10, Received: 100}}},
+			{pending: []socketSample{sock(1, a, 30, 300)}, want: map[netip.Addr]attribution.Counters{a: {Sent: 30, Received: 300}}},
+			{want: map[netip.Addr]attribution.Counters{a: {Sent: 30, Received: 300}}},
+		}},
+		{"final counters after the socket left the dumps", []step{
+			{dump: []socketSample{sock(1, a, 10, 100)}, want: map[netip.Addr]attribution.Counters{a: {Sent: 10, Received: 100}}},
+			{want: map[netip.Addr]attribution.Counters{a: {Sent: 10, Received: 100}}},
+			{pending: []socketSample{sock(1, a, 30, 300)}, want: map[netip.Addr]attribution.Counters{a: {Sent: 30, Received: 300}}},
+		}},
+		{"destroyed just after the dump that saw it", []step{
+			{dump: []socketSample{sock(1, a, 10, 100)}, want: map[netip.Addr]attribution.Counters{a: {Sent: 10, Received: 100}}},
+			{dump: []socketSample{sock(1, a, 20, 200)}, pending: []socketSample{sock(1, a, 25, 250)},
+				want: map[netip.Addr]attribution.Counters{a: {Sent: 25, Received: 250}}},
+		}},
+		{"opened and closed between two reads", []step{
+			{dump: []socketSample{sock(1, a, 10, 0)}, want: map[netip.Addr]attribution.Counters{a: {Sent: 10}}},
+			{dump: []socketSample{sock(1, a, 10, 0)}, pending: []socketSample{sock(7, a, 1000, 4)},
+				want: map[netip.Addr]attribution.Counters{a: {Sent: 1010, Received: 4}}},
+		}},
+		{"other sockets do not count", []step{
+			{dump: []socketSample{{cookie: 1, local: 22, peer: a, sent: 9}, sock(2, netip.MustParseAddr("10.0.0.9"), 9, 9)},
+				want: map[netip.Addr]attribution.Counters{}},
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var sc socketCounts
+			counted := func(s socketSample) bool { return s.local == 3260 && (s.peer == a || s.peer == b) }
+			for i, st := range c.steps {
+				sc.pending = st.pending
+				got := sc.update(st.dump, counted)
+				if len(got) != len(st.want) {
+					t.Fatalf("read %d: %v, want %v", i, got, st.want)
+				}
+				for k, v := range st.want {
+					if got[k] != v {
+						t.Fatalf("read %d: %v, want %v", i, got, st.want)
+					}
+				}
+			}
+		})
+	}
+}
