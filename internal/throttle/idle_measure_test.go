@@ -41,7 +41,7 @@ func TestMeasureIdlePath(t *testing.T) {
 		pairs = n
 	}
 	l := newLab(t)
-	l.rcvbuf = 0 // the kernel's autotuning, as a real initiator has
+	l.rcvbuf = 0                        // the kernel's autotuning, as a real initiator has
 	bin := os.Getenv("SANQOS_IDLE_BIN") // another build to compare, e.g. an older one
 	if bin == "" {
 		bin = buildSanqos(t)
@@ -180,4 +180,3 @@ func idleMedianCI(xs []float64, conf float64) (med, lo, hi float64) {
 	}
 	return idleMedian(ys), ys[k-1], ys[n-k]
 }
-
