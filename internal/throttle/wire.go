@@ -25,8 +25,11 @@ import (
 // does) and sums, over the sockets whose local port is a storage port
 // and whose peer is a known client, tcpi_bytes_received (what the client
 // sent: its writes) and tcpi_bytes_acked (what it received: its reads).
-// These are payload bytes: pure ACKs count nothing, so a reader does not
-// look like a writer, and headers and retransmissions are not counted.
+// These are payload bytes (headers and retransmissions are not counted),
+// and a socket's bytes of one interval count only when its data segments
+// averaged more than the port's small-segment split: pure ACKs carry
+// nothing, and a reader's requests and a writer's R2Ts and responses are
+// small, so a reader does not look like a writer (see judge).
 //
 // Connections that close between two reads are counted whole: the
 // kernel broadcasts each TCP socket's final counters when it is
@@ -53,6 +56,8 @@ type Wire struct {
 
 	mu      sync.Mutex
 	ports   map[uint16]bool
+	small   map[uint16]int // the ports' splits (SmallSegments), def else
+	def     int
 	clients map[netip.Addr]bool
 	socks   socketCounts
 }
@@ -70,8 +75,9 @@ type WireConfig struct {
 	// counters' is WireInstance of it.
 	Instance string
 	Ports    []uint16
-	// SmallSegment and SmallSegments are the backend's splits; the
-	// socket counters count payload bytes and need none (checked only).
+	// SmallSegment and SmallSegments are the backend's splits: a
+	// socket's bytes of an interval count only when its data segments
+	// averaged more (see judge); 0 is DefaultSmallSegment.
 	SmallSegment  int
 	SmallSegments map[uint16]int
 	// Firewall and Firewall6 remove what older versions' counters left;
@@ -127,6 +133,9 @@ func OpenWire(ctx context.Context, cfg WireConfig) (*Wire, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	if cfg.SmallSegment == 0 {
+		cfg.SmallSegment = DefaultSmallSegment
+	}
 	if err := ValidateSmallSegments(cfg.SmallSegments); err != nil {
 		return nil, err
 	}
@@ -136,7 +145,7 @@ func OpenWire(ctx context.Context, cfg WireConfig) (*Wire, error) {
 	}
 	w := &Wire{halves: []wireHalf{{owner{name: inst}, cfg.Firewall}}, lock: lock, h: cfg.Handle, ns: cfg.NetNS,
 		log: cfg.Logger.With("part", "wire", "instance", inst), clients: map[netip.Addr]bool{}}
-	w.ports = portSet(cfg.Ports)
+	w.ports, w.small, w.def = portSet(cfg.Ports), cfg.SmallSegments, cfg.SmallSegment
 	if cfg.Firewall6 != nil {
 		if _, err := cfg.Firewall6.Chains(ctx); err == nil {
 			w.halves = append(w.halves, wireHalf{owner{name: inst, v6: true}, cfg.Firewall6})
@@ -171,9 +180,9 @@ func (w *Wire) reset(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// SetPorts makes the counters count the target ports ports from now on:
-// a reload of the ports. small is checked; counting needs no split.
-// Clients keep their counters.
+// SetPorts makes the counters count the target ports ports, with the
+// splits small, from now on: a reload of the ports. Clients keep their
+// counters.
 func (w *Wire) SetPorts(_ context.Context, ports []uint16, small map[uint16]int) error {
 	if len(ports) == 0 {
 		return errors.New("wire counters: no ports")
@@ -183,7 +192,7 @@ func (w *Wire) SetPorts(_ context.Context, ports []uint16, small map[uint16]int)
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.ports = portSet(ports)
+	w.ports, w.small = portSet(ports), small
 	return nil
 }
 
@@ -215,17 +224,27 @@ func (w *Wire) Read() (map[netip.Addr]attribution.Counters, error) {
 				continue // a time-wait socket: its bytes came with its destruction
 			}
 			seen = append(seen, socketSample{
-				cookie: cookieOf(s.InetDiagMsg.ID.Cookie),
-				local:  s.InetDiagMsg.ID.SourcePort,
-				peer:   addrOf(s.InetDiagMsg.ID.Destination),
-				sent:   s.TCPInfo.Bytes_received,
-				recv:   s.TCPInfo.Bytes_acked,
+				cookie:   cookieOf(s.InetDiagMsg.ID.Cookie),
+				local:    s.InetDiagMsg.ID.SourcePort,
+				peer:     addrOf(s.InetDiagMsg.ID.Destination),
+				bytesIn:  s.TCPInfo.Bytes_received,
+				bytesOut: s.TCPInfo.Bytes_acked,
+				segsIn:   s.TCPInfo.Data_segs_in,
+				segsOut:  s.TCPInfo.Data_segs_out,
 			})
 		}
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return withClients(w.socks.update(seen, w.counted), w.clients), nil
+	return withClients(w.socks.update(seen, w.counted, w.split), w.clients), nil
+}
+
+// split is the small-segment split of a target port. w.mu held.
+func (w *Wire) split(port uint16) int {
+	if n, ok := w.small[port]; ok {
+		return n
+	}
+	return w.def
 }
 
 // counted reports whether a socket is one of a client's to a storage

@@ -24,12 +24,15 @@ const (
 
 // Offsets in a sock_diag message: struct inet_diag_msg is 72 bytes, its
 // id's cookie at 44; INET_DIAG_INFO is struct tcp_info, whose
-// tcpi_bytes_acked and tcpi_bytes_received are at 120 and 128.
+// tcpi_bytes_acked, tcpi_bytes_received, tcpi_data_segs_in and
+// tcpi_data_segs_out are at 120, 128, 152 and 156.
 const (
 	inetDiagMsgLen    = 72
 	inetDiagInfo      = 2
 	tcpiBytesAcked    = 120
 	tcpiBytesReceived = 128
+	tcpiDataSegsIn    = 152
+	tcpiDataSegsOut   = 156
 )
 
 // goneReads is how many reads a socket that left the dumps without its
@@ -41,42 +44,69 @@ const goneReads = 50
 const maxPending = 1 << 16
 
 // socketSample is one socket's counters, from a dump or its destruction:
-// sent is what the peer sent us (tcpi_bytes_received), recv what it
-// received from us (tcpi_bytes_acked).
+// what the peer sent us (tcpi_bytes_received over tcpi_data_segs_in
+// segments) and what it received from us (tcpi_bytes_acked, sent in
+// tcpi_data_segs_out).
 type socketSample struct {
-	cookie uint64
-	local  uint16
-	peer   netip.Addr
-	sent   uint64
-	recv   uint64
+	cookie            uint64
+	local             uint16
+	peer              netip.Addr
+	bytesIn, bytesOut uint64
+	segsIn, segsOut   uint32
+}
+
+// counted is what a socket counts for its client: its data, cumulative.
+type counted struct{ sent, recv uint64 }
+
+// liveSocket is a counted socket as last seen, and what it counted.
+type liveSocket struct {
+	last socketSample
+	counted
 }
 
 // socketCounts turns socket samples into per-client counters that only
 // grow (see Wire). Guarded by Wire.mu.
 type socketCounts struct {
-	live    map[uint64]socketSample // counted sockets of the last dump
-	gone    map[uint64]goneSocket   // left the dumps, final counters not seen
+	live    map[uint64]liveSocket // counted sockets of the last dump
+	gone    map[uint64]goneSocket // left the dumps, final counters not seen
 	base    map[netip.Addr]attribution.Counters
 	pending []socketSample // final counters of destroyed sockets, not yet taken
 	dropped uint64         // broadcasts the kernel could not deliver
 }
 
 type goneSocket struct {
-	last  socketSample
+	liveSocket
 	reads int
 }
 
-func (c *socketCounts) add(s socketSample, sent, recv uint64) {
+// judge is what a socket carried from last to now that counts: in each
+// direction its bytes, when its data segments averaged more than split
+// bytes, else nothing. A writer's data segments are full, a reader's
+// requests (an iSCSI command, an NFS READ call) and a writer's R2Ts and
+// responses small: requests are how a client asks, not what it writes
+// (the rule the older iptables counters had per segment).
+func judge(now, last socketSample, split int) counted {
+	var c counted
+	if in, segs := grown(now.bytesIn, last.bytesIn), uint64(now.segsIn-last.segsIn); in > segs*uint64(split) {
+		c.sent = in
+	}
+	if out, segs := grown(now.bytesOut, last.bytesOut), uint64(now.segsOut-last.segsOut); out > segs*uint64(split) {
+		c.recv = out
+	}
+	return c
+}
+
+func (c *socketCounts) add(peer netip.Addr, n counted) {
 	if c.base == nil {
 		c.base = map[netip.Addr]attribution.Counters{}
 	}
-	b := c.base[s.peer]
-	b.Sent += sent
-	b.Received += recv
-	c.base[s.peer] = b
+	b := c.base[peer]
+	b.Sent += n.sent
+	b.Received += n.recv
+	c.base[peer] = b
 }
 
-// grown is what a socket carried from last to now (never negative).
+// grown is what a counter grew from last to now (never negative).
 func grown(now, last uint64) uint64 {
 	if now < last {
 		return 0
@@ -85,26 +115,33 @@ func grown(now, last uint64) uint64 {
 }
 
 // update takes a dump (seen) and the destroyed sockets pending and
-// returns every client's counters; counted says which sockets count.
-func (c *socketCounts) update(seen []socketSample, counted func(socketSample) bool) map[netip.Addr]attribution.Counters {
-	cur := map[uint64]socketSample{}
+// returns every client's counters; isCounted says which sockets count,
+// split is a local port's small-segment split.
+func (c *socketCounts) update(seen []socketSample, isCounted func(socketSample) bool, split func(uint16) int) map[netip.Addr]attribution.Counters {
+	cur := map[uint64]liveSocket{}
 	for _, s := range seen {
-		if counted(s) {
-			cur[s.cookie] = s
+		if !isCounted(s) {
+			continue
 		}
+		p := c.live[s.cookie] // a new socket: from zero, its history one interval
+		n := judge(s, p.last, split(s.local))
+		cur[s.cookie] = liveSocket{last: s, counted: counted{p.sent + n.sent, p.recv + n.recv}}
 	}
 	for _, f := range c.pending {
-		switch g, wasGone := c.gone[f.cookie]; {
-		case wasGone:
-			// Its last sample is in base already.
-			c.add(f, grown(f.sent, g.last.sent), grown(f.recv, g.last.recv))
+		if g, ok := c.gone[f.cookie]; ok {
+			// What it counted until it left the dumps is in base.
+			c.add(f.peer, judge(f, g.last, split(f.local)))
 			delete(c.gone, f.cookie)
-		default:
-			// In a dump (live, or this one: destroyed just after it)
-			// or never seen (opened and closed between two reads):
-			// only its final counters count.
-			c.add(f, f.sent, f.recv)
+			continue
 		}
+		// In a dump (this one: destroyed just after it; or the last
+		// one) or never seen (opened and closed between two reads).
+		p, ok := cur[f.cookie]
+		if !ok {
+			p = c.live[f.cookie]
+		}
+		c.add(f.peer, p.counted)
+		c.add(f.peer, judge(f, p.last, split(f.local)))
 		delete(cur, f.cookie)
 		delete(c.live, f.cookie)
 	}
@@ -113,11 +150,11 @@ func (c *socketCounts) update(seen []socketSample, counted func(socketSample) bo
 		if _, ok := cur[k]; !ok {
 			// Gone without its final counters (yet): count it as last
 			// seen, and the rest if they come.
-			c.add(s, s.sent, s.recv)
+			c.add(s.last.peer, s.counted)
 			if c.gone == nil {
 				c.gone = map[uint64]goneSocket{}
 			}
-			c.gone[k] = goneSocket{last: s}
+			c.gone[k] = goneSocket{liveSocket: s}
 		}
 	}
 	for k, g := range c.gone {
@@ -133,10 +170,10 @@ func (c *socketCounts) update(seen []socketSample, counted func(socketSample) bo
 		out[a] = b
 	}
 	for _, s := range cur {
-		o := out[s.peer]
+		o := out[s.last.peer]
 		o.Sent += s.sent
 		o.Received += s.recv
-		out[s.peer] = o
+		out[s.last.peer] = o
 	}
 	return out
 }
@@ -149,7 +186,7 @@ func (c *socketCounts) forgetExcept(keep map[netip.Addr]bool) {
 		}
 	}
 	for k, s := range c.live {
-		if !keep[s.peer] {
+		if !keep[s.last.peer] {
 			delete(c.live, k)
 		}
 	}
@@ -200,9 +237,11 @@ func parseDestroyed(b []byte) (socketSample, bool) {
 		return socketSample{}, false
 	}
 	for _, a := range attrs {
-		if a.Attr.Type == inetDiagInfo && len(a.Value) >= tcpiBytesReceived+8 {
-			s.recv = binary.NativeEndian.Uint64(a.Value[tcpiBytesAcked:])
-			s.sent = binary.NativeEndian.Uint64(a.Value[tcpiBytesReceived:])
+		if a.Attr.Type == inetDiagInfo && len(a.Value) >= tcpiDataSegsOut+4 {
+			s.bytesOut = binary.NativeEndian.Uint64(a.Value[tcpiBytesAcked:])
+			s.bytesIn = binary.NativeEndian.Uint64(a.Value[tcpiBytesReceived:])
+			s.segsIn = binary.NativeEndian.Uint32(a.Value[tcpiDataSegsIn:])
+			s.segsOut = binary.NativeEndian.Uint32(a.Value[tcpiDataSegsOut:])
 			return s, true
 		}
 	}
