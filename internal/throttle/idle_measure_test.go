@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -26,7 +27,9 @@ import (
 // per workload, the median daemon/none ratio with its distribution-free
 // 99 % interval, and the client's retransmitted segments and DSACKs in
 // each arm. SANQOS_IDLE_BIN measures another sanqos binary (an older
-// build, say) instead of this tree's. It asserts only what is not noise: the daemon arm must not
+// build, say) instead of this tree's; SANQOS_IDLE_ARGS adds flags to its
+// command line ("--backend htb --dev sqtt0" for the htb backend). It
+// asserts only what is not noise: the daemon arm must not
 // retransmit where the other does not.
 func TestMeasureIdlePath(t *testing.T) {
 	if os.Getenv("SANQOS_IDLE_MEASURE") == "" {
@@ -116,9 +119,9 @@ func TestMeasureIdlePath(t *testing.T) {
 func (l *lab) idleDaemon(t *testing.T, bin string) (stop func()) {
 	t.Helper()
 	sock := filepath.Join(t.TempDir(), "ctl.sock")
-	d := l.startDaemonArgs(t, nil, sock, []string{bin, "run",
+	d := l.startDaemonArgs(t, nil, sock, append([]string{bin, "run",
 		"--consumer", "tt," + clientIP + ",loop0", "--controller", "none", "--attribution", "wire",
-		"--ports", strconv.Itoa(iscsi), "--listen", "", "--socket", sock})
+		"--ports", strconv.Itoa(iscsi), "--listen", "", "--socket", sock}, strings.Fields(os.Getenv("SANQOS_IDLE_ARGS"))...))
 	time.Sleep(300 * time.Millisecond) // a few ticks: the wire counters read
 	return func() {
 		_ = d.cmd.Process.Signal(syscall.SIGTERM)
