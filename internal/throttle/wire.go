@@ -5,9 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-
 	"net/netip"
-
 	"sync"
 	"sync/atomic"
 
