@@ -3,6 +3,7 @@ package throttle
 import (
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestLiveVerifyRebuildsHTBRoot: `tc qdisc del dev D root` by someone
@@ -61,5 +62,40 @@ func TestLiveWireInstallsNothing(t *testing.T) {
 	}
 	if d, err := w.Verify(t.Context()); err != nil || len(d) != 0 {
 		t.Errorf("Verify: drift %v, err %v; want nothing", d, err)
+	}
+}
+
+// TestLiveWireLookups: between dumps the counters look their known
+// sockets up one at a time; an open connection's bytes grow there.
+func TestLiveWireLookups(t *testing.T) {
+	l := newLab(t)
+	w, err := OpenWire(t.Context(), WireConfig{Instance: "tl", Ports: []uint16{iscsi}, Firewall: &Iptables{Run: l.targetRunner},
+		Handle: l.sets(t).Handle, NetNS: int(l.tnsH), Logger: quietLog()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { w.Close() })
+	client := mustAddr(clientIP)
+	if err := w.SetClients([]netipAddr{client}); err != nil {
+		t.Fatal(err)
+	}
+	c := l.dial('u')
+	defer c.Close()
+	buf := make([]byte, 1<<20)
+	var last uint64
+	for i := range 3 { // a dump, then two lookups
+		if _, err := c.Write(buf); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(100 * time.Millisecond)
+		got, err := w.Read()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sent := got[client].Sent; sent < last+1<<20 {
+			t.Fatalf("read %d: %d bytes counted, want at least %d (the open connection's)", i, sent, last+1<<20)
+		} else {
+			last = sent
+		}
 	}
 }

@@ -2,15 +2,18 @@ package throttle
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net/netip"
 	"sync"
 	"sync/atomic"
+	"syscall"
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netlink/nl"
+	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
 	"github.com/sanqos/sanqos/internal/attribution"
@@ -44,13 +47,16 @@ import (
 // left (the instance "w" and the backend's instance, with its own lock,
 // see owner.go).
 type Wire struct {
-	halves []wireHalf // chains and sets of older versions, to remove
-	lock   *instanceLock
-	h      *netlink.Handle
-	ns     int
-	log    *slog.Logger
-	events *nl.NetlinkSocket // destroyed sockets' final counters
-	closed atomic.Bool       // Close ran: the listener stops
+	halves  []wireHalf // chains and sets of older versions, to remove
+	lock    *instanceLock
+	h       *netlink.Handle
+	ns      int
+	log     *slog.Logger
+	events  *nl.NetlinkSocket // destroyed sockets' final counters
+	lookups *nl.NetlinkSocket // one socket at a time (see lookup); used by Read alone
+	reads   int               // Read calls, for dumpEvery; under mu
+	readMu  sync.Mutex        // serialises Read
+	closed  atomic.Bool       // Close ran: the listener stops
 
 	mu      sync.Mutex
 	ports   map[uint16]bool
@@ -82,7 +88,7 @@ type WireConfig struct {
 	// default: iptables here, and ip6tables where it works.
 	Firewall  Firewall
 	Firewall6 Firewall
-	Handle    *netlink.Handle // sock_diag dumps; default: this network namespace
+	Handle    *netlink.Handle // removing older versions' sets; default: here
 	NetNS     int             // the namespace's handle (lock, broadcasts); 0: here
 	Logger    *slog.Logger
 }
@@ -156,6 +162,15 @@ func OpenWire(ctx context.Context, cfg WireConfig) (*Wire, error) {
 	if err := w.listen(); err != nil {
 		return nil, errors.Join(err, w.Close())
 	}
+	at := netns.None() // here
+	if w.ns != 0 {
+		at = netns.NsHandle(w.ns)
+	}
+	ls, err := nl.GetNetlinkSocketAt(at, netns.None(), unix.NETLINK_INET_DIAG)
+	if err != nil {
+		return nil, errors.Join(fmt.Errorf("wire counters: a sock_diag socket: %w", err), w.Close())
+	}
+	w.lookups = ls
 	return w, nil
 }
 
@@ -208,33 +223,91 @@ func (w *Wire) SetClients(addrs []netip.Addr) error {
 	return nil
 }
 
-// Read returns every client's counters: a sock_diag dump per family,
+// dumpEvery: a full dump finds new connections every dumpEvery reads
+// (a second at the daemon's tick); the reads between look up the known
+// sockets alone. A connection's bytes before its first dump are counted
+// then, all at once; those of one that closed before it come with its
+// destruction.
+const dumpEvery = 10
+
+// Read returns every client's counters: what their known sockets carried
+// (a sock_diag lookup each, a dump per family every dumpEvery reads),
 // plus what the sockets destroyed since the last read carried.
 func (w *Wire) Read() (map[netip.Addr]attribution.Counters, error) {
+	w.readMu.Lock() // one request on the lookup socket at a time
+	defer w.readMu.Unlock()
+	w.mu.Lock()
+	w.reads++
+	dump := w.reads%dumpEvery == 1 || w.lookups == nil
+	var ids []diagID
+	for _, l := range w.socks.live {
+		ids = append(ids, l.last.id)
+	}
+	none := len(w.clients) == 0
+	w.mu.Unlock()
 	var seen []socketSample
-	for _, fam := range []uint8{unix.AF_INET, unix.AF_INET6} {
-		socks, err := w.h.SocketDiagTCPInfo(fam)
-		if err != nil {
-			return nil, fmt.Errorf("wire counters: dumping the TCP sockets: %w", err)
-		}
-		for _, s := range socks {
-			if s.InetDiagMsg == nil || s.TCPInfo == nil {
-				continue // a time-wait socket: its bytes came with its destruction
-			}
-			seen = append(seen, socketSample{
-				cookie:   cookieOf(s.InetDiagMsg.ID.Cookie),
-				local:    s.InetDiagMsg.ID.SourcePort,
-				peer:     addrOf(s.InetDiagMsg.ID.Destination),
-				bytesIn:  s.TCPInfo.Bytes_received,
-				bytesOut: s.TCPInfo.Bytes_acked,
-				segsIn:   s.TCPInfo.Data_segs_in,
-				segsOut:  s.TCPInfo.Data_segs_out,
-			})
-		}
+	var err error
+	switch {
+	case none:
+	case dump:
+		seen, err = w.dump()
+	default:
+		seen, err = w.lookup(ids)
+	}
+	if err != nil {
+		return nil, err
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return withClients(w.socks.update(seen, w.counted, w.split), w.clients), nil
+}
+
+// dump lists the TCP sockets of both families of the counters'
+// namespace, on the lookup socket (a netlink.Handle opens its sock_diag
+// socket where the caller's thread is, not in the handle's namespace).
+func (w *Wire) dump() ([]socketSample, error) {
+	var seen []socketSample
+	for _, fam := range []uint8{unix.AF_INET, unix.AF_INET6} {
+		req := nl.NewNetlinkRequest(nl.SOCK_DIAG_BY_FAMILY, unix.NLM_F_DUMP)
+		req.AddRawData(lookupRequest(diagID{family: fam}))
+		if err := w.lookups.Send(req); err != nil {
+			return nil, fmt.Errorf("wire counters: dumping the TCP sockets: %w", err)
+		}
+	parts:
+		for {
+			msgs, _, err := w.lookups.Receive()
+			if err != nil {
+				return nil, fmt.Errorf("wire counters: dumping the TCP sockets: %w", err)
+			}
+			for _, m := range msgs {
+				switch {
+				case m.Header.Seq != req.Seq:
+				case m.Header.Type == unix.NLMSG_DONE:
+					break parts
+				case m.Header.Type == unix.NLMSG_ERROR:
+					return nil, fmt.Errorf("wire counters: dumping the TCP sockets: %w", nlError(m.Data))
+				default:
+					// A time-wait socket has no tcp_info: its bytes came
+					// with its destruction.
+					if f, ok := parseDestroyed(m.Data); ok {
+						seen = append(seen, f)
+					}
+				}
+			}
+		}
+	}
+	return seen, nil
+}
+
+// nlError is the errno of a netlink error message.
+func nlError(b []byte) error {
+	if len(b) < 4 {
+		return errors.New("short netlink error")
+	}
+	if e := -int32(binary.NativeEndian.Uint32(b)); e != 0 {
+		return syscall.Errno(e)
+	}
+	return nil
 }
 
 // split is the small-segment split of a target port. w.mu held.
@@ -258,6 +331,9 @@ func (w *Wire) Close() error {
 	if w.events != nil {
 		w.closed.Store(true)
 		w.events.Close()
+	}
+	if w.lookups != nil {
+		w.lookups.Close()
 	}
 	err := w.reset(context.Background())
 	w.lock.release()

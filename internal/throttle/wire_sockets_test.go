@@ -48,6 +48,11 @@ func TestSocketCounts(t *testing.T) {
 			{dump: []socketSample{sock(1, a, 20, 200)}, pending: []socketSample{sock(1, a, 25, 250)},
 				want: map[netip.Addr]attribution.Counters{a: {Sent: k(25), Received: k(250)}}},
 		}},
+		{"missed by one read, back in the next", []step{
+			{dump: []socketSample{sock(1, a, 10, 0)}, want: map[netip.Addr]attribution.Counters{a: {Sent: k(10)}}},
+			{want: map[netip.Addr]attribution.Counters{a: {Sent: k(10)}}},
+			{dump: []socketSample{sock(1, a, 15, 0)}, want: map[netip.Addr]attribution.Counters{a: {Sent: k(15)}}},
+		}},
 		{"opened and closed between two reads", []step{
 			{dump: []socketSample{sock(1, a, 10, 0)}, want: map[netip.Addr]attribution.Counters{a: {Sent: k(10)}}},
 			{dump: []socketSample{sock(1, a, 10, 0)}, pending: []socketSample{sock(7, a, 1000, 4)},
