@@ -21,11 +21,12 @@ import (
 
 // Wire counts, per client address, the bytes each client sends to the
 // storage ports and receives from them, from the kernel's own per-socket
-// counters, with nothing on the packet path (issues 17 and 35): each
-// Read dumps the TCP sockets over sock_diag (INET_DIAG, as `ss -ti`
-// does) and sums, over the sockets whose local port is a storage port
-// and whose peer is a known client, tcpi_bytes_received (what the client
-// sent: its writes) and tcpi_bytes_acked (what it received: its reads).
+// counters, with nothing on the packet path (issues 17 and 35): it reads
+// the TCP sockets over sock_diag (INET_DIAG, as `ss -ti` does; see Read
+// for how often) and sums, over the sockets whose local port is a
+// storage port and whose peer is a known client, tcpi_bytes_received
+// (what the client sent: its writes) and tcpi_bytes_acked (what it
+// received: its reads).
 // These are payload bytes (headers and retransmissions are not counted),
 // and a socket's bytes of one interval count only when its data segments
 // averaged more than the port's small-segment split: pure ACKs carry
