@@ -21,11 +21,17 @@ type tcFake struct {
 	root string
 }
 
-func (r *tcFake) Run(_ context.Context, _ string, name string, args ...string) (string, error) {
+func (r *tcFake) Run(_ context.Context, stdin string, name string, args ...string) (string, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	cmd := name + " " + strings.Join(args, " ")
 	switch {
+	case cmd == "tc -batch -":
+		for _, l := range strings.Split(stdin, "\n") {
+			if f := strings.Fields(l); len(f) > 6 && f[0] == "qdisc" && f[1] == "add" && f[4] == "root" {
+				r.root = f[6]
+			}
+		}
 	case strings.HasPrefix(cmd, "tc qdisc add") && args[4] == "root":
 		r.root = args[6]
 	case strings.HasPrefix(cmd, "tc qdisc del") && args[4] == "root":

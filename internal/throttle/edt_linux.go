@@ -25,6 +25,8 @@ func (k edtKernel) Set(a netip.Addr, dir Direction, delay, ttl time.Duration) er
 }
 
 func (k edtKernel) Free(a netip.Addr) error { return k.e.Free(a) }
+func (k edtKernel) Attach() error           { return k.e.Attach() }
+func (k edtKernel) Detach() error           { return k.e.Detach() }
 func (k edtKernel) Close() error            { return k.e.Close() }
 
 func (k edtKernel) Verify(force bool) ([]Drift, error) {

@@ -25,6 +25,10 @@ type edtPath interface {
 	// missing and returns it; with force it attaches the filter again
 	// whatever it finds.
 	Verify(force bool) ([]Drift, error)
+	// Attach puts fq and the filter on the device; Detach removes them
+	// (the program and map stay loaded).
+	Attach() error
+	Detach() error
 	Close() error
 }
 
@@ -54,6 +58,12 @@ type EDT struct {
 	done  bool
 	// resync: the next Apply attaches the filter again (Resync).
 	resync bool
+	// fq and the filter are on the device only while someone is
+	// delayed (issue 35): attached says they are; detach removes them
+	// grace after the last delay ended (see DefaultIdleGrace).
+	attached bool
+	detach   *time.Timer
+	grace    time.Duration
 }
 
 // newEDT wraps a kernel path; Open's "edt" case builds the real one.
@@ -64,7 +74,7 @@ func newEDT(path edtPath, ttl time.Duration, log *slog.Logger) *EDT {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &EDT{path: path, ttl: ttl, log: log.With("backend", "edt"), cur: map[netip.Addr]edtEntry{}}
+	return &EDT{path: path, ttl: ttl, log: log.With("backend", "edt"), cur: map[netip.Addr]edtEntry{}, grace: DefaultIdleGrace}
 }
 
 func (b *EDT) Name() string { return "edt" }
@@ -115,8 +125,13 @@ func (b *EDT) Apply(_ context.Context, s State) error {
 	if b.done {
 		return errors.New("edt: backend closed")
 	}
+	if len(w) > 0 {
+		if err := b.attach(); err != nil {
+			return err
+		}
+	}
 	var errs []error
-	if b.resync {
+	if b.resync && b.attached {
 		if _, err := b.path.Verify(true); err != nil {
 			errs = append(errs, err)
 		} else {
@@ -140,6 +155,9 @@ func (b *EDT) Apply(_ context.Context, s State) error {
 		}
 		delete(b.cur, a)
 	}
+	if len(b.cur) == 0 {
+		b.idle()
+	}
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}
@@ -147,6 +165,47 @@ func (b *EDT) Apply(_ context.Context, s State) error {
 		return refused
 	}
 	return nil
+}
+
+// attach puts fq and the filter on the device for a delay, and cancels
+// a detach due. b.mu held.
+func (b *EDT) attach() error {
+	if b.detach != nil {
+		b.detach.Stop()
+		b.detach = nil
+	}
+	if b.attached {
+		return nil
+	}
+	if err := b.path.Attach(); err != nil {
+		return err
+	}
+	b.attached, b.resync = true, false
+	return nil
+}
+
+// idle schedules removing fq and the filter grace from now, when nobody
+// is delayed then: removing fq drops what it holds, so the packets given
+// a departure time must have left. b.mu held.
+func (b *EDT) idle() {
+	if !b.attached || b.detach != nil {
+		return
+	}
+	var tm *time.Timer
+	tm = time.AfterFunc(b.grace, func() {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		if b.done || b.detach != tm || len(b.cur) > 0 {
+			return
+		}
+		b.detach = nil
+		if err := b.path.Detach(); err != nil {
+			b.log.Error("removing the idle edt path; the next throttle puts it back", "err", err)
+			return
+		}
+		b.attached = false
+	})
+	b.detach = tm
 }
 
 // Renew sets every entry in force again with a fresh TTL.
@@ -176,7 +235,8 @@ var _ Verifier = (*EDT)(nil)
 func (b *EDT) Verify(context.Context) ([]Drift, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.done {
+	if b.done || !b.attached {
+		// While nobody is delayed nothing of ours is on the device.
 		return nil, nil
 	}
 	out, err := b.path.Verify(false)
@@ -205,6 +265,10 @@ func (b *EDT) Close() error {
 		return nil
 	}
 	b.done = true
+	if b.detach != nil {
+		b.detach.Stop()
+		b.detach = nil
+	}
 	err := b.path.Close()
 	b.cur = nil
 	if b.ilock != nil {

@@ -36,6 +36,8 @@ func (f *fakeEDT) Set(a netip.Addr, dir Direction, delay, ttl time.Duration) err
 }
 func (f *fakeEDT) Free(a netip.Addr) error { f.calls = append(f.calls, "free "+a.String()); return nil }
 func (f *fakeEDT) Close() error            { f.closed = true; return nil }
+func (f *fakeEDT) Attach() error           { f.calls = append(f.calls, "attach"); return nil }
+func (f *fakeEDT) Detach() error           { f.calls = append(f.calls, "detach"); return nil }
 
 func TestEDTBackend(t *testing.T) {
 	ctx := context.Background()
@@ -51,7 +53,7 @@ func TestEDTBackend(t *testing.T) {
 		t.Fatalf("IPv6 member: %v, want it refused and the rest applied", err)
 	}
 	want := []string{"set 10.0.0.3 both 8ms ttl 700ms", "set 10.0.0.4 read 8ms ttl 700ms"}
-	if strings.Join(k.calls, "; ") != strings.Join(want, "; ") {
+	if strings.Join(k.calls, "; ") != "attach; "+strings.Join(want, "; ") {
 		t.Errorf("calls %q, want %q", k.calls, want)
 	}
 	k.calls = nil

@@ -47,10 +47,15 @@ func byFamily(rules []string, sets map[string][]netip.Addr) (rules4 []string, se
 				delete(sets6, m[2])
 			}
 		default:
-			if _, ok := sets4[m[2]]; ok {
+			// A queueing rule only where its set can hold anyone: its
+			// members, or armed consumers the kernel adds. A rule over
+			// an empty set would still be on every packet's path.
+			if len(sets4[m[2]]) > 0 || len(sets4[m[2]+armSuffix]) > 0 {
 				rules4 = append(rules4, r)
 			}
-			if _, ok := sets6[m[2]]; ok {
+			// (The IPv6 half has a group's set only with IPv6 members,
+			// and arms only where it has the set.)
+			if len(sets6[m[2]]) > 0 {
 				rules6 = append(rules6, r)
 			}
 		}

@@ -105,6 +105,11 @@ func (b *HTB) Apply(ctx context.Context, s State) error {
 	}
 	defer b.mu.Unlock()
 	classes, rules := b.plan(s)
+	if len(rules) > 0 {
+		if err := b.ensure(ctx); err != nil {
+			return err
+		}
+	}
 	h := fmt.Sprintf("%x:", HTBHandle)
 	for _, mi := range sortedInts(classes) {
 		if r, ok := b.classes[mi]; ok && r == classes[mi] {
@@ -129,6 +134,10 @@ func (b *HTB) Apply(ctx context.Context, s State) error {
 			return fmt.Errorf("removing read rate class: %w", err)
 		}
 		delete(b.classes, mi)
+	}
+	if len(rules) == 0 {
+		// The classes go with the root.
+		b.idle(func() { b.classes = map[int]uint64{} })
 	}
 	if refused != nil {
 		return refused

@@ -220,7 +220,15 @@ func (ms *members) plan(now time.Time, queue uint16, quiet func(netip.Addr) bool
 		}
 	}
 	ghosts = slices.CompactFunc(ghosts, func(a, b Group) bool { return a.Name == b.Name })
-	rules = NfqueueRules(State{Groups: append(slices.Clone(ms.last.Groups), ghosts...)}, queue)
+	// Only groups whose set can hold anyone get a rule: with nobody
+	// throttled, lingering or armed, nothing of ours is on the path.
+	var queued []Group
+	for _, g := range append(slices.Clone(ms.last.Groups), ghosts...) {
+		if len(sets[SetName(g.Name)]) > 0 || g.armed() {
+			queued = append(queued, g)
+		}
+	}
+	rules = NfqueueRules(State{Groups: queued}, queue)
 	return append(rules, armRules(ms.last, ms.small, ms.def)...), sets, lingering
 }
 

@@ -51,6 +51,9 @@ type TCConfig struct {
 	Firewall      Firewall // default: iptables through Run
 	Sets          Sets     // default: ipsets over netlink
 	Logger        *slog.Logger
+	// IdleGrace is how long the qdiscs stay after the last throttle
+	// ended; 0 is DefaultIdleGrace.
+	IdleGrace time.Duration
 }
 
 func (c *TCConfig) defaults(backend string) error {
@@ -195,8 +198,17 @@ func (b *Netem) Apply(ctx context.Context, s State) error {
 		return err
 	}
 	defer b.mu.Unlock()
-	if err := b.rec.apply(ctx, b.Rules(s), wantSets(s)); err != nil {
+	rules := b.Rules(s)
+	if len(rules) > 0 {
+		if err := b.ensure(ctx); err != nil {
+			return err
+		}
+	}
+	if err := b.rec.apply(ctx, rules, wantSets(s)); err != nil {
 		return fmt.Errorf("programming the netem data path: %w", err)
+	}
+	if len(rules) == 0 {
+		b.idle(nil)
 	}
 	if refused != nil {
 		return refused

@@ -182,6 +182,14 @@ type recorder struct {
 func (r *recorder) Run(_ context.Context, stdin, name string, args ...string) (string, error) {
 	cmd := name + " " + strings.Join(args, " ")
 	fmt.Fprintf(&r.b, "$ %s\n%s", cmd, stdin)
+	if cmd == "tc -batch -" {
+		for _, l := range strings.Split(strings.TrimSpace(stdin), "\n") {
+			if f := strings.Fields(l); len(f) > 6 && f[0] == "qdisc" && f[1] == "add" && f[4] == "root" {
+				r.root = f[6]
+			}
+		}
+		return "", nil
+	}
 	if strings.Contains(stdin, ":SANQOS") {
 		r.chained = true
 	}
@@ -291,7 +299,7 @@ func TestHTBGolden(t *testing.T) {
 type netemMissing struct{ recorder }
 
 func (r *netemMissing) Run(ctx context.Context, stdin, name string, args ...string) (string, error) {
-	if strings.Contains(strings.Join(args, " "), " netem ") {
+	if strings.Contains(strings.Join(args, " ")+stdin, " netem ") {
 		return "Error: Specified qdisc kind is unknown.", fmt.Errorf("exit status 2")
 	}
 	return r.recorder.Run(ctx, stdin, name, args...)

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
+	"time"
 )
 
 // tcRoot is what the two tc backends (netem, htb) share: an HTB root qdisc
@@ -22,21 +24,41 @@ type tcRoot struct {
 	log    *slog.Logger
 	mu     sync.Mutex // serialises Apply and Close
 	done   bool       // Close has run; Apply refuses
+
+	// The tree is on the device only while someone is throttled (issue
+	// 35: nothing of ours on the path while idle). installed says it is;
+	// teardown removes it idleGrace after the last throttle ended.
+	installed bool
+	teardown  *time.Timer
+	idleGrace time.Duration
 }
+
+// DefaultIdleGrace is how long a data path of ours stays on the device
+// after the last throttle ended: deleting a qdisc drops the packets it
+// holds, so the tree goes only once the packets classified into it have
+// left (netem holds them at most its largest step; an htb class at its
+// rate drains a full queue of 1000 segments at 1 MB/s in 1.5 s).
+const DefaultIdleGrace = 2 * time.Second
 
 func newTCRoot(cfg TCConfig, name string, handle int) tcRoot {
 	inst := cfg.Instance
 	if inst == "" {
 		inst = DefaultInstance(Options{Backend: name, Dev: cfg.Dev})
 	}
+	grace := cfg.IdleGrace
+	if grace <= 0 {
+		grace = DefaultIdleGrace
+	}
 	return tcRoot{cfg: cfg, inst: inst, handle: handle, rec: newOwnedReconciler(cfg.Firewall, cfg.Sets, inst, 0),
-		log: cfg.Logger.With("backend", name, "instance", inst)}
+		log: cfg.Logger.With("backend", name, "instance", inst), idleGrace: grace}
 }
 
-// build removes what an earlier run left (our chain, sets and root qdisc),
-// installs the root with its default class and then the backend's leaves.
-// When a tc command fails it removes the root again and returns that
-// command and its output too, so the backend can explain the failure.
+// build removes what an earlier run left (our chain, sets and root qdisc)
+// and checks that the kernel takes the backend's tree: it installs the
+// root with its default class and the leaves, and removes them again
+// (the first throttle puts them back, see ensure). When tc fails it
+// removes the root again and returns the failed commands and the output
+// too, so the backend can explain the failure.
 //
 // It first takes the instance's lock: the root qdisc has a fixed handle,
 // so the instance (named after the device by default) owns the device's
@@ -68,15 +90,76 @@ func (t *tcRoot) build(ctx context.Context, leaves [][]string) (failed []string,
 		return nil, "", err
 	}
 	t.leaves = leaves
-	for _, c := range t.tree() {
-		if out, err := run.Run(ctx, "", "tc", c...); err != nil {
-			if rerr := removeRootQdisc(ctx, run, dev, t.handle); rerr != nil {
-				err = errors.Join(err, fmt.Errorf("undoing the partial tree: %w", rerr))
-			}
-			return c, out, err
-		}
+	if failed, out, err := t.install(ctx); err != nil {
+		return failed, out, err
 	}
+	if err := removeRootQdisc(ctx, run, dev, t.handle); err != nil {
+		return nil, "", err
+	}
+	t.installed = false
 	return nil, "", nil
+}
+
+// install puts the tree on the device in one tc batch (one fork: the
+// netem tree is some 80 commands, and the first throttle must find it
+// within a tick). On failure it removes what the batch left.
+func (t *tcRoot) install(ctx context.Context) (failed []string, out string, err error) {
+	var batch strings.Builder
+	for _, c := range t.tree() {
+		batch.WriteString(strings.Join(c, " ") + "\n")
+	}
+	if out, err := t.cfg.Run.Run(ctx, batch.String(), "tc", "-batch", "-"); err != nil {
+		if rerr := removeRootQdisc(ctx, t.cfg.Run, t.cfg.Dev, t.handle); rerr != nil {
+			err = errors.Join(err, fmt.Errorf("undoing the partial tree: %w", rerr))
+		}
+		return strings.Fields(batch.String()), out, err
+	}
+	t.installed = true
+	return nil, "", nil
+}
+
+// ensure puts the tree on the device for a throttle, and cancels a
+// teardown due. t.mu held.
+func (t *tcRoot) ensure(ctx context.Context) error {
+	if t.teardown != nil {
+		t.teardown.Stop()
+		t.teardown = nil
+	}
+	if t.installed {
+		return nil
+	}
+	if _, out, err := t.install(ctx); err != nil {
+		return fmt.Errorf("installing the sanqos qdiscs on %s: %w: %s", t.cfg.Dev, err, strings.TrimSpace(out))
+	}
+	return nil
+}
+
+// idle schedules the tree's removal idleGrace from now, when nobody is
+// throttled then; removed is called (t.mu held) once it went. t.mu held.
+func (t *tcRoot) idle(removed func()) {
+	if !t.installed || t.teardown != nil {
+		return
+	}
+	var tm *time.Timer
+	tm = time.AfterFunc(t.idleGrace, func() {
+		t.mu.Lock()
+		defer t.mu.Unlock()
+		// Not when a throttle came meanwhile (ensure stopped or replaced
+		// this timer) or Close ran.
+		if t.done || t.teardown != tm || len(t.rec.rules) > 0 {
+			return
+		}
+		t.teardown = nil
+		if err := removeRootQdisc(context.Background(), t.cfg.Run, t.cfg.Dev, t.handle); err != nil {
+			t.log.Error("removing the idle sanqos qdiscs; the next look tries again", "err", err)
+			return
+		}
+		t.installed = false
+		if removed != nil {
+			removed()
+		}
+	})
+	t.teardown = tm
 }
 
 // lock takes the mutex for an Apply; it fails, unlocked, once Close ran.
@@ -97,6 +180,11 @@ func (t *tcRoot) Close() error {
 		return nil
 	}
 	t.done = true
+	if t.teardown != nil {
+		t.teardown.Stop()
+		t.teardown = nil
+	}
+	t.installed = false
 	// Close runs at shutdown, often after the daemon's context is
 	// cancelled, and must still clean up.
 	ctx := context.Background()

@@ -51,6 +51,15 @@
 //   - edt backend: root qdisc fq handle 5e:, a clsact qdisc with the
 //     sanqos-edt BPF filter on egress, and its map (see package edt).
 //
+// Nothing on the path while nobody is throttled (issue 35): the chains,
+// their jumps and rules exist only while a set they match holds someone
+// (a member, a lingering one, or an armed consumer the kernel may add);
+// the qdiscs and the BPF filter are put on the device by the first
+// throttle and removed DefaultIdleGrace after the last one ended (a
+// qdisc removed at once would drop the packets it holds). Idle, a
+// packet of the host passes no sanqos rule, queue or program;
+// TestLiveIdlePathAudit checks it on each backend.
+//
 // Bounds under hostile load (nfqueue): DefaultMaxBacklog packets held
 // for all consumers, then each consumer's share of it, and at most twice
 // it in all (beyond its share or that limit a packet passes at once,

@@ -47,11 +47,12 @@ func (b *Nfqueue) Resync() {
 	}
 }
 
-// Verify checks the chain, its jump, the sets and their members, and that
-// our root qdisc is still the device's. A root qdisc someone deleted
-// (`tc qdisc del dev D root`) is rebuilt here, with the classes the rules
-// point to; one that someone replaced with their own is reported and
-// left to them.
+// Verify checks the chain, its jump, the sets and their members, and,
+// while someone is throttled, that our root qdisc is still the device's
+// (while nobody is, there is none: see tcRoot.idle). A root qdisc
+// someone deleted (`tc qdisc del dev D root`) is rebuilt here, with the
+// classes the rules point to; one that someone replaced with their own
+// is reported and left to them.
 func (t *tcRoot) Verify(ctx context.Context) ([]Drift, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -65,6 +66,9 @@ func (t *tcRoot) Verify(ctx context.Context) ([]Drift, error) {
 	out, err := t.rec.verify(ctx, sets)
 	if err != nil {
 		return out, fmt.Errorf("verifying the tc data path: %w", err)
+	}
+	if !t.installed {
+		return out, nil
 	}
 	qd, err := t.cfg.Run.Run(ctx, "", "tc", "qdisc", "show", "dev", t.cfg.Dev, "root")
 	if err != nil {
@@ -96,10 +100,8 @@ func (t *tcRoot) tree() [][]string {
 // refuses to add it over a root qdisc of someone else's, which is theirs
 // to remove.
 func (t *tcRoot) rebuild(ctx context.Context) error {
-	for _, c := range t.tree() {
-		if _, err := t.cfg.Run.Run(ctx, "", "tc", c...); err != nil {
-			return fmt.Errorf("rebuilding the sanqos qdiscs of %s: %w", t.cfg.Dev, err)
-		}
+	if _, out, err := t.install(ctx); err != nil {
+		return fmt.Errorf("rebuilding the sanqos qdiscs of %s: %w: %s", t.cfg.Dev, err, strings.TrimSpace(out))
 	}
 	return nil
 }

@@ -2,63 +2,69 @@ package throttle
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/netip"
-	"slices"
 	"sync"
+	"sync/atomic"
+	"syscall"
 
 	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netlink/nl"
+	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
 	"github.com/sanqos/sanqos/internal/attribution"
 )
 
 // Wire counts, per client address, the bytes each client sends to the
-// storage ports and receives from them, in the kernel, without a packet
-// reaching user space (issue 17). Two ipsets of the known clients,
-// created with per-entry counters, and two rules in a chain of our own
-// that match them and do nothing else:
+// storage ports and receives from them, from the kernel's own per-socket
+// counters, with nothing on the packet path (issues 17 and 35): it reads
+// the TCP sockets over sock_diag (INET_DIAG, as `ss -ti` does; see Read
+// for how often) and sums, over the sockets whose local port is a
+// storage port and whose peer is a known client, tcpi_bytes_received
+// (what the client sent: its writes) and tcpi_bytes_acked (what it
+// received: its reads).
+// These are payload bytes (headers and retransmissions are not counted),
+// and a socket's bytes of one interval count only when its data segments
+// averaged more than the port's small-segment split: pure ACKs carry
+// nothing, and a reader's requests and a writer's R2Ts and responses are
+// small, so a reader does not look like a writer (see judge).
 //
-//	-A INPUT -j SANQOS-w<inst>
-//	-A POSTROUTING -j SANQOS-w<inst>     (mangle table)
-//	-A SANQOS-w<inst> -p tcp -m multiport --dports P -m length --length L:65535 -m set --match-set sanqos-w<inst>-sent src
-//	-A SANQOS-w<inst> -p tcp -m multiport --sports P -m length --length L:65535 -m set --match-set sanqos-w<inst>-recv dst
+// Connections that close between two reads are counted whole: the
+// kernel broadcasts each TCP socket's final counters when it is
+// destroyed (the sock_diag destroy groups, `ss -E`), which Wire
+// listens to. A socket gone from a dump whose final counters have not
+// come (yet) counts as last seen; when they come later, only what it
+// carried since is added. Only if the kernel drops broadcasts (a full
+// receive buffer, logged) does a closing connection lose at most what
+// it carried since the last read. The counters of a client are thus
+// monotonic while it stays a client.
 //
-// (L: just over the port's small-segment split and the headers: only
-// data segments count, see install).
-//
-// A matching packet adds its length to its client's entry; the rules have
-// no target, so they can neither drop nor delay anything, and a dead
-// daemon's leftovers only count. Read reads both sets over netlink once
-// per tick. The objects follow the ownership rules of owner.go: the
-// instance is "w" and the backend's instance, with its own lock, so
-// start-up clean-up of any instance removes a dead one's (Iptables.Remove
-// knows a wire chain is also jumped to from INPUT). IPv6 clients are
-// counted the same way in ip6tables and sets of family inet6, where
-// ip6tables works.
-//
-// Why not conntrack accounting: it needs the namespace-wide
-// nf_conntrack_acct switch (not an object of ours to remove on exit),
-// connection tracking of every flow on the host, and a dump of the whole
-// table each tick; the sets hold only our clients, are read in two
-// messages, and go with the chain. Cost, measured side by side on a bulk
-// transfer (TestWireLive): within the run-to-run noise, median ratio
-// 0.96–0.98 over seven runs, range 0.89–1.11.
+// Older versions counted with ipsets and iptables rules, on every
+// packet's path all the time; OpenWire still removes what one of them
+// left (the instance "w" and the backend's instance, with its own lock,
+// see owner.go).
 type Wire struct {
-	halves []wireHalf // IPv4, and IPv6 where ip6tables works
-	lock   *instanceLock
-	h      *netlink.Handle
-	ns     int
-	ports  []uint16
-	small  map[uint16]int // the ports' splits (SmallSegments), def else
-	def    int
-	log    *slog.Logger
+	halves  []wireHalf // chains and sets of older versions, to remove
+	lock    *instanceLock
+	h       *netlink.Handle
+	ns      int
+	log     *slog.Logger
+	events  *nl.NetlinkSocket // destroyed sockets' final counters
+	lookups *nl.NetlinkSocket // one socket at a time (see lookup); used by Read alone
+	reads   int               // Read calls, for dumpEvery; under mu
+	readMu  sync.Mutex        // serialises Read
+	closed  atomic.Bool       // Close ran: the listener stops
 
 	mu      sync.Mutex
+	ports   map[uint16]bool
+	small   map[uint16]int // the ports' splits (SmallSegments), def else
+	def     int
 	clients map[netip.Addr]bool
+	socks   socketCounts
 }
 
 // wireHalf is the chain and sets of one address family: the IPv6 half's
@@ -74,16 +80,17 @@ type WireConfig struct {
 	// counters' is WireInstance of it.
 	Instance string
 	Ports    []uint16
-	// SmallSegment and SmallSegments are the backend's splits: only
-	// segments longer count (see install); 0 is DefaultSmallSegment.
+	// SmallSegment and SmallSegments are the backend's splits: a
+	// socket's bytes of an interval count only when its data segments
+	// averaged more (see judge); 0 is DefaultSmallSegment.
 	SmallSegment  int
 	SmallSegments map[uint16]int
-	Firewall      Firewall // default: iptables here
-	// Firewall6 counts IPv6 clients; default: ip6tables beside Firewall
-	// when that is an *Iptables and ip6tables works, else none.
+	// Firewall and Firewall6 remove what older versions' counters left;
+	// default: iptables here, and ip6tables where it works.
+	Firewall  Firewall
 	Firewall6 Firewall
-	Handle    *netlink.Handle // default: this network namespace
-	NetNS     int             // for the lock; 0: here
+	Handle    *netlink.Handle // removing older versions' sets; default: here
+	NetNS     int             // the namespace's handle (lock, broadcasts); 0: here
 	Logger    *slog.Logger
 }
 
@@ -101,18 +108,13 @@ func WireInstance(backend string) string {
 }
 
 // jumpsTo lists the hooks whose jumps to chain Remove deletes: any chain
-// of ours may be jumped to from INPUT too (the wire counters' always,
+// of ours may be jumped to from INPUT too (older wire counters' always,
 // the nfqueue backend's while it arms consumers).
 func jumpsTo(string) []string { return []string{hook, "INPUT"} }
 
-// Set names (logical, before the owner's prefix).
-const (
-	wireSent = SetPrefix + "sent"
-	wireRecv = SetPrefix + "recv"
-)
-
-// OpenWire removes what a dead earlier run left and installs the
-// counting chains and their empty sets; SetClients fills them.
+// OpenWire removes what a dead earlier run left and starts listening to
+// the kernel's broadcasts of destroyed sockets; SetClients says whom to
+// count.
 func OpenWire(ctx context.Context, cfg WireConfig) (*Wire, error) {
 	if len(cfg.Ports) == 0 {
 		return nil, errors.New("wire counters: no ports")
@@ -147,11 +149,10 @@ func OpenWire(ctx context.Context, cfg WireConfig) (*Wire, error) {
 		return nil, err
 	}
 	w := &Wire{halves: []wireHalf{{owner{name: inst}, cfg.Firewall}}, lock: lock, h: cfg.Handle, ns: cfg.NetNS,
-		ports: cfg.Ports, small: cfg.SmallSegments, def: cfg.SmallSegment, log: cfg.Logger.With("part", "wire", "instance", inst), clients: map[netip.Addr]bool{}}
+		log: cfg.Logger.With("part", "wire", "instance", inst), clients: map[netip.Addr]bool{}}
+	w.ports, w.small, w.def = portSet(cfg.Ports), cfg.SmallSegments, cfg.SmallSegment
 	if cfg.Firewall6 != nil {
-		if _, err := cfg.Firewall6.Chains(ctx); err != nil {
-			w.log.Warn("ip6tables does not work here: IPv6 clients keep their devices' rates", "err", err)
-		} else {
+		if _, err := cfg.Firewall6.Chains(ctx); err == nil {
 			w.halves = append(w.halves, wireHalf{owner{name: inst, v6: true}, cfg.Firewall6})
 		}
 	}
@@ -159,15 +160,30 @@ func OpenWire(ctx context.Context, cfg WireConfig) (*Wire, error) {
 		lock.release()
 		return nil, fmt.Errorf("wire counters: removing leftovers of an earlier run: %w", err)
 	}
-	for _, hf := range w.halves {
-		if err := w.install(ctx, hf); err != nil {
-			return nil, errors.Join(err, w.Close())
-		}
+	if err := w.listen(); err != nil {
+		return nil, errors.Join(err, w.Close())
 	}
+	at := netns.None() // here
+	if w.ns != 0 {
+		at = netns.NsHandle(w.ns)
+	}
+	ls, err := nl.GetNetlinkSocketAt(at, netns.None(), unix.NETLINK_INET_DIAG)
+	if err != nil {
+		return nil, errors.Join(fmt.Errorf("wire counters: a sock_diag socket: %w", err), w.Close())
+	}
+	w.lookups = ls
 	return w, nil
 }
 
-// reset removes every half's chain, jumps and sets.
+func portSet(ports []uint16) map[uint16]bool {
+	m := make(map[uint16]bool, len(ports))
+	for _, p := range ports {
+		m[p] = true
+	}
+	return m
+}
+
+// reset removes every half's chain, jumps and sets (older versions').
 func (w *Wire) reset(ctx context.Context) error {
 	var errs []error
 	for _, hf := range w.halves {
@@ -178,31 +194,10 @@ func (w *Wire) reset(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// install creates the two counting sets and the chain of one half.
-func (w *Wire) install(ctx context.Context, hf wireHalf) error {
-	for _, n := range []string{wireSent, wireRecv} {
-		// Revision 1 of hash:ip is the one that added counters: the
-		// library's default, 0, has the kernel count all the same, but
-		// ipset(8) would not show the counters.
-		opts := netlink.IpsetCreateOptions{Replace: true, Family: unix.AF_INET, Counters: true, Revision: 1}
-		if hf.own.v6 {
-			opts.Family = unix.AF_INET6
-		}
-		if err := w.h.IpsetCreate(hf.own.set(n), "hash:ip", opts); err != nil {
-			return fmt.Errorf("wire counters: creating ipset %s: %w", hf.own.set(n), err)
-		}
-	}
-	if err := hf.fw.Replace(ctx, hf.own.chain(), w.rules(hf)); err != nil {
-		return fmt.Errorf("wire counters: %w", err)
-	}
-	return nil
-}
-
 // SetPorts makes the counters count the target ports ports, with the
-// splits small (the backend's, see WireConfig), from now on: a reload of
-// the ports. The chains are replaced atomically; the sets, and with them
-// every client's counters, stay.
-func (w *Wire) SetPorts(ctx context.Context, ports []uint16, small map[uint16]int) error {
+// splits small, from now on: a reload of the ports. Clients keep their
+// counters.
+func (w *Wire) SetPorts(_ context.Context, ports []uint16, small map[uint16]int) error {
 	if len(ports) == 0 {
 		return errors.New("wire counters: no ports")
 	}
@@ -211,128 +206,135 @@ func (w *Wire) SetPorts(ctx context.Context, ports []uint16, small map[uint16]in
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.ports, w.small = slices.Clone(ports), small
-	var errs []error
-	for _, hf := range w.halves {
-		if err := hf.fw.Replace(ctx, hf.own.chain(), w.rules(hf)); err != nil {
-			errs = append(errs, fmt.Errorf("wire counters: %w", err))
-		}
-	}
-	return errors.Join(errs...)
+	w.ports, w.small = portSet(ports), small
+	return nil
 }
 
-// rules are the chain of one half for the ports.
-func (w *Wire) rules(hf wireHalf) []string {
-	chain := hf.own.chain()
-	// Replace adds the jump from POSTROUTING and, asked so, from
-	// INPUT, which sees what the clients send.
-	rules := []string{inputJump(chain)}
-	for _, g := range splitGroups(w.ports, w.small, w.def) {
-		// Only segments longer than the port's split count: data. Pure
-		// ACKs and requests (a reader's READ calls, its ACKs of the
-		// data) are how the protocol asks, not what it writes; counted,
-		// a reader at 100 MB/s would "write" a few MB/s.
-		data := fmt.Sprintf("-m length --length %d:65535", lengthSplit(g.small)+1)
-		list := portList(g.ports)
-		rules = append(rules,
-			fmt.Sprintf("-A %s -p tcp -m multiport --dports %s %s -m set --match-set %s src", chain, list, data, hf.own.set(wireSent)),
-			fmt.Sprintf("-A %s -p tcp -m multiport --sports %s %s -m set --match-set %s dst", chain, list, data, hf.own.set(wireRecv)))
-	}
-	return rules
-}
-
-// half returns the half that counts a, if any.
-func (w *Wire) half(a netip.Addr) (wireHalf, bool) {
-	for _, hf := range w.halves {
-		if hf.own.v6 == a.Is6() {
-			return hf, true
-		}
-	}
-	return wireHalf{}, false
-}
-
-// SetClients makes the sets hold exactly addrs (those of a family
-// counted; see OpenWire). A client that stays keeps its counters.
+// SetClients makes the counters count exactly addrs. A client that
+// stays keeps its counters; one that goes loses them.
 func (w *Wire) SetClients(addrs []netip.Addr) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	want := map[netip.Addr]bool{}
 	for _, a := range addrs {
-		if _, ok := w.half(a.Unmap()); ok {
-			want[a.Unmap()] = true
-		}
+		want[a.Unmap()] = true
 	}
-	var errs []error
-	for a := range want {
-		if !w.clients[a] {
-			errs = append(errs, w.member(a, true))
-			w.clients[a] = true
-		}
-	}
-	for a := range w.clients {
-		if !want[a] {
-			errs = append(errs, w.member(a, false))
-			delete(w.clients, a)
-		}
-	}
-	return errors.Join(errs...)
+	w.clients = want
+	w.socks.forgetExcept(want)
+	return nil
 }
 
-// member adds a to (or removes it from) both sets of its half.
-func (w *Wire) member(a netip.Addr, add bool) error {
-	hf, _ := w.half(a)
-	verb := "adding"
-	if !add {
-		verb = "removing"
-	}
-	var errs []error
-	for _, n := range []string{wireSent, wireRecv} {
-		var err error
-		if add {
-			err = w.h.IpsetAdd(hf.own.set(n), &netlink.IPSetEntry{IP: net.IP(a.AsSlice()), Replace: true})
-		} else {
-			err = w.h.IpsetDel(hf.own.set(n), &netlink.IPSetEntry{IP: net.IP(a.AsSlice())})
-		}
-		if err != nil {
-			errs = append(errs, fmt.Errorf("wire counters: %s %s in %s: %w", verb, a, hf.own.set(n), err))
-		}
-	}
-	return errors.Join(errs...)
-}
+// dumpEvery: a full dump finds new connections every dumpEvery reads
+// (a second at the daemon's tick); the reads between look up the known
+// sockets alone. A connection's bytes before its first dump are counted
+// then, all at once; those of one that closed before it come with its
+// destruction.
+const dumpEvery = 10
 
-// Read returns every client's counters: two netlink dumps per half.
+// Read returns every client's counters: what their known sockets carried
+// (a sock_diag lookup each, a dump per family every dumpEvery reads),
+// plus what the sockets destroyed since the last read carried.
 func (w *Wire) Read() (map[netip.Addr]attribution.Counters, error) {
-	out := map[netip.Addr]attribution.Counters{}
-	for _, hf := range w.halves {
-		for _, n := range []string{wireSent, wireRecv} {
-			r, err := w.h.IpsetList(hf.own.set(n))
+	w.readMu.Lock() // one request on the lookup socket at a time
+	defer w.readMu.Unlock()
+	w.mu.Lock()
+	w.reads++
+	dump := w.reads%dumpEvery == 1 || w.lookups == nil
+	var ids []diagID
+	for _, l := range w.socks.live {
+		ids = append(ids, l.last.id)
+	}
+	none := len(w.clients) == 0
+	w.mu.Unlock()
+	var seen []socketSample
+	var err error
+	switch {
+	case none:
+	case dump:
+		seen, err = w.dump()
+	default:
+		seen, err = w.lookup(ids)
+	}
+	if err != nil {
+		return nil, err
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return withClients(w.socks.update(seen, w.counted, w.split), w.clients), nil
+}
+
+// dump lists the TCP sockets of both families of the counters'
+// namespace, on the lookup socket (a netlink.Handle opens its sock_diag
+// socket where the caller's thread is, not in the handle's namespace).
+func (w *Wire) dump() ([]socketSample, error) {
+	var seen []socketSample
+	for _, fam := range []uint8{unix.AF_INET, unix.AF_INET6} {
+		req := nl.NewNetlinkRequest(nl.SOCK_DIAG_BY_FAMILY, unix.NLM_F_DUMP)
+		req.AddRawData(lookupRequest(diagID{family: fam}))
+		if err := w.lookups.Send(req); err != nil {
+			return nil, fmt.Errorf("wire counters: dumping the TCP sockets: %w", err)
+		}
+	parts:
+		for {
+			msgs, _, err := w.lookups.Receive()
 			if err != nil {
-				return nil, fmt.Errorf("wire counters: reading %s: %w", hf.own.set(n), err)
+				return nil, fmt.Errorf("wire counters: dumping the TCP sockets: %w", err)
 			}
-			for _, e := range r.Entries {
-				a, ok := netip.AddrFromSlice(e.IP)
-				if !ok || e.Bytes == nil {
-					continue
+			for _, m := range msgs {
+				switch {
+				case m.Header.Seq != req.Seq:
+				case m.Header.Type == unix.NLMSG_DONE:
+					break parts
+				case m.Header.Type == unix.NLMSG_ERROR:
+					return nil, fmt.Errorf("wire counters: dumping the TCP sockets: %w", nlError(m.Data))
+				default:
+					// A time-wait socket has no tcp_info: its bytes came
+					// with its destruction.
+					if f, ok := parseDestroyed(m.Data); ok {
+						seen = append(seen, f)
+					}
 				}
-				a = a.Unmap()
-				c := out[a]
-				if n == wireSent {
-					c.Sent = *e.Bytes
-				} else {
-					c.Received = *e.Bytes
-				}
-				out[a] = c
 			}
 		}
 	}
-	return out, nil
+	return seen, nil
 }
 
-// Close removes the chains, their jumps and the sets, and releases the
-// lock.
+// nlError is the errno of a netlink error message.
+func nlError(b []byte) error {
+	if len(b) < 4 {
+		return errors.New("short netlink error")
+	}
+	if e := -int32(binary.NativeEndian.Uint32(b)); e != 0 {
+		return syscall.Errno(e)
+	}
+	return nil
+}
+
+// split is the small-segment split of a target port. w.mu held.
+func (w *Wire) split(port uint16) int {
+	if n, ok := w.small[port]; ok {
+		return n
+	}
+	return w.def
+}
+
+// counted reports whether a socket is one of a client's to a storage
+// port. w.mu held.
+func (w *Wire) counted(s socketSample) bool { return w.ports[s.local] && w.clients[s.peer] }
+
+// Close stops listening, removes what older versions left and releases
+// the lock.
 func (w *Wire) Close() error {
 	if w.lock == nil {
 		return nil
+	}
+	if w.events != nil {
+		w.closed.Store(true)
+		w.events.Close()
+	}
+	if w.lookups != nil {
+		w.lookups.Close()
 	}
 	err := w.reset(context.Background())
 	w.lock.release()

@@ -129,9 +129,11 @@ const (
 // sanqos's default small-segment payload (128) plus IP and TCP headers.
 const smallMax = 128 + 100
 
-// New installs fq as the root qdisc of dev and the classifier on its
-// egress, in the network namespace at nsPath ("" for the current one),
-// after removing what an earlier run left.
+// New loads the classifier and its map for dev, in the network namespace
+// at nsPath ("" for the current one), after removing what an earlier run
+// left, and checks that the kernel takes fq and the classifier on dev by
+// attaching and detaching them once. Nothing of ours stays on dev's path
+// until Attach.
 func New(nsPath, dev string) (_ *EDT, err error) {
 	h, err := handle(nsPath)
 	if err != nil {
@@ -158,16 +160,41 @@ func New(nsPath, dev string) (_ *EDT, err error) {
 	if info, err := e.prog.Info(); err == nil {
 		e.progID, _ = info.ID()
 	}
-	if err := h.QdiscReplace(e.fq()); err != nil {
-		return nil, fmt.Errorf("edt: fq as root qdisc of %s: %w", dev, err)
+	if err := e.Attach(); err != nil {
+		return nil, err
 	}
-	if err := h.QdiscReplace(e.clsact()); err != nil {
-		return nil, fmt.Errorf("edt: clsact on %s: %w", dev, err)
-	}
-	if err := h.FilterReplace(e.filter()); err != nil {
-		return nil, fmt.Errorf("edt: attaching the classifier to %s: %w", dev, err)
+	if err := e.Detach(); err != nil {
+		return nil, err
 	}
 	return e, nil
+}
+
+// Attach puts fq as the root qdisc of dev and the classifier on its
+// egress (the first throttle: one netlink message each).
+func (e *EDT) Attach() error {
+	if err := e.h.QdiscReplace(e.fq()); err != nil {
+		return fmt.Errorf("edt: fq as root qdisc of %s: %w", e.dev, err)
+	}
+	if err := e.h.QdiscReplace(e.clsact()); err != nil {
+		return fmt.Errorf("edt: clsact on %s: %w", e.dev, err)
+	}
+	if err := e.h.FilterReplace(e.filter()); err != nil {
+		return fmt.Errorf("edt: attaching the classifier to %s: %w", e.dev, err)
+	}
+	return nil
+}
+
+// Detach removes the classifier and fq from dev, leaving the program and
+// its map loaded for the next Attach; dev gets its default qdisc back.
+// Packets fq still holds are dropped with it: call it only once the
+// last delay has run out.
+func (e *EDT) Detach() error {
+	link, err := e.h.LinkByName(e.dev)
+	if err != nil {
+		return fmt.Errorf("edt: interface %s: %w", e.dev, err)
+	}
+	e.link = link
+	return cleanup(e.h, link)
 }
 
 // fqHandle is our fq's handle (5e:), so a cleanup removes only ours.
