@@ -138,12 +138,14 @@
 // with reads, and counts its losing ticks (delay in force, signal over
 // the set point), less gainLosingWeight (3) for each tick under it, so a
 // loop that holds its set point never suspects its delay and a burst's
-// onset does not clear the count. After gainSuspectAfter (2 s) of them,
-// at most every gainProbeEvery (30 s), it probes (gainReleasing, from
-// gainWatching) unless the window's median read is under the set point
-// (a mean held over it by a heavy tail: a probe there tipped the ssd at
-// 0.2 ms into three times the delay) or its mean fell by gainMinBenefit
-// from the window before (a backlog draining: the delay works).
+// onset does not clear the count. After gainSuspectAfter (6 s: longer
+// than a deep queue's onset, which loses for 2–4 s while the ceiling
+// rises) of them, at most every gainProbeEvery (30 s), it probes
+// (gainReleasing, from gainWatching) unless the window's median read is
+// under the set point (a mean held over it by a heavy tail: a probe
+// there tipped the ssd at 0.2 ms into three times the delay) or its mean
+// fell by gainMinBenefit from the window before (a backlog draining: the
+// delay works).
 //
 // The probe walks the delay down a staircase from the window's mean
 // delay D: D × gainStepShare (0.25), … for gainSteps (1) steps, then 0.
