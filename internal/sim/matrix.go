@@ -14,10 +14,7 @@ import (
 // The scenario matrix (issue 33, "Generality, by construction"): disks
 // × writers × thresholds, each cell run under the controller, without
 // it, and at the static delays of a grid, so that the controller is
-// judged against the best fixed throttle for that cell. It reports; the
-// guarantees it will assert (p95 ≤ 1.2 × T where a static delay can meet
-// T, never worse than none where none can, no burst over 2 s, writers ≥
-// 90 % of the best static delay's rate) are the next step.
+// judged against the best fixed throttle for that cell (Violations).
 
 // Writers is one writer workload of the matrix.
 type Writers struct {
@@ -133,7 +130,11 @@ type MatrixOptions struct {
 
 // RunCell runs one cell: uncontrolled, at each static delay of the grid
 // (until one meets T), and under the pid controller.
-func RunCell(c Cell, o MatrixOptions) (CellResult, error) {
+func RunCell(c Cell, o MatrixOptions) (CellResult, error) { return runCellWith(c, o, nil) }
+
+// runCellWith is RunCell with mod applied to the controlled run's
+// configuration (a rule off, another signal), for comparisons.
+func runCellWith(c Cell, o MatrixOptions, mod func(*Config)) (CellResult, error) {
 	if o.Duration <= 0 {
 		o.Duration = 60 * time.Second
 	}
@@ -148,6 +149,9 @@ func RunCell(c Cell, o MatrixOptions) (CellResult, error) {
 		cfg := DefaultConfig()
 		cfg.Scenario, cfg.Controller, cfg.ThresholdMs = sc, ctl, c.ThresholdMs
 		cfg.Duration, cfg.Seed, cfg.FixedDelayMs = o.Duration, o.Seed, fixed
+		if ctl == "pid" && mod != nil {
+			mod(&cfg)
+		}
 		return Run(cfg)
 	}
 	var burst int64
@@ -206,6 +210,40 @@ func RunCell(c Cell, o MatrixOptions) (CellResult, error) {
 		res.Share = pid.Summary.WriteMBs / res.Static.WriteMBs
 	}
 	return res, nil
+}
+
+// The guarantees of a cell (issue 33). Where some static delay of the
+// grid (or none) meets T, the controller must too, as well as the best
+// of them does: its p95 within GuaranteeP95 × T, no run of seconds over
+// 1.2 × T longer than GuaranteeBurstS, and the writers at GuaranteeShare
+// of the best static delay's rate at least. Where none meets T, it must
+// never be worse than no control: the reader's p95 no higher than
+// uncontrolled.
+const (
+	GuaranteeP95    = 1.2
+	GuaranteeBurstS = 2
+	GuaranteeShare  = 0.9
+)
+
+// Violations lists the guarantees the cell's controlled run broke.
+func (r CellResult) Violations() []string {
+	var v []string
+	if !r.StaticMet {
+		if p, n := r.PID.ReadLatencyMs.P95, r.None.ReadLatencyMs.P95; p > n {
+			v = append(v, fmt.Sprintf("p95 %.2f ms worse than none's %.2f (no static delay meets T)", p, n))
+		}
+		return v
+	}
+	if r.P95OverT > GuaranteeP95 {
+		v = append(v, fmt.Sprintf("p95 %.2f × T > %g", r.P95OverT, GuaranteeP95))
+	}
+	if r.LongestOverS > GuaranteeBurstS {
+		v = append(v, fmt.Sprintf("%g s in a row over 1.2 × T > %d", r.LongestOverS, GuaranteeBurstS))
+	}
+	if r.Share < GuaranteeShare {
+		v = append(v, fmt.Sprintf("writers at %.2f of the best static delay's rate < %g", r.Share, GuaranteeShare))
+	}
+	return v
 }
 
 // MatrixHeader and Row print a matrix as a fixed-width table.
