@@ -40,6 +40,11 @@ func TestEDTHelper(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// New leaves the device bare (nothing on the path while idle); the
+	// backend attaches at its first delay, as this helper does here.
+	if err := e.Attach(); err != nil {
+		t.Fatal(err)
+	}
 	os.Stdout.WriteString("edt-helper ready\n")
 	for {
 		if err := e.Set(addr, edt.Write, d, edtTTL); err != nil {
@@ -62,6 +67,9 @@ func TestEDTBackend(t *testing.T) {
 	t.Cleanup(func() { edt.Cleanup(ns, kstack.Bridge) })
 	e, err := edt.New(ns, kstack.Bridge)
 	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Attach(); err != nil {
 		t.Fatal(err)
 	}
 	t.Log(runTarget(t, "tc", "qdisc", "show", "dev", kstack.Bridge))
