@@ -360,8 +360,21 @@ func TestSystemdKill(t *testing.T) {
 	if show(t, "ActiveState") != "active" {
 		t.Skip("sanqos is not running (TestSystemdLIO failed)")
 	}
-	if r := runTarget(t, "iptables-save"); !strings.Contains(strings.ToLower(r), "sanqos") {
-		t.Fatalf("no sanqos rules while it runs: the clean-up below would prove nothing\n%s", r)
+	// Nothing of sanqos is on the path while nobody is throttled: a
+	// manual throttle puts its rules there for the kill to leave behind.
+	writer := stack(t).Initiators[0]
+	if out, err := exec.Command(vm.GuestBin, "throttle", "--socket", "/run/sanqos/sanqos.sock", "--ip", writer.IP,
+		"--delay", "20ms", "--direction", "write").CombinedOutput(); err != nil {
+		t.Fatalf("manual throttle: %v: %s", err, out)
+	}
+	var r string
+	for end := time.Now().Add(5 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		if r = runTarget(t, "iptables-save"); strings.Contains(strings.ToLower(r), "sanqos") {
+			break
+		}
+		if time.Now().After(end) {
+			t.Fatalf("no sanqos rules 5 s after a manual throttle: the clean-up below would prove nothing\n%s", r)
+		}
 	}
 	pid := show(t, "MainPID")
 	restarts, _ := strconv.Atoi(show(t, "NRestarts"))
