@@ -31,6 +31,7 @@ import (
 	"github.com/sanqos/sanqos/internal/latency"
 	"github.com/sanqos/sanqos/internal/policy"
 	"github.com/sanqos/sanqos/internal/smoothing"
+	"github.com/sanqos/sanqos/internal/tenant"
 	"github.com/sanqos/sanqos/internal/topology"
 )
 
@@ -95,6 +96,10 @@ type Config struct {
 	// RulesOff switches rules of the law off by name
 	// (control.RuleNames), for ablations; nil runs the law whole.
 	RulesOff []string
+	// Tenants gives consumers their names and terms (shares,
+	// reservations, caps, read promises); nil: everyone the defaults.
+	// SetTenants replaces it at reload.
+	Tenants *tenant.Book
 }
 
 // DefaultConfig is the configuration of the thesis's experiments with the
@@ -205,6 +210,10 @@ type ConsumerRates struct {
 	// its writes (see "Demand" in demand.go). The data path may hold it
 	// at another (the daemon reports that beside it).
 	OutstandingWrites, HeldMs float64
+	// Name is how status and metrics call the consumer (tenant.Label);
+	// Terms what its tenant entry gives it.
+	Name  string
+	Terms tenant.Terms
 }
 
 // device is the per-device memory: the last snapshot's counters and the
@@ -392,8 +401,10 @@ func (e *Engine) stepResource(r *resource, now time.Time, members []netip.Addr, 
 	writing := false
 	for _, ci := range r.consumers {
 		c := &e.cons[ci]
+		terms := e.cfg.Tenants.Terms(c.c)
 		cr := ConsumerRates{Resource: r.name, Device: c.c.Device, Addr: c.c.Addr,
-			WriteEWMAKBs: c.st.WriteEWMAKBs, Throttleable: c.st.Member}
+			WriteEWMAKBs: c.st.WriteEWMAKBs, Throttleable: c.st.Member,
+			Name: tenant.Label(c.c, terms), Terms: terms}
 		var d *device
 		if c.dev >= 0 && e.devs[c.dev].valid {
 			d = &e.devs[c.dev]
