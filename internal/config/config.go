@@ -101,6 +101,9 @@ type Config struct {
 	// Attribution and SmallSegment: see wire.go.
 	Attribution  string         `toml:"attribution"`
 	SmallSegment map[string]int `toml:"small_segment"`
+	// Tenants names consumers and gives them shares, reservations, caps
+	// and their own read promises (tenants.go).
+	Tenants Tenants `toml:"tenants"`
 
 	// origin maps a key to the flag that set it, for error messages.
 	origin map[string]string
@@ -277,6 +280,8 @@ var knownKeys = []string{
 	"discovery.adapter", "discovery.interval", "discovery.tgt_control_port",
 	"discovery.lio_root", "discovery.exports", "attribution", "small_segment.<port>", "static.consumers.{resource,addr,device}",
 	"policy", "manual.protected", "manual.throttle", "manual.read_rates", "listen", "socket", "record", "record_max_size",
+	"tenants.conflict", "tenants.class.<name>.{share,reserve,cap,burst,read_cap,threshold}",
+	"tenants.consumer.{name,match,class,share,reserve,cap,burst,read_cap,threshold}",
 }
 
 // Warnings returns what is valid but probably not meant, one sentence

@@ -13,6 +13,7 @@ package tenant
 
 import (
 	"fmt"
+	"math"
 	"net/netip"
 	"slices"
 	"strings"
@@ -95,6 +96,9 @@ type Entry struct {
 type Book struct {
 	entries    []compiled
 	precedence Precedence
+	// over are runtime terms ('sanqos throttle'), laid over the
+	// entries' (see Over).
+	over []compiledOverride
 }
 
 type compiled struct {
@@ -116,10 +120,19 @@ func New(entries []Entry, precedence Precedence) (*Book, error) {
 		return nil, fielderr.New("tenant.Book.Precedence", "conflict", string(precedence), `must be "promise" or "reservation"`)
 	}
 	b := &Book{precedence: precedence}
+	named := map[string]bool{}
 	for i, e := range entries {
 		c, err := compile(i, e)
 		if err != nil {
 			return nil, err
+		}
+		// A name is a consumer's label in status and metrics and the
+		// handle 'sanqos throttle' takes: two entries may not share it.
+		if n := e.Terms.Name; n != "" {
+			if named[n] {
+				return nil, fielderr.At("tenant.Terms.Name", "name", n, n, "names another entry too; give each consumer its own name")
+			}
+			named[n] = true
 		}
 		b.entries = append(b.entries, c)
 	}
@@ -156,12 +169,12 @@ func compile(i int, e Entry) (compiled, error) {
 		{"CapBps", "cap", t.CapBps}, {"BurstBytes", "burst", t.BurstBytes},
 		{"ReadCapBps", "read_cap", t.ReadCapBps}, {"ThresholdMs", "threshold", t.ThresholdMs},
 	} {
-		if f.v < 0 {
-			return c, fielderr.At("tenant.Terms."+f.field, f.name, key, f.v, "must not be negative")
+		if f.v < 0 || math.IsNaN(f.v) || math.IsInf(f.v, 0) {
+			return c, fielderr.At("tenant.Terms."+f.field, f.name, key, f.v, "must be a finite number, not negative")
 		}
 	}
-	if t.Share > 1000 {
-		return c, fielderr.At("tenant.Terms.Share", "share", key, t.Share, "must be at most 1000")
+	if err := bounds(key, t); err != nil {
+		return c, err
 	}
 	if t.CapBps > 0 && t.ReserveBps > t.CapBps {
 		return c, fielderr.At("tenant.Terms.ReserveBps", "reserve", key, t.ReserveBps, "must not exceed the cap")
@@ -187,20 +200,36 @@ func (b *Book) Terms(c topology.Consumer) Terms {
 	if b == nil {
 		return Terms{}
 	}
-	a := c.Addr.Unmap()
+	t := Terms{}
 	for _, e := range b.entries {
-		for _, p := range e.addrs {
-			if a.IsValid() && p.Contains(a) {
-				return e.terms
-			}
-		}
-		for _, n := range e.names {
-			if slices.Contains(c.IQNs, n) {
-				return e.terms
-			}
+		if e.matches(c) {
+			t = e.terms
+			break
 		}
 	}
-	return Terms{}
+	for _, o := range b.over {
+		if o.matches(c) || o.name != "" && o.name == t.Name {
+			return o.apply(t)
+		}
+	}
+	return t
+}
+
+// matches reports whether c's address or one of its initiator names is
+// one of e's.
+func (e compiled) matches(c topology.Consumer) bool {
+	a := c.Addr.Unmap()
+	for _, p := range e.addrs {
+		if a.IsValid() && p.Contains(a) {
+			return true
+		}
+	}
+	for _, n := range e.names {
+		if slices.Contains(c.IQNs, n) {
+			return true
+		}
+	}
+	return false
 }
 
 // Len is the number of entries.
@@ -222,4 +251,22 @@ func Label(c topology.Consumer, t Terms) string {
 	default:
 		return c.Addr.String()
 	}
+}
+
+// MaxThresholdMs and MinThresholdMs bound a consumer's own read promise,
+// as the engine bounds a resource's threshold.
+const (
+	MinThresholdMs = 0.1
+	MaxThresholdMs = 10000
+)
+
+// bounds checks what no term may exceed, wherever the terms come from.
+func bounds(key string, t Terms) error {
+	if t.Share > 1000 {
+		return fielderr.At("tenant.Terms.Share", "share", key, t.Share, "must be at most 1000")
+	}
+	if t.ThresholdMs != 0 && (t.ThresholdMs < MinThresholdMs || t.ThresholdMs > MaxThresholdMs) {
+		return fielderr.At("tenant.Terms.ThresholdMs", "threshold", key, t.ThresholdMs, "must be between 100µs and 10s")
+	}
+	return nil
 }
