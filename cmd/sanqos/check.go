@@ -15,6 +15,7 @@ import (
 	"github.com/sanqos/sanqos/internal/blkprobe"
 	"github.com/sanqos/sanqos/internal/discover"
 	"github.com/sanqos/sanqos/internal/engine"
+	"github.com/sanqos/sanqos/internal/tenant"
 	"github.com/sanqos/sanqos/internal/topology"
 )
 
@@ -72,6 +73,16 @@ type checkConfig struct {
 	Status   string   `json:"status"`
 	Error    string   `json:"error,omitempty"`
 	Warnings []string `json:"warnings,omitempty"`
+	// Tenants are the [[tenants.consumer]] entries read, their classes
+	// applied; Conflict the rule between reservations and promises.
+	Tenants  []checkTenant `json:"tenants,omitempty"`
+	Conflict string        `json:"conflict,omitempty"`
+}
+
+type checkTenant struct {
+	Name  string       `json:"name,omitempty"`
+	Match []string     `json:"match"`
+	Terms tenant.Terms `json:"terms"`
 }
 
 type checkBackend struct {
@@ -130,6 +141,13 @@ func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer, ck c
 		r.Reasons = append(r.Reasons, "the configuration is refused")
 	} else {
 		r.Config.Warnings = o.config.Warnings()
+		if len(o.config.Tenants.Consumer) > 0 {
+			r.Config.Conflict = string(o.engine.Tenants.Precedence())
+		}
+		entries, _ := tenantEntries(o.config) // validated above
+		for _, e := range entries {
+			r.Config.Tenants = append(r.Config.Tenants, checkTenant{Name: e.Terms.Name, Match: e.Match, Terms: e.Terms})
+		}
 	}
 
 	k := readKernelInfo(ck.sys)
@@ -325,6 +343,16 @@ func writeCheck(w io.Writer, r checkReport) {
 		file += ": " + r.Config.Error
 	}
 	line("config", "file", r.Config.Status, file)
+	for _, tn := range r.Config.Tenants {
+		name := tn.Name
+		if name == "" {
+			name = "(unnamed)"
+		}
+		line("tenant", name, stOK, strings.Join(tn.Match, ", ")+": "+tn.Terms.String())
+	}
+	if r.Config.Conflict != "" {
+		line("tenant", "conflict", stOK, "the "+r.Config.Conflict+" wins when a reservation and a read promise cannot both be met")
+	}
 	for _, it := range r.Kernel {
 		line("kernel", it.Name, it.Status, it.Detail)
 	}

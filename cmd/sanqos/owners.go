@@ -52,10 +52,12 @@ func engineConfig(c config.Config) (engine.Config, error) {
 	cfg.Manual = engine.ManualConfig{Protected: c.Manual.Protected, Throttle: c.Manual.Throttle}
 	d, err := direction.Parse(c.Direction)
 	if err != nil {
-		return cfg, fielderr.New("direction.Direction", "direction", strconv.Quote(c.Direction), `must be one of "write", "read", "both"`)
+		err = fielderr.New("direction.Direction", "direction", strconv.Quote(c.Direction), `must be one of "write", "read", "both"`)
 	}
 	cfg.Direction = d
-	return cfg, nil
+	book, terr := tenantBook(c)
+	cfg.Tenants = book
+	return cfg, errors.Join(err, terr)
 }
 
 // gains are the [pid] section as control's gains.
@@ -214,6 +216,9 @@ type key struct {
 
 // keyOf maps an owner's field to the key of c that set it.
 func keyOf(c config.Config, f *fielderr.Error) (key, bool) {
+	if k, ok := tenantKey(c, f); ok {
+		return k, true
+	}
 	q := strconv.Quote
 	switch f.Field {
 	case "engine.Resource.ThresholdMs":

@@ -79,6 +79,17 @@ func TestOwnersRefuseInKeys(t *testing.T) {
 		{"read rate without rate_dev", "[manual]\nread_rates = { \"192.0.2.5\" = \"10MB/s\" }", nil, []string{"manual.read_rates", "rate_dev"}},
 		{"read rate zero", "rate_dev = \"eth1\"\n[manual]\nread_rates = { \"192.0.2.5\" = \"0MB/s\" }", nil, []string{`manual.read_rates."192.0.2.5"`, "not above 0"}},
 		{"read rate unit", "rate_dev = \"eth1\"\n[manual]\nread_rates = { \"192.0.2.5\" = \"10mb\" }", nil, []string{`manual.read_rates."192.0.2.5"`, "unknown unit"}},
+		// tenants: the consumer's key, or its class's when it took it from there
+		{"tenant reserve over cap", "[[tenants.consumer]]\nname = \"db1\"\nmatch = [\"10.0.0.5\"]\nreserve = \"80MB/s\"\ncap = \"50MB/s\"", nil, []string{`tenants.consumer "db1".reserve = 80MB/s`, "must not exceed the cap"}},
+		{"tenant negative share", "[[tenants.consumer]]\nmatch = [\"10.0.0.5\"]\nshare = -2", nil, []string{`tenants.consumer[0].share = -2`, "not negative"}},
+		{"tenant bad match", "[[tenants.consumer]]\nname = \"x\"\nmatch = [\"10.0.0.5 10.0.0.6\"]", nil, []string{`tenants.consumer "x".match = 10.0.0.5 10.0.0.6`, "IP address, a prefix"}},
+		{"tenant no match", "[[tenants.consumer]]\nname = \"x\"", nil, []string{`tenants.consumer "x".match = []`, "at least one"}},
+		{"tenant unknown class", "[tenants.class.gold]\nshare = 4\n[[tenants.consumer]]\nname = \"db1\"\nmatch = [\"10.0.0.5\"]\nclass = \"silver\"", nil, []string{`tenants.consumer "db1".class = "silver"`, "known classes: gold"}},
+		{"tenant class threshold", "[tenants.class.gold]\nthreshold = \"20s\"\n[[tenants.consumer]]\nname = \"db1\"\nmatch = [\"10.0.0.5\"]\nclass = \"gold\"", nil, []string{`tenants.class.gold.threshold = 20s`, "between 100µs and 10s", `consumer "db1" takes it from its class`}},
+		{"tenant burst without cap", "[[tenants.consumer]]\nname = \"b\"\nmatch = [\"10.0.0.5\"]\nburst = \"100MB\"", nil, []string{`tenants.consumer "b".burst = 100000000B`, "needs a cap"}},
+		{"tenant names twice", "[[tenants.consumer]]\nname = \"a\"\nmatch = [\"10.0.0.5\"]\n[[tenants.consumer]]\nname = \"a\"\nmatch = [\"10.0.0.6\"]", nil, []string{`tenants.consumer "a".name = "a"`, "another entry"}},
+		{"tenant conflict", "[tenants]\nconflict = \"both\"", nil, []string{`tenants.conflict = "both"`, `"promise" or "reservation"`}},
+		{"tenant unknown key", "[[tenants.consumer]]\nname = \"a\"\nmatch = [\"10.0.0.5\"]\nshares = 2", nil, []string{"unknown key tenants.consumer.shares"}},
 		// flags: the flag is named, not the file
 		{"flag kp", "", []string{"--kp", "-1"}, []string{"--kp (pid.kp) = -1: must be > 0"}},
 		{"flag kp NaN", "", []string{"--kp=NaN"}, []string{"--kp (pid.kp) = NaN"}},

@@ -12,6 +12,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/sanqos/sanqos/internal/cli"
 	"github.com/sanqos/sanqos/internal/ctl"
 )
 
@@ -19,6 +20,8 @@ func cmdThrottle(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	fs := newFlagSet("throttle", `sanqos throttle --ip IP --delay D [--direction write|read|both] [--port 3260]
        sanqos throttle --ip IP --rate R [--direction read] [--port 3260]
        sanqos throttle --ip IP --free
+       sanqos throttle [--share N] [--reserve R] [--cap R] [--threshold D] CONSUMER
+       sanqos throttle --clear-terms CONSUMER
        sanqos throttle --list`,
 		`Set, free or list a manual packet delay for one initiator, on the running
 daemon ('sanqos run', manual or autonomic). The delay applies to the TCP
@@ -31,7 +34,15 @@ slows its reads. --list shows which.
 HTB class instead (thesis §5.2): the daemon needs a rate data path, either
 --backend htb --dev IFACE, or its delay backend with --rate-dev IFACE (the
 interface towards the initiators). An initiator has a delay or a rate at a
-time, not both: --free the one to set the other. Needs root.`, stderr)
+time, not both: --free the one to set the other.
+
+--share, --reserve, --cap and --threshold change a consumer's tenant terms
+on the autonomic daemon (see [tenants] in the configuration): CONSUMER is an
+address, a prefix, an initiator name or a configured tenant name. Each term
+given replaces the configuration's for that consumer, the others stay; a
+rate or threshold of 0 removes it. They take precedence over the file's
+until --clear-terms CONSUMER, and outlive a reload (SIGHUP): they are laid
+over the reloaded file's terms. A restart forgets them. Needs root.`, stderr)
 	ip := fs.String("ip", "", "initiator IP address (IPv4 or IPv6)")
 	delay := fs.String("delay", "", "added delay, e.g. 4.6ms (more than 0, at most 1s)")
 	rate := fs.String("rate", "", "read rate cap, e.g. 10MB/s, 512KiB/s, 80Mbit/s (more than 0, at most the link)")
@@ -39,20 +50,36 @@ time, not both: --free the one to set the other. Needs root.`, stderr)
 	port := fs.String("port", "3260", "target port(s), comma-separated")
 	free := fs.Bool("free", false, "remove the initiator's manual delay or rate")
 	list := fs.Bool("list", false, "list the throttles in force")
+	var tr ctl.TermsRequest
+	fs.StringVar(&tr.Share, "share", "", "the consumer's share among the writers of a throttled resource, e.g. 4 (default 1)")
+	fs.StringVar(&tr.Reserve, "reserve", "", "a write rate the consumer is never delayed below, e.g. 20MB/s (0: none)")
+	fs.StringVar(&tr.Cap, "cap", "", "the most the consumer may write, e.g. 50MB/s (0: none)")
+	fs.StringVar(&tr.Threshold, "threshold", "", "the consumer's own read promise, e.g. 8ms (0: its resource's)")
+	clearTerms := fs.Bool("clear-terms", false, "remove the consumer's runtime terms: the configuration's apply")
 	socket := fs.String("socket", ctl.DefaultSocket, "control socket of the daemon")
-	if err := parseFlags(fs, args); err != nil {
+	if err := cli.ParseUpTo(fs, args, 1); err != nil {
 		return err
 	}
+	terms := tr != (ctl.TermsRequest{})
 	modes := 0
-	for _, on := range []bool{*delay != "", *rate != "", *free, *list} {
+	for _, on := range []bool{*delay != "", *rate != "", *free, *list, terms, *clearTerms} {
 		if on {
 			modes++
 		}
 	}
 	if modes != 1 {
-		return usageError(fs, "give exactly one of --delay D (set a delay), --rate R (cap reads), --free (remove either) or --list")
+		return usageError(fs, "give exactly one of --delay D (set a delay), --rate R (cap reads), --free (remove either), terms (--share, --reserve, --cap, --threshold), --clear-terms or --list")
 	}
-	req, set, err := throttleRequest(fs, *ip, *delay, *rate, *dir, *port, *free, *list)
+	var req ctl.Request
+	var set ctl.Manual
+	var err error
+	if terms || *clearTerms {
+		req, err = termsRequest(fs, tr, *ip, *clearTerms)
+	} else if fs.NArg() > 0 {
+		err = usageError(fs, "unexpected argument %q: give the initiator as --ip", fs.Arg(0))
+	} else {
+		req, set, err = throttleRequest(fs, *ip, *delay, *rate, *dir, *port, *free, *list)
+	}
 	if err != nil {
 		return err
 	}
@@ -73,6 +100,10 @@ time, not both: --free the one to set the other. Needs root.`, stderr)
 		fmt.Fprintf(stdout, "%s: %s on port(s) %s\n", *ip, set.Kind(), *port)
 	case ctl.OpFree:
 		fmt.Fprintf(stdout, "%s: throttle removed\n", *ip)
+	case ctl.OpTerms:
+		fmt.Fprintf(stdout, "%s: runtime terms set (see 'sanqos status'; --clear-terms to return to the configuration's)\n", req.Match)
+	case ctl.OpClearTerms:
+		fmt.Fprintf(stdout, "%s: runtime terms cleared; the configuration's apply\n", req.Match)
 	default:
 		printThrottles(stdout, resp)
 	}
@@ -101,6 +132,28 @@ func throttleRequest(fs *flag.FlagSet, ip, delay, rate, dir, port string, free, 
 	return req, m, err
 }
 
+// termsRequest builds a terms or clear-terms request for the consumer
+// named as the argument (or --ip), checked as the daemon will.
+func termsRequest(fs *flag.FlagSet, tr ctl.TermsRequest, ip string, clearTerms bool) (ctl.Request, error) {
+	tr.Match = ip
+	if fs.NArg() > 0 {
+		if ip != "" {
+			return ctl.Request{}, usageError(fs, "name the consumer once: as the argument or as --ip")
+		}
+		tr.Match = fs.Arg(0)
+	}
+	if tr.Match == "" {
+		return ctl.Request{}, usageError(fs, "name the consumer: an address, a prefix, an initiator name or a tenant name, after the flags")
+	}
+	if clearTerms {
+		return ctl.Request{Op: ctl.OpClearTerms, TermsRequest: ctl.TermsRequest{Match: tr.Match}}, nil
+	}
+	if _, err := ctl.ParseTerms(tr); err != nil {
+		return ctl.Request{}, err
+	}
+	return ctl.Request{Op: ctl.OpTerms, TermsRequest: tr}, nil
+}
+
 func parsePorts(s string) ([]uint16, error) {
 	var ps []uint16
 	for _, f := range strings.Split(s, ",") {
@@ -126,6 +179,14 @@ func printThrottles(w io.Writer, r ctl.Response) {
 				ps[i] = strconv.Itoa(int(p))
 			}
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", t.IP, dash(t.Delay), dash(t.Rate), t.Direction, strings.Join(ps, ","), t.Source)
+		}
+		tw.Flush()
+	}
+	if len(r.Terms) > 0 {
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "CONSUMER\tRUNTIME TERMS (over the configuration's)")
+		for _, t := range r.Terms {
+			fmt.Fprintf(tw, "%s\t%s\n", t.Match, t.Terms)
 		}
 		tw.Flush()
 	}

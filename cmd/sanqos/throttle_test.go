@@ -2,10 +2,12 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"io"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/sanqos/sanqos/internal/ctl"
@@ -97,5 +99,85 @@ func TestReloadRefusesRateChanges(t *testing.T) {
 	}
 	if got := restartOnly(b, b); len(got) != 0 {
 		t.Errorf("no change reported as %v", got)
+	}
+}
+
+// TestThrottleTerms: 'sanqos throttle --share 4 CONSUMER' sends the terms
+// as typed to the daemon's socket, --clear-terms clears them, --list
+// shows them; bad terms are refused before any daemon is asked.
+func TestThrottleTerms(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: the control socket serves uid 0 only")
+	}
+	sock := filepath.Join(t.TempDir(), "s.sock")
+	srv, err := ctl.Listen(sock, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var mu sync.Mutex // the server's goroutine appends, the test reads
+	var got []ctl.Request
+	var ov ctl.Overrides
+	done := make(chan error, 1)
+	go func() {
+		done <- srv.Serve(ctx, ctl.HandlerFunc(func(_ context.Context, r ctl.Request) ctl.Response {
+			mu.Lock()
+			got = append(got, r)
+			mu.Unlock()
+			if r.Op == ctl.OpTerms {
+				o, err := ctl.ParseTerms(r.TermsRequest)
+				if err != nil {
+					return ctl.Response{Error: err.Error()}
+				}
+				ov.SetTerms(o)
+			}
+			return ctl.Response{OK: true, Mode: "autonomic", Backend: "dry-run", Terms: ov.TermsList()}
+		}))
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	run := func(args ...string) (int, string) {
+		var out, errb bytes.Buffer
+		code := dispatch(append([]string{"throttle", "--socket", sock}, args...), &out, &errb)
+		return code, out.String() + errb.String()
+	}
+	if code, out := run("--share", "4", "--cap", "50MB/s", "db1"); code != 0 || !strings.Contains(out, "db1: runtime terms set") {
+		t.Fatalf("set: exit %d: %s", code, out)
+	}
+	if code, out := run("--clear-terms", "--ip", "10.0.0.5"); code != 0 || !strings.Contains(out, "10.0.0.5: runtime terms cleared") {
+		t.Fatalf("clear: exit %d: %s", code, out)
+	}
+	if code, out := run("--list"); code != 0 || !strings.Contains(out, "db1       share 4, cap 50MB/s") {
+		t.Errorf("list: exit %d:\n%s", code, out)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	want := []ctl.Request{
+		{Op: ctl.OpTerms, TermsRequest: ctl.TermsRequest{Match: "db1", Share: "4", Cap: "50MB/s"}},
+		{Op: ctl.OpClearTerms, TermsRequest: ctl.TermsRequest{Match: "10.0.0.5"}},
+	}
+	if len(got) < 2 || got[0].Op != want[0].Op || got[0].TermsRequest != want[0].TermsRequest || got[1].Op != want[1].Op || got[1].TermsRequest != want[1].TermsRequest {
+		t.Errorf("requests %+v, want %+v", got, want)
+	}
+	n := len(got)
+	mu.Unlock()
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--share", "4"}, "name the consumer"},
+		{[]string{"--share", "-4", "db1"}, "not negative"},
+		{[]string{"--cap", "50", "db1"}, "with its unit"},
+		{[]string{"--share", "2", "--delay", "5ms", "db1"}, "exactly one of"},
+		{[]string{"--share", "2", "--ip", "10.0.0.5", "db1"}, "name the consumer once"},
+		{[]string{"--delay", "5ms", "10.0.0.5"}, "give the initiator as --ip"},
+		{[]string{"--share", "2", "db1", "db2"}, `unexpected argument "db2"`},
+	} {
+		if code, out := run(c.args...); code == 0 || !strings.Contains(out, c.want) {
+			t.Errorf("%v: exit %d, %q; want a refusal containing %q", c.args, code, out, c.want)
+		}
+	}
+	mu.Lock()
+	if len(got) != n {
+		t.Errorf("refused requests reached the daemon: %+v", got[n:])
 	}
 }

@@ -39,7 +39,11 @@ func NewFlagSet(name, synopsis, description string, stderr io.Writer) *flag.Flag
 // Parse parses args and rejects stray positional arguments. A bad flag
 // gets one line saying what is wrong and where the help is; the full text
 // is printed only for --help.
-func Parse(fs *flag.FlagSet, args []string) error {
+func Parse(fs *flag.FlagSet, args []string) error { return ParseUpTo(fs, args, 0) }
+
+// ParseUpTo is Parse for a command that takes up to n positional
+// arguments after its flags (fs.Args).
+func ParseUpTo(fs *flag.FlagSet, args []string, n int) error {
 	full := fs.Usage
 	hint := func() {
 		fmt.Fprintf(fs.Output(), "Run '%s --help' for usage.\n", fs.Name())
@@ -58,8 +62,8 @@ func Parse(fs *flag.FlagSet, args []string) error {
 		hint()
 		return ErrUsage
 	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(fs.Output(), "%s: unexpected argument %q\n", fs.Name(), fs.Arg(0))
+	if fs.NArg() > n {
+		fmt.Fprintf(fs.Output(), "%s: unexpected argument %q\n", fs.Name(), fs.Arg(n))
 		hint()
 		return ErrUsage
 	}

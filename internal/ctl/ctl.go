@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sanqos/sanqos/internal/tenant"
 	"github.com/sanqos/sanqos/internal/throttle"
 )
 
@@ -45,6 +46,8 @@ type Request struct {
 	Rate      string   `json:"rate,omitempty"`      // read rate cap, e.g. "10MB/s"
 	Direction string   `json:"direction,omitempty"` // write, read or both
 	Ports     []uint16 `json:"ports,omitempty"`     // target ports; default 3260
+	// Terms are OpTerms's and OpClearTerms's (terms.go).
+	TermsRequest
 }
 
 // Throttle is one throttle in force.
@@ -70,6 +73,8 @@ type Response struct {
 	// Status is the /status document (status.Status) for OpFullStatus,
 	// left encoded so that this package need not know its shape.
 	Status json.RawMessage `json:"status,omitempty"`
+	// Terms are the runtime tenant terms in force (terms.go).
+	Terms []TermsOverride `json:"terms,omitempty"`
 }
 
 // Manual is a manual throttle after validation.
@@ -203,6 +208,10 @@ func rateDev(b throttle.Backend) string {
 type Overrides struct {
 	mu sync.Mutex
 	m  map[netip.Addr]Manual
+	// terms are the runtime tenant terms (terms.go), termsVersion
+	// counts their changes.
+	terms        []tenant.Override
+	termsVersion uint64
 }
 
 // Set adds or replaces the manual throttle of m.IP.

@@ -113,6 +113,8 @@ func (h *ManualHandler) Handle(ctx context.Context, r Request) Response {
 			return Response{Error: rollbackMessage("removing the throttle", err, h.apply(ctx))}
 		}
 	case OpList, OpStatus:
+	case OpTerms, OpClearTerms:
+		return Response{Error: "manual mode has no controller to give shares, reservations, caps or thresholds to: run the autonomic daemon (sanqos run without --manual)"}
 	default:
 		return Response{Error: fmt.Sprintf("unknown operation %q: want throttle, free, list or status", r.Op)}
 	}

@@ -41,6 +41,18 @@ func (d *Daemon) CtlHandler(o *ctl.Overrides) ctl.Handler {
 				return ctl.Response{Error: fmt.Sprintf("%s has no manual throttle (see 'sanqos throttle --list')", a)}
 			}
 			d.log.Info("manual throttle freed", "ip", a.Unmap())
+		case ctl.OpTerms:
+			t, err := ctl.ParseTerms(r.TermsRequest)
+			if err != nil {
+				return ctl.Response{Error: err.Error()}
+			}
+			o.SetTerms(t)
+			d.log.Info("runtime tenant terms set; they take precedence over the configuration's until cleared", "match", t.Match, "terms", r.TermsRequest)
+		case ctl.OpClearTerms:
+			if !o.ClearTerms(r.Match) {
+				return ctl.Response{Error: fmt.Sprintf("%q has no runtime terms (see 'sanqos throttle --list')", r.Match)}
+			}
+			d.log.Info("runtime tenant terms cleared; the configuration's apply", "match", r.Match)
 		case ctl.OpList, ctl.OpStatus:
 		case ctl.OpFullStatus:
 			doc, err := json.Marshal(d.Status())
@@ -49,9 +61,9 @@ func (d *Daemon) CtlHandler(o *ctl.Overrides) ctl.Handler {
 			}
 			return ctl.Response{OK: true, Mode: "autonomic", Backend: d.o.Backend.Name(), Status: doc}
 		default:
-			return ctl.Response{Error: fmt.Sprintf("unknown operation %q: want throttle, free, list, status or full-status", r.Op)}
+			return ctl.Response{Error: fmt.Sprintf("unknown operation %q: want throttle, free, terms, clear-terms, list, status or full-status", r.Op)}
 		}
-		resp := ctl.Response{OK: true, Mode: "autonomic", Backend: d.o.Backend.Name(), Throttles: o.List()}
+		resp := ctl.Response{OK: true, Mode: "autonomic", Backend: d.o.Backend.Name(), Throttles: o.List(), Terms: o.TermsList()}
 		s := d.Status()
 		for _, res := range s.Resources {
 			if !res.Throttling() {

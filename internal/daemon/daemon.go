@@ -123,6 +123,10 @@ type Daemon struct {
 
 	reloadCh chan Reload // SIGHUP → tick loop; newest wins (reload.go)
 
+	// The runtime tenant terms last given to termsDecider (terms.go).
+	termsVersion uint64
+	termsDecider Decider
+
 	// Watchdog (watchdog.go): clock time of the last tick's start, in
 	// UnixNano, written by the tick loop; ready and unhealthy are the
 	// watchdog goroutine's own.
@@ -298,6 +302,7 @@ func (d *Daemon) tick(ctx context.Context, now time.Time) {
 	began := time.Now() // wall time on purpose: this measures our own cost, not simulated time
 	d.lastTick.Store(now.UnixNano())
 	d.takeReload(now)
+	d.takeTerms()
 	select {
 	case c := <-d.topoCh:
 		d.swapTopology(c.topo)

@@ -106,6 +106,7 @@ func (a *engineAdapter) Step(now time.Time, snap []diskstats.Stat) Decision {
 			Resource: c.Resource, Device: c.Device, Addr: a.name(c.Addr), ReadKBs: c.ReadKBs,
 			WriteKBs: c.WriteKBs, WriteEWMAKBs: c.WriteEWMAKBs, RAwaitMs: c.RAwaitMs, Throttleable: c.Throttleable,
 			WriteFrom: c.WriteFrom, OutstandingWrites: c.OutstandingWrites, DelayMs: c.HeldMs,
+			Name: c.Name, Terms: c.Terms,
 		}
 	}
 	if a.wire != nil {

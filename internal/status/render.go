@@ -56,11 +56,16 @@ func WriteTable(w io.Writer, s Status) error {
 	// OUTSTANDING is the writes in flight a held writer is judged by;
 	// DELAY ms the delay the engine put on its flows and IN FORCE ms the
 	// one the data path holds it at.
-	fmt.Fprintln(tw, "CONSUMER\tRESOURCE\tDEVICE\tREAD KiB/s\tWRITE KiB/s\tWRITE EWMA KiB/s\tR_AWAIT ms\tTHROTTLEABLE\tOUTSTANDING\tDELAY ms\tIN FORCE ms")
+	// TERMS are the consumer's tenant terms, "-" for the defaults.
+	fmt.Fprintln(tw, "CONSUMER\tRESOURCE\tDEVICE\tREAD KiB/s\tWRITE KiB/s\tWRITE EWMA KiB/s\tR_AWAIT ms\tTHROTTLEABLE\tOUTSTANDING\tDELAY ms\tIN FORCE ms\tTERMS")
 	for _, c := range s.Consumers {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%.1f\t%.1f\t%.1f\t%.2f\t%s\t%.2f\t%.2f\t%.2f\n",
-			c.Addr, c.Resource, c.Device, c.ReadKBs, c.WriteKBs, c.WriteEWMAKBs, c.RAwaitMs, yesNo(c.Throttleable),
-			c.OutstandingWrites, c.DelayMs, c.InForceMs)
+		terms := c.Terms.String()
+		if !c.Terms.Limited() {
+			terms = "-"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%.1f\t%.1f\t%.1f\t%.2f\t%s\t%.2f\t%.2f\t%.2f\t%s\n",
+			c.Label(), c.Resource, c.Device, c.ReadKBs, c.WriteKBs, c.WriteEWMAKBs, c.RAwaitMs, yesNo(c.Throttleable),
+			c.OutstandingWrites, c.DelayMs, c.InForceMs, terms)
 	}
 	tw.Flush()
 	for _, c := range s.Consumers {
@@ -164,7 +169,7 @@ func RenderTop(s Status, o TopOptions) string {
 			set = "*"
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%.1f\t%.1f\t%.1f\t%.2f\t%s\n",
-			c.Addr, c.Resource, c.WriteKBs, c.WriteEWMAKBs, c.ReadKBs, c.RAwaitMs, set)
+			c.Label(), c.Resource, c.WriteKBs, c.WriteEWMAKBs, c.ReadKBs, c.RAwaitMs, set)
 	}
 	tw.Flush()
 	writeFooter(&b, s)

@@ -8,6 +8,8 @@ package status
 
 import (
 	"time"
+
+	"github.com/sanqos/sanqos/internal/tenant"
 )
 
 // Status is the document served at /status.
@@ -112,6 +114,12 @@ type Consumer struct {
 	Resource string `json:"resource"`
 	Device   string `json:"device"`
 	Addr     string `json:"addr"`
+	// Name is how the consumer is called (tenant.Label): its configured
+	// name, else its initiator name, else its address.
+	Name string `json:"name,omitempty"`
+	// Terms are its tenant terms in force (the configuration's with the
+	// runtime ones over them); the zero value is the defaults.
+	Terms tenant.Terms `json:"terms"`
 	// The rates are in KiB/s (1024 B/s: diskstats' two sectors), as
 	// 'sanqos status' heads them; the JSON names keep their old "kbs"
 	// spelling so that scripts reading /status go on working.
@@ -137,6 +145,15 @@ type Consumer struct {
 	// nfqueue, dry-run).
 	DelayMs   float64 `json:"delay_ms"`
 	InForceMs float64 `json:"in_force_ms"`
+}
+
+// Label is how status shows the consumer: its address, after its name
+// when it has one other than the address ("db1 (10.0.0.5)").
+func (c Consumer) Label() string {
+	if c.Name == "" || c.Name == c.Addr {
+		return c.Addr
+	}
+	return c.Name + " (" + c.Addr + ")"
 }
 
 // BackendStats are the data-path counters of the throttle backend.

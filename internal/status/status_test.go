@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"flag"
+	"github.com/sanqos/sanqos/internal/tenant"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -30,9 +31,11 @@ func fixture() Status {
 			{Name: "vg-data", SignalMs: 3.2, RawMs: 0, ThresholdMs: 20, TargetMs: 17, ControlMs: 20, UMaxMs: 20, UMaxLimitMs: 20, Saturated: true, Signal: "p95", Source: "diskstats", Direction: "write"},
 		},
 		Consumers: []Consumer{
-			{Resource: "fs-lab", Device: "loop1", Addr: "10.99.0.2", ReadKBs: 256, WriteKBs: 0, RAwaitMs: 31.25},
+			{Resource: "fs-lab", Device: "loop1", Addr: "10.99.0.2", ReadKBs: 256, WriteKBs: 0, RAwaitMs: 31.25,
+				Name: "db1", Terms: tenant.Terms{Name: "db1", ThresholdMs: 8}},
 			{Resource: "fs-lab", Device: "loop2", Addr: "10.99.0.3", WriteKBs: 18000, WriteEWMAKBs: 17500.5, Throttleable: true,
-				OutstandingWrites: 3.4, DelayMs: 4.6, InForceMs: 4.6},
+				OutstandingWrites: 3.4, DelayMs: 4.6, InForceMs: 4.6, Name: "iqn.2026-01.lab:backup",
+				Terms: tenant.Terms{Share: 2, ReserveBps: 5e6, CapBps: 50e6}},
 			// An IPv4-only backend's view of an address it cannot hold would
 			// differ the same way: the data path holds this one at nothing.
 			{Resource: "fs-lab", Device: "loop3", Addr: "10.99.0.4", WriteKBs: 19500, WriteEWMAKBs: 19000, Throttleable: true,

@@ -16,6 +16,7 @@ import (
 	"math"
 	"net/netip"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/sanqos/sanqos/internal/fielderr"
@@ -28,28 +29,29 @@ import (
 type Terms struct {
 	// Name is how the operator calls the consumer (status, metrics);
 	// "" means unnamed (shown by address or initiator name).
-	Name string
+	Name string `json:"name,omitempty"`
 	// Class is the class the terms came from, "" for none.
-	Class string
+	Class string `json:"class,omitempty"`
 	// Share weighs the consumer's write rate against the other writers
 	// of a throttled resource: rates split in proportion to shares.
 	// 0 means 1.
-	Share float64
+	Share float64 `json:"share,omitempty"`
 	// ReserveBps is a write rate (bytes/s) the consumer is never
 	// delayed below; 0 for none.
-	ReserveBps float64
+	ReserveBps float64 `json:"reserve_bps,omitempty"`
 	// CapBps caps the consumer's write rate (bytes/s) whatever the
 	// latency; 0 for none. BurstBytes lets it run above the cap until
 	// that many bytes over it are spent (a token bucket refilled at
 	// CapBps).
-	CapBps, BurstBytes float64
+	CapBps     float64 `json:"cap_bps,omitempty"`
+	BurstBytes float64 `json:"burst_bytes,omitempty"`
 	// ReadCapBps caps the rate the target sends the consumer (reads),
 	// with the rate backend; 0 for none.
-	ReadCapBps float64
+	ReadCapBps float64 `json:"read_cap_bps,omitempty"`
 	// ThresholdMs is the consumer's own read promise (ms); a resource
 	// holds the strictest one among its readers active in the last
 	// few seconds. 0: the resource's threshold.
-	ThresholdMs float64
+	ThresholdMs float64 `json:"threshold_ms,omitempty"`
 }
 
 // EffectiveShare is Share, or 1 when unset.
@@ -269,4 +271,47 @@ func bounds(key string, t Terms) error {
 		return fielderr.At("tenant.Terms.ThresholdMs", "threshold", key, t.ThresholdMs, "must be between 100µs and 10s")
 	}
 	return nil
+}
+
+// String is the terms compactly, as status and check show them: only
+// what differs from the defaults ("share 4, reserve 20MB/s, cap
+// 50MB/s, threshold 8ms"), "defaults" when nothing does.
+func (t Terms) String() string {
+	var parts []string
+	if t.Share > 0 && t.Share != 1 {
+		parts = append(parts, "share "+strconv.FormatFloat(t.Share, 'g', -1, 64))
+	}
+	for _, r := range []struct {
+		name string
+		v    float64
+		unit string
+	}{
+		{"reserve", t.ReserveBps, "B/s"}, {"cap", t.CapBps, "B/s"}, {"burst", t.BurstBytes, "B"},
+		{"read cap", t.ReadCapBps, "B/s"},
+	} {
+		if r.v > 0 {
+			parts = append(parts, r.name+" "+si(r.v)+r.unit)
+		}
+	}
+	if t.ThresholdMs > 0 {
+		parts = append(parts, "threshold "+strconv.FormatFloat(t.ThresholdMs, 'g', -1, 64)+"ms")
+	}
+	if len(parts) == 0 {
+		return "defaults"
+	}
+	return strings.Join(parts, ", ")
+}
+
+// si writes v with an SI prefix (k, M, G: powers of 1000, as the
+// configuration's kB and MB).
+func si(v float64) string {
+	for _, p := range []struct {
+		prefix string
+		mult   float64
+	}{{"G", 1e9}, {"M", 1e6}, {"k", 1e3}} {
+		if v >= p.mult {
+			return strconv.FormatFloat(math.Round(v/p.mult*100)/100, 'g', -1, 64) + p.prefix
+		}
+	}
+	return strconv.FormatFloat(math.Round(v*100)/100, 'g', -1, 64)
 }

@@ -92,3 +92,19 @@ func TestLimitedAndShare(t *testing.T) {
 		t.Error("effective share")
 	}
 }
+
+func TestTermsString(t *testing.T) {
+	for _, tc := range []struct {
+		t    Terms
+		want string
+	}{
+		{Terms{}, "defaults"},
+		{Terms{Name: "x", Share: 1}, "defaults"},
+		{Terms{Share: 4, ReserveBps: 20e6, CapBps: 50e6, BurstBytes: 100e6, ReadCapBps: 512e3, ThresholdMs: 8},
+			"share 4, reserve 20MB/s, cap 50MB/s, burst 100MB, read cap 512kB/s, threshold 8ms"},
+	} {
+		if got := tc.t.String(); got != tc.want {
+			t.Errorf("%+v: %q, want %q", tc.t, got, tc.want)
+		}
+	}
+}
