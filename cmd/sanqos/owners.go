@@ -115,6 +115,7 @@ func validateOwners(c config.Config, path string, cfg engine.Config, o throttle.
 		o.Validate(),
 		staticSections(c),
 		readRates(c, o),
+		tenantReadCaps(c, o),
 	}
 	return inKeys(c, path, errors.Join(errs...))
 }

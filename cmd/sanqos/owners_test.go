@@ -88,6 +88,7 @@ func TestOwnersRefuseInKeys(t *testing.T) {
 		{"tenant class threshold", "[tenants.class.gold]\nthreshold = \"20s\"\n[[tenants.consumer]]\nname = \"db1\"\nmatch = [\"10.0.0.5\"]\nclass = \"gold\"", nil, []string{`tenants.class.gold.threshold = 20s`, "between 100µs and 10s", `consumer "db1" takes it from its class`}},
 		{"tenant burst without cap", "[[tenants.consumer]]\nname = \"b\"\nmatch = [\"10.0.0.5\"]\nburst = \"100MB\"", nil, []string{`tenants.consumer "b".burst = 100000000B`, "needs a cap"}},
 		{"tenant names twice", "[[tenants.consumer]]\nname = \"a\"\nmatch = [\"10.0.0.5\"]\n[[tenants.consumer]]\nname = \"a\"\nmatch = [\"10.0.0.6\"]", nil, []string{`tenants.consumer "a".name = "a"`, "another entry"}},
+		{"tenant read cap without rate_dev", "[tenants.class.web]\nread_cap = \"80MB/s\"\n[[tenants.consumer]]\nname = \"w\"\nmatch = [\"10.0.0.5\"]\nclass = \"web\"", nil, []string{`tenants.class.web.read_cap = 80MB/s`, "rate_dev"}},
 		{"tenant conflict", "[tenants]\nconflict = \"both\"", nil, []string{`tenants.conflict = "both"`, `"promise" or "reservation"`}},
 		{"tenant unknown key", "[[tenants.consumer]]\nname = \"a\"\nmatch = [\"10.0.0.5\"]\nshares = 2", nil, []string{"unknown key tenants.consumer.shares"}},
 		// flags: the flag is named, not the file

@@ -10,6 +10,7 @@ import (
 	"github.com/sanqos/sanqos/internal/config"
 	"github.com/sanqos/sanqos/internal/fielderr"
 	"github.com/sanqos/sanqos/internal/tenant"
+	"github.com/sanqos/sanqos/internal/throttle"
 )
 
 // tenantBook maps the [tenants] section onto the tenant package, which
@@ -129,4 +130,24 @@ func termValue(t config.TenantTerms, name string) (any, bool) {
 		return *t.Threshold, true
 	}
 	return nil, false
+}
+
+// tenantReadCaps refuses a read_cap on a data path that cannot cap
+// rates, as manual.read_rates is refused.
+func tenantReadCaps(c config.Config, o throttle.Options) error {
+	if o.CapsRates() {
+		return nil
+	}
+	for i, tc := range c.Tenants.Consumer {
+		own := tc.TenantTerms
+		key := consumerKey(c, i) + ".read_cap"
+		if own.ReadCap == nil {
+			own = c.Tenants.Class[tc.Class]
+			key = fmt.Sprintf("tenants.class.%s.read_cap", tc.Class)
+		}
+		if own.ReadCap != nil && *own.ReadCap > 0 {
+			return c.KeyError(key, *own.ReadCap, "needs a data path that caps rates: set rate_dev (--rate-dev) to the interface towards the initiators")
+		}
+	}
+	return nil
 }

@@ -5,15 +5,25 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"log/slog"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/sanqos/sanqos/internal/clock"
+	"github.com/sanqos/sanqos/internal/daemon"
+	"github.com/sanqos/sanqos/internal/engine"
+	"github.com/sanqos/sanqos/internal/throttle"
 
 	"github.com/sanqos/sanqos/internal/tenant"
 	"github.com/sanqos/sanqos/internal/topology"
 )
 
 const tenantsText = `
+rate_dev = "eth1"
 [tenants]
 conflict = "reservation"
 [tenants.class.gold]
@@ -70,7 +80,7 @@ func TestCheckReportsTenants(t *testing.T) {
 	p := writeConfig(t, tenantsText)
 	ck := checker{sys: fixtureSystem{root: "testdata/check/host"}, loadProbe: func([]string) error { return nil }}
 	var out bytes.Buffer
-	args := []string{"--config", p, "--backend", "dry-run", "--consumer", "fs-a,10.0.0.5,loop0"}
+	args := []string{"--config", p, "--consumer", "fs-a,10.0.0.5,loop0"}
 	if err := runCheck(context.Background(), args, &out, io.Discard, ck); err != nil {
 		t.Fatal(err)
 	}
@@ -93,5 +103,74 @@ func TestCheckReportsTenants(t *testing.T) {
 	}
 	if len(r.Config.Tenants) != 2 || r.Config.Tenants[0].Terms.ReserveBps != 20e6 || r.Config.Conflict != "reservation" {
 		t.Errorf("JSON tenants %+v, conflict %q", r.Config.Tenants, r.Config.Conflict)
+	}
+}
+
+// TestReloadTenants: a reload with a bad [tenants] section is refused in
+// the user's key and the running book stays; a good one reaches the new
+// engine.
+func TestReloadTenants(t *testing.T) {
+	dir := t.TempDir()
+	args, o := portsConfig(t, dir, tenantsText)
+	eng, err := engine.New(o.engine, o.topo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	d, err := daemon.New(daemon.Options{Clock: clock.NewFake(time.Unix(0, 0)), Decider: daemon.FromEngine(eng, o.ports, nil),
+		Stats: noStats{}, Backend: throttle.NewDryRun(log), Logger: log, Topology: o.topo})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &reloader{args: args, cur: o, d: d, log: log}
+	rewrite := func(text string) {
+		if err := os.WriteFile(filepath.Join(dir, "c.toml"), []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rewrite(strings.Replace(tenantsText, `class = "gold"`, `class = "platinum"`, 1))
+	if err := r.reload(t.Context()); err == nil || !strings.Contains(err.Error(), `tenants.consumer "db1".class = "platinum"`) {
+		t.Fatalf("reload of an unknown class: %v", err)
+	}
+	if r.cur.engine.Tenants != o.engine.Tenants {
+		t.Error("a refused reload replaced the running book")
+	}
+	rewrite(strings.Replace(tenantsText, "share = 2", "share = 3", 1))
+	if err := r.reload(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	db1 := topology.Consumer{Addr: netip.MustParseAddr("10.0.0.5")}
+	if got := r.cur.engine.Tenants.Terms(db1).Share; got != 3 {
+		t.Errorf("after the reload db1's share is %v, want 3", got)
+	}
+}
+
+// TestExampleTenants: the example configuration's commented [tenants]
+// section, uncommented, is a valid configuration with the terms it says.
+func TestExampleTenants(t *testing.T) {
+	b, err := os.ReadFile("../../deploy/sanqos.example.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, block, ok := strings.Cut(string(b), "\n# [tenants]\n")
+	if !ok {
+		t.Fatal("the example has no commented [tenants] section")
+	}
+	var text strings.Builder
+	text.WriteString("rate_dev = \"eth1\"\n[tenants]\n")
+	for _, line := range strings.Split(block, "\n") {
+		if !strings.HasPrefix(line, "#") {
+			break
+		}
+		text.WriteString(strings.TrimPrefix(line, "# ") + "\n")
+	}
+	o, err := parseRunOptions([]string{"--config", writeConfig(t, text.String())}, false, io.Discard)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, text.String())
+	}
+	got := o.engine.Tenants.Terms(topology.Consumer{Addr: netip.MustParseAddr("10.0.1.3")})
+	want := tenant.Terms{Name: "db1", Class: "gold", Share: 2, ReserveBps: 20e6, CapBps: 50e6, BurstBytes: 100e6, ReadCapBps: 80e6, ThresholdMs: 8}
+	if got != want {
+		t.Errorf("the example's db1: %+v, want %+v", got, want)
 	}
 }

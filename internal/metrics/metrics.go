@@ -159,7 +159,9 @@ func pathDesc(name, help string) *prometheus.Desc {
 
 var (
 	resLabels = []string{"resource"}
-	conLabels = []string{"resource", "addr", "device"}
+	// name is the consumer's tenant.Label: its configured name, else its
+	// initiator name, else its address.
+	conLabels = []string{"resource", "addr", "device", "name"}
 
 	descInfo   = prometheus.NewDesc("sanqos_build_info", "Version and throttle backend of the running daemon; always 1.", []string{"version", "backend"}, nil)
 	descUptime = prometheus.NewDesc("sanqos_uptime_seconds", "Time since the daemon started.", nil, nil)
@@ -205,6 +207,14 @@ var (
 	descConForce  = conDesc("throttle_delay_in_force_seconds", "Packet delay the data path holds the consumer's flows at: what the backend programs of the last state applied successfully.")
 )
 
+// The consumer's tenant terms ([tenants] and 'sanqos throttle').
+var (
+	descShare     = conDesc("share", "The consumer's share among the writers of a throttled resource (1 unless set).")
+	descReserve   = conDesc("reserve_bytes_per_second", "Write rate the consumer is never delayed below (0: no reservation).")
+	descCap       = conDesc("cap_bytes_per_second", "Write rate the consumer is capped at (0: no cap).")
+	descReadPromi = conDesc("read_threshold_seconds", "The consumer's own read promise (0: its resource's threshold).")
+)
+
 // The data path.
 var (
 	descHeld       = pathDesc("packets_held_total", "Packets the backend delayed.")
@@ -227,7 +237,7 @@ type snapshotCollector struct {
 
 func (c *snapshotCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descInfo, descUptime, descSignal, descRaw, descThreshold, descTarget, descDelay, descControl, descInForce, descCeiling, descSaturated, descFutile, descGain, descPending, descP95, descP99, descFollows, descSetSize, descArmed,
-		descReadBps, descWriteBps, descWriteEWMA, descThrottle, descOutstand, descConDelay, descConForce, descHeld, descPassed, descBacklog, descErrP50, descErrMax, descTakeovers, descBypassed, descPathErrors, descConBypass, descConDelayed, descUnresolved} {
+		descReadBps, descWriteBps, descWriteEWMA, descThrottle, descOutstand, descConDelay, descConForce, descShare, descReserve, descCap, descReadPromi, descHeld, descPassed, descBacklog, descErrP50, descErrMax, descTakeovers, descBypassed, descPathErrors, descConBypass, descConDelayed, descUnresolved} {
 		ch <- d
 	}
 }
@@ -271,17 +281,25 @@ func (c *snapshotCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descArmed, gauge, float64(len(r.Returning)), r.Name)
 	}
 	for _, k := range s.Consumers {
-		ch <- prometheus.MustNewConstMetric(descReadBps, gauge, k.ReadKBs*kBsToBps, k.Resource, k.Addr, k.Device)
-		ch <- prometheus.MustNewConstMetric(descWriteBps, gauge, k.WriteKBs*kBsToBps, k.Resource, k.Addr, k.Device)
-		ch <- prometheus.MustNewConstMetric(descWriteEWMA, gauge, k.WriteEWMAKBs*kBsToBps, k.Resource, k.Addr, k.Device)
+		name := k.Name
+		if name == "" {
+			name = k.Addr
+		}
+		ch <- prometheus.MustNewConstMetric(descReadBps, gauge, k.ReadKBs*kBsToBps, k.Resource, k.Addr, k.Device, name)
+		ch <- prometheus.MustNewConstMetric(descWriteBps, gauge, k.WriteKBs*kBsToBps, k.Resource, k.Addr, k.Device, name)
+		ch <- prometheus.MustNewConstMetric(descWriteEWMA, gauge, k.WriteEWMAKBs*kBsToBps, k.Resource, k.Addr, k.Device, name)
 		t := 0.0
 		if k.Throttleable {
 			t = 1
 		}
-		ch <- prometheus.MustNewConstMetric(descThrottle, gauge, t, k.Resource, k.Addr, k.Device)
-		ch <- prometheus.MustNewConstMetric(descOutstand, gauge, k.OutstandingWrites, k.Resource, k.Addr, k.Device)
-		ch <- prometheus.MustNewConstMetric(descConDelay, gauge, k.DelayMs*msToS, k.Resource, k.Addr, k.Device)
-		ch <- prometheus.MustNewConstMetric(descConForce, gauge, k.InForceMs*msToS, k.Resource, k.Addr, k.Device)
+		ch <- prometheus.MustNewConstMetric(descThrottle, gauge, t, k.Resource, k.Addr, k.Device, name)
+		ch <- prometheus.MustNewConstMetric(descOutstand, gauge, k.OutstandingWrites, k.Resource, k.Addr, k.Device, name)
+		ch <- prometheus.MustNewConstMetric(descConDelay, gauge, k.DelayMs*msToS, k.Resource, k.Addr, k.Device, name)
+		ch <- prometheus.MustNewConstMetric(descConForce, gauge, k.InForceMs*msToS, k.Resource, k.Addr, k.Device, name)
+		ch <- prometheus.MustNewConstMetric(descShare, gauge, k.Terms.EffectiveShare(), k.Resource, k.Addr, k.Device, name)
+		ch <- prometheus.MustNewConstMetric(descReserve, gauge, k.Terms.ReserveBps, k.Resource, k.Addr, k.Device, name)
+		ch <- prometheus.MustNewConstMetric(descCap, gauge, k.Terms.CapBps, k.Resource, k.Addr, k.Device, name)
+		ch <- prometheus.MustNewConstMetric(descReadPromi, gauge, k.Terms.ThresholdMs*msToS, k.Resource, k.Addr, k.Device, name)
 	}
 	b := s.Throttle
 	ch <- prometheus.MustNewConstMetric(descHeld, counterVT, float64(b.PacketsHeld))

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/sanqos/sanqos/internal/status"
+	"github.com/sanqos/sanqos/internal/tenant"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/metrics.golden")
@@ -26,7 +27,8 @@ func fixture() status.Status {
 		Consumers: []status.Consumer{
 			{Resource: "fs-lab", Device: "loop1", Addr: "10.99.0.2", ReadKBs: 256, RAwaitMs: 31.25},
 			{Resource: "fs-lab", Device: "loop2", Addr: "10.99.0.3", WriteKBs: 18000, WriteEWMAKBs: 17500.5, Throttleable: true,
-				OutstandingWrites: 3.4, DelayMs: 2.5, InForceMs: 2},
+				OutstandingWrites: 3.4, DelayMs: 2.5, InForceMs: 2,
+				Name: "db1", Terms: tenant.Terms{Name: "db1", Share: 4, ReserveBps: 20e6, CapBps: 50e6, ThresholdMs: 8}},
 		},
 		Throttle:  status.BackendStats{PacketsHeld: 1200, PacketsPassed: 1195, Backlog: 5, DelayErrorP50Ms: 0.04, DelayErrorMaxMs: 0.9, Takeovers: 3, Bypassed: 7, Errors: 2},
 		Discovery: status.Discovery{OK: true, Unresolved: []string{"/srv/sanqos/lun-a2.img"}},
