@@ -27,6 +27,13 @@ func (d *Daemon) logTransitions(rs []status.Resource) {
 			d.log.Info("throttling released", "resource", r.Name, "signal_ms", round2(r.SignalMs),
 				"threshold_ms", r.ThresholdMs)
 		}
+		switch {
+		case r.Conflict != "" && (!had || p.Conflict == ""):
+			d.log.Warn("tenant conflict: the reservations and the read promise cannot both be met",
+				"resource", r.Name, "conflict", r.Conflict)
+		case r.Conflict == "" && had && p.Conflict != "":
+			d.log.Info("tenant conflict over", "resource", r.Name)
+		}
 		if r.MissingDevices > 0 && (!had || p.MissingDevices == 0) {
 			d.log.Warn("devices of a resource are missing from diskstats; measuring without them",
 				"resource", r.Name, "missing", r.MissingDevices)

@@ -104,3 +104,29 @@ func TestCtlRuntimeTerms(t *testing.T) {
 		t.Errorf("after clear-terms db1 %+v, want the file's share 2 and no cap", w)
 	}
 }
+
+// TestConflictLogged: a tenant conflict is said once when it begins, at
+// warning, and once when it is over.
+func TestConflictLogged(t *testing.T) {
+	conflict := func(c string) Decision {
+		d := dec(20, 2, "10.99.0.3")
+		d.Resources[0].Conflict = c
+		return d
+	}
+	why := "the reservation of backup (20MB/s) breaks the read promise; the promise wins"
+	logs := &logBuf{}
+	d, err := New(Options{Clock: clock.NewFake(t0), Decider: &fakeEngine{decisions: []Decision{conflict(""), conflict(why), conflict(why), conflict("")}},
+		Stats: &fakeStats{}, Backend: &fakeBackend{}, Logger: newLogger(logs)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 4 {
+		d.tick(context.Background(), t0.Add(time.Duration(i)*100*time.Millisecond))
+	}
+	if n := logs.count("level=WARN", "tenant conflict", "resource=fs-lab", "breaks the read promise"); n != 1 {
+		t.Errorf("conflict begun logged %d times, want 1:\n%s", n, logs)
+	}
+	if n := logs.count("tenant conflict over", "resource=fs-lab"); n != 1 {
+		t.Errorf("conflict over logged %d times, want 1:\n%s", n, logs)
+	}
+}

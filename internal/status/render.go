@@ -27,11 +27,19 @@ func WriteTable(w io.Writer, s Status) error {
 		fmt.Fprintln(tw, "(none discovered)\t\t\t\t\t\t\t\t\t\t")
 	}
 	for _, r := range s.Resources {
-		fmt.Fprintf(tw, "%s\t%s\t%.3f\t%.3f\t%.3f\t%.3f\t%.2f\t%.2f\t%.1f\t%s\t%s\n",
-			r.Name, follows(r), r.SignalMs, r.RawMs, r.TargetMs, r.ThresholdMs, r.DelayMs, r.ControlMs, r.UMaxMs, r.Direction, members(r.Members))
+		// A reader's own promise shows whose it is: "8.000 (db1)".
+		threshold := fmt.Sprintf("%.3f", r.ThresholdMs)
+		if r.ThresholdBy != "" {
+			threshold += " (" + r.ThresholdBy + ")"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%.3f\t%.3f\t%.3f\t%s\t%.2f\t%.2f\t%.1f\t%s\t%s\n",
+			r.Name, follows(r), r.SignalMs, r.RawMs, r.TargetMs, threshold, r.DelayMs, r.ControlMs, r.UMaxMs, r.Direction, members(r.Members))
 	}
 	tw.Flush()
 	for _, r := range s.Resources {
+		if r.Conflict != "" {
+			fmt.Fprintf(&b, "CONFLICT: %s: %s\n", r.Name, r.Conflict)
+		}
 		if r.Saturated {
 			fmt.Fprintf(&b, "SATURATED: %s's delay sits at its limit (%.0f ms) and its read latency is still over the threshold: raise pid.u_max_limit, or these writers cannot be held back by packet delay alone\n", r.Name, r.UMaxLimitMs)
 		}

@@ -50,6 +50,12 @@ type Resource struct {
 	SignalMs    float64 `json:"signal_ms"`
 	RawMs       float64 `json:"raw_ms"`
 	ThresholdMs float64 `json:"threshold_ms"`
+	// ThresholdBy names the reader whose own promise (tenant threshold)
+	// the resource holds, "" for the resource's threshold.
+	ThresholdBy string `json:"threshold_by,omitempty"`
+	// Conflict says why the reservations and the read promise cannot
+	// both be met and which one gives way; "" when they can.
+	Conflict string `json:"conflict,omitempty"`
 	// TargetMs is the controller's set point: the threshold less the
 	// headroom.
 	TargetMs float64 `json:"target_ms"`

@@ -28,7 +28,7 @@ func fixture() Status {
 		Resources: []Resource{
 			{Name: "fs-lab", SignalMs: 27.5, RawMs: 31.25, ThresholdMs: 15, TargetMs: 12.75, DelayMs: 4.6, ControlMs: 4.6, InForceMs: 4.6, UMaxMs: 30, UMaxLimitMs: 200, PendingMs: 200, Signal: "p95", Source: "ebpf", MeanMs: 21.5, P95Ms: 31.25, P99Ms: 40, Reads: 31,
 				Direction: "write", Members: []string{"10.99.0.3", "10.99.0.4"}},
-			{Name: "vg-data", SignalMs: 3.2, RawMs: 0, ThresholdMs: 20, TargetMs: 17, ControlMs: 20, UMaxMs: 20, UMaxLimitMs: 20, Saturated: true, Signal: "p95", Source: "diskstats", Direction: "write"},
+			{Name: "vg-data", ThresholdBy: "db1", Conflict: "the reservation of backup (5MB/s) breaks the read promise; the promise wins", SignalMs: 3.2, RawMs: 0, ThresholdMs: 20, TargetMs: 17, ControlMs: 20, UMaxMs: 20, UMaxLimitMs: 20, Saturated: true, Signal: "p95", Source: "diskstats", Direction: "write"},
 		},
 		Consumers: []Consumer{
 			{Resource: "fs-lab", Device: "loop1", Addr: "10.99.0.2", ReadKBs: 256, WriteKBs: 0, RAwaitMs: 31.25,
