@@ -16,14 +16,8 @@ import (
 	"github.com/sanqos/sanqos/internal/ctl"
 )
 
-func cmdThrottle(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("throttle", `sanqos throttle --ip IP --delay D [--direction write|read|both] [--port 3260]
-       sanqos throttle --ip IP --rate R [--direction read] [--port 3260]
-       sanqos throttle --ip IP --free
-       sanqos throttle [--share N] [--reserve R] [--cap R] [--threshold D] CONSUMER
-       sanqos throttle --clear-terms CONSUMER
-       sanqos throttle --list`,
-		`Set, free or list a manual packet delay for one initiator, on the running
+// throttleDescription is the --help text of 'sanqos throttle'.
+const throttleDescription = `Set, free or list a manual packet delay for one initiator, on the running
 daemon ('sanqos run', manual or autonomic). The delay applies to the TCP
 packets the target sends the initiator from the given ports: write delays
 small segments (R2T, SCSI response), and pure ACKs too if the daemon runs
@@ -42,7 +36,16 @@ address, a prefix, an initiator name or a configured tenant name. Each term
 given replaces the configuration's for that consumer, the others stay; a
 rate or threshold of 0 removes it. They take precedence over the file's
 until --clear-terms CONSUMER, and outlive a reload (SIGHUP): they are laid
-over the reloaded file's terms. A restart forgets them. Needs root.`, stderr)
+over the reloaded file's terms. A restart forgets them. Needs root.`
+
+func cmdThrottle(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("throttle", `sanqos throttle --ip IP --delay D [--direction write|read|both] [--port 3260]
+       sanqos throttle --ip IP --rate R [--direction read] [--port 3260]
+       sanqos throttle --ip IP --free
+       sanqos throttle [--share N] [--reserve R] [--cap R] [--threshold D] CONSUMER
+       sanqos throttle --clear-terms CONSUMER
+       sanqos throttle --list`,
+		throttleDescription, stderr)
 	ip := fs.String("ip", "", "initiator IP address (IPv4 or IPv6)")
 	delay := fs.String("delay", "", "added delay, e.g. 4.6ms (more than 0, at most 1s)")
 	rate := fs.String("rate", "", "read rate cap, e.g. 10MB/s, 512KiB/s, 80Mbit/s (more than 0, at most the link)")
@@ -95,19 +98,24 @@ over the reloaded file's terms. A restart forgets them. Needs root.`, stderr)
 	if err != nil {
 		return err
 	}
+	reportThrottle(stdout, req, set, resp, *port)
+	return nil
+}
+
+// reportThrottle says what the daemon did with req.
+func reportThrottle(w io.Writer, req ctl.Request, set ctl.Manual, resp ctl.Response, port string) {
 	switch req.Op {
 	case ctl.OpThrottle:
-		fmt.Fprintf(stdout, "%s: %s on port(s) %s\n", *ip, set.Kind(), *port)
+		fmt.Fprintf(w, "%s: %s on port(s) %s\n", req.IP, set.Kind(), port)
 	case ctl.OpFree:
-		fmt.Fprintf(stdout, "%s: throttle removed\n", *ip)
+		fmt.Fprintf(w, "%s: throttle removed\n", req.IP)
 	case ctl.OpTerms:
-		fmt.Fprintf(stdout, "%s: runtime terms set (see 'sanqos status'; --clear-terms to return to the configuration's)\n", req.Match)
+		fmt.Fprintf(w, "%s: runtime terms set (see 'sanqos status'; --clear-terms to return to the configuration's)\n", req.Match)
 	case ctl.OpClearTerms:
-		fmt.Fprintf(stdout, "%s: runtime terms cleared; the configuration's apply\n", req.Match)
+		fmt.Fprintf(w, "%s: runtime terms cleared; the configuration's apply\n", req.Match)
 	default:
-		printThrottles(stdout, resp)
+		printThrottles(w, resp)
 	}
-	return nil
 }
 
 // throttleRequest builds the control request of one 'sanqos throttle' and
