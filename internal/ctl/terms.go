@@ -154,13 +154,13 @@ func (o *Overrides) TermsList() []TermsOverride {
 	ts, _ := o.TermOverrides()
 	out := make([]TermsOverride, 0, len(ts))
 	for _, t := range ts {
-		out = append(out, TermsOverride{Match: t.Match, Terms: describe(t)})
+		out = append(out, TermsOverride{Match: t.Match, Terms: Describe(t)})
 	}
 	return out
 }
 
-// describe is what o sets, with "none" for a term set to 0.
-func describe(o tenant.Override) string {
+// Describe is what o sets, with "none" for a term set to 0.
+func Describe(o tenant.Override) string {
 	var parts []string
 	add := func(name string, v *float64, t tenant.Terms) {
 		if v == nil {

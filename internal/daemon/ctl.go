@@ -47,7 +47,7 @@ func (d *Daemon) CtlHandler(o *ctl.Overrides) ctl.Handler {
 				return ctl.Response{Error: err.Error()}
 			}
 			o.SetTerms(t)
-			d.log.Info("runtime tenant terms set; they take precedence over the configuration's until cleared", "match", t.Match, "terms", r.TermsRequest)
+			d.log.Info("runtime tenant terms set; they take precedence over the configuration's until cleared", "match", t.Match, "terms", ctl.Describe(t))
 		case ctl.OpClearTerms:
 			if !o.ClearTerms(r.Match) {
 				return ctl.Response{Error: fmt.Sprintf("%q has no runtime terms (see 'sanqos throttle --list')", r.Match)}
