@@ -21,6 +21,11 @@ func TestChanged(t *testing.T) {
 			c.Resources = map[string]Resource{"vg-data": {Threshold: Duration{5 * time.Millisecond}}}
 		}, []string{"resources.vg-data.signal", "resources.vg-data.threshold"}},
 		{"queue and dev", func(c *Config) { c.QueueNum = 7; c.Dev = "eth1" }, []string{"dev", "queue_num"}},
+		{"tenants", func(c *Config) {
+			share, limit := 4.0, Rate(50e6)
+			c.Tenants = Tenants{Conflict: "reservation", Class: map[string]TenantTerms{"gold": {Share: &share}},
+				Consumer: []TenantConsumer{{Name: "db1", Match: []string{"10.0.0.5"}, TenantTerms: TenantTerms{Cap: &limit}}}}
+		}, []string{"tenants.class.gold.share", "tenants.conflict", "tenants.consumer"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			b := Default()
