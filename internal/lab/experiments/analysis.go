@@ -258,6 +258,9 @@ type Tick struct {
 	Takeovers uint64
 	// Source is where the daemon measured the tick's reads (ebpf, diskstats).
 	Source string
+	// Conflict: the daemon reported a reservation it could not keep
+	// beside a read promise.
+	Conflict bool
 }
 
 // SignalHold is how well a run's daemon held its own signal (the tick's

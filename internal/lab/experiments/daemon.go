@@ -46,6 +46,8 @@ type Control struct {
 	// Schedule, with Controller "none", sets and frees manual throttles
 	// at fixed times (thesis §5.2–5.4).
 	Schedule []Step `json:"schedule,omitempty"`
+	// Tenants are per-initiator terms (the daemon's [tenants]).
+	Tenants []LabTenant `json:"tenants,omitempty"`
 }
 
 // uMaxMs is the u_max the run's daemon gets: the user's (Gains), else
@@ -148,6 +150,7 @@ func daemonConfig(c Control, g Gains, l labView, record string) string {
 		// A config.Config always encodes; this is a programming error.
 		panic(fmt.Sprintf("encoding the daemon's configuration: %v", err))
 	}
+	b.WriteString(tenantsTOML(c.Tenants, l))
 	return b.String()
 }
 

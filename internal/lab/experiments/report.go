@@ -27,7 +27,7 @@ type Check struct {
 func checks(s *Summary) []Check {
 	out := append(append(append(thesisChecks(s), guaranteeChecks(s)...), frontierChecks(s.Frontier)...), signalChecks(s)...)
 	out = append(append(append(out, windowChecks(s)...), mechanismChecks(s)...), setChecks(s)...)
-	return append(out, untunedChecks(s)...)
+	return append(append(out, untunedChecks(s)...), tenantChecks(s)...)
 }
 
 // signalChecks are the targets of runs that name their signal (the ssd

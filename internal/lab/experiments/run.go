@@ -94,6 +94,11 @@ type Workload struct {
 	// (--fsync; 0: none).
 	WriterDepth int `json:"writer_depth,omitempty"`
 	WriterFsync int `json:"writer_fsync,omitempty"`
+	// TurnReader, when set, runs a second reader on the first writer
+	// host (b3) and has the two take turns: each reads for this long,
+	// then pauses as long while the other reads. The writers run on the
+	// other hosts.
+	TurnReader time.Duration `json:"turn_reader,omitempty"`
 }
 
 // writerJob is the writers' preset.
@@ -143,7 +148,9 @@ type RunResult struct {
 	WriteMBs float64 `json:"write_mb_s"`
 	// Retransmits is TcpRetransSegs over every initiator namespace;
 	// RetransmitsBy has each namespace, the target's too.
-	Retransmits   int64            `json:"retransmits"`
+	Retransmits int64 `json:"retransmits"`
+	// Tenants is a run with per-consumer terms measured against them.
+	Tenants       *TenantResult    `json:"tenants,omitempty"`
 	RetransmitsBy map[string]int64 `json:"retransmits_by_namespace"`
 	// LossProbesBy (TcpExtTCPLossProbes) and RTOsBy (TcpExtTCPTimeouts)
 	// say which timer sent the retransmissions: a tail loss probe fires

@@ -38,6 +38,10 @@ func (r *run) analyze(samples []tcpSample) error {
 		}
 	}
 	r.res.Guarantees = r.guarantees(logs)
+	if len(r.c.Tenants) > 0 {
+		from, to := r.w.Lead.Seconds(), (r.w.Lead + r.w.WriterTime).Seconds()
+		r.res.Tenants = analyzeTenants(r.res.timeline, r.res.ticks, logs.allReaders, r.c, from, to)
+	}
 	// Without a daemon there are no ticks: the events carry steal only.
 	r.res.RetransmitEvents = retransmitEvents(samples, r.res.ticks)
 	if n := len(r.res.ticks); n > 0 {

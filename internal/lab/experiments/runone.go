@@ -156,31 +156,58 @@ func (w Workload) readerJob() string {
 // startLoads starts the readers and the writers; they wait for t0.
 func (r *run) startLoads(ctx context.Context) error {
 	w := r.w
-	for i := 0; i < w.readers(); i++ {
-		h := r.e.v.hosts[i]
-		// Time-based: a job runs the whole run, over its region again
-		// if it gets to the end (fig5.4's free writer moves its 2 GiB in
-		// two minutes of the schedule's 3.5).
-		if err := r.start(ctx, h, "reader-"+h.name+".jsonl", "--job", w.readerJob(), "--name", "reader-"+h.name,
-			"--runtime", w.Total.String(), "--time-based", "--start-at", r.startAt(0), "--quiet"); err != nil {
-			return err
-		}
+	if err := r.startReaders(ctx); err != nil {
+		return err
 	}
 	if w.Writers == 0 {
 		return nil
 	}
+	writers := r.e.v.writers
+	if w.TurnReader > 0 {
+		writers = writers[1:] // the first is the second reader
+	}
 	lunSize := r.e.l.State().Size
-	for i, n := range spread(w.Writers, len(r.e.v.writers)) {
+	for i, n := range spread(w.Writers, len(writers)) {
 		if n == 0 {
 			continue
 		}
-		h := r.e.v.writers[i]
+		h := writers[i]
 		region := lunSize / int64(n) / (1 << 20) // MiB per thread
 		if r.e.v.nfs {
 			region = lab.NFSWriterSize >> 20 // a file per thread, laid out by the lab
 		}
 		args := append(writerArgs(w, h.name, n, region), "--start-at", r.startAt(w.Lead), "--quiet")
 		if err := r.start(ctx, h, "writers-"+h.name+".jsonl", args...); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// startReaders starts the readers: one on each of the first Readers
+// hosts for the whole run (time-based: a job runs the whole run, over
+// its region again if it gets to the end; fig5.4's free writer moves its
+// 2 GiB in two minutes of the schedule's 3.5), or two that take turns.
+func (r *run) startReaders(ctx context.Context) error {
+	w := r.w
+	if w.TurnReader > 0 {
+		turn, err := turnReaderArgs(w.readerJob(), w.TurnReader)
+		if err != nil {
+			return err
+		}
+		for i, h := range r.e.v.hosts[:2] {
+			args := append([]string{"--job", w.readerJob(), "--name", "reader-" + h.name, "--runtime", w.Total.String(),
+				"--start-at", r.startAt(time.Duration(i) * w.TurnReader), "--quiet"}, turn...)
+			if err := r.start(ctx, h, "reader-"+h.name+".jsonl", args...); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	for i := 0; i < w.readers(); i++ {
+		h := r.e.v.hosts[i]
+		if err := r.start(ctx, h, "reader-"+h.name+".jsonl", "--job", w.readerJob(), "--name", "reader-"+h.name,
+			"--runtime", w.Total.String(), "--time-based", "--start-at", r.startAt(0), "--quiet"); err != nil {
 			return err
 		}
 	}
