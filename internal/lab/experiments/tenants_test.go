@@ -2,12 +2,15 @@ package experiments
 
 import (
 	"math"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/BurntSushi/toml"
 
+	"github.com/sanqos/sanqos/internal/config"
 	"github.com/sanqos/sanqos/internal/lab/iolog"
 )
 
@@ -164,5 +167,25 @@ func TestTenantReadersJudgedWhileStrictest(t *testing.T) {
 	// 1-4 and 9-10.
 	if rs[0].Host != "b2" || rs[0].Seconds != 6 || rs[0].ThresholdMs != 20 || rs[1].Seconds != 2 || rs[1].P95Ms != 9 {
 		t.Errorf("readers %+v", rs)
+	}
+}
+
+// The daemon reads the lab's terms as its own [tenants]: the file the lab
+// writes loads, and each host's terms arrive under its name.
+func TestDaemonConfigCarriesTenants(t *testing.T) {
+	v := labView{port: 3260, controlPort: 3261, hosts: []labHost{{name: "b2", addr: "10.0.0.2"}, {name: "b3", addr: "10.0.0.3"}, {name: "b5", addr: "10.0.0.5"}}}
+	c := Control{Controller: "pid", ThresholdMs: 15, Tenants: []LabTenant{{Host: "b3", ReserveMBs: 6}, {Host: "b5", CapMBs: 2, ThresholdMs: 10}}}
+	path := filepath.Join(t.TempDir(), "sanqos.toml")
+	if err := os.WriteFile(path, []byte(daemonConfig(c, Gains{}, v, "rec.jsonl")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := cfg.Tenants.Consumer
+	if len(got) != 2 || got[0].Name != "b3" || got[0].Match[0] != "10.0.0.3" || got[0].Reserve == nil ||
+		got[1].Cap == nil || got[1].Threshold == nil || got[1].Threshold.Duration != 10*time.Millisecond {
+		t.Errorf("tenants as the daemon reads them: %+v", got)
 	}
 }
