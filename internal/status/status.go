@@ -244,6 +244,9 @@ type RecordResource struct {
 	SignalMs    float64 `json:"signal_ms"`
 	RawMs       float64 `json:"raw_ms"`
 	ThresholdMs float64 `json:"threshold_ms"`
+	// ThresholdBy and Conflict are Resource's.
+	ThresholdBy string  `json:"threshold_by,omitempty"`
+	Conflict    string  `json:"conflict,omitempty"`
 	TargetMs    float64 `json:"target_ms"`
 	DelayMs     float64 `json:"delay_ms"`
 	ControlMs   float64 `json:"control_ms"`

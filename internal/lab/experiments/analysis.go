@@ -334,6 +334,7 @@ func ticksOf(recs []status.Record, t0 float64) []Tick {
 			}
 			t.DelayMs = max(t.DelayMs, res.DelayMs)
 			t.Members += res.Members
+			t.Conflict = t.Conflict || res.Conflict != ""
 		}
 		for _, c := range r.Consumers {
 			t.WriteKBs += c.WriteKBs
