@@ -139,6 +139,18 @@ type ResourceDecision struct {
 	// tick's unfiltered Σ read ms / Σ reads (0 when Reads is 0).
 	SignalMs, RawMs float64
 	ThresholdMs     float64
+	// ThresholdBy names the active reader whose own read promise is the
+	// threshold this tick ("" for the resource's; see "Tenants" in
+	// tenants.go).
+	ThresholdBy string
+	// Conflict, when not empty, says in one sentence which reserved
+	// writer's reservation the read promise cannot afford and which of
+	// the two wins (see "Reservations" in tenants.go).
+	Conflict string
+	// Own are the consumers held at their own delay instead of DelayMs:
+	// members whose share or reservation scales it, and consumers held
+	// to their cap (see "Tenants" in tenants.go). Empty without tenants.
+	Own []Hold
 	// TargetMs is the controller's set point, ThresholdMs·(1−Headroom).
 	TargetMs float64
 	// ControlMs is the controller's output. It is kept while the set is
@@ -214,6 +226,10 @@ type ConsumerRates struct {
 	// Terms what its tenant entry gives it.
 	Name  string
 	Terms tenant.Terms
+	// CapMs is the delay its cap puts on its writes (0: not capped,
+	// Capped false); HeldMs is at least that.
+	CapMs  float64
+	Capped bool
 }
 
 // device is the per-device memory: the last snapshot's counters and the
@@ -260,6 +276,7 @@ type consumer struct {
 	returning             bool
 	// heldMs is the delay the last Step put on its writes (demand.go).
 	heldMs float64
+	ten    tenantMemo
 }
 
 type resource struct {
@@ -277,6 +294,7 @@ type resource struct {
 	consumers []int // indices into Engine.cons
 	devs      []int // distinct devices of all consumers
 	sigDevs   []int // distinct devices whose reads are the signal
+	ten       resTenants
 }
 
 // Engine holds the state of every resource between Steps. It is not safe
@@ -414,6 +432,7 @@ func (e *Engine) stepResource(r *resource, now time.Time, members []netip.Addr, 
 			cr.Throttleable, cr.WriteFrom = e.pol.Judge(&c.st, c.c, sample(c, d, kbs)), from
 			cr.WriteEWMAKBs, cr.OutstandingWrites = c.st.WriteEWMAKBs, c.st.OutstandingEWMA
 			noteWrite(c, kbs, now)
+			c.ten.kbs = kbs
 		}
 		if !r.started {
 			// Nothing measured on this resource yet (first Step): no
@@ -434,6 +453,8 @@ func (e *Engine) stepResource(r *resource, now time.Time, members []netip.Addr, 
 		rd.Members = members[start:len(members):len(members)]
 	}
 	obs.Members, obs.Writing = len(rd.Members), writing
+	rd.ThresholdBy = e.readThreshold(r, cons, now)
+	rd.ThresholdMs = r.loop.ThresholdMs()
 	out := r.loop.Step(obs)
 	rd.SignalMs, rd.TargetMs = out.SignalMs, out.TargetMs
 	rd.ControlMs, rd.DelayMs = out.ControlMs, out.DelayMs
@@ -441,6 +462,7 @@ func (e *Engine) stepResource(r *resource, now time.Time, members []netip.Addr, 
 	rd.Held, rd.Armed, rd.Saturated = out.Held, out.Armed, out.Saturated
 	rd.Futile, rd.Probing, rd.GainMsPerMs = out.Futile, out.Probing, out.GainMsPerMs
 	e.returning(r, &rd, now)
+	e.tenantDelays(r, &rd, cons, now)
 	e.noteHeld(r, &rd, cons)
 	return rd, members
 }

@@ -65,7 +65,7 @@ func (e *Engine) SetTopology(topo topology.Topology) {
 		for _, tc := range tr.Consumers {
 			c := consumer{c: tc, dev: devOf(tc.Device)}
 			if oi, ok := oldCons[consKey{tr.Name, tc.Device, tc.Addr}]; ok {
-				c.st, c.lastWrite, c.heldMs = e.cons[oi].st, e.cons[oi].lastWrite, e.cons[oi].heldMs
+				c.st, c.lastWrite, c.heldMs, c.ten = e.cons[oi].st, e.cons[oi].lastWrite, e.cons[oi].heldMs, e.cons[oi].ten
 				delete(oldCons, consKey{tr.Name, tc.Device, tc.Addr})
 			}
 			r.consumers = append(r.consumers, len(cons))
@@ -109,6 +109,7 @@ func (e *Engine) resourceFor(tr topology.Resource, old *resource) resource {
 	r.loop, _ = control.NewLoop(e.loopConfig(r.threshold))
 	if old != nil {
 		r.started = old.started
+		r.ten = old.ten
 		r.loop.Adopt(old.loop)
 	}
 	return r
