@@ -46,7 +46,8 @@ import (
 // the read promise is missed while nothing else can be done about it —
 // the signal over the threshold with the delay saturated at the
 // ceiling's limit (package control, "4. The ceiling"), or no unreserved
-// member writing to delay instead — it is a conflict: under tenant.PromiseWins the
+// member writing to delay instead — it is a conflict, which lasts while
+// the writer is under its reservation and nothing else can be delayed: under tenant.PromiseWins the
 // reserved writer gets the resource's delay like the others, under
 // tenant.ReservationWins it keeps its reservation; either way the
 // decision says so (Conflict) for conflictHold after the last tick that
@@ -273,7 +274,11 @@ func (e *Engine) reservations(r *resource, rd *ResourceDecision, cons []Consumer
 			}
 		}
 	}
-	missed := rd.DelayMs > 0 && rd.SignalMs > rd.ThresholdMs && (rd.Saturated || !unreservedWriting)
+	// Once in conflict, it lasts while nothing else can be delayed
+	// instead, even with the promise kept: under PromiseWins the promise
+	// is kept because the reservation is not.
+	was := now.Before(r.ten.conflictUntil)
+	missed := rd.DelayMs > 0 && (rd.SignalMs > rd.ThresholdMs || was) && (rd.Saturated || !unreservedWriting)
 	if reserved && missed {
 		r.ten.conflictUntil = now.Add(conflictHold)
 		r.ten.conflict = fmt.Sprintf("writer %s cannot have its reservation while the read promise of %g ms holds: the %s wins",
