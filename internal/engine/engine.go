@@ -494,19 +494,3 @@ func (e *Engine) observe(r *resource, now time.Time) (ResourceDecision, control.
 	}
 	return rd, control.Observation{Now: now, Measured: r.started, RawMs: raw, Reads: ok}
 }
-
-// loopConfig is the configuration of a resource's loop.
-func (e *Engine) loopConfig(threshold float64) control.LoopConfig {
-	return control.LoopConfig{
-		Law: e.cfg.Controller, Params: e.cfg.Control, ThresholdMs: threshold,
-		Alpha: e.cfg.Alpha, Headroom: e.cfg.Headroom, UMaxLimitMs: e.cfg.UMaxLimitMs, IdleHold: e.idleHold,
-		ByWrites: e.cfg.Policy == policy.ReadOverWrite, Off: e.cfg.RulesOff,
-	}
-}
-
-// DefaultHeadroom and DefaultUMaxLimitMs are the law's (package control,
-// where their reasons are).
-const (
-	DefaultHeadroom    = control.DefaultHeadroom
-	DefaultUMaxLimitMs = control.DefaultUMaxLimitMs
-)

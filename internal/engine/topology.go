@@ -4,6 +4,7 @@ import (
 	"net/netip"
 
 	"github.com/sanqos/sanqos/internal/control"
+	"github.com/sanqos/sanqos/internal/policy"
 	"github.com/sanqos/sanqos/internal/topology"
 )
 
@@ -127,3 +128,19 @@ func markSignalDevices(devs []device, res []resource) {
 		}
 	}
 }
+
+// loopConfig is the configuration of a resource's loop.
+func (e *Engine) loopConfig(threshold float64) control.LoopConfig {
+	return control.LoopConfig{
+		Law: e.cfg.Controller, Params: e.cfg.Control, ThresholdMs: threshold,
+		Alpha: e.cfg.Alpha, Headroom: e.cfg.Headroom, UMaxLimitMs: e.cfg.UMaxLimitMs, IdleHold: e.idleHold,
+		ByWrites: e.cfg.Policy == policy.ReadOverWrite, Off: e.cfg.RulesOff,
+	}
+}
+
+// DefaultHeadroom and DefaultUMaxLimitMs are the law's (package control,
+// where their reasons are).
+const (
+	DefaultHeadroom    = control.DefaultHeadroom
+	DefaultUMaxLimitMs = control.DefaultUMaxLimitMs
+)
