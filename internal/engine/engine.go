@@ -424,6 +424,7 @@ func (e *Engine) stepResource(r *resource, now time.Time, members []netip.Addr, 
 			WriteEWMAKBs: c.st.WriteEWMAKBs, Throttleable: c.st.Member,
 			Name: tenant.Label(c.c, terms), Terms: terms}
 		var d *device
+		c.ten.kbs, c.ten.elapsed = 0, 0
 		if c.dev >= 0 && e.devs[c.dev].valid {
 			d = &e.devs[c.dev]
 			rt := &d.rates
@@ -432,7 +433,7 @@ func (e *Engine) stepResource(r *resource, now time.Time, members []netip.Addr, 
 			cr.Throttleable, cr.WriteFrom = e.pol.Judge(&c.st, c.c, sample(c, d, kbs)), from
 			cr.WriteEWMAKBs, cr.OutstandingWrites = c.st.WriteEWMAKBs, c.st.OutstandingEWMA
 			noteWrite(c, kbs, now)
-			c.ten.kbs = kbs
+			c.ten.kbs, c.ten.elapsed = kbs, d.elapsed
 		}
 		if !r.started {
 			// Nothing measured on this resource yet (first Step): no

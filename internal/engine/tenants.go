@@ -45,8 +45,8 @@ import (
 // reader arriving); its share multiplier is frozen meanwhile. When a reserved writer is under its reservation and
 // the read promise is missed while nothing else can be done about it —
 // the signal over the threshold with the delay saturated at the
-// ceiling's limit (package control, "4. The ceiling"), or no unreserved
-// member writing to delay instead — it is a conflict, which lasts while
+// ceiling's limit (package control, "4. The ceiling") or found futile
+// ("6. Gain"), or no unreserved member writing to delay instead — it is a conflict, which lasts while
 // the writer is under its reservation and nothing else can be delayed: under tenant.PromiseWins the
 // reserved writer gets the resource's delay like the others, under
 // tenant.ReservationWins it keeps its reservation; either way the
@@ -125,7 +125,9 @@ type tenantMemo struct {
 	shareLog, reserveMs float64
 	capMs, capTokens    float64
 	capStarted          bool
-	kbs                 float64 // the write rate judged this Step
+	// kbs is the write rate judged this Step, over elapsed seconds (0:
+	// not measured).
+	kbs, elapsed float64
 }
 
 // resTenants is a resource's tenant state between Steps.
@@ -267,7 +269,8 @@ func (e *Engine) reservations(r *resource, rd *ResourceDecision, cons []Consumer
 			unreservedWriting = unreservedWriting || cons[ci].WriteKBs > 0
 			continue
 		}
-		if cons[ci].WriteEWMAKBs*1024 < res {
+		// Held below its share delay for its reservation, or under it.
+		if e.cons[ci].ten.reserveMs > 0 || cons[ci].WriteEWMAKBs*1024 < res {
 			reserved = true
 			if who == "" {
 				who = fmt.Sprintf("%s (reserved %.0f kB/s, writing %.0f kB/s)", cons[ci].Name, res/1024, cons[ci].WriteEWMAKBs)
@@ -278,7 +281,7 @@ func (e *Engine) reservations(r *resource, rd *ResourceDecision, cons []Consumer
 	// instead, even with the promise kept: under PromiseWins the promise
 	// is kept because the reservation is not.
 	was := now.Before(r.ten.conflictUntil)
-	missed := rd.DelayMs > 0 && (rd.SignalMs > rd.ThresholdMs || was) && (rd.Saturated || !unreservedWriting)
+	missed := len(rd.Members) > 0 && (rd.SignalMs > rd.ThresholdMs || was) && (rd.Saturated || rd.Futile || !unreservedWriting)
 	if reserved && missed {
 		r.ten.conflictUntil = now.Add(conflictHold)
 		r.ten.conflict = fmt.Sprintf("writer %s cannot have its reservation while the read promise of %g ms holds: the %s wins",
@@ -322,7 +325,11 @@ func (e *Engine) capDelay(c *consumer, cr *ConsumerRates, dt float64) float64 {
 	if !t.capStarted {
 		t.capTokens, t.capStarted = cr.Terms.BurstBytes, true
 	}
-	t.capTokens = min(t.capTokens+limit*dt-t.kbs*1024*dt, cr.Terms.BurstBytes)
+	// The bucket counts real time, as the rates do; the loop's gain the
+	// nominal tick.
+	if t.elapsed > 0 {
+		t.capTokens = min(t.capTokens+(limit-t.kbs*1024)*t.elapsed, cr.Terms.BurstBytes)
+	}
 	t.capTokens = max(t.capTokens, -limit*capDebt)
 	rate := max(cr.WriteEWMAKBs*1024, limit/reserveFloor)
 	err := math.Log(rate/limit) - t.capTokens/(limit*capDebtTau)

@@ -1,8 +1,12 @@
 package sim
 
 import (
+	"math"
+	"sort"
 	"testing"
 	"time"
+
+	"github.com/sanqos/sanqos/internal/tenant"
 )
 
 // TestTenants runs the tenants experiment (issue 36) and holds it to the
@@ -65,5 +69,59 @@ func TestTurn(t *testing.T) {
 	}
 	if !(Turn{}).on(0) || (Turn{}).next(7*s) != 7*s {
 		t.Error("the zero Turn must always read")
+	}
+}
+
+// A reserved writer alone against a strict reader, reserved more than
+// it writes undelayed (about 39 MB/s): its reservation and the read
+// promise cannot both hold. The conflict is reported either
+// way; the book's precedence decides which is kept.
+func TestTenantsConflict(t *testing.T) {
+	for _, p := range []tenant.Precedence{tenant.PromiseWins, tenant.ReservationWins} {
+		t.Run(string(p), func(t *testing.T) {
+			sc := TenantsScenario()
+			sc.Devices = []Device{sc.Devices[0], sc.Devices[5]}
+			sc.Devices[0].Turn = Turn{}
+			sc.Devices[1].Threads = 12
+			book, err := tenant.New([]tenant.Entry{
+				{Match: []string{sc.Devices[0].Addr.String()}, Terms: tenant.Terms{Name: "reader-strict", ThresholdMs: tenantStrictMs}},
+				{Match: []string{sc.Devices[1].Addr.String()}, Terms: tenant.Terms{Name: "reserved", ReserveBps: 60e6}},
+			}, p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			sc.Tenants = book
+			cfg := DefaultConfig()
+			cfg.Scenario, cfg.Duration = sc, 120*time.Second
+			res, err := Run(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			conflict := 0
+			var lat []float64
+			for _, tk := range res.Ticks {
+				if tk.T > 20 && tk.Conflict != "" {
+					conflict++
+				}
+			}
+			for _, s := range res.Seconds {
+				if s.T > 20 && !math.IsNaN(s.ReadMs) {
+					lat = append(lat, s.ReadMs)
+				}
+			}
+			sort.Float64s(lat)
+			p95 := quantile(lat, 0.95)
+			share := float64(conflict) / float64(len(res.Ticks)-200)
+			t.Logf("conflict in %.0f %% of ticks after 20 s, reader p95 %.1f ms", 100*share, p95)
+			if share < 0.95 {
+				t.Errorf("conflict reported in %.0f %% of the ticks, want ≥ 95 %%", 100*share)
+			}
+			switch {
+			case p == tenant.PromiseWins && p95 > 1.1*tenantStrictMs:
+				t.Errorf("promise wins but the reader's p95 is %.1f ms (promise %g)", p95, tenantStrictMs)
+			case p == tenant.ReservationWins && p95 <= 1.1*tenantStrictMs:
+				t.Errorf("reservation wins but the reader's p95 is %.1f ms: was the reservation kept?", p95)
+			}
+		})
 	}
 }
