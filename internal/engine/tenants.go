@@ -38,20 +38,25 @@ import (
 // Reservations. A member with ReserveBps whose measured rate falls below
 // it is given a delay of its own, less than its share delay: it starts
 // there and moves each tick in the log domain by shareGain × tick ×
-// ln(rate/aim), aim being reserveHeadroom above the reservation, and
-// lets go once it climbs back to the share delay. It is its own loop,
-// not a multiplier of DelayMs, so a reserved writer is not dragged under
-// its reservation each time the resource's delay jumps (a stricter
-// reader arriving); its share multiplier is frozen meanwhile. When a reserved writer is under its reservation and
-// the read promise is missed while nothing else can be done about it —
-// the signal over the threshold with the delay saturated at the
-// ceiling's limit (package control, "4. The ceiling") or found futile
-// ("6. Gain"), or no unreserved member writing to delay instead — it is a conflict, which lasts while
-// the writer is under its reservation and nothing else can be delayed: under tenant.PromiseWins the
-// reserved writer gets the resource's delay like the others, under
-// tenant.ReservationWins it keeps its reservation; either way the
-// decision says so (Conflict) for conflictHold after the last tick that
-// saw it, so a conflict that flickers shows as one.
+// ln(rate/aim), aim being reserveHeadroom above the reservation, down to
+// reserveMinMs, and lets go once it climbs back to the share delay. It
+// is its own loop, not a multiplier of DelayMs, so a reserved writer is
+// not dragged under its reservation each time the resource's delay
+// jumps (a stricter reader arriving); its share multiplier is frozen
+// meanwhile.
+//
+// Conflicts. A reserved writer under its reservation, or held apart to
+// keep it, while the read promise is missed and nothing else can be
+// done about it — the signal over the threshold with the delay saturated
+// at the ceiling's limit (package control, "4. The ceiling") or found
+// futile ("6. Gain"), or no unreserved member writing to delay instead —
+// is a conflict. It lasts, even once the promise is kept again, while
+// that still holds: under tenant.PromiseWins the promise is kept because
+// the reserved writer now gets the resource's delay like the others;
+// under tenant.ReservationWins it keeps its reservation and the promise
+// is broken. Either way the decision says so (Conflict, one sentence
+// naming the writer) until conflictHold after the last tick that saw it,
+// so a conflict that flickers shows as one.
 //
 // Caps. A consumer with CapBps is held to it whatever the latency,
 // member or not: a token bucket filled at CapBps up to BurstBytes,
@@ -59,9 +64,10 @@ import (
 // debt; its cap delay moves each tick in the log domain by
 // capGain × tick × (ln(rate/cap) + debt/(cap × capDebtTau)). The debt
 // term is the integral of the rate over the cap, so the cap holds on
-// average, not just at the moment. It starts at capSeedMs once the
-// consumer is over its cap with no credit left, and is released below
-// capFloorMs. A consumer is held at max(cap delay, its share delay).
+// average, not just at the moment; bounding the debt forgets what a
+// consumer wrote over its cap long ago. The delay starts at capSeedMs
+// once that sum turns positive (over the cap with its credit nearly
+// spent) and is released below capFloorMs. A consumer is held at max(cap delay, its share delay).
 //
 // A delay that differs from DelayMs is a consumer's own: it is listed in
 // ResourceDecision.Own and Throttle.Own (and out of Throttle.Members),

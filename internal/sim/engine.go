@@ -114,7 +114,7 @@ func (s engineStepper) Step(now time.Time, snap []diskstats.Stat) Decision {
 		if r.Name == resourceName {
 			return Decision{SignalMs: r.SignalMs, RawMs: r.RawMs, DelayMs: r.DelayMs, Members: r.Members,
 				Armed: r.Returning, ArmedMs: r.ControlMs,
-				Own: r.Own, ThresholdBy: r.ThresholdBy, Conflict: r.Conflict}
+				Own: r.Own, ThresholdMs: r.ThresholdMs, ThresholdBy: r.ThresholdBy, Conflict: r.Conflict}
 		}
 	}
 	return Decision{}

@@ -90,6 +90,7 @@ type Decision struct {
 	// ThresholdBy names the reader whose promise is the threshold,
 	// Conflict the reservation the promise cannot afford ("" none).
 	Own                   []engine.Hold
+	ThresholdMs           float64
 	ThresholdBy, Conflict string
 }
 
@@ -147,7 +148,9 @@ type Tick struct {
 	T                        float64
 	SignalMs, RawMs, DelayMs float64
 	Members                  int
-	// ThresholdBy and Conflict are the decision's (see Decision).
+	// ThresholdMs, ThresholdBy and Conflict are the decision's (see
+	// Decision).
+	ThresholdMs           float64
 	ThresholdBy, Conflict string
 }
 
@@ -234,7 +237,7 @@ func RunWith(cfg Config, st Stepper) (*Result, error) {
 			res.Ticks = append(res.Ticks, Tick{
 				T: at.Sub(epoch).Seconds(), SignalMs: d.SignalMs, RawMs: d.RawMs,
 				DelayMs: d.DelayMs, Members: len(d.Members),
-				ThresholdBy: d.ThresholdBy, Conflict: d.Conflict,
+				ThresholdMs: d.ThresholdMs, ThresholdBy: d.ThresholdBy, Conflict: d.Conflict,
 			})
 			was = countLeaves(res.Leaves, was, d.Members)
 			delaySum += d.DelayMs
