@@ -254,3 +254,25 @@ func TestTenantReservationConflict(t *testing.T) {
 		t.Errorf("healthy resource reports a conflict: %s", c)
 	}
 }
+
+// A reload (the same topology and book again) keeps what each consumer
+// is given: the share multipliers and cap loops carry over.
+func TestTenantStateSurvivesReload(t *testing.T) {
+	book := mustBook(t, "",
+		entry(1, tenant.Terms{Share: 1, CapBps: 3e6}), entry(2, tenant.Terms{Share: 2}), entry(3, tenant.Terms{Share: 4}))
+	r := newTenantRig(t, book)
+	r.run(30 * time.Second)
+	before := r.held
+	topo := topology.Topology{Resources: []topology.Resource{{Name: "vg-t", ThresholdMs: 15}}}
+	for i, ip := range tenantIPs {
+		topo.Resources[0].Consumers = append(topo.Resources[0].Consumers, topology.Consumer{Addr: ip, Device: "loop" + string(rune('0'+i))})
+	}
+	r.e.SetTopology(topo)
+	r.e.SetTenants(book)
+	r.step()
+	for i := range before {
+		if math.Abs(r.held[i]/before[i]-1) > 0.2 {
+			t.Errorf("writer %d held at %g ms before the reload, %g after", i, before[i], r.held[i])
+		}
+	}
+}
