@@ -279,7 +279,7 @@ func (e *Engine) reservations(r *resource, rd *ResourceDecision, cons []Consumer
 		if e.cons[ci].ten.reserveMs > 0 || cons[ci].WriteEWMAKBs*1024 < res {
 			reserved = true
 			if who == "" {
-				who = fmt.Sprintf("%s (reserved %.0f kB/s, writing %.0f kB/s)", cons[ci].Name, res/1024, cons[ci].WriteEWMAKBs)
+				who = fmt.Sprintf("%s (reserved %.1f MB/s, writing %.1f MB/s)", cons[ci].Name, res/1e6, cons[ci].WriteEWMAKBs*1024/1e6)
 			}
 		}
 	}
