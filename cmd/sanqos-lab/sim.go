@@ -67,6 +67,16 @@ func cmdSim(_ context.Context, args []string, stdout, stderr io.Writer) error {
 		return enc.Encode(res.Summary)
 	}
 	printSimSummary(stdout, o.cfg, res.Summary)
+	if o.cfg.Scenario.Name == "tenants" {
+		// The tenants experiment's checks (issue 36), as its test holds them.
+		rep := sim.CheckTenants(res, 10*time.Second)
+		fmt.Fprint(stdout, rep)
+		if f := rep.Failures(); len(f) > 0 {
+			fmt.Fprintf(stdout, "tenants' checks FAILED: %s\n", strings.Join(f, "; "))
+		} else {
+			fmt.Fprintln(stdout, "tenants' checks hold")
+		}
+	}
 	return nil
 }
 

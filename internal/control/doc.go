@@ -229,6 +229,28 @@
 // law rebuild the controller at rest: its first ticks let the writers
 // through for about a second (docs/ablation.md).
 //
+// A tenant's own read promise moves the threshold the same way
+// (Loop.SetThreshold): while the strictest reader active on a resource
+// has its own threshold, the loop holds that one, and relaxes to the
+// next when the reader goes quiet, with no restart and no kick.
+//
+// # Tenants
+//
+// The loop decides one delay for the resource's set. What a tenant book
+// (package tenant) promises each consumer beyond that — its own read
+// promise, a share among the writers, a reserved rate, a cap — needs
+// each consumer's own measurements, which the loop does not see, so those
+// rules live in package engine ("Tenants" in tenants.go, with their
+// constants and reasons): the strictest active reader's threshold is the
+// loop's; while throttled, each member's delay is the loop's scaled
+// closed loop on the writers' rates toward their shares (the loop's
+// output stays the share-weighted mean); a reserved writer under its
+// reservation gets a delay of its own, and a conflict with the read
+// promise is reported and settled by the book's precedence; a capped
+// writer is held by a token bucket loop on its rate whether or not the
+// resource is throttled. Without a book none of them acts and the loop
+// decides alone, bit for bit as before.
+//
 // # Asymmetries
 //
 // The plant is asymmetric: a saturated disk's latency rises within a few

@@ -76,3 +76,26 @@ func sameGains(a, b Params) bool {
 	a.TargetMs, b.TargetMs = 0, 0
 	return a == b
 }
+
+// SetThreshold moves the loop to a new threshold as a reload would
+// (Adopt): the signal, the ceiling and the controller are kept and the
+// set point moves without a kick. The engine calls it when a tenant's
+// own read promise becomes, or stops being, the strictest among the
+// resource's active readers. A threshold NewLoop would refuse is
+// ignored: the loop keeps the one it has.
+func (l *Loop) SetThreshold(ms float64) {
+	if ms == l.cfg.ThresholdMs {
+		return
+	}
+	cfg := l.cfg
+	cfg.ThresholdMs = ms
+	nl, err := NewLoop(cfg)
+	if err != nil || !(ms > 0) {
+		return
+	}
+	nl.Adopt(l)
+	*l = *nl
+}
+
+// ThresholdMs is the threshold the loop holds now.
+func (l *Loop) ThresholdMs() float64 { return l.cfg.ThresholdMs }

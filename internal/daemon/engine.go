@@ -140,6 +140,28 @@ func throttleState(ts []engine.Throttle, ports []uint16) throttle.State {
 			g.Armed, g.ArmedDelay = t.Armed, t.ArmedDelay
 		}
 		s.Groups[i] = g
+		for _, o := range t.Own {
+			s.Groups = append(s.Groups, ownGroup(t, o, ports))
+		}
 	}
 	return s
+}
+
+// ownGroup is the backend group of a consumer the engine holds at its
+// own delay (tenant shares, reservations, caps): a group of one, named
+// after its resource and address so it stays the same group, and its
+// kernel objects the same, from tick to tick while the consumer is held
+// apart.
+func ownGroup(t engine.Throttle, o engine.OwnDelay, ports []uint16) throttle.Group {
+	g := throttle.Group{Name: t.Name + "@" + o.Addr.String(), Ports: ports}
+	if o.Delay > 0 {
+		g.Members = []netip.Addr{o.Addr}
+		if t.Direction&direction.Write != 0 {
+			g.WriteDelay = o.Delay
+		}
+		if t.Direction&direction.Read != 0 {
+			g.ReadDelay = o.Delay
+		}
+	}
+	return g
 }

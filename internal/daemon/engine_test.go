@@ -183,6 +183,26 @@ func TestThrottleStateDirections(t *testing.T) {
 	}
 }
 
+// A consumer the engine holds at its own delay (tenants) gets a group of
+// its own, named after its resource and address, beside the resource's.
+func TestThrottleStateOwnDelays(t *testing.T) {
+	a, b := netip.MustParseAddr("10.0.0.3"), netip.MustParseAddr("10.0.0.4")
+	ts := []engine.Throttle{{Name: "vg", Members: []netip.Addr{a}, Direction: direction.Write, Delay: 2 * time.Millisecond,
+		Own: []engine.OwnDelay{{Addr: b, Delay: 7 * time.Millisecond}}}}
+	st := throttleState(ts, []uint16{3260})
+	if len(st.Groups) != 2 {
+		t.Fatalf("groups %+v: want the resource's and one of its own", st.Groups)
+	}
+	g := st.Groups[1]
+	if g.Name != "vg@10.0.0.4" || !slices.Equal(g.Members, []netip.Addr{b}) || g.WriteDelay != 7*time.Millisecond ||
+		g.ReadDelay != 0 || len(g.Ports) != 1 {
+		t.Errorf("own group %+v", g)
+	}
+	if !slices.Equal(st.Groups[0].Members, []netip.Addr{a}) {
+		t.Errorf("resource group %+v: want only the consumer at the set's delay", st.Groups[0])
+	}
+}
+
 // orderInFlight records the order of its samples and the engine's
 // questions.
 type orderInFlight struct{ calls []string }

@@ -43,8 +43,11 @@ func (e *Engine) noteHeld(r *resource, rd *ResourceDecision, cons []ConsumerRate
 	for _, ci := range r.consumers {
 		c := &e.cons[ci]
 		c.heldMs = 0
+		own, isOwn := ownDelay(rd, c.c.Addr)
 		switch {
 		case e.cfg.Direction&direction.Write == 0:
+		case isOwn:
+			c.heldMs = own
 		case cons[ci].Throttleable && containsAddr(rd.Members, c.c.Addr):
 			c.heldMs = rd.DelayMs
 		case containsAddr(rd.Returning, c.c.Addr):

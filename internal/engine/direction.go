@@ -23,6 +23,16 @@ type Throttle struct {
 	// ArmedDelay from their first write (see "Returning writers").
 	Armed      []netip.Addr
 	ArmedDelay time.Duration
+	// Own are consumers held at their own delay in Direction, instead of
+	// Delay (tenant shares, reservations and caps: see "Tenants"); they
+	// are not in Members. Empty without tenants.
+	Own []OwnDelay
+}
+
+// OwnDelay is a consumer held at its own delay.
+type OwnDelay struct {
+	Addr  netip.Addr
+	Delay time.Duration
 }
 
 // Throttles is what the decision asks of the data path: one Throttle per
@@ -36,6 +46,17 @@ func (d Decision) Throttles() []Throttle {
 		if r.DelayMs > 0 && len(r.Members) > 0 {
 			t.Members = r.Members
 			t.Delay = time.Duration(math.Round(r.DelayMs * float64(time.Millisecond)))
+		}
+		if len(r.Own) > 0 {
+			t.Members = nil
+			for _, a := range r.Members {
+				if _, own := ownDelay(&r, a); !own && t.Delay > 0 {
+					t.Members = append(t.Members, a)
+				}
+			}
+			for _, h := range r.Own {
+				t.Own = append(t.Own, OwnDelay{Addr: h.Addr, Delay: time.Duration(math.Round(h.DelayMs * float64(time.Millisecond)))})
+			}
 		}
 		if len(r.Returning) > 0 && r.ControlMs > 0 {
 			t.Armed = r.Returning

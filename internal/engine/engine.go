@@ -139,6 +139,18 @@ type ResourceDecision struct {
 	// tick's unfiltered Σ read ms / Σ reads (0 when Reads is 0).
 	SignalMs, RawMs float64
 	ThresholdMs     float64
+	// ThresholdBy names the active reader whose own read promise is the
+	// threshold this tick ("" for the resource's; see "Tenants" in
+	// tenants.go).
+	ThresholdBy string
+	// Conflict, when not empty, says in one sentence which reserved
+	// writer's reservation the read promise cannot afford and which of
+	// the two wins (see "Reservations" in tenants.go).
+	Conflict string
+	// Own are the consumers held at their own delay instead of DelayMs:
+	// members whose share or reservation scales it, and consumers held
+	// to their cap (see "Tenants" in tenants.go). Empty without tenants.
+	Own []Hold
 	// TargetMs is the controller's set point, ThresholdMs·(1−Headroom).
 	TargetMs float64
 	// ControlMs is the controller's output. It is kept while the set is
@@ -214,6 +226,10 @@ type ConsumerRates struct {
 	// Terms what its tenant entry gives it.
 	Name  string
 	Terms tenant.Terms
+	// CapMs is the delay its cap puts on its writes (0: not capped,
+	// Capped false); HeldMs is at least that.
+	CapMs  float64
+	Capped bool
 }
 
 // device is the per-device memory: the last snapshot's counters and the
@@ -260,6 +276,7 @@ type consumer struct {
 	returning             bool
 	// heldMs is the delay the last Step put on its writes (demand.go).
 	heldMs float64
+	ten    tenantMemo
 }
 
 type resource struct {
@@ -277,6 +294,7 @@ type resource struct {
 	consumers []int // indices into Engine.cons
 	devs      []int // distinct devices of all consumers
 	sigDevs   []int // distinct devices whose reads are the signal
+	ten       resTenants
 }
 
 // Engine holds the state of every resource between Steps. It is not safe
@@ -406,6 +424,7 @@ func (e *Engine) stepResource(r *resource, now time.Time, members []netip.Addr, 
 			WriteEWMAKBs: c.st.WriteEWMAKBs, Throttleable: c.st.Member,
 			Name: tenant.Label(c.c, terms), Terms: terms}
 		var d *device
+		c.ten.kbs, c.ten.elapsed = 0, 0
 		if c.dev >= 0 && e.devs[c.dev].valid {
 			d = &e.devs[c.dev]
 			rt := &d.rates
@@ -414,6 +433,7 @@ func (e *Engine) stepResource(r *resource, now time.Time, members []netip.Addr, 
 			cr.Throttleable, cr.WriteFrom = e.pol.Judge(&c.st, c.c, sample(c, d, kbs)), from
 			cr.WriteEWMAKBs, cr.OutstandingWrites = c.st.WriteEWMAKBs, c.st.OutstandingEWMA
 			noteWrite(c, kbs, now)
+			c.ten.kbs, c.ten.elapsed = kbs, d.elapsed
 		}
 		if !r.started {
 			// Nothing measured on this resource yet (first Step): no
@@ -434,6 +454,8 @@ func (e *Engine) stepResource(r *resource, now time.Time, members []netip.Addr, 
 		rd.Members = members[start:len(members):len(members)]
 	}
 	obs.Members, obs.Writing = len(rd.Members), writing
+	rd.ThresholdBy = e.readThreshold(r, cons, now)
+	rd.ThresholdMs = r.loop.ThresholdMs()
 	out := r.loop.Step(obs)
 	rd.SignalMs, rd.TargetMs = out.SignalMs, out.TargetMs
 	rd.ControlMs, rd.DelayMs = out.ControlMs, out.DelayMs
@@ -441,6 +463,7 @@ func (e *Engine) stepResource(r *resource, now time.Time, members []netip.Addr, 
 	rd.Held, rd.Armed, rd.Saturated = out.Held, out.Armed, out.Saturated
 	rd.Futile, rd.Probing, rd.GainMsPerMs = out.Futile, out.Probing, out.GainMsPerMs
 	e.returning(r, &rd, now)
+	e.tenantDelays(r, &rd, cons, now)
 	e.noteHeld(r, &rd, cons)
 	return rd, members
 }
@@ -472,19 +495,3 @@ func (e *Engine) observe(r *resource, now time.Time) (ResourceDecision, control.
 	}
 	return rd, control.Observation{Now: now, Measured: r.started, RawMs: raw, Reads: ok}
 }
-
-// loopConfig is the configuration of a resource's loop.
-func (e *Engine) loopConfig(threshold float64) control.LoopConfig {
-	return control.LoopConfig{
-		Law: e.cfg.Controller, Params: e.cfg.Control, ThresholdMs: threshold,
-		Alpha: e.cfg.Alpha, Headroom: e.cfg.Headroom, UMaxLimitMs: e.cfg.UMaxLimitMs, IdleHold: e.idleHold,
-		ByWrites: e.cfg.Policy == policy.ReadOverWrite, Off: e.cfg.RulesOff,
-	}
-}
-
-// DefaultHeadroom and DefaultUMaxLimitMs are the law's (package control,
-// where their reasons are).
-const (
-	DefaultHeadroom    = control.DefaultHeadroom
-	DefaultUMaxLimitMs = control.DefaultUMaxLimitMs
-)

@@ -4,6 +4,7 @@ import (
 	"net/netip"
 
 	"github.com/sanqos/sanqos/internal/control"
+	"github.com/sanqos/sanqos/internal/policy"
 	"github.com/sanqos/sanqos/internal/topology"
 )
 
@@ -65,7 +66,7 @@ func (e *Engine) SetTopology(topo topology.Topology) {
 		for _, tc := range tr.Consumers {
 			c := consumer{c: tc, dev: devOf(tc.Device)}
 			if oi, ok := oldCons[consKey{tr.Name, tc.Device, tc.Addr}]; ok {
-				c.st, c.lastWrite, c.heldMs = e.cons[oi].st, e.cons[oi].lastWrite, e.cons[oi].heldMs
+				c.st, c.lastWrite, c.heldMs, c.ten = e.cons[oi].st, e.cons[oi].lastWrite, e.cons[oi].heldMs, e.cons[oi].ten
 				delete(oldCons, consKey{tr.Name, tc.Device, tc.Addr})
 			}
 			r.consumers = append(r.consumers, len(cons))
@@ -109,6 +110,7 @@ func (e *Engine) resourceFor(tr topology.Resource, old *resource) resource {
 	r.loop, _ = control.NewLoop(e.loopConfig(r.threshold))
 	if old != nil {
 		r.started = old.started
+		r.ten = old.ten
 		r.loop.Adopt(old.loop)
 	}
 	return r
@@ -126,3 +128,19 @@ func markSignalDevices(devs []device, res []resource) {
 		}
 	}
 }
+
+// loopConfig is the configuration of a resource's loop.
+func (e *Engine) loopConfig(threshold float64) control.LoopConfig {
+	return control.LoopConfig{
+		Law: e.cfg.Controller, Params: e.cfg.Control, ThresholdMs: threshold,
+		Alpha: e.cfg.Alpha, Headroom: e.cfg.Headroom, UMaxLimitMs: e.cfg.UMaxLimitMs, IdleHold: e.idleHold,
+		ByWrites: e.cfg.Policy == policy.ReadOverWrite, Off: e.cfg.RulesOff,
+	}
+}
+
+// DefaultHeadroom and DefaultUMaxLimitMs are the law's (package control,
+// where their reasons are).
+const (
+	DefaultHeadroom    = control.DefaultHeadroom
+	DefaultUMaxLimitMs = control.DefaultUMaxLimitMs
+)

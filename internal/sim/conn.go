@@ -34,14 +34,63 @@ type ackAt struct {
 func (sc Scenario) writeDepth() int { return max(sc.WriteIODepth, 1) }
 func (sc Scenario) readDepth() int  { return max(sc.ReadIODepth, 1) }
 
-// readerMore schedules the reader's next issue, at its pacing time, when
-// it has room for another read outstanding and none is scheduled.
-func (p *plant) readerMore() {
-	if p.readerOut >= p.sc.readDepth() || p.readerIssue {
+// readerMore schedules reader k's next issue, at its pacing time (or the
+// start of its next turn), when it has room for another read outstanding
+// and none is scheduled.
+func (p *plant) readerMore(k int) {
+	rd := &p.readers[k]
+	if rd.out >= p.sc.readDepth() || rd.issue {
 		return
 	}
-	p.readerIssue = true
-	p.push(event{at: p.readerNext, kind: evReadIssue, actor: -1})
+	rd.issue = true
+	at := p.start.Add(rd.turn.next(rd.next.Sub(p.start)))
+	p.push(event{at: at, kind: evReadIssue, actor: -1 - k})
+}
+
+// reader is one reading consumer: the device it reads, its rate and its
+// turns, and its connection's state.
+type reader struct {
+	dev  int
+	bps  float64
+	turn Turn
+	// next is the earliest issue time of its next read; out its reads
+	// outstanding; issue says an evReadIssue is scheduled; resp its
+	// latest response.
+	next  time.Time
+	out   int
+	issue bool
+	resp  time.Time
+}
+
+// readSum is one reader's reads of a second.
+type readSum struct {
+	sum float64
+	n   int
+}
+
+// Turn is when a reader reads: from At on, for On out of every Every
+// (Every 0: always, from At).
+type Turn struct {
+	At, On, Every time.Duration
+}
+
+// on says whether the reader reads at t (since the start).
+func (u Turn) on(t time.Duration) bool {
+	if t < u.At {
+		return false
+	}
+	return u.Every <= 0 || (t-u.At)%u.Every < u.On
+}
+
+// next is the first time at or after t the reader reads.
+func (u Turn) next(t time.Duration) time.Duration {
+	switch {
+	case u.on(t):
+		return t
+	case t < u.At:
+		return u.At
+	}
+	return u.At + ((t-u.At)/u.Every+1)*u.Every
 }
 
 // window is when a write of n bytes issued at now may go out on its

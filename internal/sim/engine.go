@@ -78,6 +78,7 @@ func (cfg Config) EngineConfig() engine.Config {
 	ec.ThresholdMs = cfg.ThresholdMs
 	ec.Signal = cfg.Signal
 	ec.RulesOff = cfg.RulesOff
+	ec.Tenants = cfg.Scenario.Tenants
 	if g := cfg.Gains; g.Kp > 0 {
 		td := g.Td
 		g = g.WithDefaults()
@@ -112,7 +113,8 @@ func (s engineStepper) Step(now time.Time, snap []diskstats.Stat) Decision {
 	for _, r := range d.Resources {
 		if r.Name == resourceName {
 			return Decision{SignalMs: r.SignalMs, RawMs: r.RawMs, DelayMs: r.DelayMs, Members: r.Members,
-				Armed: r.Returning, ArmedMs: r.ControlMs}
+				Armed: r.Returning, ArmedMs: r.ControlMs,
+				Own: r.Own, ThresholdMs: r.ThresholdMs, ThresholdBy: r.ThresholdBy, Conflict: r.Conflict}
 		}
 	}
 	return Decision{}

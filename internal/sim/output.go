@@ -13,6 +13,7 @@ import (
 	"strings"
 
 	"github.com/sanqos/sanqos/internal/lab/plot"
+	"github.com/sanqos/sanqos/internal/tenant"
 )
 
 // WriteCSV writes the run's 1-second samples, one row a second.
@@ -54,7 +55,7 @@ func (r *Result) Plot(path string) error {
 	}
 	c := r.Config
 	title := fmt.Sprintf("sanqos sim: %s scenario, controller %s, threshold %g ms, seed %d", c.Scenario.Name, c.Controller, c.ThresholdMs, c.Seed)
-	return plot.Stacked(path, title, "time (s)", []plot.Panel{
+	panels := []plot.Panel{
 		{
 			Title: "read latency of the shared resource", YLabel: "wait (ms)",
 			Series: []plot.Series{
@@ -67,9 +68,50 @@ func (r *Result) Plot(path string) error {
 		},
 		{Title: "throttle: packet delay of the writers", YLabel: "delay (ms)",
 			Series: []plot.Series{{Name: "delay", X: tt, Y: delay}}},
-		{Title: "aggregate write rate of the 12 writers", YLabel: "MB/s",
+		{Title: "aggregate write rate of the writers", YLabel: "MB/s",
 			Series: []plot.Series{{Name: "writes", X: ts, Y: wr}}},
-	})
+	}
+	return plot.Stacked(path, title, "time (s)", append(panels, r.tenantPanels(ts, tt)...))
+}
+
+// tenantPanels are a run's per-consumer plots, for scenarios with
+// several readers (the tenants experiment): each reader's wait with the
+// threshold the resource held, and each writer's rate, by the names the
+// scenario's tenant book gives them.
+func (r *Result) tenantPanels(ts, tt []float64) []plot.Panel {
+	if len(r.Seconds) == 0 || r.Seconds[0].DevWriteMBs == nil {
+		return nil
+	}
+	sc := r.Config.Scenario
+	topo := sc.Topology().Resources[0].Consumers
+	name := func(i int) string { return tenant.Label(topo[i], sc.Tenants.Terms(topo[i])) }
+	var reads, writes []plot.Series
+	k := 0
+	for i, d := range sc.Devices {
+		var y []float64
+		for _, s := range r.Seconds {
+			if d.Reader {
+				y = append(y, s.ReaderMs[k])
+			} else {
+				y = append(y, s.DevWriteMBs[i])
+			}
+		}
+		if d.Reader {
+			reads = append(reads, plot.Series{Name: name(i) + " (mean wait per second)", X: ts, Y: y})
+			k++
+		} else {
+			writes = append(writes, plot.Series{Name: name(i), X: ts, Y: y})
+		}
+	}
+	var th []float64
+	for _, t := range r.Ticks {
+		th = append(th, t.ThresholdMs)
+	}
+	reads = append(reads, plot.Series{Name: "threshold the resource holds", X: tt, Y: th})
+	return []plot.Panel{
+		{Title: "each reader's wait", YLabel: "wait (ms)", Series: reads},
+		{Title: "each writer's rate", YLabel: "MB/s", Series: writes},
+	}
 }
 
 // Compare draws several runs over each other like thesis Fig. 5.9 and

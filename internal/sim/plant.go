@@ -153,23 +153,21 @@ type plant struct {
 	// Scenario.PerHostBursts.
 	running []int
 	active  bool
-	reader  int // device index of the reader
-
-	readerNext time.Time // earliest issue time of the reader's next read
-	// readerOut is the reader's reads outstanding; readerIssue says an
-	// evReadIssue is scheduled; readerResp its latest response.
-	readerOut   int
-	readerIssue bool
-	readerResp  time.Time
-	writersEnd  time.Time // the writers stop here (zero: never)
-	ioSeq       uint64
-	delayMs     float64 // current packet delay for throttled consumers
-	throttled   map[netip.Addr]bool
+	// readers are the scenario's readers, in device order; reader k is
+	// the events' actor -1-k.
+	readers    []reader
+	writersEnd time.Time // the writers stop here (zero: never)
+	ioSeq      uint64
+	delayMs    float64 // current packet delay for throttled consumers
+	throttled  map[netip.Addr]bool
 	// armed consumers are held at armedMs once they have written
 	// (joined), as the kernel's arming rule puts them in the set.
 	armedMs float64
 	armed   map[netip.Addr]bool
 	joined  map[netip.Addr]bool
+	// own are consumers held at their own delay (engine "Tenants"),
+	// whatever the set's.
+	own map[netip.Addr]float64
 
 	// Observations for the per-second samples.
 	obs observer
@@ -177,10 +175,14 @@ type plant struct {
 
 // observer accumulates what the run reports.
 type observer struct {
-	readLatSum   float64 // ms, reads completed this second
-	readCount    int
-	readBytes    int64
-	writeBytes   int64 // acknowledged at the target this second
+	readLatSum float64 // ms, reads completed this second
+	readCount  int
+	readBytes  int64
+	writeBytes int64 // acknowledged at the target this second
+	// perReader and devWrite split the second by reader and by writer
+	// device (nil until the first read or write).
+	perReader    []readSum
+	devWrite     []int64
 	activeSecond bool
 	writeLatSum  float64
 	writeCount   int
@@ -195,18 +197,19 @@ func newPlant(sc Scenario, start time.Time, seed int64) (*plant, error) {
 		array:     diskmodel.New(sc.Disk, seed),
 		rng:       rand.New(rand.NewSource(seed ^ 0x5a5a)),
 		dev:       make([]counters, len(sc.Devices)),
-		reader:    -1,
 		throttled: map[netip.Addr]bool{},
+		own:       map[netip.Addr]float64{},
 		armed:     map[netip.Addr]bool{},
 		joined:    map[netip.Addr]bool{},
 	}
 	for i, d := range sc.Devices {
 		p.dev[i].lastChange = start
 		if d.Reader {
-			if p.reader >= 0 {
-				return nil, fmt.Errorf("scenario %s: more than one reader", sc.Name)
+			bps := sc.ReaderBps
+			if d.ReadBps > 0 {
+				bps = d.ReadBps
 			}
-			p.reader = i
+			p.readers = append(p.readers, reader{dev: i, bps: bps, turn: d.Turn})
 		}
 		region := sc.LUNBytes / int64(max(d.Threads, 1))
 		region -= region % sc.WriteBytes
@@ -215,7 +218,7 @@ func newPlant(sc Scenario, start time.Time, seed int64) (*plant, error) {
 			p.threads = append(p.threads, thread{device: i, base: int64(i)*sc.LUNStride + int64(t)*region, limit: region})
 		}
 	}
-	if p.reader < 0 {
+	if len(p.readers) == 0 {
 		return nil, fmt.Errorf("scenario %s: no reader", sc.Name)
 	}
 	p.running = make([]int, len(sc.Devices))
@@ -230,8 +233,14 @@ func newPlant(sc Scenario, start time.Time, seed int64) (*plant, error) {
 	} else {
 		p.push(event{at: start.Add(sc.Start), kind: evBurst, actor: -1})
 	}
-	p.issueRead(start)
-	p.readerMore()
+	for k := range p.readers {
+		if p.readers[k].turn.on(start.Sub(start)) {
+			p.issueRead(start, k)
+		} else {
+			p.readers[k].next = start
+		}
+		p.readerMore(k)
+	}
 	return p, nil
 }
 
@@ -260,6 +269,9 @@ func msDur(f float64) time.Duration { return time.Duration(f * float64(time.Mill
 // delayFor is the packet delay a consumer's packets get right now.
 func (p *plant) delayFor(dev int) time.Duration {
 	a := p.sc.Devices[dev].Addr
+	if d, ok := p.own[a]; ok {
+		return msDur(d)
+	}
 	switch {
 	case p.delayMs > 0 && p.throttled[a]:
 		return msDur(p.delayMs)

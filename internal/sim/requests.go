@@ -12,18 +12,19 @@ import (
 // served by the array, completed, and answered to its initiator, which
 // then issues the next.
 
-// issueRead issues the reader's next read.
-func (p *plant) issueRead(now time.Time) {
+// issueRead issues reader k's next read.
+func (p *plant) issueRead(now time.Time, k int) {
 	sc := p.sc
+	rd := &p.readers[k]
 	blocks := sc.LUNBytes / sc.ReadBytes
-	off := int64(p.reader)*sc.LUNStride + p.rng.Int63n(blocks)*sc.ReadBytes
+	off := int64(rd.dev)*sc.LUNStride + p.rng.Int63n(blocks)*sc.ReadBytes
 	// A throttled consumer's reads pay one delay, on the response (see
 	// evComplete): its data packets are the delayed ones.
 	arrive := now.Add(msDur(sc.ReadNetMs))
-	p.readerOut++
+	rd.out++
 	p.ioSeq++
-	p.push(event{at: arrive, kind: evArrive, actor: -1, io: ioReq{id: p.ioSeq, op: diskmodel.Read, offset: off, length: sc.ReadBytes, issued: now, device: p.reader}})
-	p.readerNext = now.Add(time.Duration(float64(sc.ReadBytes) / sc.ReaderBps * float64(time.Second)))
+	p.push(event{at: arrive, kind: evArrive, actor: -1 - k, io: ioReq{id: p.ioSeq, op: diskmodel.Read, offset: off, length: sc.ReadBytes, issued: now, device: rd.dev}})
+	rd.next = now.Add(time.Duration(float64(sc.ReadBytes) / rd.bps * float64(time.Second)))
 }
 
 // issueWrite issues writer thread t's next write, once its window lets
@@ -65,9 +66,12 @@ func (p *plant) handle(e event) {
 	case evBurst:
 		p.startBurst(e)
 	case evReadIssue:
-		p.readerIssue = false
-		p.issueRead(e.at)
-		p.readerMore()
+		k := -1 - e.actor
+		p.readers[k].issue = false
+		if p.readers[k].turn.on(e.at.Sub(p.start)) {
+			p.issueRead(e.at, k)
+		}
+		p.readerMore(k)
 	case evArrive:
 		p.arrive(e)
 	case evComplete:
@@ -130,14 +134,16 @@ func (p *plant) arrive(e event) {
 func (p *plant) respond(e event) {
 	sc := p.sc
 	if e.actor < 0 {
+		k := -1 - e.actor
+		rd := &p.readers[k]
 		if sc.InitiatorWait {
-			p.observeRead(e.at.Sub(e.io.issued), e.io.length)
+			p.observeRead(k, e.at.Sub(e.io.issued), e.io.length)
 		}
-		p.readerOut--
-		if p.readerNext.Before(e.at) {
-			p.readerNext = e.at // no catch-up: paced from here
+		rd.out--
+		if rd.next.Before(e.at) {
+			rd.next = e.at // no catch-up: paced from here
 		}
-		p.readerMore()
+		p.readerMore(k)
 		return
 	}
 	th := &p.threads[e.actor]
@@ -161,12 +167,18 @@ func (p *plant) respond(e event) {
 	}
 }
 
-// observeRead counts one of the reader's reads, of latency lat, in the
+// observeRead counts one of reader k's reads, of latency lat, in the
 // second's sample.
-func (p *plant) observeRead(lat time.Duration, n int64) {
-	p.obs.readLatSum += float64(lat) / float64(time.Millisecond)
+func (p *plant) observeRead(k int, lat time.Duration, n int64) {
+	ms := float64(lat) / float64(time.Millisecond)
+	p.obs.readLatSum += ms
 	p.obs.readCount++
 	p.obs.readBytes += n
+	if p.obs.perReader == nil {
+		p.obs.perReader = make([]readSum, len(p.readers))
+	}
+	p.obs.perReader[k].sum += ms
+	p.obs.perReader[k].n++
 }
 
 // complete accounts an I/O the array completed and sends its response
@@ -189,21 +201,27 @@ func (p *plant) complete(e event) {
 		c.readSectors += sectors
 		c.readMs += lat
 		if !sc.InitiatorWait {
-			p.observeRead(d, e.io.length)
+			p.observeRead(-1-e.actor, d, e.io.length)
 		}
 	} else {
 		c.writes++
 		c.writeSectors += sectors
 		c.writeMs += lat
 		p.obs.writeBytes += e.io.length
+		if p.obs.devWrite == nil {
+			p.obs.devWrite = make([]int64, len(sc.Devices))
+		}
+		p.obs.devWrite[e.io.device] += e.io.length
 		p.obs.writeLatSum += lat
 		p.obs.writeCount++
 	}
 	resp := e.at.Add(msDur(sc.ResponseNetMs) + p.delayFor(e.io.device))
 	// A response never overtakes an earlier one of its connection (a
 	// no-op at depth 1: one I/O outstanding).
-	last := &p.readerResp
-	if e.actor >= 0 {
+	var last *time.Time
+	if e.actor < 0 {
+		last = &p.readers[-1-e.actor].resp
+	} else {
 		last = &p.threads[e.actor].lastResp
 	}
 	if last.After(resp) {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sanqos/sanqos/internal/diskmodel"
+	"github.com/sanqos/sanqos/internal/tenant"
 )
 
 // Scenario is the workload of one simulated experiment.
@@ -92,6 +93,9 @@ type Scenario struct {
 	// measured on the emulated ssd (issue 33: a delay that took 28 % of
 	// the writers' rate bought the reader nothing), not its mechanism.
 	ReadContentionMs float64
+	// Tenants gives the consumers their terms (engine "Tenants"); nil:
+	// everyone the defaults.
+	Tenants *tenant.Book
 }
 
 // Device is one consumer: an initiator and the device serving it.
@@ -100,6 +104,10 @@ type Device struct {
 	Addr    netip.Addr
 	Threads int // writer threads (0 for the reader)
 	Reader  bool
+	// ReadBps, for a reader, overrides Scenario.ReaderBps; Turn says when
+	// it reads (the zero Turn: always).
+	ReadBps float64
+	Turn    Turn
 }
 
 // ThesisScenario is thesis §5.7/§5.9 (Fig. 5.9–5.13): on host b2 an 8 KiB
@@ -177,7 +185,7 @@ func SSDScenario() Scenario {
 }
 
 // Scenarios lists the built-in scenarios' names.
-func Scenarios() []string { return []string{"thesis", "lab", "surge24", "randw", "ssd"} }
+func Scenarios() []string { return []string{"thesis", "lab", "surge24", "randw", "ssd", "tenants"} }
 
 func mustProfile(name string) diskmodel.Profile {
 	p, err := diskmodel.ProfileByName(name)
@@ -200,6 +208,8 @@ func ScenarioByName(name string) (Scenario, error) {
 		return RandWScenario(), nil
 	case "ssd":
 		return SSDScenario(), nil
+	case "tenants":
+		return TenantsScenario(), nil
 	}
 	return Scenario{}, fmt.Errorf("unknown scenario %q (known: %s)", name, strings.Join(Scenarios(), ", "))
 }

@@ -25,6 +25,7 @@ import (
 
 	"github.com/sanqos/sanqos/internal/control"
 	"github.com/sanqos/sanqos/internal/diskstats"
+	"github.com/sanqos/sanqos/internal/engine"
 )
 
 // Config is one simulation run.
@@ -85,6 +86,12 @@ type Decision struct {
 	// path's arming does (engine "Returning writers").
 	Armed   []netip.Addr
 	ArmedMs float64
+	// Own are consumers held at their own delay (engine "Tenants");
+	// ThresholdBy names the reader whose promise is the threshold,
+	// Conflict the reservation the promise cannot afford ("" none).
+	Own                   []engine.Hold
+	ThresholdMs           float64
+	ThresholdBy, Conflict string
 }
 
 // Summary is the result of a run in the shape `sanqos sim --json` prints.
@@ -129,6 +136,11 @@ type Second struct {
 	DelayMs      float64 // mean over the second's ticks
 	WritersOn    bool
 	WriteAwaitMs float64
+	// ReaderMs is each reader's mean wait (NaN: no read completed), in
+	// the order of the scenario's readers; DevWriteMBs each device's
+	// writes (MB, acknowledged at the target), in device order.
+	ReaderMs    []float64
+	DevWriteMBs []float64
 }
 
 // Tick is one controller step.
@@ -136,6 +148,10 @@ type Tick struct {
 	T                        float64
 	SignalMs, RawMs, DelayMs float64
 	Members                  int
+	// ThresholdMs, ThresholdBy and Conflict are the decision's (see
+	// Decision).
+	ThresholdMs           float64
+	ThresholdBy, Conflict string
 }
 
 // Result is a finished run.
@@ -221,6 +237,7 @@ func RunWith(cfg Config, st Stepper) (*Result, error) {
 			res.Ticks = append(res.Ticks, Tick{
 				T: at.Sub(epoch).Seconds(), SignalMs: d.SignalMs, RawMs: d.RawMs,
 				DelayMs: d.DelayMs, Members: len(d.Members),
+				ThresholdMs: d.ThresholdMs, ThresholdBy: d.ThresholdBy, Conflict: d.Conflict,
 			})
 			was = countLeaves(res.Leaves, was, d.Members)
 			delaySum += d.DelayMs
@@ -263,6 +280,10 @@ func (p *plant) stepControl(at time.Time, st Stepper, sb *strings.Builder, parse
 	for _, a := range d.Members {
 		p.throttled[a] = true
 	}
+	clear(p.own)
+	for _, h := range d.Own {
+		p.own[h.Addr] = h.DelayMs
+	}
 	p.armedMs = d.ArmedMs
 	clear(p.armed)
 	for _, a := range d.Armed {
@@ -294,6 +315,21 @@ func (p *plant) second(at time.Time, delaySum float64, delayN int) Second {
 	}
 	if delayN > 0 {
 		s.DelayMs = delaySum / float64(delayN)
+	}
+	if len(p.readers) > 1 {
+		s.ReaderMs = make([]float64, len(p.readers))
+		for k := range s.ReaderMs {
+			s.ReaderMs[k] = math.NaN()
+			if k < len(o.perReader) && o.perReader[k].n > 0 {
+				s.ReaderMs[k] = o.perReader[k].sum / float64(o.perReader[k].n)
+			}
+		}
+		s.DevWriteMBs = make([]float64, len(p.sc.Devices))
+		for i := range s.DevWriteMBs {
+			if i < len(o.devWrite) {
+				s.DevWriteMBs[i] = float64(o.devWrite[i]) / 1e6
+			}
+		}
 	}
 	*o = observer{activeSecond: p.active}
 	return s

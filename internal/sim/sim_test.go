@@ -197,22 +197,22 @@ func TestSnapshotIsDiskstats(t *testing.T) {
 	if len(bad) > 0 || len(stats) != len(sc.Devices) {
 		t.Fatalf("parsed %d devices, errors %v, from:\n%s", len(stats), bad, b.String())
 	}
-	r := stats[p.reader]
+	r := stats[p.readers[0].dev]
 	if r.Device != "dm-0" || r.Fields != 20 || r.ReadIOs == 0 || r.ReadSectors != r.ReadIOs*16 {
 		t.Errorf("reader line %+v: want dm-0, 20 fields, 16 sectors a read", r)
 	}
-	c := p.dev[p.reader]
+	c := p.dev[p.readers[0].dev]
 	if got, want := float64(r.ReadTicks)/float64(r.ReadIOs), c.readMs/float64(c.reads); math.Abs(got-want) > 0.01 {
 		t.Errorf("r_await from diskstats %.3f ms, plant measured %.3f ms", got, want)
 	}
 	var written uint64
 	for i, s := range stats {
-		if i != p.reader {
+		if i != p.readers[0].dev {
 			written += s.WriteSectors
 		}
 	}
-	if written == 0 || stats[p.reader].WriteIOs != 0 {
-		t.Errorf("writers wrote %d sectors, reader %d writes: want writers only", written, stats[p.reader].WriteIOs)
+	if written == 0 || stats[p.readers[0].dev].WriteIOs != 0 {
+		t.Errorf("writers wrote %d sectors, reader %d writes: want writers only", written, stats[p.readers[0].dev].WriteIOs)
 	}
 }
 
