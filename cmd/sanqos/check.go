@@ -75,7 +75,9 @@ type checkConfig struct {
 }
 
 type checkBackend struct {
-	Name   string   `json:"name"`
+	Name string `json:"name"`
+	// Asked is "auto" when Name is auto's choice.
+	Asked  string   `json:"asked,omitempty"`
 	Status string   `json:"status"`
 	Why    string   `json:"why"`
 	Needs  []string `json:"needs"` // kernel lines and capabilities it needs
