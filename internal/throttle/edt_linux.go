@@ -25,9 +25,14 @@ func (k edtKernel) Set(a netip.Addr, dir Direction, delay, ttl time.Duration) er
 }
 
 func (k edtKernel) Free(a netip.Addr) error { return k.e.Free(a) }
-func (k edtKernel) Attach() error           { return k.e.Attach() }
-func (k edtKernel) Detach() error           { return k.e.Detach() }
-func (k edtKernel) Close() error            { return k.e.Close() }
+
+func (k edtKernel) Totals() (uint64, uint64, error) {
+	t, err := k.e.Totals()
+	return t.Delayed, t.Passed, err
+}
+func (k edtKernel) Attach() error { return k.e.Attach() }
+func (k edtKernel) Detach() error { return k.e.Detach() }
+func (k edtKernel) Close() error  { return k.e.Close() }
 
 func (k edtKernel) Verify(force bool) ([]Drift, error) {
 	ds, err := k.e.Verify(force)

@@ -30,6 +30,9 @@ type edtPath interface {
 	Attach() error
 	Detach() error
 	Close() error
+	// Totals are the packets the classifier delayed and passed at
+	// once, for every initiator since the start.
+	Totals() (held, passed uint64, err error)
 }
 
 // edtEntry is what one initiator gets.
@@ -45,9 +48,9 @@ type edtEntry struct {
 // daemon killed or stuck end on their own, and fq keeps a flow's packets
 // in order when a delay falls.
 //
-// It matches initiators by address alone, on every port, and IPv4 only
-// (an IPv6 member is refused, the rest applied); its write direction is
-// the pure ACKs and segments up to the default small-segment size.
+// It matches initiators by address alone (IPv4 or IPv6), on every port;
+// its write direction is the pure ACKs and segments up to the default
+// small-segment size. It arms nobody.
 type EDT struct {
 	path  edtPath
 	ttl   time.Duration
@@ -80,10 +83,10 @@ func newEDT(path edtPath, ttl time.Duration, log *slog.Logger) *EDT {
 func (b *EDT) Name() string { return "edt" }
 
 // want is each member's entry: the longest delay of its groups and the
-// union of their directions.
-func (b *EDT) want(s State) (map[netip.Addr]edtEntry, *Refused) {
+// union of their directions. IPv4 and IPv6 members alike (an
+// IPv4-mapped one is its IPv4 address).
+func (b *EDT) want(s State) map[netip.Addr]edtEntry {
 	w := map[netip.Addr]edtEntry{}
-	var why []string
 	for _, g := range sortedGroups(s) {
 		var dir Direction
 		delay := max(g.WriteDelay, g.ReadDelay)
@@ -98,18 +101,11 @@ func (b *EDT) want(s State) (map[netip.Addr]edtEntry, *Refused) {
 		}
 		for _, m := range g.Members {
 			m = m.Unmap()
-			if !m.Is4() {
-				why = append(why, fmt.Sprintf("%s in group %s: the edt path is IPv4 only", m, g.Name))
-				continue
-			}
 			e := w[m]
 			w[m] = edtEntry{dir: e.dir | dir, delay: max(e.delay, delay)}
 		}
 	}
-	if len(why) > 0 {
-		return w, &Refused{Reasons: why}
-	}
-	return w, nil
+	return w
 }
 
 // Apply sets the entries of s (renewing them) and frees the rest. A
@@ -119,7 +115,7 @@ func (b *EDT) Apply(_ context.Context, s State) error {
 	if err := validateShape(s); err != nil {
 		return err
 	}
-	w, refused := b.want(s)
+	w := b.want(s)
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.done {
@@ -158,13 +154,7 @@ func (b *EDT) Apply(_ context.Context, s State) error {
 	if len(b.cur) == 0 {
 		b.idle()
 	}
-	if err := errors.Join(errs...); err != nil {
-		return err
-	}
-	if refused != nil {
-		return refused
-	}
-	return nil
+	return errors.Join(errs...)
 }
 
 // attach puts fq and the filter on the device for a delay, and cancels
@@ -254,8 +244,22 @@ func (b *EDT) Resync() {
 	b.resync = true
 }
 
-// Stats: fq and the program keep no counters of ours.
-func (b *EDT) Stats() Stats { return Stats{} }
+// Stats are the classifier's counters: the packets it gave a departure
+// time (PacketsHeld) and those to a delayed initiator it passed at once
+// (PacketsPassed: another direction, or an entry expired). fq keeps
+// none of ours, so Backlog and the delay errors stay zero.
+func (b *EDT) Stats() Stats {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.done {
+		return Stats{}
+	}
+	held, passed, err := b.path.Totals()
+	if err != nil {
+		b.log.Debug("reading the edt counters", "err", err)
+	}
+	return Stats{PacketsHeld: held, PacketsPassed: passed}
+}
 
 // Close frees every entry and removes the program and fq.
 func (b *EDT) Close() error {
