@@ -214,3 +214,30 @@ func TestEDTVerify(t *testing.T) {
 		t.Errorf("after Close: %v %v %q", d, err, k.calls)
 	}
 }
+
+// TestEDTBesideHTBRates: with rate_dev, edt delays and an htb on another
+// interface caps read rates, each from the same state (a Composite).
+func TestEDTBesideHTBRates(t *testing.T) {
+	ctx := context.Background()
+	rec := &recorder{}
+	h, err := NewHTB(ctx, TCConfig{Dev: "veth-r", Run: rec, Sets: NewFakeKernel()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := &fakeEDT{}
+	c := &Composite{Delay: newEDT(k, time.Second, nil), Rate: h}
+	t.Cleanup(func() { _ = c.Close() })
+	s := State{Groups: []Group{
+		{Name: "vg", Members: []netip.Addr{netip.MustParseAddr("10.0.0.3")}, WriteDelay: 5 * time.Millisecond},
+		{Name: "manual-10.0.0.4", Members: []netip.Addr{netip.MustParseAddr("10.0.0.4")}, ReadRate: 1e6},
+	}}
+	if err := c.Apply(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(k.calls, "; "); got != "attach; set 10.0.0.3 write 5ms ttl 1s" {
+		t.Errorf("edt calls %q, want the delay of 10.0.0.3 only", got)
+	}
+	if !strings.Contains(rec.b.String(), "-d 10.0.0.4/32") {
+		t.Errorf("the read rate of 10.0.0.4 was not applied:\n%s", rec.b.String())
+	}
+}
