@@ -55,8 +55,11 @@ func packet(dst netip.Addr, total int) []byte {
 }
 
 // skbSize is struct __sk_buff's size on recent kernels; tstamp is at
-// skbTstamp.
-const skbSize = 192
+// skbTstamp (UAPI).
+const (
+	skbSize   = 192
+	skbTstamp = 152
+)
 
 // classify runs the classifier once on pkt (BPF_PROG_TEST_RUN) and
 // returns the departure time it gave (0: none) and the clock around it.
