@@ -29,17 +29,17 @@ func (f *fakeEDT) Verify(force bool) ([]Drift, error) {
 	return d, f.verifyErr
 }
 
-func (f *fakeEDT) Set(a netip.Addr, dir Direction, delay, ttl time.Duration) error {
+func (f *fakeEDT) Set(a edtKey, split int, dir Direction, delay, ttl time.Duration) error {
 	if f.fail {
 		return errors.New("map full")
 	}
-	f.calls = append(f.calls, fmt.Sprintf("set %s %s %v ttl %v", a, dir, delay, ttl))
+	f.calls = append(f.calls, fmt.Sprintf("set %s %s %v split %d ttl %v", a, dir, delay, split, ttl))
 	return nil
 }
-func (f *fakeEDT) Free(a netip.Addr) error { f.calls = append(f.calls, "free "+a.String()); return nil }
-func (f *fakeEDT) Close() error            { f.closed = true; return nil }
-func (f *fakeEDT) Attach() error           { f.calls = append(f.calls, "attach"); return nil }
-func (f *fakeEDT) Detach() error           { f.calls = append(f.calls, "detach"); return nil }
+func (f *fakeEDT) Free(a edtKey) error { f.calls = append(f.calls, "free "+a.String()); return nil }
+func (f *fakeEDT) Close() error        { f.closed = true; return nil }
+func (f *fakeEDT) Attach() error       { f.calls = append(f.calls, "attach"); return nil }
+func (f *fakeEDT) Detach() error       { f.calls = append(f.calls, "detach"); return nil }
 func (f *fakeEDT) Totals() (uint64, uint64, error) {
 	return f.held, f.passed, nil
 }
@@ -56,7 +56,7 @@ func TestEDTBackend(t *testing.T) {
 	if err := b.Apply(ctx, s); err != nil {
 		t.Fatalf("IPv4 and IPv6 members: %v", err)
 	}
-	want := []string{"set 10.0.0.3 both 8ms ttl 700ms", "set 10.0.0.4 read 8ms ttl 700ms", "set fd00::5 write 5ms ttl 700ms"}
+	want := []string{"set 10.0.0.3:3260 both 8ms split 128 ttl 700ms", "set 10.0.0.4:3260 read 8ms split 128 ttl 700ms", "set [fd00::5]:3260 write 5ms split 128 ttl 700ms"}
 	if strings.Join(k.calls, "; ") != "attach; "+strings.Join(want, "; ") {
 		t.Errorf("calls %q, want %q", k.calls, want)
 	}
@@ -68,7 +68,7 @@ func TestEDTBackend(t *testing.T) {
 	if err := b.Apply(ctx, State{Groups: []Group{{Name: "vg1", Members: []netip.Addr{c}, ReadDelay: time.Millisecond}}}); err != nil {
 		t.Fatal(err)
 	}
-	if got := strings.Join(k.calls, "; "); got != "set 10.0.0.4 read 1ms ttl 700ms; free 10.0.0.3; free fd00::5" {
+	if got := strings.Join(k.calls, "; "); got != "set 10.0.0.4:3260 read 1ms split 128 ttl 700ms; free 10.0.0.3:3260; free [fd00::5]:3260" {
 		t.Errorf("lowered and freed: %q", got)
 	}
 	k.held, k.passed = 7, 3
@@ -191,11 +191,11 @@ func TestEDTVerify(t *testing.T) {
 	if err := b.Apply(ctx, s); err != nil {
 		t.Fatal(err)
 	}
-	if got := strings.Join(k.calls, "; "); got != "verify force=true; set 10.0.0.3 write 5ms ttl 1s" {
+	if got := strings.Join(k.calls, "; "); got != "verify force=true; set 10.0.0.3:3260 write 5ms split 128 ttl 1s" {
 		t.Errorf("apply after Resync: %q, want the filter attached again, then the entries", got)
 	}
 	k.calls = nil
-	if err := b.Apply(ctx, s); err != nil || strings.Join(k.calls, "; ") != "set 10.0.0.3 write 5ms ttl 1s" {
+	if err := b.Apply(ctx, s); err != nil || strings.Join(k.calls, "; ") != "set 10.0.0.3:3260 write 5ms split 128 ttl 1s" {
 		t.Errorf("the apply after: %v %q, want no second re-attach", err, k.calls)
 	}
 	// A re-attach that fails is tried again at the next Apply.
@@ -234,10 +234,37 @@ func TestEDTBesideHTBRates(t *testing.T) {
 	if err := c.Apply(ctx, s); err != nil {
 		t.Fatal(err)
 	}
-	if got := strings.Join(k.calls, "; "); got != "attach; set 10.0.0.3 write 5ms ttl 1s" {
+	if got := strings.Join(k.calls, "; "); got != "attach; set 10.0.0.3:3260 write 5ms split 128 ttl 1s" {
 		t.Errorf("edt calls %q, want the delay of 10.0.0.3 only", got)
 	}
 	if !strings.Contains(rec.b.String(), "-d 10.0.0.4/32") {
 		t.Errorf("the read rate of 10.0.0.4 was not applied:\n%s", rec.b.String())
+	}
+}
+
+// TestEDTPortsAndSplits: each member gets an entry on each port of its
+// groups (3260 when none is set), with the port's small-segment split:
+// the configured one, else the backend's default; a port that leaves
+// its group is freed.
+func TestEDTPortsAndSplits(t *testing.T) {
+	ctx := context.Background()
+	k := &fakeEDT{}
+	b := newEDT(k, time.Second, nil)
+	b.small, b.smallDef = map[uint16]int{2049: 256}, 100
+	a := netip.MustParseAddr("10.0.0.3")
+	s := State{Groups: []Group{{Name: "vg", Members: []netip.Addr{a}, Ports: []uint16{2049, 3260}, WriteDelay: 5 * time.Millisecond}}}
+	if err := b.Apply(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := strings.Join(k.calls, "; "), "attach; set 10.0.0.3:2049 write 5ms split 256 ttl 1s; set 10.0.0.3:3260 write 5ms split 100 ttl 1s"; got != want {
+		t.Errorf("calls %q, want %q", got, want)
+	}
+	k.calls = nil
+	s.Groups[0].Ports = []uint16{2049}
+	if err := b.Apply(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := strings.Join(k.calls, "; "), "set 10.0.0.3:2049 write 5ms split 256 ttl 1s; free 10.0.0.3:3260"; got != want {
+		t.Errorf("calls %q, want %q", got, want)
 	}
 }

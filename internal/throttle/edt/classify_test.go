@@ -31,26 +31,32 @@ func loadC(t *testing.T) objects {
 	return o
 }
 
-// packet is an Ethernet frame to dst whose IP total length is total
-// (IPv4 or IPv6 by dst), the rest zero.
-func packet(dst netip.Addr, total int) []byte {
+// packet is an Ethernet frame of a TCP segment from the target's port
+// sport to dst (IPv4 or IPv6 by dst) with payload bytes of data.
+func packet(dst netip.Addr, sport uint16, payload int) []byte {
+	var p, tcp []byte
 	if dst.Is4() {
-		p := make([]byte, 14+total)
+		p = make([]byte, 14+20+20+payload)
 		binary.BigEndian.PutUint16(p[12:], 0x0800)
 		ip := p[14:]
 		ip[0], ip[8], ip[9] = 0x45, 64, 6
-		binary.BigEndian.PutUint16(ip[2:], uint16(total))
+		binary.BigEndian.PutUint16(ip[2:], uint16(20+20+payload))
 		a := dst.As4()
 		copy(ip[16:], a[:])
-		return p
+		tcp = ip[20:]
+	} else {
+		p = make([]byte, 14+40+20+payload)
+		binary.BigEndian.PutUint16(p[12:], 0x86dd)
+		ip := p[14:]
+		ip[0], ip[6], ip[7] = 0x60, 6, 64
+		binary.BigEndian.PutUint16(ip[4:], uint16(20+payload))
+		a := dst.As16()
+		copy(ip[24:], a[:])
+		tcp = ip[40:]
 	}
-	p := make([]byte, 14+total)
-	binary.BigEndian.PutUint16(p[12:], 0x86dd)
-	ip := p[14:]
-	ip[0], ip[6], ip[7] = 0x60, 6, 64
-	binary.BigEndian.PutUint16(ip[4:], uint16(total-40))
-	a := dst.As16()
-	copy(ip[24:], a[:])
+	binary.BigEndian.PutUint16(tcp[0:], sport)
+	binary.BigEndian.PutUint16(tcp[2:], 40000)
+	tcp[12], tcp[13] = 5<<4, 0x10 // 20-byte header, ACK
 	return p
 }
 
@@ -80,11 +86,12 @@ func classify(t *testing.T, prog *ebpf.Program, pkt []byte) (ts, before, after u
 
 // TestClassifierInKernel runs the C classifier in this kernel (no fq
 // needed: BPF_PROG_TEST_RUN returns the departure time it wrote) on
-// IPv4 and IPv6 packets: a throttled initiator's packets of its
-// direction get now + delay and are counted delayed, its others pass and
-// are counted passed, another address is not touched, a lowered delay
-// never gives an earlier time than the last, and an expired entry
-// passes everything.
+// IPv4 and IPv6 segments: a throttled initiator's segments from its
+// port in its direction (by the port's small-segment split) get now +
+// delay and are counted delayed, its others from that port pass and are
+// counted passed, its segments from another port and other addresses
+// are not touched, a lowered delay never gives an earlier time than the
+// last, and an expired entry passes everything.
 func TestClassifierInKernel(t *testing.T) {
 	o := loadC(t)
 	e := &EDT{m: o.m, cnt: o.cnt}
@@ -94,77 +101,108 @@ func TestClassifierInKernel(t *testing.T) {
 		addr netip.Addr
 	}{{"IPv4", netip.MustParseAddr("192.0.2.7")}, {"IPv6", netip.MustParseAddr("2001:db8::7")}} {
 		t.Run(c.name, func(t *testing.T) {
-			if err := e.Set(c.addr, Write, 5*time.Millisecond, time.Hour); err != nil {
+			k := Key{c.addr, 3260}
+			if err := e.Set(c.addr, 3260, 128, Write, 5*time.Millisecond, time.Hour); err != nil {
 				t.Fatal(err)
 			}
-			ack := packet(c.addr, 52+20*btoi(c.addr.Is6()))
-			ts, before, after := classify(t, o.prog, ack)
-			if ts < before+5*ms || ts > after+5*ms {
-				t.Errorf("a pure ACK left at %d, want now + 5 ms in [%d, %d]", ts, before+5*ms, after+5*ms)
+			for _, n := range []int{0, 48, 128} { // pure ACK, R2T, the split
+				ts, before, after := classify(t, o.prog, packet(c.addr, 3260, n))
+				if ts < before+5*ms || ts > after+5*ms {
+					t.Errorf("a %d-byte segment left at %d, want now + 5 ms in [%d, %d]", n, ts, before+5*ms, after+5*ms)
+				}
 			}
-			if ts, _, _ := classify(t, o.prog, packet(c.addr, 1500)); ts != 0 {
-				t.Errorf("a data segment got departure time %d in the write direction, want none", ts)
+			if ts, _, _ := classify(t, o.prog, packet(c.addr, 3260, 129)); ts != 0 {
+				t.Errorf("a 129-byte segment got departure time %d in the write direction of a 128-byte split, want none", ts)
+			}
+			if ts, _, _ := classify(t, o.prog, packet(c.addr, 22, 0)); ts != 0 {
+				t.Errorf("a segment from port 22 got departure time %d, want none (not a throttled port)", ts)
 			}
 			got, err := e.Counters()
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got[c.addr] != (Counters{Delayed: 1, Passed: 1}) {
-				t.Errorf("counters %+v, want 1 delayed and 1 passed", got[c.addr])
+			if got[k] != (Counters{Delayed: 3, Passed: 1}) || len(got) != 1 {
+				t.Errorf("counters %+v, want 3 delayed and 1 passed on port 3260 only", got)
 			}
 
 			// Read: data held, ACKs passed.
-			if err := e.Set(c.addr, Read, 20*time.Millisecond, time.Hour); err != nil {
+			if err := e.Set(c.addr, 3260, 128, Read, 20*time.Millisecond, time.Hour); err != nil {
 				t.Fatal(err)
 			}
-			ts20, before, after := classify(t, o.prog, packet(c.addr, 1500))
+			ts20, before, after := classify(t, o.prog, packet(c.addr, 3260, 1448))
 			if ts20 < before+20*ms || ts20 > after+20*ms {
 				t.Errorf("a data segment left at %d, want now + 20 ms in [%d, %d]", ts20, before+20*ms, after+20*ms)
 			}
-			if ts, _, _ := classify(t, o.prog, ack); ts != 0 {
+			if ts, _, _ := classify(t, o.prog, packet(c.addr, 3260, 0)); ts != 0 {
 				t.Errorf("a pure ACK got departure time %d in the read direction, want none", ts)
 			}
 			// Lowered to 1 ms: no earlier than the last (order).
-			if err := e.Set(c.addr, Both, time.Millisecond, time.Hour); err != nil {
+			if err := e.Set(c.addr, 3260, 128, Both, time.Millisecond, time.Hour); err != nil {
 				t.Fatal(err)
 			}
-			if ts, _, _ := classify(t, o.prog, packet(c.addr, 1500)); ts < ts20 {
-				t.Errorf("after lowering the delay a packet left at %d, before the last one's %d: reordered", ts, ts20)
+			if ts, _, _ := classify(t, o.prog, packet(c.addr, 3260, 1448)); ts < ts20 {
+				t.Errorf("after lowering the delay a segment left at %d, before the last one's %d: reordered", ts, ts20)
 			}
 			// Expired: passed, as after a daemon's death.
-			if err := e.Set(c.addr, Both, 20*time.Millisecond, time.Microsecond); err != nil {
+			if err := e.Set(c.addr, 3260, 128, Both, 20*time.Millisecond, time.Microsecond); err != nil {
 				t.Fatal(err)
 			}
 			time.Sleep(2 * time.Millisecond)
-			if ts, _, _ := classify(t, o.prog, packet(c.addr, 1500)); ts != 0 {
+			if ts, _, _ := classify(t, o.prog, packet(c.addr, 3260, 1448)); ts != 0 {
 				t.Errorf("an expired entry still gave departure time %d", ts)
 			}
 			got, _ = e.Counters()
-			if want := (Counters{Delayed: 3, Passed: 3}); got[c.addr] != want {
-				t.Errorf("counters %+v, want %+v", got[c.addr], want)
+			if want := (Counters{Delayed: 5, Passed: 3}); got[k] != want {
+				t.Errorf("counters %+v, want %+v", got[k], want)
 			}
-			if err := e.Free(c.addr); err != nil {
+			if err := e.Free(c.addr, 3260); err != nil {
 				t.Fatal(err)
 			}
-			if ts, _, _ := classify(t, o.prog, ack); ts != 0 {
-				t.Errorf("a freed initiator's packet got departure time %d", ts)
+			if ts, _, _ := classify(t, o.prog, packet(c.addr, 3260, 0)); ts != 0 {
+				t.Errorf("a freed initiator's segment got departure time %d", ts)
 			}
 		})
 	}
 	// Another address: untouched and not counted.
-	other := netip.MustParseAddr("192.0.2.8")
-	if ts, _, _ := classify(t, o.prog, packet(other, 52)); ts != 0 {
+	if ts, _, _ := classify(t, o.prog, packet(netip.MustParseAddr("192.0.2.8"), 3260, 0)); ts != 0 {
 		t.Errorf("an address without an entry got departure time %d", ts)
 	}
 	tot, err := e.Totals()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := (Counters{Delayed: 6, Passed: 6}); tot != want {
+	if want := (Counters{Delayed: 10, Passed: 6}); tot != want {
 		t.Errorf("totals %+v after freeing both, want %+v (freed entries' counts kept)", tot, want)
 	}
 	if per, _ := e.Counters(); len(per) != 0 {
 		t.Errorf("counters left after Free: %v", per)
+	}
+}
+
+// TestClassifierPortSplits: each port has its own split and its own
+// entry (NFS's 256 bytes beside iSCSI's 128), as nfqueue's per-port
+// split; a UDP datagram to the initiator is never touched.
+func TestClassifierPortSplits(t *testing.T) {
+	o := loadC(t)
+	e := &EDT{m: o.m, cnt: o.cnt}
+	a := netip.MustParseAddr("192.0.2.10")
+	if err := e.Set(a, 3260, 128, Write, 5*time.Millisecond, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Set(a, 2049, 256, Write, 9*time.Millisecond, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	ms := uint64(time.Millisecond)
+	if ts, before, _ := classify(t, o.prog, packet(a, 2049, 200)); ts < before+9*ms {
+		t.Errorf("a 200-byte NFS reply left at %d, want its port's 9 ms (after %d): under NFS's 256-byte split it clocks writes", ts, before+9*ms)
+	}
+	if ts, _, _ := classify(t, o.prog, packet(a, 3260, 200)); ts != 0 {
+		t.Errorf("a 200-byte iSCSI segment got departure time %d: over iSCSI's 128-byte split it is read data", ts)
+	}
+	udp := packet(a, 2049, 0)
+	udp[14+9] = 17
+	if ts, _, _ := classify(t, o.prog, udp); ts != 0 {
+		t.Errorf("a UDP datagram got departure time %d", ts)
 	}
 }
 
@@ -173,17 +211,10 @@ func TestClassifierInKernel(t *testing.T) {
 func TestClassifierMappedKey(t *testing.T) {
 	o := loadC(t)
 	e := &EDT{m: o.m, cnt: o.cnt}
-	if err := e.Set(netip.MustParseAddr("::ffff:192.0.2.9"), Write, 5*time.Millisecond, time.Hour); err != nil {
+	if err := e.Set(netip.MustParseAddr("::ffff:192.0.2.9"), 3260, 128, Write, 5*time.Millisecond, time.Hour); err != nil {
 		t.Fatal(err)
 	}
-	if ts, before, _ := classify(t, o.prog, packet(netip.MustParseAddr("192.0.2.9"), 52)); ts < before+uint64(5*time.Millisecond) {
-		t.Errorf("the IPv4 packet to a mapped entry left at %d, want after %d", ts, before+uint64(5*time.Millisecond))
+	if ts, before, _ := classify(t, o.prog, packet(netip.MustParseAddr("192.0.2.9"), 3260, 0)); ts < before+uint64(5*time.Millisecond) {
+		t.Errorf("the IPv4 segment to a mapped entry left at %d, want after %d", ts, before+uint64(5*time.Millisecond))
 	}
-}
-
-func btoi(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
 }

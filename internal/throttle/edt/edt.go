@@ -8,17 +8,18 @@
 // program is C (bpf/edt.bpf.c), compiled by `make bpf` into edt.bpf.o,
 // which is committed and embedded: sanqos needs no compiler at run time.
 //
-// The daemon writes one map entry per throttled initiator address (IPv4
-// or IPv6; the key is the 16-byte address, IPv4 as ::ffff:a.b.c.d): the
-// delay, which packets it applies to (an IP total-length range: small
-// segments and pure ACKs for writers, data for readers) and an expiry on
-// CLOCK_MONOTONIC. The program ignores an expired entry, so when the
+// The daemon writes one map entry per throttled initiator (IPv4 or IPv6;
+// the key is its 16-byte address, IPv4 as ::ffff:a.b.c.d) and target
+// port: the delay, the directions it applies to (by the port's
+// small-segment split of the TCP payload, as nfqueue's: small segments
+// and pure ACKs clock writes, longer ones carry reads) and an expiry on
+// CLOCK_MONOTONIC. Segments from other ports, and other protocols, pass. The program ignores an expired entry, so when the
 // daemon dies (kill -9, OOM, a hang) it stops renewing them and every
 // delay is gone one TTL later: the data path fails open on its own, with
 // nothing to run at exit. fq and the program stay; they pass unthrottled
 // traffic unchanged, and 'sanqos run --cleanup-only' in the unit's
-// ExecStopPost (or the next start) removes them. Per initiator and CPU
-// the program counts the packets it delayed and those it passed at once
+// ExecStopPost (or the next start) removes them. Per entry and CPU the
+// program counts the segments it delayed and those it passed at once
 // (Counters).
 //
 // Order: fq keeps a flow's packets in departure-time order, so a packet
@@ -63,19 +64,16 @@ type EDT struct {
 	freed Counters
 }
 
-// Direction selects packets by IP total length: Write holds pure ACKs and
-// small segments (R2T, SCSI response), Read holds data segments.
+// Direction selects segments by their TCP payload against the port's
+// small-segment split: Write holds pure ACKs and small segments (R2T,
+// SCSI response), Read holds data segments.
 type Direction int
 
 const (
 	Write Direction = iota
 	Read
-	Both // every packet
+	Both // every segment
 )
-
-// smallMax is the largest IP total length that counts as a small segment:
-// sanqos's default small-segment payload (128) plus IP and TCP headers.
-const smallMax = 128 + 100
 
 // New loads the classifier and its map for dev, in the network namespace
 // at nsPath ("" for the current one), after removing what an earlier run
@@ -190,19 +188,20 @@ func monotonic() uint64 {
 	return uint64(ts.Nano())
 }
 
-// Set delays the packets to addr of direction dir by delay until ttl from
-// now; the daemon renews it every tick, so ttl bounds how long a delay
-// outlives a dead daemon.
-func (e *EDT) Set(addr netip.Addr, dir Direction, delay, ttl time.Duration) error {
-	return set(e.m, e.cnt, addr, dir, delay, ttl)
+// Set delays the TCP segments from the target's port to addr in
+// direction dir by delay until ttl from now: Write those whose payload
+// is at most split bytes, Read the longer ones. The daemon renews it
+// every tick, so ttl bounds how long a delay outlives a dead daemon.
+func (e *EDT) Set(addr netip.Addr, port uint16, split int, dir Direction, delay, ttl time.Duration) error {
+	return set(e.m, e.cnt, Key{addr, port}, split, dir, delay, ttl)
 }
 
-// Free removes addr's delay; its queued packets still leave in order.
-// Its counters go into the totals.
-func (e *EDT) Free(addr netip.Addr) error {
-	key := keyOf(addr)
-	if err := e.m.Delete(key[:]); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-		return fmt.Errorf("edt: freeing %s: %w", addr, err)
+// Free removes the delay of addr's flows from port; its queued packets
+// still leave in order. Its counters go into the totals.
+func (e *EDT) Free(addr netip.Addr, port uint16) error {
+	key := Key{addr, port}.bytes()
+	if err := e.m.Delete(key); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		return fmt.Errorf("edt: freeing %s port %d: %w", addr, port, err)
 	}
 	c, err := counters(e.cnt, key)
 	if err != nil {
@@ -212,7 +211,7 @@ func (e *EDT) Free(addr netip.Addr) error {
 	e.freed.Delayed += c.Delayed
 	e.freed.Passed += c.Passed
 	e.mu.Unlock()
-	e.cnt.Delete(key[:])
+	e.cnt.Delete(key)
 	return nil
 }
 

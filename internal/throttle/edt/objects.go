@@ -26,16 +26,44 @@ const (
 	cntName  = "sanqos_edt_cnt"
 )
 
-// Map value layout (struct entry): five little-endian u64s.
+// Map value layout (struct entry): five little-endian u64s; the key
+// (struct key) is the 16-byte address, the port in host order and
+// padding.
 const (
 	offDelay   = 0  // ns added to now
 	offExpires = 8  // CLOCK_MONOTONIC ns after which the entry is ignored
 	offLast    = 16 // last departure time given, for order
-	offMinLen  = 24 // IP total length range the delay applies to
-	offMaxLen  = 32
+	offSplit   = 24 // the port's small-segment split, TCP payload bytes
+	offDir     = 32 // dirWrite | dirRead
 	valueSize  = 40
-	keySize    = 16
+	keySize    = 24
 )
+
+// The entry's directions (DIR_WRITE, DIR_READ).
+const (
+	dirWrite = 1
+	dirRead  = 2
+)
+
+// Key is one delay's place: the initiator's address and the target's
+// port its flows use.
+type Key struct {
+	Addr netip.Addr
+	Port uint16
+}
+
+// bytes is k as the map's key.
+func (k Key) bytes() []byte {
+	b := make([]byte, keySize)
+	a := k.Addr.Unmap().As16()
+	copy(b, a[:])
+	binary.NativeEndian.PutUint16(b[16:], k.Port)
+	return b
+}
+
+func keyFrom(b []byte) Key {
+	return Key{Addr: netip.AddrFrom16([16]byte(b[:16])).Unmap(), Port: binary.NativeEndian.Uint16(b[16:])}
+}
 
 // objects are the classifier and its maps, loaded and not attached.
 type objects struct {
@@ -78,56 +106,51 @@ func load() (objects, error) {
 	return o, nil
 }
 
-// keyOf is addr's map key: its 16-byte form (IPv4 as ::ffff:a.b.c.d).
-func keyOf(addr netip.Addr) [keySize]byte {
-	return addr.Unmap().As16()
-}
-
-// set writes addr's entry in m, keeping its last departure time, and
-// makes its counters in cnt if it has none.
-func set(m, cnt *ebpf.Map, addr netip.Addr, dir Direction, delay, ttl time.Duration) error {
-	if !addr.IsValid() {
+// set writes k's entry in m, keeping its last departure time, and makes
+// its counters in cnt if it has none.
+func set(m, cnt *ebpf.Map, k Key, split int, dir Direction, delay, ttl time.Duration) error {
+	if !k.Addr.IsValid() {
 		return errors.New("edt: setting a delay: no address")
 	}
-	key := keyOf(addr)
+	key := k.bytes()
 	v := make([]byte, valueSize)
-	if old, err := m.LookupBytes(key[:]); err == nil && old != nil {
+	if old, err := m.LookupBytes(key); err == nil && old != nil {
 		copy(v, old) // keep last: order across the change
 	} else if cnt != nil {
 		zero := make([]Counters, ebpf.MustPossibleCPU())
-		if err := cnt.Update(key[:], zero, ebpf.UpdateNoExist); err != nil && !errors.Is(err, ebpf.ErrKeyExist) {
-			return fmt.Errorf("edt: making the counters of %s: %w", addr, err)
+		if err := cnt.Update(key, zero, ebpf.UpdateNoExist); err != nil && !errors.Is(err, ebpf.ErrKeyExist) {
+			return fmt.Errorf("edt: making the counters of %s port %d: %w", k.Addr, k.Port, err)
 		}
+	}
+	d := uint64(dirWrite)
+	switch dir {
+	case Read:
+		d = dirRead
+	case Both:
+		d = dirWrite | dirRead
 	}
 	binary.LittleEndian.PutUint64(v[offDelay:], uint64(delay.Nanoseconds()))
 	binary.LittleEndian.PutUint64(v[offExpires:], monotonic()+uint64(ttl.Nanoseconds()))
-	lo, hi := uint64(0), uint64(smallMax)
-	switch dir {
-	case Read:
-		lo, hi = smallMax+1, 65535
-	case Both:
-		hi = 65535
-	}
-	binary.LittleEndian.PutUint64(v[offMinLen:], lo)
-	binary.LittleEndian.PutUint64(v[offMaxLen:], hi)
-	if err := m.Put(key[:], v); err != nil {
-		return fmt.Errorf("edt: setting the delay of %s: %w", addr, err)
+	binary.LittleEndian.PutUint64(v[offSplit:], uint64(max(split, 0)))
+	binary.LittleEndian.PutUint64(v[offDir:], d)
+	if err := m.Put(key, v); err != nil {
+		return fmt.Errorf("edt: setting the delay of %s port %d: %w", k.Addr, k.Port, err)
 	}
 	return nil
 }
 
 // Counters are what the classifier counted for an initiator (struct
-// counters): packets given a departure time, and packets to it passed at
-// once (another length than its entry's, or the entry expired).
+// counters): segments given a departure time, and segments of its port
+// passed at once (the other direction, or the entry expired).
 type Counters struct {
 	Delayed uint64
 	Passed  uint64
 }
 
 // counters sums key's per-CPU counters.
-func counters(cnt *ebpf.Map, key [keySize]byte) (Counters, error) {
+func counters(cnt *ebpf.Map, key []byte) (Counters, error) {
 	var per []Counters
-	if err := cnt.Lookup(key[:], &per); err != nil {
+	if err := cnt.Lookup(key, &per); err != nil {
 		return Counters{}, err
 	}
 	var c Counters
@@ -138,10 +161,10 @@ func counters(cnt *ebpf.Map, key [keySize]byte) (Counters, error) {
 	return c, nil
 }
 
-// Counters returns each delayed initiator's counters, summed over CPUs.
-func (e *EDT) Counters() (map[netip.Addr]Counters, error) {
-	out := map[netip.Addr]Counters{}
-	var key [keySize]byte
+// Counters returns each delay's counters, summed over CPUs.
+func (e *EDT) Counters() (map[Key]Counters, error) {
+	out := map[Key]Counters{}
+	key := make([]byte, keySize)
 	var per []Counters
 	it := e.cnt.Iterate()
 	for it.Next(&key, &per) {
@@ -150,7 +173,7 @@ func (e *EDT) Counters() (map[netip.Addr]Counters, error) {
 			c.Delayed += p.Delayed
 			c.Passed += p.Passed
 		}
-		out[netip.AddrFrom16(key).Unmap()] = c
+		out[keyFrom(key)] = c
 	}
 	if err := it.Err(); err != nil {
 		return out, fmt.Errorf("edt: reading the counters: %w", err)

@@ -2,13 +2,18 @@
 //
 // edt: the departure-time classifier of sanqos's edt backend (package edt).
 //
-// On the target's egress (tc clsact, direct action) it looks each IPv4 or
-// IPv6 packet's destination up in the delay map, keyed by the 16-byte
-// address (IPv4 as ::ffff:a.b.c.d). A packet to a throttled initiator
-// whose IP total length is in its entry's range leaves no earlier than
+// On the target's egress (tc clsact, direct action) it looks each TCP
+// segment over IPv4 or IPv6 up in the delay map by its destination, the
+// initiator (a 16-byte address, IPv4 as ::ffff:a.b.c.d), and its source
+// port, the target's storage port. A segment of a throttled initiator
+// and port in one of its entry's directions leaves no earlier than
 // now + delay: the program writes that into skb->tstamp (Earliest
 // Departure Time) and the fq root qdisc holds the packet until then.
-// Every packet is passed (TC_ACT_OK): nothing is dropped or redirected.
+// The direction is the port's small-segment split, as nfqueue's: a TCP
+// payload up to the entry's split bytes (pure ACKs, iSCSI R2T and SCSI
+// Response, NFS replies to writes) clocks the initiator's writes, a
+// longer one carries its reads. Every packet is passed (TC_ACT_OK):
+// nothing is dropped or redirected, and nothing but TCP is looked at.
 //
 // Fail open: the daemon renews each entry every tick with an expiry on
 // CLOCK_MONOTONIC (bpf_ktime_get_ns); an entry past it is ignored, so a
@@ -16,13 +21,13 @@
 //
 // Order: fq keeps a flow in departure-time order, so a packet given an
 // earlier time than an earlier packet would overtake it when the delay
-// falls. No departure time is before the last one given to the same
-// initiator (the entry's last field).
+// falls. No departure time is before the last one given on the same
+// initiator and port (the entry's last field; a flow has one of each).
 //
-// Counters: per initiator and CPU, the packets delayed and those that
-// matched the address but were passed at once (another length, or an
-// entry expired). The daemon creates the counter entry when it sets the
-// delay; the program never inserts one.
+// Counters: per initiator, port and CPU, the segments delayed and those
+// passed at once (the other direction, or the entry expired). The daemon
+// creates the counter entry when it sets the delay; the program never
+// inserts one.
 //
 // Regenerate with `make bpf` (needs clang). It reads no kernel type: the
 // context (struct __sk_buff) is UAPI and rewritten by the verifier, so the
@@ -80,17 +85,23 @@ struct __sk_buff {
 	__u64 tstamp;
 };
 
-// Must match edt.go: the key is the 16-byte address, the value five u64s.
+// Must match objects.go: the key is the initiator's 16-byte address and
+// the target's port (host order), the value five u64s.
 struct key {
 	__u8 addr[16];
+	__u16 port;
+	__u16 pad[3];
 };
+
+#define DIR_WRITE 1 // payload <= split: what clocks the writes
+#define DIR_READ 2  // payload > split: read data
 
 struct entry {
 	__u64 delay;   // ns added to now
 	__u64 expires; // CLOCK_MONOTONIC ns after which the entry is ignored
 	__u64 last;    // the last departure time given, for order
-	__u64 min_len; // the IP total length range the delay applies to
-	__u64 max_len;
+	__u64 split;   // the port's small-segment split, TCP payload bytes
+	__u64 dir;     // DIR_WRITE, DIR_READ or both
 };
 
 struct counters {
@@ -98,7 +109,7 @@ struct counters {
 	__u64 passed;
 };
 
-#define MAX_ENTRIES 4096
+#define MAX_ENTRIES 16384 // initiators x ports
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -122,38 +133,53 @@ struct {
 
 static inline __u16 be16(__u16 v) { return (v >> 8) | (v << 8); }
 
+#define IPPROTO_TCP 6
+
 SEC("tc")
 int sanqos_edt_classify(struct __sk_buff *skb)
 {
 	struct key k = {};
-	__u64 len;
+	__u32 l4; // offset of the TCP header
 
 	if (skb->protocol == ETH_P_IP_BE) {
 		__u8 h[20];
 		if (bpf_skb_load_bytes(skb, ETH_HLEN, h, sizeof(h)))
 			return TC_ACT_OK;
+		if (h[9] != IPPROTO_TCP)
+			return TC_ACT_OK;
 		k.addr[10] = 0xff;
 		k.addr[11] = 0xff;
 		__builtin_memcpy(&k.addr[12], &h[16], 4);
-		len = be16(*(__u16 *)&h[2]);
+		l4 = (h[0] & 0x0f) * 4;
 	} else if (skb->protocol == ETH_P_IPV6_BE) {
 		__u8 h[40];
 		if (bpf_skb_load_bytes(skb, ETH_HLEN, h, sizeof(h)))
 			return TC_ACT_OK;
+		// TCP right after the fixed header: the target's TCP does not
+		// add extension headers.
+		if (h[6] != IPPROTO_TCP)
+			return TC_ACT_OK;
 		__builtin_memcpy(k.addr, &h[24], 16);
-		// IPv6's payload length leaves out its fixed header: add it,
-		// so that one range means one thing for both families.
-		len = (__u64)be16(*(__u16 *)&h[4]) + 40;
+		l4 = 40;
 	} else {
 		return TC_ACT_OK;
 	}
+	__u8 tcp[14]; // source port .. data offset
+	if (bpf_skb_load_bytes(skb, ETH_HLEN + l4, tcp, sizeof(tcp)))
+		return TC_ACT_OK;
+	k.port = be16(*(__u16 *)&tcp[0]);
 
 	struct entry *e = bpf_map_lookup_elem(&sanqos_edt, &k);
 	if (!e)
 		return TC_ACT_OK;
 	struct counters *c = bpf_map_lookup_elem(&sanqos_edt_cnt, &k);
+	// The payload from the skb's length, not the IP header's: a GSO
+	// packet's header may not hold its full length (BIG TCP).
+	__u64 hdrs = ETH_HLEN + l4 + (tcp[12] >> 4) * 4;
+	__u64 payload = skb->len > hdrs ? skb->len - hdrs : 0;
+	__u64 dir = payload <= e->split ? DIR_WRITE : DIR_READ;
 	__u64 now = bpf_ktime_get_ns();
-	if (len < e->min_len || len > e->max_len || e->expires < now) {
+	if (!(e->dir & dir) || e->expires < now) {
 		if (c)
 			c->passed++;
 		return TC_ACT_OK;
