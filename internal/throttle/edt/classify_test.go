@@ -218,3 +218,36 @@ func TestClassifierMappedKey(t *testing.T) {
 		t.Errorf("the IPv4 segment to a mapped entry left at %d, want after %d", ts, before+uint64(5*time.Millisecond))
 	}
 }
+
+// BenchmarkClassifier times the classifier per packet in this kernel
+// (BPF_PROG_TEST_RUN's own clock, which includes building the skb): a
+// delayed segment of a throttled initiator, and one to an address
+// without an entry (every other packet of the host while someone is
+// throttled).
+func BenchmarkClassifier(b *testing.B) {
+	if os.Geteuid() != 0 {
+		b.Skip("loading BPF needs root")
+	}
+	o, err := load()
+	if err != nil {
+		b.Skip(err)
+	}
+	defer o.close()
+	e := &EDT{m: o.m, cnt: o.cnt}
+	a := netip.MustParseAddr("192.0.2.7")
+	if err := e.Set(a, 3260, 128, Write, time.Millisecond, time.Hour); err != nil {
+		b.Fatal(err)
+	}
+	for _, c := range []struct {
+		name string
+		pkt  []byte
+	}{{"delayed", packet(a, 3260, 0)}, {"other", packet(netip.MustParseAddr("192.0.2.8"), 3260, 0)}} {
+		b.Run(c.name, func(b *testing.B) {
+			_, per, err := o.prog.Benchmark(c.pkt, b.N, nil)
+			if err != nil {
+				b.Skip(err)
+			}
+			b.ReportMetric(float64(per.Nanoseconds()), "ns/pkt")
+		})
+	}
+}
