@@ -162,10 +162,14 @@ deb:
 # APT_PKGS) and llvm-strip; -g keeps the BTF the loader relocates against,
 # llvm-strip -g drops the DWARF.
 # The output is reproducible: a rebuild leaves git status clean.
+# The edt classifier (internal/throttle/edt) is built the same way.
 BPF_DIR := internal/blkprobe
+EDT_DIR := internal/throttle/edt
 bpf:
 	clang -O2 -g -target bpf -mcpu=v3 -Wall -Werror -c $(BPF_DIR)/bpf/blkprobe.bpf.c -o $(BPF_DIR)/blkprobe.bpf.o
 	llvm-strip -g $(BPF_DIR)/blkprobe.bpf.o
+	clang -O2 -g -target bpf -mcpu=v3 -Wall -Werror -c $(EDT_DIR)/bpf/edt.bpf.c -o $(EDT_DIR)/edt.bpf.o
+	llvm-strip -g $(EDT_DIR)/edt.bpf.o
 
 fmt:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \

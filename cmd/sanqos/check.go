@@ -86,7 +86,9 @@ type checkTenant struct {
 }
 
 type checkBackend struct {
-	Name   string   `json:"name"`
+	Name string `json:"name"`
+	// Asked is "auto" when Name is auto's choice.
+	Asked  string   `json:"asked,omitempty"`
 	Status string   `json:"status"`
 	Why    string   `json:"why"`
 	Needs  []string `json:"needs"` // kernel lines and capabilities it needs

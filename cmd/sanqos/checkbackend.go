@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/sanqos/sanqos/internal/config"
+	"github.com/sanqos/sanqos/internal/throttle"
 )
 
 // backendNeeds is what each backend needs of the kernel (kernel lines)
@@ -41,8 +42,6 @@ var capUse = map[int]string{
 // missing.
 func (ck checker) backend(o runOptions, args []string, manual bool, kernel []checkItem, caps uint64, capsErr error) (checkBackend, []checkItem, []string) {
 	name := o.backend.Backend
-	need := backendNeeds[name]
-	b := checkBackend{Name: name, Status: stOK, Needs: []string{}}
 	src := "the default"
 	switch {
 	case flagValueIn(args, "backend") != "":
@@ -50,6 +49,14 @@ func (ck checker) backend(o runOptions, args []string, manual bool, kernel []che
 	case o.config.Backend != config.Default().Backend:
 		src = "backend in " + flagValueIn(args, "config")
 	}
+	asked := ""
+	if name == throttle.Auto {
+		// The kernel lines run asks too (resolveBackend).
+		c := throttle.ChooseBackend(o.backend, kernelHas(kernel))
+		asked, name, src = throttle.Auto, c.Backend, src+"; "+c.Reason
+	}
+	need := backendNeeds[name]
+	b := checkBackend{Name: name, Asked: asked, Status: stOK, Needs: []string{}}
 	b.Why = fmt.Sprintf("%s (%s): %s", name, src, need.what)
 	status := map[string]checkItem{}
 	for _, it := range kernel {

@@ -28,6 +28,7 @@ func TestCheckReportFixtures(t *testing.T) {
 		want    map[string]string // line name -> status (kernel and caps)
 		backend string
 		lacks   string // in backend.why
+		why     string // in backend.why too, for auto's choice
 	}{
 		{
 			name: "this host, nfqueue", host: "host", probe: okProbe, args: fixed, wantRun: true, backend: "nfqueue",
@@ -38,6 +39,18 @@ func TestCheckReportFixtures(t *testing.T) {
 		{
 			name: "this host, edt lacks fq", host: "host", probe: okProbe, args: append([]string{"--backend", "edt", "--dev", "lo"}, fixed...),
 			backend: "edt", lacks: "fq", want: map[string]string{"fq": "missing", "CAP_BPF": "ok"},
+		},
+		{
+			name: "this host, auto is nfqueue for the missing fq", host: "host", probe: okProbe, args: append([]string{"--backend", "auto", "--dev", "lo"}, fixed...),
+			wantRun: true, backend: "nfqueue", why: "auto: nfqueue, not edt: the kernel lacks fq: fq qdisc (departure times): CONFIG_NET_SCH_FQ is not set",
+		},
+		{
+			name: "modular kernel, auto is edt", host: "modular", probe: okProbe, args: append([]string{"--backend", "auto", "--dev", "lo"}, fixed...),
+			backend: "edt", why: "auto: edt on lo: the kernel has fq, clsact, cls_bpf, bpf",
+		},
+		{
+			name: "modular kernel, auto without dev is nfqueue", host: "modular", probe: okProbe, args: append([]string{"--backend", "auto"}, fixed...),
+			backend: "nfqueue", why: "auto: nfqueue, not edt: no dev",
 		},
 		{
 			name: "this host, netem lacks netem", host: "host", probe: okProbe, args: append([]string{"--backend", "netem", "--dev", "lo"}, fixed...),
@@ -93,6 +106,9 @@ func TestCheckReportFixtures(t *testing.T) {
 			}
 			if c.lacks != "" && !strings.Contains(reasons, "lacks "+c.lacks) {
 				t.Errorf("reasons %q do not say the host lacks %s", reasons, c.lacks)
+			}
+			if c.why != "" && (!strings.Contains(r.Backend.Why, c.why) || r.Backend.Asked != "auto") {
+				t.Errorf("backend why %q asked %q, want it to say %q of auto", r.Backend.Why, r.Backend.Asked, c.why)
 			}
 			if c.lacks != "" && !strings.Contains(r.Backend.Why, "lacks "+c.lacks) {
 				t.Errorf("backend why %q does not say it lacks %s", r.Backend.Why, c.lacks)

@@ -222,7 +222,7 @@ var kernelFeatures = []feature{
 	{"fq", "fq qdisc (departure times)", []kpart{{"CONFIG_NET_SCH_FQ", "sch_fq", ""}}},
 	{"clsact", "clsact qdisc", []kpart{{"CONFIG_NET_SCH_INGRESS", "sch_ingress", ""}}},
 	{"cls_bpf", "tc BPF classifier", []kpart{{"CONFIG_NET_CLS_BPF", "cls_bpf", ""}}},
-	{"bpf", "bpf(2)", []kpart{{"CONFIG_BPF_SYSCALL", "bpf", ""}}},
+	{"bpf", "bpf(2)", []kpart{{"CONFIG_BPF_SYSCALL", "bpf", "/sys/fs/bpf"}}},
 	{"dm", "device-mapper (LVM and dm resources)", []kpart{{"CONFIG_BLK_DEV_DM", "dm_mod", "/sys/module/dm_mod"}}},
 	{"btf", "kernel BTF", []kpart{{"CONFIG_DEBUG_INFO_BTF", "btf", "/sys/kernel/btf/vmlinux"}}},
 }

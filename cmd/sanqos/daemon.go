@@ -30,11 +30,16 @@ import (
 // runOptions is everything 'sanqos run' (autonomic) needs, after parsing
 // and validation.
 type runOptions struct {
-	config      config.Config
-	engine      engine.Config
-	fixed       bool // topo is given (--consumer): no discovery
-	topo        topology.Topology
-	backend     throttle.Options
+	config  config.Config
+	engine  engine.Config
+	fixed   bool // topo is given (--consumer): no discovery
+	topo    topology.Topology
+	backend throttle.Options
+	// asked is the backend the configuration named when it was auto
+	// (resolveBackend), "" otherwise; backendWhy says why backend is
+	// the one that runs.
+	asked       string
+	backendWhy  string
 	ports       []uint16
 	listen      string
 	socket      string
@@ -63,6 +68,12 @@ own objects and holds a lock; a second instance never touches them. --cleanup-on
 them and exits; when the configuration is refused (a typo, a file others
 can write), it warns and removes the objects of every dead instance. The dry-run backend only logs and needs no root.
 
+--backend auto starts edt (tc/BPF departure times with fq on --dev) where
+the kernel has fq, clsact, cls_bpf and BPF, --dev is given, --rate-dev is
+another interface and ack_delay is on, and nfqueue otherwise (also when
+edt would not start); the start log, 'sanqos status' and 'sanqos check'
+say which and why.
+
 Write delays hold the pure ACKs and the small segments that clock an iSCSI
 writer (R2T, SCSI response); a flow's delay rises gradually so that the
 writer's RTT estimate follows it. --ack-delay=false (config ack_delay =
@@ -87,21 +98,34 @@ func runAutonomic(ctx context.Context, o runOptions, log *slog.Logger, args []st
 	if o.cleanupOnly {
 		return cleanupOnly(ctx, o, log)
 	}
+	resolveBackend(&o, hostSystem{})
 	return runDaemon(ctx, o, log, args)
 }
 
 // cleanupOnly removes what a daemon (crashed or not) left in the kernel:
 // opening a backend removes the leftovers of an earlier run, closing it
 // removes what it installed itself.
+//
+// With backend auto it removes what auto's choice leaves here, and
+// nfqueue's too when that is edt (a run may have fallen back from it).
 func cleanupOnly(ctx context.Context, o runOptions, log *slog.Logger) error {
-	b, err := throttle.Open(ctx, o.backend)
-	if err != nil {
-		return fmt.Errorf("removing the %s backend's leftovers: %w", o.backend.Backend, err)
+	resolveBackend(&o, hostSystem{})
+	names := []string{o.backend.Backend}
+	if o.asked == throttle.Auto && o.backend.Backend == "edt" {
+		names = append(names, "nfqueue")
 	}
-	if err := b.Close(); err != nil {
-		return fmt.Errorf("removing the %s backend's leftovers: %w", o.backend.Backend, err)
+	for _, name := range names {
+		bo := o.backend
+		bo.Backend = name
+		b, err := throttle.Open(ctx, bo)
+		if err != nil {
+			return fmt.Errorf("removing the %s backend's leftovers: %w", name, err)
+		}
+		if err := b.Close(); err != nil {
+			return fmt.Errorf("removing the %s backend's leftovers: %w", name, err)
+		}
+		log.Info("leftovers removed", "backend", b.Name())
 	}
-	log.Info("leftovers removed", "backend", b.Name())
 	return nil
 }
 
@@ -133,9 +157,9 @@ func runDaemon(ctx context.Context, o runOptions, log *slog.Logger, args []strin
 		defer rec.Close()
 		dopts.Recorder = rec
 	}
-	b, err := throttle.Open(ctx, o.backend)
+	b, err := openBackend(ctx, &o, log)
 	if err != nil {
-		return fmt.Errorf("starting the %s backend: %w", o.backend.Backend, err)
+		return err
 	}
 	wire := openWire(ctx, o, log)
 	if wire != nil {
@@ -146,7 +170,7 @@ func runDaemon(ctx context.Context, o runOptions, log *slog.Logger, args []strin
 	if err := overrides.SetReadRates(o.config.Manual.ReadRates, o.ports); err != nil {
 		return errors.Join(err, b.Close())
 	}
-	dopts.Backend, dopts.Overrides = b, overrides
+	dopts.Backend, dopts.BackendWhy, dopts.Overrides = b, o.backendWhy, overrides
 	d, err := daemon.New(dopts)
 	if err != nil {
 		return errors.Join(err, b.Close())

@@ -79,6 +79,7 @@ func (r *reloader) reload(ctx context.Context) error {
 		}
 		return err
 	}
+	keepChoice(r.cur, &o)
 	if changed := restartOnly(r.cur, o); len(changed) > 0 {
 		return fmt.Errorf("%s changed: restart sanqos to apply (systemctl restart sanqos); nothing was reloaded", strings.Join(changed, ", "))
 	}

@@ -128,6 +128,8 @@ ipsets named sanqos-<instance>-*, in the current network namespace; run it insid
 'ip netns exec NS sanqos run --manual'. Everything is removed on exit
 (Ctrl-C, SIGTERM); leftovers of a killed run are removed at the next start.
 If the daemon dies, the kernel lets traffic pass (fail open).
+--backend auto starts edt where the kernel and --dev allow it, else
+nfqueue; the log says which and why (see 'sanqos run --help').
 
 Write delays hold the pure ACKs and the small segments that clock an iSCSI
 writer (R2T, SCSI response); a flow's delay rises gradually so that the
@@ -154,9 +156,10 @@ func runManual(ctx context.Context, o runOptions, log *slog.Logger) error {
 		return err
 	}
 	defer srv.Close()
-	b, err := throttle.Open(ctx, o.backend)
+	resolveBackend(&o, hostSystem{})
+	b, err := openBackend(ctx, &o, log)
 	if err != nil {
-		return fmt.Errorf("starting the %s backend: %w", o.backend.Backend, err)
+		return err
 	}
 	log.Info("manual throttling ready", "backend", b.Name(), "socket", o.socket, "ack_delay", o.backend.AckDelay)
 	hctx, stopHangups := context.WithCancel(ctx)

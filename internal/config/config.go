@@ -55,7 +55,8 @@ type Config struct {
 	// resource's throttleable set; it leaves below WriteLeave.
 	WriteThreshold Rate `toml:"write_threshold"`
 	WriteLeave     Rate `toml:"write_leave"`
-	// Backend is the data path: "nfqueue", "netem", "htb", "edt" or "dry-run".
+	// Backend is the data path: "nfqueue", "netem", "htb", "edt", "auto"
+	// (edt where the kernel and dev allow it, else nfqueue) or "dry-run".
 	Backend string `toml:"backend"`
 	// RateDev is the interface towards the initiators on which a delay
 	// backend gets an htb backend beside it for read rate caps ('sanqos

@@ -89,6 +89,9 @@ type Options struct {
 	// Backend programs the data path. It must allow Stats to be called
 	// concurrently with Apply (the HTTP handlers read it).
 	Backend throttle.Backend
+	// BackendWhy says why Backend is the one (backend auto's choice),
+	// for /status.
+	BackendWhy string
 	// Discoverer, when set, is asked for the topology at start and every
 	// DiscoveryInterval (5 s when 0). Without it the engine keeps the
 	// topology it was built with, given here as Topology for the logs.
@@ -199,7 +202,7 @@ func New(o Options) (*Daemon, error) {
 	d.metrics.SetSLO(d.slo.snapshot)
 	d.metrics.ConfigLoaded(d.started)
 	d.snap = status.Status{
-		Version: o.Version, Backend: o.Backend.Name(), StartedAt: d.started,
+		Version: o.Version, Backend: o.Backend.Name(), BackendWhy: o.BackendWhy, StartedAt: d.started,
 		TickMs: float64(o.Tick) / float64(time.Millisecond),
 	}
 	if o.Discoverer == nil {

@@ -90,6 +90,9 @@ func WriteTable(w io.Writer, s Status) error {
 func writeHeader(b *strings.Builder, s Status) {
 	fmt.Fprintf(b, "sanqos %s  backend %s  up %s  tick %s  ticks %d  last tick %.2f ms\n",
 		s.Version, s.Backend, fmtDuration(s.UptimeS), fmtDuration(s.TickMs/1000), s.Ticks, s.LastTickMs)
+	if s.BackendWhy != "" && s.BackendWhy != "as configured" {
+		fmt.Fprintf(b, "backend %s: %s\n", s.Backend, s.BackendWhy)
+	}
 	if s.Discovery.OK {
 		fmt.Fprintf(b, "discovery ok (last %s, %d errors)\n", fmtTime(s.Discovery.LastSuccess), s.Discovery.Errors)
 	} else {

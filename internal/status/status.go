@@ -14,9 +14,12 @@ import (
 
 // Status is the document served at /status.
 type Status struct {
-	Version   string    `json:"version"`
-	Backend   string    `json:"backend"`
-	StartedAt time.Time `json:"started_at"`
+	Version string `json:"version"`
+	Backend string `json:"backend"`
+	// BackendWhy says why the data path is Backend: "as configured", or
+	// what backend auto found.
+	BackendWhy string    `json:"backend_why,omitempty"`
+	StartedAt  time.Time `json:"started_at"`
 	// UptimeS is the time since StartedAt, in seconds, when the document
 	// was made.
 	UptimeS float64 `json:"uptime_s"`

@@ -229,3 +229,30 @@ func TestFutileIsShown(t *testing.T) {
 		}
 	}
 }
+
+// The reason auto chose the data path is shown under the header, and in
+// the JSON; "as configured" is not worth a line.
+func TestWriteTableBackendWhy(t *testing.T) {
+	s := fixture()
+	s.Backend, s.BackendWhy = "nfqueue", "auto: nfqueue, not edt: the kernel lacks fq"
+	var b strings.Builder
+	if err := WriteTable(&b, s); err != nil {
+		t.Fatal(err)
+	}
+	if want := "backend nfqueue: auto: nfqueue, not edt: the kernel lacks fq\n"; !strings.Contains(b.String(), want) {
+		t.Errorf("table lacks %q:\n%s", want, b.String())
+	}
+	js, err := json.Marshal(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(js), `"backend_why":"auto: nfqueue, not edt: the kernel lacks fq"`) {
+		t.Errorf("JSON lacks backend_why: %s", js)
+	}
+	s.BackendWhy = "as configured"
+	b.Reset()
+	WriteTable(&b, s)
+	if strings.Contains(b.String(), "as configured") {
+		t.Errorf("a configured backend gets a reason line:\n%s", b.String())
+	}
+}

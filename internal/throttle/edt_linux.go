@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/netip"
 	"time"
 
 	"github.com/sanqos/sanqos/internal/throttle/edt"
@@ -13,7 +12,7 @@ import (
 // edtKernel is package edt's path behind the edtPath interface.
 type edtKernel struct{ e *edt.EDT }
 
-func (k edtKernel) Set(a netip.Addr, dir Direction, delay, ttl time.Duration) error {
+func (k edtKernel) Set(key edtKey, split int, dir Direction, delay, ttl time.Duration) error {
 	d := edt.Write
 	switch dir {
 	case Read:
@@ -21,13 +20,18 @@ func (k edtKernel) Set(a netip.Addr, dir Direction, delay, ttl time.Duration) er
 	case Both:
 		d = edt.Both
 	}
-	return k.e.Set(a, d, delay, ttl)
+	return k.e.Set(key.addr, key.port, split, d, delay, ttl)
 }
 
-func (k edtKernel) Free(a netip.Addr) error { return k.e.Free(a) }
-func (k edtKernel) Attach() error           { return k.e.Attach() }
-func (k edtKernel) Detach() error           { return k.e.Detach() }
-func (k edtKernel) Close() error            { return k.e.Close() }
+func (k edtKernel) Free(key edtKey) error { return k.e.Free(key.addr, key.port) }
+
+func (k edtKernel) Totals() (uint64, uint64, error) {
+	t, err := k.e.Totals()
+	return t.Delayed, t.Passed, err
+}
+func (k edtKernel) Attach() error { return k.e.Attach() }
+func (k edtKernel) Detach() error { return k.e.Detach() }
+func (k edtKernel) Close() error  { return k.e.Close() }
 
 func (k edtKernel) Verify(force bool) ([]Drift, error) {
 	ds, err := k.e.Verify(force)
@@ -62,6 +66,10 @@ func openEDT(_ context.Context, o Options) (*EDT, error) {
 		return nil, fmt.Errorf("%w (the edt backend needs sch_fq, clsact and BPF: a distribution kernel has them; use nfqueue elsewhere)", err)
 	}
 	b := newEDT(edtKernel{e}, DefaultEDTTTL, o.Logger)
+	b.small = o.SmallSegments
+	if o.SmallSegment > 0 {
+		b.smallDef = o.SmallSegment
+	}
 	b.ilock = lk
 	return b, nil
 }

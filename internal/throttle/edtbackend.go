@@ -17,10 +17,11 @@ import (
 const DefaultEDTTTL = time.Second
 
 // edtPath is the kernel side of the edt backend (package edt on Linux):
-// one delay per initiator address, expiring unless set again.
+// one delay per initiator address and target port, expiring unless set
+// again; split is the port's small-segment split.
 type edtPath interface {
-	Set(addr netip.Addr, dir Direction, delay, ttl time.Duration) error
-	Free(addr netip.Addr) error
+	Set(k edtKey, split int, dir Direction, delay, ttl time.Duration) error
+	Free(k edtKey) error
 	// Verify reads back the qdiscs and the filter, puts back what is
 	// missing and returns it; with force it attaches the filter again
 	// whatever it finds.
@@ -30,12 +31,25 @@ type edtPath interface {
 	Attach() error
 	Detach() error
 	Close() error
+	// Totals are the packets the classifier delayed and passed at
+	// once, for every initiator since the start.
+	Totals() (held, passed uint64, err error)
 }
 
-// edtEntry is what one initiator gets.
+// edtKey is one delay's place: an initiator and the target port of its
+// flows.
+type edtKey struct {
+	addr netip.Addr
+	port uint16
+}
+
+func (k edtKey) String() string { return netip.AddrPortFrom(k.addr, k.port).String() }
+
+// edtEntry is what one initiator gets on one port.
 type edtEntry struct {
 	dir   Direction
 	delay time.Duration
+	split int
 }
 
 // EDT is the kernel-native backend that fails open: a tc/BPF program gives
@@ -45,17 +59,22 @@ type edtEntry struct {
 // daemon killed or stuck end on their own, and fq keeps a flow's packets
 // in order when a delay falls.
 //
-// It matches initiators by address alone, on every port, and IPv4 only
-// (an IPv6 member is refused, the rest applied); its write direction is
-// the pure ACKs and segments up to the default small-segment size.
+// It matches an initiator (IPv4 or IPv6) on each of its groups' ports,
+// and splits each port's segments into write and read direction by the
+// port's small-segment split, as nfqueue does. It arms nobody, and a
+// delay applies at once (no rise limit).
 type EDT struct {
 	path  edtPath
 	ttl   time.Duration
 	log   *slog.Logger
 	ilock *instanceLock
 	mu    sync.Mutex
-	cur   map[netip.Addr]edtEntry
+	cur   map[edtKey]edtEntry
 	done  bool
+	// small and smallDef are the small-segment splits: per port, else
+	// smallDef (Options.SmallSegments, SmallSegment).
+	small    map[uint16]int
+	smallDef int
 	// resync: the next Apply attaches the filter again (Resync).
 	resync bool
 	// fq and the filter are on the device only while someone is
@@ -74,16 +93,16 @@ func newEDT(path edtPath, ttl time.Duration, log *slog.Logger) *EDT {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &EDT{path: path, ttl: ttl, log: log.With("backend", "edt"), cur: map[netip.Addr]edtEntry{}, grace: DefaultIdleGrace}
+	return &EDT{path: path, ttl: ttl, log: log.With("backend", "edt"), cur: map[edtKey]edtEntry{}, grace: DefaultIdleGrace, smallDef: DefaultSmallSegment}
 }
 
 func (b *EDT) Name() string { return "edt" }
 
-// want is each member's entry: the longest delay of its groups and the
-// union of their directions.
-func (b *EDT) want(s State) (map[netip.Addr]edtEntry, *Refused) {
-	w := map[netip.Addr]edtEntry{}
-	var why []string
+// want is each member's entry on each port of its groups: the longest
+// delay of its groups there and the union of their directions. IPv4
+// and IPv6 members alike (an IPv4-mapped one is its IPv4 address).
+func (b *EDT) want(s State) map[edtKey]edtEntry {
+	w := map[edtKey]edtEntry{}
 	for _, g := range sortedGroups(s) {
 		var dir Direction
 		delay := max(g.WriteDelay, g.ReadDelay)
@@ -97,19 +116,14 @@ func (b *EDT) want(s State) (map[netip.Addr]edtEntry, *Refused) {
 			continue
 		}
 		for _, m := range g.Members {
-			m = m.Unmap()
-			if !m.Is4() {
-				why = append(why, fmt.Sprintf("%s in group %s: the edt path is IPv4 only", m, g.Name))
-				continue
+			for _, p := range g.ports() {
+				k := edtKey{m.Unmap(), p}
+				e := w[k]
+				w[k] = edtEntry{dir: e.dir | dir, delay: max(e.delay, delay), split: smallOf(b.small, b.smallDef, p)}
 			}
-			e := w[m]
-			w[m] = edtEntry{dir: e.dir | dir, delay: max(e.delay, delay)}
 		}
 	}
-	if len(why) > 0 {
-		return w, &Refused{Reasons: why}
-	}
-	return w, nil
+	return w
 }
 
 // Apply sets the entries of s (renewing them) and frees the rest. A
@@ -119,7 +133,7 @@ func (b *EDT) Apply(_ context.Context, s State) error {
 	if err := validateShape(s); err != nil {
 		return err
 	}
-	w, refused := b.want(s)
+	w := b.want(s)
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.done {
@@ -138,33 +152,27 @@ func (b *EDT) Apply(_ context.Context, s State) error {
 			b.resync = false
 		}
 	}
-	for _, a := range sortedAddrs(w) {
-		if err := b.path.Set(a, w[a].dir, w[a].delay, b.ttl); err != nil {
+	for _, k := range sortedEDTKeys(w) {
+		if err := b.path.Set(k, w[k].split, w[k].dir, w[k].delay, b.ttl); err != nil {
 			errs = append(errs, err)
 			continue
 		}
-		b.cur[a] = w[a]
+		b.cur[k] = w[k]
 	}
-	for _, a := range sortedAddrs(b.cur) {
-		if _, ok := w[a]; ok {
+	for _, k := range sortedEDTKeys(b.cur) {
+		if _, ok := w[k]; ok {
 			continue
 		}
-		if err := b.path.Free(a); err != nil {
+		if err := b.path.Free(k); err != nil {
 			errs = append(errs, err)
 			continue
 		}
-		delete(b.cur, a)
+		delete(b.cur, k)
 	}
 	if len(b.cur) == 0 {
 		b.idle()
 	}
-	if err := errors.Join(errs...); err != nil {
-		return err
-	}
-	if refused != nil {
-		return refused
-	}
-	return nil
+	return errors.Join(errs...)
 }
 
 // attach puts fq and the filter on the device for a delay, and cancels
@@ -216,8 +224,9 @@ func (b *EDT) Renew(context.Context) error {
 		return nil
 	}
 	var errs []error
-	for _, a := range sortedAddrs(b.cur) {
-		if err := b.path.Set(a, b.cur[a].dir, b.cur[a].delay, b.ttl); err != nil {
+	for _, k := range sortedEDTKeys(b.cur) {
+		e := b.cur[k]
+		if err := b.path.Set(k, e.split, e.dir, e.delay, b.ttl); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -254,8 +263,22 @@ func (b *EDT) Resync() {
 	b.resync = true
 }
 
-// Stats: fq and the program keep no counters of ours.
-func (b *EDT) Stats() Stats { return Stats{} }
+// Stats are the classifier's counters: the packets it gave a departure
+// time (PacketsHeld) and those to a delayed initiator it passed at once
+// (PacketsPassed: another direction, or an entry expired). fq keeps
+// none of ours, so Backlog and the delay errors stay zero.
+func (b *EDT) Stats() Stats {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.done {
+		return Stats{}
+	}
+	held, passed, err := b.path.Totals()
+	if err != nil {
+		b.log.Debug("reading the edt counters", "err", err)
+	}
+	return Stats{PacketsHeld: held, PacketsPassed: passed}
+}
 
 // Close frees every entry and removes the program and fq.
 func (b *EDT) Close() error {
@@ -277,12 +300,27 @@ func (b *EDT) Close() error {
 	return err
 }
 
-// sortedAddrs are m's addresses in order.
+// sortedAddrs are m's addresses in order (the other backends use it).
 func sortedAddrs[V any](m map[netip.Addr]V) []netip.Addr {
 	out := make([]netip.Addr, 0, len(m))
 	for a := range m {
 		out = append(out, a)
 	}
 	slices.SortFunc(out, func(x, y netip.Addr) int { return x.Compare(y) })
+	return out
+}
+
+// sortedEDTKeys are m's keys in order: by address, then port.
+func sortedEDTKeys[V any](m map[edtKey]V) []edtKey {
+	out := make([]edtKey, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.SortFunc(out, func(x, y edtKey) int {
+		if c := x.addr.Compare(y.addr); c != 0 {
+			return c
+		}
+		return int(x.port) - int(y.port)
+	})
 	return out
 }

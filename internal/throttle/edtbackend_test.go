@@ -18,6 +18,8 @@ type fakeEDT struct {
 	// drift is what the next Verify finds missing; verifyErr its error.
 	drift     []Drift
 	verifyErr error
+	// held and passed are what Totals reports.
+	held, passed uint64
 }
 
 func (f *fakeEDT) Verify(force bool) ([]Drift, error) {
@@ -27,17 +29,20 @@ func (f *fakeEDT) Verify(force bool) ([]Drift, error) {
 	return d, f.verifyErr
 }
 
-func (f *fakeEDT) Set(a netip.Addr, dir Direction, delay, ttl time.Duration) error {
+func (f *fakeEDT) Set(a edtKey, split int, dir Direction, delay, ttl time.Duration) error {
 	if f.fail {
 		return errors.New("map full")
 	}
-	f.calls = append(f.calls, fmt.Sprintf("set %s %s %v ttl %v", a, dir, delay, ttl))
+	f.calls = append(f.calls, fmt.Sprintf("set %s %s %v split %d ttl %v", a, dir, delay, split, ttl))
 	return nil
 }
-func (f *fakeEDT) Free(a netip.Addr) error { f.calls = append(f.calls, "free "+a.String()); return nil }
-func (f *fakeEDT) Close() error            { f.closed = true; return nil }
-func (f *fakeEDT) Attach() error           { f.calls = append(f.calls, "attach"); return nil }
-func (f *fakeEDT) Detach() error           { f.calls = append(f.calls, "detach"); return nil }
+func (f *fakeEDT) Free(a edtKey) error { f.calls = append(f.calls, "free "+a.String()); return nil }
+func (f *fakeEDT) Close() error        { f.closed = true; return nil }
+func (f *fakeEDT) Attach() error       { f.calls = append(f.calls, "attach"); return nil }
+func (f *fakeEDT) Detach() error       { f.calls = append(f.calls, "detach"); return nil }
+func (f *fakeEDT) Totals() (uint64, uint64, error) {
+	return f.held, f.passed, nil
+}
 
 func TestEDTBackend(t *testing.T) {
 	ctx := context.Background()
@@ -48,11 +53,10 @@ func TestEDTBackend(t *testing.T) {
 		{Name: "vg0", Members: []netip.Addr{a, v6}, WriteDelay: 5 * time.Millisecond},
 		{Name: "vg1", Members: []netip.Addr{a, c}, ReadDelay: 8 * time.Millisecond},
 	}}
-	var ref *Refused
-	if err := b.Apply(ctx, s); !errors.As(err, &ref) || !strings.Contains(err.Error(), "fd00::5") {
-		t.Fatalf("IPv6 member: %v, want it refused and the rest applied", err)
+	if err := b.Apply(ctx, s); err != nil {
+		t.Fatalf("IPv4 and IPv6 members: %v", err)
 	}
-	want := []string{"set 10.0.0.3 both 8ms ttl 700ms", "set 10.0.0.4 read 8ms ttl 700ms"}
+	want := []string{"set 10.0.0.3:3260 both 8ms split 128 ttl 700ms", "set 10.0.0.4:3260 read 8ms split 128 ttl 700ms", "set [fd00::5]:3260 write 5ms split 128 ttl 700ms"}
 	if strings.Join(k.calls, "; ") != "attach; "+strings.Join(want, "; ") {
 		t.Errorf("calls %q, want %q", k.calls, want)
 	}
@@ -64,8 +68,12 @@ func TestEDTBackend(t *testing.T) {
 	if err := b.Apply(ctx, State{Groups: []Group{{Name: "vg1", Members: []netip.Addr{c}, ReadDelay: time.Millisecond}}}); err != nil {
 		t.Fatal(err)
 	}
-	if got := strings.Join(k.calls, "; "); got != "set 10.0.0.4 read 1ms ttl 700ms; free 10.0.0.3" {
+	if got := strings.Join(k.calls, "; "); got != "set 10.0.0.4:3260 read 1ms split 128 ttl 700ms; free 10.0.0.3:3260; free [fd00::5]:3260" {
 		t.Errorf("lowered and freed: %q", got)
+	}
+	k.held, k.passed = 7, 3
+	if st := b.Stats(); st.PacketsHeld != 7 || st.PacketsPassed != 3 {
+		t.Errorf("stats %+v, want the classifier's 7 held and 3 passed", st)
 	}
 	k.fail = true
 	if err := b.Renew(ctx); err == nil {
@@ -89,8 +97,8 @@ func TestEDTNeedsDev(t *testing.T) {
 	}
 }
 
-// TestCompositeGoesOnPastARefusal: an IPv6 member the delay half refuses
-// does not keep the rate half from being applied.
+// TestCompositeGoesOnPastARefusal: an IPv6 member the delay half (netem)
+// refuses does not keep the rate half from being applied.
 func TestCompositeGoesOnPastARefusal(t *testing.T) {
 	ctx := context.Background()
 	rec := &recorder{}
@@ -98,7 +106,11 @@ func TestCompositeGoesOnPastARefusal(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := &Composite{Delay: newEDT(&fakeEDT{}, 0, nil), Rate: h}
+	d, err := NewNetem(ctx, TCConfig{Dev: "veth-d", Run: &recorder{}, Sets: NewFakeKernel()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &Composite{Delay: d, Rate: h}
 	t.Cleanup(func() { _ = c.Close() })
 	s := State{Groups: []Group{
 		{Name: "vg", Members: []netip.Addr{netip.MustParseAddr("fd00::3")}, WriteDelay: 5 * time.Millisecond},
@@ -179,11 +191,11 @@ func TestEDTVerify(t *testing.T) {
 	if err := b.Apply(ctx, s); err != nil {
 		t.Fatal(err)
 	}
-	if got := strings.Join(k.calls, "; "); got != "verify force=true; set 10.0.0.3 write 5ms ttl 1s" {
+	if got := strings.Join(k.calls, "; "); got != "verify force=true; set 10.0.0.3:3260 write 5ms split 128 ttl 1s" {
 		t.Errorf("apply after Resync: %q, want the filter attached again, then the entries", got)
 	}
 	k.calls = nil
-	if err := b.Apply(ctx, s); err != nil || strings.Join(k.calls, "; ") != "set 10.0.0.3 write 5ms ttl 1s" {
+	if err := b.Apply(ctx, s); err != nil || strings.Join(k.calls, "; ") != "set 10.0.0.3:3260 write 5ms split 128 ttl 1s" {
 		t.Errorf("the apply after: %v %q, want no second re-attach", err, k.calls)
 	}
 	// A re-attach that fails is tried again at the next Apply.
@@ -200,5 +212,59 @@ func TestEDTVerify(t *testing.T) {
 	k.calls = nil
 	if d, err := v.Verify(ctx); d != nil || err != nil || len(k.calls) != 0 {
 		t.Errorf("after Close: %v %v %q", d, err, k.calls)
+	}
+}
+
+// TestEDTBesideHTBRates: with rate_dev, edt delays and an htb on another
+// interface caps read rates, each from the same state (a Composite).
+func TestEDTBesideHTBRates(t *testing.T) {
+	ctx := context.Background()
+	rec := &recorder{}
+	h, err := NewHTB(ctx, TCConfig{Dev: "veth-r", Run: rec, Sets: NewFakeKernel()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := &fakeEDT{}
+	c := &Composite{Delay: newEDT(k, time.Second, nil), Rate: h}
+	t.Cleanup(func() { _ = c.Close() })
+	s := State{Groups: []Group{
+		{Name: "vg", Members: []netip.Addr{netip.MustParseAddr("10.0.0.3")}, WriteDelay: 5 * time.Millisecond},
+		{Name: "manual-10.0.0.4", Members: []netip.Addr{netip.MustParseAddr("10.0.0.4")}, ReadRate: 1e6},
+	}}
+	if err := c.Apply(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(k.calls, "; "); got != "attach; set 10.0.0.3:3260 write 5ms split 128 ttl 1s" {
+		t.Errorf("edt calls %q, want the delay of 10.0.0.3 only", got)
+	}
+	if !strings.Contains(rec.b.String(), "-d 10.0.0.4/32") {
+		t.Errorf("the read rate of 10.0.0.4 was not applied:\n%s", rec.b.String())
+	}
+}
+
+// TestEDTPortsAndSplits: each member gets an entry on each port of its
+// groups (3260 when none is set), with the port's small-segment split:
+// the configured one, else the backend's default; a port that leaves
+// its group is freed.
+func TestEDTPortsAndSplits(t *testing.T) {
+	ctx := context.Background()
+	k := &fakeEDT{}
+	b := newEDT(k, time.Second, nil)
+	b.small, b.smallDef = map[uint16]int{2049: 256}, 100
+	a := netip.MustParseAddr("10.0.0.3")
+	s := State{Groups: []Group{{Name: "vg", Members: []netip.Addr{a}, Ports: []uint16{2049, 3260}, WriteDelay: 5 * time.Millisecond}}}
+	if err := b.Apply(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := strings.Join(k.calls, "; "), "attach; set 10.0.0.3:2049 write 5ms split 256 ttl 1s; set 10.0.0.3:3260 write 5ms split 100 ttl 1s"; got != want {
+		t.Errorf("calls %q, want %q", got, want)
+	}
+	k.calls = nil
+	s.Groups[0].Ports = []uint16{2049}
+	if err := b.Apply(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := strings.Join(k.calls, "; "), "set 10.0.0.3:2049 write 5ms split 256 ttl 1s; free 10.0.0.3:3260"; got != want {
+		t.Errorf("calls %q, want %q", got, want)
 	}
 }

@@ -134,10 +134,10 @@ func TestEDTIdle(t *testing.T) {
 	if err := b.Apply(ctx, busy); err != nil {
 		t.Fatal(err)
 	}
-	if got := calls(); got != "attach; set 10.0.0.2 write 5ms ttl 1s" {
+	if got := calls(); got != "attach; set 10.0.0.2:3260 write 5ms split 128 ttl 1s" {
 		t.Errorf("first delay: %q, want attach then set", got)
 	}
-	if err := b.Apply(ctx, idle); err != nil || calls() != "free 10.0.0.2" {
+	if err := b.Apply(ctx, idle); err != nil || calls() != "free 10.0.0.2:3260" {
 		t.Fatalf("idle again: %v", err)
 	}
 	if !waitLocked(t, lock, func() bool { return !b.attached && strings.Join(k.calls, "; ") == "detach" }) {

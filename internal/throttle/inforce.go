@@ -10,7 +10,7 @@ import (
 // member of an active group its group's delay (the larger direction's),
 // a consumer the group arms its ArmedDelay, from its first write. It is
 // what b programs of s, not what was asked: the IPv4-only backends
-// (netem, htb, edt) leave IPv6 consumers out, nfqueue leaves them out when
+// (netem, htb) leave IPv6 consumers out, nfqueue leaves them out when
 // ip6tables is missing, only nfqueue arms, and dry-run holds nobody. So
 // a consumer the engine holds at one delay and the data path at another,
 // or not at all, shows as such (issue 33). The nfqueue backend's ramp
@@ -21,8 +21,10 @@ func InForce(b Backend, s State) map[netip.Addr]time.Duration {
 		return InForce(b.Delay, s)
 	case *Nfqueue:
 		s, _ = split(s, b.rec6 != nil)
-	case *Netem, *HTB, *EDT:
+	case *Netem, *HTB:
 		s, _ = Split(s)
+	case *EDT:
+		s = withoutArming(s)
 	case *DryRun:
 		return map[netip.Addr]time.Duration{}
 	}

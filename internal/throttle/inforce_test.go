@@ -8,7 +8,7 @@ import (
 )
 
 // What each backend holds of a state: the engine's delay, unless the
-// backend leaves the consumer out (IPv6 on the IPv4-only ones), does not
+// backend leaves the consumer out (IPv6 on netem and htb), does not
 // arm, or holds nobody at all.
 func TestInForce(t *testing.T) {
 	v4, v6, armed := netip.MustParseAddr("10.0.0.3"), netip.MustParseAddr("fd00::3"), netip.MustParseAddr("10.0.0.4")
@@ -29,7 +29,7 @@ func TestInForce(t *testing.T) {
 		{"netem", &Netem{}, map[netip.Addr]time.Duration{v4: 200 * time.Millisecond}},
 		{"htb", &HTB{}, map[netip.Addr]time.Duration{v4: 200 * time.Millisecond}},
 		{"netem with htb rates", &Composite{Delay: &Netem{}}, map[netip.Addr]time.Duration{v4: 200 * time.Millisecond}},
-		{"edt", &EDT{}, map[netip.Addr]time.Duration{v4: 200 * time.Millisecond}},
+		{"edt (IPv6 too, no arming)", &EDT{}, map[netip.Addr]time.Duration{v4: 200 * time.Millisecond, v6: 200 * time.Millisecond}},
 		{"dry-run", &DryRun{}, map[netip.Addr]time.Duration{}},
 	}
 	for _, tt := range tests {

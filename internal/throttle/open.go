@@ -67,6 +67,8 @@ func open(ctx context.Context, o Options) (Backend, error) {
 		return openEDT(ctx, o)
 	case "dry-run":
 		return NewDryRun(o.Logger), nil
+	case Auto:
+		return nil, errors.New("backend auto: resolve it with ChooseBackend before opening it")
 	}
-	return nil, fmt.Errorf("unknown backend %q: choose one of nfqueue (default), netem, htb, edt, dry-run", o.Backend)
+	return nil, fmt.Errorf("unknown backend %q: choose one of nfqueue (default), netem, htb, edt, dry-run, auto", o.Backend)
 }

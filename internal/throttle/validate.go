@@ -18,8 +18,8 @@ func (o Options) Validate() error {
 	bad := func(field, name string, v any, want string) {
 		errs = append(errs, fielderr.New("throttle.Options."+field, name, v, want))
 	}
-	if o.Backend != "" && !slices.Contains(Backends, o.Backend) {
-		bad("Backend", "backend", strconv.Quote(o.Backend), "must be one of "+quoted(Backends))
+	if o.Backend != "" && o.Backend != Auto && !slices.Contains(Backends, o.Backend) {
+		bad("Backend", "backend", strconv.Quote(o.Backend), "must be one of "+quoted(append(slices.Clone(Backends), Auto)))
 	}
 	for _, d := range []struct{ field, name, v string }{{"Dev", "dev", o.Dev}, {"RateDev", "rate dev", o.RateDev}} {
 		if d.v != "" && !ValidIfName(d.v) {

@@ -4,17 +4,23 @@
 // program on the target's egress gives each throttled initiator's packets
 // a departure time (Earliest Departure Time, skb->tstamp) of now + delay,
 // and the fq qdisc holds each packet until then. It is the technique of
-// Cilium's bandwidth manager, used here for delay instead of rate.
+// Cilium's bandwidth manager, used here for delay instead of rate. The
+// program is C (bpf/edt.bpf.c), compiled by `make bpf` into edt.bpf.o,
+// which is committed and embedded: sanqos needs no compiler at run time.
 //
-// The daemon writes one map entry per throttled initiator address:
-// the delay, which packets it applies to (an IP total-length range: small
-// segments and pure ACKs for writers, data for readers) and an expiry on
-// CLOCK_MONOTONIC. The program ignores an expired entry, so when the
+// The daemon writes one map entry per throttled initiator (IPv4 or IPv6;
+// the key is its 16-byte address, IPv4 as ::ffff:a.b.c.d) and target
+// port: the delay, the directions it applies to (by the port's
+// small-segment split of the TCP payload, as nfqueue's: small segments
+// and pure ACKs clock writes, longer ones carry reads) and an expiry on
+// CLOCK_MONOTONIC. Segments from other ports, and other protocols, pass. The program ignores an expired entry, so when the
 // daemon dies (kill -9, OOM, a hang) it stops renewing them and every
 // delay is gone one TTL later: the data path fails open on its own, with
 // nothing to run at exit. fq and the program stay; they pass unthrottled
 // traffic unchanged, and 'sanqos run --cleanup-only' in the unit's
-// ExecStopPost (or the next start) removes them.
+// ExecStopPost (or the next start) removes them. Per entry and CPU the
+// program counts the segments it delayed and those it passed at once
+// (Counters).
 //
 // Order: fq keeps a flow's packets in departure-time order, so a packet
 // given an earlier time than one before it would overtake it when the
@@ -28,14 +34,13 @@
 package edt
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"net/netip"
+	"sync"
 	"time"
 
 	"github.com/cilium/ebpf"
-	"github.com/cilium/ebpf/asm"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
@@ -44,90 +49,31 @@ import (
 // FilterName names our tc filter, so a cleanup finds it.
 const FilterName = "sanqos-edt"
 
-// Map value layout: five little-endian u64s.
-const (
-	offDelay   = 0  // ns added to now
-	offExpires = 8  // CLOCK_MONOTONIC ns after which the entry is ignored
-	offLast    = 16 // last departure time given, for order
-	offMinLen  = 24 // IP total length range the delay applies to
-	offMaxLen  = 32
-	valueSize  = 40
-)
-
-// skbTstamp is the offset of tstamp in struct __sk_buff.
-const skbTstamp = 152
-
-// program returns the classifier. Registers: r6 skb, r7 map value, r8 now,
-// r9 departure time.
-func program(mapFD int) asm.Instructions {
-	return asm.Instructions{
-		asm.Mov.Reg(asm.R6, asm.R1),
-		// IPv4 only: skb->protocol is htons(ETH_P_IP).
-		asm.LoadMem(asm.R0, asm.R6, 16, asm.Word),
-		asm.JNE.Imm(asm.R0, 0x0008, "pass"),
-		// Copy the 20-byte IPv4 header (after Ethernet) to fp-24.
-		asm.Mov.Reg(asm.R1, asm.R6),
-		asm.Mov.Imm(asm.R2, 14),
-		asm.Mov.Reg(asm.R3, asm.R10),
-		asm.Add.Imm(asm.R3, -24),
-		asm.Mov.Imm(asm.R4, 20),
-		asm.FnSkbLoadBytes.Call(),
-		asm.JNE.Imm(asm.R0, 0, "pass"),
-		// Look the destination address (header offset 16) up.
-		asm.LoadMapPtr(asm.R1, mapFD),
-		asm.Mov.Reg(asm.R2, asm.R10),
-		asm.Add.Imm(asm.R2, -8),
-		asm.FnMapLookupElem.Call(),
-		asm.JEq.Imm(asm.R0, 0, "pass"),
-		asm.Mov.Reg(asm.R7, asm.R0),
-		// Only packets whose total length is in the entry's range.
-		asm.LoadMem(asm.R0, asm.R10, -22, asm.Half),
-		asm.HostTo(asm.BE, asm.R0, asm.Half),
-		asm.LoadMem(asm.R1, asm.R7, offMinLen, asm.DWord),
-		asm.JLT.Reg(asm.R0, asm.R1, "pass"),
-		asm.LoadMem(asm.R1, asm.R7, offMaxLen, asm.DWord),
-		asm.JGT.Reg(asm.R0, asm.R1, "pass"),
-		asm.FnKtimeGetNs.Call(),
-		asm.Mov.Reg(asm.R8, asm.R0),
-		// Fail open: an entry the daemon stopped renewing is ignored.
-		asm.LoadMem(asm.R1, asm.R7, offExpires, asm.DWord),
-		asm.JLT.Reg(asm.R1, asm.R8, "pass"),
-		asm.LoadMem(asm.R9, asm.R7, offDelay, asm.DWord),
-		asm.Add.Reg(asm.R9, asm.R8),
-		// Keep order: never before the last departure time given.
-		asm.LoadMem(asm.R1, asm.R7, offLast, asm.DWord),
-		asm.JGE.Reg(asm.R9, asm.R1, "store"),
-		asm.Mov.Reg(asm.R9, asm.R1),
-		asm.StoreMem(asm.R7, offLast, asm.R9, asm.DWord).WithSymbol("store"),
-		asm.StoreMem(asm.R6, skbTstamp, asm.R9, asm.DWord),
-		asm.Mov.Imm(asm.R0, 0).WithSymbol("pass"), // TC_ACT_OK
-		asm.Return(),
-	}
-}
-
 // EDT is the delay path on one interface of one network namespace.
 type EDT struct {
 	h      *netlink.Handle
 	dev    string
 	link   netlink.Link
-	m      *ebpf.Map
+	m      *ebpf.Map // address -> delay entry
+	cnt    *ebpf.Map // address -> per-CPU counters
 	prog   *ebpf.Program
 	progID ebpf.ProgramID // the kernel's id of prog, as a filter dump names it
+	// freed sums the counters of the entries Free removed, so that
+	// Totals only grows.
+	mu    sync.Mutex
+	freed Counters
 }
 
-// Direction selects packets by IP total length: Write holds pure ACKs and
-// small segments (R2T, SCSI response), Read holds data segments.
+// Direction selects segments by their TCP payload against the port's
+// small-segment split: Write holds pure ACKs and small segments (R2T,
+// SCSI response), Read holds data segments.
 type Direction int
 
 const (
 	Write Direction = iota
 	Read
-	Both // every packet
+	Both // every segment
 )
-
-// smallMax is the largest IP total length that counts as a small segment:
-// sanqos's default small-segment payload (128) plus IP and TCP headers.
-const smallMax = 128 + 100
 
 // New loads the classifier and its map for dev, in the network namespace
 // at nsPath ("" for the current one), after removing what an earlier run
@@ -149,14 +95,11 @@ func New(nsPath, dev string) (_ *EDT, err error) {
 		return nil, fmt.Errorf("edt: interface %s: %w", dev, err)
 	}
 	cleanup(h, e.link)
-	e.m, err = ebpf.NewMap(&ebpf.MapSpec{Name: "sanqos_edt", Type: ebpf.Hash, KeySize: 4, ValueSize: valueSize, MaxEntries: 4096})
+	o, err := load()
 	if err != nil {
-		return nil, fmt.Errorf("edt: creating the delay map: %w", err)
+		return nil, err
 	}
-	e.prog, err = ebpf.NewProgram(&ebpf.ProgramSpec{Name: "sanqos_edt", Type: ebpf.SchedCLS, License: "GPL", Instructions: program(e.m.FD())})
-	if err != nil {
-		return nil, fmt.Errorf("edt: loading the classifier: %w", err)
-	}
+	e.m, e.cnt, e.prog = o.m, o.cnt, o.prog
 	if info, err := e.prog.Info(); err == nil {
 		e.progID, _ = info.ID()
 	}
@@ -245,41 +188,30 @@ func monotonic() uint64 {
 	return uint64(ts.Nano())
 }
 
-// Set delays the packets to addr of direction dir by delay until ttl from
-// now; the daemon renews it every tick, so ttl bounds how long a delay
-// outlives a dead daemon.
-func (e *EDT) Set(addr netip.Addr, dir Direction, delay, ttl time.Duration) error {
-	if !addr.Is4() {
-		return fmt.Errorf("edt: %s: only IPv4 initiators", addr)
-	}
-	key := addr.As4()
-	v := make([]byte, valueSize)
-	if old, err := e.m.LookupBytes(key[:]); err == nil && old != nil {
-		copy(v, old) // keep last: order across the change
-	}
-	binary.LittleEndian.PutUint64(v[offDelay:], uint64(delay.Nanoseconds()))
-	binary.LittleEndian.PutUint64(v[offExpires:], monotonic()+uint64(ttl.Nanoseconds()))
-	lo, hi := uint64(0), uint64(smallMax)
-	switch dir {
-	case Read:
-		lo, hi = smallMax+1, 65535
-	case Both:
-		hi = 65535
-	}
-	binary.LittleEndian.PutUint64(v[offMinLen:], lo)
-	binary.LittleEndian.PutUint64(v[offMaxLen:], hi)
-	if err := e.m.Put(key[:], v); err != nil {
-		return fmt.Errorf("edt: setting the delay of %s: %w", addr, err)
-	}
-	return nil
+// Set delays the TCP segments from the target's port to addr in
+// direction dir by delay until ttl from now: Write those whose payload
+// is at most split bytes, Read the longer ones. The daemon renews it
+// every tick, so ttl bounds how long a delay outlives a dead daemon.
+func (e *EDT) Set(addr netip.Addr, port uint16, split int, dir Direction, delay, ttl time.Duration) error {
+	return set(e.m, e.cnt, Key{addr, port}, split, dir, delay, ttl)
 }
 
-// Free removes addr's delay; its queued packets still leave in order.
-func (e *EDT) Free(addr netip.Addr) error {
-	key := addr.As4()
-	if err := e.m.Delete(key[:]); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-		return fmt.Errorf("edt: freeing %s: %w", addr, err)
+// Free removes the delay of addr's flows from port; its queued packets
+// still leave in order. Its counters go into the totals.
+func (e *EDT) Free(addr netip.Addr, port uint16) error {
+	key := Key{addr, port}.bytes()
+	if err := e.m.Delete(key); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		return fmt.Errorf("edt: freeing %s port %d: %w", addr, port, err)
 	}
+	c, err := counters(e.cnt, key)
+	if err != nil {
+		return nil // none yet, or unreadable: the entry is gone anyway
+	}
+	e.mu.Lock()
+	e.freed.Delayed += c.Delayed
+	e.freed.Passed += c.Passed
+	e.mu.Unlock()
+	e.cnt.Delete(key)
 	return nil
 }
 
@@ -294,6 +226,9 @@ func (e *EDT) Close() error {
 	}
 	if e.m != nil {
 		e.m.Close()
+	}
+	if e.cnt != nil {
+		e.cnt.Close()
 	}
 	if e.h != nil {
 		e.h.Close()

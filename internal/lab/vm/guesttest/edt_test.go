@@ -14,12 +14,16 @@ import (
 
 	"github.com/sanqos/sanqos/internal/lab/vm"
 	"github.com/sanqos/sanqos/internal/lab/vm/kstack"
+	sanqosthrottle "github.com/sanqos/sanqos/internal/throttle"
 	"github.com/sanqos/sanqos/internal/throttle/edt"
 )
 
 const (
 	edtHelperEnv = "SANQOS_EDT_HELPER" // "IP DELAY": run as the delay-holding process
 	edtTTL       = 300 * time.Millisecond
+	// iscsiSplit is iSCSI's small-segment split (the daemon's default),
+	// in TCP payload bytes.
+	iscsiSplit = sanqosthrottle.DefaultSmallSegment
 )
 
 // TestEDTHelper is not a test: TestEDTBackend runs the test binary with
@@ -47,7 +51,7 @@ func TestEDTHelper(t *testing.T) {
 	}
 	os.Stdout.WriteString("edt-helper ready\n")
 	for {
-		if err := e.Set(addr, edt.Write, d, edtTTL); err != nil {
+		if err := e.Set(addr, kstack.Port, iscsiSplit, edt.Write, d, edtTTL); err != nil {
 			t.Fatal(err)
 		}
 		time.Sleep(100 * time.Millisecond)
@@ -78,7 +82,7 @@ func TestEDTBackend(t *testing.T) {
 	var w []ioStats
 	for _, d := range []time.Duration{0, 5 * time.Millisecond, 20 * time.Millisecond} {
 		if d > 0 {
-			if err := e.Set(addr, edt.Write, d, time.Hour); err != nil {
+			if err := e.Set(addr, kstack.Port, iscsiSplit, edt.Write, d, time.Hour); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -86,11 +90,11 @@ func TestEDTBackend(t *testing.T) {
 		w = append(w, timedIO(t, disk, true))
 	}
 	// Lower the delay under load: order must hold.
-	if err := e.Set(addr, edt.Write, time.Millisecond, time.Hour); err != nil {
+	if err := e.Set(addr, kstack.Port, iscsiSplit, edt.Write, time.Millisecond, time.Hour); err != nil {
 		t.Fatal(err)
 	}
 	timedIO(t, disk, true)
-	if err := e.Free(addr); err != nil {
+	if err := e.Free(addr, kstack.Port); err != nil {
 		t.Fatal(err)
 	}
 	timedIO(t, disk, true)
@@ -116,12 +120,12 @@ func TestEDTBackend(t *testing.T) {
 	}
 	// Reads: data segments only.
 	r0 := timedIO(t, disk, false)
-	if err := e.Set(addr, edt.Read, 20*time.Millisecond, time.Hour); err != nil {
+	if err := e.Set(addr, kstack.Port, iscsiSplit, edt.Read, 20*time.Millisecond, time.Hour); err != nil {
 		t.Fatal(err)
 	}
 	timedIO(t, disk, false)
 	r20 := timedIO(t, disk, false)
-	e.Free(addr)
+	e.Free(addr, kstack.Port)
 	t.Logf("edt: 64 KiB reads (guest clock): free %v; 20ms %v", r0, r20)
 	if r20.Min < 20*time.Millisecond {
 		t.Errorf("a read was faster than its 20 ms delay: minimum %v", r20.Min)

@@ -1,0 +1,253 @@
+//go:build linux
+
+package edt
+
+import (
+	"encoding/binary"
+	"errors"
+	"net/netip"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/cilium/ebpf"
+)
+
+// loadC loads the embedded C classifier, or skips where BPF cannot load
+// at all; a verifier refusal fails.
+func loadC(t *testing.T) objects {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("loading BPF needs root")
+	}
+	o, err := load()
+	if err != nil {
+		if errors.Is(err, os.ErrPermission) {
+			t.Skipf("this kernel refuses BPF: %v", err)
+		}
+		t.Fatal(err)
+	}
+	t.Cleanup(o.close)
+	return o
+}
+
+// packet is an Ethernet frame of a TCP segment from the target's port
+// sport to dst (IPv4 or IPv6 by dst) with payload bytes of data.
+func packet(dst netip.Addr, sport uint16, payload int) []byte {
+	var p, tcp []byte
+	if dst.Is4() {
+		p = make([]byte, 14+20+20+payload)
+		binary.BigEndian.PutUint16(p[12:], 0x0800)
+		ip := p[14:]
+		ip[0], ip[8], ip[9] = 0x45, 64, 6
+		binary.BigEndian.PutUint16(ip[2:], uint16(20+20+payload))
+		a := dst.As4()
+		copy(ip[16:], a[:])
+		tcp = ip[20:]
+	} else {
+		p = make([]byte, 14+40+20+payload)
+		binary.BigEndian.PutUint16(p[12:], 0x86dd)
+		ip := p[14:]
+		ip[0], ip[6], ip[7] = 0x60, 6, 64
+		binary.BigEndian.PutUint16(ip[4:], uint16(20+payload))
+		a := dst.As16()
+		copy(ip[24:], a[:])
+		tcp = ip[40:]
+	}
+	binary.BigEndian.PutUint16(tcp[0:], sport)
+	binary.BigEndian.PutUint16(tcp[2:], 40000)
+	tcp[12], tcp[13] = 5<<4, 0x10 // 20-byte header, ACK
+	return p
+}
+
+// skbSize is struct __sk_buff's size on recent kernels; tstamp is at
+// skbTstamp (UAPI).
+const (
+	skbSize   = 192
+	skbTstamp = 152
+)
+
+// classify runs the classifier once on pkt (BPF_PROG_TEST_RUN) and
+// returns the departure time it gave (0: none) and the clock around it.
+func classify(t *testing.T, prog *ebpf.Program, pkt []byte) (ts, before, after uint64) {
+	t.Helper()
+	in, out := make([]byte, skbSize), make([]byte, skbSize)
+	before = monotonic()
+	ret, err := prog.Run(&ebpf.RunOptions{Data: pkt, Context: in, ContextOut: out})
+	after = monotonic()
+	if err != nil {
+		t.Skipf("this kernel cannot test-run a classifier with a context: %v", err)
+	}
+	if ret != 0 {
+		t.Errorf("verdict %d, want TC_ACT_OK (0): the classifier must pass every packet", ret)
+	}
+	return binary.LittleEndian.Uint64(out[skbTstamp:]), before, after
+}
+
+// TestClassifierInKernel runs the C classifier in this kernel (no fq
+// needed: BPF_PROG_TEST_RUN returns the departure time it wrote) on
+// IPv4 and IPv6 segments: a throttled initiator's segments from its
+// port in its direction (by the port's small-segment split) get now +
+// delay and are counted delayed, its others from that port pass and are
+// counted passed, its segments from another port and other addresses
+// are not touched, a lowered delay never gives an earlier time than the
+// last, and an expired entry passes everything.
+func TestClassifierInKernel(t *testing.T) {
+	o := loadC(t)
+	e := &EDT{m: o.m, cnt: o.cnt}
+	ms := uint64(time.Millisecond)
+	for _, c := range []struct {
+		name string
+		addr netip.Addr
+	}{{"IPv4", netip.MustParseAddr("192.0.2.7")}, {"IPv6", netip.MustParseAddr("2001:db8::7")}} {
+		t.Run(c.name, func(t *testing.T) {
+			k := Key{c.addr, 3260}
+			if err := e.Set(c.addr, 3260, 128, Write, 5*time.Millisecond, time.Hour); err != nil {
+				t.Fatal(err)
+			}
+			for _, n := range []int{0, 48, 128} { // pure ACK, R2T, the split
+				ts, before, after := classify(t, o.prog, packet(c.addr, 3260, n))
+				if ts < before+5*ms || ts > after+5*ms {
+					t.Errorf("a %d-byte segment left at %d, want now + 5 ms in [%d, %d]", n, ts, before+5*ms, after+5*ms)
+				}
+			}
+			if ts, _, _ := classify(t, o.prog, packet(c.addr, 3260, 129)); ts != 0 {
+				t.Errorf("a 129-byte segment got departure time %d in the write direction of a 128-byte split, want none", ts)
+			}
+			if ts, _, _ := classify(t, o.prog, packet(c.addr, 22, 0)); ts != 0 {
+				t.Errorf("a segment from port 22 got departure time %d, want none (not a throttled port)", ts)
+			}
+			got, err := e.Counters()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got[k] != (Counters{Delayed: 3, Passed: 1}) || len(got) != 1 {
+				t.Errorf("counters %+v, want 3 delayed and 1 passed on port 3260 only", got)
+			}
+
+			// Read: data held, ACKs passed.
+			if err := e.Set(c.addr, 3260, 128, Read, 20*time.Millisecond, time.Hour); err != nil {
+				t.Fatal(err)
+			}
+			ts20, before, after := classify(t, o.prog, packet(c.addr, 3260, 1448))
+			if ts20 < before+20*ms || ts20 > after+20*ms {
+				t.Errorf("a data segment left at %d, want now + 20 ms in [%d, %d]", ts20, before+20*ms, after+20*ms)
+			}
+			if ts, _, _ := classify(t, o.prog, packet(c.addr, 3260, 0)); ts != 0 {
+				t.Errorf("a pure ACK got departure time %d in the read direction, want none", ts)
+			}
+			// Lowered to 1 ms: no earlier than the last (order).
+			if err := e.Set(c.addr, 3260, 128, Both, time.Millisecond, time.Hour); err != nil {
+				t.Fatal(err)
+			}
+			if ts, _, _ := classify(t, o.prog, packet(c.addr, 3260, 1448)); ts < ts20 {
+				t.Errorf("after lowering the delay a segment left at %d, before the last one's %d: reordered", ts, ts20)
+			}
+			// Expired: passed, as after a daemon's death.
+			if err := e.Set(c.addr, 3260, 128, Both, 20*time.Millisecond, time.Microsecond); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(2 * time.Millisecond)
+			if ts, _, _ := classify(t, o.prog, packet(c.addr, 3260, 1448)); ts != 0 {
+				t.Errorf("an expired entry still gave departure time %d", ts)
+			}
+			got, _ = e.Counters()
+			if want := (Counters{Delayed: 5, Passed: 3}); got[k] != want {
+				t.Errorf("counters %+v, want %+v", got[k], want)
+			}
+			if err := e.Free(c.addr, 3260); err != nil {
+				t.Fatal(err)
+			}
+			if ts, _, _ := classify(t, o.prog, packet(c.addr, 3260, 0)); ts != 0 {
+				t.Errorf("a freed initiator's segment got departure time %d", ts)
+			}
+		})
+	}
+	// Another address: untouched and not counted.
+	if ts, _, _ := classify(t, o.prog, packet(netip.MustParseAddr("192.0.2.8"), 3260, 0)); ts != 0 {
+		t.Errorf("an address without an entry got departure time %d", ts)
+	}
+	tot, err := e.Totals()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (Counters{Delayed: 10, Passed: 6}); tot != want {
+		t.Errorf("totals %+v after freeing both, want %+v (freed entries' counts kept)", tot, want)
+	}
+	if per, _ := e.Counters(); len(per) != 0 {
+		t.Errorf("counters left after Free: %v", per)
+	}
+}
+
+// TestClassifierPortSplits: each port has its own split and its own
+// entry (NFS's 256 bytes beside iSCSI's 128), as nfqueue's per-port
+// split; a UDP datagram to the initiator is never touched.
+func TestClassifierPortSplits(t *testing.T) {
+	o := loadC(t)
+	e := &EDT{m: o.m, cnt: o.cnt}
+	a := netip.MustParseAddr("192.0.2.10")
+	if err := e.Set(a, 3260, 128, Write, 5*time.Millisecond, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Set(a, 2049, 256, Write, 9*time.Millisecond, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	ms := uint64(time.Millisecond)
+	if ts, before, _ := classify(t, o.prog, packet(a, 2049, 200)); ts < before+9*ms {
+		t.Errorf("a 200-byte NFS reply left at %d, want its port's 9 ms (after %d): under NFS's 256-byte split it clocks writes", ts, before+9*ms)
+	}
+	if ts, _, _ := classify(t, o.prog, packet(a, 3260, 200)); ts != 0 {
+		t.Errorf("a 200-byte iSCSI segment got departure time %d: over iSCSI's 128-byte split it is read data", ts)
+	}
+	udp := packet(a, 2049, 0)
+	udp[14+9] = 17
+	if ts, _, _ := classify(t, o.prog, udp); ts != 0 {
+		t.Errorf("a UDP datagram got departure time %d", ts)
+	}
+}
+
+// TestClassifierMappedKey: an IPv4 address given IPv4-mapped is the same
+// initiator as its 4-byte form.
+func TestClassifierMappedKey(t *testing.T) {
+	o := loadC(t)
+	e := &EDT{m: o.m, cnt: o.cnt}
+	if err := e.Set(netip.MustParseAddr("::ffff:192.0.2.9"), 3260, 128, Write, 5*time.Millisecond, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if ts, before, _ := classify(t, o.prog, packet(netip.MustParseAddr("192.0.2.9"), 3260, 0)); ts < before+uint64(5*time.Millisecond) {
+		t.Errorf("the IPv4 segment to a mapped entry left at %d, want after %d", ts, before+uint64(5*time.Millisecond))
+	}
+}
+
+// BenchmarkClassifier times the classifier per packet in this kernel
+// (BPF_PROG_TEST_RUN's own clock, which includes building the skb): a
+// delayed segment of a throttled initiator, and one to an address
+// without an entry (every other packet of the host while someone is
+// throttled).
+func BenchmarkClassifier(b *testing.B) {
+	if os.Geteuid() != 0 {
+		b.Skip("loading BPF needs root")
+	}
+	o, err := load()
+	if err != nil {
+		b.Skip(err)
+	}
+	defer o.close()
+	e := &EDT{m: o.m, cnt: o.cnt}
+	a := netip.MustParseAddr("192.0.2.7")
+	if err := e.Set(a, 3260, 128, Write, time.Millisecond, time.Hour); err != nil {
+		b.Fatal(err)
+	}
+	for _, c := range []struct {
+		name string
+		pkt  []byte
+	}{{"delayed", packet(a, 3260, 0)}, {"other", packet(netip.MustParseAddr("192.0.2.8"), 3260, 0)}} {
+		b.Run(c.name, func(b *testing.B) {
+			_, per, err := o.prog.Benchmark(c.pkt, b.N, nil)
+			if err != nil {
+				b.Skip(err)
+			}
+			b.ReportMetric(float64(per.Nanoseconds()), "ns/pkt")
+		})
+	}
+}
