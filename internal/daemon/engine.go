@@ -92,7 +92,7 @@ func (a *engineAdapter) Step(now time.Time, snap []diskstats.Stat) Decision {
 	}
 	for i, r := range d.Resources {
 		out.Resources[i] = status.Resource{
-			Name: r.Name, SignalMs: r.SignalMs, RawMs: r.RawMs, ThresholdMs: r.ThresholdMs, TargetMs: r.TargetMs,
+			Name: r.Name, SignalMs: r.SignalMs, RawMs: r.RawMs, ThresholdMs: r.ThresholdMs, ThresholdBy: r.ThresholdBy, Conflict: r.Conflict, TargetMs: r.TargetMs,
 			DelayMs: r.DelayMs, ControlMs: r.ControlMs, UMaxMs: r.UMaxMs, UMaxLimitMs: r.UMaxLimitMs, Saturated: r.Saturated,
 			Futile: r.Futile, Probing: r.Probing, GainMsPerMs: r.GainMsPerMs,
 			Held: r.Held, PendingMs: r.PendingMs, Reads: r.Reads, Direction: r.Direction.String(), Members: a.addrNames(r.Members),
