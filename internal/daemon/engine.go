@@ -1,7 +1,9 @@
 package daemon
 
 import (
+	"maps"
 	"net/netip"
+	"slices"
 	"time"
 
 	"github.com/sanqos/sanqos/internal/direction"
@@ -88,7 +90,7 @@ func (a *engineAdapter) Step(now time.Time, snap []diskstats.Stat) Decision {
 	out := Decision{
 		Resources: make([]status.Resource, len(d.Resources)),
 		Consumers: make([]status.Consumer, len(d.Consumers)),
-		State:     throttleState(d.Throttles(), a.ports),
+		State:     withReadCaps(throttleState(d.Throttles(), a.ports), d.Consumers, a.ports),
 	}
 	for i, r := range d.Resources {
 		out.Resources[i] = status.Resource{
@@ -165,3 +167,28 @@ func ownGroup(t engine.Throttle, o engine.OwnDelay, ports []uint16) throttle.Gro
 	}
 	return g
 }
+
+// withReadCaps adds a group per consumer whose tenant terms cap its reads
+// (read_cap, with rate_dev): the rate backend's HTB class for it, beside
+// whatever delay it is held at. A consumer on several resources is capped
+// once, at the lowest of its caps. A manual throttle of the same address
+// replaces it (mergeOverrides).
+func withReadCaps(s throttle.State, cons []engine.ConsumerRates, ports []uint16) throttle.State {
+	caps := map[netip.Addr]uint64{}
+	for _, c := range cons {
+		r := uint64(c.Terms.ReadCapBps)
+		if r == 0 {
+			continue
+		}
+		if old, ok := caps[c.Addr]; !ok || r < old {
+			caps[c.Addr] = r
+		}
+	}
+	for _, a := range slices.SortedFunc(maps.Keys(caps), netip.Addr.Compare) {
+		s.Groups = append(s.Groups, throttle.Group{Name: ReadCapGroup(a), Members: []netip.Addr{a}, Ports: ports, ReadRate: caps[a]})
+	}
+	return s
+}
+
+// ReadCapGroup names the group of a consumer's tenant read cap.
+func ReadCapGroup(a netip.Addr) string { return "readcap-" + a.String() }

@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"net/netip"
+	"reflect"
 	"slices"
 	"strconv"
 	"testing"
@@ -12,6 +13,7 @@ import (
 	"github.com/sanqos/sanqos/internal/direction"
 	"github.com/sanqos/sanqos/internal/diskstats"
 	"github.com/sanqos/sanqos/internal/engine"
+	"github.com/sanqos/sanqos/internal/tenant"
 	"github.com/sanqos/sanqos/internal/throttle"
 	"github.com/sanqos/sanqos/internal/topology"
 )
@@ -253,4 +255,29 @@ func openLoopConfig() engine.Config {
 	cfg := engine.DefaultConfig()
 	cfg.RulesOff = []string{"gain"}
 	return cfg
+}
+
+// A consumer's tenant read cap becomes a rate group of its own beside the
+// delay it is held at; on two resources it is capped once, at the lower.
+func TestWithReadCaps(t *testing.T) {
+	a, b := netip.MustParseAddr("10.0.0.5"), netip.MustParseAddr("10.0.0.3")
+	cons := []engine.ConsumerRates{
+		{Resource: "r1", Addr: a, Terms: tenant.Terms{ReadCapBps: 8e6}},
+		{Resource: "r2", Addr: a, Terms: tenant.Terms{ReadCapBps: 5e6}},
+		{Resource: "r1", Addr: b, Terms: tenant.Terms{ReadCapBps: 1e6}},
+		{Resource: "r1", Addr: netip.MustParseAddr("10.0.0.9")},
+	}
+	base := throttle.State{Groups: []throttle.Group{{Name: "r1", Members: []netip.Addr{a}, WriteDelay: 20 * time.Millisecond}}}
+	got := withReadCaps(base, cons, []uint16{3260})
+	want := []throttle.Group{
+		base.Groups[0],
+		{Name: ReadCapGroup(b), Members: []netip.Addr{b}, Ports: []uint16{3260}, ReadRate: 1_000_000},
+		{Name: ReadCapGroup(a), Members: []netip.Addr{a}, Ports: []uint16{3260}, ReadRate: 5_000_000},
+	}
+	if !reflect.DeepEqual(got.Groups, want) {
+		t.Errorf("groups\n got %+v\nwant %+v", got.Groups, want)
+	}
+	if s := withReadCaps(base, cons[3:], nil); len(s.Groups) != 1 {
+		t.Errorf("no cap, no group: %+v", s.Groups)
+	}
 }

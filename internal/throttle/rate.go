@@ -108,6 +108,12 @@ func (c *Composite) Apply(ctx context.Context, s State) error {
 	for _, g := range s.Groups {
 		d, r := g, g
 		d.ReadRate = 0
+		if d.WriteDelay == 0 && d.ReadDelay == 0 {
+			// A rate alone needs nothing of the delay path: its members
+			// there would only be queued to be held for nothing. The
+			// group stays, empty, so the delay it had is released.
+			d.Members, d.Armed = nil, nil
+		}
 		r.WriteDelay, r.ReadDelay = 0, 0
 		delays.Groups = append(delays.Groups, d)
 		if r.ReadRate > 0 {

@@ -114,8 +114,8 @@ func TestCompositeSplits(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := d.states[0]
-	if len(got.Groups) != 2 || got.Groups[0].WriteDelay != 5*time.Millisecond || got.Groups[1].Active() {
-		t.Errorf("delay backend got %+v, want the delay group and the rate group inactive", got)
+	if len(got.Groups) != 2 || got.Groups[0].WriteDelay != 5*time.Millisecond || got.Groups[1].Active() || len(got.Groups[1].Members) != 0 {
+		t.Errorf("delay backend got %+v, want the delay group and the rate group inactive and empty", got)
 	}
 	log := rec.b.String()
 	if !strings.Contains(log, "rate 10000000bps") || !strings.Contains(log, "-d 10.0.0.4/32") || strings.Contains(log, "-d 10.0.0.3/32") {
