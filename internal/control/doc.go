@@ -41,8 +41,11 @@
 //
 // The engine also tells the loop the size of the throttleable set
 // (members: consumers whose write-rate EWMA is over the join threshold,
-// package policy) and whether a member wrote in the tick (writes
-// completed or I/O at its device).
+// package policy), whether a member wrote in the tick (writes completed
+// or I/O at its device), and the rate the resource's devices completed
+// writes at in the tick and their mean time at the devices
+// (/proc/diskstats), which say whether a delay, not the device, holds
+// the writers (step 6).
 //
 // # The law, step by step
 //
@@ -138,14 +141,27 @@
 // with reads, and counts its losing ticks (delay in force, signal over
 // the set point), less gainLosingWeight (3) for each tick under it, so a
 // loop that holds its set point never suspects its delay and a burst's
-// onset does not clear the count. After gainSuspectAfter (6 s: longer
-// than a deep queue's onset, which loses for 2–4 s while the ceiling
-// rises) of them, at most every gainProbeEvery (30 s), it probes
-// (gainReleasing, from gainWatching) unless the window's median read is
-// under the set point (a mean held over it by a heavy tail: a probe
-// there tipped the ssd at 0.2 ms into three times the delay) or its mean
-// fell by gainMinBenefit from the window before (a backlog draining: the
-// delay works).
+// onset does not clear the count. At most every gainProbeEvery (30 s) it
+// probes (gainReleasing, from gainWatching) a loop that has been losing
+// for gainSuspectAfter (6 s: longer than a deep queue's onset, which
+// loses for 2–4 s while the ceiling rises), or sooner once the delay has
+// reached the writers and bought nothing: the devices' write
+// completions, over the window and the one before it, under
+// gainTookEffect (0.25) of the losing streak's peak without the devices
+// holding the writes longer than with the writers free (the streak's
+// ticks at half the peak or more; longer by gainMinBenefit of their
+// reads: a write-back cache that fills slows the writers by itself), and
+// the window's reads no faster by gainMinBenefit than those of the free
+// ticks. That is evidence elapsed time is not: at a deep queue's onset
+// the device completes writes at its full rate until the backlog has
+// drained, and the reads get faster as it drains, while where delay buys
+// nothing the writers slow within a second or two and the reads stay as
+// they were (probing after 2 s of losing, without it, released the delay
+// at every deep queue's onset). Either way no probe starts where the
+// window's median read is under the set point (a mean held over it by a
+// heavy tail: a probe there tipped the ssd at 0.2 ms into three times
+// the delay) or its mean fell by gainMinBenefit from the window before
+// (a backlog draining: the delay works).
 //
 // The probe walks the delay down a staircase from the window's mean
 // delay D: D × gainStepShare (0.25), … for gainSteps (1) steps, then 0.
@@ -166,23 +182,28 @@
 // without one makes the loop Futile (gainFutile): the delay is held at 0
 // while the controller runs on.
 //
-// A futile loop over its set point probes the other way (gainApplying:
-// D applied for one step) gainRecheckEvery (30 s) after the verdict, the
-// wait doubling with each futile probe up to gainRecheckMax (4 min), and
-// returns to the controller at D for a benefit of gainResumeBenefit
-// (0.5: a delay that halves the latency; applying a delay answers
-// faster than releasing it, as writers recover only as TCP reopens its
-// window, and a delay that makes each read a little faster makes the
-// writers' bursts longer: in the lab's ssd, probes saw 40-50 % less
-// latency under the delay of a run that was slower with it; where delay
-// helps a queue it helps by factors): a change of workload where delay
-// helps is caught. A set empty for ArmHold forgets the verdict.
+// A futile loop over its set point probes the other way (gainApplying: D
+// applied for one step) gainRecheckEvery (30 s) after the verdict, the
+// wait doubling with each futile probe up to gainRecheckMax (4 min); the
+// step ends early once the delay, not the devices, has held the writers'
+// completions under gainTookEffect of the window's for gainSettle ticks,
+// whose reads are then its answer (where delay helps a queue the writes
+// complete at the full rate until the backlog has drained). It returns
+// to the controller at D for a benefit of gainResumeBenefit (0.5: a
+// delay that halves the latency; applying a delay answers faster than
+// releasing it, as writers recover only as TCP reopens its window, and a
+// delay that makes each read a little faster makes the writers' bursts
+// longer: in the lab's ssd, probes saw 40-50 % less latency under the
+// delay of a run that was slower with it; where delay helps a queue it
+// helps by factors): a change of workload where delay helps is caught. A
+// set empty for ArmHold forgets the verdict.
 //
 // Where delay helps the rule costs a step of less delay
 // now and then, while the loop is losing anyway (the simulator's thesis
 // workload at 10 ms: 1.8 % of seconds over the threshold, 0.4 % without
-// the rule); where it buys nothing, the writers lose a few seconds of
-// delay before the verdict and 1.5 s of it per recheck.
+// the rule); where it buys nothing, the writers lose the seconds of
+// delay before the delay is seen to reach them, the probe's steps, and
+// the part of a recheck's step before they are held.
 //
 // After the loop the engine names the resource's returning writers:
 // consumers that were members within ArmHold, paused (no write within

@@ -1,6 +1,7 @@
 package control
 
 import (
+	"math"
 	"slices"
 	"time"
 
@@ -15,16 +16,18 @@ import (
 // over its set point, adds delay without end and only costs the writers.
 //
 // The gain cannot be read off the loop's record passively: in closed
-// loop the delay is high exactly when the latency is, so signal and delay
-// correlate positively whatever the plant does. So the loop asks the
-// plant, at bounded cost: a loop that has been losing (delay in force,
-// signal over the set point) steps its delay down a staircase and
+// loop the delay is high exactly when the latency is, so signal and
+// delay correlate positively whatever the plant does. So the loop asks
+// the plant, at bounded cost: a loop that has been losing (delay in
+// force, signal over the set point) steps its delay down a staircase and
 // compares the reads on each step with those of the ticks just before,
-// at the same load. The first step where the reads get slower ends the
-// probe (the delay helps); a staircase down to 0 without any makes the
-// loop Futile: the delay is held at 0 and tried again now and then, so a
-// change of workload where delay helps is caught. doc.go has the rule
-// whole.
+// at the same load. It suspects its delay after losing for long, or
+// sooner once the delay has slowed the writers' completions without
+// making the reads faster. The first step where the reads get slower
+// ends the probe (the delay helps); a staircase down to 0 without any
+// makes the loop Futile: the delay is held at 0 and tried again now and
+// then, so a change of workload where delay helps is caught. doc.go has
+// the rule whole.
 const (
 	// gainSuspectAfter: a loop losing this long is probed. Longer than a
 	// deep queue's onset, which loses for 2–4 s while the ceiling rises:
@@ -83,6 +86,14 @@ const (
 	// thesis's disk 47 → 8.5 ms, the simulated ssd 122 → 1 ms).
 	gainMinBenefit    = 0.1
 	gainResumeBenefit = 0.5
+	// gainTookEffect: a losing loop whose writers' completions fell
+	// under this share of the streak's peak for two windows is probed
+	// before gainSuspectAfter. At a deep queue's onset the device
+	// completes writes at its full rate until the backlog has drained,
+	// and the reads get faster as it drains; writers slowed this much
+	// for a second, not by the devices (deviceHolds), with the reads no
+	// faster say the delay has reached them and bought nothing.
+	gainTookEffect = 0.25
 )
 
 // gainPhase is where the gain rule is.
@@ -110,10 +121,16 @@ type gainState struct {
 	// of comparable ticks (same writers, running); active their count of
 	// writing members; prev the mean read latency of the last whole
 	// window before the one filling (0: none yet).
-	raw, delay [gainWindow]float64
-	n, next    int
-	active     int
-	prev       float64
+	raw, delay, write, await [gainWindow]float64
+	n, next                  int
+	active                   int
+	prev, prevWrite          float64
+	// peakWrite is the highest write rate of a tick of the losing
+	// streak (0: not losing); freeReads, freeSum and freeAwait the
+	// reads and write await of its ticks with the writers at half of it
+	// or more.
+	peakWrite, freeSum, freeAwait float64
+	freeReads                     int
 	// probeDelay is the delay D a probe compares with less (releasing)
 	// or none (applying); level the delay of the step; base the mean read
 	// latency of the window before it; signalBefore the signal then.
@@ -122,6 +139,13 @@ type gainState struct {
 	// gainSettle); allReads and allSum every tick's of the step.
 	ticks, reads, allReads int
 	sum, allSum            float64
+	// baseWrite and baseAwait are the window's write rate and longest
+	// write await before the probe; held counts the applying step's last
+	// ticks in a row with the writers held under gainTookEffect of it (and
+	// not by the devices), heldReads and heldSum their reads.
+	baseWrite, baseAwait float64
+	held, heldReads      int
+	heldSum              float64
 	// gain is the last measured gain, ms of read latency per ms of delay
 	// (0 until measured).
 	gain float64
@@ -129,16 +153,60 @@ type gainState struct {
 
 // clearWindow forgets the comparable ticks, for a change of load.
 func (g *gainState) clearWindow(active int) {
-	g.n, g.next, g.active, g.prev = 0, 0, active, 0
+	g.n, g.next, g.active, g.prev, g.prevWrite = 0, 0, active, 0, 0
 }
 
-func (g *gainState) add(raw, delay float64) {
+func (g *gainState) add(raw, delay float64, o Observation) {
 	g.raw[g.next], g.delay[g.next] = raw, delay
+	g.write[g.next], g.await[g.next] = o.WriteKBs, o.WriteAwaitMs
 	g.next = (g.next + 1) % gainWindow
 	g.n = min(g.n+1, gainWindow)
 	if g.next == 0 && g.n == gainWindow {
 		g.prev, _ = g.means()
+		g.prevWrite = g.meanWrite()
 	}
+}
+
+// meanWrite is the window's mean write rate, maxAwait its longest
+// write await.
+func (g *gainState) meanWrite() float64 {
+	w := 0.0
+	for i := range g.n {
+		w += g.write[i]
+	}
+	return w / float64(g.n)
+}
+
+func (g *gainState) maxAwait() float64 { return slices.Max(g.await[:g.n]) }
+
+// deviceHolds says writes waited at the devices longer than awaitMs by
+// more than gainMinBenefit of the reads' readMs: the device, not the
+// delay, is what holds the writers (a write-back cache that filled, a
+// queue), so their slowing says nothing of what the delay buys.
+func deviceHolds(await, awaitMs, readMs float64) bool {
+	return await > awaitMs+gainMinBenefit*readMs
+}
+
+// boughtNothing says the delay has reached the writers and bought no
+// read latency: the devices' write rate, over the window and the one
+// before it, is under gainTookEffect of the losing streak's peak
+// without the devices holding the writes longer than with the writers
+// free (the streak's ticks at half the peak or more), and the window's
+// reads are within gainMinBenefit of those of the free ticks: no faster
+// (nothing bought), and no slower (reads that still get slower with the
+// writers cut wait behind a backlog the delay has not drained yet, as a
+// write-back cache's destaging).
+func (g *gainState) boughtNothing() bool {
+	lim := gainTookEffect * g.peakWrite
+	if g.peakWrite <= 0 || g.prev <= 0 || g.freeReads == 0 || g.prevWrite > lim || g.meanWrite() > lim {
+		return false
+	}
+	free := g.freeSum / float64(g.freeReads)
+	if deviceHolds(g.maxAwait(), g.freeAwait/float64(g.freeReads), free) {
+		return false
+	}
+	now, _ := g.means()
+	return math.Abs(now-free) < gainMinBenefit*free
 }
 
 // means are the window's mean read latency and delay.
@@ -199,7 +267,7 @@ func (l *Loop) checkGain(o Observation, running bool, out *Output) {
 		}
 	case gainFutile:
 		if comparable && o.Reads {
-			g.add(o.RawMs, 0)
+			g.add(o.RawMs, 0, o)
 			if g.n == gainWindow && o.Now.Sub(g.lastProbe) >= g.recheck && l.signalMs > l.TargetMs() {
 				l.startProbe(o, gainApplying)
 			}
@@ -228,7 +296,7 @@ func (l *Loop) watchGain(o Observation, comparable bool) {
 		return
 	}
 	if o.Reads {
-		g.add(o.RawMs, l.controlMs)
+		g.add(o.RawMs, l.controlMs, o)
 	}
 	if !(l.controlMs > 0 && l.signalMs > l.TargetMs()) {
 		// A tick under the set point outweighs gainLosingWeight over
@@ -236,10 +304,22 @@ func (l *Loop) watchGain(o Observation, comparable bool) {
 		// while the signal's climb at a burst's onset does not clear a
 		// record of losing.
 		g.losing = max(g.losing-gainLosingWeight, 0)
+		if g.losing == 0 {
+			g.peakWrite, g.freeSum, g.freeAwait, g.freeReads = 0, 0, 0, 0
+		}
 		return
 	}
 	g.losing++
-	if g.n < gainWindow || time.Duration(g.losing)*l.cfg.Params.T < gainSuspectAfter || o.Now.Sub(g.lastProbe) < gainProbeEvery {
+	g.peakWrite = max(g.peakWrite, o.WriteKBs)
+	if o.Reads && o.WriteKBs >= g.peakWrite/2 {
+		g.freeSum += o.RawMs
+		g.freeAwait += o.WriteAwaitMs
+		g.freeReads++
+	}
+	if g.n < gainWindow || o.Now.Sub(g.lastProbe) < gainProbeEvery {
+		return
+	}
+	if time.Duration(g.losing)*l.cfg.Params.T < gainSuspectAfter && !g.boughtNothing() {
 		return
 	}
 	if med := g.median(); med <= l.TargetMs() {
@@ -271,13 +351,14 @@ func (l *Loop) startProbe(o Observation, phase gainPhase) {
 		level = delay
 	}
 	g.phase, g.base, g.probeDelay, g.level = phase, base, delay, level
-	g.signalBefore = l.signalMs
+	g.signalBefore, g.baseWrite, g.baseAwait = l.signalMs, g.meanWrite(), g.maxAwait()
 	g.lastProbe = o.Now
 	g.startStep()
 }
 
 func (g *gainState) startStep() {
 	g.ticks, g.reads, g.sum, g.allReads, g.allSum = 0, 0, 0, 0, 0
+	g.held, g.heldReads, g.heldSum = 0, 0, 0
 }
 
 // probeTick counts a comparable tick of a probe's step and, at its end,
@@ -297,6 +378,9 @@ func (l *Loop) probeTick(o Observation) {
 		// A step the reads answer at once is answered: where delay
 		// helps, every tick more of it costs the reader.
 		g.sum, g.reads, g.ticks = g.allSum, g.allReads, gainProbeTicks
+	}
+	if g.phase == gainApplying {
+		l.heldTick(o)
 	}
 	if g.ticks < gainProbeTicks {
 		return
@@ -348,6 +432,29 @@ func pow(x float64, n int) float64 {
 // nothing bought).
 func buys(without, with, share float64) bool {
 	return without > 0 && (without-with)/without >= share
+}
+
+// heldTick ends an applying step early once the delay (not the devices)
+// has held the writers under gainTookEffect of their rate for
+// gainSettle ticks: the
+// reads of those ticks are the answer, and every tick more costs the
+// writers (where delay helps a queue the device completes writes at its
+// full rate until the backlog has drained, so they are held only once
+// the reads are fast).
+func (l *Loop) heldTick(o Observation) {
+	g := &l.gain
+	if !(o.WriteKBs <= gainTookEffect*g.baseWrite && g.baseWrite > 0) || deviceHolds(o.WriteAwaitMs, g.baseAwait, g.base) {
+		g.held, g.heldReads, g.heldSum = 0, 0, 0
+		return
+	}
+	g.held++
+	if o.Reads {
+		g.heldSum += o.RawMs
+		g.heldReads++
+	}
+	if g.held >= gainSettle && g.heldReads > 0 {
+		g.sum, g.reads, g.ticks = g.heldSum, g.heldReads, gainProbeTicks
+	}
 }
 
 // abortProbe ends a probe the load changed under, without a verdict.

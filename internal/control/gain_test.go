@@ -87,3 +87,60 @@ func TestGainForgetsAfterTheWritersLeave(t *testing.T) {
 		t.Errorf("new writers over the threshold not delayed: %+v", out)
 	}
 }
+
+// TestGainSeesTheDelayReachTheWriters: a loop whose delay slows the
+// writers' completions while the reads stay as slow is probed before
+// gainSuspectAfter and turns Futile; one whose device completes writes
+// at the full rate whatever the delay (a deep queue's backlog, not yet
+// drained) is not probed before gainSuspectAfter, and neither is one
+// whose reads got faster as the writers slowed, nor one whose writers
+// the device slowed (a write-back cache that filled: each write waits
+// there).
+func TestGainSeesTheDelayReachTheWriters(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		plant func(delayMs float64) (raw, writeKBs, awaitMs float64)
+		early bool
+	}{
+		{"writers slowed, reads as slow", func(d float64) (float64, float64, float64) { return 2, 1e5 / (1 + d), 0.1 }, true},
+		{"writes at the full rate", func(float64) (float64, float64, float64) { return 2, 1e5, 0.1 }, false},
+		{"reads faster as the writers slow", func(d float64) (float64, float64, float64) {
+			w := 1e5 / (1 + d)
+			return 1.1 + 3*w/1e5, w, 0.1 // over the set point, yet bought
+		}, false},
+		{"writers slowed by the device", func(d float64) (float64, float64, float64) {
+			if d < 1 {
+				return 2, 1e5, 0.1
+			}
+			return 2, 1e3, 40
+		}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l, err := NewLoop(LoopConfig{Law: "pid", Params: DefaultParams(), ThresholdMs: 1, Alpha: 0.25,
+				Headroom: DefaultHeadroom, UMaxLimitMs: DefaultUMaxLimitMs,
+				IdleHold: DefaultIdleHold, ByWrites: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			now := time.Unix(1000, 0)
+			var out Output
+			probed := time.Duration(-1)
+			for i := range 100 {
+				raw, w, await := tc.plant(out.DelayMs)
+				now = now.Add(100 * time.Millisecond)
+				out = l.Step(Observation{Now: now, Measured: true, Reads: true, RawMs: raw, Members: 3, Writing: true,
+					WriteKBs: w, WriteAwaitMs: await})
+				if out.Probing && probed < 0 {
+					probed = time.Duration(i+1) * 100 * time.Millisecond
+				}
+			}
+			early := probed >= 0 && probed < gainSuspectAfter
+			if early != tc.early {
+				t.Errorf("first probe after %v (-1: none in 10 s), want before %v: %v", probed, gainSuspectAfter, tc.early)
+			}
+			if tc.early && !l.Futile() {
+				t.Errorf("not futile after 10 s of a delay that slowed the writers and bought nothing (gain %.3f ms/ms)", out.GainMsPerMs)
+			}
+		})
+	}
+}

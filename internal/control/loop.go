@@ -150,6 +150,11 @@ type Observation struct {
 	// them completed writes in the tick or has I/O at its device.
 	Members int
 	Writing bool
+	// WriteKBs is the rate the resource's devices completed writes at
+	// in the tick, WriteAwaitMs their mean time at the devices (0: none
+	// completed): whether the delay, not the device, holds the writers
+	// (step 6).
+	WriteKBs, WriteAwaitMs float64
 }
 
 // Output is the loop's decision for a tick.

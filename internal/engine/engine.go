@@ -473,6 +473,8 @@ func (e *Engine) stepResource(r *resource, now time.Time, members []netip.Addr, 
 func (e *Engine) observe(r *resource, now time.Time) (ResourceDecision, control.Observation) {
 	rd := ResourceDecision{Name: r.name, ThresholdMs: r.threshold, Direction: e.cfg.Direction}
 	measured := false
+	var writeKBs, writeMs float64
+	var writes uint64
 	for _, di := range r.devs {
 		d := &e.devs[di]
 		if d.seenGen != e.gen {
@@ -480,6 +482,9 @@ func (e *Engine) observe(r *resource, now time.Time) (ResourceDecision, control.
 		}
 		if d.valid {
 			measured = true
+			writeKBs += d.rates.WriteKBs
+			writeMs += d.rates.WAwaitMs * float64(d.rates.Writes)
+			writes += d.rates.Writes
 		}
 	}
 	raw, ok := e.measure(r, &rd)
@@ -493,5 +498,9 @@ func (e *Engine) observe(r *resource, now time.Time) (ResourceDecision, control.
 			rd.RawMs = raw
 		}
 	}
-	return rd, control.Observation{Now: now, Measured: r.started, RawMs: raw, Reads: ok}
+	obs := control.Observation{Now: now, Measured: r.started, RawMs: raw, Reads: ok, WriteKBs: writeKBs}
+	if writes > 0 {
+		obs.WriteAwaitMs = writeMs / float64(writes)
+	}
+	return rd, obs
 }

@@ -196,8 +196,8 @@ func settleS(secs []Second, limitMs float64) float64 {
 }
 
 // reloadStepper drives the production engine as engineStepper does, and
-// at a set time replaces it by one built for a new configuration that
-// adopts its state, as the daemon's reload does.
+// at a set time (reload set) replaces it by one built for a new
+// configuration that adopts its state, as the daemon's reload does.
 type reloadStepper struct {
 	engineStepper
 	cfg    engine.Config
@@ -205,6 +205,10 @@ type reloadStepper struct {
 	at     time.Duration
 	reload func(engine.Config) engine.Config
 	err    error
+	// onReload and onStep, when set, are told of the reload and of
+	// each tick's whole decision (the gate records them).
+	onReload func()
+	onStep   func(now time.Time, d engine.Decision)
 }
 
 func newReloadStepper(cfg Config, at time.Duration, reload func(engine.Config) engine.Config) (*reloadStepper, error) {
@@ -231,8 +235,15 @@ func (s *reloadStepper) Step(now time.Time, snap []diskstats.Stat) Decision {
 			ne.Adopt(s.e)
 			s.e, s.cfg = ne, cfg
 		}
+		if s.onReload != nil {
+			s.onReload()
+		}
 	}
-	return s.engineStepper.Step(now, snap)
+	d := s.engineStepper.decide(now, snap)
+	if s.onStep != nil {
+		s.onStep(now, d)
+	}
+	return simDecision(d)
 }
 
 // AblationVariants are the full law and the law with each switchable

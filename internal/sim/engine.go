@@ -106,10 +106,21 @@ func newEngineStepper(cfg Config) (Stepper, error) {
 }
 
 func (s engineStepper) Step(now time.Time, snap []diskstats.Stat) Decision {
+	return simDecision(s.decide(now, snap))
+}
+
+// decide samples the plant's probe for the tick, as the daemon does
+// before the engine's step, and steps the engine: its whole decision.
+func (s engineStepper) decide(now time.Time, snap []diskstats.Stat) engine.Decision {
 	if s.probe && s.plant.p != nil {
 		s.plant.p.sampleProbe(now, s.plant.tick)
 	}
-	d := s.e.Step(now, snap)
+	return s.e.Step(now, snap)
+}
+
+// simDecision is what the plant applies of the engine's decision: the
+// scenario's resource's.
+func simDecision(d engine.Decision) Decision {
 	for _, r := range d.Resources {
 		if r.Name == resourceName {
 			return Decision{SignalMs: r.SignalMs, RawMs: r.RawMs, DelayMs: r.DelayMs, Members: r.Members,

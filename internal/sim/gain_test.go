@@ -20,17 +20,16 @@ func hostBound(profile string, contentionMs float64) Scenario {
 }
 
 // TestFutileDelayIsReleased: where delay buys (next to) no latency, pid
-// with the gain rule leaves the reader within 5 % of no control and the
-// writers at 80 % of it at least, for thresholds between the reader's
-// latency alone and loaded; without the rule it takes most of the
-// writers' rate. (Issue 33 asks for writers within 5 %: the rule got
-// there probing after 2 s of losing, and then probed at every deep
-// queue's onset on disks where delay helps, leaving the reader at 2–4 ×
-// T there (the scenario matrix); after gainSuspectAfter's 6 s the
-// writers keep 84–93 %.) On
-// ram the delay buys nothing at all (the device takes no time); on the
-// ssd at most the queue's 0.16 ms of 2.3. One seed: neither model draws
-// anything these runs depend on (seeds 1-3 gave the same figures).
+// with the gain rule leaves the reader within 3 % of no control and the
+// writers at 95 % of it at least (issue 33's "never worse"), for
+// thresholds between the reader's latency alone and loaded; without the
+// rule it takes most of the writers' rate. The rule gets there by
+// seeing its delay reach the writers (their completions fall, the reads
+// do not): on elapsed time alone it had to wait out a deep queue's
+// onset, and the writers lost 7–16 %. On ram the delay buys nothing at
+// all (the device takes no time); on the ssd at most the queue's
+// 0.16 ms of 2.3. One seed: neither model draws anything these runs
+// depend on (seeds 1-3 gave the same figures).
 func TestFutileDelayIsReleased(t *testing.T) {
 	for _, tc := range []struct {
 		profile      string
@@ -55,14 +54,14 @@ func TestFutileDelayIsReleased(t *testing.T) {
 				none, pid, ablated := run("none"), run("pid"), run("pid", "gain")
 				t.Logf("none %+v %.1f MB/s; pid %+v %.1f MB/s (delay %.2f ms); -gain %+v %.1f MB/s",
 					none.ReadLatencyMs, none.WriteMBs, pid.ReadLatencyMs, pid.WriteMBs, pid.ThrottleMs.Mean, ablated.ReadLatencyMs, ablated.WriteMBs)
-				// 5 %: the reader waits the contention while any writer
+				// 3 %: the reader waits the contention while any writer
 				// is on, and the verdict's first seconds lengthen a
-				// burst or two.
-				if pid.ReadLatencyMs.Mean > none.ReadLatencyMs.Mean*1.05 || pid.ReadLatencyMs.P95 > none.ReadLatencyMs.P95*1.05 {
+				// burst.
+				if pid.ReadLatencyMs.Mean > none.ReadLatencyMs.Mean*1.03 || pid.ReadLatencyMs.P95 > none.ReadLatencyMs.P95*1.03 {
 					t.Errorf("reader slower with pid: mean %.2f p95 %.2f, none %.2f %.2f", pid.ReadLatencyMs.Mean, pid.ReadLatencyMs.P95, none.ReadLatencyMs.Mean, none.ReadLatencyMs.P95)
 				}
-				if pid.WriteMBs < 0.8*none.WriteMBs {
-					t.Errorf("writers %.1f MB/s with pid, want ≥ 80 %% of none's %.1f", pid.WriteMBs, none.WriteMBs)
+				if pid.WriteMBs < 0.95*none.WriteMBs {
+					t.Errorf("writers %.1f MB/s with pid, want ≥ 95 %% of none's %.1f", pid.WriteMBs, none.WriteMBs)
 				}
 				if ablated.WriteMBs > 0.5*none.WriteMBs {
 					t.Errorf("without the gain rule writers kept %.1f of %.1f MB/s: the scenario does not test the rule", ablated.WriteMBs, none.WriteMBs)

@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sanqos/sanqos/internal/diskstats"
 	"github.com/sanqos/sanqos/internal/engine"
 )
 
@@ -113,52 +112,17 @@ func slowReaderScenario() Scenario {
 	return sc
 }
 
-// gateStepper drives the production engine as engineStepper does and
-// records each tick's whole decision for the resource.
-type gateStepper struct {
-	run   gateRun
-	cfg   engine.Config
-	e     *engine.Engine
-	src   *plantSource
-	probe bool
-	topo  Scenario
-	out   *bytes.Buffer
-	err   error
-}
-
-func (s *gateStepper) attach(p *plant) { s.src.p = p }
-
-func (s *gateStepper) Step(now time.Time, snap []diskstats.Stat) Decision {
-	if s.probe && s.src.p != nil {
-		s.src.p.sampleProbe(now, s.src.tick)
-	}
-	if s.run.reload != nil && s.e != nil && now.Sub(epoch) == s.run.reloadAt {
-		cfg := s.run.reload(s.cfg)
-		ne, err := engine.New(cfg, s.topo.Topology())
-		if err != nil {
-			s.err = err
-		} else {
-			ne.Adopt(s.e)
-			s.e, s.cfg = ne, cfg
-		}
-		fmt.Fprintf(s.out, "reload %s\n", s.run.name)
-	}
-	d := s.e.Step(now, snap)
-	fmt.Fprintf(s.out, "%s", now.Sub(epoch))
+// recordTick writes a tick's whole decision to out: every resource's,
+// and which consumers are throttleable.
+func recordTick(out *bytes.Buffer, now time.Time, d engine.Decision) {
+	fmt.Fprintf(out, "%s", now.Sub(epoch))
 	for _, r := range d.Resources {
-		writeResourceDecision(s.out, r)
+		writeResourceDecision(out, r)
 	}
 	for _, c := range d.Consumers {
-		fmt.Fprintf(s.out, " %s:%t", c.Addr, c.Throttleable)
+		fmt.Fprintf(out, " %s:%t", c.Addr, c.Throttleable)
 	}
-	s.out.WriteByte('\n')
-	for _, r := range d.Resources {
-		if r.Name == resourceName {
-			return Decision{SignalMs: r.SignalMs, RawMs: r.RawMs, DelayMs: r.DelayMs, Members: r.Members,
-				Armed: r.Returning, ArmedMs: r.ControlMs}
-		}
-	}
-	return Decision{}
+	out.WriteByte('\n')
 }
 
 // writeResourceDecision writes every field of r, floats exactly.
@@ -187,20 +151,15 @@ func gateRunsOutput(t *testing.T, runs []gateRun) []byte {
 		cfg.Duration = run.duration
 		cfg.Signal = run.signal
 		cfg.NoProbe = run.noProbe
-		ec := cfg.EngineConfig()
-		ec.RulesOff = run.off
-		src := &plantSource{tick: map[string]probeTick{}}
-		ec.InFlight = src
-		if !run.noProbe {
-			ec.Fine = src
-		}
-		e, err := engine.New(ec, cfg.Scenario.Topology())
+		cfg.RulesOff = run.off
+		st, err := newReloadStepper(cfg, run.reloadAt, run.reload)
 		if err != nil {
 			t.Fatalf("%s: %v", run.name, err)
 		}
 		fmt.Fprintf(&all, "run %s seed=%d controller=%s threshold=%g signal=%q probe=%t %v\n",
 			run.name, run.seed, run.controller, run.threshold, run.signal, !run.noProbe, run.duration)
-		st := &gateStepper{run: run, cfg: ec, e: e, src: src, probe: !run.noProbe, topo: cfg.Scenario, out: &all}
+		st.onReload = func() { fmt.Fprintf(&all, "reload %s\n", run.name) }
+		st.onStep = func(now time.Time, d engine.Decision) { recordTick(&all, now, d) }
 		if _, err := RunWith(cfg, st); err != nil {
 			t.Fatalf("%s: %v", run.name, err)
 		}

@@ -130,11 +130,7 @@ type MatrixOptions struct {
 
 // RunCell runs one cell: uncontrolled, at each static delay of the grid
 // (until one meets T), and under the pid controller.
-func RunCell(c Cell, o MatrixOptions) (CellResult, error) { return runCellWith(c, o, nil) }
-
-// runCellWith is RunCell with mod applied to the controlled run's
-// configuration (a rule off, another signal), for comparisons.
-func runCellWith(c Cell, o MatrixOptions, mod func(*Config)) (CellResult, error) {
+func RunCell(c Cell, o MatrixOptions) (CellResult, error) {
 	if o.Duration <= 0 {
 		o.Duration = 60 * time.Second
 	}
@@ -149,9 +145,6 @@ func runCellWith(c Cell, o MatrixOptions, mod func(*Config)) (CellResult, error)
 		cfg := DefaultConfig()
 		cfg.Scenario, cfg.Controller, cfg.ThresholdMs = sc, ctl, c.ThresholdMs
 		cfg.Duration, cfg.Seed, cfg.FixedDelayMs = o.Duration, o.Seed, fixed
-		if ctl == "pid" && mod != nil {
-			mod(&cfg)
-		}
 		return Run(cfg)
 	}
 	var burst int64

@@ -122,7 +122,6 @@ var knownViolations = map[string]string{
 	"raid6-hdd/rand-16k-3thr-qd64-bursty/30ms":   whyCacheFull,
 	"raid6-hdd/rand-16k-3thr-qd64-bursty/50ms":   whyCacheFull,
 	"raid6-hdd/seq-1m-3thr-qd4-steady/20ms":      whyCacheFills,
-	"raid6-hdd/seq-1m-3thr-qd4-steady/30ms":      whyCacheFills,
 	"raid6-hdd/seq-1m-3thr-qd4-steady/50ms":      whyCacheFills,
 	"raid6-hdd/rand-8k-48thr-qd1-bursty/20ms":    whyCacheFull,
 	"raid6-hdd/rand-8k-48thr-qd1-bursty/30ms":    whyCacheFull,
