@@ -333,6 +333,16 @@ func (c *PID) Rebase(signalMs float64) {
 	c.e2 = c.e1
 }
 
+// StepTarget moves the set point to targetMs (> 0) and keeps the error
+// history as it was, relative to the old one: the next Update sees the
+// move as a step of its error and answers it as it answers a step of the
+// signal (a stricter reader's promise, see Loop.SetThreshold).
+func (c *PID) StepTarget(targetMs float64) {
+	if targetMs > 0 && !math.IsInf(targetMs, 0) {
+		c.p.TargetMs = targetMs
+	}
+}
+
 // Retarget moves the set point to targetMs (> 0) with no kick: the error
 // history is re-expressed against the new set point, as if it had been
 // there all along, and the output carries on.

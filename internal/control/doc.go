@@ -253,7 +253,12 @@
 // A tenant's own read promise moves the threshold the same way
 // (Loop.SetThreshold): while the strictest reader active on a resource
 // has its own threshold, the loop holds that one, and relaxes to the
-// next when the reader goes quiet, with no restart and no kick.
+// next when the reader goes quiet, with no restart and no kick. Only a
+// stricter promise is answered as a step: its reader is reading now,
+// behind writers held for a looser promise, so the controller keeps its
+// error history against the old set point (PID.StepTarget) and its
+// proportional part answers at once instead of integrating over seconds
+// of that reader's reads.
 //
 // # Tenants
 //

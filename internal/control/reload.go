@@ -10,7 +10,12 @@ import "github.com/sanqos/sanqos/internal/smoothing"
 // takes the signal as its error history against the new set point
 // (Rebase). The ceiling, within the new settings' bounds.
 // old must not be used afterwards.
-func (l *Loop) Adopt(old *Loop) {
+func (l *Loop) Adopt(old *Loop) { l.adopt(old, true) }
+
+// adopt is Adopt; smooth false leaves the error history against the old
+// set point, so that the controller answers the new one as a step of its
+// error (see SetThreshold).
+func (l *Loop) adopt(old *Loop, smooth bool) {
 	if old == nil || old == l {
 		return
 	}
@@ -35,10 +40,13 @@ func (l *Loop) Adopt(old *Loop) {
 		if target == old.TargetMs() {
 			break
 		}
-		if l.rules.Retarget {
+		switch {
+		case l.rules.Retarget && !smooth:
+			l.pid.StepTarget(target)
+		case l.rules.Retarget:
 			l.pid.Retarget(target)
 			rebase = true
-		} else {
+		default:
 			// The thesis's controller keeps the set point it was built
 			// with: a new one, at rest.
 			l.build() // the law and its params were valid in NewLoop
@@ -50,7 +58,7 @@ func (l *Loop) Adopt(old *Loop) {
 		l.frozen = old.frozen
 		rebase = true
 	}
-	if l.rules.Rebase && rebase {
+	if l.rules.Rebase && rebase && smooth {
 		// The signal becomes the error history against the new set
 		// point, as if it had been there all along, capped as pid caps
 		// its error: uncapped, a signal many times over the set point
@@ -78,11 +86,16 @@ func sameGains(a, b Params) bool {
 }
 
 // SetThreshold moves the loop to a new threshold as a reload would
-// (Adopt): the signal, the ceiling and the controller are kept and the
-// set point moves without a kick. The engine calls it when a tenant's
-// own read promise becomes, or stops being, the strictest among the
-// resource's active readers. A threshold NewLoop would refuse is
-// ignored: the loop keeps the one it has.
+// (Adopt): the signal, the ceiling and the controller are kept. The
+// engine calls it when a tenant's own read promise becomes, or stops
+// being, the strictest among the resource's active readers. A looser
+// threshold moves the set point without a kick, as a reload does. A
+// stricter one does not: the reader that asks for it is reading now,
+// behind writers held for the looser promise, and the controller answers
+// it as it answers a step of the latency (its proportional part at once)
+// instead of integrating its way down over seconds of that reader's
+// reads. A threshold NewLoop would refuse is ignored: the loop keeps the
+// one it has.
 func (l *Loop) SetThreshold(ms float64) {
 	if ms == l.cfg.ThresholdMs {
 		return
@@ -93,7 +106,7 @@ func (l *Loop) SetThreshold(ms float64) {
 	if err != nil || !(ms > 0) {
 		return
 	}
-	nl.Adopt(l)
+	nl.adopt(l, ms > l.cfg.ThresholdMs)
 	*l = *nl
 }
 

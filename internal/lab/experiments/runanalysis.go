@@ -40,7 +40,11 @@ func (r *run) analyze(samples []tcpSample) error {
 	r.res.Guarantees = r.guarantees(logs)
 	if len(r.c.Tenants) > 0 {
 		from, to := r.w.Lead.Seconds(), (r.w.Lead + r.w.WriterTime).Seconds()
-		r.res.Tenants = analyzeTenants(r.res.timeline, r.res.ticks, logs.allReaders, r.c, from, to)
+		offsets := map[string]float64{}
+		if r.w.TurnReader > 0 {
+			offsets[r.e.v.hosts[1].name] = r.w.TurnReader.Seconds()
+		}
+		r.res.Tenants = analyzeTenants(r.res.timeline, r.res.ticks, logs.allReaders, offsets, r.c, from, to)
 	}
 	// Without a daemon there are no ticks: the events carry steal only.
 	r.res.RetransmitEvents = retransmitEvents(samples, r.res.ticks)

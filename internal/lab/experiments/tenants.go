@@ -180,13 +180,15 @@ type TenantReader struct {
 // analyzeTenants measures a run against its terms: writers' per-second
 // rates from the load generator's logs, the throttled seconds from the
 // daemon's ticks, readers' waits from their logs.
-func analyzeTenants(tl Timeline, ticks []Tick, readers map[string][]iolog.Record, c Control, from, to float64) *TenantResult {
+// offsets are the seconds after t0 at which each reader started (its
+// log counts from its own start).
+func analyzeTenants(tl Timeline, ticks []Tick, readers map[string][]iolog.Record, offsets map[string]float64, c Control, from, to float64) *TenantResult {
 	res := &TenantResult{}
 	throttled := throttledSeconds(ticks)
 	res.ThrottledSeconds = len(throttled)
 	res.ConflictSeconds = conflictSeconds(ticks)
 	res.Writers = tenantWriters(tl, throttled, c, from, to)
-	res.Readers, res.readerWaits = tenantReaders(readers, c)
+	res.Readers, res.readerWaits = tenantReaders(readers, offsets, c)
 	return res
 }
 
@@ -307,7 +309,7 @@ func maxWindowMean(xs []float64, n int) float64 {
 // tenantReaders judges each reader over the seconds in which it read
 // and its threshold was the strictest among the readers active then (a
 // reader is active for tenantActiveS after its last read).
-func tenantReaders(readers map[string][]iolog.Record, c Control) ([]TenantReader, map[string]map[int]float64) {
+func tenantReaders(readers map[string][]iolog.Record, offsets map[string]float64, c Control) ([]TenantReader, map[string]map[int]float64) {
 	th := map[string]float64{}
 	waits := map[string]map[int]float64{}
 	for h, recs := range readers {
@@ -315,7 +317,7 @@ func tenantReaders(readers map[string][]iolog.Record, c Control) ([]TenantReader
 		waits[h] = map[int]float64{}
 		for _, r := range iolog.Select(recs, iolog.KindInterval, 0, iolog.OpRead) {
 			if r.IOs > 0 {
-				waits[h][secondOf(r.T, 0)] = r.Lat.Mean
+				waits[h][secondOf(r.T, offsets[h])] = r.Lat.Mean
 			}
 		}
 	}

@@ -162,7 +162,7 @@ func TestTenantReadersJudgedWhileStrictest(t *testing.T) {
 	}
 	b3 = append(b3, rec(5, 9), rec(6, 9))
 	c := Control{ThresholdMs: 20, Tenants: []LabTenant{{Host: "b3", ThresholdMs: 10}}}
-	rs, _ := tenantReaders(map[string][]iolog.Record{"b2": b2, "b3": b3}, c)
+	rs, _ := tenantReaders(map[string][]iolog.Record{"b2": b2, "b3": b3}, nil, c)
 	// b3 counts as active for 3 s after its last read: b2 is judged in
 	// 1-4 and 9-10.
 	if rs[0].Host != "b2" || rs[0].Seconds != 6 || rs[0].ThresholdMs != 20 || rs[1].Seconds != 2 || rs[1].P95Ms != 9 {
@@ -188,4 +188,33 @@ func TestDaemonConfigCarriesTenants(t *testing.T) {
 		got[1].Cap == nil || got[1].Threshold == nil || got[1].Threshold.Duration != 10*time.Millisecond {
 		t.Errorf("tenants as the daemon reads them: %+v", got)
 	}
+}
+
+// The readers' logs of a lab run (tenants --short, readers-10-20ms): b3
+// started 15 s after b2 and its log counts from its own start. Lined up,
+// the two take turns, so each is judged over its own turns.
+func TestTenantReadersOnRecordedTurns(t *testing.T) {
+	logs := map[string][]iolog.Record{}
+	for _, h := range []string{"b2", "b3"} {
+		f, err := os.Open(filepath.Join("testdata", "tenants", "reader-"+h+".jsonl"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		logs[h], err = iolog.ReadRecords(f)
+		f.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	c := Control{ThresholdMs: 20, Tenants: []LabTenant{{Host: "b3", ThresholdMs: 10}}}
+	rs, waits := tenantReaders(logs, map[string]float64{"b3": 15}, c)
+	for k := range waits["b3"] {
+		if _, both := waits["b2"][k]; both && k%15 > 1 {
+			t.Errorf("second %d: both readers read; the turns are not lined up", k)
+		}
+	}
+	if rs[0].Seconds < 30 || rs[1].Seconds < 40 {
+		t.Errorf("each reader is judged over its own turns: %+v", rs)
+	}
+	t.Logf("readers: %+v", rs)
 }
