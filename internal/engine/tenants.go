@@ -69,6 +69,10 @@ import (
 // once that sum turns positive (over the cap with its credit nearly
 // spent) and is released below capFloorMs. A consumer is held at max(cap delay, its share delay).
 //
+// No rule holds a consumer longer than the loop's ceiling limit
+// (delayLimit): a share far under the others' or a cap repaying a long
+// burst is clipped there rather than outlast TCP's retransmission timer.
+//
 // A delay that differs from DelayMs is a consumer's own: it is listed in
 // ResourceDecision.Own and Throttle.Own (and out of Throttle.Members),
 // and HeldMs reports it, so the data path and the policy's demand see
@@ -190,9 +194,10 @@ func (e *Engine) tenantDelays(r *resource, rd *ResourceDecision, cons []Consumer
 	}
 	e.shares(r, rd, cons, member, dt)
 	e.reservations(r, rd, cons, member, dt, now)
+	lim := delayLimit(rd)
 	for _, ci := range r.consumers {
 		c := &e.cons[ci]
-		cap := e.capDelay(c, &cons[ci], dt)
+		cap := e.capDelay(c, &cons[ci], dt, lim)
 		d := 0.0
 		if member(ci) && rd.DelayMs > 0 {
 			d = rd.DelayMs * math.Exp(c.ten.shareLog)
@@ -202,13 +207,25 @@ func (e *Engine) tenantDelays(r *resource, rd *ResourceDecision, cons []Consumer
 		} else if containsAddr(rd.Returning, c.c.Addr) {
 			d = rd.ControlMs
 		}
-		_, hi := control.DelayBoundsMs()
-		d = min(max(d, cap), hi)
+		d = min(max(d, cap), lim)
 		isMember := member(ci) && rd.DelayMs > 0
 		if (isMember && d != rd.DelayMs) || (!isMember && cap > 0) {
 			rd.Own = append(rd.Own, Hold{Addr: c.c.Addr, DelayMs: d})
 		}
 	}
+}
+
+// delayLimit is the most any consumer of the resource may be held: the
+// loop's ceiling limit (package control, "4. The ceiling"), under TCP's
+// minimum retransmission timeout, so no tenant rule — a large share, a
+// cap repaying its debt — holds a packet long enough for its sender to
+// time out.
+func delayLimit(rd *ResourceDecision) float64 {
+	if rd.UMaxLimitMs > 0 {
+		return rd.UMaxLimitMs
+	}
+	_, hi := control.DelayBoundsMs()
+	return hi
 }
 
 // shares moves the share multipliers of r's writing members (see
@@ -321,7 +338,7 @@ func (e *Engine) reservations(r *resource, rd *ResourceDecision, cons []Consumer
 }
 
 // capDelay moves consumer c's cap delay (see "Caps") and returns it.
-func (e *Engine) capDelay(c *consumer, cr *ConsumerRates, dt float64) float64 {
+func (e *Engine) capDelay(c *consumer, cr *ConsumerRates, dt, lim float64) float64 {
 	t := &c.ten
 	limit := cr.Terms.CapBps
 	if limit <= 0 {
@@ -344,8 +361,7 @@ func (e *Engine) capDelay(c *consumer, cr *ConsumerRates, dt float64) float64 {
 		t.capMs = capSeedMs
 	case t.capMs > 0:
 		t.capMs *= math.Exp(capGain * dt * err)
-		_, hi := control.DelayBoundsMs()
-		t.capMs = min(t.capMs, hi)
+		t.capMs = min(t.capMs, lim)
 		if t.capMs < capFloorMs {
 			t.capMs = 0
 		}

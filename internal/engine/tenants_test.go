@@ -276,3 +276,22 @@ func TestTenantStateSurvivesReload(t *testing.T) {
 		}
 	}
 }
+
+// No tenant rule holds a consumer beyond the loop's ceiling limit, under
+// TCP's minimum RTO: not a cap far under what its writer wants, repaying
+// the debt of a long burst, nor a share far under the others'.
+func TestTenantDelaysStayUnderTheLimit(t *testing.T) {
+	r := newTenantRig(t, mustBook(t, "",
+		entry(1, tenant.Terms{CapBps: 50e3}),
+		entry(2, tenant.Terms{Share: 1}), entry(3, tenant.Terms{Share: 1000})))
+	lim := r.e.Config().UMaxLimitMs
+	worst := 0.0
+	for range 600 {
+		for _, c := range r.step().Consumers {
+			worst = max(worst, c.HeldMs)
+		}
+	}
+	if worst > lim || worst < lim/2 {
+		t.Errorf("the most a consumer was held: %.1f ms; want close to, and never over, the limit %g ms", worst, lim)
+	}
+}
