@@ -118,8 +118,9 @@ func tenantsExperiments() []Experiment {
 			"reserved 6 MB/s, b5 capped at 2 MB/s; (3) smalljob on b2 (the resource's 20 ms) and on b3 (promised 10 ms) " +
 			"taking 15 s turns, 4 writer threads on each of b4 and b5. Checks: shares within 10 % of 1:2:4 over the " +
 			"throttled seconds, the reservation kept in ≥ 95 % of seconds or the conflict reported, the cap within 5 % " +
-			"over any 10 s, each reader's p95 ≤ 1.1 × its own threshold while it is the strictest active reader, nothing " +
-			"lost (no RTO, every retransmission a DSACKed probe).",
+			"over any 10 s, each reader's p95 ≤ 1.1 × its own threshold while it is the strictest active reader (from the " +
+			"second after its first read of a turn: the daemon learns of a promise from its reader's reads; the first " +
+			"seconds are reported), nothing lost (no RTO, every retransmission a DSACKed probe).",
 		refMs: untunedThreshold, plan: tenantsPlan, plots: plotTenants,
 	}}
 }
@@ -171,10 +172,16 @@ type TenantWriter struct {
 type TenantReader struct {
 	Host        string  `json:"host"`
 	ThresholdMs float64 `json:"threshold_ms"`
-	// Seconds it read while it was the strictest active reader, and its
-	// 1-second mean wait's p95 over them.
+	// Seconds it read while it was the strictest active reader, having
+	// read in the second before, and its 1-second mean wait's p95 over
+	// them.
 	Seconds int     `json:"seconds"`
 	P95Ms   float64 `json:"p95_ms"`
+	// OnsetSeconds are the seconds of its first reads after a pause (the
+	// daemon cannot act on a promise before its reader reads), and
+	// OnsetMaxMs the longest wait among them: reported, not judged.
+	OnsetSeconds int     `json:"onset_seconds"`
+	OnsetMaxMs   float64 `json:"onset_max_ms"`
 }
 
 // analyzeTenants measures a run against its terms: writers' per-second
@@ -342,6 +349,7 @@ func tenantReaders(readers map[string][]iolog.Record, offsets map[string]float64
 	var out []TenantReader
 	for _, h := range hosts {
 		var ws []float64
+		tr := TenantReader{Host: h, ThresholdMs: th[h]}
 		for k, w := range waits[h] {
 			strictest := true
 			for _, o := range hosts {
@@ -349,11 +357,20 @@ func tenantReaders(readers map[string][]iolog.Record, offsets map[string]float64
 					strictest = false
 				}
 			}
-			if strictest {
-				ws = append(ws, w)
+			if !strictest {
+				continue
 			}
+			if _, before := waits[h][k-1]; !before {
+				// Its first reads of a turn: the daemon learns of its
+				// promise from them (reported, not judged).
+				tr.OnsetSeconds++
+				tr.OnsetMaxMs = max(tr.OnsetMaxMs, iolog.Round3(w))
+				continue
+			}
+			ws = append(ws, w)
 		}
-		out = append(out, TenantReader{Host: h, ThresholdMs: th[h], Seconds: len(ws), P95Ms: iolog.Round3(iolog.Percentile(ws, 95))})
+		tr.Seconds, tr.P95Ms = len(ws), iolog.Round3(iolog.Percentile(ws, 95))
+		out = append(out, tr)
 	}
 	return out, waits
 }
@@ -369,7 +386,8 @@ func tenantChecks(s *Summary) []Check {
 		out = append(out, tenantWriterChecks(r.Name, tr)...)
 		for _, rd := range tr.Readers {
 			lim := TenantP95Factor * rd.ThresholdMs
-			out = append(out, Check{r.Name, fmt.Sprintf("%s's p95 wait while strictest (%d s)", rd.Host, rd.Seconds),
+			out = append(out, Check{r.Name, fmt.Sprintf("%s's p95 wait while strictest (%d s; %d s of first reads up to %.1f ms, not judged)",
+				rd.Host, rd.Seconds, rd.OnsetSeconds, rd.OnsetMaxMs),
 				fmt.Sprintf("≤ %.4g ms", lim), fmt.Sprintf("%.1f ms", rd.P95Ms), rd.Seconds > 0 && rd.P95Ms <= lim})
 		}
 	}

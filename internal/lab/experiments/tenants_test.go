@@ -164,8 +164,10 @@ func TestTenantReadersJudgedWhileStrictest(t *testing.T) {
 	c := Control{ThresholdMs: 20, Tenants: []LabTenant{{Host: "b3", ThresholdMs: 10}}}
 	rs, _ := tenantReaders(map[string][]iolog.Record{"b2": b2, "b3": b3}, nil, c)
 	// b3 counts as active for 3 s after its last read: b2 is judged in
-	// 1-4 and 9-10.
-	if rs[0].Host != "b2" || rs[0].Seconds != 6 || rs[0].ThresholdMs != 20 || rs[1].Seconds != 2 || rs[1].P95Ms != 9 {
+	// 2-4 and 9-10 (its first second is its onset); b3 in 6, its first
+	// second 5 an onset.
+	if rs[0].Host != "b2" || rs[0].Seconds != 5 || rs[0].OnsetSeconds != 1 || rs[0].ThresholdMs != 20 ||
+		rs[1].Seconds != 1 || rs[1].P95Ms != 9 || rs[1].OnsetSeconds != 1 || rs[1].OnsetMaxMs != 9 {
 		t.Errorf("readers %+v", rs)
 	}
 }
