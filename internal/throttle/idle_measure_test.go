@@ -31,6 +31,15 @@ import (
 // command line ("--backend htb --dev sqtt0" for the htb backend). It
 // asserts only what is not noise: the daemon arm must not
 // retransmit where the other does not.
+//
+// SANQOS_IDLE_SWITCH=stop narrows the interval: one daemon runs the
+// whole measurement and the arm without it holds it stopped (SIGSTOP),
+// so arms can be short (SANQOS_IDLE_ARM, default 1s) and many. With
+// nobody throttled nothing of the daemon's is on the path
+// (TestLiveIdlePathAudit), so what the two arms differ in is the
+// daemon's own CPU and memory traffic, which is what an idle daemon can
+// cost a transfer beside it; the restart per arm measures the same plus
+// whatever a start and a stop leave behind.
 func TestMeasureIdlePath(t *testing.T) {
 	if os.Getenv("SANQOS_IDLE_MEASURE") == "" {
 		t.Skip("a measurement of minutes: set SANQOS_IDLE_MEASURE=1")
@@ -43,29 +52,37 @@ func TestMeasureIdlePath(t *testing.T) {
 		}
 		pairs = n
 	}
+	armTime := time.Second
+	if s := os.Getenv("SANQOS_IDLE_ARM"); s != "" {
+		d, err := time.ParseDuration(s)
+		if err != nil || d < 50*time.Millisecond {
+			t.Fatalf("SANQOS_IDLE_ARM=%q: want a duration of at least 50ms", s)
+		}
+		armTime = d
+	}
 	l := newLab(t)
 	l.rcvbuf = 0                        // the kernel's autotuning, as a real initiator has
 	bin := os.Getenv("SANQOS_IDLE_BIN") // another build to compare, e.g. an older one
 	if bin == "" {
 		bin = buildSanqos(t)
 	}
-	type arm struct{ bulk, rr, retrans, dsack []float64 }
-	var arms [2]arm // 0: no daemon, 1: daemon
+	arm := l.idleArms(t, bin, os.Getenv("SANQOS_IDLE_SWITCH"))
+	t.Logf("%d ABBA pairs of arms of %v of each workload; the daemon switched by %q (\"\": a start per arm)",
+		pairs, armTime, os.Getenv("SANQOS_IDLE_SWITCH"))
+	type result struct{ bulk, rr, retrans, dsack []float64 }
+	var arms [2]result // 0: no daemon, 1: daemon
 	for i := range pairs {
 		order := []int{0, 1}
 		if i%2 == 1 {
 			order = []int{1, 0}
 		}
 		for _, a := range order {
-			stop := func() {}
-			if a == 1 {
-				stop = l.idleDaemon(t, bin)
-			}
+			stop := arm(a == 1)
 			before := counters(t, l.clientRunner)
-			bulk, done := l.upload(time.Second)
+			bulk, done := l.upload(armTime)
 			done()
 			after := counters(t, l.clientRunner)
-			rr := l.roundTrips(4<<10, time.Second)
+			rr := l.roundTrips(4<<10, armTime)
 			stop()
 			arms[a].bulk = append(arms[a].bulk, bulk)
 			arms[a].rr = append(arms[a].rr, rr)
@@ -75,12 +92,12 @@ func TestMeasureIdlePath(t *testing.T) {
 	}
 	for _, w := range []struct {
 		name string
-		of   func(arm) []float64
+		of   func(result) []float64
 		unit string
 		div  float64
 	}{
-		{"bulk upload", func(a arm) []float64 { return a.bulk }, "GB/s", 1e9},
-		{"4 KiB round trips", func(a arm) []float64 { return a.rr }, "k/s", 1e3},
+		{"bulk upload", func(a result) []float64 { return a.bulk }, "GB/s", 1e9},
+		{"4 KiB round trips", func(a result) []float64 { return a.rr }, "k/s", 1e3},
 	} {
 		off, on := w.of(arms[0]), w.of(arms[1])
 		ratios := make([]float64, pairs)
@@ -114,21 +131,64 @@ func TestMeasureIdlePath(t *testing.T) {
 	}
 }
 
+// idleArms returns how an arm begins: with the daemon (true) or without,
+// and a stop for its end. switchBy "" starts a daemon for each daemon
+// arm and stops it after; "stop" starts one now, for the whole test, and
+// holds it stopped (SIGSTOP) through every arm without it.
+func (l *lab) idleArms(t *testing.T, bin, switchBy string) func(daemon bool) (stop func()) {
+	switch switchBy {
+	case "":
+		return func(daemon bool) func() {
+			if !daemon {
+				return func() {}
+			}
+			return l.idleDaemon(t, bin)
+		}
+	case "stop":
+		stopAll, d := l.idleDaemonProc(t, bin)
+		pid := d.cmd.Process
+		t.Cleanup(func() { _ = pid.Signal(syscall.SIGCONT); stopAll() })
+		return func(daemon bool) func() {
+			if daemon {
+				_ = pid.Signal(syscall.SIGCONT)
+				time.Sleep(100 * time.Millisecond) // a tick: it is running again
+				return func() {}
+			}
+			_ = pid.Signal(syscall.SIGSTOP)
+			return func() { _ = pid.Signal(syscall.SIGCONT) }
+		}
+	}
+	t.Fatalf("SANQOS_IDLE_SWITCH=%q: want stop, or nothing for a daemon per arm", switchBy)
+	return nil
+}
+
 // idleDaemon runs `sanqos run` in the target namespace knowing the
 // client as a consumer, throttling nobody, until the returned stop.
 func (l *lab) idleDaemon(t *testing.T, bin string) (stop func()) {
 	t.Helper()
+	stop, _ = l.idleDaemonProc(t, bin)
+	return stop
+}
+
+// idleDaemonProc is idleDaemon, and the daemon's process.
+func (l *lab) idleDaemonProc(t *testing.T, bin string) (stop func(), d *daemon) {
+	t.Helper()
 	sock := filepath.Join(t.TempDir(), "ctl.sock")
-	d := l.startDaemonArgs(t, nil, sock, append([]string{bin, "run",
+	d = l.startDaemonArgs(t, nil, sock, append([]string{bin, "run",
 		"--consumer", "tt," + clientIP + ",loop0", "--controller", "none", "--attribution", "wire",
 		"--ports", strconv.Itoa(iscsi), "--listen", "", "--socket", sock}, strings.Fields(os.Getenv("SANQOS_IDLE_ARGS"))...))
 	time.Sleep(300 * time.Millisecond) // a few ticks: the wire counters read
+	var once bool
 	return func() {
+		if once {
+			return
+		}
+		once = true
 		_ = d.cmd.Process.Signal(syscall.SIGTERM)
 		if err := <-d.done; err != nil {
 			t.Errorf("the daemon: %v\n%s", err, d.stderr)
 		}
-	}
+	}, d
 }
 
 // roundTrips runs request/response exchanges of size bytes each way on
