@@ -33,6 +33,23 @@ func buildBinaries(t *testing.T, dir string) (sanqos, loadgen string) {
 	return sanqos, loadgen
 }
 
+// needLab skips t unless it can bring the lab up (root, the lab's
+// tools) and the run is not -short: it takes about long.
+func needLab(t *testing.T, long string) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: builds the lab (namespaces, loop devices, tgtd) and runs the daemon's nfqueue backend")
+	}
+	for _, tool := range []string{"tgtd", "tgtadm", "nstat", "iptables", "ipset", "go"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("needs %s (make deps): %v", tool, err)
+		}
+	}
+	if testing.Short() {
+		t.Skipf("takes about %s; not in -short", long)
+	}
+}
+
 // TestControlledEndToEnd is the controlled experiment in short: smalljob
 // on b2 against 12 on/off sequential writers on b3-b5, once with the daemon
 // only observing and once with pid at 15 ms. It checks what sanqos
@@ -55,17 +72,7 @@ func buildBinaries(t *testing.T, dir string) (sanqos, loadgen string) {
 // duplicate (DSACK), with no RTO and nothing resent by the target. The
 // report still counts them against the goal of zero.
 func TestControlledEndToEnd(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: builds the lab (namespaces, loop devices, tgtd) and runs the daemon's nfqueue backend")
-	}
-	for _, tool := range []string{"tgtd", "tgtadm", "nstat", "iptables", "ipset", "go"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("needs %s (make deps): %v", tool, err)
-		}
-	}
-	if testing.Short() {
-		t.Skip("takes about 12 minutes; not in -short")
-	}
+	needLab(t, "12 minutes")
 	bin := t.TempDir()
 	sanqos, loadgen := buildBinaries(t, bin)
 	// SANQOS_E2E_OUT keeps the logs, plots and report for a look.

@@ -3,7 +3,6 @@ package experiments
 import (
 	"context"
 	"os"
-	"os/exec"
 	"os/signal"
 	"syscall"
 	"testing"
@@ -19,17 +18,7 @@ import (
 // guarantees every throttled run keeps: nothing lost, no writer stalled
 // over a second). About 6 minutes, as root.
 func TestTenantsEndToEnd(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: builds the lab (namespaces, loop devices, tgtd) and runs the daemon's nfqueue backend")
-	}
-	for _, tool := range []string{"tgtd", "tgtadm", "nstat", "iptables", "ipset", "go"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("needs %s (make deps): %v", tool, err)
-		}
-	}
-	if testing.Short() {
-		t.Skip("takes about 6 minutes; not in -short")
-	}
+	needLab(t, "6 minutes")
 	bin := t.TempDir()
 	sanqos, loadgen := buildBinaries(t, bin)
 	out := os.Getenv("SANQOS_E2E_OUT")
