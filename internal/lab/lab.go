@@ -41,6 +41,9 @@ type Options struct {
 	// NFS adds the NFS target (nfs.go): nfs-ganesha and rpcbind in the
 	// target namespace, exporting ext4 on a loop device of the storage.
 	NFS bool
+	// NFSDirtyBytes caps the NFS export device's dirty page cache
+	// (limitDirty); 0 leaves the kernel's default.
+	NFSDirtyBytes int64
 	// Progress receives one line per phase; nil discards them.
 	Progress io.Writer
 }
@@ -229,7 +232,8 @@ func (l *Lab) plan(opts Options) ([]host, error) {
 	st.Bridge, st.MTU = bridgeName, MTU
 	st.Target = Target{NS: TargetNS, IP: TargetAddr, Port: ISCSIPort, ControlPort: ControlPort}
 	if opts.NFS {
-		st.NFS = &NFS{Export: nfsExportDir(), URL: nfsURL(TargetAddr, nfsExportDir()), Port: NFSPort, Config: ganeshaConfPath()}
+		st.NFS = &NFS{Export: nfsExportDir(), URL: nfsURL(TargetAddr, nfsExportDir()), Port: NFSPort, Config: ganeshaConfPath(),
+			DirtyBytes: opts.NFSDirtyBytes}
 	}
 	hosts := []host{{TargetNS, TargetAddr}}
 	for i, n := range initiatorNames {
@@ -320,6 +324,9 @@ func (l *Lab) nfs(ctx context.Context) error {
 		return nil
 	}
 	if err := mountExport(n.Loop); err != nil {
+		return err
+	}
+	if err := limitDirty("/sys", n.Loop, n.DirtyBytes); err != nil {
 		return err
 	}
 	if err := startNFS(ctx, l.r); err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -62,6 +63,8 @@ type NFS struct {
 	// Config is ganesha's configuration file, which the daemon's socket
 	// adapter reads to find the export.
 	Config string `json:"config"`
+	// DirtyBytes is the export device's dirty page limit (Options.NFSDirtyBytes), 0 if none.
+	DirtyBytes int64 `json:"dirty_bytes,omitempty"`
 }
 
 func nfsDir() string          { return filepath.Join(DataDir, "nfs") }
@@ -225,6 +228,40 @@ func mountExport(loop string) error {
 	}
 	if err := syscall.Mount("/dev/"+loop, mp, "ext4", syscall.MS_NOATIME, "barrier=0"); err != nil {
 		return fmt.Errorf("mounting the NFS export's file system (/dev/%s) on %s: %w", loop, mp, err)
+	}
+	return nil
+}
+
+// limitDirty caps the dirty page cache of loop's file system at n bytes
+// (under sys, /sys on the host): the BDI's max_bytes with strict_limit,
+// which applies it even while the machine's dirty memory is under its
+// global background threshold. Without it ext4 keeps an UNSTABLE
+// write's data in the page cache until the client's COMMIT (or 30 s) and
+// writes all of it out then. The limit lives and dies with the loop
+// device, which the lab detaches on its way down.
+func limitDirty(sys, loop string, n int64) error {
+	if n <= 0 {
+		return nil
+	}
+	dir := filepath.Join(sys, "block", loop, "bdi")
+	for _, f := range []struct{ name, val string }{{"max_bytes", fmt.Sprint(n)}, {"strict_limit", "1"}} {
+		if err := os.WriteFile(filepath.Join(dir, f.name), []byte(f.val), 0o644); err != nil {
+			return fmt.Errorf("limiting the NFS export's dirty page cache (%s; needs Linux 6.2 or later): %w", f.name, err)
+		}
+	}
+	return nil
+}
+
+// resetDirty gives loop's BDI the kernel's defaults back (no strict
+// limit, 100 % of the dirty memory), whatever limitDirty set. A kernel
+// without the files has nothing to reset.
+func resetDirty(sys, loop string) error {
+	dir := filepath.Join(sys, "block", loop, "bdi")
+	for _, f := range []struct{ name, val string }{{"strict_limit", "0"}, {"max_ratio", "100"}} {
+		err := os.WriteFile(filepath.Join(dir, f.name), []byte(f.val), 0o644)
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("resetting %s's dirty page limit (%s): %w", loop, f.name, err)
+		}
 	}
 	return nil
 }

@@ -3,6 +3,7 @@ package lab
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -108,5 +109,49 @@ func TestDropCacheSkipsDirectories(t *testing.T) {
 	}
 	if err := dropCache(filepath.Join(dir, "missing")); err == nil {
 		t.Error("a missing export is not an error")
+	}
+}
+
+func TestLimitAndResetDirty(t *testing.T) {
+	sys := t.TempDir()
+	bdi := filepath.Join(sys, "block", "loop7", "bdi")
+	if err := os.MkdirAll(bdi, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	read := func(name string) string {
+		b, err := os.ReadFile(filepath.Join(bdi, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	if err := limitDirty(sys, "loop7", 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(bdi, "strict_limit")); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("no limit asked, yet strict_limit was written (%v)", err)
+	}
+	if err := limitDirty(sys, "loop7", 1<<20); err != nil {
+		t.Fatal(err)
+	}
+	if got := read("max_bytes"); got != "1048576" {
+		t.Errorf("max_bytes = %q, want 1048576", got)
+	}
+	if got := read("strict_limit"); got != "1" {
+		t.Errorf("strict_limit = %q, want 1", got)
+	}
+	if err := resetDirty(sys, "loop7"); err != nil {
+		t.Fatal(err)
+	}
+	if got, got2 := read("strict_limit"), read("max_ratio"); got != "0" || got2 != "100" {
+		t.Errorf("after reset strict_limit = %q, max_ratio = %q; want 0 and 100", got, got2)
+	}
+	// A kernel without the files (or a device gone) has nothing to reset,
+	// but a limit it cannot set is an error that says what it needs.
+	if err := resetDirty(sys, "loop9"); err != nil {
+		t.Errorf("reset on a device without a BDI: %v", err)
+	}
+	if err := limitDirty(sys, "loop9", 1<<20); err == nil || !strings.Contains(err.Error(), "Linux 6.2") {
+		t.Errorf("limit on a device without a BDI: %v, want an error naming the kernel it needs", err)
 	}
 }

@@ -218,6 +218,12 @@ func detachLabLoops(ctx context.Context, r runner) error {
 		if !isLabLoop(d) {
 			continue
 		}
+		// A loop device outlives its detach, and with it its BDI's
+		// settings: the next user of the device must not inherit the
+		// lab's dirty limit (Options.NFSDirtyBytes).
+		if err := resetDirty("/sys", filepath.Base(d.Name)); err != nil {
+			errs = append(errs, err)
+		}
 		if _, err := r.run(ctx, "losetup", "--detach", d.Name); err != nil {
 			errs = append(errs, fmt.Errorf("detaching %s: %w", d.Name, err))
 		}

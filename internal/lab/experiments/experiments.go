@@ -66,6 +66,9 @@ type Experiment struct {
 	// nfs runs the loads over NFS from the lab's NFS target, and the
 	// daemon with the socket adapter on its port (nfs.go).
 	nfs bool
+	// nfsDirtyBytes caps the NFS export device's dirty page cache
+	// (lab.Options.NFSDirtyBytes).
+	nfsDirtyBytes int64
 }
 
 // plannedRun is one run of an experiment.
@@ -169,6 +172,9 @@ func Run(ctx context.Context, name string, o Options, lo lab.Options) (*Summary,
 		return nil, err
 	}
 	lo.NFS = lo.NFS || x.nfs
+	if x.nfsDirtyBytes > 0 {
+		lo.NFSDirtyBytes = x.nfsDirtyBytes
+	}
 	var s *Summary
 	err = WithLab(ctx, o, lo, func(l *lab.Lab) error {
 		var err error

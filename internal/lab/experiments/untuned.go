@@ -22,7 +22,12 @@ const (
 )
 
 // untunedNames are the experiments untunedChecks judge.
-var untunedNames = map[string]bool{"steadyw": true, "deepq": true, "nfsfsync": true}
+var untunedNames = map[string]bool{"steadyw": true, "deepq": true, "nfsfsync": true, "nfsfsync-wb": true}
+
+// nfsWritebackBytes is nfsfsync-wb's dirty page limit on the export's
+// device: well under one client's 4 MiB between two COMMITs, so the
+// server writes the data out as it arrives.
+const nfsWritebackBytes = 1 << 20
 
 // untunedWorkload is an experiment's writer load: n threads of job, with
 // depth I/Os outstanding and a flush every fsync writes; continuous
@@ -87,6 +92,15 @@ func untunedExperiments() []Experiment {
 				"on b3-b5, 32 MiB per thread per burst, 5 s pause), the writers' WRITEs UNSTABLE with a COMMIT after every " +
 				"64 (--fsync 64, every 4 MiB); " + judged,
 			refMs: untunedThreshold, nfs: true, plan: fsync.plan, plots: plotFrontier, analyze: analyzeUntuned,
+		},
+		{
+			Name:  "nfsfsync-wb",
+			Title: "nfsfsync with the server writing out as data arrives: the export's dirty cache capped at 1 MiB (issue 33)",
+			Describe: "nfsfsync's load and runs, with the export device's dirty page cache limited to 1 MiB " +
+				"(its BDI's max_bytes with strict_limit, as an administrator would set it), so that a COMMIT finds " +
+				"little to write; " + judged,
+			refMs: untunedThreshold, nfs: true, nfsDirtyBytes: nfsWritebackBytes, plan: fsync.plan, plots: plotFrontier,
+			analyze: analyzeUntuned,
 		},
 	}
 }
