@@ -105,6 +105,8 @@ type checkResource struct {
 	Name      string          `json:"name"`
 	Leaves    []string        `json:"leaves,omitempty"`
 	Consumers []checkConsumer `json:"consumers"`
+	// Writeback is writebackHint's note, if any.
+	Writeback string `json:"writeback,omitempty"`
 }
 
 type checkConsumer struct {
@@ -277,7 +279,8 @@ func (ck checker) discovery(ctx context.Context, o runOptions, manual bool) chec
 		}
 	}
 	for _, res := range t.Resources {
-		cr := checkResource{Name: res.Name, Leaves: res.Leaves, Consumers: []checkConsumer{}}
+		cr := checkResource{Name: res.Name, Leaves: res.Leaves, Consumers: []checkConsumer{},
+			Writeback: writebackHint(ck.sys, d.Adapter, res)}
 		for _, c := range res.Consumers {
 			cr.Consumers = append(cr.Consumers, checkConsumer{Addr: c.Addr.String(), Device: c.Device, IQNs: c.IQNs})
 		}
@@ -379,6 +382,9 @@ func writeCheck(w io.Writer, r checkReport) {
 					cs = append(cs, c.Addr+" on "+c.Device)
 				}
 				line("resource", res.Name, stOK, strings.Join(cs, ", "))
+				if res.Writeback != "" {
+					line("resource", res.Name, "note", res.Writeback)
+				}
 			}
 		}
 	}
