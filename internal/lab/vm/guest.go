@@ -21,7 +21,10 @@ var Suites = map[string]string{
 	"nfqueue": "^(TestKernel|TestNfqueue)",
 	"loop":    "^(TestKernel|TestAutonomic)",
 	"edt":     "^(TestKernel|TestEDT)",
-	"all":     "^(TestKernel|TestStack|TestLIO|TestLVM|TestNetem|TestNfqueue|TestAutonomic|TestEDT)",
+	// datapath is a measurement of a few minutes (TestDatapathCost), not
+	// in all: it prints the data path's cost per backend.
+	"datapath": "^(TestKernel|TestDatapath)",
+	"all":      "^(TestKernel|TestStack|TestLIO|TestLVM|TestNetem|TestNfqueue|TestAutonomic|TestEDT)",
 }
 
 // SuiteNames lists the suites, sorted.
