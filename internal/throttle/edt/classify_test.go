@@ -60,13 +60,6 @@ func packet(dst netip.Addr, sport uint16, payload int) []byte {
 	return p
 }
 
-// skbSize is struct __sk_buff's size on recent kernels; tstamp is at
-// skbTstamp (UAPI).
-const (
-	skbSize   = 192
-	skbTstamp = 152
-)
-
 // classify runs the classifier once on pkt (BPF_PROG_TEST_RUN) and
 // returns the departure time it gave (0: none) and the clock around it.
 func classify(t *testing.T, prog *ebpf.Program, pkt []byte) (ts, before, after uint64) {
@@ -94,7 +87,7 @@ func classify(t *testing.T, prog *ebpf.Program, pkt []byte) (ts, before, after u
 // last, and an expired entry passes everything.
 func TestClassifierInKernel(t *testing.T) {
 	o := loadC(t)
-	e := &EDT{m: o.m, cnt: o.cnt}
+	e := &EDT{objects: o}
 	ms := uint64(time.Millisecond)
 	for _, c := range []struct {
 		name string
@@ -102,7 +95,7 @@ func TestClassifierInKernel(t *testing.T) {
 	}{{"IPv4", netip.MustParseAddr("192.0.2.7")}, {"IPv6", netip.MustParseAddr("2001:db8::7")}} {
 		t.Run(c.name, func(t *testing.T) {
 			k := Key{c.addr, 3260}
-			if err := e.Set(c.addr, 3260, 128, Write, 5*time.Millisecond, time.Hour); err != nil {
+			if err := e.SetEntry(c.addr, 3260, Entry{Split: 128, Dir: Write, Delay: 5 * time.Millisecond}, time.Hour); err != nil {
 				t.Fatal(err)
 			}
 			for _, n := range []int{0, 48, 128} { // pure ACK, R2T, the split
@@ -126,7 +119,7 @@ func TestClassifierInKernel(t *testing.T) {
 			}
 
 			// Read: data held, ACKs passed.
-			if err := e.Set(c.addr, 3260, 128, Read, 20*time.Millisecond, time.Hour); err != nil {
+			if err := e.SetEntry(c.addr, 3260, Entry{Split: 128, Dir: Read, Delay: 20 * time.Millisecond}, time.Hour); err != nil {
 				t.Fatal(err)
 			}
 			ts20, before, after := classify(t, o.prog, packet(c.addr, 3260, 1448))
@@ -137,14 +130,14 @@ func TestClassifierInKernel(t *testing.T) {
 				t.Errorf("a pure ACK got departure time %d in the read direction, want none", ts)
 			}
 			// Lowered to 1 ms: no earlier than the last (order).
-			if err := e.Set(c.addr, 3260, 128, Both, time.Millisecond, time.Hour); err != nil {
+			if err := e.SetEntry(c.addr, 3260, Entry{Split: 128, Dir: Both, Delay: time.Millisecond}, time.Hour); err != nil {
 				t.Fatal(err)
 			}
 			if ts, _, _ := classify(t, o.prog, packet(c.addr, 3260, 1448)); ts < ts20 {
 				t.Errorf("after lowering the delay a segment left at %d, before the last one's %d: reordered", ts, ts20)
 			}
 			// Expired: passed, as after a daemon's death.
-			if err := e.Set(c.addr, 3260, 128, Both, 20*time.Millisecond, time.Microsecond); err != nil {
+			if err := e.SetEntry(c.addr, 3260, Entry{Split: 128, Dir: Both, Delay: 20 * time.Millisecond}, time.Microsecond); err != nil {
 				t.Fatal(err)
 			}
 			time.Sleep(2 * time.Millisecond)
@@ -184,12 +177,12 @@ func TestClassifierInKernel(t *testing.T) {
 // split; a UDP datagram to the initiator is never touched.
 func TestClassifierPortSplits(t *testing.T) {
 	o := loadC(t)
-	e := &EDT{m: o.m, cnt: o.cnt}
+	e := &EDT{objects: o}
 	a := netip.MustParseAddr("192.0.2.10")
-	if err := e.Set(a, 3260, 128, Write, 5*time.Millisecond, time.Hour); err != nil {
+	if err := e.SetEntry(a, 3260, Entry{Split: 128, Dir: Write, Delay: 5 * time.Millisecond}, time.Hour); err != nil {
 		t.Fatal(err)
 	}
-	if err := e.Set(a, 2049, 256, Write, 9*time.Millisecond, time.Hour); err != nil {
+	if err := e.SetEntry(a, 2049, Entry{Split: 256, Dir: Write, Delay: 9 * time.Millisecond}, time.Hour); err != nil {
 		t.Fatal(err)
 	}
 	ms := uint64(time.Millisecond)
@@ -210,8 +203,8 @@ func TestClassifierPortSplits(t *testing.T) {
 // initiator as its 4-byte form.
 func TestClassifierMappedKey(t *testing.T) {
 	o := loadC(t)
-	e := &EDT{m: o.m, cnt: o.cnt}
-	if err := e.Set(netip.MustParseAddr("::ffff:192.0.2.9"), 3260, 128, Write, 5*time.Millisecond, time.Hour); err != nil {
+	e := &EDT{objects: o}
+	if err := e.SetEntry(netip.MustParseAddr("::ffff:192.0.2.9"), 3260, Entry{Split: 128, Dir: Write, Delay: 5 * time.Millisecond}, time.Hour); err != nil {
 		t.Fatal(err)
 	}
 	if ts, before, _ := classify(t, o.prog, packet(netip.MustParseAddr("192.0.2.9"), 3260, 0)); ts < before+uint64(5*time.Millisecond) {
@@ -233,9 +226,9 @@ func BenchmarkClassifier(b *testing.B) {
 		b.Skip(err)
 	}
 	defer o.close()
-	e := &EDT{m: o.m, cnt: o.cnt}
+	e := &EDT{objects: o}
 	a := netip.MustParseAddr("192.0.2.7")
-	if err := e.Set(a, 3260, 128, Write, time.Millisecond, time.Hour); err != nil {
+	if err := e.SetEntry(a, 3260, Entry{Split: 128, Dir: Write, Delay: time.Millisecond}, time.Hour); err != nil {
 		b.Fatal(err)
 	}
 	for _, c := range []struct {
