@@ -78,5 +78,6 @@ func openEDT(_ context.Context, o Options) (*EDT, error) {
 		b.smallDef = o.SmallSegment
 	}
 	b.ilock = lk
+	b.linger = riseKeep
 	return b, nil
 }

@@ -60,6 +60,9 @@ type edtEntry struct {
 	split int
 	armed time.Duration
 	rise  RiseLimit
+	// until, when set, says the entry lingers at delay 0 until then
+	// (see linger).
+	until time.Time
 }
 
 // EDT is the kernel-native backend that fails open: a tc/BPF program gives
@@ -98,6 +101,16 @@ type EDT struct {
 	grace    time.Duration
 	// rise is each flow's rise limit; the zero RiseLimit turns it off.
 	rise RiseLimit
+	// linger is how long an entry no longer wanted stays at delay 0
+	// before it is freed, so that the flows that go on sending lower
+	// their remembered ramp to 0 as nfqueue's lingering members do:
+	// freed at once, a flow that keeps sending unthrottled would keep
+	// the ramp of its last delay (the program sees no packet without
+	// an entry) and jump back to it when throttled again within the
+	// ramp's 10 s memory. A flow that pauses keeps its ramp, as a
+	// returning writer should. openEDT sets riseKeep; 0 frees at once.
+	linger time.Duration
+	now    func() time.Time
 }
 
 // newEDT wraps a kernel path; Open's "edt" case builds the real one.
@@ -108,7 +121,7 @@ func newEDT(path edtPath, ttl time.Duration, log *slog.Logger) *EDT {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &EDT{path: path, ttl: ttl, log: log.With("backend", "edt"), cur: map[edtKey]edtEntry{}, grace: DefaultIdleGrace, smallDef: DefaultSmallSegment, rise: DefaultRiseLimit}
+	return &EDT{path: path, ttl: ttl, log: log.With("backend", "edt"), cur: map[edtKey]edtEntry{}, grace: DefaultIdleGrace, smallDef: DefaultSmallSegment, rise: DefaultRiseLimit, now: time.Now}
 }
 
 func (b *EDT) Name() string { return "edt" }
@@ -198,16 +211,37 @@ func (b *EDT) Apply(_ context.Context, s State) error {
 		if _, ok := w[k]; ok {
 			continue
 		}
-		if err := b.path.Free(k); err != nil {
+		if err := b.retire(k); err != nil {
 			errs = append(errs, err)
-			continue
 		}
-		delete(b.cur, k)
 	}
 	if len(b.cur) == 0 {
 		b.idle()
 	}
 	return errors.Join(errs...)
+}
+
+// retire takes k, no longer wanted, towards its end: an entry that held
+// anything lingers at delay 0 for linger, one lingering past that is
+// freed. b.mu held.
+func (b *EDT) retire(k edtKey) error {
+	e, now := b.cur[k], b.now()
+	if e.until.IsZero() && b.linger > 0 {
+		e = edtEntry{split: e.split, rise: e.rise, until: now.Add(b.linger)}
+		if err := b.path.Set(k, e, b.ttl); err != nil {
+			return err
+		}
+		b.cur[k] = e
+		return nil
+	}
+	if !e.until.IsZero() && now.Before(e.until) {
+		return nil // renewed by Renew
+	}
+	if err := b.path.Free(k); err != nil {
+		return err
+	}
+	delete(b.cur, k)
+	return nil
 }
 
 // attach puts fq and the filter on the device for a delay, and cancels
@@ -259,10 +293,21 @@ func (b *EDT) Renew(context.Context) error {
 		return nil
 	}
 	var errs []error
+	now := b.now()
 	for _, k := range sortedEDTKeys(b.cur) {
-		if err := b.path.Set(k, b.cur[k], b.ttl); err != nil {
+		e := b.cur[k]
+		if !e.until.IsZero() && !now.Before(e.until) {
+			if err := b.retire(k); err != nil {
+				errs = append(errs, err)
+			}
+			continue
+		}
+		if err := b.path.Set(k, e, b.ttl); err != nil {
 			errs = append(errs, err)
 		}
+	}
+	if len(b.cur) == 0 {
+		b.idle()
 	}
 	return errors.Join(errs...)
 }

@@ -314,3 +314,45 @@ func TestEDTArms(t *testing.T) {
 		t.Errorf("rise stats %+v, want the classifier's 9 limited", rs)
 	}
 }
+
+// TestEDTLinger: an entry no longer wanted stays at delay 0 (renewed)
+// for linger before it is freed, so the program lowers the ramps of the
+// flows that go on sending; a consumer wanted again meanwhile gets its
+// delay back at once; with linger 0 it is freed at once.
+func TestEDTLinger(t *testing.T) {
+	ctx := context.Background()
+	k := &fakeEDT{}
+	b := newEDT(k, time.Second, nil)
+	now := time.Unix(1000, 0)
+	b.now = func() time.Time { return now }
+	b.linger = 3 * time.Second
+	a := netip.MustParseAddr("10.0.0.3")
+	on := State{Groups: []Group{{Name: "vg", Members: []netip.Addr{a}, WriteDelay: 5 * time.Millisecond}}}
+	off := State{Groups: []Group{{Name: "vg"}}}
+	step := func(what string, f func() error, want string) {
+		t.Helper()
+		k.calls = nil
+		if err := f(); err != nil {
+			t.Fatal(err)
+		}
+		if got := strings.Join(k.calls, "; "); got != want {
+			t.Errorf("%s: calls %q, want %q", what, got, want)
+		}
+	}
+	apply := func(s State) func() error { return func() error { return b.Apply(ctx, s) } }
+	renew := func() error { return b.Renew(ctx) }
+	step("throttled", apply(on), "attach; set 10.0.0.3:3260 write 5ms split 128 ttl 1s")
+	step("released", apply(off), "set 10.0.0.3:3260 "+Direction(0).String()+" 0s split 128 ttl 1s")
+	now = now.Add(2 * time.Second)
+	step("lingering", renew, "set 10.0.0.3:3260 "+Direction(0).String()+" 0s split 128 ttl 1s")
+	step("throttled again", apply(on), "set 10.0.0.3:3260 write 5ms split 128 ttl 1s")
+	step("released again", apply(off), "set 10.0.0.3:3260 "+Direction(0).String()+" 0s split 128 ttl 1s")
+	now = now.Add(3 * time.Second)
+	step("lingered long enough", renew, "free 10.0.0.3:3260")
+	if len(b.cur) != 0 {
+		t.Errorf("entries left: %v", b.cur)
+	}
+	b.linger = 0
+	step("throttled within the idle grace", apply(on), "set 10.0.0.3:3260 write 5ms split 128 ttl 1s")
+	step("released, no linger", apply(off), "free 10.0.0.3:3260")
+}
