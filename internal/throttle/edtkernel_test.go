@@ -287,10 +287,12 @@ func TestEDTArmingInKernel(t *testing.T) {
 	if d := held(armed, 0); d != 4*time.Millisecond {
 		t.Errorf("after its first write the armed initiator's ACK was held %v, want the armed 4ms", d)
 	}
+	time.Sleep(5 * time.Millisecond) // the ACK's departure passed: nothing to keep order behind
 	if d := held(armed, 1448); d != 0 {
 		t.Errorf("arming held read data %v, want 0 (it holds writes)", d)
 	}
 	if d, r := held(member, 48), held(member, 1448); d != 4*time.Millisecond || r != 6*time.Millisecond {
+		// (The read leaves 6 ms from now, after the 4 ms write: in order.)
 		t.Errorf("a consumer with a read delay, armed: write %v read %v, want 4ms and 6ms", d, r)
 	}
 	time.Sleep(time.Second + 50*time.Millisecond)

@@ -98,14 +98,23 @@ func TestClassifierInKernel(t *testing.T) {
 			if err := e.SetEntry(c.addr, 3260, Entry{Split: 128, Dir: Write, Delay: 5 * time.Millisecond}, time.Hour); err != nil {
 				t.Fatal(err)
 			}
+			var last uint64
 			for _, n := range []int{0, 48, 128} { // pure ACK, R2T, the split
 				ts, before, after := classify(t, o.prog, packet(c.addr, 3260, n))
 				if ts < before+5*ms || ts > after+5*ms {
 					t.Errorf("a %d-byte segment left at %d, want now + 5 ms in [%d, %d]", n, ts, before+5*ms, after+5*ms)
 				}
+				last = ts
 			}
+			// Not delayed in the write direction of a 128-byte split, but
+			// not before the last delayed one either (fq would let a
+			// packet without a time overtake it).
+			if ts, _, _ := classify(t, o.prog, packet(c.addr, 3260, 129)); ts != last {
+				t.Errorf("a 129-byte segment got departure time %d, want the last delayed one's %d and no delay of its own", ts, last)
+			}
+			time.Sleep(6 * time.Millisecond)
 			if ts, _, _ := classify(t, o.prog, packet(c.addr, 3260, 129)); ts != 0 {
-				t.Errorf("a 129-byte segment got departure time %d in the write direction of a 128-byte split, want none", ts)
+				t.Errorf("a 129-byte segment got departure time %d once the delayed ones had left, want none", ts)
 			}
 			if ts, _, _ := classify(t, o.prog, packet(c.addr, 22, 0)); ts != 0 {
 				t.Errorf("a segment from port 22 got departure time %d, want none (not a throttled port)", ts)
@@ -114,8 +123,8 @@ func TestClassifierInKernel(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got[k] != (Counters{Delayed: 3, Passed: 1}) || len(got) != 1 {
-				t.Errorf("counters %+v, want 3 delayed and 1 passed on port 3260 only", got)
+			if got[k] != (Counters{Delayed: 3, Passed: 2}) || len(got) != 1 {
+				t.Errorf("counters %+v, want 3 delayed and 2 passed on port 3260 only", got)
 			}
 
 			// Read: data held, ACKs passed.
@@ -126,8 +135,8 @@ func TestClassifierInKernel(t *testing.T) {
 			if ts20 < before+20*ms || ts20 > after+20*ms {
 				t.Errorf("a data segment left at %d, want now + 20 ms in [%d, %d]", ts20, before+20*ms, after+20*ms)
 			}
-			if ts, _, _ := classify(t, o.prog, packet(c.addr, 3260, 0)); ts != 0 {
-				t.Errorf("a pure ACK got departure time %d in the read direction, want none", ts)
+			if ts, _, _ := classify(t, o.prog, packet(c.addr, 3260, 0)); ts != ts20 {
+				t.Errorf("a pure ACK got departure time %d in the read direction, want no delay of its own but not before the data's %d", ts, ts20)
 			}
 			// Lowered to 1 ms: no earlier than the last (order).
 			if err := e.SetEntry(c.addr, 3260, Entry{Split: 128, Dir: Both, Delay: time.Millisecond}, time.Hour); err != nil {
@@ -145,7 +154,7 @@ func TestClassifierInKernel(t *testing.T) {
 				t.Errorf("an expired entry still gave departure time %d", ts)
 			}
 			got, _ = e.Counters()
-			if want := (Counters{Delayed: 5, Passed: 3}); got[k] != want {
+			if want := (Counters{Delayed: 5, Passed: 4}); got[k] != want {
 				t.Errorf("counters %+v, want %+v", got[k], want)
 			}
 			if err := e.Free(c.addr, 3260); err != nil {
@@ -164,7 +173,7 @@ func TestClassifierInKernel(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := (Counters{Delayed: 10, Passed: 6}); tot != want {
+	if want := (Counters{Delayed: 10, Passed: 8}); tot != want {
 		t.Errorf("totals %+v after freeing both, want %+v (freed entries' counts kept)", tot, want)
 	}
 	if per, _ := e.Counters(); len(per) != 0 {

@@ -27,7 +27,10 @@
 // delay falls. The program never gives an initiator's packet a departure
 // time before the last one it gave that initiator on that port (the
 // state map's last field), so a lowered delay drains the queue in order
-// instead of reordering it. (The update of last is not atomic across
+// instead of reordering it; and a packet of a live entry that gets no
+// delay of its own (the other direction, a delay lowered to 0, an armed
+// entry not active) leaves no earlier than that last either, since fq
+// would send a packet without a time ahead of its flow's held ones. (The update of last is not atomic across
 // CPUs; two CPUs sending to one initiator at the same nanosecond could
 // still swap two packets.)
 //

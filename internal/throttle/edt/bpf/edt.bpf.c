@@ -21,8 +21,10 @@
 //
 // Order: fq keeps a flow in departure-time order, so a packet given an
 // earlier time than an earlier packet would overtake it when the delay
-// falls. No departure time is before the last one given on the same
-// initiator and port (struct state's last; a flow has one of each).
+// falls, and a packet given none goes ahead of the held ones. No
+// departure time is before the last one given on the same initiator and
+// port (struct state's last; a flow has one of each), and a packet of a
+// live entry that is not delayed leaves no earlier than that last.
 //
 // Rise limit: per flow and direction (initiator address and port, target
 // port, direction) the program remembers the delay it applied to the
@@ -52,8 +54,9 @@
 // fields written only here) and the ramps in sanqos_edt_flow.
 //
 // Counters: per initiator, port and CPU, the segments delayed, those
-// passed at once (the other direction, not activated, or the entry
-// expired) and those the rise limit gave less than the requested delay.
+// passed without a delay of their own (the other direction, not
+// activated, or the entry expired; at most held behind the last delayed
+// one, for order) and those the rise limit gave less than the requested delay.
 // The daemon creates the counter entry when it sets the delay; the
 // program never inserts one.
 //
@@ -338,7 +341,7 @@ int sanqos_edt_classify(struct __sk_buff *skb)
 		requested = e->delay;
 	} else if (dir == DIR_WRITE && e->arm) {
 		if (!st || st->armed_until <= now)
-			goto pass; // not writing: its ramps stay, as nfqueue's
+			goto in_order; // not writing: its ramps stay, as nfqueue's
 		requested = e->arm;
 	}
 	if (e->expires < now)
@@ -352,7 +355,7 @@ int sanqos_edt_classify(struct __sk_buff *skb)
 	if (c && applied < requested)
 		c->limited++;
 	if (applied == 0)
-		goto pass;
+		goto in_order;
 	__u64 t = now + applied;
 	if (st) {
 		if (t < st->last)
@@ -363,6 +366,12 @@ int sanqos_edt_classify(struct __sk_buff *skb)
 	if (c)
 		c->delayed++;
 	return TC_ACT_OK;
+in_order:
+	// Not delayed, yet not before a packet that was: fq puts a packet
+	// without a time ahead of its flow's held ones (nfqueue too holds
+	// an undelayed packet behind its flow's).
+	if (st && st->last > now)
+		skb->tstamp = st->last;
 pass:
 	if (c)
 		c->passed++;
