@@ -279,7 +279,8 @@ static __attribute__((always_inline)) __u64 limit(struct entry *e, struct fkey *
 	int known = 0;
 	if (p) {
 		f = *p;
-		known = now - f.seen < RISE_FORGET;
+		// Another CPU may have stamped it after this one read now.
+		known = f.seen > now || now - f.seen < RISE_FORGET;
 		if (!known)
 			f = (struct flow){};
 	}
