@@ -77,11 +77,11 @@ func TestEDTArmedWriterHeldFromFirstWrite(t *testing.T) {
 	if free.Min >= d {
 		t.Errorf("a writer freed and not armed was still held on its return (%v): the armed case proves nothing", free)
 	}
-	cs, err := e.Counters()
+	tot, err := e.Totals()
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("counters after: %v", cs)
+	t.Logf("edt arming: classifier totals %+v", tot)
 }
 
 // bulkWrite writes 1 MiB O_DIRECT blocks to disk for dur, four at a
