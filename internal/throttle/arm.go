@@ -94,7 +94,8 @@ func armSets(s State, sets map[string][]netip.Addr) {
 }
 
 // withoutArming returns s with no group arming anyone, for the backends
-// that do not arm: they would create sets no rule uses.
+// that do not arm (netem, htb): they would create sets no rule uses. The
+// edt backend arms in its ingress program (bpf/edt.bpf.c).
 func withoutArming(s State) State {
 	out := State{Groups: slices.Clone(s.Groups)}
 	for i := range out.Groups {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/sanqos/sanqos/internal/throttle/edt"
@@ -12,22 +13,28 @@ import (
 // edtKernel is package edt's path behind the edtPath interface.
 type edtKernel struct{ e *edt.EDT }
 
-func (k edtKernel) Set(key edtKey, split int, dir Direction, delay, ttl time.Duration) error {
+func (k edtKernel) Set(key edtKey, e edtEntry, ttl time.Duration) error {
 	d := edt.Write
-	switch dir {
+	switch e.dir {
 	case Read:
 		d = edt.Read
 	case Both:
 		d = edt.Both
 	}
-	return k.e.Set(key.addr, key.port, split, d, delay, ttl)
+	en := edt.Entry{Split: e.split, Dir: d, Delay: e.delay, Armed: e.armed, Rise: edtRise(e.rise)}
+	return k.e.SetEntry(key.addr, key.port, en, ttl)
+}
+
+// edtRise is r in the program's integers: the factor per mille.
+func edtRise(r RiseLimit) edt.Rise {
+	return edt.Rise{Permille: uint64(math.Round(max(r.Factor, 0) * 1000)), Step: r.Step}
 }
 
 func (k edtKernel) Free(key edtKey) error { return k.e.Free(key.addr, key.port) }
 
-func (k edtKernel) Totals() (uint64, uint64, error) {
+func (k edtKernel) Totals() (edtTotals, error) {
 	t, err := k.e.Totals()
-	return t.Delayed, t.Passed, err
+	return edtTotals{held: t.Delayed, passed: t.Passed, limited: t.Limited}, err
 }
 func (k edtKernel) Attach() error { return k.e.Attach() }
 func (k edtKernel) Detach() error { return k.e.Detach() }
@@ -71,5 +78,6 @@ func openEDT(_ context.Context, o Options) (*EDT, error) {
 		b.smallDef = o.SmallSegment
 	}
 	b.ilock = lk
+	b.linger = riseKeep
 	return b, nil
 }

@@ -20,7 +20,7 @@ const DefaultEDTTTL = time.Second
 // one delay per initiator address and target port, expiring unless set
 // again; split is the port's small-segment split.
 type edtPath interface {
-	Set(k edtKey, split int, dir Direction, delay, ttl time.Duration) error
+	Set(k edtKey, e edtEntry, ttl time.Duration) error
 	Free(k edtKey) error
 	// Verify reads back the qdiscs and the filter, puts back what is
 	// missing and returns it; with force it attaches the filter again
@@ -31,10 +31,14 @@ type edtPath interface {
 	Attach() error
 	Detach() error
 	Close() error
-	// Totals are the packets the classifier delayed and passed at
-	// once, for every initiator since the start.
-	Totals() (held, passed uint64, err error)
+	// Totals are the packets the classifier delayed, passed at once,
+	// and gave less than the requested delay by the rise limit, for
+	// every initiator since the start.
+	Totals() (edtTotals, error)
 }
+
+// edtTotals are the classifier's counters summed over initiators.
+type edtTotals struct{ held, passed, limited uint64 }
 
 // edtKey is one delay's place: an initiator and the target port of its
 // flows.
@@ -45,11 +49,20 @@ type edtKey struct {
 
 func (k edtKey) String() string { return netip.AddrPortFrom(k.addr, k.port).String() }
 
-// edtEntry is what one initiator gets on one port.
+// edtEntry is what one initiator gets on one port: delay in the
+// directions dir (none when delay is 0), and, where armed is not 0, the
+// write direction held at armed for a second after each write segment
+// the kernel sees (see "Arming" in arm.go); each flow's delay rises by
+// rise at most.
 type edtEntry struct {
 	dir   Direction
 	delay time.Duration
 	split int
+	armed time.Duration
+	rise  RiseLimit
+	// until, when set, says the entry lingers at delay 0 until then
+	// (see linger).
+	until time.Time
 }
 
 // EDT is the kernel-native backend that fails open: a tc/BPF program gives
@@ -61,8 +74,11 @@ type edtEntry struct {
 //
 // It matches an initiator (IPv4 or IPv6) on each of its groups' ports,
 // and splits each port's segments into write and read direction by the
-// port's small-segment split, as nfqueue does. It arms nobody, and a
-// delay applies at once (no rise limit).
+// port's small-segment split, as nfqueue does. A flow's delay rises by
+// the rise limit (rise, DefaultRiseLimit unless set), as nfqueue's, and
+// the groups' armed consumers are held from their first write: the
+// ingress program activates their entry's armed delay (see
+// bpf/edt.bpf.c).
 type EDT struct {
 	path  edtPath
 	ttl   time.Duration
@@ -83,6 +99,18 @@ type EDT struct {
 	attached bool
 	detach   *time.Timer
 	grace    time.Duration
+	// rise is each flow's rise limit; the zero RiseLimit turns it off.
+	rise RiseLimit
+	// linger is how long an entry no longer wanted stays at delay 0
+	// before it is freed, so that the flows that go on sending lower
+	// their remembered ramp to 0 as nfqueue's lingering members do:
+	// freed at once, a flow that keeps sending unthrottled would keep
+	// the ramp of its last delay (the program sees no packet without
+	// an entry) and jump back to it when throttled again within the
+	// ramp's 10 s memory. A flow that pauses keeps its ramp, as a
+	// returning writer should. openEDT sets riseKeep; 0 frees at once.
+	linger time.Duration
+	now    func() time.Time
 }
 
 // newEDT wraps a kernel path; Open's "edt" case builds the real one.
@@ -93,16 +121,31 @@ func newEDT(path edtPath, ttl time.Duration, log *slog.Logger) *EDT {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &EDT{path: path, ttl: ttl, log: log.With("backend", "edt"), cur: map[edtKey]edtEntry{}, grace: DefaultIdleGrace, smallDef: DefaultSmallSegment}
+	return &EDT{path: path, ttl: ttl, log: log.With("backend", "edt"), cur: map[edtKey]edtEntry{}, grace: DefaultIdleGrace, smallDef: DefaultSmallSegment, rise: DefaultRiseLimit, now: time.Now}
 }
 
 func (b *EDT) Name() string { return "edt" }
 
 // want is each member's entry on each port of its groups: the longest
 // delay of its groups there and the union of their directions. IPv4
-// and IPv6 members alike (an IPv4-mapped one is its IPv4 address).
+// and IPv6 members alike (an IPv4-mapped one is its IPv4 address). A
+// consumer a group arms gets the group's ArmedDelay on its ports too,
+// used only where no delay of its own holds its writes.
 func (b *EDT) want(s State) map[edtKey]edtEntry {
 	w := map[edtKey]edtEntry{}
+	for _, g := range sortedGroups(s) {
+		if !g.armed() {
+			continue
+		}
+		for _, a := range g.Armed {
+			for _, p := range g.ports() {
+				k := edtKey{a.Unmap(), p}
+				e := w[k]
+				e.armed = max(e.armed, g.ArmedDelay)
+				w[k] = e
+			}
+		}
+	}
 	for _, g := range sortedGroups(s) {
 		var dir Direction
 		delay := max(g.WriteDelay, g.ReadDelay)
@@ -119,9 +162,14 @@ func (b *EDT) want(s State) map[edtKey]edtEntry {
 			for _, p := range g.ports() {
 				k := edtKey{m.Unmap(), p}
 				e := w[k]
-				w[k] = edtEntry{dir: e.dir | dir, delay: max(e.delay, delay), split: smallOf(b.small, b.smallDef, p)}
+				e.dir, e.delay = e.dir|dir, max(e.delay, delay)
+				w[k] = e
 			}
 		}
+	}
+	for k, e := range w {
+		e.split, e.rise = smallOf(b.small, b.smallDef, k.port), b.rise
+		w[k] = e
 	}
 	return w
 }
@@ -153,7 +201,7 @@ func (b *EDT) Apply(_ context.Context, s State) error {
 		}
 	}
 	for _, k := range sortedEDTKeys(w) {
-		if err := b.path.Set(k, w[k].split, w[k].dir, w[k].delay, b.ttl); err != nil {
+		if err := b.path.Set(k, w[k], b.ttl); err != nil {
 			errs = append(errs, err)
 			continue
 		}
@@ -163,16 +211,37 @@ func (b *EDT) Apply(_ context.Context, s State) error {
 		if _, ok := w[k]; ok {
 			continue
 		}
-		if err := b.path.Free(k); err != nil {
+		if err := b.retire(k); err != nil {
 			errs = append(errs, err)
-			continue
 		}
-		delete(b.cur, k)
 	}
 	if len(b.cur) == 0 {
 		b.idle()
 	}
 	return errors.Join(errs...)
+}
+
+// retire takes k, no longer wanted, towards its end: an entry that held
+// anything lingers at delay 0 for linger, one lingering past that is
+// freed. b.mu held.
+func (b *EDT) retire(k edtKey) error {
+	e, now := b.cur[k], b.now()
+	if e.until.IsZero() && b.linger > 0 {
+		e = edtEntry{split: e.split, rise: e.rise, until: now.Add(b.linger)}
+		if err := b.path.Set(k, e, b.ttl); err != nil {
+			return err
+		}
+		b.cur[k] = e
+		return nil
+	}
+	if !e.until.IsZero() && now.Before(e.until) {
+		return nil // renewed by Renew
+	}
+	if err := b.path.Free(k); err != nil {
+		return err
+	}
+	delete(b.cur, k)
+	return nil
 }
 
 // attach puts fq and the filter on the device for a delay, and cancels
@@ -224,11 +293,21 @@ func (b *EDT) Renew(context.Context) error {
 		return nil
 	}
 	var errs []error
+	now := b.now()
 	for _, k := range sortedEDTKeys(b.cur) {
 		e := b.cur[k]
-		if err := b.path.Set(k, e.split, e.dir, e.delay, b.ttl); err != nil {
+		if !e.until.IsZero() && !now.Before(e.until) {
+			if err := b.retire(k); err != nil {
+				errs = append(errs, err)
+			}
+			continue
+		}
+		if err := b.path.Set(k, e, b.ttl); err != nil {
 			errs = append(errs, err)
 		}
+	}
+	if len(b.cur) == 0 {
+		b.idle()
 	}
 	return errors.Join(errs...)
 }
@@ -265,19 +344,33 @@ func (b *EDT) Resync() {
 
 // Stats are the classifier's counters: the packets it gave a departure
 // time (PacketsHeld) and those to a delayed initiator it passed at once
-// (PacketsPassed: another direction, or an entry expired). fq keeps
-// none of ours, so Backlog and the delay errors stay zero.
+// (PacketsPassed: another direction, an armed consumer not writing, or
+// an entry expired). fq keeps none of ours, so Backlog and the delay
+// errors stay zero.
 func (b *EDT) Stats() Stats {
+	t := b.totals()
+	return Stats{PacketsHeld: t.held, PacketsPassed: t.passed}
+}
+
+// RiseStats are the rise limit's counters: Limited sums, over
+// initiators, the packets the classifier gave less than the requested
+// delay. The ramps themselves are the kernel's (an LRU map), so Flows
+// and the shortfalls are not counted.
+func (b *EDT) RiseStats() RiseStats {
+	return RiseStats{Limited: b.totals().limited}
+}
+
+func (b *EDT) totals() edtTotals {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.done {
-		return Stats{}
+		return edtTotals{}
 	}
-	held, passed, err := b.path.Totals()
+	t, err := b.path.Totals()
 	if err != nil {
 		b.log.Debug("reading the edt counters", "err", err)
 	}
-	return Stats{PacketsHeld: held, PacketsPassed: passed}
+	return t
 }
 
 // Close frees every entry and removes the program and fq.

@@ -18,8 +18,8 @@ type fakeEDT struct {
 	// drift is what the next Verify finds missing; verifyErr its error.
 	drift     []Drift
 	verifyErr error
-	// held and passed are what Totals reports.
-	held, passed uint64
+	// held, passed and limited are what Totals reports.
+	held, passed, limited uint64
 }
 
 func (f *fakeEDT) Verify(force bool) ([]Drift, error) {
@@ -29,19 +29,26 @@ func (f *fakeEDT) Verify(force bool) ([]Drift, error) {
 	return d, f.verifyErr
 }
 
-func (f *fakeEDT) Set(a edtKey, split int, dir Direction, delay, ttl time.Duration) error {
+func (f *fakeEDT) Set(a edtKey, e edtEntry, ttl time.Duration) error {
 	if f.fail {
 		return errors.New("map full")
 	}
-	f.calls = append(f.calls, fmt.Sprintf("set %s %s %v split %d ttl %v", a, dir, delay, split, ttl))
+	c := fmt.Sprintf("set %s %s %v split %d ttl %v", a, e.dir, e.delay, e.split, ttl)
+	if e.armed > 0 {
+		c += fmt.Sprintf(" armed %v", e.armed)
+	}
+	if e.rise != DefaultRiseLimit {
+		c += fmt.Sprintf(" rise %+v", e.rise)
+	}
+	f.calls = append(f.calls, c)
 	return nil
 }
 func (f *fakeEDT) Free(a edtKey) error { f.calls = append(f.calls, "free "+a.String()); return nil }
 func (f *fakeEDT) Close() error        { f.closed = true; return nil }
 func (f *fakeEDT) Attach() error       { f.calls = append(f.calls, "attach"); return nil }
 func (f *fakeEDT) Detach() error       { f.calls = append(f.calls, "detach"); return nil }
-func (f *fakeEDT) Totals() (uint64, uint64, error) {
-	return f.held, f.passed, nil
+func (f *fakeEDT) Totals() (edtTotals, error) {
+	return edtTotals{held: f.held, passed: f.passed, limited: f.limited}, nil
 }
 
 func TestEDTBackend(t *testing.T) {
@@ -267,4 +274,85 @@ func TestEDTPortsAndSplits(t *testing.T) {
 	if got, want := strings.Join(k.calls, "; "), "set 10.0.0.3:2049 write 5ms split 256 ttl 1s; free 10.0.0.3:3260"; got != want {
 		t.Errorf("calls %q, want %q", got, want)
 	}
+}
+
+// TestEDTArms: a consumer a group arms gets an entry on each of the
+// group's ports with the group's ArmedDelay and no delay of its own (the
+// kernel activates it with its first write), a member the group also
+// arms keeps its own delay beside it, every entry carries the rise
+// limit (off when the backend's is zero), and an armed consumer no
+// longer armed is freed. Withdrawing arming (as the backend did before)
+// fails this test.
+func TestEDTArms(t *testing.T) {
+	ctx := context.Background()
+	k := &fakeEDT{}
+	b := newEDT(k, time.Second, nil)
+	b.small = map[uint16]int{2049: 256}
+	m, a := netip.MustParseAddr("10.0.0.3"), netip.MustParseAddr("10.0.0.4")
+	s := State{Groups: []Group{{Name: "vg", Members: []netip.Addr{m}, Ports: []uint16{2049, 3260}, WriteDelay: 5 * time.Millisecond,
+		Armed: []netip.Addr{a, m}, ArmedDelay: 4 * time.Millisecond}}}
+	if err := b.Apply(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	want := "attach; set 10.0.0.3:2049 write 5ms split 256 ttl 1s armed 4ms; set 10.0.0.3:3260 write 5ms split 128 ttl 1s armed 4ms; " +
+		"set 10.0.0.4:2049 " + Direction(0).String() + " 0s split 256 ttl 1s armed 4ms; set 10.0.0.4:3260 " + Direction(0).String() + " 0s split 128 ttl 1s armed 4ms"
+	if got := strings.Join(k.calls, "; "); got != want {
+		t.Errorf("calls\n%s\nwant\n%s", got, want)
+	}
+	k.calls = nil
+	b.rise = RiseLimit{}
+	s.Groups[0].Armed = nil
+	if err := b.Apply(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	want = "set 10.0.0.3:2049 write 5ms split 256 ttl 1s rise {Factor:0 Step:0s}; set 10.0.0.3:3260 write 5ms split 128 ttl 1s rise {Factor:0 Step:0s}; free 10.0.0.4:2049; free 10.0.0.4:3260"
+	if got := strings.Join(k.calls, "; "); got != want {
+		t.Errorf("calls\n%s\nwant\n%s", got, want)
+	}
+	k.limited = 9
+	if rs := b.RiseStats(); rs.Limited != 9 {
+		t.Errorf("rise stats %+v, want the classifier's 9 limited", rs)
+	}
+}
+
+// TestEDTLinger: an entry no longer wanted stays at delay 0 (renewed)
+// for linger before it is freed, so the program lowers the ramps of the
+// flows that go on sending; a consumer wanted again meanwhile gets its
+// delay back at once; with linger 0 it is freed at once.
+func TestEDTLinger(t *testing.T) {
+	ctx := context.Background()
+	k := &fakeEDT{}
+	b := newEDT(k, time.Second, nil)
+	now := time.Unix(1000, 0)
+	b.now = func() time.Time { return now }
+	b.linger = 3 * time.Second
+	a := netip.MustParseAddr("10.0.0.3")
+	on := State{Groups: []Group{{Name: "vg", Members: []netip.Addr{a}, WriteDelay: 5 * time.Millisecond}}}
+	off := State{Groups: []Group{{Name: "vg"}}}
+	step := func(what string, f func() error, want string) {
+		t.Helper()
+		k.calls = nil
+		if err := f(); err != nil {
+			t.Fatal(err)
+		}
+		if got := strings.Join(k.calls, "; "); got != want {
+			t.Errorf("%s: calls %q, want %q", what, got, want)
+		}
+	}
+	apply := func(s State) func() error { return func() error { return b.Apply(ctx, s) } }
+	renew := func() error { return b.Renew(ctx) }
+	step("throttled", apply(on), "attach; set 10.0.0.3:3260 write 5ms split 128 ttl 1s")
+	step("released", apply(off), "set 10.0.0.3:3260 "+Direction(0).String()+" 0s split 128 ttl 1s")
+	now = now.Add(2 * time.Second)
+	step("lingering", renew, "set 10.0.0.3:3260 "+Direction(0).String()+" 0s split 128 ttl 1s")
+	step("throttled again", apply(on), "set 10.0.0.3:3260 write 5ms split 128 ttl 1s")
+	step("released again", apply(off), "set 10.0.0.3:3260 "+Direction(0).String()+" 0s split 128 ttl 1s")
+	now = now.Add(3 * time.Second)
+	step("lingered long enough", renew, "free 10.0.0.3:3260")
+	if len(b.cur) != 0 {
+		t.Errorf("entries left: %v", b.cur)
+	}
+	b.linger = 0
+	step("throttled within the idle grace", apply(on), "set 10.0.0.3:3260 write 5ms split 128 ttl 1s")
+	step("released, no linger", apply(off), "free 10.0.0.3:3260")
 }

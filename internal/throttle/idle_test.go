@@ -143,6 +143,16 @@ func TestEDTIdle(t *testing.T) {
 	if !waitLocked(t, lock, func() bool { return !b.attached && strings.Join(k.calls, "; ") == "detach" }) {
 		t.Errorf("not detached after the grace: %q", calls())
 	}
+	calls()
+	// An armed consumer alone needs the path: the ingress program must
+	// see its first write.
+	armed := State{Groups: []Group{{Name: "vg", Armed: []netip.Addr{netip.MustParseAddr("10.0.0.3")}, ArmedDelay: 4 * time.Millisecond}}}
+	if err := b.Apply(ctx, armed); err != nil {
+		t.Fatal(err)
+	}
+	if got := calls(); got != "attach; set 10.0.0.3:3260 "+Direction(0).String()+" 0s split 128 ttl 1s armed 4ms" {
+		t.Errorf("armed only: %q, want attach then the armed entry", got)
+	}
 	b.Close()
 }
 

@@ -11,9 +11,10 @@ import (
 // a consumer the group arms its ArmedDelay, from its first write. It is
 // what b programs of s, not what was asked: the IPv4-only backends
 // (netem, htb) leave IPv6 consumers out, nfqueue leaves them out when
-// ip6tables is missing, only nfqueue arms, and dry-run holds nobody. So
+// ip6tables is missing, only nfqueue and edt arm, and dry-run holds
+// nobody. So
 // a consumer the engine holds at one delay and the data path at another,
-// or not at all, shows as such (issue 33). The nfqueue backend's ramp
+// or not at all, shows as such (issue 33). The ramp of nfqueue and edt
 // (RiseLimit) is left out: it reaches a new delay within a tick.
 func InForce(b Backend, s State) map[netip.Addr]time.Duration {
 	switch b := b.(type) {
@@ -23,8 +24,6 @@ func InForce(b Backend, s State) map[netip.Addr]time.Duration {
 		s, _ = split(s, b.rec6 != nil)
 	case *Netem, *HTB:
 		s, _ = Split(s)
-	case *EDT:
-		s = withoutArming(s)
 	case *DryRun:
 		return map[netip.Addr]time.Duration{}
 	}

@@ -29,7 +29,7 @@ func TestInForce(t *testing.T) {
 		{"netem", &Netem{}, map[netip.Addr]time.Duration{v4: 200 * time.Millisecond}},
 		{"htb", &HTB{}, map[netip.Addr]time.Duration{v4: 200 * time.Millisecond}},
 		{"netem with htb rates", &Composite{Delay: &Netem{}}, map[netip.Addr]time.Duration{v4: 200 * time.Millisecond}},
-		{"edt (IPv6 too, no arming)", &EDT{}, map[netip.Addr]time.Duration{v4: 200 * time.Millisecond, v6: 200 * time.Millisecond}},
+		{"edt (IPv6 too, arming too)", &EDT{}, all},
 		{"dry-run", &DryRun{}, map[netip.Addr]time.Duration{}},
 	}
 	for _, tt := range tests {

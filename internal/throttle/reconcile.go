@@ -98,7 +98,7 @@ func (r *Refused) Error() string {
 // program, one consumer or group at a time, and says what it left out
 // (nil: nothing): IPv6 members, and groups with more ports than one
 // iptables multiport match takes. Arming is left out without a word:
-// only nfqueue arms (see arm.go). The nfqueue backend keeps IPv6 members
+// only nfqueue and edt arm (see arm.go). The nfqueue backend keeps IPv6 members
 // when ip6tables works.
 func Split(s State) (State, *Refused) {
 	out, why := split(s, false)

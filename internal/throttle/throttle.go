@@ -125,8 +125,8 @@ type Group struct {
 	// Armed are consumers outside the set that the kernel puts in it
 	// with their first write data segment, to be held at ArmedDelay in
 	// the write direction from then on, until a later state makes them
-	// members or they stop writing (see "Arming" in arm.go). Only the
-	// nfqueue backend arms; the others ignore both fields.
+	// members or they stop writing (see "Arming" in arm.go). The
+	// nfqueue and edt backends arm; the others ignore both fields.
 	Armed      []netip.Addr
 	ArmedDelay time.Duration
 }

@@ -60,13 +60,6 @@ func packet(dst netip.Addr, sport uint16, payload int) []byte {
 	return p
 }
 
-// skbSize is struct __sk_buff's size on recent kernels; tstamp is at
-// skbTstamp (UAPI).
-const (
-	skbSize   = 192
-	skbTstamp = 152
-)
-
 // classify runs the classifier once on pkt (BPF_PROG_TEST_RUN) and
 // returns the departure time it gave (0: none) and the clock around it.
 func classify(t *testing.T, prog *ebpf.Program, pkt []byte) (ts, before, after uint64) {
@@ -94,7 +87,7 @@ func classify(t *testing.T, prog *ebpf.Program, pkt []byte) (ts, before, after u
 // last, and an expired entry passes everything.
 func TestClassifierInKernel(t *testing.T) {
 	o := loadC(t)
-	e := &EDT{m: o.m, cnt: o.cnt}
+	e := &EDT{objects: o}
 	ms := uint64(time.Millisecond)
 	for _, c := range []struct {
 		name string
@@ -102,17 +95,26 @@ func TestClassifierInKernel(t *testing.T) {
 	}{{"IPv4", netip.MustParseAddr("192.0.2.7")}, {"IPv6", netip.MustParseAddr("2001:db8::7")}} {
 		t.Run(c.name, func(t *testing.T) {
 			k := Key{c.addr, 3260}
-			if err := e.Set(c.addr, 3260, 128, Write, 5*time.Millisecond, time.Hour); err != nil {
+			if err := e.SetEntry(c.addr, 3260, Entry{Split: 128, Dir: Write, Delay: 5 * time.Millisecond}, time.Hour); err != nil {
 				t.Fatal(err)
 			}
+			var last uint64
 			for _, n := range []int{0, 48, 128} { // pure ACK, R2T, the split
 				ts, before, after := classify(t, o.prog, packet(c.addr, 3260, n))
 				if ts < before+5*ms || ts > after+5*ms {
 					t.Errorf("a %d-byte segment left at %d, want now + 5 ms in [%d, %d]", n, ts, before+5*ms, after+5*ms)
 				}
+				last = ts
 			}
+			// Not delayed in the write direction of a 128-byte split, but
+			// not before the last delayed one either (fq would let a
+			// packet without a time overtake it).
+			if ts, _, _ := classify(t, o.prog, packet(c.addr, 3260, 129)); ts != last {
+				t.Errorf("a 129-byte segment got departure time %d, want the last delayed one's %d and no delay of its own", ts, last)
+			}
+			time.Sleep(6 * time.Millisecond)
 			if ts, _, _ := classify(t, o.prog, packet(c.addr, 3260, 129)); ts != 0 {
-				t.Errorf("a 129-byte segment got departure time %d in the write direction of a 128-byte split, want none", ts)
+				t.Errorf("a 129-byte segment got departure time %d once the delayed ones had left, want none", ts)
 			}
 			if ts, _, _ := classify(t, o.prog, packet(c.addr, 22, 0)); ts != 0 {
 				t.Errorf("a segment from port 22 got departure time %d, want none (not a throttled port)", ts)
@@ -121,30 +123,30 @@ func TestClassifierInKernel(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got[k] != (Counters{Delayed: 3, Passed: 1}) || len(got) != 1 {
-				t.Errorf("counters %+v, want 3 delayed and 1 passed on port 3260 only", got)
+			if got[k] != (Counters{Delayed: 3, Passed: 2}) || len(got) != 1 {
+				t.Errorf("counters %+v, want 3 delayed and 2 passed on port 3260 only", got)
 			}
 
 			// Read: data held, ACKs passed.
-			if err := e.Set(c.addr, 3260, 128, Read, 20*time.Millisecond, time.Hour); err != nil {
+			if err := e.SetEntry(c.addr, 3260, Entry{Split: 128, Dir: Read, Delay: 20 * time.Millisecond}, time.Hour); err != nil {
 				t.Fatal(err)
 			}
 			ts20, before, after := classify(t, o.prog, packet(c.addr, 3260, 1448))
 			if ts20 < before+20*ms || ts20 > after+20*ms {
 				t.Errorf("a data segment left at %d, want now + 20 ms in [%d, %d]", ts20, before+20*ms, after+20*ms)
 			}
-			if ts, _, _ := classify(t, o.prog, packet(c.addr, 3260, 0)); ts != 0 {
-				t.Errorf("a pure ACK got departure time %d in the read direction, want none", ts)
+			if ts, _, _ := classify(t, o.prog, packet(c.addr, 3260, 0)); ts != ts20 {
+				t.Errorf("a pure ACK got departure time %d in the read direction, want no delay of its own but not before the data's %d", ts, ts20)
 			}
 			// Lowered to 1 ms: no earlier than the last (order).
-			if err := e.Set(c.addr, 3260, 128, Both, time.Millisecond, time.Hour); err != nil {
+			if err := e.SetEntry(c.addr, 3260, Entry{Split: 128, Dir: Both, Delay: time.Millisecond}, time.Hour); err != nil {
 				t.Fatal(err)
 			}
 			if ts, _, _ := classify(t, o.prog, packet(c.addr, 3260, 1448)); ts < ts20 {
 				t.Errorf("after lowering the delay a segment left at %d, before the last one's %d: reordered", ts, ts20)
 			}
 			// Expired: passed, as after a daemon's death.
-			if err := e.Set(c.addr, 3260, 128, Both, 20*time.Millisecond, time.Microsecond); err != nil {
+			if err := e.SetEntry(c.addr, 3260, Entry{Split: 128, Dir: Both, Delay: 20 * time.Millisecond}, time.Microsecond); err != nil {
 				t.Fatal(err)
 			}
 			time.Sleep(2 * time.Millisecond)
@@ -152,7 +154,7 @@ func TestClassifierInKernel(t *testing.T) {
 				t.Errorf("an expired entry still gave departure time %d", ts)
 			}
 			got, _ = e.Counters()
-			if want := (Counters{Delayed: 5, Passed: 3}); got[k] != want {
+			if want := (Counters{Delayed: 5, Passed: 4}); got[k] != want {
 				t.Errorf("counters %+v, want %+v", got[k], want)
 			}
 			if err := e.Free(c.addr, 3260); err != nil {
@@ -171,7 +173,7 @@ func TestClassifierInKernel(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := (Counters{Delayed: 10, Passed: 6}); tot != want {
+	if want := (Counters{Delayed: 10, Passed: 8}); tot != want {
 		t.Errorf("totals %+v after freeing both, want %+v (freed entries' counts kept)", tot, want)
 	}
 	if per, _ := e.Counters(); len(per) != 0 {
@@ -184,12 +186,12 @@ func TestClassifierInKernel(t *testing.T) {
 // split; a UDP datagram to the initiator is never touched.
 func TestClassifierPortSplits(t *testing.T) {
 	o := loadC(t)
-	e := &EDT{m: o.m, cnt: o.cnt}
+	e := &EDT{objects: o}
 	a := netip.MustParseAddr("192.0.2.10")
-	if err := e.Set(a, 3260, 128, Write, 5*time.Millisecond, time.Hour); err != nil {
+	if err := e.SetEntry(a, 3260, Entry{Split: 128, Dir: Write, Delay: 5 * time.Millisecond}, time.Hour); err != nil {
 		t.Fatal(err)
 	}
-	if err := e.Set(a, 2049, 256, Write, 9*time.Millisecond, time.Hour); err != nil {
+	if err := e.SetEntry(a, 2049, Entry{Split: 256, Dir: Write, Delay: 9 * time.Millisecond}, time.Hour); err != nil {
 		t.Fatal(err)
 	}
 	ms := uint64(time.Millisecond)
@@ -210,8 +212,8 @@ func TestClassifierPortSplits(t *testing.T) {
 // initiator as its 4-byte form.
 func TestClassifierMappedKey(t *testing.T) {
 	o := loadC(t)
-	e := &EDT{m: o.m, cnt: o.cnt}
-	if err := e.Set(netip.MustParseAddr("::ffff:192.0.2.9"), 3260, 128, Write, 5*time.Millisecond, time.Hour); err != nil {
+	e := &EDT{objects: o}
+	if err := e.SetEntry(netip.MustParseAddr("::ffff:192.0.2.9"), 3260, Entry{Split: 128, Dir: Write, Delay: 5 * time.Millisecond}, time.Hour); err != nil {
 		t.Fatal(err)
 	}
 	if ts, before, _ := classify(t, o.prog, packet(netip.MustParseAddr("192.0.2.9"), 3260, 0)); ts < before+uint64(5*time.Millisecond) {
@@ -233,9 +235,9 @@ func BenchmarkClassifier(b *testing.B) {
 		b.Skip(err)
 	}
 	defer o.close()
-	e := &EDT{m: o.m, cnt: o.cnt}
+	e := &EDT{objects: o}
 	a := netip.MustParseAddr("192.0.2.7")
-	if err := e.Set(a, 3260, 128, Write, time.Millisecond, time.Hour); err != nil {
+	if err := e.SetEntry(a, 3260, Entry{Split: 128, Dir: Write, Delay: time.Millisecond}, time.Hour); err != nil {
 		b.Fatal(err)
 	}
 	for _, c := range []struct {

@@ -25,12 +25,25 @@
 // Order: fq keeps a flow's packets in departure-time order, so a packet
 // given an earlier time than one before it would overtake it when the
 // delay falls. The program never gives an initiator's packet a departure
-// time before the last one it gave that initiator (the entry's last
-// field), so a lowered delay drains the queue in order instead of
-// reordering it. (The update of last is not atomic across CPUs; two CPUs
-// sending to one initiator at the same nanosecond could still swap two
-// packets. A per-CPU or per-flow map, or an atomic compare-and-swap, would
-// close that.)
+// time before the last one it gave that initiator on that port (the
+// state map's last field), so a lowered delay drains the queue in order
+// instead of reordering it; and a packet of a live entry that gets no
+// delay of its own (the other direction, a delay lowered to 0, an armed
+// entry not active) leaves no earlier than that last either, since fq
+// would send a packet without a time ahead of its flow's held ones. (The update of last is not atomic across
+// CPUs; two CPUs sending to one initiator at the same nanosecond could
+// still swap two packets.)
+//
+// Rise limit: per flow and direction the program ramps the delay as
+// nfqueue's RiseLimit does (Entry.Rise, DefaultRise), remembering each
+// flow's last applied delay in an LRU map that bounds its memory and
+// needs no cleaning. Arming: an entry with Armed holds the write
+// direction only once the initiator writes; an ingress program on the
+// same device sees the write and activates it for a second.
+//
+// What the programs write (last, the arming's deadline, the ramps) is
+// in maps of their own: the daemon rewrites an entry whole at every
+// renewal and must not undo them.
 package edt
 
 import (
@@ -46,18 +59,21 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// FilterName names our tc filter, so a cleanup finds it.
-const FilterName = "sanqos-edt"
+// FilterName and ArmFilterName name our tc filters (egress and
+// ingress), so a cleanup finds them.
+const (
+	FilterName    = "sanqos-edt"
+	ArmFilterName = "sanqos-edt-arm"
+)
 
 // EDT is the delay path on one interface of one network namespace.
 type EDT struct {
-	h      *netlink.Handle
-	dev    string
-	link   netlink.Link
-	m      *ebpf.Map // address -> delay entry
-	cnt    *ebpf.Map // address -> per-CPU counters
-	prog   *ebpf.Program
-	progID ebpf.ProgramID // the kernel's id of prog, as a filter dump names it
+	h    *netlink.Handle
+	dev  string
+	link netlink.Link
+	objects
+	// The kernel's ids of the programs, as a filter dump names them.
+	progID, armID ebpf.ProgramID
 	// freed sums the counters of the entries Free removed, so that
 	// Totals only grows.
 	mu    sync.Mutex
@@ -75,7 +91,7 @@ const (
 	Both // every segment
 )
 
-// New loads the classifier and its map for dev, in the network namespace
+// New loads the programs and their maps for dev, in the network namespace
 // at nsPath ("" for the current one), after removing what an earlier run
 // left, and checks that the kernel takes fq and the classifier on dev by
 // attaching and detaching them once. Nothing of ours stays on dev's path
@@ -99,9 +115,12 @@ func New(nsPath, dev string) (_ *EDT, err error) {
 	if err != nil {
 		return nil, err
 	}
-	e.m, e.cnt, e.prog = o.m, o.cnt, o.prog
+	e.objects = o
 	if info, err := e.prog.Info(); err == nil {
 		e.progID, _ = info.ID()
+	}
+	if info, err := e.arm.Info(); err == nil {
+		e.armID, _ = info.ID()
 	}
 	if err := e.Attach(); err != nil {
 		return nil, err
@@ -112,8 +131,9 @@ func New(nsPath, dev string) (_ *EDT, err error) {
 	return e, nil
 }
 
-// Attach puts fq as the root qdisc of dev and the classifier on its
-// egress (the first throttle: one netlink message each).
+// Attach puts fq as the root qdisc of dev, the classifier on its egress
+// and the arming program on its ingress (the first throttle: one netlink
+// message each).
 func (e *EDT) Attach() error {
 	if err := e.h.QdiscReplace(e.fq()); err != nil {
 		return fmt.Errorf("edt: fq as root qdisc of %s: %w", e.dev, err)
@@ -124,11 +144,14 @@ func (e *EDT) Attach() error {
 	if err := e.h.FilterReplace(e.filter()); err != nil {
 		return fmt.Errorf("edt: attaching the classifier to %s: %w", e.dev, err)
 	}
+	if err := e.h.FilterReplace(e.armFilter()); err != nil {
+		return fmt.Errorf("edt: attaching the arming program to %s's ingress: %w", e.dev, err)
+	}
 	return nil
 }
 
-// Detach removes the classifier and fq from dev, leaving the program and
-// its map loaded for the next Attach; dev gets its default qdisc back.
+// Detach removes the filters and fq from dev, leaving the programs and
+// their maps loaded for the next Attach; dev gets its default qdisc back.
 // Packets fq still holds are dropped with it: call it only once the
 // last delay has run out.
 func (e *EDT) Detach() error {
@@ -143,7 +166,8 @@ func (e *EDT) Detach() error {
 // fqHandle is our fq's handle (5e:), so a cleanup removes only ours.
 var fqHandle = netlink.MakeHandle(0x5e, 0)
 
-// Our filter's place on the egress hook: handle 1 at priority 1.
+// Our filters' place on the egress and ingress hooks: handle 1 at
+// priority 1.
 const (
 	filterHandle = 1
 	filterPrio   = 1
@@ -161,6 +185,14 @@ func (e *EDT) filter() *netlink.BpfFilter {
 	return &netlink.BpfFilter{
 		FilterAttrs: netlink.FilterAttrs{LinkIndex: e.link.Attrs().Index, Parent: netlink.HANDLE_MIN_EGRESS, Handle: filterHandle, Protocol: unix.ETH_P_ALL, Priority: filterPrio},
 		Fd:          e.prog.FD(), Name: FilterName, DirectAction: true,
+	}
+}
+
+// armFilter runs the arming program on dev's ingress.
+func (e *EDT) armFilter() *netlink.BpfFilter {
+	return &netlink.BpfFilter{
+		FilterAttrs: netlink.FilterAttrs{LinkIndex: e.link.Attrs().Index, Parent: netlink.HANDLE_MIN_INGRESS, Handle: filterHandle, Protocol: unix.ETH_P_ALL, Priority: filterPrio},
+		Fd:          e.arm.FD(), Name: ArmFilterName, DirectAction: true,
 	}
 }
 
@@ -190,10 +222,16 @@ func monotonic() uint64 {
 
 // Set delays the TCP segments from the target's port to addr in
 // direction dir by delay until ttl from now: Write those whose payload
-// is at most split bytes, Read the longer ones. The daemon renews it
-// every tick, so ttl bounds how long a delay outlives a dead daemon.
+// is at most split bytes, Read the longer ones; each flow's delay rises
+// by DefaultRise. The daemon renews it every tick, so ttl bounds how
+// long a delay outlives a dead daemon.
 func (e *EDT) Set(addr netip.Addr, port uint16, split int, dir Direction, delay, ttl time.Duration) error {
-	return set(e.m, e.cnt, Key{addr, port}, split, dir, delay, ttl)
+	return e.set(Key{addr, port}, Entry{Split: split, Dir: dir, Delay: delay, Rise: DefaultRise}, ttl)
+}
+
+// SetEntry sets addr's entry on port until ttl from now (see Entry).
+func (e *EDT) SetEntry(addr netip.Addr, port uint16, en Entry, ttl time.Duration) error {
+	return e.set(Key{addr, port}, en, ttl)
 }
 
 // Free removes the delay of addr's flows from port; its queued packets
@@ -203,41 +241,33 @@ func (e *EDT) Free(addr netip.Addr, port uint16) error {
 	if err := e.m.Delete(key); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 		return fmt.Errorf("edt: freeing %s port %d: %w", addr, port, err)
 	}
+	e.st.Delete(key) // the flows' order goes with the entry, as before
 	c, err := counters(e.cnt, key)
 	if err != nil {
 		return nil // none yet, or unreadable: the entry is gone anyway
 	}
 	e.mu.Lock()
-	e.freed.Delayed += c.Delayed
-	e.freed.Passed += c.Passed
+	e.freed.add(c)
 	e.mu.Unlock()
 	e.cnt.Delete(key)
 	return nil
 }
 
-// Close removes the classifier and fq from the interface.
+// Close removes the filters and fq from the interface.
 func (e *EDT) Close() error {
 	var err error
 	if e.link != nil {
 		err = cleanup(e.h, e.link)
 	}
-	if e.prog != nil {
-		e.prog.Close()
-	}
-	if e.m != nil {
-		e.m.Close()
-	}
-	if e.cnt != nil {
-		e.cnt.Close()
-	}
+	e.objects.close()
 	if e.h != nil {
 		e.h.Close()
 	}
 	return err
 }
 
-// Cleanup removes what an EDT on dev left (after kill -9, the filter
-// keeps the program and its map alive): the clsact qdisc with its
+// Cleanup removes what an EDT on dev left (after kill -9, the filters
+// keep the programs and their maps alive): the clsact qdisc with both
 // filters, and fq if it is the root qdisc.
 func Cleanup(nsPath, dev string) error {
 	h, err := handle(nsPath)

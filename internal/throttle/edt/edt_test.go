@@ -8,7 +8,8 @@ import (
 
 // TestObjectVerifies loads the embedded classifier into this kernel: the
 // verifier checks every path, bounds and the context offsets, and the
-// object must hold the program and both maps by the names edt.go uses.
+// object must hold both programs and the four maps by the names and
+// sizes objects.go uses.
 // Its behaviour is TestClassifierInKernel's here, and the kernel lab's
 // with fq (make kernel-lab SUITE=edt).
 func TestObjectVerifies(t *testing.T) {
@@ -16,7 +17,13 @@ func TestObjectVerifies(t *testing.T) {
 	if o.m.KeySize() != keySize || o.m.ValueSize() != valueSize {
 		t.Errorf("delay map key %d value %d bytes, want %d and %d (struct key, struct entry)", o.m.KeySize(), o.m.ValueSize(), keySize, valueSize)
 	}
-	if o.cnt.KeySize() != keySize {
-		t.Errorf("counter map key %d bytes, want %d", o.cnt.KeySize(), keySize)
+	if o.cnt.KeySize() != keySize || o.cnt.ValueSize() != 24 {
+		t.Errorf("counter map key %d value %d bytes, want %d and 24 (struct counters)", o.cnt.KeySize(), o.cnt.ValueSize(), keySize)
+	}
+	if o.st.KeySize() != keySize || o.st.ValueSize() != stateSize {
+		t.Errorf("state map key %d value %d bytes, want %d and %d (struct state)", o.st.KeySize(), o.st.ValueSize(), keySize, stateSize)
+	}
+	if o.flow.KeySize() != fkeySize || o.flow.ValueSize() != 24 {
+		t.Errorf("flow map key %d value %d bytes, want %d and 24 (struct fkey, struct flow)", o.flow.KeySize(), o.flow.ValueSize(), fkeySize)
 	}
 }

@@ -21,22 +21,29 @@ var bpfObject []byte
 
 // The object's names (bpf/edt.bpf.c).
 const (
-	progName = "sanqos_edt_classify"
-	mapName  = "sanqos_edt"
+	progName = "sanqos_edt_classify" // egress: departure times
+	armName  = "sanqos_edt_arm"      // ingress: arming
+	mapName  = "sanqos_edt"          // the daemon's entries
+	stName   = "sanqos_edt_st"       // the programs' state per entry
 	cntName  = "sanqos_edt_cnt"
+	flowName = "sanqos_edt_flow" // the rise limit's per-flow ramps
 )
 
-// Map value layout (struct entry): five little-endian u64s; the key
+// Entry value layout (struct entry): seven little-endian u64s; the key
 // (struct key) is the 16-byte address, the port in host order and
 // padding.
 const (
-	offDelay   = 0  // ns added to now
-	offExpires = 8  // CLOCK_MONOTONIC ns after which the entry is ignored
-	offLast    = 16 // last departure time given, for order
-	offSplit   = 24 // the port's small-segment split, TCP payload bytes
-	offDir     = 32 // dirWrite | dirRead
-	valueSize  = 40
-	keySize    = 24
+	offDelay    = 0  // ns added to now
+	offExpires  = 8  // CLOCK_MONOTONIC ns after which the entry is ignored
+	offSplit    = 16 // the port's small-segment split, TCP payload bytes
+	offDir      = 24 // dirWrite | dirRead
+	offArm      = 32 // armed write delay, ns
+	offPermille = 40 // the rise limit's factor, per mille
+	offStep     = 48 // the rise limit's step, ns
+	valueSize   = 56
+	stateSize   = 16 // struct state: last, armed_until
+	keySize     = 24
+	fkeySize    = 24 // struct fkey
 )
 
 // The entry's directions (DIR_WRITE, DIR_READ).
@@ -65,17 +72,19 @@ func keyFrom(b []byte) Key {
 	return Key{Addr: netip.AddrFrom16([16]byte(b[:16])).Unmap(), Port: binary.NativeEndian.Uint16(b[16:])}
 }
 
-// objects are the classifier and its maps, loaded and not attached.
+// objects are the programs and their maps, loaded and not attached.
 type objects struct {
-	m, cnt *ebpf.Map
-	prog   *ebpf.Program
+	m, st, cnt, flow *ebpf.Map
+	prog, arm        *ebpf.Program
 }
 
 func (o objects) close() {
-	if o.prog != nil {
-		o.prog.Close()
+	for _, p := range []*ebpf.Program{o.prog, o.arm} {
+		if p != nil {
+			p.Close()
+		}
 	}
-	for _, m := range []*ebpf.Map{o.m, o.cnt} {
+	for _, m := range []*ebpf.Map{o.m, o.st, o.cnt, o.flow} {
 		if m != nil {
 			m.Close()
 		}
@@ -97,54 +106,96 @@ func load() (objects, error) {
 		}
 		return objects{}, fmt.Errorf("edt: loading the classifier: %w", err)
 	}
-	o := objects{m: coll.DetachMap(mapName), cnt: coll.DetachMap(cntName), prog: coll.DetachProgram(progName)}
+	o := objects{m: coll.DetachMap(mapName), st: coll.DetachMap(stName), cnt: coll.DetachMap(cntName), flow: coll.DetachMap(flowName),
+		prog: coll.DetachProgram(progName), arm: coll.DetachProgram(armName)}
 	coll.Close()
-	if o.m == nil || o.cnt == nil || o.prog == nil {
+	if o.m == nil || o.st == nil || o.cnt == nil || o.flow == nil || o.prog == nil || o.arm == nil {
 		o.close()
-		return objects{}, fmt.Errorf("edt: the embedded object lacks %s, %s or %s", progName, mapName, cntName)
+		return objects{}, fmt.Errorf("edt: the embedded object lacks one of %s, %s, %s, %s, %s, %s", progName, armName, mapName, stName, cntName, flowName)
 	}
 	return o, nil
 }
 
-// set writes k's entry in m, keeping its last departure time, and makes
-// its counters in cnt if it has none.
-func set(m, cnt *ebpf.Map, k Key, split int, dir Direction, delay, ttl time.Duration) error {
+// Rise is the rise limit of an entry's flows (package throttle's
+// RiseLimit, in the integers the program computes with): a flow's delay
+// rises per RTT sample to at most max(prev + prev·Permille/1000, prev +
+// Step). The zero Rise does not limit.
+type Rise struct {
+	Permille uint64
+	Step     time.Duration
+}
+
+// DefaultRise is throttle.DefaultRiseLimit: 10 % or 250 µs a sample.
+var DefaultRise = Rise{Permille: 100, Step: 250 * time.Microsecond}
+
+// Entry is what one initiator gets on one port.
+type Entry struct {
+	Split int           // the port's small-segment split, TCP payload bytes
+	Dir   Direction     // the directions Delay holds
+	Delay time.Duration // 0 with Armed: only armed
+	// Armed, when not 0, holds the write direction at Armed for a second
+	// after each segment longer than Split the initiator sends the port
+	// (a write), where Dir does not hold it already.
+	Armed time.Duration
+	Rise  Rise
+}
+
+// set writes k's entry in m, and makes its state in st and its
+// counters in cnt where it has none. The state (the last departure
+// time, the arming's deadline) is the programs': set never writes an
+// existing one, so a renewal neither reorders a flow nor ends an
+// activated arming.
+func (o objects) set(k Key, en Entry, ttl time.Duration) error {
 	if !k.Addr.IsValid() {
 		return errors.New("edt: setting a delay: no address")
 	}
 	key := k.bytes()
-	v := make([]byte, valueSize)
-	if old, err := m.LookupBytes(key); err == nil && old != nil {
-		copy(v, old) // keep last: order across the change
-	} else if cnt != nil {
-		zero := make([]Counters, ebpf.MustPossibleCPU())
-		if err := cnt.Update(key, zero, ebpf.UpdateNoExist); err != nil && !errors.Is(err, ebpf.ErrKeyExist) {
-			return fmt.Errorf("edt: making the counters of %s port %d: %w", k.Addr, k.Port, err)
-		}
+	if err := o.st.Update(key, make([]byte, stateSize), ebpf.UpdateNoExist); err != nil && !errors.Is(err, ebpf.ErrKeyExist) {
+		return fmt.Errorf("edt: making the state of %s port %d: %w", k.Addr, k.Port, err)
+	}
+	zero := make([]Counters, ebpf.MustPossibleCPU())
+	if err := o.cnt.Update(key, zero, ebpf.UpdateNoExist); err != nil && !errors.Is(err, ebpf.ErrKeyExist) {
+		return fmt.Errorf("edt: making the counters of %s port %d: %w", k.Addr, k.Port, err)
 	}
 	d := uint64(dirWrite)
-	switch dir {
+	switch en.Dir {
 	case Read:
 		d = dirRead
 	case Both:
 		d = dirWrite | dirRead
 	}
-	binary.LittleEndian.PutUint64(v[offDelay:], uint64(delay.Nanoseconds()))
+	if en.Delay <= 0 {
+		d = 0
+	}
+	v := make([]byte, valueSize)
+	binary.LittleEndian.PutUint64(v[offDelay:], uint64(max(en.Delay, 0)))
 	binary.LittleEndian.PutUint64(v[offExpires:], monotonic()+uint64(ttl.Nanoseconds()))
-	binary.LittleEndian.PutUint64(v[offSplit:], uint64(max(split, 0)))
+	binary.LittleEndian.PutUint64(v[offSplit:], uint64(max(en.Split, 0)))
 	binary.LittleEndian.PutUint64(v[offDir:], d)
-	if err := m.Put(key, v); err != nil {
+	binary.LittleEndian.PutUint64(v[offArm:], uint64(max(en.Armed, 0)))
+	binary.LittleEndian.PutUint64(v[offPermille:], en.Rise.Permille)
+	binary.LittleEndian.PutUint64(v[offStep:], uint64(max(en.Rise.Step, 0)))
+	if err := o.m.Put(key, v); err != nil {
 		return fmt.Errorf("edt: setting the delay of %s port %d: %w", k.Addr, k.Port, err)
 	}
 	return nil
 }
 
 // Counters are what the classifier counted for an initiator (struct
-// counters): segments given a departure time, and segments of its port
-// passed at once (the other direction, or the entry expired).
+// counters): segments given a departure time, segments of its port
+// passed at once (the other direction, an armed entry not activated, or
+// the entry expired), and segments the rise limit gave less than the
+// requested delay (Limited; they are counted delayed or passed too).
 type Counters struct {
 	Delayed uint64
 	Passed  uint64
+	Limited uint64
+}
+
+func (c *Counters) add(o Counters) {
+	c.Delayed += o.Delayed
+	c.Passed += o.Passed
+	c.Limited += o.Limited
 }
 
 // counters sums key's per-CPU counters.
@@ -155,8 +206,7 @@ func counters(cnt *ebpf.Map, key []byte) (Counters, error) {
 	}
 	var c Counters
 	for _, p := range per {
-		c.Delayed += p.Delayed
-		c.Passed += p.Passed
+		c.add(p)
 	}
 	return c, nil
 }
@@ -170,8 +220,7 @@ func (e *EDT) Counters() (map[Key]Counters, error) {
 	for it.Next(&key, &per) {
 		var c Counters
 		for _, p := range per {
-			c.Delayed += p.Delayed
-			c.Passed += p.Passed
+			c.add(p)
 		}
 		out[keyFrom(key)] = c
 	}
@@ -189,8 +238,7 @@ func (e *EDT) Totals() (Counters, error) {
 	t := e.freed
 	e.mu.Unlock()
 	for _, c := range per {
-		t.Delayed += c.Delayed
-		t.Passed += c.Passed
+		t.add(c)
 	}
 	return t, err
 }

@@ -10,13 +10,14 @@ import (
 	"github.com/vishvananda/netlink"
 )
 
-// Self-repair. The path is three objects on the interface: fq as its
+// Self-repair. The path is four objects on the interface: fq as its
 // root qdisc, which holds each packet until its departure time; clsact;
-// and on clsact's egress hook our bpf filter running our program, which
-// looks the delays up in our map. A `tc qdisc del dev D root` leaves the
+// on clsact's egress hook our bpf filter running our classifier, which
+// looks the delays up in our map; and on its ingress hook the filter
+// running our arming program. A `tc qdisc del dev D root` leaves the
 // timestamps with nothing to honour them, a `tc qdisc del dev D clsact`
-// takes the filter with it: either ends every delay while the daemon
-// goes on reporting it. Verify reads the three back and puts back what
+// takes the filters with it: either ends every delay while the daemon
+// goes on reporting it. Verify reads them back and puts back what
 // is missing. The program and the map cannot be lost: this process holds
 // both (the program holds the map), and a filter that runs any other
 // program, or none, is replaced by ours, so the entries the daemon keeps
@@ -37,8 +38,10 @@ type readBack struct {
 	fq        bool   // the root is our fq
 	rootOwned bool   // the root has a handle: someone installed it (not the kernel's default)
 	clsact    bool
-	filter    string // what sits in our filter's place; "" for nothing
+	filter    string // what sits in our egress filter's place; "" for nothing
 	ours      bool   // it is our program
+	armFilter string // the same on ingress
+	armOurs   bool
 }
 
 // inspectQdiscs fills the qdisc half of a read-back.
@@ -58,21 +61,33 @@ func (r *readBack) inspectQdiscs(qs []netlink.Qdisc) {
 
 // inspectFilters fills the filter half: the filters of the egress hook.
 func (r *readBack) inspectFilters(fs []netlink.Filter, progID ebpf.ProgramID) {
+	r.filter, r.ours = inspectHook(fs, progID)
+}
+
+// inspectArm fills the ingress filter's part.
+func (r *readBack) inspectArm(fs []netlink.Filter, armID ebpf.ProgramID) {
+	r.armFilter, r.armOurs = inspectHook(fs, armID)
+}
+
+// inspectHook says what sits in our filter's place among fs, and whether
+// it runs the program with id.
+func inspectHook(fs []netlink.Filter, id ebpf.ProgramID) (found string, ours bool) {
 	for _, f := range fs {
 		a := f.Attrs()
 		if a.Handle != filterHandle || a.Priority != filterPrio {
 			continue // someone else's, in a place of its own
 		}
-		r.filter = f.Type()
+		found = f.Type()
 		if b, ok := f.(*netlink.BpfFilter); ok {
-			r.filter = fmt.Sprintf("bpf %q prog id %d", b.Name, b.Id)
-			r.ours = progID != 0 && b.Id == int(progID) && b.DirectAction
+			found = fmt.Sprintf("bpf %q prog id %d", b.Name, b.Id)
+			ours = id != 0 && b.Id == int(id) && b.DirectAction
 		}
 	}
+	return found, ours
 }
 
 // drifts says what differs from what New installed.
-func (r readBack) drifts(dev string, progID ebpf.ProgramID) []Drift {
+func (r readBack) drifts(dev string, progID, armID ebpf.ProgramID) []Drift {
 	var out []Drift
 	if !r.fq {
 		out = append(out, Drift{Object: "qdisc", Name: dev + " root", Want: "fq " + handleString(fqHandle), Found: orNone(r.root)})
@@ -88,6 +103,14 @@ func (r readBack) drifts(dev string, progID ebpf.ProgramID) []Drift {
 		out = append(out, Drift{Object: "filter", Name: dev + " egress " + FilterName,
 			Want: fmt.Sprintf("bpf %q prog id %d", FilterName, progID), Found: found})
 	}
+	if !r.armOurs {
+		found := orNone(r.armFilter)
+		if !r.clsact {
+			found = "absent (with clsact)"
+		}
+		out = append(out, Drift{Object: "filter", Name: dev + " ingress " + ArmFilterName,
+			Want: fmt.Sprintf("bpf %q prog id %d", ArmFilterName, armID), Found: found})
+	}
 	return out
 }
 
@@ -102,7 +125,7 @@ func handleString(h uint32) string {
 	return fmt.Sprintf("%x:", h>>16)
 }
 
-// Verify reads back fq, clsact and the filter, puts back what is
+// Verify reads back fq, clsact and the two filters, puts back what is
 // missing or not ours, and returns what it found missing. With force it
 // attaches the filter again even when it looks right (the periodic
 // backstop against what the read-back does not compare). An interface
@@ -128,8 +151,13 @@ func (e *EDT) Verify(force bool) ([]Drift, error) {
 			return nil, fmt.Errorf("edt: listing the egress filters of %s: %w", e.dev, err)
 		}
 		r.inspectFilters(fs, e.progID)
+		fs, err = e.h.FilterList(link, netlink.HANDLE_MIN_INGRESS)
+		if err != nil {
+			return nil, fmt.Errorf("edt: listing the ingress filters of %s: %w", e.dev, err)
+		}
+		r.inspectArm(fs, e.armID)
 	}
-	out := r.drifts(e.dev, e.progID)
+	out := r.drifts(e.dev, e.progID, e.armID)
 	var errs []error
 	if !r.fq {
 		if r.rootOwned {
@@ -146,6 +174,11 @@ func (e *EDT) Verify(force bool) ([]Drift, error) {
 	if !r.ours || force {
 		if err := e.h.FilterReplace(e.filter()); err != nil {
 			errs = append(errs, fmt.Errorf("edt: attaching the classifier to %s again: %w", e.dev, err))
+		}
+	}
+	if !r.armOurs || force {
+		if err := e.h.FilterReplace(e.armFilter()); err != nil {
+			errs = append(errs, fmt.Errorf("edt: attaching the arming program to %s's ingress again: %w", e.dev, err))
 		}
 	}
 	return out, errors.Join(errs...)

@@ -13,7 +13,7 @@ import (
 // kernel gives them after each way of breaking the path. The repair
 // itself is tested live (kernel lab, suite edt: TestEDTDaemonRepair).
 func TestReadBack(t *testing.T) {
-	const dev, id = "veth0", 42
+	const dev, id, armID = "veth0", 42, 44
 	fq := &netlink.Fq{QdiscAttrs: netlink.QdiscAttrs{Parent: netlink.HANDLE_ROOT, Handle: fqHandle}}
 	clsact := &netlink.GenericQdisc{QdiscAttrs: netlink.QdiscAttrs{Parent: netlink.HANDLE_CLSACT, Handle: netlink.MakeHandle(0xffff, 0)}, QdiscType: "clsact"}
 	dflt := &netlink.GenericQdisc{QdiscAttrs: netlink.QdiscAttrs{Parent: netlink.HANDLE_ROOT}, QdiscType: "noqueue"}
@@ -21,6 +21,7 @@ func TestReadBack(t *testing.T) {
 	bpf := func(prog int, da bool) netlink.Filter {
 		return &netlink.BpfFilter{FilterAttrs: netlink.FilterAttrs{Handle: filterHandle, Priority: filterPrio}, Name: FilterName, Id: prog, DirectAction: da}
 	}
+	arm := []netlink.Filter{&netlink.BpfFilter{FilterAttrs: netlink.FilterAttrs{Handle: filterHandle, Priority: filterPrio}, Name: ArmFilterName, Id: armID, DirectAction: true}}
 	elsewhere := &netlink.BpfFilter{FilterAttrs: netlink.FilterAttrs{Handle: 1, Priority: 7}, Name: "cilium", Id: 9, DirectAction: true}
 	for _, c := range []struct {
 		name      string
@@ -28,25 +29,34 @@ func TestReadBack(t *testing.T) {
 		filters   []netlink.Filter
 		want      []string // Object Name: Found
 		rootOwned bool
+		ingress   []netlink.Filter // default: our arming filter
+		noIngress bool
 	}{
-		{"intact", []netlink.Qdisc{fq, clsact}, []netlink.Filter{elsewhere, bpf(id, true)}, nil, true},
-		{"root deleted", []netlink.Qdisc{dflt, clsact}, []netlink.Filter{bpf(id, true)}, []string{"qdisc veth0 root: noqueue 0:"}, false},
-		{"root replaced", []netlink.Qdisc{theirs, clsact}, []netlink.Filter{bpf(id, true)}, []string{"qdisc veth0 root: htb 1:"}, true},
+		{"intact", []netlink.Qdisc{fq, clsact}, []netlink.Filter{elsewhere, bpf(id, true)}, nil, true, nil, false},
+		{"root deleted", []netlink.Qdisc{dflt, clsact}, []netlink.Filter{bpf(id, true)}, []string{"qdisc veth0 root: noqueue 0:"}, false, nil, false},
+		{"root replaced", []netlink.Qdisc{theirs, clsact}, []netlink.Filter{bpf(id, true)}, []string{"qdisc veth0 root: htb 1:"}, true, nil, false},
 		{"clsact deleted", []netlink.Qdisc{fq}, nil,
-			[]string{"qdisc veth0 clsact: absent", "filter veth0 egress sanqos-edt: absent (with clsact)"}, true},
-		{"filter deleted", []netlink.Qdisc{fq, clsact}, []netlink.Filter{elsewhere}, []string{"filter veth0 egress sanqos-edt: none"}, true},
-		{"program replaced", []netlink.Qdisc{fq, clsact}, []netlink.Filter{bpf(43, true)}, []string{`filter veth0 egress sanqos-edt: bpf "sanqos-edt" prog id 43`}, true},
-		{"not direct-action", []netlink.Qdisc{fq, clsact}, []netlink.Filter{bpf(id, false)}, []string{`filter veth0 egress sanqos-edt: bpf "sanqos-edt" prog id 42`}, true},
+			[]string{"qdisc veth0 clsact: absent", "filter veth0 egress sanqos-edt: absent (with clsact)", "filter veth0 ingress sanqos-edt-arm: absent (with clsact)"}, true, nil, false},
+		{"filter deleted", []netlink.Qdisc{fq, clsact}, []netlink.Filter{elsewhere}, []string{"filter veth0 egress sanqos-edt: none"}, true, nil, false},
+		{"program replaced", []netlink.Qdisc{fq, clsact}, []netlink.Filter{bpf(43, true)}, []string{`filter veth0 egress sanqos-edt: bpf "sanqos-edt" prog id 43`}, true, nil, false},
+		{"not direct-action", []netlink.Qdisc{fq, clsact}, []netlink.Filter{bpf(id, false)}, []string{`filter veth0 egress sanqos-edt: bpf "sanqos-edt" prog id 42`}, true, nil, false},
 		{"everything gone", []netlink.Qdisc{dflt}, nil,
-			[]string{"qdisc veth0 root: noqueue 0:", "qdisc veth0 clsact: absent", "filter veth0 egress sanqos-edt: absent (with clsact)"}, false},
+			[]string{"qdisc veth0 root: noqueue 0:", "qdisc veth0 clsact: absent", "filter veth0 egress sanqos-edt: absent (with clsact)", "filter veth0 ingress sanqos-edt-arm: absent (with clsact)"}, false, nil, false},
+		{"arming filter deleted", []netlink.Qdisc{fq, clsact}, []netlink.Filter{bpf(id, true)}, []string{"filter veth0 ingress sanqos-edt-arm: none"}, true, nil, true},
+		{"arming program replaced", []netlink.Qdisc{fq, clsact}, []netlink.Filter{bpf(id, true)}, []string{`filter veth0 ingress sanqos-edt-arm: bpf "sanqos-edt" prog id 42`}, true, []netlink.Filter{bpf(id, true)}, false},
 	} {
 		var r readBack
 		r.inspectQdiscs(c.qdiscs)
 		if r.clsact {
 			r.inspectFilters(c.filters, id)
+			in := c.ingress
+			if in == nil && !c.noIngress {
+				in = arm
+			}
+			r.inspectArm(in, armID)
 		}
 		var got []string
-		for _, d := range r.drifts(dev, id) {
+		for _, d := range r.drifts(dev, id, armID) {
 			got = append(got, d.Object+" "+d.Name+": "+d.Found)
 		}
 		if strings.Join(got, "\n") != strings.Join(c.want, "\n") {

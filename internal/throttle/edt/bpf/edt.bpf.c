@@ -7,7 +7,7 @@
 // initiator (a 16-byte address, IPv4 as ::ffff:a.b.c.d), and its source
 // port, the target's storage port. A segment of a throttled initiator
 // and port in one of its entry's directions leaves no earlier than
-// now + delay: the program writes that into skb->tstamp (Earliest
+// now + delay (see Rise limit): the program writes that into skb->tstamp (Earliest
 // Departure Time) and the fq root qdisc holds the packet until then.
 // The direction is the port's small-segment split, as nfqueue's: a TCP
 // payload up to the entry's split bytes (pure ACKs, iSCSI R2T and SCSI
@@ -21,13 +21,44 @@
 //
 // Order: fq keeps a flow in departure-time order, so a packet given an
 // earlier time than an earlier packet would overtake it when the delay
-// falls. No departure time is before the last one given on the same
-// initiator and port (the entry's last field; a flow has one of each).
+// falls, and a packet given none goes ahead of the held ones. No
+// departure time is before the last one given on the same initiator and
+// port (struct state's last; a flow has one of each), and a packet of a
+// live entry that is not delayed leaves no earlier than that last.
 //
-// Counters: per initiator, port and CPU, the segments delayed and those
-// passed at once (the other direction, or the entry expired). The daemon
-// creates the counter entry when it sets the delay; the program never
-// inserts one.
+// Rise limit: per flow and direction (initiator address and port, target
+// port, direction) the program remembers the delay it applied to the
+// previous packet (the LRU map sanqos_edt_flow: bounded, nobody cleans
+// it) and lets a rise take one step only on a packet that gives the
+// sender an RTT sample, the law of nfqueue's RiseLimit (package
+// throttle, rise.go): applied = min(requested, max(prev + prev*permille
+// /1000, prev + step)); lowering applies at once; a flow idle for 10 s
+// starts again from 0. Write direction: a sample is an ACK number past
+// the flow's highest; read direction: every second data packet. A
+// packet in a direction its entry does not hold lowers the flow's delay
+// to 0 (as a member's in nfqueue); one of an armed initiator that is
+// not writing, or of an expired entry, leaves the ramp as it is (as
+// nfqueue, which does not see them), so a returning writer's flows
+// carry on from where they were.
+//
+// Arming: an entry may name an armed write delay (arm). The ingress
+// program on the same device activates it for a second when the
+// initiator sends the port a segment longer than the split (a write),
+// as nfqueue's ipset rule with --timeout 1 does; the egress program
+// holds the write direction of an armed entry at arm only while it is
+// activated.
+//
+// What the programs write lives apart from what the daemon writes: the
+// daemon rewrites the whole entry every tick, so last and the arming's
+// deadline are in sanqos_edt_st (made by the daemon beside the entry, its
+// fields written only here) and the ramps in sanqos_edt_flow.
+//
+// Counters: per initiator, port and CPU, the segments delayed, those
+// passed without a delay of their own (the other direction, not
+// activated, or the entry expired; at most held behind the last delayed
+// one, for order) and those the rise limit gave less than the requested delay.
+// The daemon creates the counter entry when it sets the delay; the
+// program never inserts one.
 //
 // Regenerate with `make bpf` (needs clang). It reads no kernel type: the
 // context (struct __sk_buff) is UAPI and rewritten by the verifier, so the
@@ -45,9 +76,12 @@ typedef unsigned long long __u64;
 // From include/uapi/linux/bpf.h (stable ABI).
 #define BPF_MAP_TYPE_HASH 1
 #define BPF_MAP_TYPE_PERCPU_HASH 5
+#define BPF_MAP_TYPE_LRU_HASH 9
 #define TC_ACT_OK 0
 
 static void *(*bpf_map_lookup_elem)(void *map, const void *key) = (void *)1;
+static long (*bpf_map_update_elem)(void *map, const void *key, const void *value, __u64 flags) = (void *)2;
+static long (*bpf_map_delete_elem)(void *map, const void *key) = (void *)3;
 static __u64 (*bpf_ktime_get_ns)(void) = (void *)5;
 static long (*bpf_skb_load_bytes)(const void *skb, __u32 offset, void *to, __u32 len) = (void *)26;
 
@@ -86,7 +120,7 @@ struct __sk_buff {
 };
 
 // Must match objects.go: the key is the initiator's 16-byte address and
-// the target's port (host order), the value five u64s.
+// the target's port (host order); the daemon's entry seven u64s.
 struct key {
 	__u8 addr[16];
 	__u16 port;
@@ -97,19 +131,47 @@ struct key {
 #define DIR_READ 2  // payload > split: read data
 
 struct entry {
-	__u64 delay;   // ns added to now
-	__u64 expires; // CLOCK_MONOTONIC ns after which the entry is ignored
-	__u64 last;    // the last departure time given, for order
-	__u64 split;   // the port's small-segment split, TCP payload bytes
-	__u64 dir;     // DIR_WRITE, DIR_READ or both
+	__u64 delay;        // ns added to now
+	__u64 expires;      // CLOCK_MONOTONIC ns after which the entry is ignored
+	__u64 split;        // the port's small-segment split, TCP payload bytes
+	__u64 dir;          // DIR_WRITE, DIR_READ or both
+	__u64 arm;          // armed write delay, ns; 0: not armed
+	__u64 rise_permille; // the rise limit's factor, per mille
+	__u64 rise_step;    // its step, ns; 0 and 0: no limit
+};
+
+// state is written by the programs only (the daemon makes it zero).
+struct state {
+	__u64 last;        // the last departure time given, for order
+	__u64 armed_until; // arming activated until then (CLOCK_MONOTONIC ns)
 };
 
 struct counters {
 	__u64 delayed;
 	__u64 passed;
+	__u64 limited; // given less than the requested delay by the rise limit
+};
+
+// One direction of one flow.
+struct fkey {
+	__u8 addr[16];
+	__u16 iport; // the initiator's port
+	__u16 port;  // the target's
+	__u16 dir;
+	__u16 pad;
+};
+
+struct flow {
+	__u64 prev; // the delay applied to the previous packet, ns
+	__u64 seen; // that packet's time
+	__u32 ack;  // write direction: the highest acknowledgment number
+	__u32 n;    // read direction: data packets seen
 };
 
 #define MAX_ENTRIES 16384 // initiators x ports
+#define MAX_FLOWS 65536   // flow directions remembered
+#define RISE_FORGET 10000000000ULL // 10 s: an idle flow ramps from 0 again
+#define ARM_TIMEOUT 1000000000ULL  // 1 s, as nfqueue's ipset --timeout 1
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -119,78 +181,227 @@ struct {
 } sanqos_edt SEC(".maps");
 
 struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, MAX_ENTRIES);
+	__type(key, struct key);
+	__type(value, struct state);
+} sanqos_edt_st SEC(".maps");
+
+struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
 	__uint(max_entries, MAX_ENTRIES);
 	__type(key, struct key);
 	__type(value, struct counters);
 } sanqos_edt_cnt SEC(".maps");
 
-// Ethernet: the classifier runs on the egress of an Ethernet device
-// (a NIC, bridge or veth), so the IP header starts at 14.
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, MAX_FLOWS);
+	__type(key, struct fkey);
+	__type(value, struct flow);
+} sanqos_edt_flow SEC(".maps");
+
+// Ethernet: the programs run on an Ethernet device (a NIC, bridge or
+// veth), where tc sees the frame from its MAC header on both hooks, so
+// the IP header starts at 14.
 #define ETH_HLEN 14
 #define ETH_P_IP_BE 0x0008   // htons(0x0800) as skb->protocol reads it
 #define ETH_P_IPV6_BE 0xdd86 // htons(0x86dd)
 
 static inline __u16 be16(__u16 v) { return (v >> 8) | (v << 8); }
+static inline __u32 be32(__u32 v)
+{
+	return (v >> 24) | ((v >> 8) & 0xff00) | ((v << 8) & 0xff0000) | (v << 24);
+}
 
 #define IPPROTO_TCP 6
 
-SEC("tc")
-int sanqos_edt_classify(struct __sk_buff *skb)
+// seg is what both programs read of a TCP segment: the peer's address
+// (destination on egress, source on ingress) and the segment's header.
+struct seg {
+	__u8 addr[16];
+	__u8 tcp[14]; // source port .. data offset
+	__u64 payload;
+};
+
+// parse fills s from skb, with the destination address on egress and the
+// source on ingress (the initiator's, either way). It returns -1 for
+// anything but TCP over IPv4 or IPv6.
+static __attribute__((always_inline)) int parse(struct __sk_buff *skb, struct seg *s, int ingress)
 {
-	struct key k = {};
 	__u32 l4; // offset of the TCP header
 
 	if (skb->protocol == ETH_P_IP_BE) {
 		__u8 h[20];
 		if (bpf_skb_load_bytes(skb, ETH_HLEN, h, sizeof(h)))
-			return TC_ACT_OK;
+			return -1;
 		if (h[9] != IPPROTO_TCP)
-			return TC_ACT_OK;
-		k.addr[10] = 0xff;
-		k.addr[11] = 0xff;
-		__builtin_memcpy(&k.addr[12], &h[16], 4);
+			return -1;
+		s->addr[10] = 0xff;
+		s->addr[11] = 0xff;
+		if (ingress)
+			__builtin_memcpy(&s->addr[12], &h[12], 4);
+		else
+			__builtin_memcpy(&s->addr[12], &h[16], 4);
 		l4 = (h[0] & 0x0f) * 4;
 	} else if (skb->protocol == ETH_P_IPV6_BE) {
 		__u8 h[40];
 		if (bpf_skb_load_bytes(skb, ETH_HLEN, h, sizeof(h)))
-			return TC_ACT_OK;
+			return -1;
 		// TCP right after the fixed header: the target's TCP does not
-		// add extension headers.
+		// add extension headers (and initiators' seldom do; a segment
+		// with one is not looked at).
 		if (h[6] != IPPROTO_TCP)
-			return TC_ACT_OK;
-		__builtin_memcpy(k.addr, &h[24], 16);
+			return -1;
+		if (ingress)
+			__builtin_memcpy(s->addr, &h[8], 16);
+		else
+			__builtin_memcpy(s->addr, &h[24], 16);
 		l4 = 40;
 	} else {
-		return TC_ACT_OK;
+		return -1;
 	}
-	__u8 tcp[14]; // source port .. data offset
-	if (bpf_skb_load_bytes(skb, ETH_HLEN + l4, tcp, sizeof(tcp)))
+	if (bpf_skb_load_bytes(skb, ETH_HLEN + l4, s->tcp, sizeof(s->tcp)))
+		return -1;
+	// The payload from the skb's length, not the IP header's: a GSO
+	// packet's header may not hold its full length (BIG TCP).
+	__u64 hdrs = ETH_HLEN + l4 + (s->tcp[12] >> 4) * 4;
+	s->payload = skb->len > hdrs ? skb->len - hdrs : 0;
+	return 0;
+}
+
+// limit applies the rise limit to a packet of flow fk asked to get
+// requested: the law of RiseLimit.next and Delayer.limitRise.
+static __attribute__((always_inline)) __u64 limit(struct entry *e, struct fkey *fk, __u32 ack, __u64 requested, __u64 now)
+{
+	struct flow f = {};
+	struct flow *p = bpf_map_lookup_elem(&sanqos_edt_flow, fk);
+	int known = 0;
+	if (p) {
+		f = *p;
+		// Another CPU may have stamped it after this one read now.
+		known = f.seen > now || now - f.seen < RISE_FORGET;
+		if (!known)
+			f = (struct flow){};
+	}
+	int sample = !known;
+	if (fk->dir == DIR_READ) {
+		f.n++;
+		sample = f.n % 2 == 1;
+	} else if (known && (int)(ack - f.ack) > 0) {
+		sample = 1;
+	}
+	if (!known || (int)(ack - f.ack) > 0)
+		f.ack = ack;
+	__u64 applied = requested < f.prev ? requested : f.prev;
+	int off = e->rise_permille == 0 && e->rise_step == 0;
+	if (sample || off) {
+		applied = requested;
+		if (!off && requested > f.prev) {
+			__u64 up = f.prev + f.prev * e->rise_permille / 1000;
+			if (up < f.prev + e->rise_step)
+				up = f.prev + e->rise_step;
+			if (up < applied)
+				applied = up;
+		}
+	}
+	if (applied == 0) {
+		// Absent means 0: a flow that is not delayed costs no memory.
+		if (p)
+			bpf_map_delete_elem(&sanqos_edt_flow, fk);
+		return 0;
+	}
+	f.prev = applied;
+	f.seen = now;
+	if (p && known)
+		*p = f;
+	else
+		bpf_map_update_elem(&sanqos_edt_flow, fk, &f, 0);
+	return applied;
+}
+
+SEC("tc")
+int sanqos_edt_classify(struct __sk_buff *skb)
+{
+	struct seg s = {};
+	if (parse(skb, &s, 0))
 		return TC_ACT_OK;
-	k.port = be16(*(__u16 *)&tcp[0]);
+	struct key k = {};
+	__builtin_memcpy(k.addr, s.addr, 16);
+	k.port = be16(*(__u16 *)&s.tcp[0]);
 
 	struct entry *e = bpf_map_lookup_elem(&sanqos_edt, &k);
 	if (!e)
 		return TC_ACT_OK;
 	struct counters *c = bpf_map_lookup_elem(&sanqos_edt_cnt, &k);
-	// The payload from the skb's length, not the IP header's: a GSO
-	// packet's header may not hold its full length (BIG TCP).
-	__u64 hdrs = ETH_HLEN + l4 + (tcp[12] >> 4) * 4;
-	__u64 payload = skb->len > hdrs ? skb->len - hdrs : 0;
-	__u64 dir = payload <= e->split ? DIR_WRITE : DIR_READ;
+	struct state *st = bpf_map_lookup_elem(&sanqos_edt_st, &k);
+	__u64 dir = s.payload <= e->split ? DIR_WRITE : DIR_READ;
 	__u64 now = bpf_ktime_get_ns();
-	if (!(e->dir & dir) || e->expires < now) {
-		if (c)
-			c->passed++;
-		return TC_ACT_OK;
+	__u64 requested = 0;
+	if (e->dir & dir) {
+		requested = e->delay;
+	} else if (dir == DIR_WRITE && e->arm) {
+		if (!st || st->armed_until <= now)
+			goto in_order; // not writing: its ramps stay, as nfqueue's
+		requested = e->arm;
 	}
-	__u64 t = now + e->delay;
-	if (t < e->last)
-		t = e->last;
-	e->last = t;
+	if (e->expires < now)
+		goto pass; // the daemon is gone: touch nothing
+	struct fkey fk = {};
+	__builtin_memcpy(fk.addr, s.addr, 16);
+	fk.iport = be16(*(__u16 *)&s.tcp[2]);
+	fk.port = k.port;
+	fk.dir = dir;
+	__u64 applied = limit(e, &fk, be32(*(__u32 *)&s.tcp[8]), requested, now);
+	if (c && applied < requested)
+		c->limited++;
+	if (applied == 0)
+		goto in_order;
+	__u64 t = now + applied;
+	if (st) {
+		if (t < st->last)
+			t = st->last;
+		st->last = t;
+	}
 	skb->tstamp = t;
 	if (c)
 		c->delayed++;
+	return TC_ACT_OK;
+in_order:
+	// Not delayed, yet not before a packet that was: fq puts a packet
+	// without a time ahead of its flow's held ones (nfqueue too holds
+	// an undelayed packet behind its flow's).
+	if (st && st->last > now)
+		skb->tstamp = st->last;
+pass:
+	if (c)
+		c->passed++;
+	return TC_ACT_OK;
+}
+
+// sanqos_edt_arm runs on the same device's ingress: a segment longer
+// than the split from an initiator armed on that port is a write, and
+// activates the entry's armed delay for ARM_TIMEOUT, unless it is active
+// already (as the ipset rule without --exist: a running writer's
+// activation ends and begins again with its next write).
+SEC("tc")
+int sanqos_edt_arm(struct __sk_buff *skb)
+{
+	struct seg s = {};
+	if (parse(skb, &s, 1))
+		return TC_ACT_OK;
+	struct key k = {};
+	__builtin_memcpy(k.addr, s.addr, 16);
+	k.port = be16(*(__u16 *)&s.tcp[2]);
+	struct entry *e = bpf_map_lookup_elem(&sanqos_edt, &k);
+	if (!e || !e->arm || s.payload <= e->split)
+		return TC_ACT_OK;
+	__u64 now = bpf_ktime_get_ns();
+	if (e->expires < now)
+		return TC_ACT_OK;
+	struct state *st = bpf_map_lookup_elem(&sanqos_edt_st, &k);
+	if (st && st->armed_until <= now)
+		st->armed_until = now + ARM_TIMEOUT;
 	return TC_ACT_OK;
 }
 
