@@ -300,7 +300,14 @@ func Judge(rep *SoakReport) {
 		}
 	}
 	check("RSS", rep.RSSKiBPerHour, max(4096, 0.1*mean(rss)), "KiB")
-	check("threads", rep.ThreadsPerHour, 2, "")
+	// Go's runtime keeps every OS thread it made for a blocking call: a
+	// burst of them is a step that stays, which a line through the
+	// samples stretches to about 1.5 times its height when it falls
+	// mid-span. A leak keeps adding; so threads fail on their net
+	// change over the span, and only while they still grow.
+	if d := thr[len(thr)-1] - thr[0]; d > 2 && rep.ThreadsPerHour > 0 {
+		rep.Failures = append(rep.Failures, fmt.Sprintf("threads grew %.0f over %v (%.1f/h), limit 2", d, rep.Span.Round(time.Second), rep.ThreadsPerHour))
+	}
 	if unread > 0 {
 		rep.Failures = append(rep.Failures, fmt.Sprintf("the daemon's metrics (goroutines) could not be read in %d samples after warm-up", unread))
 	} else {

@@ -40,6 +40,26 @@ func TestJudge(t *testing.T) {
 	if !strings.Contains(strings.Join(unread.Failures, "\n"), "could not be read in 1 samples") {
 		t.Errorf("unreadable metrics not failed: %q", unread.Failures)
 	}
+	// A step of two threads in the middle of the span (13 -> 15, as the
+	// runtime makes them for blocking calls) is not a leak; three more,
+	// or threads that keep coming, are.
+	for _, c := range []struct {
+		threads func(i int) int64
+		fail    bool
+	}{
+		{func(i int) int64 { return 13 + 2*int64(min(i/30, 1)) }, false},
+		{func(i int) int64 { return 13 + 3*int64(min(i/30, 1)) }, true},
+		{func(i int) int64 { return 13 + int64(i/10) }, true},
+	} {
+		r := &SoakReport{Samples: append([]SoakSample(nil), flat.Samples...)}
+		for i := range r.Samples {
+			r.Samples[i].Threads = c.threads(i)
+		}
+		Judge(r)
+		if got := strings.Contains(strings.Join(r.Failures, "\n"), "threads"); got != c.fail {
+			t.Errorf("threads %d ... %d: failed %v, want %v (%q)", c.threads(0), c.threads(59), got, c.fail, r.Failures)
+		}
+	}
 	left := &SoakReport{Samples: flat.Samples, Leftovers: []string{"ipset sanqos-x"}}
 	Judge(left)
 	if !strings.Contains(strings.Join(left.Failures, "\n"), "left behind: ipset sanqos-x") {
