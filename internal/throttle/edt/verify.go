@@ -95,22 +95,18 @@ func (r readBack) drifts(dev string, progID, armID ebpf.ProgramID) []Drift {
 	if !r.clsact {
 		out = append(out, Drift{Object: "qdisc", Name: dev + " clsact", Want: "clsact", Found: "absent"})
 	}
-	if !r.ours {
-		found := orNone(r.filter)
+	filter := func(ours bool, found, hook, name string, id ebpf.ProgramID) {
+		if ours {
+			return
+		}
 		if !r.clsact {
 			found = "absent (with clsact)"
 		}
-		out = append(out, Drift{Object: "filter", Name: dev + " egress " + FilterName,
-			Want: fmt.Sprintf("bpf %q prog id %d", FilterName, progID), Found: found})
+		out = append(out, Drift{Object: "filter", Name: dev + " " + hook + " " + name,
+			Want: fmt.Sprintf("bpf %q prog id %d", name, id), Found: found})
 	}
-	if !r.armOurs {
-		found := orNone(r.armFilter)
-		if !r.clsact {
-			found = "absent (with clsact)"
-		}
-		out = append(out, Drift{Object: "filter", Name: dev + " ingress " + ArmFilterName,
-			Want: fmt.Sprintf("bpf %q prog id %d", ArmFilterName, armID), Found: found})
-	}
+	filter(r.ours, orNone(r.filter), "egress", FilterName, progID)
+	filter(r.armOurs, orNone(r.armFilter), "ingress", ArmFilterName, armID)
 	return out
 }
 
