@@ -60,7 +60,7 @@ Experiments:
 
 // labRun is 'sanqos lab run EXPERIMENT --out DIR [--short]'.
 func labRun(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("lab run", "sanqos lab run EXPERIMENT[,EXPERIMENT...]|all --out DIR [--short] [--resume] [--runs NAME,...] [--kp K --ti D --td D --u-max D]", labRunHelp(), stderr)
+	fs := newFlagSet("lab run", "sanqos lab run EXPERIMENT[,EXPERIMENT...]|all --out DIR [--short] [--resume] [--runs NAME,...] [--threshold D] [--kp K --ti D --td D --u-max D]", labRunHelp(), stderr)
 	out := fs.String("out", "", "directory for the results (required)")
 	short := fs.Bool("short", false, "run the shortened version")
 	kp := fs.Float64("kp", 0, "pid gain Kp in the daemon's configuration (0: the default)")
@@ -71,6 +71,7 @@ func labRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	storage := fs.String("storage", "", "where LUN images live: emu:PROFILE, emu-mem:PROFILE (the emulated disk's backing files in RAM) or dir:PATH (default: the experiment's, emu:thesis-2010; emu-mem:ssd for ssd)")
 	seed := fs.Int64("seed", 1, "seed of the emulated disk's random numbers")
 	resume := fs.Bool("resume", false, "with all or a list: keep the experiments whose complete results are already in DIR/NAME")
+	threshold := fs.Duration("threshold", 0, "give every controlled run this threshold instead of the experiment's (e.g. 600us), and judge uncontrolled runs by it: for storage other than the experiment's own disk")
 	size := fs.String("size", experimentLUNSize, "size of each LUN image (sparse); a single writer must not reach its end within a run")
 	// The experiment's name comes first; flags follow it.
 	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
@@ -88,13 +89,18 @@ func labRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		fmt.Fprintf(stderr, "sanqos lab run: --out DIR is required\n")
 		return errUsage
 	}
-	if *kp < 0 || *ti < 0 || *td < 0 || *umax < 0 {
-		fmt.Fprintf(stderr, "sanqos lab run: --kp, --ti, --td and --u-max must not be negative\n")
+	if *kp < 0 || *ti < 0 || *td < 0 || *umax < 0 || *threshold < 0 {
+		fmt.Fprintf(stderr, "sanqos lab run: --kp, --ti, --td, --u-max and --threshold must not be negative\n")
 		return errUsage
 	}
 	o := experiments.Options{Out: *out, Short: *short, Progress: stdout, Resume: *resume,
-		Gains: experiments.Gains{Kp: *kp, Ti: *ti, Td: *td, UMaxMs: float64(*umax) / float64(time.Millisecond)}}
+		ThresholdMs: float64(*threshold) / float64(time.Millisecond),
+		Gains:       experiments.Gains{Kp: *kp, Ti: *ti, Td: *td, UMaxMs: float64(*umax) / float64(time.Millisecond)}}
 	if name == "all" || strings.Contains(name, ",") {
+		if *threshold > 0 {
+			fmt.Fprintf(stderr, "sanqos lab run %s: --threshold sets one experiment's promise; leave it out\n", name)
+			return errUsage
+		}
 		return labRunAll(ctx, name, *runs, o, func(profile string) (lab.Options, error) { return labOptions(profile, *storage, *size, *seed, stdout) }, stdout, stderr)
 	}
 	x, err := experiments.Lookup(name)
@@ -106,7 +112,7 @@ func labRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		fmt.Fprintf(stderr, "sanqos lab run %s: --resume keeps experiments of all or a list; one experiment alone always runs\n", name)
 		return errUsage
 	}
-	only, err := selectRuns(x, *runs, *short)
+	only, err := selectRuns(x.WithThreshold(o.ThresholdMs), *runs, *short)
 	if err != nil {
 		fmt.Fprintf(stderr, "sanqos lab run: %v\n", err)
 		return errUsage

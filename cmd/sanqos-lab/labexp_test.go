@@ -19,6 +19,9 @@ func TestLabRunBadArgs(t *testing.T) {
 		{"no out", []string{"lab", "run", "fig5.11"}, "--out DIR is required"},
 		{"unknown experiment", []string{"lab", "run", "fig9", "--out", "x"}, "fig9"},
 		{"resume one experiment", []string{"lab", "run", "fig5.6", "--out", "x", "--resume"}, "--resume keeps experiments of all or a list"},
+		{"old threshold's run", []string{"lab", "run", "guarantees-ssd", "--out", "x", "--threshold", "600us", "--runs", "fast-ssd-pid-1.16ms"}, "its runs are fast-ssd-none, fast-ssd-pid-0.6ms"},
+		{"negative threshold", []string{"lab", "run", "fig5.11", "--out", "x", "--threshold", "-1ms"}, "must not be negative"},
+		{"threshold with a list", []string{"lab", "run", "randw,surge24", "--out", "x", "--threshold", "5ms"}, "--threshold sets one experiment's promise"},
 		{"runs with all", []string{"lab", "run", "all", "--out", "x", "--runs", "none"}, "--runs chooses runs of one experiment"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -145,3 +145,34 @@ func TestUntunedPlansAndChecks(t *testing.T) {
 		}
 	}
 }
+
+// TestWithThreshold: --threshold gives every controlled run the new
+// promise and its name, judges uncontrolled runs by it, and leaves fixed
+// delays and the experiment itself alone.
+func TestWithThreshold(t *testing.T) {
+	x, err := Lookup("deepq")
+	if err != nil {
+		t.Fatal(err)
+	}
+	y := x.WithThreshold(0.6)
+	if got, want := y.RunNames(false), []string{"none", "fixed-50ms", "fixed-100ms", "fixed-200ms", "fixed-400ms", "pid-0.6ms"}; !reflect.DeepEqual(got, want) {
+		t.Errorf("runs %v, want %v", got, want)
+	}
+	for _, r := range y.plan(false) {
+		if r.c.Controller == "pid" && r.c.ThresholdMs != 0.6 {
+			t.Errorf("%s: threshold %g", r.name, r.c.ThresholdMs)
+		}
+		if r.c.FixedDelayMs > 0 && r.c.ThresholdMs != 0 {
+			t.Errorf("%s: a fixed delay got threshold %g", r.name, r.c.ThresholdMs)
+		}
+	}
+	if y.refMs != 0.6 || x.refMs == 0.6 {
+		t.Errorf("reference %g (was %g)", y.refMs, x.refMs)
+	}
+	if got := x.RunNames(false); got[len(got)-1] != "pid-15ms" {
+		t.Errorf("the experiment itself changed: %v", got)
+	}
+	if z := x.WithThreshold(0); !reflect.DeepEqual(z.RunNames(true), x.RunNames(true)) || z.refMs != x.refMs {
+		t.Errorf("threshold 0 changed the experiment")
+	}
+}

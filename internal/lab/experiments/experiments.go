@@ -37,6 +37,12 @@ type Options struct {
 	// Runs, when not empty, runs only the experiment's runs of these
 	// names (e.g. "none", "pid-10ms"), in the experiment's order.
 	Runs []string
+	// ThresholdMs, when > 0, gives every run under a controller this
+	// threshold, and uncontrolled runs are judged against it (Run, not
+	// RunAll): an experiment's promise is chosen for its own disk, between
+	// the reader's wait alone and behind the writers, and other storage
+	// (--storage dir:PATH) needs its own.
+	ThresholdMs float64
 	// Resume: RunAll keeps an experiment whose complete results are
 	// already in its directory instead of running it again, so that a
 	// long 'lab run all' stopped part-way goes on where it stopped.
@@ -167,6 +173,7 @@ func Run(ctx context.Context, name string, o Options, lo lab.Options) (*Summary,
 	if err != nil {
 		return nil, err
 	}
+	x = x.WithThreshold(o.ThresholdMs)
 	// A misspelt run name fails before the lab comes up.
 	if _, err := x.selected(o); err != nil {
 		return nil, err
@@ -182,6 +189,31 @@ func Run(ctx context.Context, name string, o Options, lo lab.Options) (*Summary,
 		return err
 	})
 	return s, err
+}
+
+// WithThreshold is x with every controlled run's threshold, and the one
+// its uncontrolled runs are judged against, set to ms, each run renamed
+// as its label says (pid-15ms becomes pid-0.6ms); ms ≤ 0 leaves x as it
+// is.
+func (x Experiment) WithThreshold(ms float64) Experiment {
+	if ms <= 0 || x.plan == nil {
+		return x
+	}
+	plan := x.plan
+	x.refMs = ms
+	x.plan = func(short bool) []plannedRun {
+		runs := plan(short)
+		for i, r := range runs {
+			if r.c.ThresholdMs > 0 {
+				old := r.c.label()
+				r.c.ThresholdMs = ms
+				r.name = strings.Replace(r.name, old, r.c.label(), 1)
+				runs[i] = r
+			}
+		}
+		return runs
+	}
+	return x
 }
 
 // RunNames lists the names of the experiment's runs, in order.
