@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sanqos/sanqos/internal/engine"
 	"github.com/sanqos/sanqos/internal/lab"
 	"github.com/sanqos/sanqos/internal/lab/experiments"
 )
@@ -92,6 +93,12 @@ func labRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if *kp < 0 || *ti < 0 || *td < 0 || *umax < 0 || *threshold < 0 {
 		fmt.Fprintf(stderr, "sanqos lab run: --kp, --ti, --td, --u-max and --threshold must not be negative\n")
 		return errUsage
+	}
+	if *threshold > 0 {
+		if err := engine.CheckThresholdMs(float64(*threshold) / float64(time.Millisecond)); err != nil {
+			fmt.Fprintf(stderr, "sanqos lab run: --threshold %v: %v (the daemon's own bounds)\n", *threshold, err)
+			return errUsage
+		}
 	}
 	o := experiments.Options{Out: *out, Short: *short, Progress: stdout, Resume: *resume,
 		ThresholdMs: float64(*threshold) / float64(time.Millisecond),

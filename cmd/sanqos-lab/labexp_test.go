@@ -21,6 +21,7 @@ func TestLabRunBadArgs(t *testing.T) {
 		{"resume one experiment", []string{"lab", "run", "fig5.6", "--out", "x", "--resume"}, "--resume keeps experiments of all or a list"},
 		{"old threshold's run", []string{"lab", "run", "guarantees-ssd", "--out", "x", "--threshold", "600us", "--runs", "fast-ssd-pid-1.16ms"}, "its runs are fast-ssd-none, fast-ssd-pid-0.6ms"},
 		{"negative threshold", []string{"lab", "run", "fig5.11", "--out", "x", "--threshold", "-1ms"}, "must not be negative"},
+		{"threshold under the daemon's bound", []string{"lab", "run", "guarantees-ssd", "--out", "x", "--threshold", "62us"}, "--threshold 62µs: must be between 100µs"},
 		{"threshold with a list", []string{"lab", "run", "randw,surge24", "--out", "x", "--threshold", "5ms"}, "--threshold sets one experiment's promise"},
 		{"runs with all", []string{"lab", "run", "all", "--out", "x", "--runs", "none"}, "--runs chooses runs of one experiment"},
 	} {
