@@ -60,6 +60,8 @@
 // write waits until enough destages complete. Reads bypass the cache and
 // queue behind the destages on their spindle, which is how a few megabytes
 // of dirty data make an 8 KiB random read wait 30–120 ms (thesis Fig. 5.7).
+// Prefill (warm.go) starts the cache holding dirty data, as an array under
+// sustained writes has it, rather than empty.
 //
 // Profile "ram" has no service time at all: Submit returns now.
 //

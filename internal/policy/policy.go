@@ -10,9 +10,8 @@
 //     LeaveKBs. The gap between the two (hysteresis) keeps a writer hovering
 //     around one threshold from flapping in and out every tick. The thesis
 //     converged its sets once a second and saw overshoot from that lag;
-//     here membership is re-evaluated every tick. A member held by the
-//     throttle is judged by its demand, not only by its rate (see
-//     "Demand" below).
+//     here membership is re-evaluated every tick. A writer is also
+//     judged by its demand, not only by its rate (see "Demand" below).
 //   - manual (thesis §5.7, prototype 1): fixed lists; the named protected
 //     consumers' read latency is the signal and the named consumers to
 //     throttle are always in the set.
@@ -60,10 +59,15 @@ const DefaultJoinKBs = 500
 // while its rate falls with it: four threads of one write each keep
 // about three to four outstanding at any delay. A writer that stops has
 // none. A held member therefore stays while its outstanding writes
-// (EWMA) are at least LeaveOutstanding, even below LeaveKBs, and a held
-// consumer (a returning writer the data path has armed) joins with
-// JoinOutstanding or more, even below JoinKBs: at one write always in
-// flight it writes continuously, and the delay alone keeps its rate low.
+// (EWMA) are at least LeaveOutstanding, even below LeaveKBs, and a
+// consumer joins with JoinOutstanding or more, even below JoinKBs: at one
+// write always in flight it writes continuously, and only the delay or
+// the array keeps its rate low. Held or not: an array that holds writes
+// back by itself (a full write-back cache destaging at the random-write
+// rate) leaves a closed-loop writer the array's rate, under JoinKBs, with
+// its writes outstanding as before; judged by that rate it would never
+// be held, the delay would stay 0, and the reader would wait behind the
+// cache (docs/results.md, the scenario matrix).
 // Why this evidence: it needs only what every backend has, the delay the
 // engine decided and /proc/diskstats, not the data path's counters, which
 // the nfqueue backend keeps per consumer but netem, htb and edt do not in
@@ -73,8 +77,11 @@ const DefaultJoinKBs = 500
 // delay) outstanding, which the delay inflates: at 200 ms a log of 3
 // writes a second counts 0.6 and stays a member while it is held that
 // hard. Its writes are few, and the delay it keeps falls once the reader
-// is served, and with it the estimate, so it leaves then. A consumer not
-// held is judged by its rate alone, as in the thesis.
+// is served, and with it the estimate, so it leaves then. Not held, the
+// estimate is λ·await, which nothing inflates but the array's own wait:
+// a light writer counts one only if each of its writes waits a second
+// over its rate's interval. A consumer not held leaves by its rate
+// alone, as in the thesis.
 const (
 	JoinOutstanding  = 1.0
 	LeaveOutstanding = 0.5
@@ -160,8 +167,8 @@ func (h *Hysteresis) Update(st *State, c topology.Consumer, writeKBs float64) bo
 
 // Judge applies e ← e + α·(x − e) to the rate and the outstanding writes,
 // then joins above JoinKBs and leaves below LeaveKBs; in between,
-// membership is unchanged. While it is held (s.HeldMs > 0) it also joins
-// with JoinOutstanding writes outstanding and does not leave with
+// membership is unchanged. It also joins with JoinOutstanding writes
+// outstanding, and while it is held (s.HeldMs > 0) does not leave with
 // LeaveOutstanding or more (see "Demand").
 func (h *Hysteresis) Judge(st *State, _ topology.Consumer, s Sample) bool {
 	st.fold(h.alpha, s)
@@ -169,7 +176,7 @@ func (h *Hysteresis) Judge(st *State, _ topology.Consumer, s Sample) bool {
 	switch {
 	case st.WriteEWMAKBs > h.joinKBs:
 		st.Member = true
-	case held && st.OutstandingEWMA >= JoinOutstanding:
+	case st.OutstandingEWMA >= JoinOutstanding:
 		st.Member = true
 	case held && st.Member && st.OutstandingEWMA >= LeaveOutstanding:
 		// Held and still writing: its rate is the delay's, not its own.

@@ -182,7 +182,8 @@ func TestManualBadConfig(t *testing.T) {
 
 // A writer held by the throttle is judged by its demand: it stays while
 // its writes are outstanding, whatever rate the delay leaves it, and
-// leaves once it stops or is no longer held (issue 33). want is the
+// leaves once it stops or is no longer held (issue 33); a writer joins
+// by its writes outstanding whether held or not. want is the
 // membership after each tick, m for member, - for not.
 func TestReadOverWriteDemand(t *testing.T) {
 	c := consumer("10.0.0.2", "", "loop0")
@@ -203,7 +204,12 @@ func TestReadOverWriteDemand(t *testing.T) {
 		{"held, but a few writes a second: leaves", member, held(12, 0.3), "mmmmmmmmm-----"},
 		{"armed returning writer with writes outstanding: joins", State{WriteEWMAKBs: 40}, held(64, 3.4), "-mmmm"},
 		{"armed light writer: does not join", State{WriteEWMAKBs: 40}, held(12, 0.6), strings.Repeat("-", 20)},
-		{"unheld with writes outstanding: joins only by its rate", State{}, Sample{WriteKBs: 300, Outstanding: 3}, strings.Repeat("-", 20)},
+		// Behind a full write-back cache: the array's rate, its writes
+		// outstanding as before.
+		{"unheld with writes outstanding: joins by them", State{}, Sample{WriteKBs: 177, Outstanding: 3}, "-" + strings.Repeat("m", 19)},
+		{"unheld light writer: does not join", State{}, Sample{WriteKBs: 12, Outstanding: 0.3}, strings.Repeat("-", 20)},
+		// Outstanding 0.8 + 2.7·0.75^k < 1 from k = 10; the rate left at k = 5.
+		{"unheld member: stays while one write is outstanding, then leaves by its rate", member, Sample{WriteKBs: 64, Outstanding: 0.8}, "mmmmmmmmm---"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

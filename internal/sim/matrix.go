@@ -126,6 +126,24 @@ type MatrixOptions struct {
 	Duration     time.Duration // of each run (default 60 s)
 	Seed         int64         // default 1
 	BurstSeconds float64       // a bursty cell's burst at the uncontrolled rate (default 10)
+	// ColdCache starts every run with the array's write-back cache
+	// empty. Otherwise a cache that destages in the background
+	// (raid6-hdd's 1 GiB) starts full, as the cell's uncontrolled
+	// writers, which outrun its destage, leave it in production
+	// (Scenario.WarmCacheBytes); a run starting empty is judged on how
+	// long the cache takes to fill, not on the array's steady state.
+	// The small caches of the other profiles fill in the first second.
+	ColdCache bool
+}
+
+// scenario is the cell's scenario with the cache these options start it
+// with.
+func (o MatrixOptions) scenario(c Cell, burst int64) (Scenario, error) {
+	sc, err := MatrixScenario(c, burst)
+	if err == nil && !o.ColdCache && sc.Disk.DestageDepth > 0 {
+		sc.WarmCacheBytes = sc.Disk.CacheBytes
+	}
+	return sc, err
 }
 
 // RunCell runs one cell: uncontrolled, at each static delay of the grid
@@ -150,7 +168,7 @@ func RunCell(c Cell, o MatrixOptions) (CellResult, error) {
 	var burst int64
 	if c.Writers.Bursty {
 		// The burst size from the uncontrolled steady rate.
-		steady, err := MatrixScenario(c, 0)
+		steady, err := o.scenario(c, 0)
 		if err != nil {
 			return res, err
 		}
@@ -160,7 +178,7 @@ func RunCell(c Cell, o MatrixOptions) (CellResult, error) {
 		}
 		burst = int64(r.Summary.WriteMBs * 1e6 * o.BurstSeconds / float64(c.Writers.Threads))
 	}
-	sc, err := MatrixScenario(c, burst)
+	sc, err := o.scenario(c, burst)
 	if err != nil {
 		return res, err
 	}

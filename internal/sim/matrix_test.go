@@ -2,6 +2,7 @@ package sim
 
 import (
 	"bytes"
+	"flag"
 	"fmt"
 	"strings"
 	"testing"
@@ -28,18 +29,24 @@ var matrixWriters = []Writers{
 	{Random: true, Bytes: 8 << 10, Threads: 48, IODepth: 1, Bursty: true},
 }
 
+var (
+	matrixDisk = flag.String("matrix-disk", "", "TestScenarioMatrix: run only this disk's cells")
+	matrixCold = flag.Bool("matrix-cold", false, "TestScenarioMatrix: start raid6-hdd's cache empty, as production never does; "+
+		"the guarantees are logged, not asserted")
+)
+
 // TestScenarioMatrix runs every cell of the matrix (about 4 minutes;
 // -short: two cells at 30 s) and asserts the guarantees
 // (CellResult.Violations) in every cell but those of knownViolations,
 // each of which must still break one: a cell the law comes to hold
-// leaves the list. -v prints the matrix. On raid6-hdd a 60 s run may end
-// before a rate fills the 1 GiB cache: a static delay that keeps the
-// writers under ~17 MB/s "meets T" then only because the cache has not
-// filled yet, and the writers' share can exceed 1 (the best static delay
-// meets T in every second's p95, the controller only on average).
+// leaves the list. -v prints the matrix. raid6-hdd's cells start with
+// the 1 GiB cache full, at the steady state of writers that outrun its
+// destage (MatrixOptions.ColdCache); -matrix-cold runs them from an
+// empty cache, which a 60 s run may end before a rate fills, and only
+// logs what breaks (docs/results.md). -matrix-disk runs one disk.
 func TestScenarioMatrix(t *testing.T) {
 	var cells []Cell
-	opts := MatrixOptions{}
+	opts := MatrixOptions{ColdCache: *matrixCold}
 	if testing.Short() {
 		opts.Duration = 30 * time.Second
 		cells = []Cell{
@@ -48,6 +55,9 @@ func TestScenarioMatrix(t *testing.T) {
 		}
 	} else {
 		for _, disk := range []string{"thesis-2010", "ssd", "raid6-hdd", "cloud-3000"} {
+			if *matrixDisk != "" && disk != *matrixDisk {
+				continue
+			}
 			for _, w := range matrixWriters {
 				for _, th := range matrixThresholdsMs[disk] {
 					cells = append(cells, Cell{Disk: disk, Writers: w, ThresholdMs: th})
@@ -69,7 +79,11 @@ func TestScenarioMatrix(t *testing.T) {
 			t.Errorf("%v: writers moved nothing (none %.2f, pid %.2f MB/s)", c, r.None.WriteMBs, r.PID.WriteMBs)
 		case r.StaticMet && r.Static.ReadLatencyMs.P95 > c.ThresholdMs:
 			t.Errorf("%v: the best static delay %g ms has p95 %.2f over T", c, r.StaticMs, r.Static.ReadLatencyMs.P95)
-		case r.Static.WriteMBs > r.None.WriteMBs*1.05:
+		case r.Static.WriteMBs > r.None.WriteMBs*1.05 && !warm(c, opts):
+			// From a full cache a delay can move more than none: it
+			// lets the cache drain, and the destager merges whole rows
+			// of the streams that uncontrolled writers, admitted one at
+			// a time as room frees, interleave.
 			t.Errorf("%v: a static delay moved more (%.2f MB/s) than none (%.2f)", c, r.Static.WriteMBs, r.None.WriteMBs)
 		}
 		if testing.Short() {
@@ -77,6 +91,14 @@ func TestScenarioMatrix(t *testing.T) {
 		}
 		v := r.Violations()
 		why, known := knownViolations[c.key()]
+		if opts.ColdCache && c.Disk == "raid6-hdd" {
+			if len(v) == 0 {
+				held++
+			} else {
+				t.Logf("%s: cold cache: %s", c.key(), strings.Join(v, "; "))
+			}
+			continue
+		}
 		switch {
 		case len(v) > 0 && !known:
 			t.Errorf("%s: %s", c.key(), strings.Join(v, "; "))
@@ -92,7 +114,17 @@ func TestScenarioMatrix(t *testing.T) {
 	if d == 0 {
 		d = 60 * time.Second
 	}
-	t.Logf("scenario matrix (%d cells, %v each run, %d hold every guarantee):\n%s", len(cells), d, held, out.String())
+	cache := "raid6-hdd's cache full"
+	if opts.ColdCache {
+		cache = "every cache empty"
+	}
+	t.Logf("scenario matrix (%d cells, %v each run, %s at the start, %d hold every guarantee):\n%s", len(cells), d, cache, held, out.String())
+}
+
+// warm says whether the cell's runs start with a full cache.
+func warm(c Cell, o MatrixOptions) bool {
+	sc, err := o.scenario(c, 0)
+	return err == nil && sc.WarmCacheBytes > 0
 }
 
 // key names a cell in knownViolations.
@@ -103,29 +135,21 @@ func (c Cell) key() string { return fmt.Sprintf("%s/%v/%gms", c.Disk, c.Writers,
 // matrix").
 // Why the known cells break a guarantee.
 const (
-	whyFlash      = "flash: the mean is held, deep or large writes scatter the seconds past 1.2 × T"
-	whyCacheFills = "write-back cache: the writers slow once it fills, and the static delay is judged before it has"
-	whyCacheFull  = "write-back cache: 1 GiB fills at line rate in the first seconds, then destages at the random-write rate; no delay under the ceiling drains it within the run"
-	whyBucket     = "IOPS and throughput caps: the delay dithers at the cap, each decrease releases a burst that empties the bucket"
+	whyFlash     = "flash: the mean is held, deep or large writes scatter the seconds past 1.2 × T"
+	whyFullOnset = "full write-back cache: the reader waits 1.5–1.7 × T in the 3 s the delay takes to climb at the writers' onset, and is held under T after"
+	whyFullDrain = "full write-back cache: a delay drains it within seconds (sequential streams destage in whole rows), then the writers fill it at line rate again and the law, reacting to the reads, lags"
+	whyRefill    = "full write-back cache: the law lets the drained cache fill again and holds the reader there, with writes waiting on it; a fixed delay that keeps it draining moves more"
+	whyBucket    = "IOPS and throughput caps: the delay dithers at the cap, each decrease releases a burst that empties the bucket"
 )
 
 var knownViolations = map[string]string{
 	"ssd/rand-16k-3thr-qd64-bursty/0.5ms":        whyFlash,
 	"ssd/seq-1m-3thr-qd4-steady/1ms":             whyFlash,
 	"ssd/seq-1m-3thr-qd4-steady/2ms":             whyFlash,
-	"raid6-hdd/seq-64k-12thr-qd1-bursty/20ms":    whyCacheFills,
-	"raid6-hdd/rand-4k-12thr-qd1-steady/50ms":    whyCacheFills,
-	"raid6-hdd/rand-16k-3thr-qd32-steady/20ms":   whyCacheFull,
-	"raid6-hdd/rand-16k-3thr-qd32-steady/30ms":   whyCacheFull,
-	"raid6-hdd/rand-16k-3thr-qd32-steady/50ms":   whyCacheFull,
-	"raid6-hdd/rand-16k-3thr-qd64-bursty/20ms":   whyCacheFull,
-	"raid6-hdd/rand-16k-3thr-qd64-bursty/30ms":   whyCacheFull,
-	"raid6-hdd/rand-16k-3thr-qd64-bursty/50ms":   whyCacheFull,
-	"raid6-hdd/seq-1m-3thr-qd4-steady/20ms":      whyCacheFills,
-	"raid6-hdd/seq-1m-3thr-qd4-steady/50ms":      whyCacheFills,
-	"raid6-hdd/rand-8k-48thr-qd1-bursty/20ms":    whyCacheFull,
-	"raid6-hdd/rand-8k-48thr-qd1-bursty/30ms":    whyCacheFull,
-	"raid6-hdd/rand-8k-48thr-qd1-bursty/50ms":    whyCacheFull,
+	"raid6-hdd/seq-64k-12thr-qd1-bursty/30ms":    whyFullDrain,
+	"raid6-hdd/seq-64k-12thr-qd1-bursty/50ms":    whyFullDrain,
+	"raid6-hdd/rand-4k-12thr-qd1-steady/50ms":    whyFullOnset,
+	"raid6-hdd/seq-1m-3thr-qd4-steady/50ms":      whyRefill,
 	"cloud-3000/rand-16k-3thr-qd64-bursty/1.5ms": whyBucket,
 	"cloud-3000/rand-16k-3thr-qd64-bursty/3ms":   whyBucket,
 	"cloud-3000/seq-1m-3thr-qd4-steady/1.5ms":    whyBucket,

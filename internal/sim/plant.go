@@ -169,6 +169,11 @@ type plant struct {
 	// whatever the set's.
 	own map[netip.Addr]float64
 
+	// warmRNG places the warm cache's dirty data (Scenario.WarmCacheBytes),
+	// a source of its own so that the reads and writes of a warm run are
+	// those of the cold one; nil once the cache is warmed (or cold).
+	warmRNG *rand.Rand
+
 	// Observations for the per-second samples.
 	obs observer
 }
@@ -191,6 +196,9 @@ type observer struct {
 func newPlant(sc Scenario, start time.Time, seed int64) (*plant, error) {
 	if err := sc.Disk.Validate(); err != nil {
 		return nil, err
+	}
+	if sc.WarmCacheBytes < 0 || sc.WarmCacheBytes > sc.Disk.CacheBytes {
+		return nil, fmt.Errorf("scenario %s: warm cache of %d bytes, want 0 to the disk's cache (%d)", sc.Name, sc.WarmCacheBytes, sc.Disk.CacheBytes)
 	}
 	p := &plant{
 		sc: sc, start: start,
@@ -217,6 +225,9 @@ func newPlant(sc Scenario, start time.Time, seed int64) (*plant, error) {
 			// Each thread writes its own part of the device.
 			p.threads = append(p.threads, thread{device: i, base: int64(i)*sc.LUNStride + int64(t)*region, limit: region})
 		}
+	}
+	if sc.WarmCacheBytes > 0 {
+		p.warmRNG = rand.New(rand.NewSource(seed ^ 0x3c3c))
 	}
 	if len(p.readers) == 0 {
 		return nil, fmt.Errorf("scenario %s: no reader", sc.Name)

@@ -88,6 +88,9 @@ func (p *plant) startBurst(e event) {
 	if p.stopped(e.at) {
 		return
 	}
+	if p.warmRNG != nil {
+		p.warm(e.at)
+	}
 	for i := range p.threads {
 		if e.actor >= 0 && p.group(i) != e.actor {
 			continue
@@ -229,4 +232,39 @@ func (p *plant) complete(e event) {
 	}
 	*last = resp
 	p.push(event{at: resp, kind: evResponse, actor: e.actor, io: e.io})
+}
+
+// warm fills the array's write-back cache with Scenario.WarmCacheBytes of
+// dirty data at now, as the writers would have left it: each thread's
+// writes of WriteBytes, its depth of them at a time, the threads in
+// turn, at random blocks of its region for random writers and as a
+// stream from a random block for sequential ones. The data destages from
+// now on as written data does.
+func (p *plant) warm(now time.Time) {
+	sc, rng := p.sc, p.warmRNG
+	p.warmRNG = nil
+	if len(p.threads) == 0 {
+		return
+	}
+	pos := make([]int64, len(p.threads))
+	for i, th := range p.threads {
+		pos[i] = rng.Int63n(th.limit/sc.WriteBytes) * sc.WriteBytes
+	}
+	for left := sc.WarmCacheBytes; ; {
+		for i, th := range p.threads {
+			for range sc.writeDepth() {
+				if left < sc.WriteBytes || !p.array.Prefill(now, th.base+pos[i], sc.WriteBytes) {
+					return
+				}
+				left -= sc.WriteBytes
+				pos[i] += sc.WriteBytes
+				if sc.RandomWrites {
+					pos[i] = rng.Int63n(th.limit/sc.WriteBytes) * sc.WriteBytes
+				}
+				if pos[i]+sc.WriteBytes > th.limit {
+					pos[i] = 0
+				}
+			}
+		}
+	}
 }

@@ -96,6 +96,12 @@ type Scenario struct {
 	// Tenants gives the consumers their terms (engine "Tenants"); nil:
 	// everyone the defaults.
 	Tenants *tenant.Book
+	// WarmCacheBytes starts the array's write-back cache holding this
+	// much dirty data when the writers' first burst begins, laid out as
+	// their writes (plant.warm): writers that have been writing long
+	// before the run leave the cache at its steady state, which on a
+	// large cache a run starting empty does not reach. 0: cold (empty).
+	WarmCacheBytes int64
 }
 
 // Device is one consumer: an initiator and the device serving it.
