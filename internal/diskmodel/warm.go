@@ -23,13 +23,7 @@ func (a *Array) Prefill(now time.Time, offset, length int64) bool {
 	}
 	a.last = now
 	a.bus.prune(now)
-	if a.p.DestageDepth > 0 {
-		a.advanceDestage(now)
-	} else {
-		for a.destage.Len() > 0 && !a.destage.Items[0].at.After(now) {
-			a.dirty -= a.destage.Pop().bytes
-		}
-	}
+	a.retireDestages(now)
 	if a.dirty+length > a.p.CacheBytes {
 		return false
 	}
@@ -54,12 +48,18 @@ func (a *Array) Dirty(now time.Time) int64 {
 		return a.dirty
 	}
 	a.last = now
+	a.retireDestages(now)
+	return a.dirty
+}
+
+// retireDestages takes the destages finished by now out of the dirty
+// bytes (starting the next background ones as each finishes).
+func (a *Array) retireDestages(now time.Time) {
 	if a.p.DestageDepth > 0 {
 		a.advanceDestage(now)
-		return a.dirty
+		return
 	}
 	for a.destage.Len() > 0 && !a.destage.Items[0].at.After(now) {
 		a.dirty -= a.destage.Pop().bytes
 	}
-	return a.dirty
 }
