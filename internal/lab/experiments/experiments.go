@@ -69,6 +69,10 @@ type Experiment struct {
 	// nfsDirtyBytes caps the NFS export device's dirty page cache
 	// (lab.Options.NFSDirtyBytes).
 	nfsDirtyBytes int64
+	// custom, set instead of plan or sweep, runs an experiment that needs
+	// no lab (datapath); fixed is then its estimated duration.
+	custom func(ctx context.Context, x Experiment, o Options) (*Summary, error)
+	fixed  func(short bool) time.Duration
 }
 
 // plannedRun is one run of an experiment.
@@ -104,6 +108,8 @@ type Summary struct {
 	Sweep *SweepResult `json:"sweep,omitempty"`
 	// Fig43 is fig4.3's comparison of the smoothings.
 	Fig43 *Fig43 `json:"fig4_3,omitempty"`
+	// Datapath is the datapath experiment's result.
+	Datapath *DatapathResult `json:"datapath,omitempty"`
 	// out is the experiment's directory (Options.Out).
 	out string
 }
@@ -149,6 +155,9 @@ func Lookup(name string) (Experiment, error) {
 
 // Estimate is roughly how long the experiment takes, lab up included.
 func (x Experiment) Estimate(short bool) time.Duration {
+	if x.fixed != nil {
+		return x.fixed(short)
+	}
 	d := 20 * time.Second
 	if x.sweep != nil {
 		d += x.sweep(short).estimate
@@ -171,6 +180,9 @@ func Run(ctx context.Context, name string, o Options, lo lab.Options) (*Summary,
 	if _, err := x.selected(o); err != nil {
 		return nil, err
 	}
+	if x.custom != nil {
+		return x.custom(ctx, x, o)
+	}
 	lo.NFS = lo.NFS || x.nfs
 	if x.nfsDirtyBytes > 0 {
 		lo.NFSDirtyBytes = x.nfsDirtyBytes
@@ -183,6 +195,10 @@ func Run(ctx context.Context, name string, o Options, lo lab.Options) (*Summary,
 	})
 	return s, err
 }
+
+// NeedsLab says whether the experiment brings up the lab (datapath does
+// not: it makes two namespaces of its own).
+func (x Experiment) NeedsLab() bool { return x.custom == nil }
 
 // RunNames lists the names of the experiment's runs, in order.
 func (x Experiment) RunNames(short bool) []string {
