@@ -2,6 +2,7 @@ package datapath
 
 import (
 	"fmt"
+	"os"
 	"os/exec"
 	"regexp"
 	"strconv"
@@ -115,11 +116,19 @@ func (d *Daemon) Close() {
 		return
 	}
 	if !d.exited {
+		// SIGTERM first: the daemon removes its kernel objects and its
+		// socket itself; SIGKILL only if it does not exit.
 		_ = d.cmd.Process.Signal(syscall.SIGCONT)
-		_ = d.cmd.Process.Kill()
-		<-d.done
+		_ = d.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-d.done:
+		case <-time.After(5 * time.Second):
+			_ = d.cmd.Process.Kill()
+			<-d.done
+		}
 		d.exited = true
 	}
+	_ = os.Remove(d.sock)
 	_ = exec.Command("nsenter", "--net=/run/netns/"+TargetNS, d.bin, "run", "--backend", d.Backend, "--dev", TargetDev, "--cleanup-only").Run()
 }
 

@@ -29,8 +29,8 @@ func datapathExperiments() []Experiment {
 	}}
 }
 
-// dpShape sizes the measurement: full about 6 minutes for three backends
-// beside none, --short under a minute.
+// dpShape sizes the measurement: full about 8 minutes for two or three
+// backends beside none, --short under a minute.
 type dpShape struct {
 	cost datapath.CostConfig
 	idle datapath.IdleConfig
@@ -40,8 +40,11 @@ func datapathShape(short bool, backends int) dpShape {
 	s := dpShape{
 		cost: datapath.CostConfig{Warm: 40, Pings: 300, Rounds: 5, Bulk: 3 * time.Second, ReadDelay: time.Millisecond,
 			Holds: []time.Duration{time.Millisecond, 5 * time.Millisecond}, RateCap: "100MB/s"},
-		idle: datapath.IdleConfig{Pairs: 30, Arm: time.Second},
+		idle: datapath.IdleConfig{Arm: 250 * time.Millisecond},
 	}
+	// Many short pairs narrow the interval more than few long ones: the
+	// idle pairs of all backends get about 5 minutes together.
+	s.idle.Pairs = max(datapath.MinPairs(0.99), min(120, int(5*time.Minute/(time.Duration(max(backends, 1))*pairOf(s.idle)))))
 	if short {
 		s.cost.Pings, s.cost.Rounds, s.cost.Bulk = 100, 2, time.Second
 		s.idle.Pairs, s.idle.Arm = datapath.MinPairs(0.99), 250*time.Millisecond
@@ -49,6 +52,10 @@ func datapathShape(short bool, backends int) dpShape {
 	s.cost.Backends = make([]string, backends+1)
 	return s
 }
+
+// pair is roughly how long one idle pair takes: two arms, each a
+// warm-up, the upload, the round trips and a tick after resuming.
+func pairOf(c datapath.IdleConfig) time.Duration { return 2 * (2*c.Arm + 300*time.Millisecond) }
 
 // estimate is roughly how long the measurement takes.
 func (s dpShape) estimate() time.Duration {
@@ -59,7 +66,7 @@ func (s dpShape) estimate() time.Duration {
 		held += time.Duration(s.cost.Warm+s.cost.Pings) * h
 	}
 	perRound := ping + s.cost.Bulk + n*(held+s.cost.Bulk+2*time.Second)
-	idle := n * time.Duration(2*s.idle.Pairs) * (2*s.idle.Arm + 300*time.Millisecond)
+	idle := n * time.Duration(s.idle.Pairs) * pairOf(s.idle)
 	return 10*time.Second + time.Duration(s.cost.Rounds)*perRound + idle
 }
 
