@@ -29,6 +29,10 @@ func datapathExperiments() []Experiment {
 	}}
 }
 
+// NeedsLab says whether the experiment brings up the lab (datapath does
+// not: it makes two namespaces of its own).
+func (x Experiment) NeedsLab() bool { return x.custom == nil }
+
 // dpShape sizes the measurement: full about 8 minutes for two or three
 // backends beside none, --short under a minute.
 type dpShape struct {

@@ -69,8 +69,7 @@ type Experiment struct {
 	// nfsDirtyBytes caps the NFS export device's dirty page cache
 	// (lab.Options.NFSDirtyBytes).
 	nfsDirtyBytes int64
-	// custom, set instead of plan or sweep, runs an experiment that needs
-	// no lab (datapath); fixed is then its estimated duration.
+	// custom, instead of plan or sweep, runs one without a lab; fixed: its duration.
 	custom func(ctx context.Context, x Experiment, o Options) (*Summary, error)
 	fixed  func(short bool) time.Duration
 }
@@ -195,10 +194,6 @@ func Run(ctx context.Context, name string, o Options, lo lab.Options) (*Summary,
 	})
 	return s, err
 }
-
-// NeedsLab says whether the experiment brings up the lab (datapath does
-// not: it makes two namespaces of its own).
-func (x Experiment) NeedsLab() bool { return x.custom == nil }
 
 // RunNames lists the names of the experiment's runs, in order.
 func (x Experiment) RunNames(short bool) []string {
