@@ -62,3 +62,14 @@ func (lk *labLock) release() {
 		lk.l = nil
 	}
 }
+
+// Hold takes the lab's lock, waiting while another process holds it, for
+// work that needs no lab but must not run beside one (the data path
+// experiment, which measures CPU); release gives it back.
+func Hold(ctx context.Context, progress io.Writer) (release func(), err error) {
+	lk, err := lock(ctx, progress)
+	if err != nil {
+		return nil, err
+	}
+	return lk.release, nil
+}

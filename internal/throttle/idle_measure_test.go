@@ -2,15 +2,15 @@ package throttle
 
 import (
 	"io"
-	"math"
 	"os"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/sanqos/sanqos/internal/lab/datapath"
 )
 
 // TestMeasureIdlePath (issue 35) measures what a daemon that knows a
@@ -30,7 +30,9 @@ import (
 // build, say) instead of this tree's; SANQOS_IDLE_ARGS adds flags to its
 // command line ("--backend htb --dev sqtt0" for the htb backend). It
 // asserts only what is not noise: the daemon arm must not
-// retransmit where the other does not.
+// retransmit where the other does not. The statistics are
+// internal/lab/datapath's, and 'sanqos lab run datapath' measures the
+// same (SIGSTOP switching) per backend without this test's lab.
 //
 // SANQOS_IDLE_SWITCH=stop narrows the interval: one daemon runs the
 // whole measurement and the arm without it holds it stopped (SIGSTOP),
@@ -104,9 +106,9 @@ func TestMeasureIdlePath(t *testing.T) {
 		for i := range ratios {
 			ratios[i] = on[i] / off[i]
 		}
-		med, lo, hi := idleMedianCI(ratios, 0.99)
+		med, lo, hi := datapath.MedianCI(ratios, 0.99)
 		t.Logf("%s: none %.3f %s, daemon %.3f %s (medians); daemon/none median %.4f, 99 %% interval %.4f–%.4f over %d ABBA pairs",
-			w.name, idleMedian(off)/w.div, w.unit, idleMedian(on)/w.div, w.unit, med, lo, hi, pairs)
+			w.name, datapath.Median(off)/w.div, w.unit, datapath.Median(on)/w.div, w.unit, med, lo, hi, pairs)
 	}
 	sum := func(xs []float64) (s float64) {
 		for _, x := range xs {
@@ -209,37 +211,4 @@ func (l *lab) roundTrips(size int, d time.Duration) float64 {
 		n++
 	}
 	return float64(n) / time.Since(start).Seconds()
-}
-
-func idleMedian(xs []float64) float64 {
-	ys := append([]float64(nil), xs...)
-	sort.Float64s(ys)
-	n := len(ys)
-	if n%2 == 1 {
-		return ys[n/2]
-	}
-	return (ys[n/2-1] + ys[n/2]) / 2
-}
-
-// idleMedianCI is the median of xs and its distribution-free interval at
-// level conf: the order statistics x(k) and x(n+1-k), k the largest with
-// P(Binomial(n, ½) < k) ≤ (1-conf)/2.
-func idleMedianCI(xs []float64, conf float64) (med, lo, hi float64) {
-	ys := append([]float64(nil), xs...)
-	sort.Float64s(ys)
-	n := len(ys)
-	k, cum := 0, 0.0
-	for i := range n {
-		lg := func(m int) float64 { v, _ := math.Lgamma(float64(m)); return v }
-		p := math.Exp(lg(n+1) - lg(i+1) - lg(n-i+1) - float64(n)*math.Ln2)
-		if cum+p > (1-conf)/2 {
-			break
-		}
-		cum += p
-		k = i + 1
-	}
-	if k == 0 {
-		return idleMedian(ys), ys[0], ys[n-1]
-	}
-	return idleMedian(ys), ys[k-1], ys[n-k]
 }

@@ -75,6 +75,9 @@ type Experiment struct {
 	// nfsDirtyBytes caps the NFS export device's dirty page cache
 	// (lab.Options.NFSDirtyBytes).
 	nfsDirtyBytes int64
+	// custom, instead of plan or sweep, runs one without a lab; fixed: its duration.
+	custom func(ctx context.Context, x Experiment, o Options) (*Summary, error)
+	fixed  func(short bool) time.Duration
 }
 
 // plannedRun is one run of an experiment.
@@ -110,6 +113,8 @@ type Summary struct {
 	Sweep *SweepResult `json:"sweep,omitempty"`
 	// Fig43 is fig4.3's comparison of the smoothings.
 	Fig43 *Fig43 `json:"fig4_3,omitempty"`
+	// Datapath is the datapath experiment's result.
+	Datapath *DatapathResult `json:"datapath,omitempty"`
 	// out is the experiment's directory (Options.Out).
 	out string
 }
@@ -155,6 +160,9 @@ func Lookup(name string) (Experiment, error) {
 
 // Estimate is roughly how long the experiment takes, lab up included.
 func (x Experiment) Estimate(short bool) time.Duration {
+	if x.fixed != nil {
+		return x.fixed(short)
+	}
 	d := 20 * time.Second
 	if x.sweep != nil {
 		d += x.sweep(short).estimate
@@ -177,6 +185,9 @@ func Run(ctx context.Context, name string, o Options, lo lab.Options) (*Summary,
 	// A misspelt run name fails before the lab comes up.
 	if _, err := x.selected(o); err != nil {
 		return nil, err
+	}
+	if x.custom != nil {
+		return x.custom(ctx, x, o)
 	}
 	lo.NFS = lo.NFS || x.nfs
 	if x.nfsDirtyBytes > 0 {

@@ -103,13 +103,13 @@ func TestEDTIPv6EndToEnd(t *testing.T) {
 	freed := exchange(20)
 	d.stop(t)
 	t.Logf("IPv6 over edt: round trips min/median without sanqos %v/%v, held at %v %v/%v, freed %v/%v; %d replies held",
-		base[0], base[len(base)/2], hold, held[0], held[len(held)/2], freed[0], freed[len(freed)/2], s1.held-s0.held)
+		base[0], base[len(base)/2], hold, held[0], held[len(held)/2], freed[0], freed[len(freed)/2], s1.Held-s0.Held)
 
 	var errs []error
 	if held[0] < hold {
 		errs = append(errs, errors.New("an exchange came back sooner than the delay: the IPv6 reply was not held"))
 	}
-	if s1.held-s0.held < uint64(len(held)) {
+	if s1.Held-s0.Held < uint64(len(held)) {
 		errs = append(errs, errors.New("the daemon counted fewer held packets than there were held exchanges"))
 	}
 	if freed[len(freed)/2] >= hold {
