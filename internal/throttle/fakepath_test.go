@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -22,6 +23,8 @@ type fakeClock struct {
 	// onSleep, when set before the path starts, runs on the sleeping
 	// thread after each sleep, with the time it woke at.
 	onSleep func(now time.Time)
+	// parked counts the sleeps taken in the Go scheduler (Park).
+	parked atomic.Int64
 }
 
 func (c *fakeClock) Sleep(d time.Duration) {
@@ -32,6 +35,11 @@ func (c *fakeClock) Sleep(d time.Duration) {
 }
 
 func (c *fakeClock) RawSleep(d time.Duration) { c.Sleep(d) }
+
+func (c *fakeClock) Park(d time.Duration) {
+	c.parked.Add(1)
+	c.Sleep(d)
+}
 
 // arrival is a packet the fake queue delivers at a time, or (pkt nil) an
 // action it runs then, on the path thread, such as a new delay table.

@@ -92,9 +92,10 @@ func (b *Nfqueue) standby() {
 		// raw waits need yields for that, see yieldEvery, and 200
 		// yields a second cost more than the watching itself). Were the
 		// scheduler slow to give it a P back, a takeover would come a
-		// little later; a wait never holds a packet.
+		// little later; a wait never holds a packet. With no rule
+		// installed there is nothing to watch, and it parks (see Park).
 		if !b.active.Load() {
-			b.clk.Sleep(standbyIdle)
+			b.clk.Park(standbyIdle)
 			since = time.Time{}
 			continue
 		}

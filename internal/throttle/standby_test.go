@@ -166,3 +166,20 @@ func hog(t *testing.T, cpu int, on, off time.Duration) (stop func()) {
 	}()
 	return func() { close(done); wg.Wait() }
 }
+
+// TestStandbyParksWhileIdle: with no rule sending packets to the queue
+// the standby waits in the Go scheduler, not in a system call the
+// scheduler's monitor would take its P back from (see Park), and starts
+// watching once the path is active.
+func TestStandbyParksWhileIdle(t *testing.T) {
+	b, clk, _ := newFakePath(t, NfqueueConfig{NoRiseLimit: true}, "/nonexistent")
+	stop := runThread(t, b, b.standby, b.standbyDone)
+	waitFor(t, "the idle standby to park", func() bool { return clk.parked.Load() >= 3 })
+	b.active.Store(true)
+	parked := clk.parked.Load()
+	waitFor(t, "the active standby to watch", func() bool { return clk.Now().Sub(t0) >= time.Duration(parked+10)*standbyIdle })
+	stop()
+	if n := clk.parked.Load(); n > parked+1 {
+		t.Errorf("the standby parked %d times after the path became active; want its watch in ordinary sleeps", n-parked)
+	}
+}
