@@ -64,8 +64,14 @@
 // the delay the writers need. The controller is then not stepped
 // ("Armed") and keeps its output, for up to ArmHold (30 s) once the set
 // is empty: writers that come back meet the delay they left instead of a
-// ramp from 0 that lets their first second through. Past ArmHold the
-// controller runs again and, the resource being healthy, winds down.
+// ramp from 0 that lets their first second through. The delay a set
+// that empties keeps is at least the median of the controller's output
+// over the last heldTicks (100, 10 s) running ticks with members writing:
+// in a burst's last seconds the reads get fast while the writers still
+// write and the delay winds down (NFS writers whose data the server has
+// written out), and the next burst's onset needs what the burst needed,
+// not its tail. Past ArmHold the controller runs again and, the resource
+// being healthy, winds down.
 //
 // 3. The controller (pid), stepped when the signal had news and the loop
 // is not armed. A single-sided PID in velocity form on the logarithm of

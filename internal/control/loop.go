@@ -214,7 +214,10 @@ type Loop struct {
 	// or never had any); frozen: the controller was armed last tick.
 	emptySince time.Time
 	frozen     bool
-	ceiling    float64
+	// held: the controller's output over the last heldTicks running
+	// ticks with members writing, oldest first.
+	held    []float64
+	ceiling float64
 	// satSince, lowSince: when the delay started to press on the ceiling,
 	// or to sit under half of it.
 	satSince, lowSince time.Time
@@ -290,6 +293,12 @@ func (l *Loop) Step(o Observation) Output {
 		}
 		l.controlMs = l.ctrl.Update(l.signalMs)
 	}
+	if running && o.Members > 0 && o.Writing {
+		l.held = append(l.held, l.controlMs)
+		if len(l.held) > heldTicks {
+			l.held = l.held[1:]
+		}
+	}
 	l.frozen = out.Armed
 	out.ControlMs = l.controlMs
 	if o.Members > 0 {
@@ -323,6 +332,26 @@ func (l *Loop) measure(o Observation, out *Output) (news bool) {
 	return news
 }
 
+// heldTicks is how many of the last writing ticks' delays a pause
+// remembers.
+const heldTicks = 100
+
+// armAtHeld arms the pause at the delay the writers were held at for most
+// of their last seconds, where the last output is lower: at a burst's
+// tail the reads get fast while the writers still write and the delay
+// winds down, and the next burst's onset needs what the burst needed.
+func (l *Loop) armAtHeld() {
+	defer func() { l.held = l.held[:0] }()
+	if l.pid == nil || len(l.held) == 0 {
+		return
+	}
+	h := append([]float64(nil), l.held...)
+	sort.Float64s(h)
+	if m := h[len(h)/2]; m > l.controlMs {
+		l.controlMs = l.pid.SetOutput(m)
+	}
+}
+
 // armed says whether the controller is frozen this tick (see "Armed
 // through pauses" in doc.go).
 func (l *Loop) armed(o Observation) bool {
@@ -335,6 +364,7 @@ func (l *Loop) armed(o Observation) bool {
 	case !l.emptySince.IsZero() || l.controlMs > 0:
 		if l.emptySince.IsZero() {
 			l.emptySince = o.Now
+			l.armAtHeld()
 		}
 		return o.Now.Sub(l.emptySince) < ArmHold
 	}

@@ -143,7 +143,6 @@ const (
 )
 
 var knownViolations = map[string]string{
-	"ssd/rand-16k-3thr-qd64-bursty/0.5ms":        whyFlash,
 	"ssd/seq-1m-3thr-qd4-steady/1ms":             whyFlash,
 	"ssd/seq-1m-3thr-qd4-steady/2ms":             whyFlash,
 	"raid6-hdd/seq-64k-12thr-qd1-bursty/30ms":    whyFullDrain,
