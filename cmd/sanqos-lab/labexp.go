@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -66,15 +67,11 @@ func labRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	fs := newFlagSet("lab run", "sanqos lab run EXPERIMENT[,EXPERIMENT...]|all --out DIR [--short] [--resume] [--runs NAME,...] [--threshold D] [--kp K --ti D --td D --u-max D]", labRunHelp(), stderr)
 	out := fs.String("out", "", "directory for the results (required)")
 	short := fs.Bool("short", false, "run the shortened version")
-	kp := fs.Float64("kp", 0, "pid gain Kp in the daemon's configuration (0: the default)")
-	ti := fs.Duration("ti", 0, "pid integral time Ti (0: the default)")
-	td := fs.Duration("td", 0, "pid derivative time Td (0: the default)")
-	umax := fs.Duration("u-max", 0, "pid's largest delay u_max (0: the default)")
+	ctl := controlFlags(fs)
 	runs := fs.String("runs", "", "run only these runs of the experiment, comma-separated (e.g. none,pid-10ms)")
 	storage := fs.String("storage", "", "where LUN images live: emu:PROFILE, emu-mem:PROFILE (the emulated disk's backing files in RAM) or dir:PATH (default: the experiment's, emu:thesis-2010; emu-mem:ssd for ssd)")
 	seed := fs.Int64("seed", 1, "seed of the emulated disk's random numbers")
 	resume := fs.Bool("resume", false, "with all or a list: keep the experiments whose complete results are already in DIR/NAME")
-	threshold := fs.Duration("threshold", 0, "give every controlled run this threshold instead of the experiment's (e.g. 600us), and judge uncontrolled runs by it: for storage other than the experiment's own disk")
 	size := fs.String("size", experimentLUNSize, "size of each LUN image (sparse); a single writer must not reach its end within a run")
 	// The experiment's name comes first; flags follow it.
 	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
@@ -92,21 +89,13 @@ func labRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		fmt.Fprintf(stderr, "sanqos lab run: --out DIR is required\n")
 		return errUsage
 	}
-	if *kp < 0 || *ti < 0 || *td < 0 || *umax < 0 || *threshold < 0 {
-		fmt.Fprintf(stderr, "sanqos lab run: --kp, --ti, --td, --u-max and --threshold must not be negative\n")
+	if !ctl.valid(stderr) {
 		return errUsage
 	}
-	if *threshold > 0 {
-		if err := engine.CheckThresholdMs(float64(*threshold) / float64(time.Millisecond)); err != nil {
-			fmt.Fprintf(stderr, "sanqos lab run: --threshold %v: %v (the daemon's own bounds)\n", *threshold, err)
-			return errUsage
-		}
-	}
 	o := experiments.Options{Out: *out, Short: *short, Progress: stdout, Resume: *resume,
-		ThresholdMs: float64(*threshold) / float64(time.Millisecond),
-		Gains:       experiments.Gains{Kp: *kp, Ti: *ti, Td: *td, UMaxMs: float64(*umax) / float64(time.Millisecond)}}
+		ThresholdMs: ms(*ctl.threshold), Gains: experiments.Gains{Kp: *ctl.kp, Ti: *ctl.ti, Td: *ctl.td, UMaxMs: ms(*ctl.umax)}}
 	if name == "all" || strings.Contains(name, ",") {
-		if *threshold > 0 {
+		if o.ThresholdMs > 0 {
 			fmt.Fprintf(stderr, "sanqos lab run %s: --threshold sets one experiment's promise; leave it out\n", name)
 			return errUsage
 		}
@@ -144,6 +133,42 @@ func labRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	fmt.Fprintf(stdout, "wrote %s/summary.json and %s/report.html\n", *out, *out)
 	return nil
 }
+
+// controlFlagSet is what the controllers of an experiment's runs are
+// given instead of the experiment's own settings.
+type controlFlagSet struct {
+	kp                      *float64
+	ti, td, umax, threshold *time.Duration
+}
+
+func controlFlags(fs *flag.FlagSet) controlFlagSet {
+	return controlFlagSet{
+		kp:        fs.Float64("kp", 0, "pid gain Kp in the daemon's configuration (0: the default)"),
+		ti:        fs.Duration("ti", 0, "pid integral time Ti (0: the default)"),
+		td:        fs.Duration("td", 0, "pid derivative time Td (0: the default)"),
+		umax:      fs.Duration("u-max", 0, "pid's largest delay u_max (0: the default)"),
+		threshold: fs.Duration("threshold", 0, "give every controlled run this threshold instead of the experiment's (e.g. 600us), and judge uncontrolled runs by it: for storage other than the experiment's own disk"),
+	}
+}
+
+// valid says on stderr what is wrong with the flags, if anything: a
+// negative value, or a threshold the daemon would refuse once the lab
+// is up.
+func (c controlFlagSet) valid(stderr io.Writer) bool {
+	if *c.kp < 0 || *c.ti < 0 || *c.td < 0 || *c.umax < 0 || *c.threshold < 0 {
+		fmt.Fprintf(stderr, "sanqos lab run: --kp, --ti, --td, --u-max and --threshold must not be negative\n")
+		return false
+	}
+	if *c.threshold > 0 {
+		if err := engine.CheckThresholdMs(ms(*c.threshold)); err != nil {
+			fmt.Fprintf(stderr, "sanqos lab run: --threshold %v: %v (the daemon's own bounds)\n", *c.threshold, err)
+			return false
+		}
+	}
+	return true
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
 // selectRuns reads --runs: names of x's runs, comma-separated.
 func selectRuns(x experiments.Experiment, runs string, short bool) ([]string, error) {
