@@ -29,9 +29,9 @@ type pathClock interface {
 	// Park sleeps in the Go scheduler, the goroutine parked and its P
 	// free. A sleep in a system call longer than 10 ms is one the
 	// scheduler's monitor takes the P back from, and each such retake
-	// sets the monitor polling every 20 µs again: 50 sleeps of 20 ms a
-	// second kept it at about 2 700 wake-ups a second, 6 % of a core,
-	// in an idle daemon.
+	// sets the monitor polling every 20 µs again: an idle daemon whose
+	// standby slept so spent more CPU on that polling than on all its
+	// own work (docs/results.md, "datapath").
 	Park(d time.Duration)
 }
 
