@@ -162,9 +162,9 @@ deb:
 # APT_PKGS) and llvm-strip; -g keeps the BTF the loader relocates against,
 # llvm-strip -g drops the DWARF.
 # The output is reproducible: a rebuild leaves git status clean.
-# The edt classifier (internal/throttle/edt) is built the same way.
-BPF_DIR := internal/blkprobe
-EDT_DIR := internal/throttle/edt
+# The edt classifier (internal/act/throttle/edt) is built the same way.
+BPF_DIR := internal/observe/blkprobe
+EDT_DIR := internal/act/throttle/edt
 bpf:
 	clang -O2 -g -target bpf -mcpu=v3 -Wall -Werror -c $(BPF_DIR)/bpf/blkprobe.bpf.c -o $(BPF_DIR)/blkprobe.bpf.o
 	llvm-strip -g $(BPF_DIR)/blkprobe.bpf.o
@@ -178,7 +178,7 @@ fmt:
 # PURE_PKGS decide and simulate and touch no kernel: vet cross-compiles
 # them (and their tests) for darwin to keep it so; internal/lint's
 # TestPurePackagesImportNoKernel checks the same list's imports.
-PURE_PKGS := ./internal/engine/... ./internal/control/... ./internal/policy/... ./internal/smoothing/... ./internal/sim/... ./internal/latency/...
+PURE_PKGS := ./internal/decide/engine/... ./internal/decide/control/... ./internal/decide/policy/... ./internal/decide/smoothing/... ./internal/sim/... ./internal/observe/latency/...
 vet:
 	$(GO) vet ./...
 	GOOS=darwin CGO_ENABLED=0 $(GO) vet $(PURE_PKGS)
@@ -216,13 +216,13 @@ soak: lab-build
 FUZZ_GO  ?= GOTOOLCHAIN=go1.27.3 $(GO)
 FUZZTIME ?= 30s
 FUZZ_TARGETS := \
-	internal/diskstats:FuzzParse \
-	internal/mountinfo:FuzzParse internal/mountinfo:FuzzUnescape \
-	internal/discover:FuzzParseTgtShow internal/discover:FuzzParseLIOInfo \
-	internal/discover:FuzzParseProcNet internal/discover:FuzzParseExports \
-	internal/nfq:FuzzParseDatagram \
-	internal/throttle:FuzzParseIPv4TCP internal/throttle:FuzzParseTCP \
-	internal/config:FuzzDecode internal/ctl:FuzzRequestLines internal/ctl:FuzzParseManual
+	internal/observe/diskstats:FuzzParse \
+	internal/observe/mountinfo:FuzzParse internal/observe/mountinfo:FuzzUnescape \
+	internal/observe/discover:FuzzParseTgtShow internal/observe/discover:FuzzParseLIOInfo \
+	internal/observe/discover:FuzzParseProcNet internal/observe/discover:FuzzParseExports \
+	internal/act/nfq:FuzzParseDatagram \
+	internal/act/throttle:FuzzParseIPv4TCP internal/act/throttle:FuzzParseTCP \
+	internal/config:FuzzDecode internal/serve/ctl:FuzzRequestLines internal/serve/ctl:FuzzParseManual
 fuzz:
 	@set -e; for t in $(FUZZ_TARGETS); do \
 		pkg=$${t%%:*}; fn=$${t##*:}; echo "fuzz $$pkg $$fn ($(FUZZTIME))"; \

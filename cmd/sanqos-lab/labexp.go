@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/sanqos/sanqos/internal/engine"
+	"github.com/sanqos/sanqos/internal/decide/engine"
 	"github.com/sanqos/sanqos/internal/lab"
 	"github.com/sanqos/sanqos/internal/lab/experiments"
 )

@@ -11,10 +11,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/sanqos/sanqos/internal/control"
-	"github.com/sanqos/sanqos/internal/diskmodel"
-	"github.com/sanqos/sanqos/internal/engine"
+	"github.com/sanqos/sanqos/internal/decide/control"
+	"github.com/sanqos/sanqos/internal/decide/engine"
 	"github.com/sanqos/sanqos/internal/sim"
+	"github.com/sanqos/sanqos/internal/sim/diskmodel"
 )
 
 // msFlag is a latency flag that takes a duration ("15ms") or a plain

@@ -7,7 +7,7 @@ import (
 	"log/slog"
 	"slices"
 
-	"github.com/sanqos/sanqos/internal/throttle"
+	"github.com/sanqos/sanqos/internal/act/throttle"
 )
 
 // kernelHas is the feature probe of backend auto over check's kernel

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sanqos/sanqos/internal/throttle"
+	"github.com/sanqos/sanqos/internal/act/throttle"
 )
 
 // TestLiveAutoOnThisHost: on this host's kernel (no sch_fq, DESIGN.md

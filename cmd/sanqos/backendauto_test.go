@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sanqos/sanqos/internal/throttle"
+	"github.com/sanqos/sanqos/internal/act/throttle"
 )
 
 // TestResolveBackendOnFixtures: auto on the captured hosts: the

@@ -12,11 +12,11 @@ import (
 	"strings"
 	"time"
 
-	"github.com/sanqos/sanqos/internal/blkprobe"
-	"github.com/sanqos/sanqos/internal/discover"
-	"github.com/sanqos/sanqos/internal/engine"
-	"github.com/sanqos/sanqos/internal/tenant"
-	"github.com/sanqos/sanqos/internal/topology"
+	"github.com/sanqos/sanqos/internal/decide/engine"
+	"github.com/sanqos/sanqos/internal/decide/tenant"
+	"github.com/sanqos/sanqos/internal/observe/blkprobe"
+	"github.com/sanqos/sanqos/internal/observe/discover"
+	"github.com/sanqos/sanqos/internal/observe/topology"
 )
 
 // cmdCheck is 'sanqos check': it validates a configuration as 'sanqos run'

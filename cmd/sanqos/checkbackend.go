@@ -5,8 +5,8 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/sanqos/sanqos/internal/act/throttle"
 	"github.com/sanqos/sanqos/internal/config"
-	"github.com/sanqos/sanqos/internal/throttle"
 )
 
 // backendNeeds is what each backend needs of the kernel (kernel lines)

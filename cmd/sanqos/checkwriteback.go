@@ -5,7 +5,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/sanqos/sanqos/internal/topology"
+	"github.com/sanqos/sanqos/internal/observe/topology"
 )
 
 // writebackHint is what check says of a resource whose clients write

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sanqos/sanqos/internal/topology"
+	"github.com/sanqos/sanqos/internal/observe/topology"
 )
 
 func TestWritebackHint(t *testing.T) {

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sanqos/sanqos/internal/throttle"
+	"github.com/sanqos/sanqos/internal/act/throttle"
 )
 
 // TestLiveCleanupOnlyBadConfig: issue 34. --cleanup-only used to refuse

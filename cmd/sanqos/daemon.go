@@ -13,18 +13,18 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/sanqos/sanqos/internal/blkprobe"
+	"github.com/sanqos/sanqos/internal/act/throttle"
 	"github.com/sanqos/sanqos/internal/clock"
 	"github.com/sanqos/sanqos/internal/config"
-	"github.com/sanqos/sanqos/internal/ctl"
 	"github.com/sanqos/sanqos/internal/daemon"
-	"github.com/sanqos/sanqos/internal/discover"
-	"github.com/sanqos/sanqos/internal/diskstats"
-	"github.com/sanqos/sanqos/internal/engine"
+	"github.com/sanqos/sanqos/internal/decide/engine"
 	"github.com/sanqos/sanqos/internal/fielderr"
-	"github.com/sanqos/sanqos/internal/sdnotify"
-	"github.com/sanqos/sanqos/internal/throttle"
-	"github.com/sanqos/sanqos/internal/topology"
+	"github.com/sanqos/sanqos/internal/observe/blkprobe"
+	"github.com/sanqos/sanqos/internal/observe/discover"
+	"github.com/sanqos/sanqos/internal/observe/diskstats"
+	"github.com/sanqos/sanqos/internal/observe/topology"
+	"github.com/sanqos/sanqos/internal/serve/ctl"
+	"github.com/sanqos/sanqos/internal/serve/sdnotify"
 )
 
 // runOptions is everything 'sanqos run' (autonomic) needs, after parsing

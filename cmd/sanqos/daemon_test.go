@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sanqos/sanqos/internal/ctl"
-	"github.com/sanqos/sanqos/internal/status"
+	"github.com/sanqos/sanqos/internal/serve/ctl"
+	"github.com/sanqos/sanqos/internal/serve/status"
 )
 
 func TestRunBadConfigOneError(t *testing.T) {

@@ -18,7 +18,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sanqos/sanqos/internal/status"
+	"github.com/sanqos/sanqos/internal/serve/status"
 )
 
 // holderEnv makes the test binary, re-run as nobody, the hostile client

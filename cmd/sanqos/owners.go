@@ -9,15 +9,15 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sanqos/sanqos/internal/act/throttle"
 	"github.com/sanqos/sanqos/internal/config"
-	"github.com/sanqos/sanqos/internal/control"
-	"github.com/sanqos/sanqos/internal/ctl"
-	"github.com/sanqos/sanqos/internal/direction"
-	"github.com/sanqos/sanqos/internal/discover"
-	"github.com/sanqos/sanqos/internal/engine"
+	"github.com/sanqos/sanqos/internal/decide/control"
+	"github.com/sanqos/sanqos/internal/decide/direction"
+	"github.com/sanqos/sanqos/internal/decide/engine"
 	"github.com/sanqos/sanqos/internal/fielderr"
-	"github.com/sanqos/sanqos/internal/throttle"
-	"github.com/sanqos/sanqos/internal/topology"
+	"github.com/sanqos/sanqos/internal/observe/discover"
+	"github.com/sanqos/sanqos/internal/observe/topology"
+	"github.com/sanqos/sanqos/internal/serve/ctl"
 )
 
 // The configuration is data (internal/config): it checks its syntax and

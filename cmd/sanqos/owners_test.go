@@ -8,11 +8,11 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sanqos/sanqos/internal/act/throttle"
 	"github.com/sanqos/sanqos/internal/config"
-	"github.com/sanqos/sanqos/internal/control"
-	"github.com/sanqos/sanqos/internal/engine"
-	"github.com/sanqos/sanqos/internal/throttle"
-	"github.com/sanqos/sanqos/internal/topology"
+	"github.com/sanqos/sanqos/internal/decide/control"
+	"github.com/sanqos/sanqos/internal/decide/engine"
+	"github.com/sanqos/sanqos/internal/observe/topology"
 )
 
 func writeConfig(t *testing.T, text string) string {

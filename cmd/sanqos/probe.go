@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/sanqos/sanqos/internal/blkprobe"
+	"github.com/sanqos/sanqos/internal/observe/blkprobe"
 )
 
 // cmdProbe prints the eBPF block-latency probe's per-device figures every

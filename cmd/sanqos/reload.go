@@ -11,13 +11,13 @@ import (
 	"strings"
 	"sync/atomic"
 
+	"github.com/sanqos/sanqos/internal/act/throttle"
 	"github.com/sanqos/sanqos/internal/config"
 	"github.com/sanqos/sanqos/internal/daemon"
-	"github.com/sanqos/sanqos/internal/discover"
-	"github.com/sanqos/sanqos/internal/engine"
-	"github.com/sanqos/sanqos/internal/sdnotify"
-	"github.com/sanqos/sanqos/internal/throttle"
-	"github.com/sanqos/sanqos/internal/topology"
+	"github.com/sanqos/sanqos/internal/decide/engine"
+	"github.com/sanqos/sanqos/internal/observe/discover"
+	"github.com/sanqos/sanqos/internal/observe/topology"
+	"github.com/sanqos/sanqos/internal/serve/sdnotify"
 )
 
 // reloader re-reads the configuration on SIGHUP with the command line the

@@ -13,12 +13,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sanqos/sanqos/internal/attribution"
+	"github.com/sanqos/sanqos/internal/act/throttle"
 	"github.com/sanqos/sanqos/internal/clock"
 	"github.com/sanqos/sanqos/internal/daemon"
-	"github.com/sanqos/sanqos/internal/diskstats"
-	"github.com/sanqos/sanqos/internal/engine"
-	"github.com/sanqos/sanqos/internal/throttle"
+	"github.com/sanqos/sanqos/internal/decide/engine"
+	"github.com/sanqos/sanqos/internal/observe/attribution"
+	"github.com/sanqos/sanqos/internal/observe/diskstats"
 )
 
 // portsConfig writes text as the configuration file of dir and returns

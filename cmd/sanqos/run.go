@@ -10,10 +10,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sanqos/sanqos/internal/act/throttle"
 	"github.com/sanqos/sanqos/internal/config"
-	"github.com/sanqos/sanqos/internal/ctl"
-	"github.com/sanqos/sanqos/internal/journal"
-	"github.com/sanqos/sanqos/internal/throttle"
+	"github.com/sanqos/sanqos/internal/serve/ctl"
+	"github.com/sanqos/sanqos/internal/serve/journal"
 )
 
 // cmdRun is 'sanqos run': the autonomic daemon (daemon.go) or, with
@@ -26,7 +26,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		fmt.Fprintf(stderr, "sanqos run: %v\nRun 'sanqos run --help' for usage.\n", err)
 		return errUsage
 	}
-	// Under systemd each line carries its journald priority (internal/journal).
+	// Under systemd each line carries its journald priority (internal/serve/journal).
 	log := slog.New(journal.NewHandler(stderr, nil))
 	o, err := parseRunOptions(args, manual, stderr)
 	if err != nil {
@@ -102,7 +102,7 @@ func cleanupRequested(args []string) bool {
 // read the configuration at all (an untrusted file chooses nothing): it
 // removes the objects of every sanqos instance that is provably dead
 // (its lock is free), which includes this unit's once its daemon has
-// exited, and never a live instance's (internal/throttle SweepDead).
+// exited, and never a live instance's (internal/act/throttle SweepDead).
 func cleanupWithoutConfig(ctx context.Context, cfgErr error, log *slog.Logger) error {
 	log.Warn("the configuration is refused; removing the leftovers of every dead sanqos instance instead of this one's", "err", cfgErr)
 	if os.Geteuid() != 0 {

@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sanqos/sanqos/internal/status"
+	"github.com/sanqos/sanqos/internal/serve/status"
 )
 
 func waitFor(t *testing.T, what string, done <-chan int, cond func() bool) {

@@ -10,8 +10,8 @@ import (
 	"io/fs"
 	"os"
 
-	"github.com/sanqos/sanqos/internal/ctl"
-	"github.com/sanqos/sanqos/internal/status"
+	"github.com/sanqos/sanqos/internal/serve/ctl"
+	"github.com/sanqos/sanqos/internal/serve/status"
 )
 
 // cmdStatus prints the running daemon's resources, signals and throttles.

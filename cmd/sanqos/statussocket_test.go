@@ -9,8 +9,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sanqos/sanqos/internal/ctl"
-	"github.com/sanqos/sanqos/internal/status"
+	"github.com/sanqos/sanqos/internal/serve/ctl"
+	"github.com/sanqos/sanqos/internal/serve/status"
 )
 
 // fakeCtlDaemon serves the control socket like an autonomic daemon

@@ -7,10 +7,10 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/sanqos/sanqos/internal/act/throttle"
 	"github.com/sanqos/sanqos/internal/config"
+	"github.com/sanqos/sanqos/internal/decide/tenant"
 	"github.com/sanqos/sanqos/internal/fielderr"
-	"github.com/sanqos/sanqos/internal/tenant"
-	"github.com/sanqos/sanqos/internal/throttle"
 )
 
 // tenantBook maps the [tenants] section onto the tenant package, which

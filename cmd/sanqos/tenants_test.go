@@ -13,13 +13,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sanqos/sanqos/internal/act/throttle"
 	"github.com/sanqos/sanqos/internal/clock"
 	"github.com/sanqos/sanqos/internal/daemon"
-	"github.com/sanqos/sanqos/internal/engine"
-	"github.com/sanqos/sanqos/internal/throttle"
+	"github.com/sanqos/sanqos/internal/decide/engine"
 
-	"github.com/sanqos/sanqos/internal/tenant"
-	"github.com/sanqos/sanqos/internal/topology"
+	"github.com/sanqos/sanqos/internal/decide/tenant"
+	"github.com/sanqos/sanqos/internal/observe/topology"
 )
 
 const tenantsText = `

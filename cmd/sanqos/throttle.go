@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/sanqos/sanqos/internal/cli"
-	"github.com/sanqos/sanqos/internal/ctl"
+	"github.com/sanqos/sanqos/internal/serve/ctl"
 )
 
 // throttleDescription is the --help text of 'sanqos throttle'.

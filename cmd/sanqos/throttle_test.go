@@ -10,8 +10,8 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/sanqos/sanqos/internal/ctl"
-	"github.com/sanqos/sanqos/internal/throttle"
+	"github.com/sanqos/sanqos/internal/act/throttle"
+	"github.com/sanqos/sanqos/internal/serve/ctl"
 )
 
 // TestPrintThrottlesShowsAckDelay: 'sanqos throttle --list' says whether

@@ -127,7 +127,7 @@ type PID struct {
 	// UMax is the delay ceiling the controller starts with.
 	UMax Duration `toml:"u_max"`
 	// UMaxLimit is how far the ceiling may rise when the writers need
-	// more delay than UMax (internal/control, step 4 "The ceiling"); equal to UMax keeps it
+	// more delay than UMax (internal/decide/control, step 4 "The ceiling"); equal to UMax keeps it
 	// fixed; 0 is the default, engine.DefaultUMaxLimitMs or UMax if that
 	// is higher.
 	UMaxLimit Duration `toml:"u_max_limit"`

@@ -2,7 +2,7 @@ package config
 
 // Tenants is the [tenants] section: consumers by name, address or
 // initiator name, with the terms each is promised (issue 36). It is data
-// here; internal/tenant validates it (cmd/sanqos maps it there and names
+// here; internal/decide/tenant validates it (cmd/sanqos maps it there and names
 // the key of what it refuses).
 type Tenants struct {
 	// Conflict is which wins when a reservation and a read promise

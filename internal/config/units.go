@@ -151,7 +151,7 @@ func (z Size) String() string {
 func (z Size) MarshalText() ([]byte, error) { return []byte(z.String()), nil }
 
 // Headroom is the fraction of the threshold the controller aims below it
-// (internal/control, step 5 "Headroom"). "auto", a headroom measured per
+// (internal/decide/control, step 5 "Headroom"). "auto", a headroom measured per
 // resource, was removed (docs/ablation.md): it still parses, for
 // Validate to say so.
 type Headroom struct {

@@ -7,8 +7,8 @@ import (
 	"slices"
 	"time"
 
-	"github.com/sanqos/sanqos/internal/status"
-	"github.com/sanqos/sanqos/internal/throttle"
+	"github.com/sanqos/sanqos/internal/act/throttle"
+	"github.com/sanqos/sanqos/internal/serve/status"
 )
 
 // applyTimeout bounds one Apply: iptables waits up to a few seconds for

@@ -7,8 +7,8 @@ import (
 	"net/netip"
 	"strconv"
 
-	"github.com/sanqos/sanqos/internal/ctl"
-	"github.com/sanqos/sanqos/internal/throttle"
+	"github.com/sanqos/sanqos/internal/act/throttle"
+	"github.com/sanqos/sanqos/internal/serve/ctl"
 )
 
 // CtlHandler serves the control socket in autonomic mode, the same protocol

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/sanqos/sanqos/internal/clock"
-	"github.com/sanqos/sanqos/internal/ctl"
+	"github.com/sanqos/sanqos/internal/serve/ctl"
 )
 
 func TestCtlManualOverrideWins(t *testing.T) {

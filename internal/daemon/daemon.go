@@ -31,15 +31,15 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sanqos/sanqos/internal/act/throttle"
 	"github.com/sanqos/sanqos/internal/clock"
-	"github.com/sanqos/sanqos/internal/diskstats"
-	"github.com/sanqos/sanqos/internal/metrics"
-	"github.com/sanqos/sanqos/internal/status"
-	"github.com/sanqos/sanqos/internal/throttle"
-	"github.com/sanqos/sanqos/internal/topology"
+	"github.com/sanqos/sanqos/internal/observe/diskstats"
+	"github.com/sanqos/sanqos/internal/observe/topology"
+	"github.com/sanqos/sanqos/internal/serve/metrics"
+	"github.com/sanqos/sanqos/internal/serve/status"
 )
 
-// Decider is the pure per-tick step (internal/engine behind an adapter, see
+// Decider is the pure per-tick step (internal/decide/engine behind an adapter, see
 // FromEngine). Step must not keep references into snap past the next call,
 // and the Decision it returns belongs to the daemon.
 type Decider interface {
@@ -56,7 +56,7 @@ type Decision struct {
 	State throttle.State
 }
 
-// Discoverer finds the current topology (internal/discover).
+// Discoverer finds the current topology (internal/observe/discover).
 type Discoverer interface {
 	Discover(ctx context.Context) (topology.Topology, error)
 }

@@ -9,13 +9,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sanqos/sanqos/internal/act/throttle"
 	"github.com/sanqos/sanqos/internal/clock"
-	"github.com/sanqos/sanqos/internal/direction"
-	"github.com/sanqos/sanqos/internal/diskstats"
-	"github.com/sanqos/sanqos/internal/engine"
-	"github.com/sanqos/sanqos/internal/tenant"
-	"github.com/sanqos/sanqos/internal/throttle"
-	"github.com/sanqos/sanqos/internal/topology"
+	"github.com/sanqos/sanqos/internal/decide/direction"
+	"github.com/sanqos/sanqos/internal/decide/engine"
+	"github.com/sanqos/sanqos/internal/decide/tenant"
+	"github.com/sanqos/sanqos/internal/observe/diskstats"
+	"github.com/sanqos/sanqos/internal/observe/topology"
 )
 
 // loadStats makes counters as a disk would see them: loop1 serves a reader
@@ -112,7 +112,7 @@ func TestRealEngineThrottlesWriter(t *testing.T) {
 // BenchmarkTickRealEngine is one whole tick with the production engine and
 // the adapter: 100 resources of 10 consumers, each on its own device, with
 // counters that move every tick; the snapshot is prebuilt (parsing is
-// benchmarked in internal/engine) and the backend is a fake.
+// benchmarked in internal/decide/engine) and the backend is a fake.
 func BenchmarkTickRealEngine(b *testing.B) {
 	var topo topology.Topology
 	var snap []diskstats.Stat

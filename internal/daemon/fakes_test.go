@@ -10,9 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sanqos/sanqos/internal/diskstats"
-	"github.com/sanqos/sanqos/internal/throttle"
-	"github.com/sanqos/sanqos/internal/topology"
+	"github.com/sanqos/sanqos/internal/act/throttle"
+	"github.com/sanqos/sanqos/internal/observe/diskstats"
+	"github.com/sanqos/sanqos/internal/observe/topology"
 )
 
 // fakeEngine returns scripted decisions, one per Step; the last repeats.

@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/sanqos/sanqos/internal/clock"
-	"github.com/sanqos/sanqos/internal/diskstats"
-	"github.com/sanqos/sanqos/internal/topology"
+	"github.com/sanqos/sanqos/internal/observe/diskstats"
+	"github.com/sanqos/sanqos/internal/observe/topology"
 )
 
 func openFDs(t *testing.T) int {

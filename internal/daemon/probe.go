@@ -6,9 +6,9 @@ import (
 	"slices"
 	"time"
 
-	"github.com/sanqos/sanqos/internal/blkprobe"
-	"github.com/sanqos/sanqos/internal/latency"
-	"github.com/sanqos/sanqos/internal/topology"
+	"github.com/sanqos/sanqos/internal/observe/blkprobe"
+	"github.com/sanqos/sanqos/internal/observe/latency"
+	"github.com/sanqos/sanqos/internal/observe/topology"
 )
 
 // ProbeOpener opens the block-layer probe on devices (blkprobe.Open in

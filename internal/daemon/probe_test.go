@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sanqos/sanqos/internal/blkprobe"
-	"github.com/sanqos/sanqos/internal/topology"
+	"github.com/sanqos/sanqos/internal/observe/blkprobe"
+	"github.com/sanqos/sanqos/internal/observe/topology"
 )
 
 func probeTopo(devs ...string) topology.Topology {

@@ -3,9 +3,9 @@ package daemon
 import (
 	"time"
 
-	"github.com/sanqos/sanqos/internal/status"
-	"github.com/sanqos/sanqos/internal/throttle"
-	"github.com/sanqos/sanqos/internal/topology"
+	"github.com/sanqos/sanqos/internal/act/throttle"
+	"github.com/sanqos/sanqos/internal/observe/topology"
+	"github.com/sanqos/sanqos/internal/serve/status"
 )
 
 // Reload is a new configuration for the running loop (SIGHUP): an engine

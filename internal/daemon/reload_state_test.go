@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/sanqos/sanqos/internal/clock"
-	"github.com/sanqos/sanqos/internal/engine"
-	"github.com/sanqos/sanqos/internal/topology"
+	"github.com/sanqos/sanqos/internal/decide/engine"
+	"github.com/sanqos/sanqos/internal/observe/topology"
 )
 
 // reloadRig is the daemon with the production engine over loadStats: a

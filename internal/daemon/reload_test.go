@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sanqos/sanqos/internal/topology"
+	"github.com/sanqos/sanqos/internal/observe/topology"
 )
 
 // Finding 6 of issue 14: SIGHUP reloads the configuration. The new engine

@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sanqos/sanqos/internal/act/throttle"
 	"github.com/sanqos/sanqos/internal/clock"
-	"github.com/sanqos/sanqos/internal/throttle"
 )
 
 // tcFake answers tc like a device whose root qdisc is the one last

@@ -5,7 +5,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/sanqos/sanqos/internal/status"
+	"github.com/sanqos/sanqos/internal/serve/status"
 )
 
 // logTransitions logs, per resource, throttling engaged and released and

@@ -7,9 +7,9 @@ import (
 	"time"
 
 	"github.com/sanqos/sanqos/internal/clock"
-	"github.com/sanqos/sanqos/internal/diskstats"
-	"github.com/sanqos/sanqos/internal/engine"
-	"github.com/sanqos/sanqos/internal/topology"
+	"github.com/sanqos/sanqos/internal/decide/engine"
+	"github.com/sanqos/sanqos/internal/observe/diskstats"
+	"github.com/sanqos/sanqos/internal/observe/topology"
 )
 
 // resetStats: loop1 serves a slow reader (the resource is over its

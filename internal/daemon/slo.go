@@ -7,13 +7,13 @@ import (
 	"sync"
 	"time"
 
-	"github.com/sanqos/sanqos/internal/attribution"
-	"github.com/sanqos/sanqos/internal/diskstats"
-	"github.com/sanqos/sanqos/internal/latency"
-	"github.com/sanqos/sanqos/internal/metrics"
-	"github.com/sanqos/sanqos/internal/status"
-	"github.com/sanqos/sanqos/internal/throttle"
-	"github.com/sanqos/sanqos/internal/topology"
+	"github.com/sanqos/sanqos/internal/act/throttle"
+	"github.com/sanqos/sanqos/internal/observe/attribution"
+	"github.com/sanqos/sanqos/internal/observe/diskstats"
+	"github.com/sanqos/sanqos/internal/observe/latency"
+	"github.com/sanqos/sanqos/internal/observe/topology"
+	"github.com/sanqos/sanqos/internal/serve/metrics"
+	"github.com/sanqos/sanqos/internal/serve/status"
 )
 
 // sloTotals adds up, at every tick, what an SLO is computed from

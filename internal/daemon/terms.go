@@ -1,7 +1,7 @@
 package daemon
 
 import (
-	"github.com/sanqos/sanqos/internal/tenant"
+	"github.com/sanqos/sanqos/internal/decide/tenant"
 )
 
 // TermsSource supplies the runtime tenant terms 'sanqos throttle' set

@@ -7,10 +7,10 @@ import (
 	"time"
 
 	"github.com/sanqos/sanqos/internal/clock"
-	"github.com/sanqos/sanqos/internal/ctl"
-	"github.com/sanqos/sanqos/internal/engine"
-	"github.com/sanqos/sanqos/internal/tenant"
-	"github.com/sanqos/sanqos/internal/topology"
+	"github.com/sanqos/sanqos/internal/decide/engine"
+	"github.com/sanqos/sanqos/internal/decide/tenant"
+	"github.com/sanqos/sanqos/internal/observe/topology"
+	"github.com/sanqos/sanqos/internal/serve/ctl"
 )
 
 // TestCtlRuntimeTerms: 'sanqos throttle --share' reaches the engine at

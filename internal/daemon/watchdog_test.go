@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/sanqos/sanqos/internal/clock"
-	"github.com/sanqos/sanqos/internal/sdnotify"
+	"github.com/sanqos/sanqos/internal/serve/sdnotify"
 )
 
 // healthBackend is a fake backend whose packet path can be made unhealthy.

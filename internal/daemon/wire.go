@@ -5,9 +5,9 @@ import (
 	"net/netip"
 	"time"
 
-	"github.com/sanqos/sanqos/internal/attribution"
-	"github.com/sanqos/sanqos/internal/status"
-	"github.com/sanqos/sanqos/internal/topology"
+	"github.com/sanqos/sanqos/internal/observe/attribution"
+	"github.com/sanqos/sanqos/internal/observe/topology"
+	"github.com/sanqos/sanqos/internal/serve/status"
 )
 
 // WireSource is what the loop needs of the per-client wire counters

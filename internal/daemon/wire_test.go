@@ -8,11 +8,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sanqos/sanqos/internal/attribution"
 	"github.com/sanqos/sanqos/internal/clock"
-	"github.com/sanqos/sanqos/internal/diskstats"
-	"github.com/sanqos/sanqos/internal/engine"
-	"github.com/sanqos/sanqos/internal/topology"
+	"github.com/sanqos/sanqos/internal/decide/engine"
+	"github.com/sanqos/sanqos/internal/observe/attribution"
+	"github.com/sanqos/sanqos/internal/observe/diskstats"
+	"github.com/sanqos/sanqos/internal/observe/topology"
 )
 
 // sharedStats is one device (an NFS export's) with slow reads and 20 MB/s

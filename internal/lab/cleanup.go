@@ -11,7 +11,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/sanqos/sanqos/internal/mountinfo"
+	"github.com/sanqos/sanqos/internal/observe/mountinfo"
 )
 
 // Cleanup removes everything a lab created, whether or not the lab that

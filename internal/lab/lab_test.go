@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sanqos/sanqos/internal/mountinfo"
+	"github.com/sanqos/sanqos/internal/observe/mountinfo"
 )
 
 func TestParseStorage(t *testing.T) {

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sanqos/sanqos/internal/blkprobe"
+	"github.com/sanqos/sanqos/internal/observe/blkprobe"
 )
 
 // TestProbeAgreesWithLoadgen holds the eBPF block-layer probe to the

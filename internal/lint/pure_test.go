@@ -13,12 +13,12 @@ import (
 // target cross-compiles the same list for darwin (PURE_PKGS); keep them
 // in step.
 var purePackages = []string{
-	"./internal/engine/...",
-	"./internal/control/...",
-	"./internal/policy/...",
-	"./internal/smoothing/...",
+	"./internal/decide/engine/...",
+	"./internal/decide/control/...",
+	"./internal/decide/policy/...",
+	"./internal/decide/smoothing/...",
 	"./internal/sim/...",
-	"./internal/latency/...",
+	"./internal/observe/latency/...",
 }
 
 // kernelOnly are the import paths (prefixes) that touch the kernel: the
@@ -26,9 +26,9 @@ var purePackages = []string{
 // netlink, unix-syscall and eBPF libraries under them. A pure package
 // that links one of them has grown a dependency on Linux.
 var kernelOnly = []string{
-	"github.com/sanqos/sanqos/internal/throttle",
-	"github.com/sanqos/sanqos/internal/nfq",
-	"github.com/sanqos/sanqos/internal/blkprobe",
+	"github.com/sanqos/sanqos/internal/act/throttle",
+	"github.com/sanqos/sanqos/internal/act/nfq",
+	"github.com/sanqos/sanqos/internal/observe/blkprobe",
 	"github.com/sanqos/sanqos/internal/daemon",
 	"github.com/vishvananda/",
 	"golang.org/x/sys/unix",
@@ -117,15 +117,15 @@ func under(path string, prefixes []string) bool {
 // The check can fail: the listing of a package that imports the data
 // path is caught, with who imports it; a look-alike name is not.
 func TestKernelDepsCatchesTheDataPath(t *testing.T) {
-	out := "github.com/sanqos/sanqos/internal/engine\tgithub.com/sanqos/sanqos/internal/throttle fmt\n" +
-		"github.com/sanqos/sanqos/internal/engine [github.com/sanqos/sanqos/internal/engine.test]\tgithub.com/sanqos/sanqos/internal/throttle\n" +
-		"github.com/sanqos/sanqos/internal/throttle\tgolang.org/x/sys/unix\n" +
+	out := "github.com/sanqos/sanqos/internal/decide/engine\tgithub.com/sanqos/sanqos/internal/act/throttle fmt\n" +
+		"github.com/sanqos/sanqos/internal/decide/engine [github.com/sanqos/sanqos/internal/decide/engine.test]\tgithub.com/sanqos/sanqos/internal/act/throttle\n" +
+		"github.com/sanqos/sanqos/internal/act/throttle\tgolang.org/x/sys/unix\n" +
 		"golang.org/x/sys/unix\t\n" +
 		"github.com/sanqos/sanqos/internal/nfqish\tfmt\n"
 	got := depsIn(out, kernelOnly)
 	want := []string{
-		"github.com/sanqos/sanqos/internal/throttle (imported by github.com/sanqos/sanqos/internal/engine)",
-		"golang.org/x/sys/unix (imported by github.com/sanqos/sanqos/internal/throttle)",
+		"github.com/sanqos/sanqos/internal/act/throttle (imported by github.com/sanqos/sanqos/internal/decide/engine)",
+		"golang.org/x/sys/unix (imported by github.com/sanqos/sanqos/internal/act/throttle)",
 	}
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Errorf("kernelDeps =\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))

@@ -5,9 +5,9 @@ import (
 	"math"
 	"time"
 
-	"github.com/sanqos/sanqos/internal/control"
-	"github.com/sanqos/sanqos/internal/diskstats"
-	"github.com/sanqos/sanqos/internal/engine"
+	"github.com/sanqos/sanqos/internal/decide/control"
+	"github.com/sanqos/sanqos/internal/decide/engine"
+	"github.com/sanqos/sanqos/internal/observe/diskstats"
 )
 
 // The ablation (issue 33, "each rule earns its keep"): the law with one

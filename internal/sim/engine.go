@@ -5,11 +5,11 @@ import (
 	"net/netip"
 	"time"
 
-	"github.com/sanqos/sanqos/internal/control"
-	"github.com/sanqos/sanqos/internal/diskstats"
-	"github.com/sanqos/sanqos/internal/engine"
-	"github.com/sanqos/sanqos/internal/latency"
-	"github.com/sanqos/sanqos/internal/topology"
+	"github.com/sanqos/sanqos/internal/decide/control"
+	"github.com/sanqos/sanqos/internal/decide/engine"
+	"github.com/sanqos/sanqos/internal/observe/diskstats"
+	"github.com/sanqos/sanqos/internal/observe/latency"
+	"github.com/sanqos/sanqos/internal/observe/topology"
 )
 
 // SimGains is the pid tuning found against this simulator, adopted as

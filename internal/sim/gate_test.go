@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sanqos/sanqos/internal/engine"
+	"github.com/sanqos/sanqos/internal/decide/engine"
 )
 
 // The gate. The control law is moved and reshaped under this test: it

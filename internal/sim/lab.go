@@ -3,12 +3,12 @@ package sim
 import (
 	"time"
 
-	"github.com/sanqos/sanqos/internal/diskmodel"
+	"github.com/sanqos/sanqos/internal/sim/diskmodel"
 )
 
 // LabScenario is fig5.11 as the lab runs it (`sanqos lab run fig5.11
 // --short`), not as the thesis did: the same disk model (the emulator
-// serves the LUNs through internal/diskmodel's thesis-2010 array) and the
+// serves the LUNs through internal/sim/diskmodel's thesis-2010 array) and the
 // same twelve 64 KiB writers and smalljob, with the lab's geometry,
 // workload and observation point. Each difference from ThesisScenario is a
 // fact of the lab's code or a measurement of it, not a fitted number:

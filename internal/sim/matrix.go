@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/sanqos/sanqos/internal/diskmodel"
+	"github.com/sanqos/sanqos/internal/sim/diskmodel"
 )
 
 // The scenario matrix (issue 33, "Generality, by construction"): disks

@@ -12,8 +12,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/sanqos/sanqos/internal/decide/tenant"
 	"github.com/sanqos/sanqos/internal/lab/plot"
-	"github.com/sanqos/sanqos/internal/tenant"
 )
 
 // WriteCSV writes the run's 1-second samples, one row a second.

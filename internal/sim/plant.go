@@ -7,8 +7,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/sanqos/sanqos/internal/diskmodel"
-	"github.com/sanqos/sanqos/internal/latency"
+	"github.com/sanqos/sanqos/internal/observe/latency"
+	"github.com/sanqos/sanqos/internal/sim/diskmodel"
 )
 
 // counters are one device's cumulative /proc/diskstats counters, kept in

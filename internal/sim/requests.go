@@ -4,7 +4,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/sanqos/sanqos/internal/diskmodel"
+	"github.com/sanqos/sanqos/internal/sim/diskmodel"
 )
 
 // The life of a request in the plant: issued by the reader or a writer

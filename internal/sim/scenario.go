@@ -6,14 +6,14 @@ import (
 	"strings"
 	"time"
 
-	"github.com/sanqos/sanqos/internal/diskmodel"
-	"github.com/sanqos/sanqos/internal/tenant"
+	"github.com/sanqos/sanqos/internal/decide/tenant"
+	"github.com/sanqos/sanqos/internal/sim/diskmodel"
 )
 
 // Scenario is the workload of one simulated experiment.
 type Scenario struct {
 	Name string
-	// Disk is the disk array (internal/diskmodel).
+	// Disk is the disk array (internal/sim/diskmodel).
 	Disk diskmodel.Profile
 	// Devices are the consumers' block devices on the target, each with its
 	// own region of the array (like logical volumes of one volume group).

@@ -6,8 +6,8 @@
 //
 // The plant (array, initiators, throttle) runs in virtual time. Every tick
 // it renders the consumer devices' counters as /proc/diskstats text, which
-// goes through the production parser (internal/diskstats) into the
-// production engine (internal/engine: signal, policy, controller). The
+// goes through the production parser (internal/observe/diskstats) into the
+// production engine (internal/decide/engine: signal, policy, controller). The
 // delay the engine decides is applied to the I/O of the consumers in the
 // throttled set, in proportion to how many delayed packets each I/O waits
 // for (Scenario.WriteDelayFactor). Same seed, same result, bit for bit;
@@ -23,9 +23,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/sanqos/sanqos/internal/control"
-	"github.com/sanqos/sanqos/internal/diskstats"
-	"github.com/sanqos/sanqos/internal/engine"
+	"github.com/sanqos/sanqos/internal/decide/control"
+	"github.com/sanqos/sanqos/internal/decide/engine"
+	"github.com/sanqos/sanqos/internal/observe/diskstats"
 )
 
 // Config is one simulation run.

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sanqos/sanqos/internal/diskstats"
+	"github.com/sanqos/sanqos/internal/observe/diskstats"
 )
 
 // openLoop applies a constant delay to every writer and never looks at the

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/sanqos/sanqos/internal/tenant"
+	"github.com/sanqos/sanqos/internal/decide/tenant"
 )
 
 // The tenants experiment (issue 36): on the thesis's array, three writers

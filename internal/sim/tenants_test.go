@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sanqos/sanqos/internal/tenant"
+	"github.com/sanqos/sanqos/internal/decide/tenant"
 )
 
 // TestTenants runs the tenants experiment (issue 36) and holds it to the

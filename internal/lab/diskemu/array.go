@@ -4,10 +4,10 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/sanqos/sanqos/internal/diskmodel"
+	"github.com/sanqos/sanqos/internal/sim/diskmodel"
 )
 
-// newArrayModel returns the internal/diskmodel array for a profile name.
+// newArrayModel returns the internal/sim/diskmodel array for a profile name.
 func newArrayModel(profile string, seed int64) (Model, error) {
 	p, err := diskmodel.ProfileByName(profile)
 	if err != nil {

@@ -5,7 +5,7 @@
 // The machine's own disk is too fast to saturate, so a storage-QoS experiment
 // needs a slow, shared device whose latency rises when several consumers use
 // it at once. Every READ and WRITE that reaches the mount is first submitted
-// to a Model (internal/diskmodel's Array for "thesis-2010", "ssd" and "ram",
+// to a Model (internal/sim/diskmodel's Array for "thesis-2010", "ssd" and "ram",
 // or a fixed-service FIFO "fixed:5ms" for calibration), then executed with
 // pread/pwrite on the backing file, and the reply to the kernel is held back
 // until the model's completion time. Each file owns its own region of the

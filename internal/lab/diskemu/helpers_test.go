@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sanqos/sanqos/internal/mountinfo"
+	"github.com/sanqos/sanqos/internal/observe/mountinfo"
 	"golang.org/x/sys/unix"
 )
 

@@ -6,11 +6,11 @@ import (
 	"sync"
 	"time"
 
-	"github.com/sanqos/sanqos/internal/diskmodel"
+	"github.com/sanqos/sanqos/internal/sim/diskmodel"
 )
 
 // Op is the direction of one request submitted to a Model; it is
-// internal/diskmodel's, so *diskmodel.Array is a Model as it is.
+// internal/sim/diskmodel's, so *diskmodel.Array is a Model as it is.
 type Op = diskmodel.Op
 
 // The two directions, re-exported so that callers need not import diskmodel.
@@ -52,7 +52,7 @@ func (m *FixedModel) Submit(now time.Time, _ Op, _, _ int64, _ uint64) time.Time
 }
 
 // NewModel returns the model for a profile name: "fixed:DURATION" (e.g.
-// "fixed:5ms") for FixedModel, otherwise a profile of internal/diskmodel
+// "fixed:5ms") for FixedModel, otherwise a profile of internal/sim/diskmodel
 // ("thesis-2010", "ssd", "ram").
 func NewModel(profile string, seed int64) (Model, error) {
 	if rest, ok := strings.CutPrefix(profile, "fixed:"); ok {

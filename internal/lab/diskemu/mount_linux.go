@@ -12,7 +12,7 @@ import (
 
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
-	"github.com/sanqos/sanqos/internal/mountinfo"
+	"github.com/sanqos/sanqos/internal/observe/mountinfo"
 	"golang.org/x/sys/unix"
 )
 

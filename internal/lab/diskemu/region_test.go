@@ -3,8 +3,8 @@ package diskemu
 import (
 	"testing"
 
-	"github.com/sanqos/sanqos/internal/diskmodel"
 	"github.com/sanqos/sanqos/internal/sim"
+	"github.com/sanqos/sanqos/internal/sim/diskmodel"
 )
 
 // TestLabRegionIsTheEmulators: the simulator's lab scenario lays its LUNs

@@ -13,7 +13,7 @@ import (
 	"github.com/hanwen/go-fuse/v2/fuse"
 
 	"github.com/sanqos/sanqos/internal/clock"
-	"github.com/sanqos/sanqos/internal/diskmodel"
+	"github.com/sanqos/sanqos/internal/sim/diskmodel"
 )
 
 // FSType is the file system type the mount shows in /proc/self/mountinfo
@@ -24,7 +24,7 @@ const FSType = "sanqos-diskemu"
 type Options struct {
 	Mountpoint string // created if missing
 	BackingDir string // holds the image files; created if missing
-	// Profile names the model: "thesis-2010", "ssd", "ram" (internal/diskmodel)
+	// Profile names the model: "thesis-2010", "ssd", "ram" (internal/sim/diskmodel)
 	// or "fixed:5ms" (one FIFO server with a constant service time).
 	Profile string
 	Seed    int64

@@ -9,7 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/sanqos/sanqos/internal/diskmodel"
+	"github.com/sanqos/sanqos/internal/sim/diskmodel"
 )
 
 // Stats is a snapshot of the server's counters since mount. It is also the

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sanqos/sanqos/internal/diskmodel"
+	"github.com/sanqos/sanqos/internal/sim/diskmodel"
 )
 
 func TestFixedModelQueuesFIFO(t *testing.T) {

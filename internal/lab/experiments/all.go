@@ -12,8 +12,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/sanqos/sanqos/internal/diskmodel"
 	"github.com/sanqos/sanqos/internal/lab"
+	"github.com/sanqos/sanqos/internal/sim/diskmodel"
 )
 
 // thesisRef is what the thesis reports for an experiment, to stand beside

@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sanqos/sanqos/internal/diskmodel"
 	"github.com/sanqos/sanqos/internal/lab"
+	"github.com/sanqos/sanqos/internal/sim/diskmodel"
 )
 
 func TestAllNamesAreExperimentsWithThesisReferences(t *testing.T) {

@@ -6,7 +6,7 @@ import (
 	"slices"
 
 	"github.com/sanqos/sanqos/internal/lab/iolog"
-	"github.com/sanqos/sanqos/internal/status"
+	"github.com/sanqos/sanqos/internal/serve/status"
 )
 
 // Windows and limits of the analysis; each has its reason.

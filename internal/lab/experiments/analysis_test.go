@@ -17,7 +17,7 @@ import (
 
 	"github.com/sanqos/sanqos/internal/config"
 	"github.com/sanqos/sanqos/internal/lab/iolog"
-	"github.com/sanqos/sanqos/internal/status"
+	"github.com/sanqos/sanqos/internal/serve/status"
 )
 
 func TestSpread(t *testing.T) {

@@ -16,9 +16,9 @@ import (
 
 	"github.com/BurntSushi/toml"
 	"github.com/sanqos/sanqos/internal/config"
-	"github.com/sanqos/sanqos/internal/control"
+	"github.com/sanqos/sanqos/internal/decide/control"
 	"github.com/sanqos/sanqos/internal/lab"
-	"github.com/sanqos/sanqos/internal/status"
+	"github.com/sanqos/sanqos/internal/serve/status"
 )
 
 // Control is how a run is controlled.

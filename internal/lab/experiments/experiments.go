@@ -13,8 +13,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/sanqos/sanqos/internal/diskmodel"
 	"github.com/sanqos/sanqos/internal/lab"
+	"github.com/sanqos/sanqos/internal/sim/diskmodel"
 )
 
 // Options configure an experiment.

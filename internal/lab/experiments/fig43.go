@@ -6,8 +6,8 @@ import (
 	"path/filepath"
 	"slices"
 
+	"github.com/sanqos/sanqos/internal/decide/smoothing"
 	"github.com/sanqos/sanqos/internal/lab/plot"
-	"github.com/sanqos/sanqos/internal/smoothing"
 )
 
 // The thesis's visual best fits (§4.4.1, Fig. 4.3) on smalljob's

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/sanqos/sanqos/internal/status"
+	"github.com/sanqos/sanqos/internal/serve/status"
 )
 
 // The NFS experiment (issue 17): fig5.11's workload over NFSv3 from

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/sanqos/sanqos/internal/config"
-	"github.com/sanqos/sanqos/internal/status"
+	"github.com/sanqos/sanqos/internal/serve/status"
 )
 
 // TestNFSPlan: fig5.11's workload, uncontrolled and pid at 15 ms, 300 s

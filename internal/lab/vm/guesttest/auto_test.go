@@ -10,9 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sanqos/sanqos/internal/act/throttle/edt"
 	"github.com/sanqos/sanqos/internal/lab/vm"
 	"github.com/sanqos/sanqos/internal/lab/vm/kstack"
-	"github.com/sanqos/sanqos/internal/throttle/edt"
 )
 
 // TestEDTAutoBackend: on the lab's Debian kernel (fq, clsact, cls_bpf and

@@ -12,9 +12,9 @@ import (
 	"testing"
 	"time"
 
+	sanqosthrottle "github.com/sanqos/sanqos/internal/act/throttle"
 	"github.com/sanqos/sanqos/internal/lab/vm"
 	"github.com/sanqos/sanqos/internal/lab/vm/kstack"
-	sanqosthrottle "github.com/sanqos/sanqos/internal/throttle"
 )
 
 // TestNetemBackend, TestNfqueueBackend and TestEDTDaemonBackend hold the

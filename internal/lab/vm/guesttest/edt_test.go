@@ -12,10 +12,10 @@ import (
 	"testing"
 	"time"
 
+	sanqosthrottle "github.com/sanqos/sanqos/internal/act/throttle"
+	"github.com/sanqos/sanqos/internal/act/throttle/edt"
 	"github.com/sanqos/sanqos/internal/lab/vm"
 	"github.com/sanqos/sanqos/internal/lab/vm/kstack"
-	sanqosthrottle "github.com/sanqos/sanqos/internal/throttle"
-	"github.com/sanqos/sanqos/internal/throttle/edt"
 )
 
 const (

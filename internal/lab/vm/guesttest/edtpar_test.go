@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sanqos/sanqos/internal/act/throttle/edt"
 	"github.com/sanqos/sanqos/internal/lab/vm/kstack"
-	"github.com/sanqos/sanqos/internal/throttle/edt"
 )
 
 // openEDT puts the edt path on the target's bridge for one test.

@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sanqos/sanqos/internal/discover"
 	"github.com/sanqos/sanqos/internal/lab/vm/kstack"
-	"github.com/sanqos/sanqos/internal/topology"
+	"github.com/sanqos/sanqos/internal/observe/discover"
+	"github.com/sanqos/sanqos/internal/observe/topology"
 )
 
 const configfs = "/sys/kernel/config/target"

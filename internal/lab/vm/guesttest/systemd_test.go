@@ -15,7 +15,7 @@ import (
 
 	"github.com/sanqos/sanqos/internal/lab/vm"
 	"github.com/sanqos/sanqos/internal/lab/vm/kstack"
-	"github.com/sanqos/sanqos/internal/status"
+	"github.com/sanqos/sanqos/internal/serve/status"
 )
 
 // The systemd suite: the guest boots with systemd as PID 1, the shipped
