@@ -70,7 +70,7 @@
 // in a burst's last seconds the reads get fast while the writers still
 // write and the delay winds down (NFS writers whose data the server has
 // written out), and the next burst's onset needs what the burst needed,
-// not its tail. Past ArmHold the controller runs again and, the resource
+// not its tail, even where the tail wound the delay to 0. Past ArmHold the controller runs again and, the resource
 // being healthy, winds down.
 //
 // 3. The controller (pid), stepped when the signal had news and the loop

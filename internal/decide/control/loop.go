@@ -361,12 +361,16 @@ func (l *Loop) armed(o Observation) bool {
 	case o.Members > 0:
 		l.emptySince = time.Time{}
 		return !o.Writing && l.cfg.ByWrites
-	case !l.emptySince.IsZero() || l.controlMs > 0:
-		if l.emptySince.IsZero() {
-			l.emptySince = o.Now
-			l.armAtHeld()
-		}
+	case !l.emptySince.IsZero():
 		return o.Now.Sub(l.emptySince) < ArmHold
+	}
+	// The set has just emptied. A tail can wind the delay to nothing
+	// while the writers still write, so the burst's held delay decides
+	// whether there is anything to arm, not the last output.
+	l.armAtHeld()
+	if l.controlMs > 0 {
+		l.emptySince = o.Now
+		return true
 	}
 	return false
 }
