@@ -44,7 +44,7 @@ type Scenario struct {
 	// went from 15 MB/s (4.4 ms a write) to 2.5 MB/s (26 ms) with 9.6 ms
 	// of delay. The lab's packet path (per-flow rise limit, only the
 	// small segments and ACKs held) costs a write less: its frontier
-	// (sanqos lab run frontier --short, 2026-11-25) gave the 12 writers
+	// (sanqos lab run frontier --short; docs/results.md) gave the 12 writers
 	// 18.3 MB/s at a fixed 20 ms and 9.8 MB/s at 40 ms, 786 KiB in flight
 	// over 43 and 80 ms a cycle: 1.85 delays per write. With 1.85 the
 	// simulator's static throttle lands within 3 % of the lab's MB/s at

@@ -239,10 +239,11 @@ func frontierChecks(f *Frontier) []Check {
 
 // frontierRuns are the sweep: the fig5.11 workload uncontrolled (delay
 // 0), under fixed write delays up to 120 ms, and the controller at 20, 15
-// and 10 ms. At 10 ms the controller's delay averaged 86 ms (2026-11-27;
-// its ceiling follows the writers), and no fixed delay up to 60 ms met
-// the threshold, so the best static throttle there lay beyond a sweep
-// that stopped at 60 ms and the share could only be bounded.
+// and 10 ms. At 10 ms the controller's delay averaged more than 60 ms
+// (its ceiling follows the writers; docs/results.md, frontier), and no
+// fixed delay up to 60 ms met the threshold, so the best static throttle
+// there lay beyond a sweep that stopped at 60 ms and the share could only
+// be bounded.
 // --short: a 35 s run of one or two bursts per point, five points and
 // the controller at 15 ms, about 5 minutes in all.
 func frontierRuns(short bool) []plannedRun {
