@@ -44,6 +44,7 @@ func engineConfig(c config.Config) (engine.Config, error) {
 	if c.PID.UMaxLimit.Duration != 0 {
 		cfg.UMaxLimitMs = durMs(c.PID.UMaxLimit.Duration)
 	}
+	cfg.RulesOff = c.PID.RulesOff
 	// The config's rates are bytes/s; the engine's kB are diskstats' (1024
 	// bytes, two sectors).
 	cfg.JoinKBs = float64(c.WriteThreshold) / 1024
@@ -239,6 +240,7 @@ func keyOf(c config.Config, f *fielderr.Error) (key, bool) {
 		"engine.Config.ThresholdMs":     {"threshold", c.Threshold, ""},
 		"engine.Config.Headroom":        {"headroom", c.Headroom, ""},
 		"engine.Config.UMaxLimitMs":     {"pid.u_max_limit", c.PID.UMaxLimit, ""},
+		"engine.Config.RulesOff":        {"pid.rules_off", c.PID.RulesOff, ""},
 		"direction.Direction":           {"direction", q(c.Direction), ""},
 		"engine.Config.Signal":          {"signal", q(c.Signal), ""},
 		"engine.Config.Policy":          {"policy", q(c.Policy), ""},

@@ -5,6 +5,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -58,6 +59,7 @@ func TestOwnersRefuseInKeys(t *testing.T) {
 		{"Inf kp", "[pid]\nkp = inf", nil, []string{"pid.kp = +Inf", "finite"}},
 		{"ti too long", "[pid]\nti = \"2h\"", nil, []string{"pid.ti = 2h0m0s", "between 1ms and 1h"}},
 		{"u_max too long", "[pid]\nu_max = \"2s\"", nil, []string{"pid.u_max = 2s", "between 100µs and 1s"}},
+		{"rule off unknown", "[pid]\nrules_off = [\"armd\"]", nil, []string{"pid.rules_off = [armd]", `rule "armd"`, "armed"}},
 		// policy
 		{"leave above enter", `write_leave = "1MB/s"`, nil, []string{"write_leave = 1MB/s", "write_threshold (500kB/s)"}},
 		{"manual empty", `policy = "manual"`, nil, []string{"manual.throttle = []", "manual.protected = []"}},
@@ -131,6 +133,7 @@ func TestOwnersTakeWhatTheyAccept(t *testing.T) {
 		{"headroom 0 as the thesis", "headroom = 0"},
 		{"pid", "[pid]\nkp = 1.5\nti = \"2s\"\ntd = \"0s\"\nu_max = \"40ms\"\nu_max_limit = \"40ms\""},
 		{"u_max over the default limit", "[pid]\nu_max = \"300ms\""},
+		{"rules off", "[pid]\nrules_off = [\"armed\", \"gain\"]"},
 		{"edges", "tick = \"10ms\"\nthreshold = \"100µs\"\nheadroom = 0.49\newma_alpha = 1\n[pid]\nu_max = \"1s\"\nu_max_limit = \"1s\""},
 		{"manual by device name", "policy = \"manual\"\n[manual]\nprotected = [\"loop1\"]\nthrottle = [\"iqn.2026-11.x:y\", \"192.0.2.5\"]"},
 		{"resource signal only", "signal = \"p95\"\n[resources.\"db\"]\nsignal = \"p99\""},
@@ -252,5 +255,19 @@ func TestReloadRefusesWhatOwnersRefuse(t *testing.T) {
 	}
 	if r.cur.engine.Control.Kp != cur.engine.Control.Kp || r.cur.config.PID.Kp != 0.6 {
 		t.Errorf("the refused configuration was taken: kp %v", r.cur.engine.Control.Kp)
+	}
+}
+
+// TestRulesOffReachTheEngine: pid.rules_off is the engine's RulesOff,
+// which builds every resource's loop with those rules off.
+func TestRulesOffReachTheEngine(t *testing.T) {
+	c := config.Default()
+	c.PID.RulesOff = []string{"armed", "gain"}
+	got, err := engineConfig(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(got.RulesOff, c.PID.RulesOff) {
+		t.Errorf("engine's RulesOff %q, want %q", got.RulesOff, c.PID.RulesOff)
 	}
 }

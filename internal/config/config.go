@@ -131,6 +131,10 @@ type PID struct {
 	// fixed; 0 is the default, engine.DefaultUMaxLimitMs or UMax if that
 	// is higher.
 	UMaxLimit Duration `toml:"u_max_limit"`
+	// RulesOff switches rules of the control law off by name, for
+	// measuring what each is worth (docs/ablation.md); empty in
+	// production. The engine knows the names.
+	RulesOff []string `toml:"rules_off,omitempty"`
 }
 
 // Discovery is the [discovery] section.
@@ -308,6 +312,9 @@ func (c *Config) Warnings() []string {
 				break
 			}
 		}
+	}
+	if len(c.PID.RulesOff) > 0 {
+		w = append(w, fmt.Sprintf("pid.rules_off = %q switches rules of the control law off: a measurement setting (docs/ablation.md), not one to run storage with", c.PID.RulesOff))
 	}
 	return w
 }

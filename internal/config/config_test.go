@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -87,7 +88,10 @@ device = "dm-1"`, func(c Config) bool { return len(c.Static.Consumers) == 2 && c
 		// file takes any value of the right type.
 		{"kp out of range is data here", "[pid]\nkp = -1", func(c Config) bool { return c.PID.Kp == -1 }},
 		{"pid", "[pid]\nkp = 1.5\nti = \"2s\"\ntd = \"0s\"\nu_max = \"40ms\"", func(c Config) bool {
-			return c.PID == PID{Kp: 1.5, Ti: Duration{2 * time.Second}, UMax: Duration{40 * time.Millisecond}}
+			return reflect.DeepEqual(c.PID, PID{Kp: 1.5, Ti: Duration{2 * time.Second}, UMax: Duration{40 * time.Millisecond}})
+		}},
+		{"rules off", "[pid]\nrules_off = [\"armed\", \"gain\"]", func(c Config) bool {
+			return slices.Equal(c.PID.RulesOff, []string{"armed", "gain"})
 		}},
 	}
 	for _, tt := range tests {

@@ -62,3 +62,16 @@ func TestWarnings(t *testing.T) {
 		}
 	}
 }
+
+// TestRulesOffWarns: a daemon with rules of its law off is being
+// measured, and says so at every start and reload.
+func TestRulesOffWarns(t *testing.T) {
+	c := Default()
+	if w := c.Warnings(); len(w) != 0 {
+		t.Fatalf("defaults warn: %q", w)
+	}
+	c.PID.RulesOff = []string{"armed"}
+	if w := strings.Join(c.Warnings(), "\n"); !strings.Contains(w, `pid.rules_off = ["armed"]`) || !strings.Contains(w, "measurement") {
+		t.Errorf("rules off: warnings %q", w)
+	}
+}
