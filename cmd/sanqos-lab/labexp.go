@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sanqos/sanqos/internal/decide/control"
 	"github.com/sanqos/sanqos/internal/decide/engine"
 	"github.com/sanqos/sanqos/internal/lab"
 	"github.com/sanqos/sanqos/internal/lab/experiments"
@@ -64,7 +65,7 @@ Experiments:
 
 // labRun is 'sanqos lab run EXPERIMENT --out DIR [--short]'.
 func labRun(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("lab run", "sanqos lab run EXPERIMENT[,EXPERIMENT...]|all --out DIR [--short] [--resume] [--runs NAME,...] [--threshold D] [--kp K --ti D --td D --u-max D]", labRunHelp(), stderr)
+	fs := newFlagSet("lab run", "sanqos lab run EXPERIMENT[,EXPERIMENT...]|all --out DIR [--short] [--resume] [--runs NAME,...] [--threshold D] [--rules-off RULE,...] [--kp K --ti D --td D --u-max D]", labRunHelp(), stderr)
 	out := fs.String("out", "", "directory for the results (required)")
 	short := fs.Bool("short", false, "run the shortened version")
 	ctl := controlFlags(fs)
@@ -93,7 +94,7 @@ func labRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return errUsage
 	}
 	o := experiments.Options{Out: *out, Short: *short, Progress: stdout, Resume: *resume,
-		ThresholdMs: ms(*ctl.threshold), Gains: experiments.Gains{Kp: *ctl.kp, Ti: *ctl.ti, Td: *ctl.td, UMaxMs: ms(*ctl.umax)}}
+		ThresholdMs: ms(*ctl.threshold), RulesOff: ctl.off(), Gains: experiments.Gains{Kp: *ctl.kp, Ti: *ctl.ti, Td: *ctl.td, UMaxMs: ms(*ctl.umax)}}
 	if name == "all" || strings.Contains(name, ",") {
 		if o.ThresholdMs > 0 {
 			fmt.Fprintf(stderr, "sanqos lab run %s: --threshold sets one experiment's promise; leave it out\n", name)
@@ -110,7 +111,7 @@ func labRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		fmt.Fprintf(stderr, "sanqos lab run %s: --resume keeps experiments of all or a list; one experiment alone always runs\n", name)
 		return errUsage
 	}
-	only, err := selectRuns(x.WithThreshold(o.ThresholdMs), *runs, *short)
+	only, err := selectRuns(x.WithThreshold(o.ThresholdMs).WithRulesOff(o.RulesOff), *runs, *short)
 	if err != nil {
 		fmt.Fprintf(stderr, "sanqos lab run: %v\n", err)
 		return errUsage
@@ -139,6 +140,7 @@ func labRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 type controlFlagSet struct {
 	kp                      *float64
 	ti, td, umax, threshold *time.Duration
+	rulesOff                *string
 }
 
 func controlFlags(fs *flag.FlagSet) controlFlagSet {
@@ -148,7 +150,19 @@ func controlFlags(fs *flag.FlagSet) controlFlagSet {
 		td:        fs.Duration("td", 0, "pid derivative time Td (0: the default)"),
 		umax:      fs.Duration("u-max", 0, "pid's largest delay u_max (0: the default)"),
 		threshold: fs.Duration("threshold", 0, "give every controlled run this threshold instead of the experiment's (e.g. 600us), and judge uncontrolled runs by it: for storage other than the experiment's own disk"),
+		rulesOff:  fs.String("rules-off", "", "switch these rules of pid's law off, comma-separated (e.g. armed,gain; the daemon's pid.rules_off), in every run under pid, each renamed pid-…-no-RULE: what a rule is worth in the lab (docs/ablation.md); rules: "+strings.Join(control.RuleNames(), ", ")),
 	}
+}
+
+// off is --rules-off as a list.
+func (c controlFlagSet) off() []string {
+	var off []string
+	for _, r := range strings.Split(*c.rulesOff, ",") {
+		if r = strings.TrimSpace(r); r != "" {
+			off = append(off, r)
+		}
+	}
+	return off
 }
 
 // valid says on stderr what is wrong with the flags, if anything: a
@@ -157,6 +171,10 @@ func controlFlags(fs *flag.FlagSet) controlFlagSet {
 func (c controlFlagSet) valid(stderr io.Writer) bool {
 	if *c.kp < 0 || *c.ti < 0 || *c.td < 0 || *c.umax < 0 || *c.threshold < 0 {
 		fmt.Fprintf(stderr, "sanqos lab run: --kp, --ti, --td, --u-max and --threshold must not be negative\n")
+		return false
+	}
+	if err := control.CheckRules(c.off()); err != nil {
+		fmt.Fprintf(stderr, "sanqos lab run: --rules-off: %v\n", err)
 		return false
 	}
 	if *c.threshold > 0 {

@@ -23,6 +23,8 @@ func TestLabRunBadArgs(t *testing.T) {
 		{"negative threshold", []string{"lab", "run", "fig5.11", "--out", "x", "--threshold", "-1ms"}, "must not be negative"},
 		{"threshold under the daemon's bound", []string{"lab", "run", "guarantees-ssd", "--out", "x", "--threshold", "62us"}, "--threshold 62µs: must be between 100µs"},
 		{"threshold with a list", []string{"lab", "run", "randw,surge24", "--out", "x", "--threshold", "5ms"}, "--threshold sets one experiment's promise"},
+		{"unknown rule off", []string{"lab", "run", "fig5.11", "--out", "x", "--rules-off", "armed,armd"}, `--rules-off: rule "armd": want one of`},
+		{"run named without its rule off", []string{"lab", "run", "fig5.11", "--out", "x", "--rules-off", "gain", "--runs", "pid-15ms"}, "pid-15ms-no-gain"},
 		{"runs with all", []string{"lab", "run", "all", "--out", "x", "--runs", "none"}, "--runs chooses runs of one experiment"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -48,6 +48,9 @@ type Control struct {
 	Schedule []Step `json:"schedule,omitempty"`
 	// Tenants are per-initiator terms (the daemon's [tenants]).
 	Tenants []LabTenant `json:"tenants,omitempty"`
+	// RulesOff are rules of pid's law switched off (pid.rules_off): the
+	// ablation's lab column.
+	RulesOff []string `json:"rules_off,omitempty"`
 }
 
 // uMaxMs is the u_max the run's daemon gets: the user's (Gains), else
@@ -85,6 +88,9 @@ func (c Control) label() string {
 	if c.Policy == "manual" {
 		s = "manual-" + s
 	}
+	for _, r := range c.RulesOff {
+		s += "-no-" + r
+	}
 	return s
 }
 
@@ -109,6 +115,7 @@ func daemonConfig(c Control, g Gains, l labView, record string) string {
 	g = g.WithDefaults()
 	cfg.PID.Kp, cfg.PID.Ti.Duration, cfg.PID.Td.Duration = g.Kp, g.Ti, g.Td
 	cfg.PID.UMax.Duration = msDuration(umax)
+	cfg.PID.RulesOff = c.RulesOff
 	cfg.Policy = c.Policy
 	if cfg.Policy == "" {
 		cfg.Policy = "read-over-write"

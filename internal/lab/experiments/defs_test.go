@@ -3,6 +3,8 @@ package experiments
 import (
 	"flag"
 	"reflect"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -174,5 +176,36 @@ func TestWithThreshold(t *testing.T) {
 	}
 	if z := x.WithThreshold(0); !reflect.DeepEqual(z.RunNames(true), x.RunNames(true)) || z.refMs != x.refMs {
 		t.Errorf("threshold 0 changed the experiment")
+	}
+}
+
+// TestWithRulesOff: the runs under pid get the rules off and a name that
+// says so; uncontrolled and fixed-delay runs, and the experiment itself,
+// are unchanged; the daemon's configuration carries pid.rules_off.
+func TestWithRulesOff(t *testing.T) {
+	x, err := Lookup("fig5.11")
+	if err != nil {
+		t.Fatal(err)
+	}
+	y := x.WithRulesOff([]string{"armed", "gain"})
+	if got, want := y.RunNames(false), []string{"none", "pid-20ms-no-armed-no-gain", "pid-15ms-no-armed-no-gain", "pid-10ms-no-armed-no-gain", "thesis-15ms"}; !reflect.DeepEqual(got, want) {
+		t.Errorf("runs %v, want %v", got, want)
+	}
+	for _, r := range y.plan(true) {
+		if off := r.c.RulesOff; (r.c.Controller == "pid") != (len(off) == 2) {
+			t.Errorf("%s (%s): rules off %v", r.name, r.c.Controller, off)
+		}
+		if r.c.Controller == "pid" {
+			cfg := daemonConfig(r.c, Gains{}, labView{port: 3260}, "/tmp/rec")
+			if !strings.Contains(cfg, `rules_off = ["armed", "gain"]`) {
+				t.Errorf("%s: the daemon's configuration lacks the rules off:\n%s", r.name, cfg)
+			}
+		}
+	}
+	if got := x.RunNames(true); !slices.Contains(got, "pid-15ms") {
+		t.Errorf("the experiment itself changed: %v", got)
+	}
+	if z := x.WithRulesOff(nil); !reflect.DeepEqual(z.RunNames(true), x.RunNames(true)) {
+		t.Errorf("no rules off changed the experiment")
 	}
 }

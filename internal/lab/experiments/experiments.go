@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -43,6 +44,10 @@ type Options struct {
 	// the reader's wait alone and behind the writers, and other storage
 	// (--storage dir:PATH) needs its own.
 	ThresholdMs float64
+	// RulesOff switches these rules of pid's law off in every run under
+	// pid (pid.rules_off), each run renamed with a -no-RULE suffix: the
+	// ablation's lab column (docs/ablation.md).
+	RulesOff []string
 	// Resume: RunAll keeps an experiment whose complete results are
 	// already in its directory instead of running it again, so that a
 	// long 'lab run all' stopped part-way goes on where it stopped.
@@ -181,7 +186,7 @@ func Run(ctx context.Context, name string, o Options, lo lab.Options) (*Summary,
 	if err != nil {
 		return nil, err
 	}
-	x = x.WithThreshold(o.ThresholdMs)
+	x = x.WithThreshold(o.ThresholdMs).WithRulesOff(o.RulesOff)
 	// A misspelt run name fails before the lab comes up.
 	if _, err := x.selected(o); err != nil {
 		return nil, err
@@ -218,6 +223,28 @@ func (x Experiment) WithThreshold(ms float64) Experiment {
 			if r.c.ThresholdMs > 0 {
 				old := r.c.label()
 				r.c.ThresholdMs = ms
+				r.name = strings.Replace(r.name, old, r.c.label(), 1)
+				runs[i] = r
+			}
+		}
+		return runs
+	}
+	return x
+}
+
+// WithRulesOff is x with these rules of the law off in every run under
+// pid, each run renamed by its label (pid-15ms-no-armed).
+func (x Experiment) WithRulesOff(off []string) Experiment {
+	if len(off) == 0 || x.plan == nil {
+		return x
+	}
+	plan := x.plan
+	x.plan = func(short bool) []plannedRun {
+		runs := plan(short)
+		for i, r := range runs {
+			if r.c.Controller == "pid" {
+				old := r.c.label()
+				r.c.RulesOff = slices.Clone(off)
 				r.name = strings.Replace(r.name, old, r.c.label(), 1)
 				runs[i] = r
 			}
@@ -457,7 +484,11 @@ func (c Control) describe() string {
 	if pol == "" {
 		pol = "read-over-write"
 	}
-	return fmt.Sprintf("%s at %g ms, %s", c.Controller, c.ThresholdMs, pol)
+	d := fmt.Sprintf("%s at %g ms, %s", c.Controller, c.ThresholdMs, pol)
+	if len(c.RulesOff) > 0 {
+		d += ", without " + strings.Join(c.RulesOff, ", ")
+	}
+	return d
 }
 
 // Profile is the emulated disk profile the experiment runs on unless the
