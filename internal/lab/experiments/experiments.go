@@ -9,7 +9,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -205,53 +204,6 @@ func Run(ctx context.Context, name string, o Options, lo lab.Options) (*Summary,
 		return err
 	})
 	return s, err
-}
-
-// WithThreshold is x with every controlled run's threshold, and the one
-// its uncontrolled runs are judged against, set to ms, each run renamed
-// as its label says (pid-15ms becomes pid-0.6ms); ms ≤ 0 leaves x as it
-// is.
-func (x Experiment) WithThreshold(ms float64) Experiment {
-	if ms <= 0 || x.plan == nil {
-		return x
-	}
-	plan := x.plan
-	x.refMs = ms
-	x.plan = func(short bool) []plannedRun {
-		runs := plan(short)
-		for i, r := range runs {
-			if r.c.ThresholdMs > 0 {
-				old := r.c.label()
-				r.c.ThresholdMs = ms
-				r.name = strings.Replace(r.name, old, r.c.label(), 1)
-				runs[i] = r
-			}
-		}
-		return runs
-	}
-	return x
-}
-
-// WithRulesOff is x with these rules of the law off in every run under
-// pid, each run renamed by its label (pid-15ms-no-armed).
-func (x Experiment) WithRulesOff(off []string) Experiment {
-	if len(off) == 0 || x.plan == nil {
-		return x
-	}
-	plan := x.plan
-	x.plan = func(short bool) []plannedRun {
-		runs := plan(short)
-		for i, r := range runs {
-			if r.c.Controller == "pid" {
-				old := r.c.label()
-				r.c.RulesOff = slices.Clone(off)
-				r.name = strings.Replace(r.name, old, r.c.label(), 1)
-				runs[i] = r
-			}
-		}
-		return runs
-	}
-	return x
 }
 
 // RunNames lists the names of the experiment's runs, in order.
