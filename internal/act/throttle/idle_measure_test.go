@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sanqos/sanqos/internal/lab/datapath"
+	"github.com/sanqos/sanqos/internal/stats"
 )
 
 // TestMeasureIdlePath (issue 35) measures what a daemon that knows a
@@ -106,9 +106,9 @@ func TestMeasureIdlePath(t *testing.T) {
 		for i := range ratios {
 			ratios[i] = on[i] / off[i]
 		}
-		med, lo, hi := datapath.MedianCI(ratios, 0.99)
+		med, lo, hi := stats.MedianCI(ratios, 0.99)
 		t.Logf("%s: none %.3f %s, daemon %.3f %s (medians); daemon/none median %.4f, 99 %% interval %.4f–%.4f over %d ABBA pairs",
-			w.name, datapath.Median(off)/w.div, w.unit, datapath.Median(on)/w.div, w.unit, med, lo, hi, pairs)
+			w.name, stats.Median(off)/w.div, w.unit, stats.Median(on)/w.div, w.unit, med, lo, hi, pairs)
 	}
 	sum := func(xs []float64) (s float64) {
 		for _, x := range xs {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/sanqos/sanqos/internal/stats"
 )
 
 // IdleConfig is the shape of the idle measurement.
@@ -43,7 +45,7 @@ func ratioOf(off, on []float64) Ratio {
 	for i := range rs {
 		rs[i] = on[i] / off[i]
 	}
-	med, lo, hi := MedianCI(rs, 0.99)
+	med, lo, hi := stats.MedianCI(rs, 0.99)
 	return Ratio{Median: med, Lo: lo, Hi: hi, N: len(rs)}
 }
 

@@ -1,7 +1,6 @@
 package datapath
 
 import (
-	"math"
 	"testing"
 	"time"
 )
@@ -113,39 +112,6 @@ func TestHoldErrors(t *testing.T) {
 		if got[i] != want[i] {
 			t.Fatalf("HoldErrors = %v, want %v (sorted)", got, want)
 		}
-	}
-}
-
-func TestMedianCI(t *testing.T) {
-	seq := func(n int) []float64 {
-		xs := make([]float64, n)
-		for i := range xs {
-			xs[i] = float64(n - i) // reversed: MedianCI sorts
-		}
-		return xs
-	}
-	for _, c := range []struct {
-		n           int
-		med, lo, hi float64
-	}{
-		// n = 8: P(B(8,½) < 1) = 1/256 ≤ 0.005, so k = 1: the range.
-		{8, 4.5, 1, 8},
-		// n = 7: no k reaches 99 %: the range.
-		{7, 4, 1, 7},
-		// n = 20: k = 4 (P(B < 4) = 0.0013, P(B < 5) = 0.0059).
-		{20, 10.5, 4, 17},
-		{1, 1, 1, 1},
-	} {
-		med, lo, hi := MedianCI(seq(c.n), 0.99)
-		if med != c.med || lo != c.lo || hi != c.hi {
-			t.Errorf("MedianCI(1..%d) = %v [%v, %v], want %v [%v, %v]", c.n, med, lo, hi, c.med, c.lo, c.hi)
-		}
-	}
-	if m, _, _ := MedianCI(nil, 0.99); !math.IsNaN(m) {
-		t.Errorf("MedianCI(nil) = %v, want NaN", m)
-	}
-	if n := MinPairs(0.99); n != 8 {
-		t.Errorf("MinPairs(0.99) = %d, want 8", n)
 	}
 }
 

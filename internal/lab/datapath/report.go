@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/sanqos/sanqos/internal/stats"
 )
 
 // Us prints a duration in whole microseconds.
@@ -111,8 +113,8 @@ func IdleTable(w io.Writer, rs []Idle, arm time.Duration) {
 	fmt.Fprintf(w, "Idle daemon (knows the client as a consumer, controller none, throttles nobody) running against the same daemon stopped (SIGSTOP), "+
 		"%d ABBA pairs per backend, the veth pair with the kernel's default segmentation offload; each arm %v of bulk upload client → target, then %v of %d KiB round trips. Ratio = running/stopped, "+
 		"the median over the pairs and its distribution-free 99 %% interval", n, arm, arm, EchoSize>>10)
-	if n < MinPairs(0.99) {
-		fmt.Fprintf(w, " (with %d pairs, fewer than %d, the interval is the range and holds less than 99 %%)", n, MinPairs(0.99))
+	if n < stats.MinPairs(0.99) {
+		fmt.Fprintf(w, " (with %d pairs, fewer than %d, the interval is the range and holds less than 99 %%)", n, stats.MinPairs(0.99))
 	}
 	fmt.Fprint(w, ".\n\n")
 	fmt.Fprintln(w, "| backend | workload | stopped | running | ratio | 99 % interval | within ±1 % | retransmitted (stopped/running) |")
@@ -136,7 +138,7 @@ func IdleTable(w io.Writer, rs []Idle, arm time.Duration) {
 				re = fmt.Sprintf("%d/%d", r.Retrans[0], r.Retrans[1])
 			}
 			fmt.Fprintf(w, "| %s | %s | %.3f %s | %.3f %s | %.4f | %.4f–%.4f | %s | %s |\n", r.Backend, x.name,
-				Median(x.v[0])/x.div, x.unit, Median(x.v[1])/x.div, x.unit, x.ratio.Median, x.ratio.Lo, x.ratio.Hi, within, re)
+				stats.Median(x.v[0])/x.div, x.unit, stats.Median(x.v[1])/x.div, x.unit, x.ratio.Median, x.ratio.Lo, x.ratio.Hi, within, re)
 		}
 	}
 }

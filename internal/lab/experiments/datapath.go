@@ -11,6 +11,7 @@ import (
 
 	"github.com/sanqos/sanqos/internal/lab"
 	"github.com/sanqos/sanqos/internal/lab/datapath"
+	"github.com/sanqos/sanqos/internal/stats"
 )
 
 // datapathExperiments is issue 35's side-by-side measurement of the data
@@ -48,10 +49,10 @@ func datapathShape(short bool, backends int) dpShape {
 	}
 	// Many short pairs narrow the interval more than few long ones: the
 	// idle pairs of all backends get about 5 minutes together.
-	s.idle.Pairs = max(datapath.MinPairs(0.99), min(120, int(5*time.Minute/(time.Duration(max(backends, 1))*pairOf(s.idle)))))
+	s.idle.Pairs = max(stats.MinPairs(0.99), min(120, int(5*time.Minute/(time.Duration(max(backends, 1))*pairOf(s.idle)))))
 	if short {
 		s.cost.Pings, s.cost.Rounds, s.cost.Bulk = 100, 2, time.Second
-		s.idle.Pairs, s.idle.Arm = datapath.MinPairs(0.99), 250*time.Millisecond
+		s.idle.Pairs, s.idle.Arm = stats.MinPairs(0.99), 250*time.Millisecond
 	}
 	s.cost.Backends = make([]string, backends+1)
 	return s

@@ -7,13 +7,14 @@ import (
 	"os"
 	"os/exec"
 	"slices"
-	"sort"
 	"strconv"
 	"testing"
 	"time"
 
 	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
+
+	"github.com/sanqos/sanqos/internal/stats"
 )
 
 // The measurements of issue 13: how much the probe costs at high IOPS and
@@ -117,12 +118,12 @@ func TestMeasureOverhead(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			dev := loopDevice(t, 256<<20, c.tmpfs)
 			ratios, offIOPS := measureOverhead(t, dev, c.fioArgs, measurePairs(t))
-			if m := median(offIOPS); m < 20000 {
+			if m := stats.Median(offIOPS); m < 20000 {
 				t.Skipf("the device gave %.0f IOPS detached, under the 20k the measurement is for: the machine is busy", m)
 			}
-			med, lo, hi := medianCI(ratios, 0.99)
+			med, lo, hi := stats.MedianCI(ratios, 0.99)
 			t.Logf("attached/detached IOPS: median %.4f, 99 %% interval %.4f–%.4f over %d pairs at %.0f IOPS",
-				med, lo, hi, len(ratios), median(offIOPS))
+				med, lo, hi, len(ratios), stats.Median(offIOPS))
 			switch {
 			case hi < minOverheadRatio:
 				t.Errorf("attached/detached IOPS median %.4f (99 %%: %.4f–%.4f): the probe costs over %.0f %% of throughput",
@@ -151,35 +152,6 @@ func measurePairs(t *testing.T) int {
 // minOverheadRatio: the probe attached keeps at least this share of the
 // detached throughput (issue 13: under 2 % of throughput).
 const minOverheadRatio = 0.98
-
-// medianCI is the median of xs and its distribution-free confidence
-// interval at level conf: the order statistics x(k) and x(n+1-k) with k
-// the largest for which P(Binomial(n, ½) < k) ≤ (1-conf)/2.
-func medianCI(xs []float64, conf float64) (med, lo, hi float64) {
-	ys := append([]float64(nil), xs...)
-	sort.Float64s(ys)
-	n := len(ys)
-	med = median(ys)
-	k, cum := 0, 0.0
-	for i := 0; i < n; i++ {
-		// P(Binomial(n, ½) = i)
-		p := math.Exp(lgamma(n+1) - lgamma(i+1) - lgamma(n-i+1) - float64(n)*math.Ln2)
-		if cum+p > (1-conf)/2 {
-			break
-		}
-		cum += p
-		k = i + 1
-	}
-	if k == 0 {
-		return med, ys[0], ys[n-1]
-	}
-	return med, ys[k-1], ys[n-k]
-}
-
-func lgamma(n int) float64 {
-	v, _ := math.Lgamma(float64(n))
-	return v
-}
 
 // measureOverhead runs fio (4 KiB random direct reads, fioArgs for the
 // engine and depth) on dev, attaching the probe in ABBA phases, and
@@ -214,9 +186,9 @@ func measureOverhead(t *testing.T, dev string, fioArgs []string, pairs int) (rat
 
 	ratios, offIOPS = abbaPhases(t, p, dev, 2*pairs)
 	t.Logf("attached/detached IOPS over %d pairs: median %.3f, mean %.3f, range %.3f–%.3f; detached median %.0f IOPS",
-		len(ratios), median(ratios), mean(ratios), slices.Min(ratios), slices.Max(ratios), median(offIOPS))
+		len(ratios), stats.Median(ratios), mean(ratios), slices.Min(ratios), slices.Max(ratios), stats.Median(offIOPS))
 	perRead := probeCPUPerRead(t, p, dev)
-	readTime := time.Duration(float64(time.Second) / median(offIOPS))
+	readTime := time.Duration(float64(time.Second) / stats.Median(offIOPS))
 	t.Logf("probe programs: %v of CPU per read of %s (every device's requests run them and are charged here) = %.2f %% of a read's time (%v at the detached median IOPS)",
 		perRead, dev, 100*float64(perRead)/float64(readTime), readTime)
 	if float64(perRead) > 0.05*float64(readTime) {
@@ -306,11 +278,11 @@ func abbaPhases(t *testing.T, p *Probe, dev string, phases int) (ratios, offIOPS
 // run-time statistics on and returns the programs' CPU time per read of
 // dev completed meanwhile.
 func probeCPUPerRead(t *testing.T, p *Probe, dev string) time.Duration {
-	stats, err := ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME))
+	runStats, err := ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME))
 	if err != nil {
 		t.Fatalf("enabling BPF run-time statistics: %v", err)
 	}
-	defer stats.Close()
+	defer runStats.Close()
 	progTime := func() (d time.Duration) {
 		for _, prog := range p.coll.Programs {
 			st, err := prog.Stats()
@@ -332,15 +304,6 @@ func probeCPUPerRead(t *testing.T, p *Probe, dev string) time.Duration {
 	}
 	r1, _, _, _ := diskstatsReads(t, dev)
 	return (progTime() - t0) / time.Duration(max(r1-r0, 1))
-}
-
-func median(xs []float64) float64 {
-	ys := append([]float64(nil), xs...)
-	sort.Float64s(ys)
-	if len(ys)%2 == 0 {
-		return (ys[len(ys)/2-1] + ys[len(ys)/2]) / 2
-	}
-	return ys[len(ys)/2]
 }
 
 func mean(xs []float64) float64 {
@@ -428,28 +391,4 @@ func TestMeasureAgreementWithFio(t *testing.T) {
 func runFioRT(t *testing.T, dev string, secs int, bs string) fioResult {
 	t.Helper()
 	return runFioWith(t, []string{"chrt", "-f", "20"}, dev, secs, bs, "--rate_iops=500")
-}
-
-func TestMedianCI(t *testing.T) {
-	for _, tc := range []struct {
-		n              int
-		conf           float64
-		wantLo, wantHi float64
-	}{
-		// Order statistics of the median's interval from the binomial
-		// tables: n = 100 at 99 %: the 37th and 64th; at 95 %: 40th, 61st.
-		{100, 0.99, 37, 64},
-		{100, 0.95, 40, 61},
-		// Too few for any interval inside the data: the extremes.
-		{5, 0.99, 1, 5},
-	} {
-		xs := make([]float64, tc.n)
-		for i := range xs {
-			xs[i] = float64(tc.n - i) // given unsorted
-		}
-		_, lo, hi := medianCI(xs, tc.conf)
-		if lo != tc.wantLo || hi != tc.wantHi {
-			t.Errorf("n=%d at %.2f: %g–%g, want %g–%g", tc.n, tc.conf, lo, hi, tc.wantLo, tc.wantHi)
-		}
-	}
 }
