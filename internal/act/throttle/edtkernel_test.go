@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sanqos/sanqos/internal/act/packetpath"
 	"github.com/sanqos/sanqos/internal/act/throttle/edt"
 	"golang.org/x/sys/unix"
 )
@@ -102,7 +103,7 @@ func ramp(n int, payload int, delay time.Duration, ackAt func(i int) uint32) []r
 }
 
 // TestEDTRiseMatchesRiseLimit: the delay the BPF classifier applies to
-// each packet of a flow equals what nfqueue's Delayer.limitRise gives
+// each packet of a flow equals what nfqueue's Delayer.LimitRise gives
 // the same sequence, packet by packet: a rise steps only on an RTT
 // sample (an advancing ACK number in the write direction, every second
 // data packet in the read direction), lowering applies at once, and a
@@ -133,8 +134,8 @@ func TestEDTRiseMatchesRiseLimit(t *testing.T) {
 		{"lowered to 0 the flow is forgotten", netip.MustParseAddr("192.0.2.10"), Write, toZero},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			d := NewDelayer(nil, 1, nil)
-			f := flowKey{dst: c.addr.Unmap(), sport: port, dport: 40000}
+			d := packetpath.NewDelayer(nil, 1, nil)
+			f := packetpath.FlowKey{Dst: c.addr.Unmap(), Sport: port, Dport: 40000}
 			edir := edt.Write
 			if c.dir == Read {
 				edir = edt.Read
@@ -153,7 +154,7 @@ func TestEDTRiseMatchesRiseLimit(t *testing.T) {
 					t.Skipf("this kernel cannot test-run a classifier with a context: %v", err)
 				}
 				now := time.Now()
-				want := d.limitRise(d.consumerOf(f.dst, now), f, c.dir, p.ack, p.delay, now)
+				want := d.LimitRise(f, c.dir, p.ack, p.delay, now)
 				if want < p.delay {
 					limited++
 				}
@@ -219,9 +220,9 @@ func TestEDTRiseNewFlowAndIdle(t *testing.T) {
 	if testing.Short() {
 		t.Skip("the idle half waits 10 s")
 	}
-	time.Sleep(riseForget + 100*time.Millisecond)
+	time.Sleep(packetpath.RiseForget + 100*time.Millisecond)
 	if got := run(40000, 100000); got != DefaultRiseLimit.Step {
-		t.Errorf("a flow idle for %v got %v, want one step from 0 (%v)", riseForget, got, DefaultRiseLimit.Step)
+		t.Errorf("a flow idle for %v got %v, want one step from 0 (%v)", packetpath.RiseForget, got, DefaultRiseLimit.Step)
 	}
 }
 

@@ -2,7 +2,6 @@ package throttle
 
 import (
 	"context"
-	"encoding/binary"
 	"io"
 	"net"
 	"net/netip"
@@ -13,38 +12,6 @@ import (
 	"testing"
 	"time"
 )
-
-func tcp6Packet(payload int, sport, dport uint16) []byte {
-	p := make([]byte, 40+32)
-	p[0] = 0x60
-	binary.BigEndian.PutUint16(p[4:6], uint16(32+payload))
-	p[6] = 6
-	copy(p[24:40], netip.MustParseAddr("fd53:5a::2").AsSlice())
-	binary.BigEndian.PutUint16(p[40:42], sport)
-	binary.BigEndian.PutUint16(p[42:44], dport)
-	p[52] = 8 << 4
-	return p
-}
-
-// TestParseIPv6TCP: an IPv6 segment is read like an IPv4 one; one with an
-// extension header, or truncated, is not.
-func TestParseIPv6TCP(t *testing.T) {
-	p, ok := parseTCP(tcp6Packet(48, 3260, 40000), 0)
-	if !ok || p.flow.dst != ip("fd53:5a::2") || p.flow.sport != 3260 || p.flow.dport != 40000 || p.payload != 48 {
-		t.Fatalf("parsed %+v %v", p, ok)
-	}
-	if p, ok := parseTCP(tcp6Packet(0, 3260, 1)[:72], 72+64000); !ok || p.payload != 64000 {
-		t.Fatalf("GSO length from the kernel: %+v %v", p, ok)
-	}
-	ext := tcp6Packet(0, 3260, 1)
-	ext[6] = 0 // hop-by-hop options first
-	if _, ok := parseTCP(ext, 0); ok {
-		t.Fatal("a packet with an extension header was parsed as TCP")
-	}
-	if _, ok := parseTCP(tcp6Packet(0, 3260, 1)[:50], 0); ok {
-		t.Fatal("a truncated packet was parsed")
-	}
-}
 
 // TestByFamily: a group with IPv4 and IPv6 members has its IPv4 set and
 // rule in iptables, its IPv6 set and the same rule in ip6tables; a group

@@ -175,7 +175,7 @@ func (ms *members) dropLinger(k memberKey) {
 
 // forgetDue reports, once, whether an address may have stopped being
 // kept since the last call: the packet path then has something to
-// forget (Delayer.Forget). A new delay or a new member changes nothing
+// forget (packetpath.Delayer.Forget). A new delay or a new member changes nothing
 // it keeps.
 func (ms *members) forgetDue() bool {
 	due := ms.shrunk

@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sanqos/sanqos/internal/act/nfq"
+	"github.com/sanqos/sanqos/internal/act/packetpath"
 )
 
 // Defaults of the nfqueue backend.
@@ -29,7 +30,7 @@ const (
 	DefaultSmallSegment = 128
 	// DefaultMaxBacklog is the budget of packets held in user space for
 	// all consumers; beyond it each consumer may hold its share, and
-	// beyond twice it every packet passes at once (see consumers.go). At
+	// beyond twice it every packet passes at once (see packetpath). At
 	// 40 MB/s of 64 KiB writes and 20 ms delay the backlog is a few
 	// hundred packets, so this is far from normal use.
 	DefaultMaxBacklog = 8192
@@ -78,7 +79,7 @@ type NfqueueConfig struct {
 	// segments (0 < payload ≤ SmallSegment: R2T, SCSI Response), which
 	// clock a synchronous iSCSI writer, and its sender never sees our
 	// delay in its RTT samples, so it sends no spurious loss probes (see
-	// Delayer.SubmitPureAck). On, pure ACKs are held too, in order with
+	// packetpath.Delayer.SubmitPureAck). On, pure ACKs are held too, in order with
 	// everything else: needed to slow bulk TCP streams, which the ACK
 	// clock paces.
 	AckDelay bool
@@ -98,7 +99,7 @@ type NfqueueConfig struct {
 // direction, larger data segments the read direction. Queuing only one
 // class would let the other overtake it and reorder the flow. Pure ACKs
 // are held only with AckDelay; without it they pass at once, which is
-// safe because they carry no data (see Delayer.SubmitPureAck).
+// safe because they carry no data (see packetpath.Delayer.SubmitPureAck).
 //
 // One real-time thread (loop) does all the packet work: it waits in
 // ppoll(2) for the queue socket, an eventfd and the next release time,
@@ -111,9 +112,9 @@ type NfqueueConfig struct {
 //
 // The parts live in files of their own: this one has the lifecycle and
 // the rules; applied.go when they need not be given again; members.go
-// and classes.go who is queued and the delay table; consumers.go each
-// consumer's share of the backlog; packetloop.go the packet thread;
-// standby.go the standby; commands.go the command channel; rt_linux.go
+// and classes.go who is queued and the delay table; package packetpath
+// the delayer and each consumer's share of the backlog; packetloop.go
+// the packet thread; standby.go the standby; commands.go the command channel; rt_linux.go
 // the threads' real-time placement; pathio.go the seams (pathClock,
 // queueSocket) through which unit tests drive the packet path with a
 // fake clock and queue.
@@ -123,7 +124,7 @@ type Nfqueue struct {
 	rec      *reconciler
 	rec6     *reconciler // the IPv6 half; nil: IPv6 consumers are refused
 	table    atomic.Pointer[pathTable]
-	del      *Delayer
+	del      *packetpath.Delayer
 	sock     queueSocket
 	clk      pathClock
 	place    func(cpu int, name string, rt bool) (undo func()) // makes the calling thread one of the packet path's (see boost)
@@ -182,11 +183,11 @@ func NewNfqueue(ctx context.Context, cfg NfqueueConfig) (*Nfqueue, error) {
 	if cfg.MaxBacklog == 0 {
 		cfg.MaxBacklog = DefaultMaxBacklog
 	}
-	if cfg.MaxBacklog < 0 || hardBacklogFactor*cfg.MaxBacklog >= kernelQueueLen {
+	if cfg.MaxBacklog < 0 || packetpath.HardBacklogFactor*cfg.MaxBacklog >= kernelQueueLen {
 		// Beyond the kernel's queue limit the kernel accepts packets
 		// itself, and those would overtake the ones we hold.
 		return nil, fmt.Errorf("backlog budget %d packets: want 1 to %d (its hard limit, %d times it, must stay under the kernel's queue of %d)",
-			cfg.MaxBacklog, (kernelQueueLen-1)/hardBacklogFactor, hardBacklogFactor, kernelQueueLen)
+			cfg.MaxBacklog, (kernelQueueLen-1)/packetpath.HardBacklogFactor, packetpath.HardBacklogFactor, kernelQueueLen)
 	}
 	if cfg.Firewall == nil {
 		cfg.Firewall = &Iptables{Run: ExecRunner{}}
@@ -303,9 +304,9 @@ func (b *Nfqueue) initPath(sock queueSocket, wake, done int, clk pathClock, proc
 	b.onPacket = b.handle
 	b.members.small, b.members.def = b.cfg.SmallSegments, b.cfg.SmallSegment
 	b.table.Store(tableOf(nil))
-	b.del = NewDelayer(clk, b.cfg.MaxBacklog, b.release)
+	b.del = packetpath.NewDelayer(clk, b.cfg.MaxBacklog, b.release)
 	b.del.AckDelay = b.cfg.AckDelay
-	b.del.warn = b.warnHog
+	b.del.Warn = b.warnHog
 	switch {
 	case b.cfg.NoRiseLimit:
 		b.del.Rise = RiseLimit{}
@@ -444,7 +445,7 @@ func (b *Nfqueue) program(ctx context.Context) error {
 func (b *Nfqueue) Stats() Stats {
 	var s Stats
 	b.onLoop(func() {
-		s = b.del.Stats()
+		s = delayerStats(b.del.Stats())
 		s.Errors = b.errs.Load() + b.sock.sockErrors()
 		s.YieldMax, s.WakeLateMax = b.stalls.yields.max(), b.stalls.wakes.max()
 		s.Takeovers, s.TakeoverMax = uint64(b.stalls.takeovers.n), b.stalls.takeovers.max()

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/sanqos/sanqos/internal/act/packetpath"
 )
 
 // manyConsumers returns n distinct consumer addresses, 10.64.0.1 up.
@@ -38,11 +40,11 @@ func scaleCase(tb testing.TB, n, flowsPer int) (*Nfqueue, *fakeClock, State) {
 	for _, a := range s.Groups[0].Members {
 		for f := range flowsPer {
 			id++
-			fk := flowKey{dst: a, sport: 3260, dport: uint16(40000 + f)}
+			fk := packetpath.FlowKey{Dst: a, Sport: 3260, Dport: uint16(40000 + f)}
 			b.del.Submit(id, fk, Write, id, 20*ms, now)
 			b.del.Submit(id, fk, Read, id, 20*ms, now)
 		}
-		b.del.releaseAll()
+		b.del.ReleaseAll()
 	}
 	return b, clk, s
 }
@@ -90,7 +92,7 @@ func BenchmarkApplyManyConsumers(b *testing.B) {
 	b.ReportMetric(float64(applyTotal.Nanoseconds())/float64(b.N), "ns/apply")
 	b.ReportMetric(float64(tickTotal.Nanoseconds())/float64(b.N), "tick-ns")
 	b.ReportMetric(n, "consumers")
-	b.ReportMetric(float64(len(be.del.rise)), "flows")
+	b.ReportMetric(float64(be.del.RiseStats().Flows), "flows")
 }
 
 // TestApplyManyConsumersFast (audit N6): with 10,000 throttled consumers

@@ -64,9 +64,9 @@
 // for all consumers, then each consumer's share of it, and at most twice
 // it in all (beyond its share or that limit a packet passes at once,
 // after the held packets of its own flow: no reordering; see
-// consumers.go), kernelQueueLen in the kernel's queue (beyond
-// it the kernel accepts: fail open), MaxFlows entries in each per-flow
-// table (about 20 MiB in all at the caps, measured by
+// package packetpath), kernelQueueLen in the kernel's queue (beyond
+// it the kernel accepts: fail open), packetpath.MaxFlows entries in each
+// per-flow table (about 20 MiB in all at the caps, measured by
 // TestDelayerHostileLoad), swept a few entries per packet rather than
 // all at once on the real-time thread.
 //
@@ -181,7 +181,8 @@ type Stats struct {
 	TakeoversDeclined uint64 `json:",omitempty"`
 	// Bypassed counts packets accepted at once because their consumer was
 	// over its share of the backlog, or the backlog at its hard limit
-	// (fail open rather than hold unbounded memory; see consumers.go).
+	// (fail open rather than hold unbounded memory; see package
+	// packetpath).
 	Bypassed uint64
 	// Bypassers are the consumers that had packets bypassed, the most
 	// first (at most 16), with their counters (nfqueue only).

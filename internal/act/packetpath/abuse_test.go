@@ -1,4 +1,4 @@
-package throttle
+package packetpath
 
 import (
 	"fmt"
@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sanqos/sanqos/internal/clock"
+	"github.com/sanqos/sanqos/internal/decide/direction"
 )
 
 // TestDelayerFullBacklogKeepsFlowOrder (issue 14, finding 9): with the
@@ -21,15 +22,15 @@ func TestDelayerFullBacklogKeepsFlowOrder(t *testing.T) {
 	d := NewDelayer(clock.NewFake(t0), 4, log.add)
 	d.Rise = RiseLimit{}
 	for id := uint32(1); id <= 3; id++ {
-		if d.Submit(id, flow(1), Write, id, 20*time.Millisecond, t0) {
+		if d.Submit(id, flow(1), direction.Write, id, 20*time.Millisecond, t0) {
 			t.Fatalf("packet %d accepted at once under a 20ms delay", id)
 		}
 	}
-	d.Submit(10, flow(2), Write, 10, 20*time.Millisecond, t0) // fills the backlog
-	if d.Submit(4, flow(1), Write, 4, 20*time.Millisecond, t0) {
+	d.Submit(10, flow(2), direction.Write, 10, 20*time.Millisecond, t0) // fills the backlog
+	if d.Submit(4, flow(1), direction.Write, 4, 20*time.Millisecond, t0) {
 		log.add([]uint32{4}) // the caller accepts it now
 	}
-	d.releaseAll()
+	d.ReleaseAll()
 	var ours []uint32
 	for _, id := range log.ids {
 		if id != 10 {
@@ -72,8 +73,8 @@ func hostileLoad(t *testing.T, rise RiseLimit) {
 	for r := 0; r < perFlow; r++ {
 		for f := 0; f < flows; f++ {
 			id++
-			k := flowKey{dst: netip.AddrFrom4([4]byte{10, byte(f >> 16), byte(f >> 8), byte(f)}), sport: 3260, dport: uint16(1024 + f)}
-			if d.Submit(id, k, Read, id, 20*time.Millisecond, now) {
+			k := FlowKey{Dst: netip.AddrFrom4([4]byte{10, byte(f >> 16), byte(f >> 8), byte(f)}), Sport: 3260, Dport: uint16(1024 + f)}
+			if d.Submit(id, k, direction.Read, id, 20*time.Millisecond, now) {
 				log.add([]uint32{id})
 				accepted[id] = true
 			}
@@ -81,8 +82,8 @@ func hostileLoad(t *testing.T, rise RiseLimit) {
 				now = now.Add(time.Millisecond)
 				d.ReleaseDue(now)
 			}
-			if n := d.backlog(); n > hardBacklogFactor*backlog {
-				t.Fatalf("backlog %d over its hard limit %d", n, hardBacklogFactor*backlog)
+			if n := d.backlog(); n > HardBacklogFactor*backlog {
+				t.Fatalf("backlog %d over its hard limit %d", n, HardBacklogFactor*backlog)
 			}
 		}
 	}
@@ -90,23 +91,23 @@ func hostileLoad(t *testing.T, rise RiseLimit) {
 	if rs.Flows > MaxFlows {
 		t.Fatalf("%d flow ramps remembered, cap %d", rs.Flows, MaxFlows)
 	}
-	if len(d.flows) > hardBacklogFactor*backlog || len(d.acks) > MaxFlows || len(d.cons) > MaxFlows {
+	if len(d.flows) > HardBacklogFactor*backlog || len(d.acks) > MaxFlows || len(d.cons) > MaxFlows {
 		t.Fatalf("flow tables over their caps: flows %d, acks %d, seen %d", len(d.flows), len(d.acks), len(d.cons))
 	}
 	if rise != (RiseLimit{}) {
 		// The tables are full: a new flow still gets its ramp.
-		k := flowKey{dst: ip("192.0.2.1"), sport: 3260, dport: 9}
-		d.Submit(id+1, k, Read, 0, 20*time.Millisecond, now)
-		if _, ok := d.rise[riseKey{k, Read}]; !ok {
+		k := FlowKey{Dst: ip("192.0.2.1"), Sport: 3260, Dport: 9}
+		d.Submit(id+1, k, direction.Read, 0, 20*time.Millisecond, now)
+		if _, ok := d.rise[riseKey{k, direction.Read}]; !ok {
 			t.Fatal("a new flow after the flood is not remembered: its delay would never ramp up")
 		}
-		d.releaseAll()
+		d.ReleaseAll()
 		log.ids = slices.DeleteFunc(log.ids, func(x uint32) bool { return x == id+1 })
 	}
 	var after runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&after)
-	d.releaseAll()
+	d.ReleaseAll()
 	// Order: the packets of one flow were submitted with ids growing by
 	// `flows`; each flow's packets must leave in id order.
 	last := map[uint32]uint32{}

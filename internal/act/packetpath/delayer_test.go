@@ -1,4 +1,4 @@
-package throttle
+package packetpath
 
 import (
 	"encoding/binary"
@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sanqos/sanqos/internal/clock"
+	"github.com/sanqos/sanqos/internal/decide/direction"
 )
 
 type releaseLog struct {
@@ -24,7 +25,9 @@ func (l *releaseLog) add(ids []uint32) {
 
 var t0 = time.Unix(1000, 0)
 
-func flow(port uint16) flowKey { return flowKey{dst: ip("10.0.0.2"), sport: 3260, dport: port} }
+func ip(s string) netip.Addr { return netip.MustParseAddr(s) }
+
+func flow(port uint16) FlowKey { return FlowKey{Dst: ip("10.0.0.2"), Sport: 3260, Dport: port} }
 
 // TestDelayerLoweringDelayKeepsFlowOrder: after the delay drops from 20 ms
 // to 0, new packets of the flow wait behind the held ones instead of
@@ -36,15 +39,15 @@ func TestDelayerLoweringDelayKeepsFlowOrder(t *testing.T) {
 	d.Rise = RiseLimit{} // release mechanics only: full delays at once
 	now := t0
 	for id := uint32(1); id <= 3; id++ {
-		if d.Submit(id, flow(1), Write, id, 20*time.Millisecond, now) {
+		if d.Submit(id, flow(1), direction.Write, id, 20*time.Millisecond, now) {
 			t.Fatalf("packet %d accepted at once under 20ms delay", id)
 		}
 		now = now.Add(time.Millisecond)
 	}
-	if d.Submit(4, flow(1), Write, 4, 0, now) {
+	if d.Submit(4, flow(1), direction.Write, 4, 0, now) {
 		t.Fatal("packet 4 (delay now 0) was accepted at once and would overtake 1-3")
 	}
-	if !d.Submit(5, flow(2), Write, 5, 0, now) {
+	if !d.Submit(5, flow(2), direction.Write, 5, 0, now) {
 		t.Fatal("an undelayed packet of another flow was held")
 	}
 	if n := d.ReleaseDue(t0.Add(19 * time.Millisecond)); n != 0 {
@@ -54,7 +57,7 @@ func TestDelayerLoweringDelayKeepsFlowOrder(t *testing.T) {
 	if want := []uint32{1, 2, 3, 4}; !slices.Equal(log.ids, want) {
 		t.Fatalf("released %v, want %v in order", log.ids, want)
 	}
-	if !d.Submit(6, flow(1), Write, 6, 0, now) {
+	if !d.Submit(6, flow(1), direction.Write, 6, 0, now) {
 		t.Fatal("flow drained but its undelayed packet was still held")
 	}
 }
@@ -65,9 +68,9 @@ func TestDelayerReleaseTimes(t *testing.T) {
 	clk := clock.NewFake(t0)
 	d := NewDelayer(clk, 100, log.add)
 	d.Rise = RiseLimit{} // release mechanics only: full delays at once
-	d.Submit(1, flow(1), Write, 1, 5*time.Millisecond, t0)
-	d.Submit(2, flow(2), Write, 2, 1*time.Millisecond, t0)
-	d.Submit(3, flow(3), Write, 3, 3*time.Millisecond, t0)
+	d.Submit(1, flow(1), direction.Write, 1, 5*time.Millisecond, t0)
+	d.Submit(2, flow(2), direction.Write, 2, 1*time.Millisecond, t0)
+	d.Submit(3, flow(3), direction.Write, 3, 3*time.Millisecond, t0)
 	for _, c := range []struct {
 		at   time.Duration
 		want []uint32
@@ -83,9 +86,9 @@ func TestDelayerReleaseTimes(t *testing.T) {
 func TestDelayerBacklogFailsOpen(t *testing.T) {
 	clk := clock.NewFake(t0)
 	d := NewDelayer(clk, 2, func([]uint32) {})
-	d.Submit(1, flow(1), Write, 1, time.Millisecond, t0)
-	d.Submit(2, flow(2), Write, 2, time.Millisecond, t0)
-	if !d.Submit(3, flow(3), Write, 3, time.Millisecond, t0) {
+	d.Submit(1, flow(1), direction.Write, 1, time.Millisecond, t0)
+	d.Submit(2, flow(2), direction.Write, 2, time.Millisecond, t0)
+	if !d.Submit(3, flow(3), direction.Write, 3, time.Millisecond, t0) {
 		t.Fatal("packet over the backlog limit was held")
 	}
 	if s := d.Stats(); s.Bypassed != 1 || s.Backlog != 2 || s.PacketsHeld != 2 {
@@ -101,12 +104,12 @@ func TestDelayerNextAndReleaseAll(t *testing.T) {
 	var log releaseLog
 	d := NewDelayer(clock.NewFake(t0), 100, log.add)
 	d.Rise = RiseLimit{} // release mechanics only: full delays at once
-	if _, ok := d.next(); ok {
+	if _, ok := d.Next(); ok {
 		t.Fatal("empty delayer has a next release")
 	}
-	d.Submit(1, flow(1), Write, 1, 50*time.Millisecond, t0)
-	d.Submit(2, flow(2), Write, 2, 2*time.Millisecond, t0)
-	if at, ok := d.next(); !ok || !at.Equal(t0.Add(2*time.Millisecond)) {
+	d.Submit(1, flow(1), direction.Write, 1, 50*time.Millisecond, t0)
+	d.Submit(2, flow(2), direction.Write, 2, 2*time.Millisecond, t0)
+	if at, ok := d.Next(); !ok || !at.Equal(t0.Add(2*time.Millisecond)) {
 		t.Fatalf("next %v %v, want t0+2ms", at, ok)
 	}
 	if n := d.ReleaseDue(t0.Add(time.Millisecond)); n != 0 {
@@ -115,11 +118,11 @@ func TestDelayerNextAndReleaseAll(t *testing.T) {
 	if n := d.ReleaseDue(t0.Add(2 * time.Millisecond)); n != 1 || !slices.Equal(log.ids, []uint32{2}) {
 		t.Fatalf("at 2ms released %d: %v, want packet 2", n, log.ids)
 	}
-	d.Submit(3, flow(1), Write, 3, time.Millisecond, t0.Add(3*time.Millisecond)) // behind packet 1
-	if n := d.releaseAll(); n != 2 || !slices.Equal(log.ids, []uint32{2, 1, 3}) {
+	d.Submit(3, flow(1), direction.Write, 3, time.Millisecond, t0.Add(3*time.Millisecond)) // behind packet 1
+	if n := d.ReleaseAll(); n != 2 || !slices.Equal(log.ids, []uint32{2, 1, 3}) {
 		t.Fatalf("releaseAll released %d, log %v; want [2 1 3]", n, log.ids)
 	}
-	if _, ok := d.next(); ok {
+	if _, ok := d.Next(); ok {
 		t.Fatal("after releaseAll the delayer still holds packets")
 	}
 }
@@ -152,7 +155,7 @@ func TestParseIPv4TCP(t *testing.T) {
 		{"short", tcpPacket(0, 1, 2)[:30], 0, 0, false},
 	} {
 		p, ok := parseIPv4TCP(c.pkt, c.total)
-		if ok != c.ok || (ok && (p.payload != c.payload || p.flow != flow(40000))) {
+		if ok != c.ok || (ok && (p.Payload != c.payload || p.Flow != flow(40000))) {
 			t.Errorf("%s: got %+v %v, want payload %d ok %v", c.name, p, ok, c.payload, c.ok)
 		}
 	}
@@ -167,24 +170,12 @@ func BenchmarkDelayer(b *testing.B) {
 	b.ReportAllocs()
 	for i := 0; i < b.N; i++ {
 		now = now.Add(time.Microsecond)
-		d.Submit(uint32(i), flowKey{dst: ip("10.0.0.2"), sport: 3260, dport: uint16(i % 64)}, Write, uint32(i), time.Millisecond, now)
+		d.Submit(uint32(i), FlowKey{Dst: ip("10.0.0.2"), Sport: 3260, Dport: uint16(i % 64)}, direction.Write, uint32(i), time.Millisecond, now)
 		if i%64 == 0 {
 			d.ReleaseDue(now)
 		}
 	}
 	d.ReleaseDue(now.Add(time.Second))
-}
-
-func TestDirectionOfSegment(t *testing.T) {
-	d := dirDelays{write: 3 * time.Millisecond, read: 7 * time.Millisecond}
-	for _, c := range []struct {
-		payload int
-		want    time.Duration
-	}{{0, d.write}, {48, d.write}, {48 + 80, d.write}, {129, d.read}, {1448, d.read}, {65000, d.read}} {
-		if got := d.of(c.payload, DefaultSmallSegment); got != c.want {
-			t.Errorf("payload %d: delay %v, want %v", c.payload, got, c.want)
-		}
-	}
 }
 
 // pto is Linux's tail loss probe timeout for a flow with more than one
@@ -208,7 +199,7 @@ func simulateRise(r RiseLimit, steps []time.Duration, perStep int) (worst time.D
 			srtt, prev, n = want, want, 0
 		}
 		for range n {
-			d := r.next(prev, want)
+			d := r.Next(prev, want)
 			if d < want {
 				limited++
 			}
@@ -316,14 +307,14 @@ func TestRiseLimitKeepsPTOAboveDelay(t *testing.T) {
 
 // TestRiseLimitRamp: a flow's delay rises by the limit per packet and
 // falls at once; flows, and directions of a flow, ramp on their own; an
-// idle flow keeps its delay, one idle past riseForget starts over.
+// idle flow keeps its delay, one idle past RiseForget starts over.
 func TestRiseLimitRamp(t *testing.T) {
 	clk := clock.NewFake(t0)
 	d := NewDelayer(clk, 1000, func([]uint32) {})
 	const want = 10 * time.Millisecond
 	now := t0
 	var applied []time.Duration
-	at := func(id uint32, f flowKey, dir Direction, delay time.Duration) time.Duration {
+	at := func(id uint32, f FlowKey, dir direction.Direction, delay time.Duration) time.Duration {
 		d.Submit(id, f, dir, id, delay, now)
 		d.mu.Lock()
 		defer d.mu.Unlock()
@@ -332,7 +323,7 @@ func TestRiseLimitRamp(t *testing.T) {
 	id := uint32(0)
 	for len(applied) == 0 || applied[len(applied)-1] < want {
 		id++
-		applied = append(applied, at(id, flow(1), Write, want))
+		applied = append(applied, at(id, flow(1), direction.Write, want))
 		now = now.Add(100 * time.Microsecond)
 		if len(applied) > 100 {
 			t.Fatalf("delay still %v after 100 packets", applied[len(applied)-1])
@@ -357,11 +348,11 @@ func TestRiseLimitRamp(t *testing.T) {
 	d.Rise = RiseLimit{Factor: 0.1, Step: time.Millisecond}
 	id++
 	lastAck := id
-	ramped := at(id, flow(4), Write, want)
+	ramped := at(id, flow(4), direction.Write, want)
 	for range 3 {
-		d.Submit(id+1000, flow(4), Write, lastAck, want, now)
+		d.Submit(id+1000, flow(4), direction.Write, lastAck, want, now)
 		d.mu.Lock()
-		got := d.rise[riseKey{flow(4), Write}].prev
+		got := d.rise[riseKey{flow(4), direction.Write}].prev
 		d.mu.Unlock()
 		if got != ramped {
 			t.Fatalf("a packet repeating ack %d moved the delay from %v to %v", lastAck, ramped, got)
@@ -372,7 +363,7 @@ func TestRiseLimitRamp(t *testing.T) {
 	var reads []time.Duration
 	for range 4 {
 		id++
-		reads = append(reads, at(id, flow(5), Read, want))
+		reads = append(reads, at(id, flow(5), direction.Read, want))
 	}
 	if ms := time.Millisecond; !slices.Equal(reads, []time.Duration{ms, ms, 2 * ms, 2 * ms}) {
 		t.Errorf("read direction ramped %v, want a 1ms step every second packet", reads)
@@ -380,29 +371,29 @@ func TestRiseLimitRamp(t *testing.T) {
 	d.Rise = DefaultRiseLimit
 	// The other direction and another flow start from 0.
 	id++
-	if got := at(id, flow(1), Read, want); got != DefaultRiseLimit.Step {
+	if got := at(id, flow(1), direction.Read, want); got != DefaultRiseLimit.Step {
 		t.Errorf("read direction of the ramped flow got %v, want %v", got, DefaultRiseLimit.Step)
 	}
 	id++
-	if got := at(id, flow(2), Write, want); got != DefaultRiseLimit.Step {
+	if got := at(id, flow(2), direction.Write, want); got != DefaultRiseLimit.Step {
 		t.Errorf("new flow got %v, want %v", got, DefaultRiseLimit.Step)
 	}
 	// Falls at once.
 	id++
-	if got := at(id, flow(1), Write, 2*time.Millisecond); got != 2*time.Millisecond {
+	if got := at(id, flow(1), direction.Write, 2*time.Millisecond); got != 2*time.Millisecond {
 		t.Errorf("lowered to 2ms, applied %v", got)
 	}
 	// Idle 5 s: carries on from 2 ms.
 	now = now.Add(5 * time.Second)
 	id++
-	if got, next := at(id, flow(1), Write, want), DefaultRiseLimit.next(2*time.Millisecond, want); got != next {
+	if got, next := at(id, flow(1), direction.Write, want), DefaultRiseLimit.Next(2*time.Millisecond, want); got != next {
 		t.Errorf("after 5 s idle: %v, want the ramp to carry on from 2ms to %v", got, next)
 	}
-	// Idle past riseForget: forgotten, starts from 0.
-	now = now.Add(riseForget + time.Second)
+	// Idle past RiseForget: forgotten, starts from 0.
+	now = now.Add(RiseForget + time.Second)
 	id++
-	if got := at(id, flow(1), Write, want); got != DefaultRiseLimit.Step {
-		t.Errorf("after %v idle: %v, want a new ramp from 0", riseForget, got)
+	if got := at(id, flow(1), direction.Write, want); got != DefaultRiseLimit.Step {
+		t.Errorf("after %v idle: %v, want a new ramp from 0", RiseForget, got)
 	}
 	if s := d.RiseStats(); s.Limited == 0 || s.ShortfallMax < want-DefaultRiseLimit.Step || s.Flows == 0 {
 		t.Errorf("rise stats %+v: want limited packets and a shortfall up to %v", s, want-DefaultRiseLimit.Step)
@@ -414,7 +405,7 @@ func TestRiseLimitRamp(t *testing.T) {
 	}
 	// Delay 0 leaves nothing behind.
 	id++
-	at(id, flow(3), Write, 0)
+	at(id, flow(3), direction.Write, 0)
 	if s := d.RiseStats(); s.Flows != 0 {
 		t.Errorf("an undelayed flow is remembered: %+v", s)
 	}
@@ -426,8 +417,8 @@ func TestRiseLimitReleaseTime(t *testing.T) {
 	var log releaseLog
 	clk := clock.NewFake(t0)
 	d := NewDelayer(clk, 100, log.add)
-	d.Submit(1, flow(1), Write, 1, 20*time.Millisecond, t0) // gets Step
-	d.Submit(2, flow(1), Write, 2, 0, t0)                   // lowered: waits behind 1
+	d.Submit(1, flow(1), direction.Write, 1, 20*time.Millisecond, t0) // gets Step
+	d.Submit(2, flow(1), direction.Write, 2, 0, t0)                   // lowered: waits behind 1
 	if n := d.ReleaseDue(t0.Add(DefaultRiseLimit.Step - time.Microsecond)); n != 0 {
 		t.Fatalf("released %d before the ramped delay", n)
 	}
@@ -465,8 +456,8 @@ func TestPureAckClassification(t *testing.T) {
 		if !ok {
 			t.Fatalf("%s: not parsed", c.name)
 		}
-		if got := p.pureAck(); got != c.want {
-			t.Errorf("%s (payload %d, flags %#x): pure ACK %v, want %v", c.name, p.payload, p.flags, got, c.want)
+		if got := p.PureAck(); got != c.want {
+			t.Errorf("%s (payload %d, flags %#x): pure ACK %v, want %v", c.name, p.Payload, p.flags, got, c.want)
 		}
 	}
 }
@@ -484,22 +475,22 @@ func TestDelayerPureAcksPassUnlessAckDelay(t *testing.T) {
 		d.Rise = RiseLimit{} // order only: full delays at once
 		d.AckDelay = ackDelay
 		const delay = 10 * time.Millisecond
-		if d.Submit(1, flow(1), Write, 100, delay, t0) {
+		if d.Submit(1, flow(1), direction.Write, 100, delay, t0) {
 			t.Fatalf("AckDelay %v: a small segment under %v was accepted at once", ackDelay, delay)
 		}
 		now := t0.Add(time.Millisecond)
-		acceptedAck := d.SubmitPureAck(2, flow(1), Write, 200, delay, now)
+		acceptedAck := d.SubmitPureAck(2, flow(1), direction.Write, 200, delay, now)
 		if acceptedAck == ackDelay {
 			t.Errorf("AckDelay %v: pure ACK behind a held small segment accepted at once: %v, want %v", ackDelay, acceptedAck, !ackDelay)
 		}
 		// Data of the same flow with its delay dropped to 0: it must wait
 		// behind packet 1 in either mode.
-		if d.Submit(3, flow(1), Write, 300, 0, now.Add(time.Millisecond)) {
+		if d.Submit(3, flow(1), direction.Write, 300, 0, now.Add(time.Millisecond)) {
 			t.Errorf("AckDelay %v: a data segment overtook held data of its flow", ackDelay)
 		}
 		// A SYN/FIN/RST without payload is not a pure ACK: the caller
 		// submits it with Submit, and it keeps its place too.
-		if d.Submit(4, flow(1), Write, 300, delay, now.Add(2*time.Millisecond)) {
+		if d.Submit(4, flow(1), direction.Write, 300, delay, now.Add(2*time.Millisecond)) {
 			t.Errorf("AckDelay %v: a FIN behind held data was accepted at once", ackDelay)
 		}
 		d.ReleaseDue(t0.Add(time.Second))
@@ -536,19 +527,19 @@ func TestDelayerPassedAcksLeaveTheRampAlone(t *testing.T) {
 	for ios = 1; ios <= 200; ios++ {
 		ack += 65536
 		now = now.Add(time.Millisecond)
-		if !d.SubmitPureAck(uint32(3*ios), flow(1), Write, ack, want, now) {
+		if !d.SubmitPureAck(uint32(3*ios), flow(1), direction.Write, ack, want, now) {
 			t.Fatal("a pure ACK was held with AckDelay off")
 		}
 		// The response acknowledges nothing newer than the ACK before it.
-		d.Submit(uint32(3*ios+1), flow(1), Write, ack, want, now)
+		d.Submit(uint32(3*ios+1), flow(1), direction.Write, ack, want, now)
 		d.ReleaseDue(now.Add(time.Second))
-		if st := d.rise[riseKey{flow(1), Write}]; st.prev >= want {
+		if st := d.rise[riseKey{flow(1), direction.Write}]; st.prev >= want {
 			break
 		}
 	}
 	// From 0 to 5 ms: 10 steps of 0.25 ms, then 10 % a step, about 17.
 	if ios > 40 {
-		t.Fatalf("the response's delay did not reach %v in 200 I/Os (at %v)", want, d.rise[riseKey{flow(1), Write}].prev)
+		t.Fatalf("the response's delay did not reach %v in 200 I/Os (at %v)", want, d.rise[riseKey{flow(1), direction.Write}].prev)
 	}
 	t.Logf("delay reached %v after %d I/Os", want, ios)
 }
@@ -566,15 +557,15 @@ func TestDelayerSmallSegmentCarryingNewsPasses(t *testing.T) {
 		d.AckDelay = ackDelay
 		const delay = 5 * time.Millisecond
 		now := t0
-		d.SubmitPureAck(1, flow(1), Write, 1000, delay, now)
+		d.SubmitPureAck(1, flow(1), direction.Write, 1000, delay, now)
 		d.ReleaseDue(now.Add(time.Second))
 		// R2T: acknowledges a 48-byte command.
-		if d.Submit(2, flow(1), Write, 1048, delay, now) {
+		if d.Submit(2, flow(1), direction.Write, 1048, delay, now) {
 			t.Errorf("AckDelay %v: an R2T acknowledging 48 bytes was not held", ackDelay)
 		}
 		d.ReleaseDue(now.Add(time.Second))
 		// Response carrying the ACK of 64 KiB of data.
-		accepted := d.Submit(3, flow(1), Write, 1048+65536, delay, now.Add(time.Second))
+		accepted := d.Submit(3, flow(1), direction.Write, 1048+65536, delay, now.Add(time.Second))
 		if accepted != !ackDelay {
 			t.Errorf("AckDelay %v: response acknowledging 64 KiB accepted at once: %v, want %v", ackDelay, accepted, !ackDelay)
 		}

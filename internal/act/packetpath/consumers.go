@@ -1,4 +1,4 @@
-package throttle
+package packetpath
 
 import (
 	"cmp"
@@ -28,7 +28,7 @@ import (
 //     ramp restarts from 0. The packets of consumers under their share
 //     are still held. Once under the budget again, every packet is held
 //     again: the budget is never left unused.
-//   - the hard limit, hardBacklogFactor × maxBacklog: past it every
+//   - the hard limit, HardBacklogFactor × maxBacklog: past it every
 //     packet passes at once, as above (fail open: memory stays bounded
 //     whatever the consumers do). Since only consumers under their share
 //     still add packets past the budget, the hard limit is reached only
@@ -39,10 +39,10 @@ import (
 // warning, at most every hogWarnEvery, when the consumer that loses its
 // delay holds most of the backlog.
 const (
-	// hardBacklogFactor × maxBacklog is the hard limit. Twice the
+	// HardBacklogFactor × maxBacklog is the hard limit. Twice the
 	// budget leaves the other consumers as much room as the one that
 	// filled it; the kernel's queue (kernelQueueLen) must stay above it.
-	hardBacklogFactor = 2
+	HardBacklogFactor = 2
 	// minShare is the least share of a consumer: with thousands of
 	// consumers holding packets, each may still hold a few. The hard
 	// limit bounds the total.
@@ -132,7 +132,7 @@ func (d *Delayer) current(dst netip.Addr, epoch uint64) bool {
 func (d *Delayer) admit(c *consumer) (ok, hard bool) {
 	total := d.backlog()
 	switch {
-	case total >= hardBacklogFactor*d.maxBacklog:
+	case total >= HardBacklogFactor*d.maxBacklog:
 		return false, true
 	case total < d.maxBacklog:
 		return true, false
@@ -250,30 +250,4 @@ func sortBypassers(out []ConsumerStats) []ConsumerStats {
 		return a.Addr.Compare(b.Addr)
 	})
 	return out[:min(len(out), maxBypassers)]
-}
-
-// warnHog logs that a consumer lost its delay while holding most of the
-// backlog, or that the backlog reached its hard limit. The delayer calls
-// it on the packet thread, at most every hogWarnEvery; the write to the
-// log happens on a goroutine of its own, because a slow log reader (a
-// journald under load) must never stall the real-time packet thread.
-func (b *Nfqueue) warnHog(c ConsumerStats, backlog int, hard bool) {
-	limit := hardBacklogFactor * b.cfg.MaxBacklog
-	go func() {
-		if hard {
-			b.log.Warn("the packet backlog is at its hard limit: packets of every consumer pass undelayed",
-				"backlog", backlog, "limit", limit, "consumer", c.Addr, "consumer_held", c.Held, "consumer_bypassed", c.Bypassed)
-			return
-		}
-		b.log.Warn("one consumer holds most of the packet backlog: its packets beyond its share pass undelayed",
-			"consumer", c.Addr, "held", c.Held, "backlog", backlog, "bypassed", c.Bypassed, "delayed", c.Delayed)
-	}()
-}
-
-// ConsumerStats returns the data-path counters of every consumer the
-// packet path knows (see Delayer.ConsumerStats).
-func (b *Nfqueue) ConsumerStats() []ConsumerStats {
-	var s []ConsumerStats
-	b.onLoop(func() { s = b.del.ConsumerStats() })
-	return s
 }

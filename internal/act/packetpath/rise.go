@@ -1,8 +1,10 @@
-package throttle
+package packetpath
 
 import (
 	"slices"
 	"time"
+
+	"github.com/sanqos/sanqos/internal/decide/direction"
 )
 
 // RiseLimit bounds how fast the delay applied to one flow may rise, so
@@ -81,9 +83,9 @@ type RiseLimit struct {
 // for why these values.
 var DefaultRiseLimit = RiseLimit{Factor: 0.1, Step: 250 * time.Microsecond}
 
-// next returns the delay to apply to a packet whose flow had prev and
+// Next returns the delay to apply to a packet whose flow had prev and
 // which is asked to get target. The zero RiseLimit does not limit.
-func (r RiseLimit) next(prev, target time.Duration) time.Duration {
+func (r RiseLimit) Next(prev, target time.Duration) time.Duration {
 	if r == (RiseLimit{}) || target <= prev {
 		return target
 	}
@@ -91,19 +93,19 @@ func (r RiseLimit) next(prev, target time.Duration) time.Duration {
 	return min(target, up)
 }
 
-// riseForget is how long a flow's last applied delay is remembered while
+// RiseForget is how long a flow's last applied delay is remembered while
 // the flow is idle. SRTT does not decay while a flow is idle, so the
 // ramp carries on from where it was; after this long we forget the flow
 // (bounded memory) and its ramp restarts from 0, which is only slower.
-const riseForget = 10 * time.Second
+const RiseForget = 10 * time.Second
 
 // riseKey is one direction of one flow: the write-direction packets
 // (ACKs, small segments) are the RTT samples of the initiator's SRTT, the
 // read-direction data segments those of the target's, so each direction
 // ramps on its own.
 type riseKey struct {
-	flow flowKey
-	dir  Direction
+	flow FlowKey
+	dir  direction.Direction
 }
 
 type riseState struct {
@@ -136,19 +138,19 @@ type RiseStats struct {
 // limitRise returns the delay to apply to a packet of f (of consumer c)
 // in direction dir with acknowledgment number ack, asked to get delay,
 // and remembers it as the flow's last. d.mu held.
-func (d *Delayer) limitRise(c *consumer, f flowKey, dir Direction, ack uint32, delay time.Duration, now time.Time) time.Duration {
+func (d *Delayer) limitRise(c *consumer, f FlowKey, dir direction.Direction, ack uint32, delay time.Duration, now time.Time) time.Duration {
 	d.sweep(now)
 	k := riseKey{f, dir}
 	delay = max(delay, 0)
 	st, known := d.rise[k]
-	if known && (now.Sub(st.seen) >= riseForget || st.epoch != c.epoch) {
+	if known && (now.Sub(st.seen) >= RiseForget || st.epoch != c.epoch) {
 		// Forgotten, whether or not the sweep has come by yet: the
 		// sweep looks at a few entries a packet, in random order.
 		delete(d.rise, k)
 		st, known = riseState{}, false
 	}
 	sample := !known
-	if dir == Read {
+	if dir == direction.Read {
 		st.n++
 		sample = st.n%2 == 1
 	} else if known && seqAfter(ack, st.ack) {
@@ -159,7 +161,7 @@ func (d *Delayer) limitRise(c *consumer, f flowKey, dir Direction, ack uint32, d
 	}
 	applied := min(delay, st.prev)
 	if sample || d.Rise == (RiseLimit{}) {
-		applied = d.Rise.next(st.prev, delay)
+		applied = d.Rise.Next(st.prev, delay)
 	}
 	if applied < delay {
 		d.limited++
@@ -187,7 +189,7 @@ func (d *Delayer) RiseStats() RiseStats {
 	// Not len(d.rise): the entries of forgotten consumers stay until the
 	// sweep comes by. Only tests and the lab ask.
 	for k, st := range d.rise {
-		if d.current(k.flow.dst, st.epoch) {
+		if d.current(k.flow.Dst, st.epoch) {
 			s.Flows++
 		}
 	}

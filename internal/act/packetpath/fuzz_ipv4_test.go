@@ -1,4 +1,4 @@
-package throttle
+package packetpath
 
 import (
 	"encoding/binary"
@@ -28,7 +28,7 @@ func FuzzParseIPv4TCP(f *testing.F) {
 		if len(b) < 40 || b[0]>>4 != 4 || b[9] != 6 {
 			t.Fatalf("accepted a packet that is not IPv4 TCP with full headers: % x", b)
 		}
-		if p.payload < 0 || !p.flow.dst.Is4() {
+		if p.Payload < 0 || !p.Flow.Dst.Is4() {
 			t.Fatalf("parsed %+v", p)
 		}
 	})

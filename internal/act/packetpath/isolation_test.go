@@ -1,4 +1,4 @@
-package throttle
+package packetpath
 
 import (
 	"net/netip"
@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/sanqos/sanqos/internal/clock"
+	"github.com/sanqos/sanqos/internal/decide/direction"
 )
 
 // floodRun drives a delayer (backlog budget 100, no rise limit) for 2 s
@@ -18,7 +19,7 @@ type floodResult struct {
 	d        *Delayer
 	left     map[uint32]time.Time // id → when it was accepted
 	order    []uint32             // verdicts in order
-	flowOf   map[uint32]flowKey
+	flowOf   map[uint32]FlowKey
 	victim   map[uint32]time.Time // id → arrival
 	maxHeap  int
 	attacker netip.Addr
@@ -27,7 +28,7 @@ type floodResult struct {
 
 func floodRun(t *testing.T) *floodResult {
 	t.Helper()
-	r := &floodResult{left: map[uint32]time.Time{}, flowOf: map[uint32]flowKey{}, victim: map[uint32]time.Time{},
+	r := &floodResult{left: map[uint32]time.Time{}, flowOf: map[uint32]FlowKey{}, victim: map[uint32]time.Time{},
 		attacker: ip("10.0.0.66"), victimIP: ip("10.0.0.2")}
 	clk := clock.NewFake(t0)
 	r.d = NewDelayer(clk, 100, func(ids []uint32) {
@@ -38,10 +39,10 @@ func floodRun(t *testing.T) *floodResult {
 	})
 	r.d.Rise = RiseLimit{}
 	id := uint32(0)
-	submit := func(f flowKey, delay time.Duration) uint32 {
+	submit := func(f FlowKey, delay time.Duration) uint32 {
 		id++
 		r.flowOf[id] = f
-		if r.d.Submit(id, f, Read, 0, delay, clk.Now()) {
+		if r.d.Submit(id, f, direction.Read, 0, delay, clk.Now()) {
 			r.left[id] = clk.Now()
 			r.order = append(r.order, id)
 		}
@@ -50,11 +51,11 @@ func floodRun(t *testing.T) *floodResult {
 	for step := 0; step < 3200; step++ {
 		if step < 2000 && step%10 == 0 {
 			for p := range 300 {
-				submit(flowKey{dst: r.attacker, sport: 3265, dport: uint16(20000 + p)}, time.Second)
+				submit(FlowKey{Dst: r.attacker, Sport: 3265, Dport: uint16(20000 + p)}, time.Second)
 			}
 		}
 		if step < 2000 && step%50 == 0 {
-			r.victim[submit(flowKey{dst: r.victimIP, sport: 3260, dport: 40000}, 100*time.Millisecond)] = clk.Now()
+			r.victim[submit(FlowKey{Dst: r.victimIP, Sport: 3260, Dport: 40000}, 100*time.Millisecond)] = clk.Now()
 		}
 		r.maxHeap = max(r.maxHeap, r.d.backlog())
 		clk.Advance(time.Millisecond)
@@ -81,7 +82,7 @@ func TestDelayerFloodKeepsOthersHeld(t *testing.T) {
 	if short > 0 {
 		t.Errorf("%d of %d victim packets not held their delay while the attacker flooded", short, len(r.victim))
 	}
-	last := map[flowKey]uint32{}
+	last := map[FlowKey]uint32{}
 	for _, id := range r.order {
 		f := r.flowOf[id]
 		if p, ok := last[f]; ok && p > id {
@@ -131,7 +132,7 @@ func TestDelayerHardLimit(t *testing.T) {
 	d := NewDelayer(clk, 64, func([]uint32) {})
 	d.Rise = RiseLimit{}
 	var warned []ConsumerStats
-	d.warn = func(c ConsumerStats, backlog int, hard bool) {
+	d.Warn = func(c ConsumerStats, backlog int, hard bool) {
 		if !hard || backlog != 128 {
 			t.Errorf("warning for %+v, backlog %d, hard %v; want the hard limit at 128", c, backlog, hard)
 		}
@@ -142,8 +143,8 @@ func TestDelayerHardLimit(t *testing.T) {
 	for round := range 20 {
 		for c := range 16 {
 			id++
-			f := flowKey{dst: netip.AddrFrom4([4]byte{10, 1, 0, byte(c + 1)}), sport: 3260, dport: uint16(1000 + round)}
-			if d.Submit(id, f, Write, id, time.Second, t0) && d.backlog() < 128 {
+			f := FlowKey{Dst: netip.AddrFrom4([4]byte{10, 1, 0, byte(c + 1)}), Sport: 3260, Dport: uint16(1000 + round)}
+			if d.Submit(id, f, direction.Write, id, time.Second, t0) && d.backlog() < 128 {
 				t.Fatalf("packet %d passed with backlog %d", id, d.backlog())
 			}
 		}
@@ -155,7 +156,7 @@ func TestDelayerHardLimit(t *testing.T) {
 	if d.holding != 16 {
 		t.Fatalf("%d consumers holding, want 16", d.holding)
 	}
-	d.releaseAll()
+	d.ReleaseAll()
 	if d.holding != 0 || d.Stats().Backlog != 0 {
 		t.Fatalf("after releaseAll: %d consumers holding", d.holding)
 	}
@@ -169,9 +170,9 @@ func TestDelayerLoneConsumerKeepsTheBudget(t *testing.T) {
 	d := NewDelayer(clk, 32, func([]uint32) {})
 	d.Rise = RiseLimit{}
 	var warned []ConsumerStats
-	d.warn = func(c ConsumerStats, backlog int, hard bool) { warned = append(warned, c) }
+	d.Warn = func(c ConsumerStats, backlog int, hard bool) { warned = append(warned, c) }
 	for id := uint32(1); id <= 40; id++ {
-		d.Submit(id, flow(uint16(id)), Write, id, time.Second, t0)
+		d.Submit(id, flow(uint16(id)), direction.Write, id, time.Second, t0)
 	}
 	s := d.Stats()
 	if s.Backlog != 32 || s.Bypassed != 8 || len(warned) != 1 || warned[0].Addr != ip("10.0.0.2") || warned[0].Held != 32 {
@@ -188,19 +189,19 @@ func TestDelayerForgetWhileHolding(t *testing.T) {
 	var log releaseLog
 	d := NewDelayer(clk, 100, log.add)
 	gone, kept := ip("10.0.0.2"), ip("10.0.0.3")
-	fg := flowKey{dst: gone, sport: 3260, dport: 1}
-	fk := flowKey{dst: kept, sport: 3260, dport: 1}
+	fg := FlowKey{Dst: gone, Sport: 3260, Dport: 1}
+	fk := FlowKey{Dst: kept, Sport: 3260, Dport: 1}
 	now := t0
 	for id := uint32(1); id <= 20; id += 2 {
-		d.Submit(id, fg, Read, 0, 10*time.Millisecond, now)
-		d.Submit(id+1, fk, Read, 0, 10*time.Millisecond, now)
+		d.Submit(id, fg, direction.Read, 0, 10*time.Millisecond, now)
+		d.Submit(id+1, fk, direction.Read, 0, 10*time.Millisecond, now)
 		now = now.Add(100 * time.Microsecond)
 	}
-	rampOf := func(f flowKey) time.Duration {
+	rampOf := func(f FlowKey) time.Duration {
 		d.mu.Lock()
 		defer d.mu.Unlock()
-		st, ok := d.rise[riseKey{f, Read}]
-		if !ok || !d.current(f.dst, st.epoch) {
+		st, ok := d.rise[riseKey{f, direction.Read}]
+		if !ok || !d.current(f.Dst, st.epoch) {
 			return 0
 		}
 		return st.prev
@@ -216,7 +217,7 @@ func TestDelayerForgetWhileHolding(t *testing.T) {
 	if d.holding != 2 || d.cons[gone] == nil || d.cons[gone].held != 10 {
 		t.Fatalf("a forgotten consumer's held packets are no longer counted: holding %d", d.holding)
 	}
-	d.Submit(100, fg, Read, 0, 10*time.Millisecond, now)
+	d.Submit(100, fg, direction.Read, 0, 10*time.Millisecond, now)
 	if got := rampOf(fg); got != DefaultRiseLimit.Step {
 		t.Fatalf("forgotten flow's next packet got %v, want a new ramp from 0 (%v)", got, DefaultRiseLimit.Step)
 	}
@@ -228,26 +229,27 @@ func TestDelayerForgetWhileHolding(t *testing.T) {
 
 // BenchmarkDelayerBypassBusyFlow: the cost of one packet of a consumer
 // over its share whose flow has packets held (they must leave first, in
-// order), with the backlog at its budget of DefaultMaxBacklog, and of
+// order), with the backlog at its budget of the nfqueue backend's
+// default (throttle.DefaultMaxBacklog), and of
 // the packet of another flow that takes the place it left: a flooder
 // with busy flows keeps the backlog at its budget this way, one pair
 // per packet released.
 func BenchmarkDelayerBypassBusyFlow(b *testing.B) {
-	const flows = DefaultMaxBacklog
+	const flows = 8192 // throttle.DefaultMaxBacklog
 	clk := clock.NewFake(t0)
-	d := NewDelayer(clk, DefaultMaxBacklog, func([]uint32) {})
+	d := NewDelayer(clk, flows, func([]uint32) {})
 	d.Rise = RiseLimit{}
 	hog := ip("10.0.0.66")
-	victim := flowKey{dst: ip("10.0.0.2"), sport: 3260, dport: 1}
+	victim := FlowKey{Dst: ip("10.0.0.2"), Sport: 3260, Dport: 1}
 	id := uint32(0)
 	fill := func() {
-		d.releaseAll()
+		d.ReleaseAll()
 		for f := range flows {
 			id++
-			d.Submit(id, flowKey{dst: hog, sport: 3260, dport: uint16(f)}, Read, 0, time.Second, t0)
+			d.Submit(id, FlowKey{Dst: hog, Sport: 3260, Dport: uint16(f)}, direction.Read, 0, time.Second, t0)
 		}
 		id++
-		d.Submit(id, victim, Read, 0, time.Second, t0)
+		d.Submit(id, victim, direction.Read, 0, time.Second, t0)
 	}
 	fill()
 	next := 0
@@ -260,13 +262,13 @@ func BenchmarkDelayerBypassBusyFlow(b *testing.B) {
 			b.StartTimer()
 		}
 		id++
-		if !d.Submit(id, flowKey{dst: hog, sport: 3260, dport: uint16(next)}, Read, 0, time.Second, t0) {
+		if !d.Submit(id, FlowKey{Dst: hog, Sport: 3260, Dport: uint16(next)}, direction.Read, 0, time.Second, t0) {
 			b.Fatal("a packet of the consumer over its share was held")
 		}
 		// Its flow's packet left: one of another flow fills the place,
 		// as when the backlog hovers at its budget.
 		id++
-		d.Submit(id, flowKey{dst: hog, sport: 4000, dport: uint16(next)}, Read, 0, time.Second, t0)
+		d.Submit(id, FlowKey{Dst: hog, Sport: 4000, Dport: uint16(next)}, direction.Read, 0, time.Second, t0)
 		next++
 	}
 }
@@ -281,20 +283,20 @@ func TestDelayerTakenFlowsLeaveOnce(t *testing.T) {
 	var log releaseLog
 	d := NewDelayer(clk, 64, log.add)
 	d.Rise = RiseLimit{}
-	hog, victim := ip("10.0.0.66"), flowKey{dst: ip("10.0.0.2"), sport: 3260, dport: 1}
-	flowOf := map[uint32]flowKey{}
+	hog, victim := ip("10.0.0.66"), FlowKey{Dst: ip("10.0.0.2"), Sport: 3260, Dport: 1}
+	flowOf := map[uint32]FlowKey{}
 	id := uint32(0)
-	submit := func(f flowKey, delay time.Duration, at time.Time) {
+	submit := func(f FlowKey, delay time.Duration, at time.Time) {
 		id++
 		flowOf[id] = f
-		if d.Submit(id, f, Read, 0, delay, at) {
+		if d.Submit(id, f, direction.Read, 0, delay, at) {
 			log.add([]uint32{id})
 		}
 	}
 	now := t0
 	for round := range 40 {
 		for f := range 64 {
-			submit(flowKey{dst: hog, sport: 3260, dport: uint16(f)}, time.Second, now)
+			submit(FlowKey{Dst: hog, Sport: 3260, Dport: uint16(f)}, time.Second, now)
 		}
 		submit(victim, 100*time.Millisecond, now)
 		now = now.Add(10 * time.Millisecond)
@@ -306,9 +308,9 @@ func TestDelayerTakenFlowsLeaveOnce(t *testing.T) {
 	if d.Stats().Bypassed < compactAfter {
 		t.Fatalf("only %d bypassed: the flows were not taken out often enough", d.Stats().Bypassed)
 	}
-	d.releaseAll()
+	d.ReleaseAll()
 	seen := map[uint32]bool{}
-	last := map[flowKey]uint32{}
+	last := map[FlowKey]uint32{}
 	for _, x := range log.ids {
 		if seen[x] {
 			t.Fatalf("packet %d left twice", x)
@@ -323,7 +325,7 @@ func TestDelayerTakenFlowsLeaveOnce(t *testing.T) {
 		t.Fatalf("%d of %d packets left; backlog %d, %d consumers holding", len(seen), id, d.backlog(), d.holding)
 	}
 	for _, c := range d.ConsumerStats() {
-		if c.Addr == victim.dst && c.Bypassed != 0 {
+		if c.Addr == victim.Dst && c.Bypassed != 0 {
 			t.Errorf("the victim lost its delay: %+v", c)
 		}
 	}

@@ -1,4 +1,4 @@
-package throttle
+package packetpath
 
 import "testing"
 
@@ -11,15 +11,15 @@ func FuzzParseTCP(f *testing.F) {
 	f.Add(tcp6Packet(48, 3260, 40000), 0)
 	f.Add([]byte{0x45}, 0)
 	f.Fuzz(func(t *testing.T, pkt []byte, total int) {
-		p, ok := parseTCP(pkt, total)
+		p, ok := ParseTCP(pkt, total)
 		if !ok {
 			return
 		}
-		if p.payload < 0 {
-			t.Fatalf("negative payload %d", p.payload)
+		if p.Payload < 0 {
+			t.Fatalf("negative payload %d", p.Payload)
 		}
-		if v := pkt[0] >> 4; (v == 4) != p.flow.dst.Is4() {
-			t.Fatalf("IP version %d parsed to destination %s", v, p.flow.dst)
+		if v := pkt[0] >> 4; (v == 4) != p.Flow.Dst.Is4() {
+			t.Fatalf("IP version %d parsed to destination %s", v, p.Flow.Dst)
 		}
 	})
 }

@@ -1,4 +1,4 @@
-package throttle
+package packetpath
 
 import (
 	"cmp"
@@ -8,13 +8,14 @@ import (
 	"time"
 
 	"github.com/sanqos/sanqos/internal/clock"
+	"github.com/sanqos/sanqos/internal/decide/direction"
 	"github.com/sanqos/sanqos/internal/minheap"
 )
 
 // held is one packet waiting for its release time.
 type held struct {
 	id   uint32
-	flow flowKey
+	flow FlowKey
 	at   time.Time // release time
 	seq  uint64    // arrival order, to break ties FIFO
 	gen  uint64    // its flow's generation (see takeFlow)
@@ -63,7 +64,7 @@ type Delayer struct {
 	heap    minheap.Heap[held]
 	stale   int // entries of the heap whose flow was taken (see takeFlow)
 	gens    uint64
-	flows   map[flowKey]*flowState
+	flows   map[FlowKey]*flowState
 	seq     uint64
 	held    uint64
 	passed  uint64
@@ -80,10 +81,10 @@ type Delayer struct {
 	holding   int                      // consumers with packets held
 	epochs    uint64                   // the last epoch given out
 	warned    time.Time                // the last hog warning
-	// warn, when set, is told (outside the lock) that a consumer holding
+	// Warn, when set, is told (outside the lock) that a consumer holding
 	// most of the backlog lost its delay, or that the backlog is at its
 	// hard limit; at most every hogWarnEvery.
-	warn func(c ConsumerStats, backlog int, hard bool)
+	Warn func(c ConsumerStats, backlog int, hard bool)
 
 	rise    map[riseKey]riseState
 	limited uint64
@@ -92,7 +93,7 @@ type Delayer struct {
 
 	acksPassed uint64 // pure ACKs accepted at once because AckDelay is off
 	newsPassed uint64 // small segments not delayed because they acknowledge new data
-	acks       map[flowKey]ackSeen
+	acks       map[FlowKey]ackSeen
 
 	// AckDelay makes SubmitPureAck hold write-direction pure ACKs like
 	// any other packet; when false they leave at once. Set it before the
@@ -115,11 +116,11 @@ func NewDelayer(clk clock.Clock, maxBacklog int, release func(ids []uint32)) *De
 	return &Delayer{
 		clk: clk, release: release, maxBacklog: maxBacklog,
 		heap:      minheap.New(heldBefore),
-		flows:     map[flowKey]*flowState{},
+		flows:     map[FlowKey]*flowState{},
 		cons:      map[netip.Addr]*consumer{},
 		bypassers: map[netip.Addr]*consumer{},
 		rise:      map[riseKey]riseState{},
-		acks:      map[flowKey]ackSeen{},
+		acks:      map[FlowKey]ackSeen{},
 		Rise:      DefaultRiseLimit,
 	}
 }
@@ -130,10 +131,10 @@ func NewDelayer(clk clock.Clock, maxBacklog int, release func(ids []uint32)) *De
 // returns true when the caller must accept the packet itself at once: no
 // delay and nothing of its flow waiting, or its consumer is over its
 // share of the backlog, or the backlog is at its hard limit.
-func (d *Delayer) Submit(id uint32, f flowKey, dir Direction, ack uint32, delay time.Duration, now time.Time) bool {
+func (d *Delayer) Submit(id uint32, f FlowKey, dir direction.Direction, ack uint32, delay time.Duration, now time.Time) bool {
 	d.mu.Lock()
-	c := d.consumerOf(f.dst, now)
-	if dir == Write && !d.AckDelay && d.ackNews(c, f, ack, now) > ackNewsLimit {
+	c := d.consumerOf(f.Dst, now)
+	if dir == direction.Write && !d.AckDelay && d.ackNews(c, f, ack, now) > ackNewsLimit {
 		// See ackNewsLimit. The ramp is left as it was: this undelayed
 		// sample only lowers the sender's SRTT, which is the safe side.
 		delay = 0
@@ -155,15 +156,15 @@ func (d *Delayer) Submit(id uint32, f flowKey, dir Direction, ack uint32, delay 
 		// first, in their order (fail open per flow: the new packet must
 		// not overtake them).
 		delete(d.rise, riseKey{f, dir})
-		warn := d.bypassed(f.dst, c, hard, now)
+		warn := d.bypassed(f.Dst, c, hard, now)
 		d.passed++
 		var ids []uint32
 		if busy {
 			ids = d.takeFlow(f)
 		}
 		d.mu.Unlock()
-		if warn != nil && d.warn != nil {
-			d.warn(warn.ConsumerStats, warn.backlog, warn.hard)
+		if warn != nil && d.Warn != nil {
+			d.Warn(warn.ConsumerStats, warn.backlog, warn.hard)
 		}
 		if busy {
 			d.release(ids)
@@ -197,12 +198,12 @@ func (d *Delayer) Submit(id uint32, f flowKey, dir Direction, ack uint32, delay 
 // A consumer over its share takes a flow out at every packet of a busy
 // flow, so this must not cost a pass over the heap; compact does one
 // only once the stale entries are as many as the live ones. d.mu held.
-func (d *Delayer) takeFlow(f flowKey) []uint32 {
+func (d *Delayer) takeFlow(f FlowKey) []uint32 {
 	fs := d.flows[f]
 	ids := fs.queue
 	delete(d.flows, f)
 	d.stale += len(ids)
-	d.unhold(f.dst, len(ids))
+	d.unhold(f.Dst, len(ids))
 	d.passed += uint64(len(ids))
 	if d.stale > compactAfter && 2*d.stale > d.heap.Len() {
 		d.compact()
@@ -254,12 +255,12 @@ func (d *Delayer) popStale() {
 const sweepBatch = 4
 
 // sweep forgets a few ramps and acknowledgment numbers idle for
-// riseForget or of a forgotten consumer (see Forget), and consumers idle
+// RiseForget or of a forgotten consumer (see Forget), and consumers idle
 // that long with nothing held. d.mu held.
 func (d *Delayer) sweep(now time.Time) {
 	n := 0
 	for k, st := range d.rise {
-		if now.Sub(st.seen) >= riseForget || !d.current(k.flow.dst, st.epoch) {
+		if now.Sub(st.seen) >= RiseForget || !d.current(k.flow.Dst, st.epoch) {
 			delete(d.rise, k)
 		}
 		if n++; n >= sweepBatch {
@@ -268,7 +269,7 @@ func (d *Delayer) sweep(now time.Time) {
 	}
 	n = 0
 	for f, a := range d.acks {
-		if now.Sub(a.seen) >= riseForget || !d.current(f.dst, a.epoch) {
+		if now.Sub(a.seen) >= RiseForget || !d.current(f.Dst, a.epoch) {
 			delete(d.acks, f)
 		}
 		if n++; n >= sweepBatch {
@@ -277,7 +278,7 @@ func (d *Delayer) sweep(now time.Time) {
 	}
 	n = 0
 	for a, c := range d.cons {
-		if now.Sub(c.seen) >= riseForget && c.held == 0 {
+		if now.Sub(c.seen) >= RiseForget && c.held == 0 {
 			d.dropConsumer(a)
 		}
 		if n++; n >= sweepBatch {
@@ -310,7 +311,7 @@ type ackSeen struct {
 // ackNews records ack as sent on flow f of consumer c and returns how
 // many bytes it acknowledges beyond the flow's earlier packets (0 for
 // the first one seen). d.mu held.
-func (d *Delayer) ackNews(c *consumer, f flowKey, ack uint32, now time.Time) uint32 {
+func (d *Delayer) ackNews(c *consumer, f FlowKey, ack uint32, now time.Time) uint32 {
 	a, known := d.acks[f]
 	if known && a.epoch != c.epoch {
 		a, known = ackSeen{}, false
@@ -355,12 +356,12 @@ func (d *Delayer) ackNews(c *consumer, f flowKey, ack uint32, now time.Time) uin
 // armed) any delayed ACK may lose the race with the probe timer: a
 // spurious retransmission that no ramp avoids. Bulk TCP streams, which
 // the ACK clock does pace, need AckDelay.
-func (d *Delayer) SubmitPureAck(id uint32, f flowKey, dir Direction, ack uint32, delay time.Duration, now time.Time) bool {
-	if d.AckDelay || dir != Write {
+func (d *Delayer) SubmitPureAck(id uint32, f FlowKey, dir direction.Direction, ack uint32, delay time.Duration, now time.Time) bool {
+	if d.AckDelay || dir != direction.Write {
 		return d.Submit(id, f, dir, ack, delay, now)
 	}
 	d.mu.Lock()
-	c := d.consumerOf(f.dst, now)
+	c := d.consumerOf(f.Dst, now)
 	d.ackNews(c, f, ack, now)
 	d.acksPassed++
 	d.passed++
@@ -402,7 +403,7 @@ func (d *Delayer) ReleaseDue(now time.Time) int {
 				delete(d.flows, p.flow)
 			}
 		}
-		d.unhold(p.flow.dst, 1)
+		d.unhold(p.flow.Dst, 1)
 		d.errs[d.nerr%len(d.errs)] = done.Sub(p.at)
 		d.nerr++
 	}
@@ -420,8 +421,8 @@ func (d *Delayer) Quiet(dst netip.Addr, now time.Time, gap time.Duration) bool {
 	return c == nil || now.Sub(c.seen) >= gap && c.held == 0
 }
 
-// next returns the earliest release time.
-func (d *Delayer) next() (time.Time, bool) {
+// Next returns the earliest release time.
+func (d *Delayer) Next() (time.Time, bool) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.popStale()
@@ -431,9 +432,9 @@ func (d *Delayer) next() (time.Time, bool) {
 	return d.heap.Items[0].at, true
 }
 
-// releaseAll releases everything held at once: on the way out we fail
+// ReleaseAll releases everything held at once: on the way out we fail
 // open.
-func (d *Delayer) releaseAll() int { return d.ReleaseDue(time.Unix(1<<40, 0)) }
+func (d *Delayer) ReleaseAll() int { return d.ReleaseDue(time.Unix(1<<40, 0)) }
 
 // Stats returns the delayer's counters.
 func (d *Delayer) Stats() Stats {
