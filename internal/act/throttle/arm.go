@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+
+	"github.com/sanqos/sanqos/internal/act/owned"
 )
 
 // Arming. The engine sees a writer only once its writes show in a
@@ -49,7 +51,7 @@ import (
 // The rule only adds to a set and never drops or holds anything itself:
 // if sanqos dies, the queue's bypass lets what is in a set pass, as
 // before, and the next start removes the chain with its jumps.
-const armTimeout = 1 // seconds; the smallest an ipset entry can live
+const armTimeout = owned.ArmTimeout
 
 // armSuffix follows a group's set name in the name of its set of armed
 // consumers. SetName never yields a ':', so no group's set can be
@@ -69,11 +71,11 @@ func armRules(s State, small map[uint16]int, def int) []string {
 		}
 		for _, pg := range splitGroups(g.ports(), small, def) {
 			out = append(out, fmt.Sprintf("-A %s -p tcp -m multiport --dports %s -m length --length %d:65535 -m set --match-set %s src -j SET --add-set %s src --timeout %d",
-				Chain, portList(pg.ports), lengthSplit(pg.small)+1, armSetName(g.Name), SetName(g.Name), armTimeout))
+				owned.Chain, portList(pg.ports), lengthSplit(pg.small)+1, armSetName(g.Name), SetName(g.Name), armTimeout))
 		}
 	}
 	if len(out) > 0 {
-		out = append([]string{inputJump(Chain)}, out...)
+		out = append([]string{owned.InputJump(owned.Chain)}, out...)
 	}
 	return out
 }

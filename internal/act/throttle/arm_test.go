@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sanqos/sanqos/internal/act/owned"
 )
 
 // TestArmingPlan: a group that arms a consumer installs, beside its queue
@@ -18,8 +20,8 @@ import (
 // Disarming takes the rules and the jump away.
 func TestArmingPlan(t *testing.T) {
 	ctx := context.Background()
-	k := NewFakeKernel()
-	rec := newReconciler(k, k)
+	k := owned.NewFakeKernel()
+	rec := owned.NewReconciler(k, k)
 	ms := members{small: map[uint16]int{2049: 256}, def: 128}
 	now := time.Unix(1000, 0)
 	a, m := ip("10.0.0.2"), ip("10.0.0.3")
@@ -53,7 +55,7 @@ func TestArmingPlan(t *testing.T) {
 	if got := sets["sanqos-vg:arm"]; !slices.Equal(got, []netip.Addr{a, m}) {
 		t.Errorf("the set of armed consumers holds %v, want %v %v", got, a, m)
 	}
-	if err := rec.apply(ctx, rules, sets); err != nil {
+	if err := rec.Apply(ctx, rules, sets); err != nil {
 		t.Fatalf("the fake kernel refused the arming rules: %v", err)
 	}
 
@@ -106,7 +108,7 @@ func TestArmingByFamily(t *testing.T) {
 						arms++
 					}
 				}
-				if jump := slices.Contains(c.rules, inputJump(Chain)); arms != c.want || jump != (c.want > 0) {
+				if jump := slices.Contains(c.rules, owned.InputJump(owned.Chain)); arms != c.want || jump != (c.want > 0) {
 					t.Errorf("%s half: %d arming rules (want %d), INPUT jump %v:\n%s", c.half, arms, c.want, jump, strings.Join(c.rules, "\n"))
 				}
 			}

@@ -7,6 +7,7 @@ import (
 	"math"
 	"time"
 
+	"github.com/sanqos/sanqos/internal/act/owned"
 	"github.com/sanqos/sanqos/internal/act/throttle/edt"
 )
 
@@ -60,16 +61,16 @@ func openEDT(_ context.Context, o Options) (*EDT, error) {
 	if inst == "" {
 		inst = DefaultInstance(Options{Backend: "edt", Dev: o.Dev})
 	}
-	if err := CheckInstance(inst); err != nil {
+	if err := owned.CheckInstance(inst); err != nil {
 		return nil, err
 	}
-	lk, err := lockInstance(0, inst)
+	lk, err := owned.LockInstance(0, inst)
 	if err != nil {
 		return nil, fmt.Errorf("%w; stop it first", err)
 	}
 	e, err := edt.New("", o.Dev)
 	if err != nil {
-		lk.release()
+		lk.Release()
 		return nil, fmt.Errorf("%w (the edt backend needs sch_fq, clsact and BPF: a distribution kernel has them; use nfqueue elsewhere)", err)
 	}
 	b := newEDT(edtKernel{e}, DefaultEDTTTL, o.Logger)

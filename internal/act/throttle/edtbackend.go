@@ -9,6 +9,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/sanqos/sanqos/internal/act/owned"
 )
 
 // DefaultEDTTTL is how long an edt delay lives without renewal: ten of the
@@ -83,7 +85,7 @@ type EDT struct {
 	path  edtPath
 	ttl   time.Duration
 	log   *slog.Logger
-	ilock *instanceLock
+	ilock *owned.Lock
 	mu    sync.Mutex
 	cur   map[edtKey]edtEntry
 	done  bool
@@ -388,7 +390,7 @@ func (b *EDT) Close() error {
 	err := b.path.Close()
 	b.cur = nil
 	if b.ilock != nil {
-		b.ilock.release()
+		b.ilock.Release()
 	}
 	return err
 }

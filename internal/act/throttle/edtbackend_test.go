@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sanqos/sanqos/internal/act/owned"
 )
 
 // fakeEDT records what the backend asks of the kernel path.
@@ -109,11 +111,11 @@ func TestEDTNeedsDev(t *testing.T) {
 func TestCompositeGoesOnPastARefusal(t *testing.T) {
 	ctx := context.Background()
 	rec := &recorder{}
-	h, err := NewHTB(ctx, TCConfig{Dev: "veth-t", Run: rec, Sets: NewFakeKernel()})
+	h, err := NewHTB(ctx, TCConfig{Dev: "veth-t", Run: rec, Sets: owned.NewFakeKernel()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := NewNetem(ctx, TCConfig{Dev: "veth-d", Run: &recorder{}, Sets: NewFakeKernel()})
+	d, err := NewNetem(ctx, TCConfig{Dev: "veth-d", Run: &recorder{}, Sets: owned.NewFakeKernel()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -148,7 +150,7 @@ func TestTCBackendsApplyTheRest(t *testing.T) {
 		func(c TCConfig) (Backend, error) { return NewNetem(ctx, c) },
 	} {
 		rec := &recorder{}
-		k := NewFakeKernel()
+		k := owned.NewFakeKernel()
 		b, err := open(TCConfig{Dev: "veth-t", Run: rec, Sets: k})
 		if err != nil {
 			t.Fatal(err)
@@ -227,7 +229,7 @@ func TestEDTVerify(t *testing.T) {
 func TestEDTBesideHTBRates(t *testing.T) {
 	ctx := context.Background()
 	rec := &recorder{}
-	h, err := NewHTB(ctx, TCConfig{Dev: "veth-r", Run: rec, Sets: NewFakeKernel()})
+	h, err := NewHTB(ctx, TCConfig{Dev: "veth-r", Run: rec, Sets: owned.NewFakeKernel()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,6 +3,8 @@ package throttle
 import (
 	"net/netip"
 	"strings"
+
+	"github.com/sanqos/sanqos/internal/act/owned"
 )
 
 // byFamily splits rules and sets (logical names) into those of IPv4 and
@@ -31,9 +33,9 @@ func byFamily(rules []string, sets map[string][]netip.Addr) (rules4 []string, se
 	// arms asks for the INPUT jump.
 	var arms4, arms6 bool
 	for _, r := range rules {
-		m := ruleSetRef.FindStringSubmatch(r)
+		m := owned.RuleSetRef.FindStringSubmatch(r)
 		switch {
-		case r == inputJump(Chain):
+		case r == owned.InputJump(owned.Chain):
 		case m == nil:
 			rules4 = append(rules4, r)
 		case strings.HasSuffix(m[2], armSuffix):
@@ -61,10 +63,10 @@ func byFamily(rules []string, sets map[string][]netip.Addr) (rules4 []string, se
 		}
 	}
 	if arms4 {
-		rules4 = append([]string{inputJump(Chain)}, rules4...)
+		rules4 = append([]string{owned.InputJump(owned.Chain)}, rules4...)
 	}
 	if arms6 {
-		rules6 = append([]string{inputJump(Chain)}, rules6...)
+		rules6 = append([]string{owned.InputJump(owned.Chain)}, rules6...)
 	}
 	return rules4, sets4, rules6, sets6
 }

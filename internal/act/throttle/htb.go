@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+
+	"github.com/sanqos/sanqos/internal/act/owned"
 )
 
 // HTB throttles the read direction by bandwidth instead of delay (thesis
@@ -87,7 +89,7 @@ func (b *HTB) plan(s State) (map[int]uint64, []string) {
 		ps := slices.Compact(slices.Sorted(slices.Values(ports[a])))
 		for _, pg := range splitGroups(ps, b.cfg.SmallSegments, b.cfg.SmallSegment) {
 			rules = append(rules, fmt.Sprintf("-A %s -d %s/32 %s %s -j CLASSIFY --set-class %s",
-				Chain, a, portMatch(pg.ports), dirMatch(Read, pg.small), classID(HTBHandle, mi)))
+				owned.Chain, a, portMatch(pg.ports), dirMatch(Read, pg.small), classID(HTBHandle, mi)))
 		}
 	}
 	return classes, rules
@@ -122,7 +124,7 @@ func (b *HTB) Apply(ctx context.Context, s State) error {
 		}
 		b.classes[mi] = classes[mi]
 	}
-	if err := b.rec.apply(ctx, rules, nil); err != nil {
+	if err := b.rec.Apply(ctx, rules, nil); err != nil {
 		return fmt.Errorf("programming the htb data path: %w", err)
 	}
 	for _, mi := range sortedInts(b.classes) {

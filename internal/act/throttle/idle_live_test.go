@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sanqos/sanqos/internal/act/owned"
 	"github.com/sanqos/sanqos/internal/act/throttle/edt"
 )
 
@@ -84,10 +85,10 @@ func TestLiveIdlePathAudit(t *testing.T) {
 	}{
 		{"nfqueue", delayed, func(t *testing.T, l *lab) (Backend, error) { return l.backend(t), nil }},
 		{"netem", delayed, func(t *testing.T, l *lab) (Backend, error) {
-			return NewNetem(t.Context(), TCConfig{Dev: "sqtt0", Run: l.targetRunner, Firewall: &Iptables{Run: l.targetRunner}, Sets: l.sets(t), Logger: quietLog(), IdleGrace: grace})
+			return NewNetem(t.Context(), TCConfig{Dev: "sqtt0", Run: l.targetRunner, Firewall: &owned.Iptables{Run: l.targetRunner}, Sets: l.sets(t), Logger: quietLog(), IdleGrace: grace})
 		}},
 		{"htb", capped, func(t *testing.T, l *lab) (Backend, error) {
-			return NewHTB(t.Context(), TCConfig{Dev: "sqtt0", Run: l.targetRunner, Firewall: &Iptables{Run: l.targetRunner}, Sets: l.sets(t), Logger: quietLog(), IdleGrace: grace})
+			return NewHTB(t.Context(), TCConfig{Dev: "sqtt0", Run: l.targetRunner, Firewall: &owned.Iptables{Run: l.targetRunner}, Sets: l.sets(t), Logger: quietLog(), IdleGrace: grace})
 		}},
 		{"edt", delayed, func(t *testing.T, l *lab) (Backend, error) {
 			e, err := edt.New("/run/netns/"+l.tns, "sqtt0")

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sanqos/sanqos/internal/act/owned"
 )
 
 // idleStates are a throttle that starts and ends: a known consumer
@@ -65,7 +67,7 @@ func TestTCRootIdle(t *testing.T) {
 		},
 	} {
 		rec := &recorder{}
-		k := NewFakeKernel()
+		k := owned.NewFakeKernel()
 		b, root, err := mk(TCConfig{Dev: "veth-t", Instance: "ti", Run: rec, Firewall: k, Sets: k, IdleGrace: 50 * time.Millisecond})
 		if err != nil {
 			t.Fatal(err)
@@ -157,7 +159,7 @@ func TestEDTIdle(t *testing.T) {
 }
 
 // chains lists the fake kernel's chains.
-func chains(k *FakeKernel) []string {
+func chains(k *owned.FakeKernel) []string {
 	cs, _ := k.Chains(context.Background())
 	return cs
 }

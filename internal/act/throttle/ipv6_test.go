@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sanqos/sanqos/internal/act/owned"
 )
 
 // TestByFamily: a group with IPv4 and IPv6 members has its IPv4 set and
@@ -28,10 +30,10 @@ func TestByFamily(t *testing.T) {
 	if len(r6) != 1 || !strings.Contains(r6[0], "sanqos-vg ") || len(s6) != 1 || !slices.Equal(s6["sanqos-vg"], []netip.Addr{ip("fd00::2")}) {
 		t.Fatalf("IPv6 half: %v %v", r6, s6)
 	}
-	if o := (owner{name: "q1", v6: true}); !isV6Set(o.set("sanqos-vg")) || isV6Set((owner{name: "q1"}).set("sanqos-vg")) {
+	if o := (owned.Owner{Name: "q1", V6: true}); !owned.IsV6Set(o.Set("sanqos-vg")) || owned.IsV6Set((owned.Owner{Name: "q1"}).Set("sanqos-vg")) {
 		t.Fatal("IPv6 set names are not told from IPv4 ones")
 	}
-	if inst, ok := setOwner((owner{name: "q1", v6: true}).set("sanqos-vg")); !ok || inst != "q1" {
+	if inst, ok := owned.SetOwner((owned.Owner{Name: "q1", V6: true}).Set("sanqos-vg")); !ok || inst != "q1" {
 		t.Fatalf("owner of an IPv6 set: %q %v", inst, ok)
 	}
 }
@@ -123,7 +125,7 @@ func TestLiveIPv6Consumer(t *testing.T) {
 		t.Fatalf("IPv6 RTT %v after Close, want unthrottled", rtt)
 	}
 	six, _ = l.targetRunner.Run(context.Background(), "", "ip6tables-save", "-t", "mangle")
-	if left := l.ours(t); left != "" || strings.Contains(six, Chain) {
+	if left := l.ours(t); left != "" || strings.Contains(six, owned.Chain) {
 		t.Fatalf("Close left:\n%s\n%s", left, six)
 	}
 }

@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/sanqos/sanqos/internal/act/owned"
 )
 
 // Qdisc handles (hex majors) of the tc backends, one each so that a
@@ -47,9 +49,9 @@ type TCConfig struct {
 	// SmallSegments overrides SmallSegment per target port: the rules
 	// classify each split's ports apart (see splitGroups).
 	SmallSegments map[uint16]int
-	Run           Runner   // default: ExecRunner
-	Firewall      Firewall // default: iptables through Run
-	Sets          Sets     // default: ipsets over netlink
+	Run           owned.Runner   // default: ExecRunner
+	Firewall      owned.Firewall // default: iptables through Run
+	Sets          owned.Sets     // default: ipsets over netlink
 	Logger        *slog.Logger
 	// IdleGrace is how long the qdiscs stay after the last throttle
 	// ended; 0 is DefaultIdleGrace.
@@ -70,13 +72,13 @@ func (c *TCConfig) defaults(backend string) error {
 		return err
 	}
 	if c.Run == nil {
-		c.Run = ExecRunner{}
+		c.Run = owned.ExecRunner{}
 	}
 	if c.Firewall == nil {
-		c.Firewall = &Iptables{Run: c.Run}
+		c.Firewall = &owned.Iptables{Run: c.Run}
 	}
 	if c.Sets == nil {
-		c.Sets = Ipsets{}
+		c.Sets = owned.Ipsets{}
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -101,7 +103,7 @@ func dirMatch(d Direction, small int) string {
 func classID(major, minor int) string { return fmt.Sprintf("%04x:%04x", major, minor) }
 
 // removeRootQdisc deletes dev's root qdisc if it carries our handle.
-func removeRootQdisc(ctx context.Context, run Runner, dev string, major int) error {
+func removeRootQdisc(ctx context.Context, run owned.Runner, dev string, major int) error {
 	out, err := run.Run(ctx, "", "tc", "qdisc", "show", "dev", dev, "root")
 	if err != nil {
 		return fmt.Errorf("reading the qdisc of %s: %w", dev, err)
@@ -180,7 +182,7 @@ func (b *Netem) Rules(s State) []string {
 			}
 			for _, pg := range splitGroups(g.ports(), b.cfg.SmallSegments, b.cfg.SmallSegment) {
 				out = append(out, fmt.Sprintf("-A %s %s -m set --match-set %s dst %s -j CLASSIFY --set-class %s",
-					Chain, portMatch(pg.ports), SetName(g.Name), dirMatch(dir, pg.small), classID(NetemHandle, classBase+i)))
+					owned.Chain, portMatch(pg.ports), SetName(g.Name), dirMatch(dir, pg.small), classID(NetemHandle, classBase+i)))
 			}
 		}
 	}
@@ -204,7 +206,7 @@ func (b *Netem) Apply(ctx context.Context, s State) error {
 			return err
 		}
 	}
-	if err := b.rec.apply(ctx, rules, wantSets(s)); err != nil {
+	if err := b.rec.Apply(ctx, rules, wantSets(s)); err != nil {
 		return fmt.Errorf("programming the netem data path: %w", err)
 	}
 	if len(rules) == 0 {

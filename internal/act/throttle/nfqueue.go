@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sanqos/sanqos/internal/act/nfq"
+	"github.com/sanqos/sanqos/internal/act/owned"
 	"github.com/sanqos/sanqos/internal/act/packetpath"
 )
 
@@ -51,7 +52,7 @@ const (
 
 // NfqueueConfig configures the nfqueue backend. Zero values take defaults.
 type NfqueueConfig struct {
-	// Instance names this backend's kernel objects and lock (see owner);
+	// Instance names this backend's kernel objects and lock (see owned.Owner);
 	// "" means DefaultInstance: "q" and the queue number.
 	Instance     string
 	QueueNum     uint16
@@ -60,13 +61,13 @@ type NfqueueConfig struct {
 	// DefaultSmallSegments): the split is the protocol's.
 	SmallSegments map[uint16]int
 	MaxBacklog    int
-	Firewall      Firewall // default: iptables on this machine
+	Firewall      owned.Firewall // default: iptables on this machine
 	// Firewall6 programs the IPv6 half; default: ip6tables beside
 	// Firewall when that is an *Iptables, else none (IPv6 consumers are
 	// then refused).
-	Firewall6 Firewall
-	Sets      Sets // default: ipsets over netlink
-	NetNS     int  // fd of the network namespace for the queue; 0: current
+	Firewall6 owned.Firewall
+	Sets      owned.Sets // default: ipsets over netlink
+	NetNS     int        // fd of the network namespace for the queue; 0: current
 	Logger    *slog.Logger
 	// RiseLimit bounds how fast a flow's delay rises (zero: the default,
 	// DefaultRiseLimit); NoRiseLimit turns it off, which makes senders
@@ -120,9 +121,9 @@ type NfqueueConfig struct {
 // fake clock and queue.
 type Nfqueue struct {
 	cfg      NfqueueConfig
-	lock     *instanceLock // held until Close has removed everything
-	rec      *reconciler
-	rec6     *reconciler // the IPv6 half; nil: IPv6 consumers are refused
+	lock     *owned.Lock // held until Close has removed everything
+	rec      *owned.Reconciler
+	rec6     *owned.Reconciler // the IPv6 half; nil: IPv6 consumers are refused
 	table    atomic.Pointer[pathTable]
 	del      *packetpath.Delayer
 	sock     queueSocket
@@ -190,13 +191,13 @@ func NewNfqueue(ctx context.Context, cfg NfqueueConfig) (*Nfqueue, error) {
 			cfg.MaxBacklog, (kernelQueueLen-1)/packetpath.HardBacklogFactor, packetpath.HardBacklogFactor, kernelQueueLen)
 	}
 	if cfg.Firewall == nil {
-		cfg.Firewall = &Iptables{Run: ExecRunner{}}
+		cfg.Firewall = &owned.Iptables{Run: owned.ExecRunner{}}
 	}
-	if ipt, ok := cfg.Firewall.(*Iptables); ok && cfg.Firewall6 == nil && !ipt.V6 {
-		cfg.Firewall6 = &Iptables{Run: ipt.Run, V6: true}
+	if ipt, ok := cfg.Firewall.(*owned.Iptables); ok && cfg.Firewall6 == nil && !ipt.V6 {
+		cfg.Firewall6 = &owned.Iptables{Run: ipt.Run, V6: true}
 	}
 	if cfg.Sets == nil {
-		cfg.Sets = Ipsets{}
+		cfg.Sets = owned.Ipsets{}
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -204,26 +205,26 @@ func NewNfqueue(ctx context.Context, cfg NfqueueConfig) (*Nfqueue, error) {
 	if cfg.Instance == "" {
 		cfg.Instance = DefaultInstance(Options{QueueNum: cfg.QueueNum})
 	}
-	if err := CheckInstance(cfg.Instance); err != nil {
+	if err := owned.CheckInstance(cfg.Instance); err != nil {
 		return nil, err
 	}
 	if err := ValidateSmallSegments(cfg.SmallSegments); err != nil {
 		return nil, err
 	}
-	lock, err := lockInstance(cfg.NetNS, cfg.Instance)
+	lock, err := owned.LockInstance(cfg.NetNS, cfg.Instance)
 	if err != nil {
 		return nil, fmt.Errorf("%w; stop it first, or give this one another queue (--queue-num)", err)
 	}
 	b, err := newNfqueue(ctx, cfg, lock)
 	if err != nil {
-		lock.release()
+		lock.Release()
 		return nil, err
 	}
 	return b, nil
 }
 
-func newNfqueue(ctx context.Context, cfg NfqueueConfig, lock *instanceLock) (*Nfqueue, error) {
-	b := &Nfqueue{cfg: cfg, lock: lock, rec: newOwnedReconciler(cfg.Firewall, cfg.Sets, cfg.Instance, cfg.NetNS),
+func newNfqueue(ctx context.Context, cfg NfqueueConfig, lock *owned.Lock) (*Nfqueue, error) {
+	b := &Nfqueue{cfg: cfg, lock: lock, rec: owned.NewOwnedReconciler(cfg.Firewall, cfg.Sets, cfg.Instance, cfg.NetNS),
 		log:  cfg.Logger.With("backend", "nfqueue", "instance", cfg.Instance),
 		stop: make(chan struct{}), loopDone: make(chan struct{}), standbyDone: make(chan struct{})}
 	b.cpu, b.standbyCPU = pathCPUs()
@@ -232,20 +233,20 @@ func newNfqueue(ctx context.Context, cfg NfqueueConfig, lock *instanceLock) (*Nf
 	if cfg.NoStandby {
 		b.standbyCPU = -1
 	}
-	if err := b.rec.reset(ctx); err != nil {
+	if err := b.rec.Reset(ctx); err != nil {
 		return nil, fmt.Errorf("removing leftovers of an earlier run: %w", err)
 	}
-	if err := b.rec.sweepDead(ctx); err != nil {
+	if err := b.rec.SweepDead(ctx); err != nil {
 		b.log.Warn("some leftovers of dead sanqos instances stay", "err", err)
 	}
 	if cfg.Firewall6 != nil {
-		b.rec6 = newV6Reconciler(cfg.Firewall6, cfg.Sets, cfg.Instance, cfg.NetNS)
+		b.rec6 = owned.NewV6Reconciler(cfg.Firewall6, cfg.Sets, cfg.Instance, cfg.NetNS)
 		if _, err := cfg.Firewall6.Chains(ctx); err != nil {
 			b.log.Warn("ip6tables does not work here: IPv6 consumers will be refused", "err", err)
 			b.rec6 = nil
-		} else if err := b.rec6.reset(ctx); err != nil {
+		} else if err := b.rec6.Reset(ctx); err != nil {
 			return nil, fmt.Errorf("removing leftovers of an earlier run (IPv6): %w", err)
-		} else if err := b.rec6.sweepDead(ctx); err != nil {
+		} else if err := b.rec6.SweepDead(ctx); err != nil {
 			b.log.Warn("some leftovers of dead sanqos instances stay (IPv6)", "err", err)
 		}
 	}
@@ -354,7 +355,7 @@ func NfqueueRules(s State, queue uint16) []string {
 	var out []string
 	for _, g := range sortedGroups(s) {
 		out = append(out, fmt.Sprintf("-A %s %s -m set --match-set %s dst -j NFQUEUE --queue-num %d --queue-bypass",
-			Chain, portMatch(g.ports()), SetName(g.Name), queue))
+			owned.Chain, portMatch(g.ports()), SetName(g.Name), queue))
 	}
 	return out
 }
@@ -400,13 +401,13 @@ func (b *Nfqueue) program(ctx context.Context) error {
 			return b.del.Quiet(a, now, lingerQuiet)
 		})
 	})
-	if !b.applied.same(rules, sets) || !b.rec.clean() || b.rec6 != nil && !b.rec6.clean() {
+	if !b.applied.same(rules, sets) || !b.rec.Clean() || b.rec6 != nil && !b.rec6.Clean() {
 		b.applied = programmed{}
 		rules4, sets4, rules6, sets6 := byFamily(rules, sets)
-		err4 := b.rec.apply(ctx, rules4, sets4)
+		err4 := b.rec.Apply(ctx, rules4, sets4)
 		var err6 error
 		if b.rec6 != nil {
-			err6 = b.rec6.apply(ctx, rules6, sets6)
+			err6 = b.rec6.Apply(ctx, rules6, sets6)
 		}
 		if err := errors.Join(err4, err6); err != nil {
 			return fmt.Errorf("programming the nfqueue data path: %w", err)
@@ -474,9 +475,9 @@ func (b *Nfqueue) Close() error {
 	close(b.stop)
 	// Rules first: nothing new enters the queue while the packet thread
 	// lets go of what it holds.
-	err := b.rec.reset(context.Background())
+	err := b.rec.Reset(context.Background())
 	if b.rec6 != nil {
-		err = errors.Join(err, b.rec6.reset(context.Background()))
+		err = errors.Join(err, b.rec6.Reset(context.Background()))
 	}
 	b.stopping.Store(true)
 	b.kick()
@@ -490,6 +491,6 @@ func (b *Nfqueue) Close() error {
 	for _, give := range b.unreserve {
 		give()
 	}
-	b.lock.release()
+	b.lock.Release()
 	return err
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sanqos/sanqos/internal/act/owned"
 	"github.com/sanqos/sanqos/internal/act/packetpath"
 )
 
@@ -27,8 +28,8 @@ func manyConsumers(n int) []netip.Addr {
 func scaleCase(tb testing.TB, n, flowsPer int) (*Nfqueue, *fakeClock, State) {
 	tb.Helper()
 	b, clk, _ := newFakePath(tb, NfqueueConfig{Instance: "qscale"}, "/nonexistent")
-	k := NewFakeKernel()
-	b.rec = newOwnedReconciler(k, k, "qscale", 0)
+	k := owned.NewFakeKernel()
+	b.rec = owned.NewOwnedReconciler(k, k, "qscale", 0)
 	b.ended.Store(true)
 	b.closed = false
 	s := State{Groups: []Group{{Name: "pool", Members: manyConsumers(n), WriteDelay: 20 * ms}}}

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/sanqos/sanqos/internal/act/owned"
 )
 
 // tcRoot is what the two tc backends (netem, htb) share: an HTB root qdisc
@@ -16,10 +18,10 @@ import (
 // tearing both down exactly once.
 type tcRoot struct {
 	cfg    TCConfig
-	inst   string        // instance name (see owner)
-	ilock  *instanceLock // held from build until Close
-	handle int           // NetemHandle or HTBHandle
-	rec    *reconciler
+	inst   string      // instance name (see owned.Owner)
+	ilock  *owned.Lock // held from build until Close
+	handle int         // NetemHandle or HTBHandle
+	rec    *owned.Reconciler
 	leaves [][]string // the backend's tc commands under the root, for rebuild (verify_backends.go)
 	log    *slog.Logger
 	mu     sync.Mutex // serialises Apply and Close
@@ -49,7 +51,7 @@ func newTCRoot(cfg TCConfig, name string, handle int) tcRoot {
 	if grace <= 0 {
 		grace = DefaultIdleGrace
 	}
-	return tcRoot{cfg: cfg, inst: inst, handle: handle, rec: newOwnedReconciler(cfg.Firewall, cfg.Sets, inst, 0),
+	return tcRoot{cfg: cfg, inst: inst, handle: handle, rec: owned.NewOwnedReconciler(cfg.Firewall, cfg.Sets, inst, 0),
 		log: cfg.Logger.With("backend", name, "instance", inst), idleGrace: grace}
 }
 
@@ -65,24 +67,24 @@ func newTCRoot(cfg TCConfig, name string, handle int) tcRoot {
 // root; a second instance on the same device is refused before it
 // touches anything.
 func (t *tcRoot) build(ctx context.Context, leaves [][]string) (failed []string, out string, err error) {
-	if err := CheckInstance(t.inst); err != nil {
+	if err := owned.CheckInstance(t.inst); err != nil {
 		return nil, "", err
 	}
-	lk, err := lockInstance(0, t.inst)
+	lk, err := owned.LockInstance(0, t.inst)
 	if err != nil {
 		return nil, "", fmt.Errorf("%w; stop it first", err)
 	}
 	defer func() {
 		if err != nil {
-			lk.release()
+			lk.Release()
 		} else {
 			t.ilock = lk
 		}
 	}()
-	if err := t.rec.reset(ctx); err != nil {
+	if err := t.rec.Reset(ctx); err != nil {
 		return nil, "", fmt.Errorf("removing leftovers of an earlier run: %w", err)
 	}
-	if err := t.rec.sweepDead(ctx); err != nil {
+	if err := t.rec.SweepDead(ctx); err != nil {
 		t.log.Warn("some leftovers of dead sanqos instances stay", "err", err)
 	}
 	run, dev := t.cfg.Run, t.cfg.Dev
@@ -146,7 +148,7 @@ func (t *tcRoot) idle(removed func()) {
 		defer t.mu.Unlock()
 		// Not when a throttle came meanwhile (ensure stopped or replaced
 		// this timer) or Close ran.
-		if t.done || t.teardown != tm || len(t.rec.rules) > 0 {
+		if t.done || t.teardown != tm || t.rec.HasRules() {
 			return
 		}
 		t.teardown = nil
@@ -188,9 +190,9 @@ func (t *tcRoot) Close() error {
 	// Close runs at shutdown, often after the daemon's context is
 	// cancelled, and must still clean up.
 	ctx := context.Background()
-	err := t.rec.reset(ctx)
+	err := t.rec.Reset(ctx)
 	err = errors.Join(err, removeRootQdisc(ctx, t.cfg.Run, t.cfg.Dev, t.handle))
-	t.ilock.release()
+	t.ilock.Release()
 	return err
 }
 

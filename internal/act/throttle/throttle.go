@@ -9,7 +9,7 @@
 // What another tool removes or changes behind its back (a firewall
 // reload, nft flush ruleset, ipset flush, tc qdisc del) a Verifier
 // backend finds by reading back what it installed, which the daemon asks
-// for every few seconds; it is then re-installed (see verify.go).
+// for every few seconds; it is then re-installed (see package owned).
 //
 // Directions. A synchronous iSCSI writer is not clocked by pure ACKs
 // alone: with InitialR2T each 64 KiB write waits for an R2T and a SCSI
@@ -28,7 +28,7 @@
 // one at a time by a synchronous writer and are not affected.
 //
 // Kernel objects, all in the current network namespace, all named after
-// the instance that made them (see owner; the instance is "q" and the
+// the instance that made them (see owned.Owner; the instance is "q" and the
 // queue number for nfqueue, "t" and the device for netem and htb), and
 // all removed by Close and, after a crash, by the next start of any
 // instance (an instance's objects are only ever removed by itself, or
@@ -254,4 +254,19 @@ var _ Healther = (*Nfqueue)(nil)
 // not the state changed.
 type Renewer interface {
 	Renew(ctx context.Context) error
+}
+
+// Verifier is a backend that can check what it installed. The daemon
+// calls Verify and Resync from a goroutine of its own; both are safe
+// beside Apply.
+type Verifier interface {
+	// Verify compares the kernel with what the backend installed and
+	// returns what differs. When anything does, the backend forgets
+	// what it believed installed, so that the next Apply, even of an
+	// unchanged state, re-installs everything.
+	Verify(ctx context.Context) ([]Drift, error)
+	// Resync makes the next Apply re-install everything from scratch,
+	// whatever Verify finds: the periodic backstop against what it
+	// does not look at.
+	Resync()
 }

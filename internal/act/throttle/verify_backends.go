@@ -26,9 +26,9 @@ func (b *Nfqueue) Verify(ctx context.Context) ([]Drift, error) {
 	if err != nil {
 		return nil, fmt.Errorf("verifying the nfqueue data path: %w", err)
 	}
-	out, err := b.rec.verify(ctx, sets)
+	out, err := b.rec.Verify(ctx, sets)
 	if b.rec6 != nil {
-		d6, err6 := b.rec6.verify(ctx, sets)
+		d6, err6 := b.rec6.Verify(ctx, sets)
 		out, err = append(out, d6...), errors.Join(err, err6)
 	}
 	if err != nil {
@@ -41,9 +41,9 @@ func (b *Nfqueue) Verify(ctx context.Context) ([]Drift, error) {
 func (b *Nfqueue) Resync() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.rec.invalidate()
+	b.rec.Invalidate()
 	if b.rec6 != nil {
-		b.rec6.invalidate()
+		b.rec6.Invalidate()
 	}
 }
 
@@ -63,7 +63,7 @@ func (t *tcRoot) Verify(ctx context.Context) ([]Drift, error) {
 	if err != nil {
 		return nil, fmt.Errorf("verifying the tc data path: %w", err)
 	}
-	out, err := t.rec.verify(ctx, sets)
+	out, err := t.rec.Verify(ctx, sets)
 	if err != nil {
 		return out, fmt.Errorf("verifying the tc data path: %w", err)
 	}
@@ -77,7 +77,7 @@ func (t *tcRoot) Verify(ctx context.Context) ([]Drift, error) {
 	if want := fmt.Sprintf(" %x: root", t.handle); !strings.Contains(qd, want) {
 		found, _, _ := strings.Cut(strings.TrimSpace(qd), "\n")
 		out = append(out, Drift{Object: "qdisc", Name: t.cfg.Dev, Want: fmt.Sprintf("htb %x: root", t.handle), Found: found})
-		t.rec.invalidate()
+		t.rec.Invalidate()
 		if err := t.rebuild(ctx); err != nil {
 			return out, err
 		}
@@ -123,7 +123,7 @@ func (b *HTB) Verify(ctx context.Context) ([]Drift, error) {
 func (t *tcRoot) Resync() {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.rec.invalidate()
+	t.rec.Invalidate()
 }
 
 var _ Verifier = (*Composite)(nil)

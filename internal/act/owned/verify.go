@@ -1,4 +1,4 @@
-package throttle
+package owned
 
 import (
 	"context"
@@ -9,7 +9,7 @@ import (
 )
 
 // Verification. A backend changes the kernel only where the state it is
-// handed differs from what it installed last (see reconciler), so what
+// handed differs from what it installed last (see Reconciler), so what
 // another tool removes behind its back — a host firewall reload that
 // flushes POSTROUTING, `nft flush ruleset`, `ipset flush`, a `tc qdisc
 // del` — would stay removed for as long as the daemon runs, with the
@@ -35,21 +35,6 @@ type Drift struct {
 
 func (d Drift) String() string {
 	return fmt.Sprintf("%s %s: want %s, found %s", d.Object, d.Name, d.Want, d.Found)
-}
-
-// Verifier is a backend that can check what it installed. The daemon
-// calls Verify and Resync from a goroutine of its own; both are safe
-// beside Apply.
-type Verifier interface {
-	// Verify compares the kernel with what the backend installed and
-	// returns what differs. When anything does, the backend forgets
-	// what it believed installed, so that the next Apply, even of an
-	// unchanged state, re-installs everything.
-	Verify(ctx context.Context) ([]Drift, error)
-	// Resync makes the next Apply re-install everything from scratch,
-	// whatever Verify finds: the periodic backstop against what it
-	// does not look at.
-	Resync()
 }
 
 // Installed is what the mangle table holds of one chain.
@@ -98,17 +83,17 @@ func parseSave(out, chain string) Installed {
 	return in
 }
 
-// verify compares the kernel with what r installed; sets is the kernel's
+// Verify compares the kernel with what r installed; sets is the kernel's
 // ipsets (Sets.List). On drift r forgets what it installed (invalidate).
 // A reconciler whose last apply failed is not verified: it re-reads the
 // kernel at its next try anyway.
-func (r *reconciler) verify(ctx context.Context, sets map[string][]netip.Addr) ([]Drift, error) {
+func (r *Reconciler) Verify(ctx context.Context, sets map[string][]netip.Addr) ([]Drift, error) {
 	if !r.synced || r.lastErr != nil {
 		return nil, nil
 	}
 	var out []Drift
 	if cr, ok := r.fw.(ChainReader); ok && r.chain && r.rules != nil {
-		in, err := cr.Installed(ctx, r.own.chain())
+		in, err := cr.Installed(ctx, r.own.Chain())
 		if err != nil {
 			return nil, err
 		}
@@ -133,14 +118,14 @@ func (r *reconciler) verify(ctx context.Context, sets map[string][]netip.Addr) (
 		}
 	}
 	if len(out) > 0 {
-		r.invalidate()
+		r.Invalidate()
 	}
 	return out, nil
 }
 
 // verifyChain compares a read-back chain with the installed rules.
-func (r *reconciler) verifyChain(in Installed) []Drift {
-	return chainDrift(r.own.chain(), r.rules, in)
+func (r *Reconciler) verifyChain(in Installed) []Drift {
+	return chainDrift(r.own.Chain(), r.rules, in)
 }
 
 // chainDrift compares chain as read back (in) with the rules installed
@@ -172,10 +157,10 @@ func firstDiff(a, b []string) string {
 	return fmt.Sprintf("%d rules", len(a))
 }
 
-// invalidate makes r forget what it believes installed: the next apply
+// Invalidate makes r forget what it believes installed: the next apply
 // re-reads the sets, re-fills them, replaces the chain whole and checks
 // its jumps (kube-proxy's "full sync").
-func (r *reconciler) invalidate() {
+func (r *Reconciler) Invalidate() {
 	r.synced = false
 	if f, ok := r.fw.(interface{ forget() }); ok {
 		f.forget()

@@ -1,4 +1,4 @@
-package throttle
+package owned
 
 import (
 	"bufio"
@@ -65,7 +65,7 @@ time.sleep(600)
 // (released first; never done by sanqos itself, see LockDir).
 func removeLockFile(t *testing.T, ns int, name string) {
 	t.Helper()
-	p, err := lockPath(ns, name)
+	p, err := LockPath(ns, name)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,27 +83,27 @@ func TestOwnerLockSquatterIgnored(t *testing.T) {
 	if uid, found, err := abstractOwner("sanqos-instance-" + inst); err != nil || !found || uid != 65534 {
 		t.Fatalf("abstractOwner: uid %d, found %v, %v; want the squatter's 65534", uid, found, err)
 	}
-	lk, err := lockInstance(0, inst)
+	lk, err := LockInstance(0, inst)
 	if err != nil {
 		t.Fatalf("an unprivileged squatter of the old lock name kept the instance out: %v", err)
 	}
-	if lk2, err := lockInstance(0, inst); !errors.Is(err, ErrInstanceRunning) {
-		lk2.release()
+	if lk2, err := LockInstance(0, inst); !errors.Is(err, ErrInstanceRunning) {
+		lk2.Release()
 		t.Fatalf("a second taker of a held lock: %v, want ErrInstanceRunning", err)
 	}
-	if lk3, dead := tryLockDead(0, inst); dead {
-		lk3.release()
+	if lk3, dead := TryLockDead(0, inst); dead {
+		lk3.Release()
 		t.Fatal("a clean-up took the lock of a live instance")
 	}
-	lk.release()
-	if p, _ := lockPath(0, inst); fileExists(p) {
+	lk.Release()
+	if p, _ := LockPath(0, inst); fileExists(p) {
 		t.Errorf("%s outlived its release", p)
 	}
-	lk4, dead := tryLockDead(0, inst)
+	lk4, dead := TryLockDead(0, inst)
 	if !dead {
 		t.Fatal("a released lock stayed taken")
 	}
-	lk4.release()
+	lk4.Release()
 }
 
 // TestOwnerLockDirRefusedUnlessRootOnly (audit round 2, N2): a lock
@@ -120,11 +120,11 @@ func TestOwnerLockDirRefusedUnlessRootOnly(t *testing.T) {
 	inst := testInstance("ld")
 
 	LockDir = filepath.Join(base, "fresh")
-	lk, err := lockInstance(0, inst)
+	lk, err := LockInstance(0, inst)
 	if err != nil {
 		t.Fatalf("a missing lock directory: %v, want it created", err)
 	}
-	lk.release()
+	lk.Release()
 	var st syscall.Stat_t
 	if err := syscall.Stat(LockDir, &st); err != nil {
 		t.Fatal(err)
@@ -146,8 +146,8 @@ func TestOwnerLockDirRefusedUnlessRootOnly(t *testing.T) {
 		if err := spoil(LockDir); err != nil {
 			t.Fatal(err)
 		}
-		if lk, err := lockInstance(0, inst); err == nil || !strings.Contains(err.Error(), "remove it") {
-			lk.release()
+		if lk, err := LockInstance(0, inst); err == nil || !strings.Contains(err.Error(), "remove it") {
+			lk.Release()
 			t.Errorf("a %s lock directory: %v, want a refusal that says to remove it", what, err)
 		}
 	}
@@ -155,8 +155,8 @@ func TestOwnerLockDirRefusedUnlessRootOnly(t *testing.T) {
 	if err := os.Symlink(filepath.Join(base, "fresh"), LockDir); err != nil {
 		t.Fatal(err)
 	}
-	if lk, err := lockInstance(0, inst); err == nil {
-		lk.release()
+	if lk, err := LockInstance(0, inst); err == nil {
+		lk.Release()
 		t.Error("a symlinked lock directory was used")
 	}
 }
@@ -173,11 +173,11 @@ func fileExists(p string) bool {
 func TestOwnerLockStaleFileIsNotALock(t *testing.T) {
 	inst := testInstance("st")
 	removeLockFile(t, 0, inst)
-	p, err := lockPath(0, inst)
+	p, err := LockPath(0, inst)
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, err := lockInstance(0, inst)
+	a, err := LockInstance(0, inst)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -191,12 +191,12 @@ func TestOwnerLockStaleFileIsNotALock(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer old.Close()
-	a.release()
-	b, err := lockInstance(0, inst)
+	a.Release()
+	b, err := LockInstance(0, inst)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer b.release()
+	defer b.Release()
 	// The late taker's flock on the removed file succeeds; openLocked
 	// must see the file is stale and lock the current one, held by b.
 	if fd, err := openLocked(int(dir.Fd()), filepath.Base(p)); err == nil {
@@ -220,13 +220,18 @@ func TestOwnerLockOlderVersionStillCounts(t *testing.T) {
 	if uid, found, err := abstractOwner("sanqos-instance-" + inst); err != nil || !found || uid != 0 {
 		t.Fatalf("abstractOwner: uid %d, found %v, %v; want root's socket", uid, found, err)
 	}
-	lk, err := lockInstance(0, inst)
+	lk, err := LockInstance(0, inst)
 	if !errors.Is(err, ErrInstanceRunning) || !strings.Contains(err.Error(), "earlier version") {
-		lk.release()
+		lk.Release()
 		t.Fatalf("lock with an older sanqos holding the abstract name: %v, want ErrInstanceRunning naming it", err)
 	}
-	if lk, dead := tryLockDead(0, inst); dead {
-		lk.release()
+	if lk, dead := TryLockDead(0, inst); dead {
+		lk.Release()
 		t.Fatal("a clean-up took the lock of a live older instance")
 	}
+}
+
+// testInstance is an instance name no other test process uses at once.
+func testInstance(tag string) string {
+	return fmt.Sprintf("%s%06d", tag, os.Getpid()%1000000)
 }

@@ -1,4 +1,4 @@
-package throttle
+package owned
 
 import (
 	"crypto/sha256"
@@ -38,117 +38,93 @@ import (
 // meanwhile waits). The names of versions before ownership (chain SANQOS,
 // sets sanqos-<group>) have no lock and count as dead leftovers.
 
-// maxInstance is the longest instance name: the chain name must stay
+// MaxInstance is the longest instance name: the chain name must stay
 // within iptables' 28 characters and the set prefix leave room for the
 // group in ipset's 31.
-const maxInstance = 8
+const MaxInstance = 8
+
+// MaxSetName is the kernel's limit on ipset names (IPSET_MAXNAMELEN - 1).
+const MaxSetName = 31
 
 var instanceRE = regexp.MustCompile(`^[a-z0-9]{1,8}$`)
 
 // CheckInstance validates an instance name.
 func CheckInstance(name string) error {
 	if !instanceRE.MatchString(name) {
-		return fmt.Errorf("instance name %q: use 1 to %d lower-case letters or digits (it names the iptables chain, ipsets and lock)", name, maxInstance)
+		return fmt.Errorf("instance name %q: use 1 to %d lower-case letters or digits (it names the iptables chain, ipsets and lock)", name, MaxInstance)
 	}
 	return nil
 }
 
-// DefaultInstance is the instance name a backend takes when none is
-// given: nfqueue instances are told apart by their queue (two cannot bind
-// one queue anyway), tc instances by their device (one root qdisc each).
-func DefaultInstance(o Options) string {
-	switch o.Backend {
-	case "netem", "htb", "edt":
-		var b strings.Builder
-		b.WriteByte('t')
-		for _, r := range strings.ToLower(o.Dev) {
-			if (r >= 'a' && r <= 'z' || r >= '0' && r <= '9') && b.Len() < maxInstance {
-				b.WriteRune(r)
-			}
-		}
-		if b.Len() < 2 || len(o.Dev) > maxInstance-1 {
-			// Too long to spell out: a hash keeps distinct devices apart.
-			sum := sha256.Sum256([]byte(o.Dev))
-			return "t" + hex.EncodeToString(sum[:])[:maxInstance-1]
-		}
-		return b.String()
-	}
-	q := o.QueueNum
-	if q == 0 {
-		q = DefaultQueueNum
-	}
-	return fmt.Sprintf("q%d", q)
-}
-
-// owner names the kernel objects of one instance. The zero owner uses
+// Owner names the kernel objects of one instance. The zero Owner uses
 // the names of versions before ownership (tests of the rules only). The
-// instance's IPv6 half (v6) has its chain in ip6tables, under the same
+// instance's IPv6 half (V6) has its chain in ip6tables, under the same
 // name, and its sets (family inet6) marked with v6Mark after the
 // instance name: sanqos-<instance>.6-<group>.
-type owner struct {
-	name string
-	v6   bool
+type Owner struct {
+	Name string
+	V6   bool
 }
 
 // v6Mark follows the instance name in the names of its IPv6 sets.
 const v6Mark = ".6"
 
-// isV6Set reports whether a set name is of an owner's IPv6 half.
-func isV6Set(name string) bool {
+// IsV6Set reports whether a set name is of an owner's IPv6 half.
+func IsV6Set(name string) bool {
 	rest, ok := strings.CutPrefix(name, SetPrefix)
 	inst, _, found := strings.Cut(rest, "-")
 	return ok && found && strings.HasSuffix(inst, v6Mark)
 }
 
-// chain is the owner's iptables chain.
-func (o owner) chain() string {
-	if o.name == "" {
+// Chain is the owner's iptables Chain.
+func (o Owner) Chain() string {
+	if o.Name == "" {
 		return Chain
 	}
-	return Chain + "-" + o.name
+	return Chain + "-" + o.Name
 }
 
-// setPrefix starts the name of every ipset of the owner.
-func (o owner) setPrefix() string {
-	if o.name == "" {
+// SetPrefix starts the name of every ipset of the owner.
+func (o Owner) SetPrefix() string {
+	if o.Name == "" {
 		return SetPrefix
 	}
-	if o.v6 {
-		return SetPrefix + o.name + v6Mark + "-"
+	if o.V6 {
+		return SetPrefix + o.Name + v6Mark + "-"
 	}
-	return SetPrefix + o.name + "-"
+	return SetPrefix + o.Name + "-"
 }
 
-// set turns a group's set name (SetName) into the owner's: the same
-// suffix after the owner's prefix, hashed to fit when too long.
-func (o owner) set(logical string) string {
+// Set turns a group's set name (throttle.SetName) into the owner's: the
+// same suffix after the owner's prefix, hashed to fit when too long.
+func (o Owner) Set(logical string) string {
 	rest := strings.TrimPrefix(logical, SetPrefix)
-	p := o.setPrefix()
-	if len(p)+len(rest) <= maxSetName {
+	p := o.SetPrefix()
+	if len(p)+len(rest) <= MaxSetName {
 		return p + rest
 	}
 	sum := sha256.Sum256([]byte(rest))
 	h := hex.EncodeToString(sum[:4])
-	return p + rest[:maxSetName-len(p)-len(h)-1] + "-" + h
+	return p + rest[:MaxSetName-len(p)-len(h)-1] + "-" + h
 }
 
-var ruleSetRef = regexp.MustCompile(`(--(?:match|add)-set )(\S+)`)
+var RuleSetRef = regexp.MustCompile(`(--(?:match|add)-set )(\S+)`)
 
-// rule rewrites a rule of the logical chain and sets into the owner's.
-func (o owner) rule(r string) string {
-	if r == inputJump(Chain) {
-		return inputJump(o.chain())
+// Rule rewrites a Rule of the logical chain and sets into the owner's.
+func (o Owner) Rule(r string) string {
+	if r == InputJump(Chain) {
+		return InputJump(o.Chain())
 	}
-	r = strings.Replace(r, "-A "+Chain+" ", "-A "+o.chain()+" ", 1)
-	return ruleSetRef.ReplaceAllStringFunc(r, func(m string) string {
-		sub := ruleSetRef.FindStringSubmatch(m)
-		return sub[1] + o.set(sub[2])
+	r = strings.Replace(r, "-A "+Chain+" ", "-A "+o.Chain()+" ", 1)
+	return RuleSetRef.ReplaceAllStringFunc(r, func(m string) string {
+		sub := RuleSetRef.FindStringSubmatch(m)
+		return sub[1] + o.Set(sub[2])
 	})
 }
 
-// chainOwner says whose chain name is: ok false for chains not ours at
+// ChainOwner says whose chain name is: ok false for chains not ours at
 // all, "" for a chain of a version before ownership.
-func chainOwner(name string) (inst string, ok bool) {
+func ChainOwner(name string) (inst string, ok bool) {
 	if name == Chain {
 		return "", true
 	}
@@ -156,11 +132,11 @@ func chainOwner(name string) (inst string, ok bool) {
 	return inst, ok && instanceRE.MatchString(inst)
 }
 
-// setOwner says whose set name is (see chainOwner). A set of a version
+// SetOwner says whose set name is (see chainOwner). A set of a version
 // before ownership whose group name has a dash reads as owned by the part
 // before it; such an instance is almost surely dead, and if it lives its
 // lock keeps the set.
-func setOwner(name string) (inst string, ok bool) {
+func SetOwner(name string) (inst string, ok bool) {
 	rest, ok := strings.CutPrefix(name, SetPrefix)
 	if !ok {
 		return "", false
@@ -197,17 +173,17 @@ const legacyLockPrefix = "@sanqos-instance-"
 // ErrInstanceRunning says the instance's lock is held by a live process.
 var ErrInstanceRunning = errors.New("a sanqos instance of that name is running in this network namespace")
 
-// instanceLock is held for as long as an instance lives: the locked file
+// Lock is held for as long as an instance lives: the locked file
 // (fd, at path) and, if it could be bound, the legacy abstract socket
 // (sock, -1 when not).
-type instanceLock struct {
+type Lock struct {
 	fd, sock int
 	path     string
 }
 
-// lockPath is the lock file of instance name in network namespace ns (0:
+// LockPath is the lock file of instance name in network namespace ns (0:
 // the caller's).
-func lockPath(ns int, name string) (string, error) {
+func LockPath(ns int, name string) (string, error) {
 	var st unix.Stat_t
 	var err error
 	if ns == 0 {
@@ -249,8 +225,8 @@ func openLockDir() (int, error) {
 // bindLock takes the lock of instance name in network namespace ns (0:
 // the caller's) if it is free; EWOULDBLOCK says another process holds
 // it.
-func bindLock(ns int, name string) (*instanceLock, error) {
-	path, err := lockPath(ns, name)
+func bindLock(ns int, name string) (*Lock, error) {
+	path, err := LockPath(ns, name)
 	if err != nil {
 		return nil, err
 	}
@@ -267,7 +243,7 @@ func bindLock(ns int, name string) (*instanceLock, error) {
 		}
 		return nil, fmt.Errorf("locking %s: %w", path, err)
 	}
-	lk := &instanceLock{fd: fd, sock: -1, path: path}
+	lk := &Lock{fd: fd, sock: -1, path: path}
 	// See legacyLockPrefix.
 	var olderRuns bool
 	_ = inNetNS(ns, func() error {
@@ -288,7 +264,7 @@ func bindLock(ns int, name string) (*instanceLock, error) {
 		return err
 	})
 	if olderRuns {
-		lk.release()
+		lk.Release()
 		return nil, fmt.Errorf("%w (a sanqos of an earlier version, as root, holds %s%s)", unix.EWOULDBLOCK, legacyLockPrefix, name)
 	}
 	return lk, nil
@@ -404,14 +380,14 @@ func openLocked(dfd int, name string) (int, error) {
 	return -1, errors.New("the lock file keeps being replaced")
 }
 
-// lockInstance takes the lock of instance name in network namespace ns.
+// LockInstance takes the lock of instance name in network namespace ns.
 // An instance that is only being checked by another's clean-up holds it
 // for milliseconds, so a few tries over 200 ms tell that from a live
 // instance.
-func lockInstance(ns int, name string) (*instanceLock, error) {
+func LockInstance(ns int, name string) (*Lock, error) {
 	var err error
 	for range 10 {
-		var lk *instanceLock
+		var lk *Lock
 		if lk, err = bindLock(ns, name); err == nil {
 			return lk, nil
 		}
@@ -420,7 +396,7 @@ func lockInstance(ns int, name string) (*instanceLock, error) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	path, _ := lockPath(ns, name)
+	path, _ := LockPath(ns, name)
 	if err == unix.EWOULDBLOCK {
 		return nil, fmt.Errorf("instance %q (lock %s): %w", name, path, ErrInstanceRunning)
 	}
@@ -428,13 +404,13 @@ func lockInstance(ns int, name string) (*instanceLock, error) {
 	return nil, fmt.Errorf("instance %q (lock %s): %w: %v", name, path, ErrInstanceRunning, err)
 }
 
-// tryLockDead takes the lock of instance name if it is free, at once.
-func tryLockDead(ns int, name string) (*instanceLock, bool) {
+// TryLockDead takes the lock of instance name if it is free, at once.
+func TryLockDead(ns int, name string) (*Lock, bool) {
 	lk, err := bindLock(ns, name)
 	return lk, err == nil
 }
 
-func (lk *instanceLock) release() {
+func (lk *Lock) Release() {
 	if lk == nil {
 		return
 	}

@@ -1,4 +1,4 @@
-package throttle
+package owned
 
 import (
 	"bytes"
@@ -18,7 +18,7 @@ import (
 )
 
 // Kernel objects owned by this package. Everything carries the sanqos
-// prefix and the name of the instance that made it (see owner), so that
+// prefix and the name of the instance that made it (see Owner), so that
 // a dead run's leftovers can be found and removed without touching
 // anything else.
 const (
@@ -104,16 +104,16 @@ func RestoreText(chain string, rules []string, jumps []string) string {
 	return b.String()
 }
 
-// inputJump is the rule by which a chain's rules ask for a jump from
+// InputJump is the rule by which a chain's rules ask for a jump from
 // INPUT as well, to see what clients send (see Firewall.Replace).
-func inputJump(chain string) string { return "-A INPUT -j " + chain }
+func InputJump(chain string) string { return "-A INPUT -j " + chain }
 
 // splitJumps takes the INPUT jump out of rules: the jumps a chain needs,
 // and its own rules.
 func splitJumps(chain string, rules []string) (jumps, own []string) {
 	jumps = []string{hook}
 	for _, r := range rules {
-		if r == inputJump(chain) {
+		if r == InputJump(chain) {
 			jumps = append(jumps, "INPUT")
 			continue
 		}
@@ -282,7 +282,7 @@ func isSetBusy(err error) bool {
 }
 
 // forget drops what f remembers of the jumps it added, so that the next
-// Replace checks every jump in the kernel (see reconciler.invalidate).
+// Replace checks every jump in the kernel (see Reconciler.Invalidate).
 func (f *Iptables) forget() { f.jumped = nil }
 
 func (f *Iptables) Chains(ctx context.Context) ([]string, error) {
@@ -335,9 +335,9 @@ func (s Ipsets) Create(ctx context.Context, name string) error {
 	// With timeout support, so that the entries the kernel adds for an
 	// armed consumer lapse on their own (see "Arming"); ours are added
 	// with timeout 0, permanent.
-	armed := uint32(armTimeout)
+	armed := uint32(ArmTimeout)
 	opts := netlink.IpsetCreateOptions{Replace: true, Family: unix.AF_INET, Timeout: &armed}
-	if isV6Set(name) {
+	if IsV6Set(name) {
 		opts.Family = unix.AF_INET6
 	}
 	if err := s.h().IpsetCreate(name, "hash:ip", opts); err != nil {
@@ -377,3 +377,13 @@ func (s Ipsets) Destroy(ctx context.Context, name string) error {
 // errBusy is what the fake kernel returns when a set still in use by a
 // rule is destroyed, like the real one (EBUSY).
 var errBusy = errors.New("set is in use by a rule")
+
+// jumpsTo lists the hooks whose jumps to chain Remove deletes: any chain
+// of ours may be jumped to from INPUT too (older wire counters' always,
+// the nfqueue backend's while it arms consumers).
+func jumpsTo(string) []string { return []string{hook, "INPUT"} }
+
+// ArmTimeout is the default timeout, in seconds, of our ipsets: the
+// smallest an ipset entry can live. Our own entries are permanent; those
+// the kernel adds for an armed consumer (throttle's arm.go) lapse after it.
+const ArmTimeout = 1

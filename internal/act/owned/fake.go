@@ -1,4 +1,4 @@
-package throttle
+package owned
 
 import (
 	"context"
@@ -128,6 +128,40 @@ func (k *FakeKernel) FlushSets() {
 	}
 }
 
+// SetChain gives chain rules behind the reconciler's back, as another
+// tool editing our chain would; jumps and sets stay.
+func (k *FakeKernel) SetChain(chain string, rules []string) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.chains[chain] = rules
+}
+
+// PutSet makes set name hold members behind the reconciler's back (a set
+// of another tool, with Foreign).
+func (k *FakeKernel) PutSet(name string, members ...netip.Addr) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.sets[name] = map[netip.Addr]bool{}
+	for _, m := range members {
+		k.sets[name][m] = true
+	}
+}
+
+// DropSet destroys set name behind the reconciler's back.
+func (k *FakeKernel) DropSet(name string) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	delete(k.sets, name)
+}
+
+// HasSet reports whether set name exists, ours or not.
+func (k *FakeKernel) HasSet(name string) bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	_, ok := k.sets[name]
+	return ok
+}
+
 // Crash leaves state as a killed daemon of a version before ownership
 // would: twice-jumped chain and a stale set, to test start-up cleanup.
 func (k *FakeKernel) Crash(rules []string, sets map[string][]netip.Addr) {
@@ -254,4 +288,14 @@ func (k *FakeKernel) String() string {
 		b.WriteByte('\n')
 	}
 	return b.String()
+}
+
+// sortedAddrs are m's addresses in order.
+func sortedAddrs[V any](m map[netip.Addr]V) []netip.Addr {
+	out := make([]netip.Addr, 0, len(m))
+	for a := range m {
+		out = append(out, a)
+	}
+	slices.SortFunc(out, func(x, y netip.Addr) int { return x.Compare(y) })
+	return out
 }
