@@ -2,10 +2,9 @@ package throttle
 
 import (
 	"fmt"
-	"net/netip"
-	"slices"
 
 	"github.com/sanqos/sanqos/internal/act/owned"
+	"github.com/sanqos/sanqos/internal/act/plan"
 )
 
 // Arming. The engine sees a writer only once its writes show in a
@@ -53,55 +52,21 @@ import (
 // before, and the next start removes the chain with its jumps.
 const armTimeout = owned.ArmTimeout
 
-// armSuffix follows a group's set name in the name of its set of armed
-// consumers. SetName never yields a ':', so no group's set can be
-// another group's armed set.
-const armSuffix = ":arm"
-
-// armSetName is the set of the consumers group arms.
-func armSetName(group string) string { return SetName(group) + armSuffix }
-
 // armRules renders the arming rules of the groups in s that arm anyone,
 // with the INPUT jump they need; small and def are the ports' splits.
 func armRules(s State, small map[uint16]int, def int) []string {
 	var out []string
-	for _, g := range sortedGroups(s) {
-		if !g.armed() {
+	for _, g := range plan.SortedGroups(s) {
+		if !g.Arms() {
 			continue
 		}
-		for _, pg := range splitGroups(g.ports(), small, def) {
+		for _, pg := range plan.SplitGroups(g.TargetPorts(), small, def) {
 			out = append(out, fmt.Sprintf("-A %s -p tcp -m multiport --dports %s -m length --length %d:65535 -m set --match-set %s src -j SET --add-set %s src --timeout %d",
-				owned.Chain, portList(pg.ports), lengthSplit(pg.small)+1, armSetName(g.Name), SetName(g.Name), armTimeout))
+				owned.Chain, plan.PortList(pg.Ports), lengthSplit(pg.Small)+1, plan.ArmSetName(g.Name), plan.SetName(g.Name), armTimeout))
 		}
 	}
 	if len(out) > 0 {
 		out = append([]string{owned.InputJump(owned.Chain)}, out...)
-	}
-	return out
-}
-
-// armSets adds to sets the set of armed consumers of each group of s
-// that arms anyone.
-func armSets(s State, sets map[string][]netip.Addr) {
-	for _, g := range s.Groups {
-		if !g.armed() {
-			continue
-		}
-		ms := make([]netip.Addr, 0, len(g.Armed))
-		for _, a := range g.Armed {
-			ms = append(ms, a.Unmap())
-		}
-		sets[armSetName(g.Name)] = ms
-	}
-}
-
-// withoutArming returns s with no group arming anyone, for the backends
-// that do not arm (netem, htb): they would create sets no rule uses. The
-// edt backend arms in its ingress program (bpf/edt.bpf.c).
-func withoutArming(s State) State {
-	out := State{Groups: slices.Clone(s.Groups)}
-	for i := range out.Groups {
-		out.Groups[i].Armed, out.Groups[i].ArmedDelay = nil, 0
 	}
 	return out
 }
@@ -111,7 +76,7 @@ func withoutArming(s State) State {
 // its delay on its first packet.
 func armedDelays(s State, t delays) {
 	for _, g := range s.Groups {
-		if !g.armed() {
+		if !g.Arms() {
 			continue
 		}
 		for _, a := range g.Armed {

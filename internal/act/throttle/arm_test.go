@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sanqos/sanqos/internal/act/owned"
+	"github.com/sanqos/sanqos/internal/act/plan"
 )
 
 // TestArmingPlan: a group that arms a consumer installs, beside its queue
@@ -96,7 +97,7 @@ func TestArmingByFamily(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			s := State{Groups: []Group{{Name: "vg", Members: tt.members, WriteDelay: time.Millisecond, Armed: tt.armed, ArmedDelay: time.Millisecond}}}
 			rules := append(NfqueueRules(s, 1), armRules(s, nil, 128)...)
-			r4, _, r6, _ := byFamily(rules, wantSets(s))
+			r4, _, r6, _ := byFamily(rules, plan.WantSets(s))
 			for _, c := range []struct {
 				half  string
 				rules []string
@@ -131,26 +132,10 @@ func TestArmingRulesDoNotGrowWithTheArmed(t *testing.T) {
 		t.Fatalf("%d arming rules for %d armed consumers, want 2:\n%s", len(rules), len(armed), strings.Join(rules[:min(len(rules), 4)], "\n"))
 	}
 	var holds bool
-	for _, ms := range wantSets(s) {
+	for _, ms := range plan.WantSets(s) {
 		holds = holds || len(ms) == len(armed)
 	}
 	if !holds {
-		t.Errorf("no set holds the %d armed consumers: %v", len(armed), wantSets(s))
-	}
-}
-
-// The backends that do not arm (netem, htb: Split) get no set of armed
-// consumers, which no rule of theirs would use.
-func TestSplitLeavesArmingOut(t *testing.T) {
-	s := State{Groups: []Group{{Name: "vg", Members: []netip.Addr{ip("10.0.0.3")}, WriteDelay: time.Millisecond,
-		Armed: []netip.Addr{ip("10.0.0.2")}, ArmedDelay: time.Millisecond}}}
-	got, _ := Split(s)
-	for n := range wantSets(got) {
-		if strings.HasSuffix(n, armSuffix) {
-			t.Errorf("set %s for a backend that does not arm", n)
-		}
-	}
-	if len(s.Groups[0].Armed) != 1 {
-		t.Error("Split changed the caller's state")
+		t.Errorf("no set holds the %d armed consumers: %v", len(armed), plan.WantSets(s))
 	}
 }

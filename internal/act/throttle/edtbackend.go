@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sanqos/sanqos/internal/act/owned"
+	"github.com/sanqos/sanqos/internal/act/plan"
 )
 
 // DefaultEDTTTL is how long an edt delay lives without renewal: ten of the
@@ -135,12 +136,12 @@ func (b *EDT) Name() string { return "edt" }
 // used only where no delay of its own holds its writes.
 func (b *EDT) want(s State) map[edtKey]edtEntry {
 	w := map[edtKey]edtEntry{}
-	for _, g := range sortedGroups(s) {
-		if !g.armed() {
+	for _, g := range plan.SortedGroups(s) {
+		if !g.Arms() {
 			continue
 		}
 		for _, a := range g.Armed {
-			for _, p := range g.ports() {
+			for _, p := range g.TargetPorts() {
 				k := edtKey{a.Unmap(), p}
 				e := w[k]
 				e.armed = max(e.armed, g.ArmedDelay)
@@ -148,7 +149,7 @@ func (b *EDT) want(s State) map[edtKey]edtEntry {
 			}
 		}
 	}
-	for _, g := range sortedGroups(s) {
+	for _, g := range plan.SortedGroups(s) {
 		var dir Direction
 		delay := max(g.WriteDelay, g.ReadDelay)
 		if g.WriteDelay > 0 {
@@ -161,7 +162,7 @@ func (b *EDT) want(s State) map[edtKey]edtEntry {
 			continue
 		}
 		for _, m := range g.Members {
-			for _, p := range g.ports() {
+			for _, p := range g.TargetPorts() {
 				k := edtKey{m.Unmap(), p}
 				e := w[k]
 				e.dir, e.delay = e.dir|dir, max(e.delay, delay)
@@ -170,7 +171,7 @@ func (b *EDT) want(s State) map[edtKey]edtEntry {
 		}
 	}
 	for k, e := range w {
-		e.split, e.rise = smallOf(b.small, b.smallDef, k.port), b.rise
+		e.split, e.rise = plan.SmallOf(b.small, b.smallDef, k.port), b.rise
 		w[k] = e
 	}
 	return w
@@ -180,7 +181,7 @@ func (b *EDT) want(s State) map[edtKey]edtEntry {
 // lowered delay is not a reordering: the program never gives a packet a
 // departure time before the one it gave the initiator's last.
 func (b *EDT) Apply(_ context.Context, s State) error {
-	if err := validateShape(s); err != nil {
+	if err := plan.ValidateShape(s); err != nil {
 		return err
 	}
 	w := b.want(s)

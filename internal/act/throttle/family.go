@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/sanqos/sanqos/internal/act/owned"
+	"github.com/sanqos/sanqos/internal/act/plan"
 )
 
 // byFamily splits rules and sets (logical names) into those of IPv4 and
@@ -38,8 +39,8 @@ func byFamily(rules []string, sets map[string][]netip.Addr) (rules4 []string, se
 		case r == owned.InputJump(owned.Chain):
 		case m == nil:
 			rules4 = append(rules4, r)
-		case strings.HasSuffix(m[2], armSuffix):
-			group := strings.TrimSuffix(m[2], armSuffix)
+		case strings.HasSuffix(m[2], plan.ArmSuffix):
+			group := strings.TrimSuffix(m[2], plan.ArmSuffix)
 			if len(sets4[m[2]]) > 0 {
 				rules4, arms4 = append(rules4, r), true
 			}
@@ -52,7 +53,7 @@ func byFamily(rules []string, sets map[string][]netip.Addr) (rules4 []string, se
 			// A queueing rule only where its set can hold anyone: its
 			// members, or armed consumers the kernel adds. A rule over
 			// an empty set would still be on every packet's path.
-			if len(sets4[m[2]]) > 0 || len(sets4[m[2]+armSuffix]) > 0 {
+			if len(sets4[m[2]]) > 0 || len(sets4[m[2]+plan.ArmSuffix]) > 0 {
 				rules4 = append(rules4, r)
 			}
 			// (The IPv6 half has a group's set only with IPv6 members,

@@ -7,6 +7,7 @@ import (
 	"slices"
 
 	"github.com/sanqos/sanqos/internal/act/owned"
+	"github.com/sanqos/sanqos/internal/act/plan"
 )
 
 // HTB throttles the read direction by bandwidth instead of delay (thesis
@@ -70,12 +71,12 @@ func (b *HTB) plan(s State) (map[int]uint64, []string) {
 	classes := map[int]uint64{}
 	var rules []string
 	ports := map[netip.Addr][]uint16{}
-	for _, g := range sortedGroups(s) {
+	for _, g := range plan.SortedGroups(s) {
 		if g.ReadRate == 0 {
 			continue
 		}
 		for _, m := range g.Members {
-			ports[m.Unmap()] = append(ports[m.Unmap()], g.ports()...)
+			ports[m.Unmap()] = append(ports[m.Unmap()], g.TargetPorts()...)
 		}
 	}
 	for _, a := range addrs {
@@ -87,21 +88,21 @@ func (b *HTB) plan(s State) (map[int]uint64, []string) {
 		}
 		classes[mi] = w[a]
 		ps := slices.Compact(slices.Sorted(slices.Values(ports[a])))
-		for _, pg := range splitGroups(ps, b.cfg.SmallSegments, b.cfg.SmallSegment) {
+		for _, pg := range plan.SplitGroups(ps, b.cfg.SmallSegments, b.cfg.SmallSegment) {
 			rules = append(rules, fmt.Sprintf("-A %s -d %s/32 %s %s -j CLASSIFY --set-class %s",
-				owned.Chain, a, portMatch(pg.ports), dirMatch(Read, pg.small), classID(HTBHandle, mi)))
+				owned.Chain, a, plan.PortMatch(pg.Ports), dirMatch(Read, pg.Small), classID(HTBHandle, mi)))
 		}
 	}
 	return classes, rules
 }
 
 func (b *HTB) Apply(ctx context.Context, s State) error {
-	if err := validateShape(s); err != nil {
+	if err := plan.ValidateShape(s); err != nil {
 		return err
 	}
 	// What cannot be programmed (an IPv6 member) is left out and
 	// reported; the rest is applied.
-	s, refused := Split(s)
+	s, refused := plan.Split(s)
 	if err := b.lock(); err != nil {
 		return err
 	}

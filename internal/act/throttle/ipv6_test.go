@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/sanqos/sanqos/internal/act/owned"
+	"github.com/sanqos/sanqos/internal/act/plan"
 )
 
 // TestByFamily: a group with IPv4 and IPv6 members has its IPv4 set and
@@ -23,7 +24,7 @@ func TestByFamily(t *testing.T) {
 		{Name: "vg", Members: []netip.Addr{ip("10.0.0.2"), ip("fd00::2")}, WriteDelay: time.Millisecond},
 		{Name: "pool", Members: []netip.Addr{ip("10.0.0.3")}, WriteDelay: time.Millisecond},
 	}}
-	r4, s4, r6, s6 := byFamily(NfqueueRules(s, 1), wantSets(s))
+	r4, s4, r6, s6 := byFamily(NfqueueRules(s, 1), plan.WantSets(s))
 	if len(r4) != 2 || len(s4) != 2 || !slices.Equal(s4["sanqos-vg"], []netip.Addr{ip("10.0.0.2")}) {
 		t.Fatalf("IPv4 half: %v %v", r4, s4)
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sanqos/sanqos/internal/act/owned"
+	"github.com/sanqos/sanqos/internal/act/plan"
 )
 
 // A jump someone else removed (iptables -t mangle -F POSTROUTING) comes
@@ -20,12 +21,12 @@ func TestReplaceRestoresAJumpRemovedByOthers(t *testing.T) {
 	rc := owned.NewReconciler(&owned.Iptables{Run: rec}, k)
 	one := State{Groups: []Group{{Name: "a", Members: []netip.Addr{ip("10.0.0.2")}, WriteDelay: time.Millisecond}}}
 	two := State{Groups: append(one.Groups, Group{Name: "b", Members: []netip.Addr{ip("10.0.0.3")}, WriteDelay: time.Millisecond})}
-	if err := rc.Apply(ctx, NfqueueRules(one, 1), wantSets(one)); err != nil {
+	if err := rc.Apply(ctx, NfqueueRules(one, 1), plan.WantSets(one)); err != nil {
 		t.Fatal(err)
 	}
 	rec.jump = false // flushed by another tool
 	rec.b.Reset()
-	if err := rc.Apply(ctx, NfqueueRules(two, 1), wantSets(two)); err != nil {
+	if err := rc.Apply(ctx, NfqueueRules(two, 1), plan.WantSets(two)); err != nil {
 		t.Fatal(err)
 	}
 	if !rec.jump {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sanqos/sanqos/internal/act/owned"
+	"github.com/sanqos/sanqos/internal/act/plan"
 )
 
 // Qdisc handles (hex majors) of the tc backends, one each so that a
@@ -68,7 +69,7 @@ func (c *TCConfig) defaults(backend string) error {
 	if c.SmallSegment == 0 {
 		c.SmallSegment = DefaultSmallSegment
 	}
-	if err := ValidateSmallSegments(c.SmallSegments); err != nil {
+	if err := plan.ValidateSmallSegments(c.SmallSegments); err != nil {
 		return err
 	}
 	if c.Run == nil {
@@ -170,7 +171,7 @@ func (b *Netem) Name() string { return "netem" }
 // leaf nearest the requested delay.
 func (b *Netem) Rules(s State) []string {
 	var out []string
-	for _, g := range sortedGroups(s) {
+	for _, g := range plan.SortedGroups(s) {
 		for _, dir := range []Direction{Write, Read} {
 			d := g.WriteDelay
 			if dir == Read {
@@ -180,9 +181,9 @@ func (b *Netem) Rules(s State) []string {
 			if i < 0 {
 				continue
 			}
-			for _, pg := range splitGroups(g.ports(), b.cfg.SmallSegments, b.cfg.SmallSegment) {
+			for _, pg := range plan.SplitGroups(g.TargetPorts(), b.cfg.SmallSegments, b.cfg.SmallSegment) {
 				out = append(out, fmt.Sprintf("-A %s %s -m set --match-set %s dst %s -j CLASSIFY --set-class %s",
-					owned.Chain, portMatch(pg.ports), SetName(g.Name), dirMatch(dir, pg.small), classID(NetemHandle, classBase+i)))
+					owned.Chain, plan.PortMatch(pg.Ports), plan.SetName(g.Name), dirMatch(dir, pg.Small), classID(NetemHandle, classBase+i)))
 			}
 		}
 	}
@@ -190,12 +191,12 @@ func (b *Netem) Rules(s State) []string {
 }
 
 func (b *Netem) Apply(ctx context.Context, s State) error {
-	if err := validateShape(s); err != nil {
+	if err := plan.ValidateShape(s); err != nil {
 		return err
 	}
 	// What cannot be programmed (an IPv6 member) is left out and
 	// reported; the rest is applied.
-	s, refused := Split(s)
+	s, refused := plan.Split(s)
 	if err := b.lock(); err != nil {
 		return err
 	}
@@ -206,7 +207,7 @@ func (b *Netem) Apply(ctx context.Context, s State) error {
 			return err
 		}
 	}
-	if err := b.rec.Apply(ctx, rules, wantSets(s)); err != nil {
+	if err := b.rec.Apply(ctx, rules, plan.WantSets(s)); err != nil {
 		return fmt.Errorf("programming the netem data path: %w", err)
 	}
 	if len(rules) == 0 {

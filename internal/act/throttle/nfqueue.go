@@ -15,6 +15,7 @@ import (
 	"github.com/sanqos/sanqos/internal/act/nfq"
 	"github.com/sanqos/sanqos/internal/act/owned"
 	"github.com/sanqos/sanqos/internal/act/packetpath"
+	"github.com/sanqos/sanqos/internal/act/plan"
 )
 
 // Defaults of the nfqueue backend.
@@ -22,13 +23,8 @@ const (
 	// DefaultQueueNum is the NFQUEUE number our rules send packets to.
 	// Any 16-bit number works; the iSCSI port is easy to recognise in
 	// iptables-save and unlikely to be used by anything else on a target.
-	DefaultQueueNum = 3260
-	// DefaultSmallSegment is the largest TCP payload (bytes) that counts as
-	// write-direction traffic. A synchronous iSCSI writer waits for an R2T
-	// and a SCSI Response PDU per command: 48-byte headers plus at most a
-	// little sense data. 128 bytes keeps those and pure ACKs, and leaves
-	// every read data segment (kilobytes) in the read direction.
-	DefaultSmallSegment = 128
+	DefaultQueueNum     = 3260
+	DefaultSmallSegment = plan.DefaultSmallSegment
 	// DefaultMaxBacklog is the budget of packets held in user space for
 	// all consumers; beyond it each consumer may hold its share, and
 	// beyond twice it every packet passes at once (see packetpath). At
@@ -208,7 +204,7 @@ func NewNfqueue(ctx context.Context, cfg NfqueueConfig) (*Nfqueue, error) {
 	if err := owned.CheckInstance(cfg.Instance); err != nil {
 		return nil, err
 	}
-	if err := ValidateSmallSegments(cfg.SmallSegments); err != nil {
+	if err := plan.ValidateSmallSegments(cfg.SmallSegments); err != nil {
 		return nil, err
 	}
 	lock, err := owned.LockInstance(cfg.NetNS, cfg.Instance)
@@ -353,15 +349,15 @@ func (b *Nfqueue) rules(s State) []string { return NfqueueRules(s, b.cfg.QueueNu
 // NfqueueRules are the chain rules of the nfqueue backend for s.
 func NfqueueRules(s State, queue uint16) []string {
 	var out []string
-	for _, g := range sortedGroups(s) {
+	for _, g := range plan.SortedGroups(s) {
 		out = append(out, fmt.Sprintf("-A %s %s -m set --match-set %s dst -j NFQUEUE --queue-num %d --queue-bypass",
-			owned.Chain, portMatch(g.ports()), SetName(g.Name), queue))
+			owned.Chain, plan.PortMatch(g.TargetPorts()), plan.SetName(g.Name), queue))
 	}
 	return out
 }
 
 func (b *Nfqueue) Apply(ctx context.Context, s State) error {
-	if err := validateShape(s); err != nil {
+	if err := plan.ValidateShape(s); err != nil {
 		return err
 	}
 	b.mu.Lock()
@@ -376,7 +372,7 @@ func (b *Nfqueue) Apply(ctx context.Context, s State) error {
 	// member again.
 	var refused *Refused
 	if !b.splitClean || !b.members.sameMembers(s) {
-		s, refused = split(s, b.rec6 != nil)
+		s, refused = plan.SplitV6(s, b.rec6 != nil)
 		b.splitClean = refused == nil
 	}
 	t := b.members.apply(s, b.clk.Now())

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sanqos/sanqos/internal/act/owned"
+	"github.com/sanqos/sanqos/internal/act/plan"
 )
 
 // testInstance is an instance name no other test process uses at once.
@@ -40,7 +41,7 @@ func TestOwnersNeverTouchEachOther(t *testing.T) {
 	if err := recA.Reset(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := recA.Apply(ctx, NfqueueRules(sA, 1), wantSets(sA)); err != nil {
+	if err := recA.Apply(ctx, NfqueueRules(sA, 1), plan.WantSets(sA)); err != nil {
 		t.Fatal(err)
 	}
 	aHolds := k.String()
@@ -66,7 +67,7 @@ func TestOwnersNeverTouchEachOther(t *testing.T) {
 		t.Fatalf("after B's start the kernel holds\n%s\nwant A's state only:\n%s", got, aHolds)
 	}
 	sB := State{Groups: []Group{{Name: "vg", Members: []netip.Addr{ip("10.0.0.3")}, WriteDelay: 5 * time.Millisecond}}}
-	if err := recB.Apply(ctx, NfqueueRules(sB, 2), wantSets(sB)); err != nil {
+	if err := recB.Apply(ctx, NfqueueRules(sB, 2), plan.WantSets(sB)); err != nil {
 		t.Fatal(err)
 	}
 	if got := k.String(); !containsLines(got, aHolds) || !strings.Contains(got, owned.SetPrefix+b+"-vg: 10.0.0.3") {
@@ -117,7 +118,7 @@ func TestOwnedNamesFit(t *testing.T) {
 			t.Fatalf("chainOwner(%q) = %q %v", o.Chain(), in, ok)
 		}
 		for _, g := range []string{"vg", "a-very-long-resource-name-that-needs-hashing", "a-very-long-resource-name-that-needs-hashinG", "fs/sda1"} {
-			n := o.Set(SetName(g))
+			n := o.Set(plan.SetName(g))
 			if len(n) > owned.MaxSetName {
 				t.Fatalf("set %q over %d characters", n, owned.MaxSetName)
 			}
@@ -163,10 +164,10 @@ func TestMixedIPv6StateKeepsIPv4Controlled(t *testing.T) {
 		{Name: "pool", Members: []netip.Addr{ip("10.0.0.3")}, WriteDelay: 5 * time.Millisecond},
 		{Name: "wide", Members: []netip.Addr{ip("10.0.0.5")}, Ports: many, WriteDelay: 5 * time.Millisecond},
 	}}
-	if err := validateShape(s); err != nil {
+	if err := plan.ValidateShape(s); err != nil {
 		t.Fatal(err)
 	}
-	ok, refused := Split(s)
+	ok, refused := plan.Split(s)
 	if refused == nil || len(refused.Reasons) != 2 {
 		t.Fatalf("refused %v, want the IPv6 consumer and the 16-port group", refused)
 	}
@@ -178,7 +179,7 @@ func TestMixedIPv6StateKeepsIPv4Controlled(t *testing.T) {
 	}
 	k := owned.NewFakeKernel()
 	rec := owned.NewReconciler(k, k)
-	if err := rec.Apply(context.Background(), NfqueueRules(ok, 1), wantSets(ok)); err != nil {
+	if err := rec.Apply(context.Background(), NfqueueRules(ok, 1), plan.WantSets(ok)); err != nil {
 		t.Fatal(err)
 	}
 	got := k.String()
@@ -190,32 +191,8 @@ func TestMixedIPv6StateKeepsIPv4Controlled(t *testing.T) {
 	if strings.Contains(got, "wide") {
 		t.Fatalf("the refused group was programmed:\n%s", got)
 	}
-	if _, refused := Split(s); refused == nil {
+	if _, refused := plan.Split(s); refused == nil {
 		t.Fatal("Split (what the tc backends leave out) kept IPv6 and 16 ports")
-	}
-}
-
-// TestValidatePorts: the port validator config and the control socket
-// use refuses what one iptables rule cannot take.
-func TestValidatePorts(t *testing.T) {
-	if err := ValidatePorts([]int{3260, 3261, 3261}); err != nil {
-		t.Fatal(err)
-	}
-	fifteen := make([]uint16, 15)
-	for i := range fifteen {
-		fifteen[i] = uint16(1 + i)
-	}
-	if err := ValidatePorts(fifteen); err != nil {
-		t.Fatalf("15 ports refused: %v", err)
-	}
-	if err := ValidatePorts(append(fifteen, 16)); err == nil || !strings.Contains(err.Error(), "at most 15") {
-		t.Fatalf("16 ports: %v", err)
-	}
-	if err := ValidatePorts([]int{0}); err == nil {
-		t.Fatal("port 0 accepted")
-	}
-	if err := ValidatePorts([]int{70000}); err == nil {
-		t.Fatal("port 70000 accepted")
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 
 	"github.com/sanqos/sanqos/internal/act/nfq"
 	"github.com/sanqos/sanqos/internal/act/packetpath"
+	"github.com/sanqos/sanqos/internal/act/plan"
 )
 
 // delays is the per-consumer delay table the packet path reads.
@@ -299,7 +300,7 @@ func (b *Nfqueue) handle(pk nfq.Packet) {
 		b.atOnce = append(b.atOnce, pk.ID)
 		return
 	}
-	small := smallOf(b.cfg.SmallSegments, b.cfg.SmallSegment, p.Flow.Sport)
+	small := plan.SmallOf(b.cfg.SmallSegments, b.cfg.SmallSegment, p.Flow.Sport)
 	delay := b.table.Load().of(p.Flow.Dst).of(p.Payload, small)
 	submit := b.del.Submit
 	if p.PureAck() {

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/sanqos/sanqos/internal/act/owned"
+	"github.com/sanqos/sanqos/internal/act/plan"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
@@ -54,7 +55,7 @@ func expected(s State, queue uint16) string {
 			b.WriteString(r + "\n")
 		}
 	}
-	sets := wantSets(s)
+	sets := plan.WantSets(s)
 	for _, n := range slices.Sorted(maps.Keys(sets)) {
 		fmt.Fprintf(&b, "set %s:", n)
 		as := slices.Clone(sets[n])
@@ -109,14 +110,14 @@ func TestReconcileRandomTransitions(t *testing.T) {
 	rec := owned.NewReconciler(k, k)
 	for i := range 500 {
 		s := randomState(r)
-		if err := rec.Apply(ctx, NfqueueRules(s, 7), wantSets(s)); err != nil {
+		if err := rec.Apply(ctx, NfqueueRules(s, 7), plan.WantSets(s)); err != nil {
 			t.Fatalf("step %d: apply: %v", i, err)
 		}
 		if got, want := k.String(), expected(s, 7); got != want {
 			t.Fatalf("step %d: kernel holds\n%s\nwant\n%s", i, got, want)
 		}
 		ops := k.Ops
-		if err := rec.Apply(ctx, NfqueueRules(s, 7), wantSets(s)); err != nil {
+		if err := rec.Apply(ctx, NfqueueRules(s, 7), plan.WantSets(s)); err != nil {
 			t.Fatalf("step %d: second apply: %v", i, err)
 		}
 		if k.Ops != ops {
@@ -141,19 +142,19 @@ func TestReconcileOnlyDifferences(t *testing.T) {
 	k := owned.NewFakeKernel()
 	rec := owned.NewReconciler(k, k)
 	s := State{Groups: []Group{{Name: "vg", Members: []netip.Addr{ip("10.0.0.2")}, WriteDelay: time.Millisecond}}}
-	if err := rec.Apply(ctx, NfqueueRules(s, 1), wantSets(s)); err != nil {
+	if err := rec.Apply(ctx, NfqueueRules(s, 1), plan.WantSets(s)); err != nil {
 		t.Fatal(err)
 	}
 	ops := k.Ops
 	s.Groups[0].WriteDelay = 5 * time.Millisecond
-	if err := rec.Apply(ctx, NfqueueRules(s, 1), wantSets(s)); err != nil {
+	if err := rec.Apply(ctx, NfqueueRules(s, 1), plan.WantSets(s)); err != nil {
 		t.Fatal(err)
 	}
 	if k.Ops != ops {
 		t.Fatalf("a delay change made %d kernel changes, want 0", k.Ops-ops)
 	}
 	s.Groups[0].Members = append(s.Groups[0].Members, ip("10.0.0.3"))
-	if err := rec.Apply(ctx, NfqueueRules(s, 1), wantSets(s)); err != nil {
+	if err := rec.Apply(ctx, NfqueueRules(s, 1), plan.WantSets(s)); err != nil {
 		t.Fatal(err)
 	}
 	if k.Ops != ops+1 {
@@ -253,7 +254,7 @@ func TestNfqueueGolden(t *testing.T) {
 	}
 	for i, s := range goldenStates() {
 		fmt.Fprintf(&rec.b, "# state %d\n", i)
-		if err := rc.Apply(ctx, NfqueueRules(s, DefaultQueueNum), wantSets(s)); err != nil {
+		if err := rc.Apply(ctx, NfqueueRules(s, DefaultQueueNum), plan.WantSets(s)); err != nil {
 			t.Fatal(err)
 		}
 		fmt.Fprintf(&rec.b, "# sets\n%s", k.String())
@@ -339,19 +340,5 @@ func TestQuantize(t *testing.T) {
 		if got != c.want {
 			t.Errorf("Quantize(%v) = %v, want %v", c.d, got, c.want)
 		}
-	}
-}
-
-func TestSetName(t *testing.T) {
-	seen := map[string]string{}
-	for _, g := range []string{"vg-data", "fs/sda1", "fs_sda1", "a-very-long-resource-name-that-needs-hashing", "a-very-long-resource-name-that-needs-hashing2"} {
-		n := SetName(g)
-		if len(n) > owned.MaxSetName || !strings.HasPrefix(n, owned.SetPrefix) {
-			t.Errorf("SetName(%q) = %q: too long or without prefix", g, n)
-		}
-		if o, dup := seen[n]; dup {
-			t.Errorf("groups %q and %q share set %q", o, g, n)
-		}
-		seen[n] = g
 	}
 }

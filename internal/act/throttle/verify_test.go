@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sanqos/sanqos/internal/act/owned"
+	"github.com/sanqos/sanqos/internal/act/plan"
 )
 
 // TestInstalledRuleForm: the rules we install are in iptables-save's
@@ -49,7 +50,7 @@ func TestVerifyFindsAndRepairsTampering(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			k := owned.NewFakeKernel()
 			r := owned.NewOwnedReconciler(k, k, "q1", 0)
-			rules, sets := NfqueueRules(s, 1), wantSets(s)
+			rules, sets := NfqueueRules(s, 1), plan.WantSets(s)
 			if err := r.Apply(ctx, rules, sets); err != nil {
 				t.Fatal(err)
 			}
@@ -91,7 +92,7 @@ func TestResyncReplacesTheChain(t *testing.T) {
 	k := owned.NewFakeKernel()
 	r := owned.NewOwnedReconciler(struct{ owned.Firewall }{k}, k, "q1", 0)
 	s := State{Groups: []Group{{Name: "vg", Members: []netip.Addr{ip("10.0.0.2")}, WriteDelay: time.Millisecond}}}
-	if err := r.Apply(ctx, NfqueueRules(s, 1), wantSets(s)); err != nil {
+	if err := r.Apply(ctx, NfqueueRules(s, 1), plan.WantSets(s)); err != nil {
 		t.Fatal(err)
 	}
 	installed := k.String()
@@ -101,7 +102,7 @@ func TestResyncReplacesTheChain(t *testing.T) {
 		t.Fatalf("a firewall that cannot be read back reported %v", d)
 	}
 	r.Invalidate()
-	if err := r.Apply(ctx, NfqueueRules(s, 1), wantSets(s)); err != nil {
+	if err := r.Apply(ctx, NfqueueRules(s, 1), plan.WantSets(s)); err != nil {
 		t.Fatal(err)
 	}
 	if k.String() != installed {

@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sanqos/sanqos/internal/act/owned"
+	"github.com/sanqos/sanqos/internal/act/plan"
 	"github.com/sanqos/sanqos/internal/observe/attribution"
 )
 
@@ -137,7 +138,7 @@ func OpenWire(ctx context.Context, cfg WireConfig) (*Wire, error) {
 	if cfg.SmallSegment == 0 {
 		cfg.SmallSegment = DefaultSmallSegment
 	}
-	if err := ValidateSmallSegments(cfg.SmallSegments); err != nil {
+	if err := plan.ValidateSmallSegments(cfg.SmallSegments); err != nil {
 		return nil, err
 	}
 	lock, err := owned.LockInstance(cfg.NetNS, inst)
@@ -200,7 +201,7 @@ func (w *Wire) SetPorts(_ context.Context, ports []uint16, small map[uint16]int)
 	if len(ports) == 0 {
 		return errors.New("wire counters: no ports")
 	}
-	if err := ValidateSmallSegments(small); err != nil {
+	if err := plan.ValidateSmallSegments(small); err != nil {
 		return err
 	}
 	w.mu.Lock()

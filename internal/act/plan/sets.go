@@ -1,4 +1,4 @@
-package throttle
+package plan
 
 import (
 	"crypto/sha256"
@@ -38,16 +38,16 @@ func SetName(group string) string {
 	return owned.SetPrefix + clean + "-" + h
 }
 
-// portMatch is the iptables match for the target (source) ports.
-func portMatch(ports []uint16) string {
+// PortMatch is the iptables match for the target (source) ports.
+func PortMatch(ports []uint16) string {
 	if len(ports) == 1 {
 		return fmt.Sprintf("-p tcp -m tcp --sport %d", ports[0])
 	}
-	return "-p tcp -m multiport --sports " + portList(ports)
+	return "-p tcp -m multiport --sports " + PortList(ports)
 }
 
-// portList renders ports as a multiport match lists them: "3260,860".
-func portList(ports []uint16) string {
+// PortList renders ports as a multiport match lists them: "3260,860".
+func PortList(ports []uint16) string {
 	ps := make([]string, len(ports))
 	for i, p := range ports {
 		ps[i] = fmt.Sprint(p)
@@ -55,16 +55,16 @@ func portList(ports []uint16) string {
 	return strings.Join(ps, ",")
 }
 
-// sortedGroups returns the groups in name order, so that generated rules
+// SortedGroups returns the groups in name order, so that generated rules
 // do not depend on the order the caller listed them in.
-func sortedGroups(s State) []Group {
+func SortedGroups(s State) []Group {
 	gs := slices.Clone(s.Groups)
 	sort.SliceStable(gs, func(i, j int) bool { return gs[i].Name < gs[j].Name })
 	return gs
 }
 
-// validateShape rejects states no backend can make sense of.
-func validateShape(s State) error {
+// ValidateShape rejects states no backend can make sense of.
+func ValidateShape(s State) error {
 	seen := map[string]bool{}
 	for _, g := range s.Groups {
 		if g.Name == "" {
@@ -97,13 +97,13 @@ func (r *Refused) Error() string {
 // only nfqueue and edt arm (see arm.go). The nfqueue backend keeps IPv6 members
 // when ip6tables works.
 func Split(s State) (State, *Refused) {
-	out, why := split(s, false)
+	out, why := SplitV6(s, false)
 	return withoutArming(out), why
 }
 
-// split is Split; with v6 it keeps IPv6 members (the nfqueue backend
+// SplitV6 is Split; with v6 it keeps IPv6 members (the nfqueue backend
 // programs them with ip6tables and inet6 sets).
-func split(s State, v6 bool) (State, *Refused) {
+func SplitV6(s State, v6 bool) (State, *Refused) {
 	var out State
 	var why []string
 	for _, g := range s.Groups {
@@ -130,11 +130,11 @@ func split(s State, v6 bool) (State, *Refused) {
 	return out, &Refused{Reasons: why}
 }
 
-// wantSets is the desired membership of every set: a group's members are
+// WantSets is the desired membership of every set: a group's members are
 // in its set only while the group is active, so an idle group costs one
 // failed set lookup per packet and nothing in user space; a group that
 // arms has its armed consumers in a set of their own (see arm.go).
-func wantSets(s State) map[string][]netip.Addr {
+func WantSets(s State) map[string][]netip.Addr {
 	out := map[string][]netip.Addr{}
 	for _, g := range s.Groups {
 		var ms []netip.Addr

@@ -1,6 +1,7 @@
-package throttle
+package plan
 
 import (
+	"fmt"
 	"slices"
 	"strconv"
 
@@ -61,17 +62,17 @@ func ValidateSmallSegments(byPort map[uint16]int) error {
 	}
 	slices.Sort(ports)
 	for _, p := range ports {
-		if err := checkSmall(byPort[p]); err != nil {
+		if err := CheckSmall(byPort[p]); err != nil {
 			return fielderr.At("throttle.Options.SmallSegments", "small segment of port", strconv.Itoa(int(p)), byPort[p], err.Error())
 		}
 	}
 	return nil
 }
 
-// smallOf returns the split of a segment sent from port: the port's
+// SmallOf returns the split of a segment sent from port: the port's
 // own, else def. A map lookup per packet costs tens of nanoseconds,
 // next to microseconds of queue work.
-func smallOf(byPort map[uint16]int, def int, port uint16) int {
+func SmallOf(byPort map[uint16]int, def int, port uint16) int {
 	if v, ok := byPort[port]; ok {
 		return v
 	}
@@ -97,27 +98,42 @@ func SmallSegmentsFor(ports []uint16, set map[uint16]int, def int) map[uint16]in
 	return out
 }
 
-// portGroup is ports that share one split.
-type portGroup struct {
-	small int
-	ports []uint16
+// PortGroup is ports that share one split.
+type PortGroup struct {
+	Small int
+	Ports []uint16
 }
 
-// splitGroups groups ports by their split, in order of split, for the
+// SplitGroups groups ports by their split, in order of split, for the
 // backends that classify in iptables: one rule per split. Ports of one
 // split (the usual case) give one group, so one rule, as before splits
 // were per port.
-func splitGroups(ports []uint16, byPort map[uint16]int, def int) []portGroup {
-	var out []portGroup
+func SplitGroups(ports []uint16, byPort map[uint16]int, def int) []PortGroup {
+	var out []PortGroup
 	for _, p := range ports {
-		v := smallOf(byPort, def, p)
-		i := slices.IndexFunc(out, func(g portGroup) bool { return g.small == v })
+		v := SmallOf(byPort, def, p)
+		i := slices.IndexFunc(out, func(g PortGroup) bool { return g.Small == v })
 		if i < 0 {
-			out = append(out, portGroup{small: v})
+			out = append(out, PortGroup{Small: v})
 			i = len(out) - 1
 		}
-		out[i].ports = append(out[i].ports, p)
+		out[i].Ports = append(out[i].Ports, p)
 	}
-	slices.SortFunc(out, func(a, b portGroup) int { return a.small - b.small })
+	slices.SortFunc(out, func(a, b PortGroup) int { return a.Small - b.Small })
 	return out
 }
+
+// CheckSmall bounds a small-segment split (MaxSmallSegment).
+func CheckSmall(v int) error {
+	if v < 0 || v > MaxSmallSegment {
+		return fmt.Errorf("must be 0 to %d bytes (the largest reply that clocks a writer)", MaxSmallSegment)
+	}
+	return nil
+}
+
+// DefaultSmallSegment is the largest TCP payload (bytes) that counts as
+// write-direction traffic. A synchronous iSCSI writer waits for an R2T
+// and a SCSI Response PDU per command: 48-byte headers plus at most a
+// little sense data. 128 bytes keeps those and pure ACKs, and leaves
+// every read data segment (kilobytes) in the read direction.
+const DefaultSmallSegment = 128
