@@ -460,3 +460,22 @@ func inNetNS(ns int, f func() error) error {
 	}()
 	return <-ch
 }
+
+// DevInstance is the default instance name of a backend that owns a
+// device's root qdisc (netem, htb, edt): "t" and the device, hashed when
+// too long to spell out, so that one root qdisc has one owner.
+func DevInstance(dev string) string {
+	var b strings.Builder
+	b.WriteByte('t')
+	for _, r := range strings.ToLower(dev) {
+		if (r >= 'a' && r <= 'z' || r >= '0' && r <= '9') && b.Len() < MaxInstance {
+			b.WriteRune(r)
+		}
+	}
+	if b.Len() < 2 || len(dev) > MaxInstance-1 {
+		// Too long to spell out: a hash keeps distinct devices apart.
+		sum := sha256.Sum256([]byte(dev))
+		return "t" + hex.EncodeToString(sum[:])[:MaxInstance-1]
+	}
+	return b.String()
+}

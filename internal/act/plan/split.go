@@ -137,3 +137,8 @@ func CheckSmall(v int) error {
 // little sense data. 128 bytes keeps those and pure ACKs, and leaves
 // every read data segment (kilobytes) in the read direction.
 const DefaultSmallSegment = 128
+
+// LengthSplit is the IP total length that separates the two directions in
+// iptables: payload SmallSegment plus up to 100 bytes of IP and TCP
+// headers (20 + 20 + options; a timestamped segment has 52).
+func LengthSplit(small int) int { return small + 100 }

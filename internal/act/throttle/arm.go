@@ -62,7 +62,7 @@ func armRules(s State, small map[uint16]int, def int) []string {
 		}
 		for _, pg := range plan.SplitGroups(g.TargetPorts(), small, def) {
 			out = append(out, fmt.Sprintf("-A %s -p tcp -m multiport --dports %s -m length --length %d:65535 -m set --match-set %s src -j SET --add-set %s src --timeout %d",
-				owned.Chain, plan.PortList(pg.Ports), lengthSplit(pg.Small)+1, plan.ArmSetName(g.Name), plan.SetName(g.Name), armTimeout))
+				owned.Chain, plan.PortList(pg.Ports), plan.LengthSplit(pg.Small)+1, plan.ArmSetName(g.Name), plan.SetName(g.Name), armTimeout))
 		}
 	}
 	if len(out) > 0 {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/sanqos/sanqos/internal/act/owned"
 	"github.com/sanqos/sanqos/internal/act/plan"
+	"github.com/sanqos/sanqos/internal/act/qdisc"
 )
 
 // DefaultEDTTTL is how long an edt delay lives without renewal: ten of the
@@ -124,7 +125,7 @@ func newEDT(path edtPath, ttl time.Duration, log *slog.Logger) *EDT {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &EDT{path: path, ttl: ttl, log: log.With("backend", "edt"), cur: map[edtKey]edtEntry{}, grace: DefaultIdleGrace, smallDef: DefaultSmallSegment, rise: DefaultRiseLimit, now: time.Now}
+	return &EDT{path: path, ttl: ttl, log: log.With("backend", "edt"), cur: map[edtKey]edtEntry{}, grace: qdisc.DefaultIdleGrace, smallDef: DefaultSmallSegment, rise: DefaultRiseLimit, now: time.Now}
 }
 
 func (b *EDT) Name() string { return "edt" }

@@ -6,8 +6,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/sanqos/sanqos/internal/act/owned"
 )
 
 // idleStates are a throttle that starts and ends: a known consumer
@@ -32,89 +30,6 @@ func waitLocked(t *testing.T, lock func() func(), cond func() bool) bool {
 		}
 	}
 	return false
-}
-
-// The tc backends keep no qdisc on the device while nobody is throttled:
-// the first throttle installs the tree in the same Apply, and it goes
-// IdleGrace after the last one ended (not at once: it may hold packets),
-// unless a throttle came back meanwhile.
-func TestTCRootIdle(t *testing.T) {
-	ctx := context.Background()
-	idle, busy := idleStates()
-	for _, mk := range []func(TCConfig) (interface {
-		Backend
-		Verifier
-	}, *tcRoot, error){
-		func(c TCConfig) (interface {
-			Backend
-			Verifier
-		}, *tcRoot, error) {
-			b, err := NewNetem(ctx, c)
-			if err != nil {
-				return nil, nil, err
-			}
-			return b, &b.tcRoot, nil
-		},
-		func(c TCConfig) (interface {
-			Backend
-			Verifier
-		}, *tcRoot, error) {
-			b, err := NewHTB(ctx, c)
-			if err != nil {
-				return nil, nil, err
-			}
-			return b, &b.tcRoot, nil
-		},
-	} {
-		rec := &recorder{}
-		k := owned.NewFakeKernel()
-		b, root, err := mk(TCConfig{Dev: "veth-t", Instance: "ti", Run: rec, Firewall: k, Sets: k, IdleGrace: 50 * time.Millisecond})
-		if err != nil {
-			t.Fatal(err)
-		}
-		lock := func() func() { root.mu.Lock(); return root.mu.Unlock }
-		if rec.root != "" {
-			t.Fatalf("%s: root qdisc %q after start, want none", b.Name(), rec.root)
-		}
-		if err := b.Apply(ctx, idle); err != nil || rec.root != "" || len(chains(k)) != 0 {
-			t.Fatalf("%s idle: err %v, root %q, rules %q; want nothing installed", b.Name(), err, rec.root, chains(k))
-		}
-		if d, err := b.Verify(ctx); err != nil || len(d) != 0 || rec.root != "" {
-			t.Errorf("%s: Verify while idle: %v %v, root %q; want nothing to repair", b.Name(), d, err, rec.root)
-		}
-		if err := b.Apply(ctx, busy); err != nil || rec.root == "" || len(chains(k)) == 0 {
-			t.Fatalf("%s throttled: err %v, root %q, rules %q; want both in one apply", b.Name(), err, rec.root, chains(k))
-		}
-		if err := b.Apply(ctx, idle); err != nil || len(chains(k)) != 0 {
-			t.Fatalf("%s idle again: err %v, rules %q", b.Name(), err, chains(k))
-		}
-		if rec.root == "" {
-			t.Errorf("%s: the tree went at once, with packets maybe in it", b.Name())
-		}
-		// Throttled again within the grace: the tree stays.
-		if err := b.Apply(ctx, busy); err != nil {
-			t.Fatal(err)
-		}
-		time.Sleep(80 * time.Millisecond)
-		if unlock := lock(); rec.root == "" {
-			unlock()
-			t.Fatalf("%s: the tree went while throttled", b.Name())
-		} else {
-			unlock()
-		}
-		if err := b.Apply(ctx, idle); err != nil {
-			t.Fatal(err)
-		}
-		if !waitLocked(t, lock, func() bool { return rec.root == "" && !root.installed }) {
-			t.Errorf("%s: root qdisc %q still there after the grace", b.Name(), rec.root)
-		}
-		if err := b.Apply(ctx, busy); err != nil || rec.root == "" {
-			t.Errorf("%s: throttled after the teardown: %v, root %q", b.Name(), err, rec.root)
-		}
-		if err := b.Close(); err != nil || rec.root != "" {
-			t.Errorf("%s: close: %v, root %q", b.Name(), err, rec.root)
-		}
-	}
 }
 
 // The edt backend attaches fq and its filter with the first delay and
@@ -156,10 +71,4 @@ func TestEDTIdle(t *testing.T) {
 		t.Errorf("armed only: %q, want attach then the armed entry", got)
 	}
 	b.Close()
-}
-
-// chains lists the fake kernel's chains.
-func chains(k *owned.FakeKernel) []string {
-	cs, _ := k.Chains(context.Background())
-	return cs
 }

@@ -1,10 +1,7 @@
 package throttle
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
-	"strings"
 
 	"github.com/sanqos/sanqos/internal/act/owned"
 )
@@ -15,19 +12,7 @@ import (
 func DefaultInstance(o Options) string {
 	switch o.Backend {
 	case "netem", "htb", "edt":
-		var b strings.Builder
-		b.WriteByte('t')
-		for _, r := range strings.ToLower(o.Dev) {
-			if (r >= 'a' && r <= 'z' || r >= '0' && r <= '9') && b.Len() < owned.MaxInstance {
-				b.WriteRune(r)
-			}
-		}
-		if b.Len() < 2 || len(o.Dev) > owned.MaxInstance-1 {
-			// Too long to spell out: a hash keeps distinct devices apart.
-			sum := sha256.Sum256([]byte(o.Dev))
-			return "t" + hex.EncodeToString(sum[:])[:owned.MaxInstance-1]
-		}
-		return b.String()
+		return owned.DevInstance(o.Dev)
 	}
 	q := o.QueueNum
 	if q == 0 {

@@ -7,9 +7,6 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"time"
-
-	"github.com/sanqos/sanqos/internal/act/plan"
 )
 
 // replyLine is one line of a testdata/replies capture (see its README).
@@ -101,26 +98,5 @@ func TestISCSISplitMisclassesNFS(t *testing.T) {
 	}
 	if over == 0 {
 		t.Error("no NFS write reply over 128 bytes: the per-port split would not be needed")
-	}
-}
-
-func TestSplitGroupsRules(t *testing.T) {
-	n := &Netem{newTCRoot(TCConfig{SmallSegment: 128, SmallSegments: map[uint16]int{2049: 256, 3260: 128}, Steps: DefaultNetemSteps(), Logger: quietLog()}, "netem", NetemHandle)}
-	rules := n.Rules(State{Groups: []Group{{Name: "fs-a", Ports: []uint16{3260, 2049, 10809}, WriteDelay: 5 * time.Millisecond}}})
-	want := []string{
-		"-A SANQOS -p tcp -m multiport --sports 3260,10809 -m set --match-set sanqos-fs-a dst -m length --length 0:228 -j CLASSIFY",
-		"-A SANQOS -p tcp -m tcp --sport 2049 -m set --match-set sanqos-fs-a dst -m length --length 0:356 -j CLASSIFY",
-	}
-	if len(rules) != len(want) {
-		t.Fatalf("rules:\n%s\nwant one per split", strings.Join(rules, "\n"))
-	}
-	for i, w := range want {
-		if !strings.HasPrefix(rules[i], w) {
-			t.Errorf("rule %d:\n%s\nwant it to start\n%s", i, rules[i], w)
-		}
-	}
-	one := plan.SplitGroups([]uint16{3260, 3261}, nil, 128)
-	if len(one) != 1 || len(one[0].Ports) != 2 {
-		t.Errorf("one split: %+v, want one group of both ports", one)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"net"
 
 	"github.com/sanqos/sanqos/internal/act/owned"
+	"github.com/sanqos/sanqos/internal/act/qdisc"
 )
 
 // sweeper is the owner name of a reconciler that belongs to no instance:
@@ -55,8 +56,8 @@ func SweepDead(ctx context.Context, log *slog.Logger) error {
 		if !dead {
 			continue
 		}
-		for _, h := range []int{NetemHandle, HTBHandle} {
-			if err := removeRootQdisc(ctx, run, ifc.Name, h); err != nil {
+		for _, h := range []int{qdisc.NetemHandle, qdisc.HTBHandle} {
+			if err := qdisc.RemoveRootQdisc(ctx, run, ifc.Name, h); err != nil {
 				errs = append(errs, fmt.Errorf("dead instance %q: %w", inst, err))
 			}
 		}

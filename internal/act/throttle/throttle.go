@@ -76,6 +76,15 @@
 // that lapse unless renewed: fail open in the kernel) and dry-run (logs
 // only); a delay backend with an htb beside it for rates is a Composite.
 // See Open.
+//
+// This package is what the daemon imports: Backend and the interfaces
+// beside it, Open with its Options and their validation, the nfqueue,
+// edt and dry-run backends, Composite, InForce, the wire counters and
+// SweepDead. The parts it is built from are packages of their own, none
+// of which imports it: plan (the State and what it means on the wire),
+// packetpath (the nfqueue backend's user-space delayer), owned (the
+// chain, sets and lock an instance owns, and their reconciler) and qdisc
+// (the netem and htb backends).
 package throttle
 
 import (

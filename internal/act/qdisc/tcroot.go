@@ -1,4 +1,4 @@
-package throttle
+package qdisc
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sanqos/sanqos/internal/act/owned"
+	"github.com/sanqos/sanqos/internal/act/plan"
 )
 
 // tcRoot is what the two tc backends (netem, htb) share: an HTB root qdisc
@@ -22,7 +23,7 @@ type tcRoot struct {
 	ilock  *owned.Lock // held from build until Close
 	handle int         // NetemHandle or HTBHandle
 	rec    *owned.Reconciler
-	leaves [][]string // the backend's tc commands under the root, for rebuild (verify_backends.go)
+	leaves [][]string // the backend's tc commands under the root, for rebuild (verify.go)
 	log    *slog.Logger
 	mu     sync.Mutex // serialises Apply and Close
 	done   bool       // Close has run; Apply refuses
@@ -45,7 +46,7 @@ const DefaultIdleGrace = 2 * time.Second
 func newTCRoot(cfg TCConfig, name string, handle int) tcRoot {
 	inst := cfg.Instance
 	if inst == "" {
-		inst = DefaultInstance(Options{Backend: name, Dev: cfg.Dev})
+		inst = owned.DevInstance(cfg.Dev)
 	}
 	grace := cfg.IdleGrace
 	if grace <= 0 {
@@ -88,14 +89,14 @@ func (t *tcRoot) build(ctx context.Context, leaves [][]string) (failed []string,
 		t.log.Warn("some leftovers of dead sanqos instances stay", "err", err)
 	}
 	run, dev := t.cfg.Run, t.cfg.Dev
-	if err := removeRootQdisc(ctx, run, dev, t.handle); err != nil {
+	if err := RemoveRootQdisc(ctx, run, dev, t.handle); err != nil {
 		return nil, "", err
 	}
 	t.leaves = leaves
 	if failed, out, err := t.install(ctx); err != nil {
 		return failed, out, err
 	}
-	if err := removeRootQdisc(ctx, run, dev, t.handle); err != nil {
+	if err := RemoveRootQdisc(ctx, run, dev, t.handle); err != nil {
 		return nil, "", err
 	}
 	t.installed = false
@@ -111,7 +112,7 @@ func (t *tcRoot) install(ctx context.Context) (failed []string, out string, err 
 		batch.WriteString(strings.Join(c, " ") + "\n")
 	}
 	if out, err := t.cfg.Run.Run(ctx, batch.String(), "tc", "-batch", "-"); err != nil {
-		if rerr := removeRootQdisc(ctx, t.cfg.Run, t.cfg.Dev, t.handle); rerr != nil {
+		if rerr := RemoveRootQdisc(ctx, t.cfg.Run, t.cfg.Dev, t.handle); rerr != nil {
 			err = errors.Join(err, fmt.Errorf("undoing the partial tree: %w", rerr))
 		}
 		return strings.Fields(batch.String()), out, err
@@ -152,7 +153,7 @@ func (t *tcRoot) idle(removed func()) {
 			return
 		}
 		t.teardown = nil
-		if err := removeRootQdisc(context.Background(), t.cfg.Run, t.cfg.Dev, t.handle); err != nil {
+		if err := RemoveRootQdisc(context.Background(), t.cfg.Run, t.cfg.Dev, t.handle); err != nil {
 			t.log.Error("removing the idle sanqos qdiscs; the next look tries again", "err", err)
 			return
 		}
@@ -191,11 +192,11 @@ func (t *tcRoot) Close() error {
 	// cancelled, and must still clean up.
 	ctx := context.Background()
 	err := t.rec.Reset(ctx)
-	err = errors.Join(err, removeRootQdisc(ctx, t.cfg.Run, t.cfg.Dev, t.handle))
+	err = errors.Join(err, RemoveRootQdisc(ctx, t.cfg.Run, t.cfg.Dev, t.handle))
 	t.ilock.Release()
 	return err
 }
 
 // Stats is empty: the kernel holds and releases the packets, and tc's
 // own counters are the place to look.
-func (t *tcRoot) Stats() Stats { return Stats{} }
+func (t *tcRoot) Stats() plan.Stats { return plan.Stats{} }

@@ -1,4 +1,4 @@
-package throttle
+package qdisc
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 
 	"github.com/sanqos/sanqos/internal/act/owned"
 	"github.com/sanqos/sanqos/internal/act/plan"
+	"github.com/sanqos/sanqos/internal/decide/direction"
 )
 
 // HTB throttles the read direction by bandwidth instead of delay (thesis
@@ -39,7 +40,7 @@ func NewHTB(ctx context.Context, cfg TCConfig) (*HTB, error) {
 func (b *HTB) Name() string { return "htb" }
 
 // want is the rate per member: the lowest of its groups' rates.
-func (b *HTB) want(s State) map[netip.Addr]uint64 {
+func (b *HTB) want(s plan.State) map[netip.Addr]uint64 {
 	w := map[netip.Addr]uint64{}
 	for _, g := range s.Groups {
 		if g.ReadRate == 0 {
@@ -56,7 +57,7 @@ func (b *HTB) want(s State) map[netip.Addr]uint64 {
 }
 
 // plan assigns class minors and renders the rules for s.
-func (b *HTB) plan(s State) (map[int]uint64, []string) {
+func (b *HTB) plan(s plan.State) (map[int]uint64, []string) {
 	w := b.want(s)
 	addrs := make([]netip.Addr, 0, len(w))
 	for a := range w {
@@ -90,13 +91,13 @@ func (b *HTB) plan(s State) (map[int]uint64, []string) {
 		ps := slices.Compact(slices.Sorted(slices.Values(ports[a])))
 		for _, pg := range plan.SplitGroups(ps, b.cfg.SmallSegments, b.cfg.SmallSegment) {
 			rules = append(rules, fmt.Sprintf("-A %s -d %s/32 %s %s -j CLASSIFY --set-class %s",
-				owned.Chain, a, plan.PortMatch(pg.Ports), dirMatch(Read, pg.Small), classID(HTBHandle, mi)))
+				owned.Chain, a, plan.PortMatch(pg.Ports), dirMatch(direction.Read, pg.Small), classID(HTBHandle, mi)))
 		}
 	}
 	return classes, rules
 }
 
-func (b *HTB) Apply(ctx context.Context, s State) error {
+func (b *HTB) Apply(ctx context.Context, s plan.State) error {
 	if err := plan.ValidateShape(s); err != nil {
 		return err
 	}

@@ -1,4 +1,4 @@
-package throttle
+package qdisc
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 
 	"github.com/sanqos/sanqos/internal/act/owned"
 	"github.com/sanqos/sanqos/internal/act/plan"
+	"github.com/sanqos/sanqos/internal/decide/direction"
 )
 
 // Qdisc handles (hex majors) of the tc backends, one each so that a
@@ -44,11 +45,11 @@ func DefaultNetemSteps() []time.Duration {
 type TCConfig struct {
 	// Dev is the interface the target reaches its initiators through.
 	Dev          string
-	Instance     string          // see Options.Instance; "" names it after Dev
+	Instance     string          // see throttle.Options.Instance; "" names it after Dev
 	Steps        []time.Duration // netem delays; DefaultNetemSteps when empty
 	SmallSegment int
 	// SmallSegments overrides SmallSegment per target port: the rules
-	// classify each split's ports apart (see splitGroups).
+	// classify each split's ports apart (see plan.SplitGroups).
 	SmallSegments map[uint16]int
 	Run           owned.Runner   // default: ExecRunner
 	Firewall      owned.Firewall // default: iptables through Run
@@ -67,7 +68,7 @@ func (c *TCConfig) defaults(backend string) error {
 		c.Steps = DefaultNetemSteps()
 	}
 	if c.SmallSegment == 0 {
-		c.SmallSegment = DefaultSmallSegment
+		c.SmallSegment = plan.DefaultSmallSegment
 	}
 	if err := plan.ValidateSmallSegments(c.SmallSegments); err != nil {
 		return err
@@ -87,24 +88,19 @@ func (c *TCConfig) defaults(backend string) error {
 	return nil
 }
 
-// lengthSplit is the IP total length that separates the two directions in
-// iptables: payload SmallSegment plus up to 100 bytes of IP and TCP
-// headers (20 + 20 + options; a timestamped segment has 52).
-func lengthSplit(small int) int { return small + 100 }
-
 // dirMatch is the iptables length match selecting one direction.
-func dirMatch(d Direction, small int) string {
-	if d == Write {
-		return fmt.Sprintf("-m length --length 0:%d", lengthSplit(small))
+func dirMatch(d direction.Direction, small int) string {
+	if d == direction.Write {
+		return fmt.Sprintf("-m length --length 0:%d", plan.LengthSplit(small))
 	}
-	return fmt.Sprintf("-m length --length %d:65535", lengthSplit(small)+1)
+	return fmt.Sprintf("-m length --length %d:65535", plan.LengthSplit(small)+1)
 }
 
 // classID renders a class as iptables-save prints CLASSIFY targets.
 func classID(major, minor int) string { return fmt.Sprintf("%04x:%04x", major, minor) }
 
-// removeRootQdisc deletes dev's root qdisc if it carries our handle.
-func removeRootQdisc(ctx context.Context, run owned.Runner, dev string, major int) error {
+// RemoveRootQdisc deletes dev's root qdisc if it carries our handle.
+func RemoveRootQdisc(ctx context.Context, run owned.Runner, dev string, major int) error {
 	out, err := run.Run(ctx, "", "tc", "qdisc", "show", "dev", dev, "root")
 	if err != nil {
 		return fmt.Errorf("reading the qdisc of %s: %w", dev, err)
@@ -169,12 +165,12 @@ func (b *Netem) Name() string { return "netem" }
 
 // Rules classifies each active group's packets, per direction, into the
 // leaf nearest the requested delay.
-func (b *Netem) Rules(s State) []string {
+func (b *Netem) Rules(s plan.State) []string {
 	var out []string
 	for _, g := range plan.SortedGroups(s) {
-		for _, dir := range []Direction{Write, Read} {
+		for _, dir := range []direction.Direction{direction.Write, direction.Read} {
 			d := g.WriteDelay
-			if dir == Read {
+			if dir == direction.Read {
 				d = g.ReadDelay
 			}
 			i := Quantize(b.cfg.Steps, d)
@@ -190,7 +186,7 @@ func (b *Netem) Rules(s State) []string {
 	return out
 }
 
-func (b *Netem) Apply(ctx context.Context, s State) error {
+func (b *Netem) Apply(ctx context.Context, s plan.State) error {
 	if err := plan.ValidateShape(s); err != nil {
 		return err
 	}
