@@ -95,7 +95,7 @@ func (o Owner) SetPrefix() string {
 	return SetPrefix + o.Name + "-"
 }
 
-// Set turns a group's set name (throttle.SetName) into the owner's: the
+// Set turns a group's set name (plan.SetName) into the owner's: the
 // same suffix after the owner's prefix, hashed to fit when too long.
 func (o Owner) Set(logical string) string {
 	rest := strings.TrimPrefix(logical, SetPrefix)

@@ -13,7 +13,7 @@ import (
 
 // Reconciler keeps our chain and sets equal to a desired state, touching
 // the kernel only where the state changed. Rules and sets come named
-// after the logical chain and the group's set (throttle.SetName); the
+// after the logical chain and the group's set (plan.SetName); the
 // Reconciler installs them under its owner's names (see Owner).
 //
 // A failed step never removes what is in force: the chain is replaced in

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/sanqos/sanqos/internal/act/owned"
+	"github.com/sanqos/sanqos/internal/act/qdisc"
 	"github.com/sanqos/sanqos/internal/act/throttle/edt"
 )
 
@@ -95,9 +96,7 @@ func TestLiveIdlePathAudit(t *testing.T) {
 			if err != nil {
 				return nil, err
 			}
-			b := newEDT(edtKernel{e}, time.Second, quietLog())
-			b.grace = grace
-			return b, nil
+			return qdisc.NewEDT(e, time.Second, grace, quietLog()), nil
 		}},
 	} {
 		t.Run(c.name, func(t *testing.T) {

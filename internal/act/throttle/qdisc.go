@@ -6,9 +6,9 @@ import (
 	"github.com/sanqos/sanqos/internal/act/qdisc"
 )
 
-// The netem and htb backends, which classify packets into qdiscs of
-// their own on the device, live in package qdisc; these are the names
-// of it the daemon uses.
+// The netem, htb and edt backends, which put qdiscs of their own on the
+// device, live in package qdisc; these are the names of it the daemon
+// uses.
 
 // TCConfig configures the tc-based backends (netem, htb).
 type TCConfig = qdisc.TCConfig
@@ -24,3 +24,16 @@ func NewNetem(ctx context.Context, cfg TCConfig) (*Netem, error) { return qdisc.
 
 // NewHTB installs the htb backend on cfg.Dev (see qdisc.NewHTB).
 func NewHTB(ctx context.Context, cfg TCConfig) (*HTB, error) { return qdisc.NewHTB(ctx, cfg) }
+
+// EDT is the tc/BPF departure-time backend (see qdisc.EDT).
+type EDT = qdisc.EDT
+
+// DefaultEDTTTL is how long an edt entry lives unless renewed.
+const DefaultEDTTTL = qdisc.DefaultEDTTTL
+
+// openEDT installs the edt path on o.Dev; an entry no longer wanted
+// lingers riseKeep, as a member leaving the nfqueue backend's set does.
+func openEDT(ctx context.Context, o Options) (*EDT, error) {
+	return qdisc.OpenEDT(ctx, qdisc.EDTConfig{Instance: o.Instance, Dev: o.Dev, SmallSegment: o.SmallSegment,
+		SmallSegments: o.SmallSegments, Logger: o.Logger, Linger: riseKeep})
+}

@@ -78,13 +78,13 @@
 // See Open.
 //
 // This package is what the daemon imports: Backend and the interfaces
-// beside it, Open with its Options and their validation, the nfqueue,
-// edt and dry-run backends, Composite, InForce, the wire counters and
+// beside it, Open with its Options and their validation, the nfqueue
+// and dry-run backends, Composite, InForce, the wire counters and
 // SweepDead. The parts it is built from are packages of their own, none
 // of which imports it: plan (the State and what it means on the wire),
 // packetpath (the nfqueue backend's user-space delayer), owned (the
 // chain, sets and lock an instance owns, and their reconciler) and qdisc
-// (the netem and htb backends).
+// (the netem, htb and edt backends).
 package throttle
 
 import (

@@ -10,6 +10,7 @@ var (
 	_ Verifier = (*Nfqueue)(nil)
 	_ Verifier = (*Netem)(nil)
 	_ Verifier = (*HTB)(nil)
+	_ Verifier = (*EDT)(nil)
 )
 
 // Verify checks the chains, jumps, sets and members of both families

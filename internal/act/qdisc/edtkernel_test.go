@@ -1,6 +1,6 @@
 //go:build linux
 
-package throttle
+package qdisc
 
 import (
 	"encoding/binary"
@@ -12,6 +12,7 @@ import (
 
 	"github.com/sanqos/sanqos/internal/act/packetpath"
 	"github.com/sanqos/sanqos/internal/act/throttle/edt"
+	"github.com/sanqos/sanqos/internal/decide/direction"
 	"golang.org/x/sys/unix"
 )
 
@@ -123,21 +124,21 @@ func TestEDTRiseMatchesRiseLimit(t *testing.T) {
 	for _, c := range []struct {
 		name string
 		addr netip.Addr
-		dir  Direction
+		dir  direction.Direction
 		pkts []risePkt
 	}{
-		{"write: every ACK advances", netip.MustParseAddr("192.0.2.7"), Write, ramp(40, 0, 20*time.Millisecond, advancing)},
-		{"write: repeated ACK numbers keep the delay", netip.MustParseAddr("192.0.2.8"), Write, ramp(40, 0, 20*time.Millisecond, repeating)},
-		{"write: small segments and wrapping ACK numbers", netip.MustParseAddr("2001:db8::8"), Write, ramp(30, 48, 10*time.Millisecond, wrapping)},
-		{"read: a step every second data packet", netip.MustParseAddr("192.0.2.9"), Read, ramp(60, 1448, 20*time.Millisecond, func(int) uint32 { return 77 })},
-		{"lowering applies at once, rising ramps again", netip.MustParseAddr("2001:db8::9"), Write, lowered},
-		{"lowered to 0 the flow is forgotten", netip.MustParseAddr("192.0.2.10"), Write, toZero},
+		{"write: every ACK advances", netip.MustParseAddr("192.0.2.7"), direction.Write, ramp(40, 0, 20*time.Millisecond, advancing)},
+		{"write: repeated ACK numbers keep the delay", netip.MustParseAddr("192.0.2.8"), direction.Write, ramp(40, 0, 20*time.Millisecond, repeating)},
+		{"write: small segments and wrapping ACK numbers", netip.MustParseAddr("2001:db8::8"), direction.Write, ramp(30, 48, 10*time.Millisecond, wrapping)},
+		{"read: a step every second data packet", netip.MustParseAddr("192.0.2.9"), direction.Read, ramp(60, 1448, 20*time.Millisecond, func(int) uint32 { return 77 })},
+		{"lowering applies at once, rising ramps again", netip.MustParseAddr("2001:db8::9"), direction.Write, lowered},
+		{"lowered to 0 the flow is forgotten", netip.MustParseAddr("192.0.2.10"), direction.Write, toZero},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			d := packetpath.NewDelayer(nil, 1, nil)
 			f := packetpath.FlowKey{Dst: c.addr.Unmap(), Sport: port, Dport: 40000}
 			edir := edt.Write
-			if c.dir == Read {
+			if c.dir == direction.Read {
 				edir = edt.Read
 			}
 			var last uint64
@@ -145,7 +146,7 @@ func TestEDTRiseMatchesRiseLimit(t *testing.T) {
 			for i, p := range c.pkts {
 				// The daemon's renewal each packet: it must not reset
 				// the program's ramp or order.
-				en := edt.Entry{Split: split, Dir: edir, Delay: p.delay, Rise: edtRise(DefaultRiseLimit)}
+				en := edt.Entry{Split: split, Dir: edir, Delay: p.delay, Rise: edtRise(packetpath.DefaultRiseLimit)}
 				if err := e.SetEntry(c.addr, port, en, time.Hour); err != nil {
 					t.Fatal(err)
 				}
@@ -178,7 +179,7 @@ func TestEDTRiseMatchesRiseLimit(t *testing.T) {
 				t.Errorf("counted %d packets limited, RiseLimit held %d below the asked delay", got, limited)
 			}
 			if limited == 0 {
-				t.Error("no packet was limited: the sequence tests nothing")
+				t.Error("no packet was Limited: the sequence tests nothing")
 			}
 			if err := e.Free(c.addr, port); err != nil {
 				t.Fatal(err)
@@ -195,7 +196,7 @@ func TestEDTRiseNewFlowAndIdle(t *testing.T) {
 	e := loadEDT(t)
 	a := netip.MustParseAddr("192.0.2.11")
 	const port = 3260
-	en := edt.Entry{Split: 128, Dir: edt.Write, Delay: 3 * time.Millisecond, Rise: edtRise(DefaultRiseLimit)}
+	en := edt.Entry{Split: 128, Dir: edt.Write, Delay: 3 * time.Millisecond, Rise: edtRise(packetpath.DefaultRiseLimit)}
 	if err := e.SetEntry(a, port, en, time.Hour); err != nil {
 		t.Fatal(err)
 	}
@@ -214,15 +215,15 @@ func TestEDTRiseNewFlowAndIdle(t *testing.T) {
 	if d != 3*time.Millisecond {
 		t.Fatalf("after 30 advancing ACKs the flow is at %v, want the full 3ms", d)
 	}
-	if got := run(40001, 100); got != DefaultRiseLimit.Step {
-		t.Errorf("a new flow's first packet got %v, want one step from 0 (%v)", got, DefaultRiseLimit.Step)
+	if got := run(40001, 100); got != packetpath.DefaultRiseLimit.Step {
+		t.Errorf("a new flow's first packet got %v, want one step from 0 (%v)", got, packetpath.DefaultRiseLimit.Step)
 	}
 	if testing.Short() {
 		t.Skip("the idle half waits 10 s")
 	}
 	time.Sleep(packetpath.RiseForget + 100*time.Millisecond)
-	if got := run(40000, 100000); got != DefaultRiseLimit.Step {
-		t.Errorf("a flow idle for %v got %v, want one step from 0 (%v)", packetpath.RiseForget, got, DefaultRiseLimit.Step)
+	if got := run(40000, 100000); got != packetpath.DefaultRiseLimit.Step {
+		t.Errorf("a flow idle for %v got %v, want one step from 0 (%v)", packetpath.RiseForget, got, packetpath.DefaultRiseLimit.Step)
 	}
 }
 
@@ -288,7 +289,7 @@ func TestEDTArmingInKernel(t *testing.T) {
 	if d := held(armed, 0); d != 4*time.Millisecond {
 		t.Errorf("after its first write the armed initiator's ACK was held %v, want the armed 4ms", d)
 	}
-	time.Sleep(5 * time.Millisecond) // the ACK's departure passed: nothing to keep order behind
+	time.Sleep(5 * time.Millisecond) // the ACK's departure Passed: nothing to keep order behind
 	if d := held(armed, 1448); d != 0 {
 		t.Errorf("arming held read data %v, want 0 (it holds writes)", d)
 	}

@@ -1,12 +1,13 @@
 //go:build !linux
 
-package throttle
+package qdisc
 
 import (
 	"context"
 	"errors"
 )
 
-func openEDT(context.Context, Options) (*EDT, error) {
+// OpenEDT fails: the edt path needs Linux.
+func OpenEDT(context.Context, EDTConfig) (*EDT, error) {
 	return nil, errors.New("the edt backend (tc/BPF departure times with fq) exists on Linux only")
 }

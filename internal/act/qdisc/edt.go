@@ -1,4 +1,4 @@
-package throttle
+package qdisc
 
 import (
 	"context"
@@ -11,9 +11,26 @@ import (
 	"time"
 
 	"github.com/sanqos/sanqos/internal/act/owned"
+	"github.com/sanqos/sanqos/internal/act/packetpath"
 	"github.com/sanqos/sanqos/internal/act/plan"
-	"github.com/sanqos/sanqos/internal/act/qdisc"
+	"github.com/sanqos/sanqos/internal/decide/direction"
 )
+
+// EDTConfig configures the edt backend (see OpenEDT).
+type EDTConfig struct {
+	// Dev is the interface the target reaches its initiators through.
+	Dev      string
+	Instance string // see throttle.Options.Instance; "" names it after Dev
+	// SmallSegment and SmallSegments are the ports' splits between the
+	// directions (plan.DefaultSmallSegment when 0).
+	SmallSegment  int
+	SmallSegments map[uint16]int
+	Logger        *slog.Logger
+	// Linger is how long an entry no longer wanted stays at delay 0, so
+	// that its flows' ramps come down as the nfqueue backend's do (0:
+	// freed at once).
+	Linger time.Duration
+}
 
 // DefaultEDTTTL is how long an edt delay lives without renewal: ten of the
 // daemon's 100 ms ticks, so a daemon that dies or stalls stops delaying
@@ -29,7 +46,7 @@ type edtPath interface {
 	// Verify reads back the qdiscs and the filter, puts back what is
 	// missing and returns it; with force it attaches the filter again
 	// whatever it finds.
-	Verify(force bool) ([]Drift, error)
+	Verify(force bool) ([]owned.Drift, error)
 	// Attach puts fq and the filter on the device; Detach removes them
 	// (the program and map stay loaded).
 	Attach() error
@@ -59,11 +76,11 @@ func (k edtKey) String() string { return netip.AddrPortFrom(k.addr, k.port).Stri
 // the kernel sees (see "Arming" in arm.go); each flow's delay rises by
 // rise at most.
 type edtEntry struct {
-	dir   Direction
+	dir   direction.Direction
 	delay time.Duration
 	split int
 	armed time.Duration
-	rise  RiseLimit
+	rise  packetpath.RiseLimit
 	// until, when set, says the entry lingers at delay 0 until then
 	// (see linger).
 	until time.Time
@@ -92,7 +109,7 @@ type EDT struct {
 	cur   map[edtKey]edtEntry
 	done  bool
 	// small and smallDef are the small-segment splits: per port, else
-	// smallDef (Options.SmallSegments, SmallSegment).
+	// smallDef (EDTConfig.SmallSegments, SmallSegment).
 	small    map[uint16]int
 	smallDef int
 	// resync: the next Apply attaches the filter again (Resync).
@@ -104,7 +121,7 @@ type EDT struct {
 	detach   *time.Timer
 	grace    time.Duration
 	// rise is each flow's rise limit; the zero RiseLimit turns it off.
-	rise RiseLimit
+	rise packetpath.RiseLimit
 	// linger is how long an entry no longer wanted stays at delay 0
 	// before it is freed, so that the flows that go on sending lower
 	// their remembered ramp to 0 as nfqueue's lingering members do:
@@ -112,7 +129,7 @@ type EDT struct {
 	// the ramp of its last delay (the program sees no packet without
 	// an entry) and jump back to it when throttled again within the
 	// ramp's 10 s memory. A flow that pauses keeps its ramp, as a
-	// returning writer should. openEDT sets riseKeep; 0 frees at once.
+	// returning writer should. OpenEDT sets EDTConfig.Linger; 0 frees at once.
 	linger time.Duration
 	now    func() time.Time
 }
@@ -125,7 +142,7 @@ func newEDT(path edtPath, ttl time.Duration, log *slog.Logger) *EDT {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &EDT{path: path, ttl: ttl, log: log.With("backend", "edt"), cur: map[edtKey]edtEntry{}, grace: qdisc.DefaultIdleGrace, smallDef: DefaultSmallSegment, rise: DefaultRiseLimit, now: time.Now}
+	return &EDT{path: path, ttl: ttl, log: log.With("backend", "edt"), cur: map[edtKey]edtEntry{}, grace: DefaultIdleGrace, smallDef: plan.DefaultSmallSegment, rise: packetpath.DefaultRiseLimit, now: time.Now}
 }
 
 func (b *EDT) Name() string { return "edt" }
@@ -135,7 +152,7 @@ func (b *EDT) Name() string { return "edt" }
 // and IPv6 members alike (an IPv4-mapped one is its IPv4 address). A
 // consumer a group arms gets the group's ArmedDelay on its ports too,
 // used only where no delay of its own holds its writes.
-func (b *EDT) want(s State) map[edtKey]edtEntry {
+func (b *EDT) want(s plan.State) map[edtKey]edtEntry {
 	w := map[edtKey]edtEntry{}
 	for _, g := range plan.SortedGroups(s) {
 		if !g.Arms() {
@@ -151,13 +168,13 @@ func (b *EDT) want(s State) map[edtKey]edtEntry {
 		}
 	}
 	for _, g := range plan.SortedGroups(s) {
-		var dir Direction
+		var dir direction.Direction
 		delay := max(g.WriteDelay, g.ReadDelay)
 		if g.WriteDelay > 0 {
-			dir |= Write
+			dir |= direction.Write
 		}
 		if g.ReadDelay > 0 {
-			dir |= Read
+			dir |= direction.Read
 		}
 		if delay <= 0 {
 			continue
@@ -181,7 +198,7 @@ func (b *EDT) want(s State) map[edtKey]edtEntry {
 // Apply sets the entries of s (renewing them) and frees the rest. A
 // lowered delay is not a reordering: the program never gives a packet a
 // departure time before the one it gave the initiator's last.
-func (b *EDT) Apply(_ context.Context, s State) error {
+func (b *EDT) Apply(_ context.Context, s plan.State) error {
 	if err := plan.ValidateShape(s); err != nil {
 		return err
 	}
@@ -316,15 +333,13 @@ func (b *EDT) Renew(context.Context) error {
 	return errors.Join(errs...)
 }
 
-var _ Verifier = (*EDT)(nil)
-
 // Verify reads back fq, clsact and the filter running our program (see
 // package edt) and puts back at once what someone removed or replaced: a
 // `tc qdisc del` of either qdisc ends every delay, and nothing else would
 // bring them back while the daemon runs. The entries need no repair:
 // they live in our map, which the program holds, and the daemon renews
 // them every tick.
-func (b *EDT) Verify(context.Context) ([]Drift, error) {
+func (b *EDT) Verify(context.Context) ([]owned.Drift, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.done || !b.attached {
@@ -351,17 +366,17 @@ func (b *EDT) Resync() {
 // (PacketsPassed: another direction, an armed consumer not writing, or
 // an entry expired). fq keeps none of ours, so Backlog and the delay
 // errors stay zero.
-func (b *EDT) Stats() Stats {
+func (b *EDT) Stats() plan.Stats {
 	t := b.totals()
-	return Stats{PacketsHeld: t.held, PacketsPassed: t.passed}
+	return plan.Stats{PacketsHeld: t.held, PacketsPassed: t.passed}
 }
 
 // RiseStats are the rise limit's counters: Limited sums, over
 // initiators, the packets the classifier gave less than the requested
 // delay. The ramps themselves are the kernel's (an LRU map), so Flows
 // and the shortfalls are not counted.
-func (b *EDT) RiseStats() RiseStats {
-	return RiseStats{Limited: b.totals().limited}
+func (b *EDT) RiseStats() packetpath.RiseStats {
+	return packetpath.RiseStats{Limited: b.totals().limited}
 }
 
 func (b *EDT) totals() edtTotals {
