@@ -221,7 +221,7 @@ FUZZ_TARGETS := \
 	internal/observe/discover:FuzzParseTgtShow internal/observe/discover:FuzzParseLIOInfo \
 	internal/observe/discover:FuzzParseProcNet internal/observe/discover:FuzzParseExports \
 	internal/act/nfq:FuzzParseDatagram \
-	internal/act/throttle:FuzzParseIPv4TCP internal/act/throttle:FuzzParseTCP \
+	internal/act/packetpath:FuzzParseIPv4TCP internal/act/packetpath:FuzzParseTCP \
 	internal/config:FuzzDecode internal/serve/ctl:FuzzRequestLines internal/serve/ctl:FuzzParseManual
 fuzz:
 	@set -e; for t in $(FUZZ_TARGETS); do \

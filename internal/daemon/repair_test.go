@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sanqos/sanqos/internal/act/owned"
 	"github.com/sanqos/sanqos/internal/act/throttle"
 	"github.com/sanqos/sanqos/internal/clock"
 )
@@ -65,7 +66,7 @@ func runUntil(clk *clock.Fake, limit time.Duration, done func() bool) (time.Dura
 // The daemon applies an unchanged state only once, so before the
 // verifier it stayed flushed for good.
 func TestDaemonRepairsWhatOthersFlushed(t *testing.T) {
-	k := throttle.NewFakeKernel()
+	k := owned.NewFakeKernel()
 	be, err := throttle.NewNetem(context.Background(), throttle.TCConfig{Dev: "sqfake0", Instance: "tfake", Run: &tcFake{},
 		Firewall: k, Sets: k, Logger: newLogger(&logBuf{})})
 	if err != nil {

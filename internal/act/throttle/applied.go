@@ -28,9 +28,3 @@ func (p programmed) same(rules []string, sets map[string][]netip.Addr) bool {
 	}
 	return true
 }
-
-// clean reports whether r believes the kernel holds what it installed
-// last and that apply succeeded: giving it the same rules and sets again
-// would change nothing. A reconciler told to re-read the kernel (after a
-// failure, or on purpose) is not clean.
-func (r *reconciler) clean() bool { return r.synced && r.lastErr == nil }

@@ -2,8 +2,9 @@ package throttle
 
 import (
 	"fmt"
-	"net/netip"
-	"slices"
+
+	"github.com/sanqos/sanqos/internal/act/owned"
+	"github.com/sanqos/sanqos/internal/act/plan"
 )
 
 // Arming. The engine sees a writer only once its writes show in a
@@ -49,57 +50,23 @@ import (
 // The rule only adds to a set and never drops or holds anything itself:
 // if sanqos dies, the queue's bypass lets what is in a set pass, as
 // before, and the next start removes the chain with its jumps.
-const armTimeout = 1 // seconds; the smallest an ipset entry can live
-
-// armSuffix follows a group's set name in the name of its set of armed
-// consumers. SetName never yields a ':', so no group's set can be
-// another group's armed set.
-const armSuffix = ":arm"
-
-// armSetName is the set of the consumers group arms.
-func armSetName(group string) string { return SetName(group) + armSuffix }
+const armTimeout = owned.ArmTimeout
 
 // armRules renders the arming rules of the groups in s that arm anyone,
 // with the INPUT jump they need; small and def are the ports' splits.
 func armRules(s State, small map[uint16]int, def int) []string {
 	var out []string
-	for _, g := range sortedGroups(s) {
-		if !g.armed() {
+	for _, g := range plan.SortedGroups(s) {
+		if !g.Arms() {
 			continue
 		}
-		for _, pg := range splitGroups(g.ports(), small, def) {
+		for _, pg := range plan.SplitGroups(g.TargetPorts(), small, def) {
 			out = append(out, fmt.Sprintf("-A %s -p tcp -m multiport --dports %s -m length --length %d:65535 -m set --match-set %s src -j SET --add-set %s src --timeout %d",
-				Chain, portList(pg.ports), lengthSplit(pg.small)+1, armSetName(g.Name), SetName(g.Name), armTimeout))
+				owned.Chain, plan.PortList(pg.Ports), plan.LengthSplit(pg.Small)+1, plan.ArmSetName(g.Name), plan.SetName(g.Name), armTimeout))
 		}
 	}
 	if len(out) > 0 {
-		out = append([]string{inputJump(Chain)}, out...)
-	}
-	return out
-}
-
-// armSets adds to sets the set of armed consumers of each group of s
-// that arms anyone.
-func armSets(s State, sets map[string][]netip.Addr) {
-	for _, g := range s.Groups {
-		if !g.armed() {
-			continue
-		}
-		ms := make([]netip.Addr, 0, len(g.Armed))
-		for _, a := range g.Armed {
-			ms = append(ms, a.Unmap())
-		}
-		sets[armSetName(g.Name)] = ms
-	}
-}
-
-// withoutArming returns s with no group arming anyone, for the backends
-// that do not arm (netem, htb): they would create sets no rule uses. The
-// edt backend arms in its ingress program (bpf/edt.bpf.c).
-func withoutArming(s State) State {
-	out := State{Groups: slices.Clone(s.Groups)}
-	for i := range out.Groups {
-		out.Groups[i].Armed, out.Groups[i].ArmedDelay = nil, 0
+		out = append([]string{owned.InputJump(owned.Chain)}, out...)
 	}
 	return out
 }
@@ -109,7 +76,7 @@ func withoutArming(s State) State {
 // its delay on its first packet.
 func armedDelays(s State, t delays) {
 	for _, g := range s.Groups {
-		if !g.armed() {
+		if !g.Arms() {
 			continue
 		}
 		for _, a := range g.Armed {

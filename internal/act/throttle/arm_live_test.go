@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sanqos/sanqos/internal/act/owned"
 )
 
 // TestLiveArmedWriterHeldFromFirstWrite runs arming in the kernel: a
@@ -67,10 +69,10 @@ func TestLiveArmedWriterHeldFromFirstWrite(t *testing.T) {
 	}
 
 	// The daemon never made it a member: the kernel's entry lapses.
-	deadline := time.Now().Add(time.Duration(armTimeout)*time.Second + 2*time.Second)
+	deadline := time.Now().Add(time.Duration(owned.ArmTimeout)*time.Second + 2*time.Second)
 	for inSet() {
 		if time.Now().After(deadline) {
-			t.Fatalf("the armed consumer stayed in the set %v after its last write", time.Duration(armTimeout)*time.Second+2*time.Second)
+			t.Fatalf("the armed consumer stayed in the set %v after its last write", time.Duration(owned.ArmTimeout)*time.Second+2*time.Second)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}

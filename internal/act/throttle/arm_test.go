@@ -7,6 +7,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sanqos/sanqos/internal/act/owned"
+	"github.com/sanqos/sanqos/internal/act/plan"
 )
 
 // TestArmingPlan: a group that arms a consumer installs, beside its queue
@@ -18,8 +21,8 @@ import (
 // Disarming takes the rules and the jump away.
 func TestArmingPlan(t *testing.T) {
 	ctx := context.Background()
-	k := NewFakeKernel()
-	rec := newReconciler(k, k)
+	k := owned.NewFakeKernel()
+	rec := owned.NewReconciler(k, k)
 	ms := members{small: map[uint16]int{2049: 256}, def: 128}
 	now := time.Unix(1000, 0)
 	a, m := ip("10.0.0.2"), ip("10.0.0.3")
@@ -53,7 +56,7 @@ func TestArmingPlan(t *testing.T) {
 	if got := sets["sanqos-vg:arm"]; !slices.Equal(got, []netip.Addr{a, m}) {
 		t.Errorf("the set of armed consumers holds %v, want %v %v", got, a, m)
 	}
-	if err := rec.apply(ctx, rules, sets); err != nil {
+	if err := rec.Apply(ctx, rules, sets); err != nil {
 		t.Fatalf("the fake kernel refused the arming rules: %v", err)
 	}
 
@@ -94,7 +97,7 @@ func TestArmingByFamily(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			s := State{Groups: []Group{{Name: "vg", Members: tt.members, WriteDelay: time.Millisecond, Armed: tt.armed, ArmedDelay: time.Millisecond}}}
 			rules := append(NfqueueRules(s, 1), armRules(s, nil, 128)...)
-			r4, _, r6, _ := byFamily(rules, wantSets(s))
+			r4, _, r6, _ := byFamily(rules, plan.WantSets(s))
 			for _, c := range []struct {
 				half  string
 				rules []string
@@ -106,7 +109,7 @@ func TestArmingByFamily(t *testing.T) {
 						arms++
 					}
 				}
-				if jump := slices.Contains(c.rules, inputJump(Chain)); arms != c.want || jump != (c.want > 0) {
+				if jump := slices.Contains(c.rules, owned.InputJump(owned.Chain)); arms != c.want || jump != (c.want > 0) {
 					t.Errorf("%s half: %d arming rules (want %d), INPUT jump %v:\n%s", c.half, arms, c.want, jump, strings.Join(c.rules, "\n"))
 				}
 			}
@@ -129,26 +132,10 @@ func TestArmingRulesDoNotGrowWithTheArmed(t *testing.T) {
 		t.Fatalf("%d arming rules for %d armed consumers, want 2:\n%s", len(rules), len(armed), strings.Join(rules[:min(len(rules), 4)], "\n"))
 	}
 	var holds bool
-	for _, ms := range wantSets(s) {
+	for _, ms := range plan.WantSets(s) {
 		holds = holds || len(ms) == len(armed)
 	}
 	if !holds {
-		t.Errorf("no set holds the %d armed consumers: %v", len(armed), wantSets(s))
-	}
-}
-
-// The backends that do not arm (netem, htb: Split) get no set of armed
-// consumers, which no rule of theirs would use.
-func TestSplitLeavesArmingOut(t *testing.T) {
-	s := State{Groups: []Group{{Name: "vg", Members: []netip.Addr{ip("10.0.0.3")}, WriteDelay: time.Millisecond,
-		Armed: []netip.Addr{ip("10.0.0.2")}, ArmedDelay: time.Millisecond}}}
-	got, _ := Split(s)
-	for n := range wantSets(got) {
-		if strings.HasSuffix(n, armSuffix) {
-			t.Errorf("set %s for a backend that does not arm", n)
-		}
-	}
-	if len(s.Groups[0].Armed) != 1 {
-		t.Error("Split changed the caller's state")
+		t.Errorf("no set holds the %d armed consumers: %v", len(armed), plan.WantSets(s))
 	}
 }

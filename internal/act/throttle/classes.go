@@ -91,7 +91,7 @@ func classify(s State, size int) classes {
 				move(m, i)
 			}
 		}
-		if g.armed() {
+		if g.Arms() {
 			for _, a := range g.Armed {
 				move(a, -1-i)
 			}

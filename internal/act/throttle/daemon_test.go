@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/sanqos/sanqos/internal/act/owned"
 )
 
 // buildSanqos builds the sanqos binary into a temporary directory.
@@ -153,7 +155,7 @@ func TestDaemonKillAndRestart(t *testing.T) {
 		}
 	}
 	t.Logf("traffic unthrottled %v after kill -9", time.Since(killed))
-	if stale := l.ours(t); !strings.Contains(stale, Chain) || !strings.Contains(stale, SetPrefix) {
+	if stale := l.ours(t); !strings.Contains(stale, owned.Chain) || !strings.Contains(stale, owned.SetPrefix) {
 		t.Fatalf("expected a killed daemon to leave its chain and set, found:\n%s", stale)
 	}
 
@@ -196,7 +198,7 @@ func TestLiveNetem(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := NewNetem(t.Context(), TCConfig{Dev: "sqtt0", Run: l.targetRunner, Firewall: &Iptables{Run: l.targetRunner}, Sets: l.sets(t), Logger: quietLog()})
+	b, err := NewNetem(t.Context(), TCConfig{Dev: "sqtt0", Run: l.targetRunner, Firewall: &owned.Iptables{Run: l.targetRunner}, Sets: l.sets(t), Logger: quietLog()})
 	if err != nil {
 		if !strings.Contains(err.Error(), "nfqueue") {
 			t.Fatalf("netem backend failed without naming nfqueue: %v", err)
@@ -234,7 +236,7 @@ func TestLiveHTB(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := NewHTB(t.Context(), TCConfig{Dev: "sqtt0", Run: l.targetRunner, Firewall: &Iptables{Run: l.targetRunner}, Sets: l.sets(t), Logger: quietLog()})
+	b, err := NewHTB(t.Context(), TCConfig{Dev: "sqtt0", Run: l.targetRunner, Firewall: &owned.Iptables{Run: l.targetRunner}, Sets: l.sets(t), Logger: quietLog()})
 	if err != nil {
 		t.Fatal(err)
 	}

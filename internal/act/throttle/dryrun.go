@@ -5,6 +5,8 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+
+	"github.com/sanqos/sanqos/internal/act/plan"
 )
 
 // DryRun changes nothing; it logs each state that differs from the last
@@ -27,7 +29,7 @@ func NewDryRun(log *slog.Logger) *DryRun {
 func (b *DryRun) Name() string { return "dry-run" }
 
 func (b *DryRun) Apply(ctx context.Context, s State) error {
-	if err := validateShape(s); err != nil {
+	if err := plan.ValidateShape(s); err != nil {
 		return err
 	}
 	b.mu.Lock()
@@ -40,15 +42,15 @@ func (b *DryRun) Apply(ctx context.Context, s State) error {
 	if len(s.Groups) == 0 {
 		b.log.Info("would remove all throttles")
 	}
-	for _, g := range sortedGroups(s) {
-		b.log.Info("would throttle", "group", g.Name, "members", g.Members, "ports", g.ports(),
+	for _, g := range plan.SortedGroups(s) {
+		b.log.Info("would throttle", "group", g.Name, "members", g.Members, "ports", g.TargetPorts(),
 			"write_delay", g.WriteDelay, "read_delay", g.ReadDelay, "read_rate", g.ReadRate)
 	}
 	return nil
 }
 
 func statesEqual(a, b State) bool {
-	return slices.EqualFunc(sortedGroups(a), sortedGroups(b), func(x, y Group) bool {
+	return slices.EqualFunc(plan.SortedGroups(a), plan.SortedGroups(b), func(x, y Group) bool {
 		return x.Name == y.Name && slices.Equal(x.Members, y.Members) && slices.Equal(x.Ports, y.Ports) &&
 			x.WriteDelay == y.WriteDelay && x.ReadDelay == y.ReadDelay && x.ReadRate == y.ReadRate
 	})

@@ -3,6 +3,9 @@ package throttle
 import (
 	"net/netip"
 	"strings"
+
+	"github.com/sanqos/sanqos/internal/act/owned"
+	"github.com/sanqos/sanqos/internal/act/plan"
 )
 
 // byFamily splits rules and sets (logical names) into those of IPv4 and
@@ -31,13 +34,13 @@ func byFamily(rules []string, sets map[string][]netip.Addr) (rules4 []string, se
 	// arms asks for the INPUT jump.
 	var arms4, arms6 bool
 	for _, r := range rules {
-		m := ruleSetRef.FindStringSubmatch(r)
+		m := owned.RuleSetRef.FindStringSubmatch(r)
 		switch {
-		case r == inputJump(Chain):
+		case r == owned.InputJump(owned.Chain):
 		case m == nil:
 			rules4 = append(rules4, r)
-		case strings.HasSuffix(m[2], armSuffix):
-			group := strings.TrimSuffix(m[2], armSuffix)
+		case strings.HasSuffix(m[2], plan.ArmSuffix):
+			group := strings.TrimSuffix(m[2], plan.ArmSuffix)
 			if len(sets4[m[2]]) > 0 {
 				rules4, arms4 = append(rules4, r), true
 			}
@@ -50,7 +53,7 @@ func byFamily(rules []string, sets map[string][]netip.Addr) (rules4 []string, se
 			// A queueing rule only where its set can hold anyone: its
 			// members, or armed consumers the kernel adds. A rule over
 			// an empty set would still be on every packet's path.
-			if len(sets4[m[2]]) > 0 || len(sets4[m[2]+armSuffix]) > 0 {
+			if len(sets4[m[2]]) > 0 || len(sets4[m[2]+plan.ArmSuffix]) > 0 {
 				rules4 = append(rules4, r)
 			}
 			// (The IPv6 half has a group's set only with IPv6 members,
@@ -61,10 +64,10 @@ func byFamily(rules []string, sets map[string][]netip.Addr) (rules4 []string, se
 		}
 	}
 	if arms4 {
-		rules4 = append([]string{inputJump(Chain)}, rules4...)
+		rules4 = append([]string{owned.InputJump(owned.Chain)}, rules4...)
 	}
 	if arms6 {
-		rules6 = append([]string{inputJump(Chain)}, rules6...)
+		rules6 = append([]string{owned.InputJump(owned.Chain)}, rules6...)
 	}
 	return rules4, sets4, rules6, sets6
 }

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sanqos/sanqos/internal/act/owned"
+	"github.com/sanqos/sanqos/internal/act/qdisc"
 	"github.com/sanqos/sanqos/internal/act/throttle/edt"
 )
 
@@ -84,19 +86,17 @@ func TestLiveIdlePathAudit(t *testing.T) {
 	}{
 		{"nfqueue", delayed, func(t *testing.T, l *lab) (Backend, error) { return l.backend(t), nil }},
 		{"netem", delayed, func(t *testing.T, l *lab) (Backend, error) {
-			return NewNetem(t.Context(), TCConfig{Dev: "sqtt0", Run: l.targetRunner, Firewall: &Iptables{Run: l.targetRunner}, Sets: l.sets(t), Logger: quietLog(), IdleGrace: grace})
+			return NewNetem(t.Context(), TCConfig{Dev: "sqtt0", Run: l.targetRunner, Firewall: &owned.Iptables{Run: l.targetRunner}, Sets: l.sets(t), Logger: quietLog(), IdleGrace: grace})
 		}},
 		{"htb", capped, func(t *testing.T, l *lab) (Backend, error) {
-			return NewHTB(t.Context(), TCConfig{Dev: "sqtt0", Run: l.targetRunner, Firewall: &Iptables{Run: l.targetRunner}, Sets: l.sets(t), Logger: quietLog(), IdleGrace: grace})
+			return NewHTB(t.Context(), TCConfig{Dev: "sqtt0", Run: l.targetRunner, Firewall: &owned.Iptables{Run: l.targetRunner}, Sets: l.sets(t), Logger: quietLog(), IdleGrace: grace})
 		}},
 		{"edt", delayed, func(t *testing.T, l *lab) (Backend, error) {
 			e, err := edt.New("/run/netns/"+l.tns, "sqtt0")
 			if err != nil {
 				return nil, err
 			}
-			b := newEDT(edtKernel{e}, time.Second, quietLog())
-			b.grace = grace
-			return b, nil
+			return qdisc.NewEDT(e, time.Second, grace, quietLog()), nil
 		}},
 	} {
 		t.Run(c.name, func(t *testing.T) {

@@ -3,6 +3,8 @@ package throttle
 import (
 	"net/netip"
 	"time"
+
+	"github.com/sanqos/sanqos/internal/act/plan"
 )
 
 // InForce returns the delay each consumer's flows get from b once it has
@@ -21,9 +23,9 @@ func InForce(b Backend, s State) map[netip.Addr]time.Duration {
 	case *Composite:
 		return InForce(b.Delay, s)
 	case *Nfqueue:
-		s, _ = split(s, b.rec6 != nil)
+		s, _ = plan.SplitV6(s, b.rec6 != nil)
 	case *Netem, *HTB:
-		s, _ = Split(s)
+		s, _ = plan.Split(s)
 	case *DryRun:
 		return map[netip.Addr]time.Duration{}
 	}
@@ -41,7 +43,7 @@ func consumerDelays(s State) map[netip.Addr]time.Duration {
 		}
 	}
 	for _, g := range s.Groups {
-		if !g.armed() {
+		if !g.Arms() {
 			continue
 		}
 		for _, a := range g.Armed {

@@ -5,6 +5,8 @@ import (
 	"net/netip"
 	"testing"
 	"time"
+
+	"github.com/sanqos/sanqos/internal/act/owned"
 )
 
 // What each backend holds of a state: the engine's delay, unless the
@@ -24,7 +26,7 @@ func TestInForce(t *testing.T) {
 		b    Backend
 		want map[netip.Addr]time.Duration
 	}{
-		{"nfqueue with ip6tables", &Nfqueue{rec6: &reconciler{}}, all},
+		{"nfqueue with ip6tables", &Nfqueue{rec6: &owned.Reconciler{}}, all},
 		{"nfqueue without ip6tables", &Nfqueue{}, map[netip.Addr]time.Duration{v4: 200 * time.Millisecond, armed: 150 * time.Millisecond}},
 		{"netem", &Netem{}, map[netip.Addr]time.Duration{v4: 200 * time.Millisecond}},
 		{"htb", &HTB{}, map[netip.Addr]time.Duration{v4: 200 * time.Millisecond}},

@@ -2,7 +2,6 @@ package throttle
 
 import (
 	"context"
-	"encoding/binary"
 	"io"
 	"net"
 	"net/netip"
@@ -12,39 +11,10 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sanqos/sanqos/internal/act/owned"
+	"github.com/sanqos/sanqos/internal/act/plan"
 )
-
-func tcp6Packet(payload int, sport, dport uint16) []byte {
-	p := make([]byte, 40+32)
-	p[0] = 0x60
-	binary.BigEndian.PutUint16(p[4:6], uint16(32+payload))
-	p[6] = 6
-	copy(p[24:40], netip.MustParseAddr("fd53:5a::2").AsSlice())
-	binary.BigEndian.PutUint16(p[40:42], sport)
-	binary.BigEndian.PutUint16(p[42:44], dport)
-	p[52] = 8 << 4
-	return p
-}
-
-// TestParseIPv6TCP: an IPv6 segment is read like an IPv4 one; one with an
-// extension header, or truncated, is not.
-func TestParseIPv6TCP(t *testing.T) {
-	p, ok := parseTCP(tcp6Packet(48, 3260, 40000), 0)
-	if !ok || p.flow.dst != ip("fd53:5a::2") || p.flow.sport != 3260 || p.flow.dport != 40000 || p.payload != 48 {
-		t.Fatalf("parsed %+v %v", p, ok)
-	}
-	if p, ok := parseTCP(tcp6Packet(0, 3260, 1)[:72], 72+64000); !ok || p.payload != 64000 {
-		t.Fatalf("GSO length from the kernel: %+v %v", p, ok)
-	}
-	ext := tcp6Packet(0, 3260, 1)
-	ext[6] = 0 // hop-by-hop options first
-	if _, ok := parseTCP(ext, 0); ok {
-		t.Fatal("a packet with an extension header was parsed as TCP")
-	}
-	if _, ok := parseTCP(tcp6Packet(0, 3260, 1)[:50], 0); ok {
-		t.Fatal("a truncated packet was parsed")
-	}
-}
 
 // TestByFamily: a group with IPv4 and IPv6 members has its IPv4 set and
 // rule in iptables, its IPv6 set and the same rule in ip6tables; a group
@@ -54,17 +24,17 @@ func TestByFamily(t *testing.T) {
 		{Name: "vg", Members: []netip.Addr{ip("10.0.0.2"), ip("fd00::2")}, WriteDelay: time.Millisecond},
 		{Name: "pool", Members: []netip.Addr{ip("10.0.0.3")}, WriteDelay: time.Millisecond},
 	}}
-	r4, s4, r6, s6 := byFamily(NfqueueRules(s, 1), wantSets(s))
+	r4, s4, r6, s6 := byFamily(NfqueueRules(s, 1), plan.WantSets(s))
 	if len(r4) != 2 || len(s4) != 2 || !slices.Equal(s4["sanqos-vg"], []netip.Addr{ip("10.0.0.2")}) {
 		t.Fatalf("IPv4 half: %v %v", r4, s4)
 	}
 	if len(r6) != 1 || !strings.Contains(r6[0], "sanqos-vg ") || len(s6) != 1 || !slices.Equal(s6["sanqos-vg"], []netip.Addr{ip("fd00::2")}) {
 		t.Fatalf("IPv6 half: %v %v", r6, s6)
 	}
-	if o := (owner{name: "q1", v6: true}); !isV6Set(o.set("sanqos-vg")) || isV6Set((owner{name: "q1"}).set("sanqos-vg")) {
+	if o := (owned.Owner{Name: "q1", V6: true}); !owned.IsV6Set(o.Set("sanqos-vg")) || owned.IsV6Set((owned.Owner{Name: "q1"}).Set("sanqos-vg")) {
 		t.Fatal("IPv6 set names are not told from IPv4 ones")
 	}
-	if inst, ok := setOwner((owner{name: "q1", v6: true}).set("sanqos-vg")); !ok || inst != "q1" {
+	if inst, ok := owned.SetOwner((owned.Owner{Name: "q1", V6: true}).Set("sanqos-vg")); !ok || inst != "q1" {
 		t.Fatalf("owner of an IPv6 set: %q %v", inst, ok)
 	}
 }
@@ -156,7 +126,7 @@ func TestLiveIPv6Consumer(t *testing.T) {
 		t.Fatalf("IPv6 RTT %v after Close, want unthrottled", rtt)
 	}
 	six, _ = l.targetRunner.Run(context.Background(), "", "ip6tables-save", "-t", "mangle")
-	if left := l.ours(t); left != "" || strings.Contains(six, Chain) {
+	if left := l.ours(t); left != "" || strings.Contains(six, owned.Chain) {
 		t.Fatalf("Close left:\n%s\n%s", left, six)
 	}
 }

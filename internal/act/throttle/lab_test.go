@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/prometheus/procfs"
+	"github.com/sanqos/sanqos/internal/act/owned"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
@@ -40,8 +41,8 @@ type lab struct {
 	t              *testing.T
 	tns, cns       string
 	tnsH, cnsH     netns.NsHandle
-	targetRunner   ExecRunner
-	clientRunner   ExecRunner
+	targetRunner   owned.ExecRunner
+	clientRunner   owned.ExecRunner
 	rcvbuf         int     // SO_RCVBUF of the receiving side of bulk flows
 	pace           float64 // bytes/s of paced downloads
 	servers        []net.Listener
@@ -186,8 +187,8 @@ func newLab(t *testing.T) *lab {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { l.tnsH.Close(); l.cnsH.Close() })
-	l.targetRunner = ExecRunner{Prefix: []string{"ip", "netns", "exec", l.tns}}
-	l.clientRunner = ExecRunner{Prefix: []string{"ip", "netns", "exec", l.cns}}
+	l.targetRunner = owned.ExecRunner{Prefix: []string{"ip", "netns", "exec", l.tns}}
+	l.clientRunner = owned.ExecRunner{Prefix: []string{"ip", "netns", "exec", l.cns}}
 	return l
 }
 
@@ -215,13 +216,13 @@ func (l *lab) in(ns netns.NsHandle, f func()) {
 func quietLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
 // sets returns ipset access in the target namespace.
-func (l *lab) sets(t *testing.T) Ipsets {
+func (l *lab) sets(t *testing.T) owned.Ipsets {
 	h, err := netlink.NewHandleAt(l.tnsH)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(h.Close)
-	return Ipsets{Handle: h}
+	return owned.Ipsets{Handle: h}
 }
 
 // backend starts the nfqueue backend in the target namespace.
@@ -231,7 +232,7 @@ func (l *lab) backend(t *testing.T) *Nfqueue { return l.backendWith(t, NfqueueCo
 // cfg's options (its namespace, firewall, sets and logger are the lab's).
 func (l *lab) backendWith(t *testing.T, cfg NfqueueConfig) *Nfqueue {
 	cfg.NetNS = int(l.tnsH)
-	cfg.Firewall = &Iptables{Run: l.targetRunner}
+	cfg.Firewall = &owned.Iptables{Run: l.targetRunner}
 	cfg.Sets = l.sets(t)
 	cfg.Logger = quietLog()
 	// The backend takes its CPUs (the packet thread's and the standby's)
@@ -556,7 +557,7 @@ func (l *lab) downloadPaced(d time.Duration, pace float64) (float64, func()) {
 // retransmitted, read with nstat (absolute values, history untouched).
 var tcpCounters = []string{"TcpRetransSegs", "TcpExtTCPLossProbes", "TcpExtTCPFastRetrans", "TcpExtTCPTimeouts", "TcpExtTCPSlowStartRetrans", "TcpExtTCPSACKReorder", "TcpExtTCPTSReorder", "TcpExtTCPDSACKRecv"}
 
-func counters(t *testing.T, r ExecRunner) map[string]int {
+func counters(t *testing.T, r owned.ExecRunner) map[string]int {
 	out, err := r.Run(context.Background(), "", "nstat", append([]string{"-asz"}, tcpCounters...)...)
 	if err != nil {
 		t.Fatal(err)
@@ -625,7 +626,7 @@ func loaded() (bool, string) {
 //
 // probes is the number of spurious loss-probe retransmissions (nothing
 // reordered, nothing timed out) tolerated besides: see jiffyRace.
-func checkRetrans(t *testing.T, what string, r ExecRunner, c0 map[string]int, baseline, probes int) string {
+func checkRetrans(t *testing.T, what string, r owned.ExecRunner, c0 map[string]int, baseline, probes int) string {
 	t.Helper()
 	re, why := retransSince(t, r, c0)
 	c1 := counters(t, r)
@@ -673,7 +674,7 @@ func jiffyRace(d time.Duration) int {
 }
 
 // reorderEvents is the number of reordering events since c0.
-func reorderEvents(t *testing.T, r ExecRunner, c0 map[string]int) int {
+func reorderEvents(t *testing.T, r owned.ExecRunner, c0 map[string]int) int {
 	c1 := counters(t, r)
 	n := 0
 	for _, k := range []string{"TcpExtTCPFastRetrans", "TcpExtTCPSACKReorder", "TcpExtTCPTSReorder"} {
@@ -684,7 +685,7 @@ func reorderEvents(t *testing.T, r ExecRunner, c0 map[string]int) int {
 
 // retransSince returns the retransmitted segments since c0 and a note of
 // the other counters that moved.
-func retransSince(t *testing.T, r ExecRunner, c0 map[string]int) (int, string) {
+func retransSince(t *testing.T, r owned.ExecRunner, c0 map[string]int) (int, string) {
 	c1 := counters(t, r)
 	var note []string
 	for _, k := range tcpCounters[1:] {
@@ -703,7 +704,7 @@ func (l *lab) ours(t *testing.T) string {
 	}
 	var found []string
 	for _, line := range strings.Split(ipt, "\n") {
-		if strings.Contains(line, Chain) {
+		if strings.Contains(line, owned.Chain) {
 			found = append(found, line)
 		}
 	}
@@ -712,7 +713,7 @@ func (l *lab) ours(t *testing.T) string {
 		t.Fatal(err)
 	}
 	for _, s := range strings.Fields(sets) {
-		if strings.HasPrefix(s, SetPrefix) {
+		if strings.HasPrefix(s, owned.SetPrefix) {
 			found = append(found, "ipset "+s)
 		}
 	}

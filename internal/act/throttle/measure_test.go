@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sanqos/sanqos/internal/act/owned"
 )
 
 // rtThreadTicks sums the CPU time (clock ticks) of this process's
@@ -86,7 +88,7 @@ func TestLiveMeasure(t *testing.T) {
 	// A 40 MB/s write stream, ACKs per segment as on a real NIC (no
 	// GSO/GRO on the veth), write delay 1 ms.
 	for _, c := range []struct {
-		r   ExecRunner
+		r   owned.ExecRunner
 		dev string
 	}{{l.targetRunner, "sqtt0"}, {l.clientRunner, "sqtt1"}} {
 		if _, err := c.r.Run(t.Context(), "", "ethtool", "-K", c.dev, "tso", "off", "gso", "off", "gro", "off"); err != nil {

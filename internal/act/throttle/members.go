@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/sanqos/sanqos/internal/act/plan"
 )
 
 // memberKey is one consumer in one group.
@@ -92,7 +94,7 @@ func (ms *members) apply(s State, now time.Time) *pathTable {
 		if !g.Active() {
 			continue
 		}
-		ports := g.ports()
+		ports := g.TargetPorts()
 		for _, m := range g.Members {
 			cur[memberKey{g.Name, m.Unmap()}] = membership{ports: ports}
 		}
@@ -119,7 +121,7 @@ func (ms *members) apply(s State, now time.Time) *pathTable {
 		}
 	}
 	ms.active, ms.last = cur, ownState(s)
-	ms.sets = wantSets(ms.last)
+	ms.sets = plan.WantSets(ms.last)
 	return ms.classes.table(s)
 }
 
@@ -132,7 +134,7 @@ func (ms *members) sameMembers(s State) bool {
 	}
 	for i, g := range s.Groups {
 		last := ms.last.Groups[i]
-		if g.Name != last.Name || g.Active() != last.Active() || g.armed() != last.armed() ||
+		if g.Name != last.Name || g.Active() != last.Active() || g.Arms() != last.Arms() ||
 			!slices.Equal(g.Ports, last.Ports) || !slices.Equal(g.Members, last.Members) || !slices.Equal(g.Armed, last.Armed) {
 			return false
 		}
@@ -175,7 +177,7 @@ func (ms *members) dropLinger(k memberKey) {
 
 // forgetDue reports, once, whether an address may have stopped being
 // kept since the last call: the packet path then has something to
-// forget (Delayer.Forget). A new delay or a new member changes nothing
+// forget (packetpath.Delayer.Forget). A new delay or a new member changes nothing
 // it keeps.
 func (ms *members) forgetDue() bool {
 	due := ms.shrunk
@@ -210,7 +212,7 @@ func (ms *members) plan(now time.Time, queue uint16, quiet func(netip.Addr) bool
 			continue
 		}
 		lingering = true
-		n := SetName(k.group)
+		n := plan.SetName(k.group)
 		if _, ok := sets[n]; !ok {
 			ghosts = append(ghosts, Group{Name: k.group, Ports: m.ports})
 		}
@@ -224,7 +226,7 @@ func (ms *members) plan(now time.Time, queue uint16, quiet func(netip.Addr) bool
 	// throttled, lingering or armed, nothing of ours is on the path.
 	var queued []Group
 	for _, g := range append(slices.Clone(ms.last.Groups), ghosts...) {
-		if len(sets[SetName(g.Name)]) > 0 || g.armed() {
+		if len(sets[plan.SetName(g.Name)]) > 0 || g.Arms() {
 			queued = append(queued, g)
 		}
 	}

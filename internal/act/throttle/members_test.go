@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sanqos/sanqos/internal/act/owned"
 )
 
 // TestMembersLingerUntilQuiet: a member whose throttle ends stays queued
@@ -13,8 +15,8 @@ import (
 // gone, and leaves once it paused; a busy one leaves after lingerMax.
 func TestMembersLingerUntilQuiet(t *testing.T) {
 	ctx := context.Background()
-	k := NewFakeKernel()
-	rec := newReconciler(k, k)
+	k := owned.NewFakeKernel()
+	rec := owned.NewReconciler(k, k)
 	var ms members
 	now := time.Unix(1000, 0)
 	a := ip("10.0.0.2")
@@ -30,7 +32,7 @@ func TestMembersLingerUntilQuiet(t *testing.T) {
 			}
 		}
 		rules, sets, lingering := ms.plan(now, 1, quiet)
-		if err := rec.apply(ctx, rules, sets); err != nil {
+		if err := rec.Apply(ctx, rules, sets); err != nil {
 			t.Fatal(err)
 		}
 		return k.String(), lingering

@@ -13,6 +13,9 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sanqos/sanqos/internal/act/nfq"
+	"github.com/sanqos/sanqos/internal/act/owned"
+	"github.com/sanqos/sanqos/internal/act/packetpath"
+	"github.com/sanqos/sanqos/internal/act/plan"
 )
 
 // Defaults of the nfqueue backend.
@@ -20,16 +23,11 @@ const (
 	// DefaultQueueNum is the NFQUEUE number our rules send packets to.
 	// Any 16-bit number works; the iSCSI port is easy to recognise in
 	// iptables-save and unlikely to be used by anything else on a target.
-	DefaultQueueNum = 3260
-	// DefaultSmallSegment is the largest TCP payload (bytes) that counts as
-	// write-direction traffic. A synchronous iSCSI writer waits for an R2T
-	// and a SCSI Response PDU per command: 48-byte headers plus at most a
-	// little sense data. 128 bytes keeps those and pure ACKs, and leaves
-	// every read data segment (kilobytes) in the read direction.
-	DefaultSmallSegment = 128
+	DefaultQueueNum     = 3260
+	DefaultSmallSegment = plan.DefaultSmallSegment
 	// DefaultMaxBacklog is the budget of packets held in user space for
 	// all consumers; beyond it each consumer may hold its share, and
-	// beyond twice it every packet passes at once (see consumers.go). At
+	// beyond twice it every packet passes at once (see packetpath). At
 	// 40 MB/s of 64 KiB writes and 20 ms delay the backlog is a few
 	// hundred packets, so this is far from normal use.
 	DefaultMaxBacklog = 8192
@@ -50,7 +48,7 @@ const (
 
 // NfqueueConfig configures the nfqueue backend. Zero values take defaults.
 type NfqueueConfig struct {
-	// Instance names this backend's kernel objects and lock (see owner);
+	// Instance names this backend's kernel objects and lock (see owned.Owner);
 	// "" means DefaultInstance: "q" and the queue number.
 	Instance     string
 	QueueNum     uint16
@@ -59,13 +57,13 @@ type NfqueueConfig struct {
 	// DefaultSmallSegments): the split is the protocol's.
 	SmallSegments map[uint16]int
 	MaxBacklog    int
-	Firewall      Firewall // default: iptables on this machine
+	Firewall      owned.Firewall // default: iptables on this machine
 	// Firewall6 programs the IPv6 half; default: ip6tables beside
 	// Firewall when that is an *Iptables, else none (IPv6 consumers are
 	// then refused).
-	Firewall6 Firewall
-	Sets      Sets // default: ipsets over netlink
-	NetNS     int  // fd of the network namespace for the queue; 0: current
+	Firewall6 owned.Firewall
+	Sets      owned.Sets // default: ipsets over netlink
+	NetNS     int        // fd of the network namespace for the queue; 0: current
 	Logger    *slog.Logger
 	// RiseLimit bounds how fast a flow's delay rises (zero: the default,
 	// DefaultRiseLimit); NoRiseLimit turns it off, which makes senders
@@ -78,7 +76,7 @@ type NfqueueConfig struct {
 	// segments (0 < payload ≤ SmallSegment: R2T, SCSI Response), which
 	// clock a synchronous iSCSI writer, and its sender never sees our
 	// delay in its RTT samples, so it sends no spurious loss probes (see
-	// Delayer.SubmitPureAck). On, pure ACKs are held too, in order with
+	// packetpath.Delayer.SubmitPureAck). On, pure ACKs are held too, in order with
 	// everything else: needed to slow bulk TCP streams, which the ACK
 	// clock paces.
 	AckDelay bool
@@ -98,7 +96,7 @@ type NfqueueConfig struct {
 // direction, larger data segments the read direction. Queuing only one
 // class would let the other overtake it and reorder the flow. Pure ACKs
 // are held only with AckDelay; without it they pass at once, which is
-// safe because they carry no data (see Delayer.SubmitPureAck).
+// safe because they carry no data (see packetpath.Delayer.SubmitPureAck).
 //
 // One real-time thread (loop) does all the packet work: it waits in
 // ppoll(2) for the queue socket, an eventfd and the next release time,
@@ -111,19 +109,19 @@ type NfqueueConfig struct {
 //
 // The parts live in files of their own: this one has the lifecycle and
 // the rules; applied.go when they need not be given again; members.go
-// and classes.go who is queued and the delay table; consumers.go each
-// consumer's share of the backlog; packetloop.go the packet thread;
-// standby.go the standby; commands.go the command channel; rt_linux.go
+// and classes.go who is queued and the delay table; package packetpath
+// the delayer and each consumer's share of the backlog; packetloop.go
+// the packet thread; standby.go the standby; commands.go the command channel; rt_linux.go
 // the threads' real-time placement; pathio.go the seams (pathClock,
 // queueSocket) through which unit tests drive the packet path with a
 // fake clock and queue.
 type Nfqueue struct {
 	cfg      NfqueueConfig
-	lock     *instanceLock // held until Close has removed everything
-	rec      *reconciler
-	rec6     *reconciler // the IPv6 half; nil: IPv6 consumers are refused
+	lock     *owned.Lock // held until Close has removed everything
+	rec      *owned.Reconciler
+	rec6     *owned.Reconciler // the IPv6 half; nil: IPv6 consumers are refused
 	table    atomic.Pointer[pathTable]
-	del      *Delayer
+	del      *packetpath.Delayer
 	sock     queueSocket
 	clk      pathClock
 	place    func(cpu int, name string, rt bool) (undo func()) // makes the calling thread one of the packet path's (see boost)
@@ -182,20 +180,20 @@ func NewNfqueue(ctx context.Context, cfg NfqueueConfig) (*Nfqueue, error) {
 	if cfg.MaxBacklog == 0 {
 		cfg.MaxBacklog = DefaultMaxBacklog
 	}
-	if cfg.MaxBacklog < 0 || hardBacklogFactor*cfg.MaxBacklog >= kernelQueueLen {
+	if cfg.MaxBacklog < 0 || packetpath.HardBacklogFactor*cfg.MaxBacklog >= kernelQueueLen {
 		// Beyond the kernel's queue limit the kernel accepts packets
 		// itself, and those would overtake the ones we hold.
 		return nil, fmt.Errorf("backlog budget %d packets: want 1 to %d (its hard limit, %d times it, must stay under the kernel's queue of %d)",
-			cfg.MaxBacklog, (kernelQueueLen-1)/hardBacklogFactor, hardBacklogFactor, kernelQueueLen)
+			cfg.MaxBacklog, (kernelQueueLen-1)/packetpath.HardBacklogFactor, packetpath.HardBacklogFactor, kernelQueueLen)
 	}
 	if cfg.Firewall == nil {
-		cfg.Firewall = &Iptables{Run: ExecRunner{}}
+		cfg.Firewall = &owned.Iptables{Run: owned.ExecRunner{}}
 	}
-	if ipt, ok := cfg.Firewall.(*Iptables); ok && cfg.Firewall6 == nil && !ipt.V6 {
-		cfg.Firewall6 = &Iptables{Run: ipt.Run, V6: true}
+	if ipt, ok := cfg.Firewall.(*owned.Iptables); ok && cfg.Firewall6 == nil && !ipt.V6 {
+		cfg.Firewall6 = &owned.Iptables{Run: ipt.Run, V6: true}
 	}
 	if cfg.Sets == nil {
-		cfg.Sets = Ipsets{}
+		cfg.Sets = owned.Ipsets{}
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -203,26 +201,26 @@ func NewNfqueue(ctx context.Context, cfg NfqueueConfig) (*Nfqueue, error) {
 	if cfg.Instance == "" {
 		cfg.Instance = DefaultInstance(Options{QueueNum: cfg.QueueNum})
 	}
-	if err := CheckInstance(cfg.Instance); err != nil {
+	if err := owned.CheckInstance(cfg.Instance); err != nil {
 		return nil, err
 	}
-	if err := ValidateSmallSegments(cfg.SmallSegments); err != nil {
+	if err := plan.ValidateSmallSegments(cfg.SmallSegments); err != nil {
 		return nil, err
 	}
-	lock, err := lockInstance(cfg.NetNS, cfg.Instance)
+	lock, err := owned.LockInstance(cfg.NetNS, cfg.Instance)
 	if err != nil {
 		return nil, fmt.Errorf("%w; stop it first, or give this one another queue (--queue-num)", err)
 	}
 	b, err := newNfqueue(ctx, cfg, lock)
 	if err != nil {
-		lock.release()
+		lock.Release()
 		return nil, err
 	}
 	return b, nil
 }
 
-func newNfqueue(ctx context.Context, cfg NfqueueConfig, lock *instanceLock) (*Nfqueue, error) {
-	b := &Nfqueue{cfg: cfg, lock: lock, rec: newOwnedReconciler(cfg.Firewall, cfg.Sets, cfg.Instance, cfg.NetNS),
+func newNfqueue(ctx context.Context, cfg NfqueueConfig, lock *owned.Lock) (*Nfqueue, error) {
+	b := &Nfqueue{cfg: cfg, lock: lock, rec: owned.NewOwnedReconciler(cfg.Firewall, cfg.Sets, cfg.Instance, cfg.NetNS),
 		log:  cfg.Logger.With("backend", "nfqueue", "instance", cfg.Instance),
 		stop: make(chan struct{}), loopDone: make(chan struct{}), standbyDone: make(chan struct{})}
 	b.cpu, b.standbyCPU = pathCPUs()
@@ -231,20 +229,20 @@ func newNfqueue(ctx context.Context, cfg NfqueueConfig, lock *instanceLock) (*Nf
 	if cfg.NoStandby {
 		b.standbyCPU = -1
 	}
-	if err := b.rec.reset(ctx); err != nil {
+	if err := b.rec.Reset(ctx); err != nil {
 		return nil, fmt.Errorf("removing leftovers of an earlier run: %w", err)
 	}
-	if err := b.rec.sweepDead(ctx); err != nil {
+	if err := b.rec.SweepDead(ctx); err != nil {
 		b.log.Warn("some leftovers of dead sanqos instances stay", "err", err)
 	}
 	if cfg.Firewall6 != nil {
-		b.rec6 = newV6Reconciler(cfg.Firewall6, cfg.Sets, cfg.Instance, cfg.NetNS)
+		b.rec6 = owned.NewV6Reconciler(cfg.Firewall6, cfg.Sets, cfg.Instance, cfg.NetNS)
 		if _, err := cfg.Firewall6.Chains(ctx); err != nil {
 			b.log.Warn("ip6tables does not work here: IPv6 consumers will be refused", "err", err)
 			b.rec6 = nil
-		} else if err := b.rec6.reset(ctx); err != nil {
+		} else if err := b.rec6.Reset(ctx); err != nil {
 			return nil, fmt.Errorf("removing leftovers of an earlier run (IPv6): %w", err)
-		} else if err := b.rec6.sweepDead(ctx); err != nil {
+		} else if err := b.rec6.SweepDead(ctx); err != nil {
 			b.log.Warn("some leftovers of dead sanqos instances stay (IPv6)", "err", err)
 		}
 	}
@@ -303,9 +301,9 @@ func (b *Nfqueue) initPath(sock queueSocket, wake, done int, clk pathClock, proc
 	b.onPacket = b.handle
 	b.members.small, b.members.def = b.cfg.SmallSegments, b.cfg.SmallSegment
 	b.table.Store(tableOf(nil))
-	b.del = NewDelayer(clk, b.cfg.MaxBacklog, b.release)
+	b.del = packetpath.NewDelayer(clk, b.cfg.MaxBacklog, b.release)
 	b.del.AckDelay = b.cfg.AckDelay
-	b.del.warn = b.warnHog
+	b.del.Warn = b.warnHog
 	switch {
 	case b.cfg.NoRiseLimit:
 		b.del.Rise = RiseLimit{}
@@ -351,15 +349,15 @@ func (b *Nfqueue) rules(s State) []string { return NfqueueRules(s, b.cfg.QueueNu
 // NfqueueRules are the chain rules of the nfqueue backend for s.
 func NfqueueRules(s State, queue uint16) []string {
 	var out []string
-	for _, g := range sortedGroups(s) {
+	for _, g := range plan.SortedGroups(s) {
 		out = append(out, fmt.Sprintf("-A %s %s -m set --match-set %s dst -j NFQUEUE --queue-num %d --queue-bypass",
-			Chain, portMatch(g.ports()), SetName(g.Name), queue))
+			owned.Chain, plan.PortMatch(g.TargetPorts()), plan.SetName(g.Name), queue))
 	}
 	return out
 }
 
 func (b *Nfqueue) Apply(ctx context.Context, s State) error {
-	if err := validateShape(s); err != nil {
+	if err := plan.ValidateShape(s); err != nil {
 		return err
 	}
 	b.mu.Lock()
@@ -374,7 +372,7 @@ func (b *Nfqueue) Apply(ctx context.Context, s State) error {
 	// member again.
 	var refused *Refused
 	if !b.splitClean || !b.members.sameMembers(s) {
-		s, refused = split(s, b.rec6 != nil)
+		s, refused = plan.SplitV6(s, b.rec6 != nil)
 		b.splitClean = refused == nil
 	}
 	t := b.members.apply(s, b.clk.Now())
@@ -399,13 +397,13 @@ func (b *Nfqueue) program(ctx context.Context) error {
 			return b.del.Quiet(a, now, lingerQuiet)
 		})
 	})
-	if !b.applied.same(rules, sets) || !b.rec.clean() || b.rec6 != nil && !b.rec6.clean() {
+	if !b.applied.same(rules, sets) || !b.rec.Clean() || b.rec6 != nil && !b.rec6.Clean() {
 		b.applied = programmed{}
 		rules4, sets4, rules6, sets6 := byFamily(rules, sets)
-		err4 := b.rec.apply(ctx, rules4, sets4)
+		err4 := b.rec.Apply(ctx, rules4, sets4)
 		var err6 error
 		if b.rec6 != nil {
-			err6 = b.rec6.apply(ctx, rules6, sets6)
+			err6 = b.rec6.Apply(ctx, rules6, sets6)
 		}
 		if err := errors.Join(err4, err6); err != nil {
 			return fmt.Errorf("programming the nfqueue data path: %w", err)
@@ -444,7 +442,7 @@ func (b *Nfqueue) program(ctx context.Context) error {
 func (b *Nfqueue) Stats() Stats {
 	var s Stats
 	b.onLoop(func() {
-		s = b.del.Stats()
+		s = delayerStats(b.del.Stats())
 		s.Errors = b.errs.Load() + b.sock.sockErrors()
 		s.YieldMax, s.WakeLateMax = b.stalls.yields.max(), b.stalls.wakes.max()
 		s.Takeovers, s.TakeoverMax = uint64(b.stalls.takeovers.n), b.stalls.takeovers.max()
@@ -473,9 +471,9 @@ func (b *Nfqueue) Close() error {
 	close(b.stop)
 	// Rules first: nothing new enters the queue while the packet thread
 	// lets go of what it holds.
-	err := b.rec.reset(context.Background())
+	err := b.rec.Reset(context.Background())
 	if b.rec6 != nil {
-		err = errors.Join(err, b.rec6.reset(context.Background()))
+		err = errors.Join(err, b.rec6.Reset(context.Background()))
 	}
 	b.stopping.Store(true)
 	b.kick()
@@ -489,6 +487,6 @@ func (b *Nfqueue) Close() error {
 	for _, give := range b.unreserve {
 		give()
 	}
-	b.lock.release()
+	b.lock.Release()
 	return err
 }

@@ -14,7 +14,7 @@ var Backends = []string{"nfqueue", "netem", "htb", "edt", "dry-run"}
 type Options struct {
 	Backend string // one of Backends; "" means nfqueue
 	// Instance names the backend's kernel objects and its lock, so that
-	// instances never touch each other's (see owner); "" means
+	// instances never touch each other's (see owned.Owner); "" means
 	// DefaultInstance.
 	Instance string
 	Dev      string // netem, htb: interface towards the initiators

@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/sanqos/sanqos/internal/act/owned"
 )
 
 // TestLiveTwoDaemonsAndCleanupOnly (issue 14, finding 1): in one network
@@ -32,7 +34,7 @@ func TestLiveTwoDaemonsAndCleanupOnly(t *testing.T) {
 	defer c.Close()
 	l.pastRamp(c)
 	aHolds := l.ours(t)
-	if !strings.Contains(aHolds, Chain+"-q3260") {
+	if !strings.Contains(aHolds, owned.Chain+"-q3260") {
 		t.Fatalf("daemon A's objects are not named after its instance:\n%s", aHolds)
 	}
 	stillThrottled := func(after string) {
@@ -52,7 +54,7 @@ func TestLiveTwoDaemonsAndCleanupOnly(t *testing.T) {
 		t.Fatalf("throttle on B: %v: %s", err, out)
 	}
 	stillThrottled("a second daemon started on another queue")
-	if got := l.ours(t); !strings.Contains(got, Chain+"-q3261") {
+	if got := l.ours(t); !strings.Contains(got, owned.Chain+"-q3261") {
 		t.Fatalf("daemon B's chain is missing:\n%s", got)
 	}
 
@@ -302,7 +304,7 @@ func TestLiveFloodOverflowKeepsOrder(t *testing.T) {
 // nothingLost fails unless every segment retransmitted through r since c0
 // was a loss probe the receiver reported back as a duplicate: no timeout,
 // no fast retransmit, no probe without its DSACK.
-func nothingLost(t *testing.T, what string, r ExecRunner, c0 map[string]int) {
+func nothingLost(t *testing.T, what string, r owned.ExecRunner, c0 map[string]int) {
 	t.Helper()
 	c1 := counters(t, r)
 	d := func(k string) int { return c1[k] - c0[k] }

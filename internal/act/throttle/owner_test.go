@@ -9,6 +9,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sanqos/sanqos/internal/act/owned"
+	"github.com/sanqos/sanqos/internal/act/plan"
 )
 
 // testInstance is an instance name no other test process uses at once.
@@ -22,78 +25,78 @@ func testInstance(tag string) string {
 // of a version before ownership go.
 func TestOwnersNeverTouchEachOther(t *testing.T) {
 	ctx := context.Background()
-	k := NewFakeKernel()
+	k := owned.NewFakeKernel()
 	a, b := testInstance("ta"), testInstance("tb")
 	dead := testInstance("td")
 	for _, inst := range []string{a, b, dead, testInstance("tc")} {
 		removeLockFile(t, 0, inst)
 	}
-	lockA, err := lockInstance(0, a)
+	lockA, err := owned.LockInstance(0, a)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer lockA.release()
-	recA := newOwnedReconciler(k, k, a, 0)
+	defer lockA.Release()
+	recA := owned.NewOwnedReconciler(k, k, a, 0)
 	sA := State{Groups: []Group{{Name: "vg", Members: []netip.Addr{ip("10.0.0.2")}, WriteDelay: 20 * time.Millisecond}}}
-	if err := recA.reset(ctx); err != nil {
+	if err := recA.Reset(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := recA.apply(ctx, NfqueueRules(sA, 1), wantSets(sA)); err != nil {
+	if err := recA.Apply(ctx, NfqueueRules(sA, 1), plan.WantSets(sA)); err != nil {
 		t.Fatal(err)
 	}
 	aHolds := k.String()
 	// A dead instance (its lock is free) and a pre-ownership run left
 	// their chains and sets.
-	k.CrashAs(Chain+"-"+dead, []string{"-A " + Chain + "-" + dead + " -j NFQUEUE --queue-num 9"}, map[string][]netip.Addr{SetPrefix + dead + "-vg": {ip("10.0.0.9")}})
+	k.CrashAs(owned.Chain+"-"+dead, []string{"-A " + owned.Chain + "-" + dead + " -j NFQUEUE --queue-num 9"}, map[string][]netip.Addr{owned.SetPrefix + dead + "-vg": {ip("10.0.0.9")}})
 	k.Crash([]string{"-A SANQOS -j NFQUEUE --queue-num 1"}, map[string][]netip.Addr{"sanqos-old": {ip("10.0.0.8")}})
 
 	// B starts: it takes its own lock, clears its own leftovers and the
 	// dead ones', and installs its own state.
-	lockB, err := lockInstance(0, b)
+	lockB, err := owned.LockInstance(0, b)
 	if err != nil {
 		t.Fatal(err)
 	}
-	recB := newOwnedReconciler(k, k, b, 0)
-	if err := recB.reset(ctx); err != nil {
+	recB := owned.NewOwnedReconciler(k, k, b, 0)
+	if err := recB.Reset(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := recB.sweepDead(ctx); err != nil {
+	if err := recB.SweepDead(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if got := k.String(); got != aHolds {
 		t.Fatalf("after B's start the kernel holds\n%s\nwant A's state only:\n%s", got, aHolds)
 	}
 	sB := State{Groups: []Group{{Name: "vg", Members: []netip.Addr{ip("10.0.0.3")}, WriteDelay: 5 * time.Millisecond}}}
-	if err := recB.apply(ctx, NfqueueRules(sB, 2), wantSets(sB)); err != nil {
+	if err := recB.Apply(ctx, NfqueueRules(sB, 2), plan.WantSets(sB)); err != nil {
 		t.Fatal(err)
 	}
-	if got := k.String(); !containsLines(got, aHolds) || !strings.Contains(got, SetPrefix+b+"-vg: 10.0.0.3") {
+	if got := k.String(); !containsLines(got, aHolds) || !strings.Contains(got, owned.SetPrefix+b+"-vg: 10.0.0.3") {
 		t.Fatalf("kernel holds\n%s\nwant A's and B's state side by side", got)
 	}
 	// A clean-up-only run for A's name is refused while A lives.
-	if _, err := lockInstance(0, a); !errors.Is(err, ErrInstanceRunning) {
+	if _, err := owned.LockInstance(0, a); !errors.Is(err, owned.ErrInstanceRunning) {
 		t.Fatalf("taking a live instance's lock: %v, want ErrInstanceRunning", err)
 	}
 	// B stops: only B's objects go.
-	if err := recB.reset(ctx); err != nil {
+	if err := recB.Reset(ctx); err != nil {
 		t.Fatal(err)
 	}
-	lockB.release()
+	lockB.Release()
 	if got := k.String(); got != aHolds {
 		t.Fatalf("after B's close the kernel holds\n%s\nwant A's state:\n%s", got, aHolds)
 	}
 	// A clean-up run of another instance sweeps B (dead now, nothing
 	// left) and leaves A alone.
-	recC := newOwnedReconciler(k, k, testInstance("tc"), 0)
-	if err := recC.sweepDead(ctx); err != nil {
+	recC := owned.NewOwnedReconciler(k, k, testInstance("tc"), 0)
+	if err := recC.SweepDead(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if got := k.String(); got != aHolds {
 		t.Fatalf("after C's sweep the kernel holds\n%s\nwant A's state:\n%s", got, aHolds)
 	}
 	// Once A is dead (lock free), its leftovers are swept.
-	lockA.release()
-	if err := recC.sweepDead(ctx); err != nil {
+	lockA.Release()
+	if err := recC.SweepDead(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if got := k.String(); got != "" {
@@ -107,19 +110,19 @@ func TestOwnersNeverTouchEachOther(t *testing.T) {
 func TestOwnedNamesFit(t *testing.T) {
 	seen := map[string]string{}
 	for _, inst := range []string{"q3260", "abcdefgh", "t1"} {
-		o := owner{name: inst}
-		if c := o.chain(); len(c) > 28 {
+		o := owned.Owner{Name: inst}
+		if c := o.Chain(); len(c) > 28 {
 			t.Fatalf("chain %q over 28 characters", c)
 		}
-		if in, ok := chainOwner(o.chain()); !ok || in != inst {
-			t.Fatalf("chainOwner(%q) = %q %v", o.chain(), in, ok)
+		if in, ok := owned.ChainOwner(o.Chain()); !ok || in != inst {
+			t.Fatalf("chainOwner(%q) = %q %v", o.Chain(), in, ok)
 		}
 		for _, g := range []string{"vg", "a-very-long-resource-name-that-needs-hashing", "a-very-long-resource-name-that-needs-hashinG", "fs/sda1"} {
-			n := o.set(SetName(g))
-			if len(n) > maxSetName {
-				t.Fatalf("set %q over %d characters", n, maxSetName)
+			n := o.Set(plan.SetName(g))
+			if len(n) > owned.MaxSetName {
+				t.Fatalf("set %q over %d characters", n, owned.MaxSetName)
 			}
-			if in, ok := setOwner(n); !ok || in != inst {
+			if in, ok := owned.SetOwner(n); !ok || in != inst {
 				t.Fatalf("setOwner(%q) = %q %v, want %q", n, in, ok, inst)
 			}
 			if prev, ok := seen[n]; ok {
@@ -128,60 +131,8 @@ func TestOwnedNamesFit(t *testing.T) {
 			seen[n] = inst + "/" + g
 		}
 	}
-	if err := CheckInstance("Bad-Name"); err == nil {
+	if err := owned.CheckInstance("Bad-Name"); err == nil {
 		t.Fatal("an instance name with capitals and a dash was accepted")
-	}
-}
-
-// TestFailedApplyKeepsStateInForce (issue 14, finding 3): when the kernel
-// refuses a new chain, the throttle in force stays (chain and sets), the
-// next ticks do not hammer the kernel, and once the kernel accepts again
-// the new state goes in.
-func TestFailedApplyKeepsStateInForce(t *testing.T) {
-	ctx := context.Background()
-	k := NewFakeKernel()
-	rec := newReconciler(k, k)
-	now := t0
-	rec.now = func() time.Time { return now }
-	s1 := State{Groups: []Group{{Name: "vg", Members: []netip.Addr{ip("10.0.0.2")}, WriteDelay: 20 * time.Millisecond}}}
-	if err := rec.apply(ctx, NfqueueRules(s1, 1), wantSets(s1)); err != nil {
-		t.Fatal(err)
-	}
-	inForce := k.String()
-	s2 := s1
-	s2.Groups = []Group{{Name: "vg", Members: []netip.Addr{ip("10.0.0.2")}, Ports: []uint16{3260, 3261}, WriteDelay: 20 * time.Millisecond}}
-	k.FailReplace = errors.New("iptables-restore: line 3 failed")
-	tries := 0
-	for i := range 50 { // 5 s of 100 ms ticks
-		ops := k.Ops
-		err := rec.apply(ctx, NfqueueRules(s2, 1), wantSets(s2))
-		if err == nil {
-			t.Fatal("apply reported success while the kernel refused the chain")
-		}
-		if i == 0 && !strings.Contains(err.Error(), "stay") {
-			t.Fatalf("error %q does not say the throttles in force stay", err)
-		}
-		if got := k.String(); got != inForce {
-			t.Fatalf("tick %d: after a failed apply the kernel holds\n%s\nwant what was in force:\n%s", i, got, inForce)
-		}
-		if k.Ops != ops || rec.lastErr == nil {
-			t.Fatalf("tick %d: a failed apply changed the kernel", i)
-		}
-		if !now.Before(rec.retryAt) || i == 0 {
-			tries++
-		}
-		now = now.Add(100 * time.Millisecond)
-	}
-	if tries > 8 {
-		t.Fatalf("%d kernel tries in 5 s of failures, want a backoff (≤ 8)", tries)
-	}
-	k.FailReplace = nil
-	now = now.Add(retryMax)
-	if err := rec.apply(ctx, NfqueueRules(s2, 1), wantSets(s2)); err != nil {
-		t.Fatal(err)
-	}
-	if got, want := k.String(), expected(s2, 1); got != want {
-		t.Fatalf("after recovery the kernel holds\n%s\nwant\n%s", got, want)
 	}
 }
 
@@ -213,10 +164,10 @@ func TestMixedIPv6StateKeepsIPv4Controlled(t *testing.T) {
 		{Name: "pool", Members: []netip.Addr{ip("10.0.0.3")}, WriteDelay: 5 * time.Millisecond},
 		{Name: "wide", Members: []netip.Addr{ip("10.0.0.5")}, Ports: many, WriteDelay: 5 * time.Millisecond},
 	}}
-	if err := validateShape(s); err != nil {
+	if err := plan.ValidateShape(s); err != nil {
 		t.Fatal(err)
 	}
-	ok, refused := Split(s)
+	ok, refused := plan.Split(s)
 	if refused == nil || len(refused.Reasons) != 2 {
 		t.Fatalf("refused %v, want the IPv6 consumer and the 16-port group", refused)
 	}
@@ -226,9 +177,9 @@ func TestMixedIPv6StateKeepsIPv4Controlled(t *testing.T) {
 			t.Fatalf("refusal %q does not say %q", msg, want)
 		}
 	}
-	k := NewFakeKernel()
-	rec := newReconciler(k, k)
-	if err := rec.apply(context.Background(), NfqueueRules(ok, 1), wantSets(ok)); err != nil {
+	k := owned.NewFakeKernel()
+	rec := owned.NewReconciler(k, k)
+	if err := rec.Apply(context.Background(), NfqueueRules(ok, 1), plan.WantSets(ok)); err != nil {
 		t.Fatal(err)
 	}
 	got := k.String()
@@ -240,32 +191,8 @@ func TestMixedIPv6StateKeepsIPv4Controlled(t *testing.T) {
 	if strings.Contains(got, "wide") {
 		t.Fatalf("the refused group was programmed:\n%s", got)
 	}
-	if _, refused := Split(s); refused == nil {
+	if _, refused := plan.Split(s); refused == nil {
 		t.Fatal("Split (what the tc backends leave out) kept IPv6 and 16 ports")
-	}
-}
-
-// TestValidatePorts: the port validator config and the control socket
-// use refuses what one iptables rule cannot take.
-func TestValidatePorts(t *testing.T) {
-	if err := ValidatePorts([]int{3260, 3261, 3261}); err != nil {
-		t.Fatal(err)
-	}
-	fifteen := make([]uint16, 15)
-	for i := range fifteen {
-		fifteen[i] = uint16(1 + i)
-	}
-	if err := ValidatePorts(fifteen); err != nil {
-		t.Fatalf("15 ports refused: %v", err)
-	}
-	if err := ValidatePorts(append(fifteen, 16)); err == nil || !strings.Contains(err.Error(), "at most 15") {
-		t.Fatalf("16 ports: %v", err)
-	}
-	if err := ValidatePorts([]int{0}); err == nil {
-		t.Fatal("port 0 accepted")
-	}
-	if err := ValidatePorts([]int{70000}); err == nil {
-		t.Fatal("port 70000 accepted")
 	}
 }
 

@@ -10,6 +10,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sanqos/sanqos/internal/act/nfq"
+	"github.com/sanqos/sanqos/internal/act/packetpath"
+	"github.com/sanqos/sanqos/internal/act/plan"
 )
 
 // delays is the per-consumer delay table the packet path reads.
@@ -47,7 +49,7 @@ func (b *Nfqueue) accept(ids []uint32) {
 // release is the delayer's release. The packets of this round that
 // are to be accepted at once (atOnce) go first: they came before, and
 // when a full backlog makes the delayer let a flow's held packets go in
-// the middle of a round (see Delayer.Submit), one of that flow's may be
+// the middle of a round (see packetpath.Delayer.Submit), one of that flow's may be
 // among them.
 func (b *Nfqueue) release(ids []uint32) {
 	b.flushAtOnce()
@@ -90,7 +92,7 @@ func (b *Nfqueue) loop() {
 		if yield > 0 {
 			b.stalls.yields.add(yield)
 		}
-		at, holding := b.del.next()
+		at, holding := b.del.Next()
 		if holding && !at.After(b.clk.Now()) {
 			b.del.ReleaseDue(b.clk.Now())
 			b.path.Unlock()
@@ -123,7 +125,7 @@ func (b *Nfqueue) loop() {
 	for !b.path.TryLock() {
 		b.clk.RawSleep(backOff)
 	}
-	b.del.releaseAll()
+	b.del.ReleaseAll()
 	b.drain()
 	b.endCmds()
 }
@@ -179,7 +181,7 @@ func (t *pathThread) yield() time.Duration {
 	if now.Sub(t.yielded) < yieldEvery {
 		return 0
 	}
-	if at, holding := t.b.del.next(); holding && at.Sub(now) < yieldRoom {
+	if at, holding := t.b.del.Next(); holding && at.Sub(now) < yieldRoom {
 		return 0
 	}
 	runtime.Gosched()
@@ -292,19 +294,19 @@ func (b *Nfqueue) handle(pk nfq.Packet) {
 	if total == 0 && len(pk.Payload) < copyRange {
 		total = len(pk.Payload)
 	}
-	p, ok := parseTCP(pk.Payload, total)
+	p, ok := packetpath.ParseTCP(pk.Payload, total)
 	if !ok {
 		b.errs.Add(1)
 		b.atOnce = append(b.atOnce, pk.ID)
 		return
 	}
-	small := smallOf(b.cfg.SmallSegments, b.cfg.SmallSegment, p.flow.sport)
-	delay := b.table.Load().of(p.flow.dst).of(p.payload, small)
+	small := plan.SmallOf(b.cfg.SmallSegments, b.cfg.SmallSegment, p.Flow.Sport)
+	delay := b.table.Load().of(p.Flow.Dst).of(p.Payload, small)
 	submit := b.del.Submit
-	if p.pureAck() {
+	if p.PureAck() {
 		submit = b.del.SubmitPureAck
 	}
-	if submit(pk.ID, p.flow, directionOf(p.payload, small), p.ack, delay, b.clk.Now()) {
+	if submit(pk.ID, p.Flow, directionOf(p.Payload, small), p.Ack, delay, b.clk.Now()) {
 		b.atOnce = append(b.atOnce, pk.ID)
 	}
 }

@@ -1,10 +1,13 @@
 package throttle
 
 import (
+	"encoding/binary"
 	"fmt"
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/sanqos/sanqos/internal/act/packetpath"
 )
 
 // The packet path on a fake queue and clock: deterministic, without root.
@@ -12,6 +15,26 @@ import (
 // reaction) stays in the live tests.
 
 const ms = time.Millisecond
+
+var t0 = time.Unix(1000, 0)
+
+func flow(port uint16) packetpath.FlowKey {
+	return packetpath.FlowKey{Dst: ip("10.0.0.2"), Sport: 3260, Dport: port}
+}
+
+// tcpPacket is an IPv4 TCP segment from the target (10.0.0.2 is the
+// consumer) with payload bytes after a 32-byte header.
+func tcpPacket(payload int, sport, dport uint16) []byte {
+	p := make([]byte, 20+32)
+	p[0] = 0x45
+	binary.BigEndian.PutUint16(p[2:4], uint16(20+32+payload))
+	p[9] = 6
+	copy(p[16:20], []byte{10, 0, 0, 2})
+	binary.BigEndian.PutUint16(p[20:22], sport)
+	binary.BigEndian.PutUint16(p[22:24], dport)
+	p[32] = 8 << 4 // 32-byte TCP header (timestamps)
+	return p
+}
 
 // TestPacketLoopHoldsEachPacketItsDelay: the packet thread gives each
 // packet its verdict exactly at arrival + the delay of its direction
@@ -108,7 +131,7 @@ func TestPacketLoopRiseLimit(t *testing.T) {
 	ramp := 0
 	for i := 1; i < len(got); i++ {
 		p, g := got[i-1], got[i]
-		if lim := DefaultRiseLimit.next(p, target); g > lim || g < p {
+		if lim := DefaultRiseLimit.Next(p, target); g > lim || g < p {
 			t.Fatalf("packet %d: %v after %v, want between %v and %v", i+1, g, p, p, lim)
 		}
 		if g < target {
@@ -211,5 +234,17 @@ func TestStandbyWaitsForThePacketCPUsBacklog(t *testing.T) {
 	// declined.
 	if n, want := b.declined.Load(), uint64((empties-7*ms)/standbyTick); n != want {
 		t.Errorf("%d takeovers declined, want %d", n, want)
+	}
+}
+
+func TestDirectionOfSegment(t *testing.T) {
+	d := dirDelays{write: 3 * time.Millisecond, read: 7 * time.Millisecond}
+	for _, c := range []struct {
+		payload int
+		want    time.Duration
+	}{{0, d.write}, {48, d.write}, {48 + 80, d.write}, {129, d.read}, {1448, d.read}, {65000, d.read}} {
+		if got := d.of(c.payload, DefaultSmallSegment); got != c.want {
+			t.Errorf("payload %d: delay %v, want %v", c.payload, got, c.want)
+		}
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sanqos/sanqos/internal/act/plan"
 	"github.com/sanqos/sanqos/internal/units"
 )
 
@@ -101,7 +102,7 @@ func (c *Composite) Name() string { return c.Delay.Name() + "+htb" }
 // Apply splits s between the two backends. The delay half goes first: a
 // consumer moved from a delay to a rate is released before it is capped.
 func (c *Composite) Apply(ctx context.Context, s State) error {
-	if err := validateShape(s); err != nil {
+	if err := plan.ValidateShape(s); err != nil {
 		return err
 	}
 	var delays, rates State

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sanqos/sanqos/internal/act/owned"
 )
 
 func TestParseRate(t *testing.T) {
@@ -98,7 +100,7 @@ func (b *recBackend) Close() error { return nil }
 func TestCompositeSplits(t *testing.T) {
 	ctx := context.Background()
 	rec := &recorder{}
-	h, err := NewHTB(ctx, TCConfig{Dev: "veth-t", Run: rec, Sets: NewFakeKernel()})
+	h, err := NewHTB(ctx, TCConfig{Dev: "veth-t", Run: rec, Sets: owned.NewFakeKernel()})
 	if err != nil {
 		t.Fatal(err)
 	}

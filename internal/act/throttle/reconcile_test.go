@@ -4,13 +4,18 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sanqos/sanqos/internal/act/owned"
+	"github.com/sanqos/sanqos/internal/act/plan"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
@@ -50,10 +55,12 @@ func expected(s State, queue uint16) string {
 			b.WriteString(r + "\n")
 		}
 	}
-	sets := wantSets(s)
-	for _, n := range sortedKeys(sets) {
+	sets := plan.WantSets(s)
+	for _, n := range slices.Sorted(maps.Keys(sets)) {
 		fmt.Fprintf(&b, "set %s:", n)
-		for _, a := range sortedAddrs(toSet(sets[n])) {
+		as := slices.Clone(sets[n])
+		slices.SortFunc(as, netip.Addr.Compare)
+		for _, a := range slices.Compact(as) {
 			fmt.Fprintf(&b, " %s", a)
 		}
 		b.WriteByte('\n')
@@ -97,33 +104,33 @@ func randomState(r *rand.Rand) State {
 func TestReconcileRandomTransitions(t *testing.T) {
 	ctx := context.Background()
 	r := rand.New(rand.NewPCG(1, 2))
-	k := NewFakeKernel()
+	k := owned.NewFakeKernel()
 	k.Foreign["other-set"] = true
-	k.sets["other-set"] = map[netip.Addr]bool{ip("192.0.2.1"): true}
-	rec := newReconciler(k, k)
+	k.PutSet("other-set", ip("192.0.2.1"))
+	rec := owned.NewReconciler(k, k)
 	for i := range 500 {
 		s := randomState(r)
-		if err := rec.apply(ctx, NfqueueRules(s, 7), wantSets(s)); err != nil {
+		if err := rec.Apply(ctx, NfqueueRules(s, 7), plan.WantSets(s)); err != nil {
 			t.Fatalf("step %d: apply: %v", i, err)
 		}
 		if got, want := k.String(), expected(s, 7); got != want {
 			t.Fatalf("step %d: kernel holds\n%s\nwant\n%s", i, got, want)
 		}
 		ops := k.Ops
-		if err := rec.apply(ctx, NfqueueRules(s, 7), wantSets(s)); err != nil {
+		if err := rec.Apply(ctx, NfqueueRules(s, 7), plan.WantSets(s)); err != nil {
 			t.Fatalf("step %d: second apply: %v", i, err)
 		}
 		if k.Ops != ops {
 			t.Fatalf("step %d: applying the same state again made %d kernel changes", i, k.Ops-ops)
 		}
 	}
-	if err := rec.reset(ctx); err != nil {
+	if err := rec.Reset(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if got := k.String(); got != "" {
 		t.Fatalf("after reset the kernel still holds\n%s", got)
 	}
-	if _, ok := k.sets["other-set"]; !ok {
+	if !k.HasSet("other-set") {
 		t.Fatal("reset destroyed a set that is not ours")
 	}
 }
@@ -132,22 +139,22 @@ func TestReconcileRandomTransitions(t *testing.T) {
 // operations only, and a delay change on an active group touches nothing.
 func TestReconcileOnlyDifferences(t *testing.T) {
 	ctx := context.Background()
-	k := NewFakeKernel()
-	rec := newReconciler(k, k)
+	k := owned.NewFakeKernel()
+	rec := owned.NewReconciler(k, k)
 	s := State{Groups: []Group{{Name: "vg", Members: []netip.Addr{ip("10.0.0.2")}, WriteDelay: time.Millisecond}}}
-	if err := rec.apply(ctx, NfqueueRules(s, 1), wantSets(s)); err != nil {
+	if err := rec.Apply(ctx, NfqueueRules(s, 1), plan.WantSets(s)); err != nil {
 		t.Fatal(err)
 	}
 	ops := k.Ops
 	s.Groups[0].WriteDelay = 5 * time.Millisecond
-	if err := rec.apply(ctx, NfqueueRules(s, 1), wantSets(s)); err != nil {
+	if err := rec.Apply(ctx, NfqueueRules(s, 1), plan.WantSets(s)); err != nil {
 		t.Fatal(err)
 	}
 	if k.Ops != ops {
 		t.Fatalf("a delay change made %d kernel changes, want 0", k.Ops-ops)
 	}
 	s.Groups[0].Members = append(s.Groups[0].Members, ip("10.0.0.3"))
-	if err := rec.apply(ctx, NfqueueRules(s, 1), wantSets(s)); err != nil {
+	if err := rec.Apply(ctx, NfqueueRules(s, 1), plan.WantSets(s)); err != nil {
 		t.Fatal(err)
 	}
 	if k.Ops != ops+1 {
@@ -158,10 +165,10 @@ func TestReconcileOnlyDifferences(t *testing.T) {
 // TestStartupRemovesCrashLeftovers: a crashed run left a doubled jump, a
 // chain and sets; the next start (reset) removes them all.
 func TestStartupRemovesCrashLeftovers(t *testing.T) {
-	k := NewFakeKernel()
+	k := owned.NewFakeKernel()
 	k.Crash([]string{"-A SANQOS -j NFQUEUE --queue-num 1"}, map[string][]netip.Addr{"sanqos-old": {ip("10.0.0.9")}})
-	rec := newReconciler(k, k)
-	if err := rec.reset(context.Background()); err != nil {
+	rec := owned.NewReconciler(k, k)
+	if err := rec.Reset(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	if got := k.String(); got != "" {
@@ -240,112 +247,17 @@ func goldenStates() []State {
 func TestNfqueueGolden(t *testing.T) {
 	ctx := context.Background()
 	rec := &recorder{}
-	k := NewFakeKernel()
-	rc := newReconciler(&Iptables{Run: rec}, k)
-	if err := rc.reset(ctx); err != nil {
+	k := owned.NewFakeKernel()
+	rc := owned.NewReconciler(&owned.Iptables{Run: rec}, k)
+	if err := rc.Reset(ctx); err != nil {
 		t.Fatal(err)
 	}
 	for i, s := range goldenStates() {
 		fmt.Fprintf(&rec.b, "# state %d\n", i)
-		if err := rc.apply(ctx, NfqueueRules(s, DefaultQueueNum), wantSets(s)); err != nil {
+		if err := rc.Apply(ctx, NfqueueRules(s, DefaultQueueNum), plan.WantSets(s)); err != nil {
 			t.Fatal(err)
 		}
 		fmt.Fprintf(&rec.b, "# sets\n%s", k.String())
 	}
 	golden(t, "nfqueue.golden", rec.b.String())
-}
-
-func TestNetemGolden(t *testing.T) {
-	ctx := context.Background()
-	rec := &recorder{}
-	k := NewFakeKernel()
-	b, err := NewNetem(ctx, TCConfig{Dev: "veth-t", Run: rec, Sets: k, Steps: []time.Duration{
-		100 * time.Microsecond, 500 * time.Microsecond, time.Millisecond, 5 * time.Millisecond, 20 * time.Millisecond}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i, s := range goldenStates() {
-		fmt.Fprintf(&rec.b, "# state %d\n", i)
-		if err := b.Apply(ctx, s); err != nil {
-			t.Fatal(err)
-		}
-	}
-	fmt.Fprintf(&rec.b, "# close\n")
-	if err := b.Close(); err != nil {
-		t.Fatal(err)
-	}
-	golden(t, "netem.golden", rec.b.String())
-}
-
-func TestHTBGolden(t *testing.T) {
-	ctx := context.Background()
-	rec := &recorder{}
-	k := NewFakeKernel()
-	b, err := NewHTB(ctx, TCConfig{Dev: "veth-t", Run: rec, Sets: k})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = b.Close() })
-	for i, s := range goldenStates() {
-		fmt.Fprintf(&rec.b, "# state %d\n", i)
-		if err := b.Apply(ctx, s); err != nil {
-			t.Fatal(err)
-		}
-	}
-	golden(t, "htb.golden", rec.b.String())
-}
-
-// netemMissing answers like this machine: no sch_netem.
-type netemMissing struct{ recorder }
-
-func (r *netemMissing) Run(ctx context.Context, stdin, name string, args ...string) (string, error) {
-	if strings.Contains(strings.Join(args, " ")+stdin, " netem ") {
-		return "Error: Specified qdisc kind is unknown.", fmt.Errorf("exit status 2")
-	}
-	return r.recorder.Run(ctx, stdin, name, args...)
-}
-
-func TestNetemMissingNamesNfqueue(t *testing.T) {
-	_, err := NewNetem(context.Background(), TCConfig{Dev: "veth-t", Run: &netemMissing{}, Sets: NewFakeKernel()})
-	if err == nil || !strings.Contains(err.Error(), "nfqueue") {
-		t.Fatalf("error %v, want one naming the nfqueue backend", err)
-	}
-}
-
-func TestQuantize(t *testing.T) {
-	steps := DefaultNetemSteps()
-	for _, c := range []struct {
-		d    time.Duration
-		want time.Duration // -1: no class
-	}{
-		{0, -1},
-		{40 * time.Microsecond, -1},
-		{60 * time.Microsecond, 100 * time.Microsecond},
-		{4600 * time.Microsecond, 4500 * time.Microsecond},
-		{4800 * time.Microsecond, 5 * time.Millisecond},
-		{time.Second, 20 * time.Millisecond},
-	} {
-		i := Quantize(steps, c.d)
-		got := time.Duration(-1)
-		if i >= 0 {
-			got = steps[i]
-		}
-		if got != c.want {
-			t.Errorf("Quantize(%v) = %v, want %v", c.d, got, c.want)
-		}
-	}
-}
-
-func TestSetName(t *testing.T) {
-	seen := map[string]string{}
-	for _, g := range []string{"vg-data", "fs/sda1", "fs_sda1", "a-very-long-resource-name-that-needs-hashing", "a-very-long-resource-name-that-needs-hashing2"} {
-		n := SetName(g)
-		if len(n) > maxSetName || !strings.HasPrefix(n, SetPrefix) {
-			t.Errorf("SetName(%q) = %q: too long or without prefix", g, n)
-		}
-		if o, dup := seen[n]; dup {
-			t.Errorf("groups %q and %q share set %q", o, g, n)
-		}
-		seen[n] = g
-	}
 }

@@ -7,7 +7,6 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 )
 
 // replyLine is one line of a testdata/replies capture (see its README).
@@ -99,57 +98,5 @@ func TestISCSISplitMisclassesNFS(t *testing.T) {
 	}
 	if over == 0 {
 		t.Error("no NFS write reply over 128 bytes: the per-port split would not be needed")
-	}
-}
-
-func TestSmallSegmentsFor(t *testing.T) {
-	tests := []struct {
-		name  string
-		ports []uint16
-		set   map[uint16]int
-		def   int
-		want  map[uint16]int
-	}{
-		{"protocol defaults", []uint16{3260, 2049, 10809, 4420}, nil, 128, map[uint16]int{3260: 128, 2049: 256, 10809: 128, 4420: 128}},
-		{"unknown port takes def", []uint16{3261}, nil, 100, map[uint16]int{3261: 100}},
-		{"configured wins", []uint16{2049, 3260}, map[uint16]int{2049: 300}, 128, map[uint16]int{2049: 300, 3260: 128}},
-	}
-	for _, tc := range tests {
-		got := SmallSegmentsFor(tc.ports, tc.set, tc.def)
-		if len(got) != len(tc.want) {
-			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
-		}
-		for p, v := range tc.want {
-			if got[p] != v {
-				t.Errorf("%s: port %d = %d, want %d", tc.name, p, got[p], v)
-			}
-		}
-	}
-	if err := ValidateSmallSegments(map[uint16]int{2049: MaxSmallSegment + 1}); err == nil {
-		t.Error("a split over MaxSmallSegment accepted")
-	}
-	if smallOf(map[uint16]int{2049: 256}, 128, 2049) != 256 || smallOf(nil, 128, 2049) != 128 {
-		t.Error("smallOf: per-port split not used, or default not used without one")
-	}
-}
-
-func TestSplitGroupsRules(t *testing.T) {
-	n := &Netem{newTCRoot(TCConfig{SmallSegment: 128, SmallSegments: map[uint16]int{2049: 256, 3260: 128}, Steps: DefaultNetemSteps(), Logger: quietLog()}, "netem", NetemHandle)}
-	rules := n.Rules(State{Groups: []Group{{Name: "fs-a", Ports: []uint16{3260, 2049, 10809}, WriteDelay: 5 * time.Millisecond}}})
-	want := []string{
-		"-A SANQOS -p tcp -m multiport --sports 3260,10809 -m set --match-set sanqos-fs-a dst -m length --length 0:228 -j CLASSIFY",
-		"-A SANQOS -p tcp -m tcp --sport 2049 -m set --match-set sanqos-fs-a dst -m length --length 0:356 -j CLASSIFY",
-	}
-	if len(rules) != len(want) {
-		t.Fatalf("rules:\n%s\nwant one per split", strings.Join(rules, "\n"))
-	}
-	for i, w := range want {
-		if !strings.HasPrefix(rules[i], w) {
-			t.Errorf("rule %d:\n%s\nwant it to start\n%s", i, rules[i], w)
-		}
-	}
-	one := splitGroups([]uint16{3260, 3261}, nil, 128)
-	if len(one) != 1 || len(one[0].ports) != 2 {
-		t.Errorf("one split: %+v, want one group of both ports", one)
 	}
 }

@@ -6,6 +6,9 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/sanqos/sanqos/internal/act/owned"
+	"github.com/sanqos/sanqos/internal/act/packetpath"
 )
 
 // manyConsumers returns n distinct consumer addresses, 10.64.0.1 up.
@@ -25,8 +28,8 @@ func manyConsumers(n int) []netip.Addr {
 func scaleCase(tb testing.TB, n, flowsPer int) (*Nfqueue, *fakeClock, State) {
 	tb.Helper()
 	b, clk, _ := newFakePath(tb, NfqueueConfig{Instance: "qscale"}, "/nonexistent")
-	k := NewFakeKernel()
-	b.rec = newOwnedReconciler(k, k, "qscale", 0)
+	k := owned.NewFakeKernel()
+	b.rec = owned.NewOwnedReconciler(k, k, "qscale", 0)
 	b.ended.Store(true)
 	b.closed = false
 	s := State{Groups: []Group{{Name: "pool", Members: manyConsumers(n), WriteDelay: 20 * ms}}}
@@ -38,11 +41,11 @@ func scaleCase(tb testing.TB, n, flowsPer int) (*Nfqueue, *fakeClock, State) {
 	for _, a := range s.Groups[0].Members {
 		for f := range flowsPer {
 			id++
-			fk := flowKey{dst: a, sport: 3260, dport: uint16(40000 + f)}
+			fk := packetpath.FlowKey{Dst: a, Sport: 3260, Dport: uint16(40000 + f)}
 			b.del.Submit(id, fk, Write, id, 20*ms, now)
 			b.del.Submit(id, fk, Read, id, 20*ms, now)
 		}
-		b.del.releaseAll()
+		b.del.ReleaseAll()
 	}
 	return b, clk, s
 }
@@ -90,7 +93,7 @@ func BenchmarkApplyManyConsumers(b *testing.B) {
 	b.ReportMetric(float64(applyTotal.Nanoseconds())/float64(b.N), "ns/apply")
 	b.ReportMetric(float64(tickTotal.Nanoseconds())/float64(b.N), "tick-ns")
 	b.ReportMetric(n, "consumers")
-	b.ReportMetric(float64(len(be.del.rise)), "flows")
+	b.ReportMetric(float64(be.del.RiseStats().Flows), "flows")
 }
 
 // TestApplyManyConsumersFast (audit N6): with 10,000 throttled consumers

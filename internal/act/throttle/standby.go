@@ -134,7 +134,7 @@ func (b *Nfqueue) standby() {
 // the packet path: a held packet due, or a packet or command waiting in
 // its file descriptors.
 func (t *pathThread) pending(now time.Time) (holding, pending bool) {
-	at, holding := t.b.del.next()
+	at, holding := t.b.del.Next()
 	if holding && !at.After(now) {
 		return true, true
 	}
@@ -152,7 +152,7 @@ func (b *Nfqueue) takeOver(t *pathThread) {
 	for !b.stopping.Load() && !b.back.Load() {
 		t.yield()
 		now := b.clk.Now()
-		at, holding := b.del.next()
+		at, holding := b.del.Next()
 		if holding && !at.After(now) {
 			b.del.ReleaseDue(now)
 			continue

@@ -6,6 +6,9 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+
+	"github.com/sanqos/sanqos/internal/act/owned"
+	"github.com/sanqos/sanqos/internal/act/qdisc"
 )
 
 // sweeper is the owner name of a reconciler that belongs to no instance:
@@ -25,19 +28,19 @@ func SweepDead(ctx context.Context, log *slog.Logger) error {
 	if log == nil {
 		log = slog.Default()
 	}
-	run := ExecRunner{}
-	sets := Ipsets{}
+	run := owned.ExecRunner{}
+	sets := owned.Ipsets{}
 	var errs []error
-	v4 := newOwnedReconciler(&Iptables{Run: run}, sets, sweeper, 0)
-	if err := v4.sweepDead(ctx); err != nil {
+	v4 := owned.NewOwnedReconciler(&owned.Iptables{Run: run}, sets, sweeper, 0)
+	if err := v4.SweepDead(ctx); err != nil {
 		errs = append(errs, err)
 	}
-	fw6 := &Iptables{Run: run, V6: true}
+	fw6 := &owned.Iptables{Run: run, V6: true}
 	if _, err := fw6.Chains(ctx); err != nil {
 		log.Warn("ip6tables does not work here: IPv6 leftovers, if any, stay", "err", err)
 	} else {
-		v6 := newV6Reconciler(fw6, sets, sweeper, 0)
-		if err := v6.sweepDead(ctx); err != nil {
+		v6 := owned.NewV6Reconciler(fw6, sets, sweeper, 0)
+		if err := v6.SweepDead(ctx); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -49,16 +52,16 @@ func SweepDead(ctx context.Context, log *slog.Logger) error {
 		// The tc instances are named after their device (DefaultInstance);
 		// its lock says whether the root qdisc's owner is alive.
 		inst := DefaultInstance(Options{Backend: "htb", Dev: ifc.Name})
-		lk, dead := tryLockDead(0, inst)
+		lk, dead := owned.TryLockDead(0, inst)
 		if !dead {
 			continue
 		}
-		for _, h := range []int{NetemHandle, HTBHandle} {
-			if err := removeRootQdisc(ctx, run, ifc.Name, h); err != nil {
+		for _, h := range []int{qdisc.NetemHandle, qdisc.HTBHandle} {
+			if err := qdisc.RemoveRootQdisc(ctx, run, ifc.Name, h); err != nil {
 				errs = append(errs, fmt.Errorf("dead instance %q: %w", inst, err))
 			}
 		}
-		lk.release()
+		lk.Release()
 	}
 	return errors.Join(errs...)
 }

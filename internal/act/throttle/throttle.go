@@ -9,7 +9,7 @@
 // What another tool removes or changes behind its back (a firewall
 // reload, nft flush ruleset, ipset flush, tc qdisc del) a Verifier
 // backend finds by reading back what it installed, which the daemon asks
-// for every few seconds; it is then re-installed (see verify.go).
+// for every few seconds; it is then re-installed (see package owned).
 //
 // Directions. A synchronous iSCSI writer is not clocked by pure ACKs
 // alone: with InitialR2T each 64 KiB write waits for an R2T and a SCSI
@@ -28,7 +28,7 @@
 // one at a time by a synchronous writer and are not affected.
 //
 // Kernel objects, all in the current network namespace, all named after
-// the instance that made them (see owner; the instance is "q" and the
+// the instance that made them (see owned.Owner; the instance is "q" and the
 // queue number for nfqueue, "t" and the device for netem and htb), and
 // all removed by Close and, after a crash, by the next start of any
 // instance (an instance's objects are only ever removed by itself, or
@@ -64,9 +64,9 @@
 // for all consumers, then each consumer's share of it, and at most twice
 // it in all (beyond its share or that limit a packet passes at once,
 // after the held packets of its own flow: no reordering; see
-// consumers.go), kernelQueueLen in the kernel's queue (beyond
-// it the kernel accepts: fail open), MaxFlows entries in each per-flow
-// table (about 20 MiB in all at the caps, measured by
+// package packetpath), kernelQueueLen in the kernel's queue (beyond
+// it the kernel accepts: fail open), packetpath.MaxFlows entries in each
+// per-flow table (about 20 MiB in all at the caps, measured by
 // TestDelayerHostileLoad), swept a few entries per packet rather than
 // all at once on the real-time thread.
 //
@@ -76,16 +76,22 @@
 // that lapse unless renewed: fail open in the kernel) and dry-run (logs
 // only); a delay backend with an htb beside it for rates is a Composite.
 // See Open.
+//
+// This package is what the daemon imports: Backend and the interfaces
+// beside it, Open with its Options and their validation, the nfqueue
+// and dry-run backends, Composite, InForce, the wire counters and
+// SweepDead. The parts it is built from are packages of their own, none
+// of which imports it: plan (the State and what it means on the wire),
+// packetpath (the nfqueue backend's user-space delayer), owned (the
+// chain, sets and lock an instance owns, and their reconciler) and qdisc
+// (the netem, htb and edt backends).
 package throttle
 
 import (
 	"context"
-	"fmt"
-	"net/netip"
 	"time"
 
 	"github.com/sanqos/sanqos/internal/decide/direction"
-	"github.com/sanqos/sanqos/internal/fielderr"
 )
 
 // Direction says which of a consumer's I/O directions is slowed down
@@ -104,101 +110,6 @@ const (
 // ParseDirection reads "write", "read" or "both".
 func ParseDirection(s string) (Direction, error) { return direction.Parse(s) }
 
-// DefaultPorts are the target ports throttled when none are configured:
-// iSCSI.
-var DefaultPorts = []uint16{3260}
-
-// Group is one resource's throttle: the consumers currently in its
-// throttleable set and the delay each direction gets. A Group with no
-// members or zero delays costs nothing on the data path.
-type Group struct {
-	// Name identifies the group (the resource name); it is used, sanitised
-	// and prefixed, in the names of kernel objects.
-	Name       string
-	Members    []netip.Addr
-	Ports      []uint16 // target (source) ports; DefaultPorts when empty
-	WriteDelay time.Duration
-	ReadDelay  time.Duration
-	// ReadRate caps the bytes per second the target sends each member
-	// (the read direction); only the htb backend uses it, 0 = no cap.
-	ReadRate uint64
-	// Armed are consumers outside the set that the kernel puts in it
-	// with their first write data segment, to be held at ArmedDelay in
-	// the write direction from then on, until a later state makes them
-	// members or they stop writing (see "Arming" in arm.go). The
-	// nfqueue and edt backends arm; the others ignore both fields.
-	Armed      []netip.Addr
-	ArmedDelay time.Duration
-}
-
-// Active reports whether the group slows anything down; only active
-// groups have members in their kernel set.
-func (g Group) Active() bool {
-	return g.WriteDelay > 0 || g.ReadDelay > 0 || g.ReadRate > 0
-}
-
-// armed reports whether the group arms anybody.
-func (g Group) armed() bool { return len(g.Armed) > 0 && g.ArmedDelay > 0 }
-
-// ports returns the group's target ports, DefaultPorts when none are set.
-func (g Group) ports() []uint16 {
-	if len(g.Ports) == 0 {
-		return DefaultPorts
-	}
-	return g.Ports
-}
-
-// State is the complete desired throttle state.
-type State struct {
-	Groups []Group
-}
-
-// Stats are the data-path counters of a backend.
-type Stats struct {
-	PacketsHeld   uint64 // packets that were delayed
-	PacketsPassed uint64 // packets released (accepted)
-	Backlog       int    // packets held right now
-	// DelayErrorP50 and DelayErrorMax measure how late packets leave:
-	// actual hold minus the delay applied to them. The applied delay can
-	// be below the requested one while a flow's delay ramps up (see
-	// RiseLimit); that shortfall is counted apart, in RiseStats.
-	DelayErrorP50 time.Duration
-	DelayErrorMax time.Duration
-	// YieldMax and WakeLateMax say where late packets come from (nfqueue
-	// only): the longest of the packet thread's last 64 yields to the Go
-	// scheduler, and the longest the kernel woke it after a release time
-	// among its last 64 timed waits.
-	YieldMax    time.Duration `json:",omitempty"`
-	WakeLateMax time.Duration `json:",omitempty"`
-	// Takeovers counts the times the nfqueue standby ran the packet path
-	// because the packet thread had stalled; TakeoverMax is the longest
-	// of the last 64, about how long that thread was away.
-	Takeovers   uint64        `json:",omitempty"`
-	TakeoverMax time.Duration `json:",omitempty"`
-	// TakeoversDeclined counts the standby's looks (one a millisecond)
-	// that found the packet thread away but did not take over because
-	// packets still waited in the packet CPU's receive backlog.
-	TakeoversDeclined uint64 `json:",omitempty"`
-	// Bypassed counts packets accepted at once because their consumer was
-	// over its share of the backlog, or the backlog at its hard limit
-	// (fail open rather than hold unbounded memory; see consumers.go).
-	Bypassed uint64
-	// Bypassers are the consumers that had packets bypassed, the most
-	// first (at most 16), with their counters (nfqueue only).
-	Bypassers []ConsumerStats `json:",omitempty"`
-	// Errors counts packets that could not be parsed or whose verdict
-	// could not be sent (the kernel then lets them pass: fail open).
-	Errors uint64
-	// PureAcks says what the write direction does with pure ACKs: "held"
-	// (nfqueue with AckDelay: they clock bulk uploads), "passed" (nfqueue
-	// without: only small data segments, R2T and SCSI Response, are held)
-	// or "" (the backend does not tell them apart).
-	PureAcks string `json:",omitempty"`
-	// AcksPassed counts write-direction pure ACKs accepted at once because
-	// PureAcks is "passed".
-	AcksPassed uint64 `json:",omitempty"`
-}
-
 // Backend applies throttle state to the data path.
 type Backend interface {
 	// Name is the backend's name: nfqueue, netem, htb, edt or dry-run.
@@ -211,30 +122,6 @@ type Backend interface {
 	// Close removes everything the backend installed. It is safe to call
 	// more than once.
 	Close() error
-}
-
-// MaxPorts is the most target ports one group may have: iptables'
-// multiport match takes at most 15 ports, and a rule the kernel refuses
-// would fail every apply.
-const MaxPorts = 15
-
-// ValidatePorts checks a list of target ports as the backends will
-// program them: every port 1–65535, at most MaxPorts distinct ones. The
-// daemon's configuration and the control socket call it, so that a list
-// the kernel would refuse is refused where it is given; an error is a
-// *fielderr.Error of the list.
-func ValidatePorts[P ~int | ~uint16](ports []P) error {
-	distinct := map[int]bool{}
-	for _, p := range ports {
-		if p < 1 || int(p) > 65535 {
-			return fielderr.New("throttle.Ports", "ports", ports, fmt.Sprintf("port %d must be between 1 and 65535 (a TCP port)", p))
-		}
-		distinct[int(p)] = true
-	}
-	if len(distinct) > MaxPorts {
-		return fielderr.New("throttle.Ports", "ports", ports, fmt.Sprintf("%d ports given, at most %d fit one iptables multiport rule: list fewer ports", len(distinct), MaxPorts))
-	}
-	return nil
 }
 
 // Healther is a backend whose packet path can be checked for liveness
@@ -253,4 +140,19 @@ var _ Healther = (*Nfqueue)(nil)
 // not the state changed.
 type Renewer interface {
 	Renew(ctx context.Context) error
+}
+
+// Verifier is a backend that can check what it installed. The daemon
+// calls Verify and Resync from a goroutine of its own; both are safe
+// beside Apply.
+type Verifier interface {
+	// Verify compares the kernel with what the backend installed and
+	// returns what differs. When anything does, the backend forgets
+	// what it believed installed, so that the next Apply, even of an
+	// unchanged state, re-installs everything.
+	Verify(ctx context.Context) ([]Drift, error)
+	// Resync makes the next Apply re-install everything from scratch,
+	// whatever Verify finds: the periodic backstop against what it
+	// does not look at.
+	Resync()
 }

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/sanqos/sanqos/internal/act/plan"
 	"github.com/sanqos/sanqos/internal/fielderr"
 )
 
@@ -36,10 +37,10 @@ func (o Options) Validate() error {
 	if o.RateDev != "" && (o.Backend == "htb" || o.Backend == "dry-run") {
 		bad("RateDev", "rate dev", strconv.Quote(o.RateDev), fmt.Sprintf("adds read rates to a delay backend (nfqueue or netem); backend %q needs none", o.Backend))
 	}
-	if err := checkSmall(o.SmallSegment); err != nil {
+	if err := plan.CheckSmall(o.SmallSegment); err != nil {
 		bad("SmallSegment", "small segment", o.SmallSegment, err.Error())
 	}
-	if err := ValidateSmallSegments(o.SmallSegments); err != nil {
+	if err := plan.ValidateSmallSegments(o.SmallSegments); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
@@ -59,14 +60,6 @@ func QueueNum(n int) (uint16, error) {
 		return 0, fielderr.New("throttle.Options.QueueNum", "queue number", n, "must be a queue number from 1 to 65535")
 	}
 	return uint16(n), nil
-}
-
-// checkSmall bounds a small-segment split (MaxSmallSegment).
-func checkSmall(v int) error {
-	if v < 0 || v > MaxSmallSegment {
-		return fmt.Errorf("must be 0 to %d bytes (the largest reply that clocks a writer)", MaxSmallSegment)
-	}
-	return nil
 }
 
 // ValidIfName reports whether s can name a Linux network interface

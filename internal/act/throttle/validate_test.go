@@ -4,6 +4,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/sanqos/sanqos/internal/act/plan"
 	"github.com/sanqos/sanqos/internal/fielderr"
 )
 
@@ -24,7 +25,7 @@ func TestOptionsValidate(t *testing.T) {
 		{"dev of 16 bytes", Options{Backend: "netem", Dev: "abcdefghijklmnop"}, []string{"throttle.Options.Dev"}},
 		{"rate dev beside htb", Options{Backend: "htb", Dev: "eth0", RateDev: "eth1"}, []string{"throttle.Options.RateDev"}},
 		{"rate dev blank", Options{RateDev: "eth 1"}, []string{"throttle.Options.RateDev"}},
-		{"split too large", Options{SmallSegment: MaxSmallSegment + 1}, []string{"throttle.Options.SmallSegment"}},
+		{"split too large", Options{SmallSegment: plan.MaxSmallSegment + 1}, []string{"throttle.Options.SmallSegment"}},
 		{"port split negative", Options{SmallSegments: map[uint16]int{2049: -1}}, []string{"throttle.Options.SmallSegments 2049"}},
 	}
 	for _, tt := range tests {

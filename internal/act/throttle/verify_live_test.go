@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sanqos/sanqos/internal/act/owned"
 )
 
 // TestLiveVerifyRebuildsHTBRoot: `tc qdisc del dev D root` by someone
@@ -11,7 +13,7 @@ import (
 // restores the read-rate class.
 func TestLiveVerifyRebuildsHTBRoot(t *testing.T) {
 	l := newLab(t)
-	b, err := NewHTB(t.Context(), TCConfig{Dev: "sqtt0", Run: l.targetRunner, Firewall: &Iptables{Run: l.targetRunner}, Sets: l.sets(t), Logger: quietLog()})
+	b, err := NewHTB(t.Context(), TCConfig{Dev: "sqtt0", Run: l.targetRunner, Firewall: &owned.Iptables{Run: l.targetRunner}, Sets: l.sets(t), Logger: quietLog()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,7 +47,7 @@ func TestLiveVerifyRebuildsHTBRoot(t *testing.T) {
 // nothing on the packet path and nothing for Verify to repair.
 func TestLiveWireInstallsNothing(t *testing.T) {
 	l := newLab(t)
-	w, err := OpenWire(t.Context(), WireConfig{Instance: "tt", Ports: []uint16{iscsi}, Firewall: &Iptables{Run: l.targetRunner},
+	w, err := OpenWire(t.Context(), WireConfig{Instance: "tt", Ports: []uint16{iscsi}, Firewall: &owned.Iptables{Run: l.targetRunner},
 		Handle: l.sets(t).Handle, NetNS: int(l.tnsH), Logger: quietLog()})
 	if err != nil {
 		t.Fatal(err)
@@ -69,7 +71,7 @@ func TestLiveWireInstallsNothing(t *testing.T) {
 // sockets up one at a time; an open connection's bytes grow there.
 func TestLiveWireLookups(t *testing.T) {
 	l := newLab(t)
-	w, err := OpenWire(t.Context(), WireConfig{Instance: "tl", Ports: []uint16{iscsi}, Firewall: &Iptables{Run: l.targetRunner},
+	w, err := OpenWire(t.Context(), WireConfig{Instance: "tl", Ports: []uint16{iscsi}, Firewall: &owned.Iptables{Run: l.targetRunner},
 		Handle: l.sets(t).Handle, NetNS: int(l.tnsH), Logger: quietLog()})
 	if err != nil {
 		t.Fatal(err)

@@ -3,31 +3,22 @@ package throttle
 import (
 	"context"
 	"net/netip"
-	"os"
 	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sanqos/sanqos/internal/act/owned"
+	"github.com/sanqos/sanqos/internal/act/plan"
 )
 
-// parseSave reads a chain out of real iptables-save output (iptables
-// 1.8.9, nf_tables): its jumps from POSTROUTING and INPUT and its rules
-// in the form they were installed in.
-func TestParseSave(t *testing.T) {
-	b, err := os.ReadFile("testdata/iptables-save-mangle.txt")
-	if err != nil {
-		t.Fatal(err)
-	}
-	in := parseSave(string(b), "SANQOS-q3260")
-	if !in.Exists || in.Jumps["POSTROUTING"] != 1 || in.Jumps["INPUT"] != 1 || len(in.Rules) != 3 {
-		t.Fatalf("parsed %+v", in)
-	}
+// TestInstalledRuleForm: the rules we install are in iptables-save's
+// own form, so that what owned.Iptables.Installed reads back compares
+// equal (see owned's TestParseSave for the same rule read back).
+func TestInstalledRuleForm(t *testing.T) {
 	want := "-A SANQOS-q3260 -p tcp -m tcp --sport 3260 -m set --match-set sanqos-q3260-r1 dst -j NFQUEUE --queue-num 3260 --queue-bypass"
-	if in.Rules[0] != want || in.Rules[0] != (owner{name: "q3260"}).rule(NfqueueRules(State{Groups: []Group{{Name: "r1"}}}, 3260)[0]) {
-		t.Errorf("first rule %q, want %q: the form we install", in.Rules[0], want)
-	}
-	if got := parseSave(string(b), "SANQOS-q1"); got.Exists || len(got.Jumps) != 0 || got.Rules != nil {
-		t.Errorf("another instance's chain: %+v", got)
+	if got := (owned.Owner{Name: "q3260"}).Rule(NfqueueRules(State{Groups: []Group{{Name: "r1"}}}, 3260)[0]); got != want {
+		t.Errorf("rule %q, want %q: the form iptables-save prints", got, want)
 	}
 }
 
@@ -39,34 +30,34 @@ func TestVerifyFindsAndRepairsTampering(t *testing.T) {
 	s := State{Groups: []Group{{Name: "vg", Members: []netip.Addr{ip("10.0.0.2"), ip("10.0.0.3")}, WriteDelay: time.Millisecond}}}
 	for _, c := range []struct {
 		name   string
-		tamper func(k *FakeKernel)
+		tamper func(k *owned.FakeKernel)
 		want   []string // objects
 	}{
-		{"none", func(*FakeKernel) {}, nil},
-		{"armed entry added by the kernel", func(k *FakeKernel) { _ = k.Add(ctx, "sanqos-q1-vg", ip("10.0.0.9")) }, nil},
-		{"iptables -F POSTROUTING", (*FakeKernel).FlushHook, []string{"jump"}},
-		{"nft flush ruleset", (*FakeKernel).FlushRuleset, []string{"jump", "chain"}},
-		{"ipset flush", (*FakeKernel).FlushSets, []string{"member"}},
-		{"ipset del", func(k *FakeKernel) { _ = k.Del(ctx, "sanqos-q1-vg", ip("10.0.0.3")) }, []string{"member"}},
-		{"rule replaced", func(k *FakeKernel) {
-			k.chains["SANQOS-q1"] = []string{"-A SANQOS-q1 -j ACCEPT"}
+		{"none", func(*owned.FakeKernel) {}, nil},
+		{"armed entry added by the kernel", func(k *owned.FakeKernel) { _ = k.Add(ctx, "sanqos-q1-vg", ip("10.0.0.9")) }, nil},
+		{"iptables -F POSTROUTING", (*owned.FakeKernel).FlushHook, []string{"jump"}},
+		{"nft flush ruleset", (*owned.FakeKernel).FlushRuleset, []string{"jump", "chain"}},
+		{"ipset flush", (*owned.FakeKernel).FlushSets, []string{"member"}},
+		{"ipset del", func(k *owned.FakeKernel) { _ = k.Del(ctx, "sanqos-q1-vg", ip("10.0.0.3")) }, []string{"member"}},
+		{"rule replaced", func(k *owned.FakeKernel) {
+			k.SetChain("SANQOS-q1", []string{"-A SANQOS-q1 -j ACCEPT"})
 		}, []string{"rule"}},
-		{"set destroyed", func(k *FakeKernel) {
-			k.chains["SANQOS-q1"] = nil
-			delete(k.sets, "sanqos-q1-vg")
+		{"set destroyed", func(k *owned.FakeKernel) {
+			k.SetChain("SANQOS-q1", nil)
+			k.DropSet("sanqos-q1-vg")
 		}, []string{"rule", "set"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			k := NewFakeKernel()
-			r := newOwnedReconciler(k, k, "q1", 0)
-			rules, sets := NfqueueRules(s, 1), wantSets(s)
-			if err := r.apply(ctx, rules, sets); err != nil {
+			k := owned.NewFakeKernel()
+			r := owned.NewOwnedReconciler(k, k, "q1", 0)
+			rules, sets := NfqueueRules(s, 1), plan.WantSets(s)
+			if err := r.Apply(ctx, rules, sets); err != nil {
 				t.Fatal(err)
 			}
 			installed := k.String()
 			c.tamper(k)
 			have, _ := k.List(ctx)
-			drifts, err := r.verify(ctx, have)
+			drifts, err := r.Verify(ctx, have)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -80,14 +71,14 @@ func TestVerifyFindsAndRepairsTampering(t *testing.T) {
 			if c.want == nil {
 				return
 			}
-			if err := r.apply(ctx, rules, sets); err != nil {
+			if err := r.Apply(ctx, rules, sets); err != nil {
 				t.Fatal(err)
 			}
 			if k.String() != installed {
 				t.Errorf("after the next apply the kernel holds\n%s\nwant\n%s", k.String(), installed)
 			}
 			have, _ = k.List(ctx)
-			if drifts, _ := r.verify(ctx, have); len(drifts) != 0 {
+			if drifts, _ := r.Verify(ctx, have); len(drifts) != 0 {
 				t.Errorf("drift after the repair: %v", drifts)
 			}
 		})
@@ -98,20 +89,20 @@ func TestVerifyFindsAndRepairsTampering(t *testing.T) {
 // ChainReader): the next apply replaces the chain whole.
 func TestResyncReplacesTheChain(t *testing.T) {
 	ctx := context.Background()
-	k := NewFakeKernel()
-	r := newOwnedReconciler(struct{ Firewall }{k}, k, "q1", 0)
+	k := owned.NewFakeKernel()
+	r := owned.NewOwnedReconciler(struct{ owned.Firewall }{k}, k, "q1", 0)
 	s := State{Groups: []Group{{Name: "vg", Members: []netip.Addr{ip("10.0.0.2")}, WriteDelay: time.Millisecond}}}
-	if err := r.apply(ctx, NfqueueRules(s, 1), wantSets(s)); err != nil {
+	if err := r.Apply(ctx, NfqueueRules(s, 1), plan.WantSets(s)); err != nil {
 		t.Fatal(err)
 	}
 	installed := k.String()
 	k.FlushRuleset()
 	have, _ := k.List(ctx)
-	if d, _ := r.verify(ctx, have); len(d) != 0 {
+	if d, _ := r.Verify(ctx, have); len(d) != 0 {
 		t.Fatalf("a firewall that cannot be read back reported %v", d)
 	}
-	r.invalidate()
-	if err := r.apply(ctx, NfqueueRules(s, 1), wantSets(s)); err != nil {
+	r.Invalidate()
+	if err := r.Apply(ctx, NfqueueRules(s, 1), plan.WantSets(s)); err != nil {
 		t.Fatal(err)
 	}
 	if k.String() != installed {
@@ -126,7 +117,7 @@ func TestVerifyRebuildsADeletedRootQdisc(t *testing.T) {
 	ctx := context.Background()
 	s := State{Groups: []Group{{Name: "vg", Members: []netip.Addr{ip("10.0.0.2")}, WriteDelay: 5 * time.Millisecond, ReadRate: 1 << 20}}}
 	rec := &recorder{}
-	k := NewFakeKernel()
+	k := owned.NewFakeKernel()
 	n, err := NewNetem(ctx, TCConfig{Dev: "veth-t", Instance: "tv1", Run: rec, Firewall: k, Sets: k})
 	if err != nil {
 		t.Fatal(err)
@@ -149,7 +140,7 @@ func TestVerifyRebuildsADeletedRootQdisc(t *testing.T) {
 	}
 
 	hrec := &recorder{}
-	h, err := NewHTB(ctx, TCConfig{Dev: "veth-u", Instance: "tv2", Run: hrec, Firewall: NewFakeKernel(), Sets: NewFakeKernel()})
+	h, err := NewHTB(ctx, TCConfig{Dev: "veth-u", Instance: "tv2", Run: hrec, Firewall: owned.NewFakeKernel(), Sets: owned.NewFakeKernel()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -178,7 +169,7 @@ func TestVerifyRebuildsADeletedRootQdisc(t *testing.T) {
 // A composite backend reads back both of its halves.
 func TestCompositeVerifiesBothHalves(t *testing.T) {
 	ctx := context.Background()
-	k, hk := NewFakeKernel(), NewFakeKernel()
+	k, hk := owned.NewFakeKernel(), owned.NewFakeKernel()
 	n, err := NewNetem(ctx, TCConfig{Dev: "veth-t", Instance: "tv3", Run: &recorder{}, Firewall: k, Sets: k})
 	if err != nil {
 		t.Fatal(err)

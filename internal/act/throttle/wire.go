@@ -16,6 +16,8 @@ import (
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
+	"github.com/sanqos/sanqos/internal/act/owned"
+	"github.com/sanqos/sanqos/internal/act/plan"
 	"github.com/sanqos/sanqos/internal/observe/attribution"
 )
 
@@ -46,10 +48,10 @@ import (
 // Older versions counted with ipsets and iptables rules, on every
 // packet's path all the time; OpenWire still removes what one of them
 // left (the instance "w" and the backend's instance, with its own lock,
-// see owner.go).
+// see package owned).
 type Wire struct {
 	halves  []wireHalf // chains and sets of older versions, to remove
-	lock    *instanceLock
+	lock    *owned.Lock
 	h       *netlink.Handle
 	ns      int
 	log     *slog.Logger
@@ -70,8 +72,8 @@ type Wire struct {
 // wireHalf is the chain and sets of one address family: the IPv6 half's
 // owner has v6 set (sets of family inet6, the chain in ip6tables).
 type wireHalf struct {
-	own owner
-	fw  Firewall
+	own owned.Owner
+	fw  owned.Firewall
 }
 
 // WireConfig configures OpenWire. Zero values take defaults.
@@ -87,8 +89,8 @@ type WireConfig struct {
 	SmallSegments map[uint16]int
 	// Firewall and Firewall6 remove what older versions' counters left;
 	// default: iptables here, and ip6tables where it works.
-	Firewall  Firewall
-	Firewall6 Firewall
+	Firewall  owned.Firewall
+	Firewall6 owned.Firewall
 	Handle    *netlink.Handle // removing older versions' sets; default: here
 	NetNS     int             // the namespace's handle (lock, broadcasts); 0: here
 	Logger    *slog.Logger
@@ -101,16 +103,11 @@ const wireMark = "w"
 // instance: "w" and its name, cut to the 8 characters names may have.
 func WireInstance(backend string) string {
 	n := wireMark + backend
-	if len(n) > maxInstance {
-		n = n[:maxInstance]
+	if len(n) > owned.MaxInstance {
+		n = n[:owned.MaxInstance]
 	}
 	return n
 }
-
-// jumpsTo lists the hooks whose jumps to chain Remove deletes: any chain
-// of ours may be jumped to from INPUT too (older wire counters' always,
-// the nfqueue backend's while it arms consumers).
-func jumpsTo(string) []string { return []string{hook, "INPUT"} }
 
 // OpenWire removes what a dead earlier run left and starts listening to
 // the kernel's broadcasts of destroyed sockets; SetClients says whom to
@@ -123,14 +120,14 @@ func OpenWire(ctx context.Context, cfg WireConfig) (*Wire, error) {
 		cfg.Instance = DefaultInstance(Options{})
 	}
 	inst := WireInstance(cfg.Instance)
-	if err := CheckInstance(inst); err != nil {
+	if err := owned.CheckInstance(inst); err != nil {
 		return nil, err
 	}
 	if cfg.Firewall == nil {
-		cfg.Firewall = &Iptables{Run: ExecRunner{}}
+		cfg.Firewall = &owned.Iptables{Run: owned.ExecRunner{}}
 	}
-	if ipt, ok := cfg.Firewall.(*Iptables); ok && cfg.Firewall6 == nil && !ipt.V6 {
-		cfg.Firewall6 = &Iptables{Run: ipt.Run, V6: true}
+	if ipt, ok := cfg.Firewall.(*owned.Iptables); ok && cfg.Firewall6 == nil && !ipt.V6 {
+		cfg.Firewall6 = &owned.Iptables{Run: ipt.Run, V6: true}
 	}
 	if cfg.Handle == nil {
 		cfg.Handle = &netlink.Handle{}
@@ -141,23 +138,23 @@ func OpenWire(ctx context.Context, cfg WireConfig) (*Wire, error) {
 	if cfg.SmallSegment == 0 {
 		cfg.SmallSegment = DefaultSmallSegment
 	}
-	if err := ValidateSmallSegments(cfg.SmallSegments); err != nil {
+	if err := plan.ValidateSmallSegments(cfg.SmallSegments); err != nil {
 		return nil, err
 	}
-	lock, err := lockInstance(cfg.NetNS, inst)
+	lock, err := owned.LockInstance(cfg.NetNS, inst)
 	if err != nil {
 		return nil, err
 	}
-	w := &Wire{halves: []wireHalf{{owner{name: inst}, cfg.Firewall}}, lock: lock, h: cfg.Handle, ns: cfg.NetNS,
+	w := &Wire{halves: []wireHalf{{owned.Owner{Name: inst}, cfg.Firewall}}, lock: lock, h: cfg.Handle, ns: cfg.NetNS,
 		log: cfg.Logger.With("part", "wire", "instance", inst), clients: map[netip.Addr]bool{}}
 	w.ports, w.small, w.def = portSet(cfg.Ports), cfg.SmallSegments, cfg.SmallSegment
 	if cfg.Firewall6 != nil {
 		if _, err := cfg.Firewall6.Chains(ctx); err == nil {
-			w.halves = append(w.halves, wireHalf{owner{name: inst, v6: true}, cfg.Firewall6})
+			w.halves = append(w.halves, wireHalf{owned.Owner{Name: inst, V6: true}, cfg.Firewall6})
 		}
 	}
 	if err := w.reset(ctx); err != nil {
-		lock.release()
+		lock.Release()
 		return nil, fmt.Errorf("wire counters: removing leftovers of an earlier run: %w", err)
 	}
 	if err := w.listen(); err != nil {
@@ -187,9 +184,12 @@ func portSet(ports []uint16) map[uint16]bool {
 func (w *Wire) reset(ctx context.Context) error {
 	var errs []error
 	for _, hf := range w.halves {
-		rec := newOwnedReconciler(hf.fw, Ipsets{Handle: w.h}, hf.own.name, w.ns)
-		rec.own = hf.own
-		errs = append(errs, rec.reset(ctx))
+		newRec := owned.NewOwnedReconciler
+		if hf.own.V6 {
+			newRec = owned.NewV6Reconciler
+		}
+		rec := newRec(hf.fw, owned.Ipsets{Handle: w.h}, hf.own.Name, w.ns)
+		errs = append(errs, rec.Reset(ctx))
 	}
 	return errors.Join(errs...)
 }
@@ -201,7 +201,7 @@ func (w *Wire) SetPorts(_ context.Context, ports []uint16, small map[uint16]int)
 	if len(ports) == 0 {
 		return errors.New("wire counters: no ports")
 	}
-	if err := ValidateSmallSegments(small); err != nil {
+	if err := plan.ValidateSmallSegments(small); err != nil {
 		return err
 	}
 	w.mu.Lock()
@@ -337,7 +337,7 @@ func (w *Wire) Close() error {
 		w.lookups.Close()
 	}
 	err := w.reset(context.Background())
-	w.lock.release()
+	w.lock.Release()
 	w.lock = nil
 	if err != nil {
 		return fmt.Errorf("wire counters: removing: %w", err)

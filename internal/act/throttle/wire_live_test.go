@@ -13,6 +13,7 @@ import (
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 
+	"github.com/sanqos/sanqos/internal/act/owned"
 	"github.com/sanqos/sanqos/internal/observe/attribution"
 )
 
@@ -95,7 +96,7 @@ func iperfTo(t *testing.T, server string, secs int, reverse bool) (bytes, sent, 
 // in the server namespace, with its netlink handle and namespace.
 type wireEnv struct {
 	cfg    WireConfig
-	run    ExecRunner
+	run    owned.ExecRunner
 	h      *netlink.Handle
 	ns     int
 	client netip.Addr
@@ -132,9 +133,9 @@ func TestWireLive(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer h.Close()
-	run := ExecRunner{Prefix: []string{"ip", "netns", "exec", wireSrvNS}}
+	run := owned.ExecRunner{Prefix: []string{"ip", "netns", "exec", wireSrvNS}}
 	env := wireEnv{
-		cfg: WireConfig{Instance: "t17", Ports: []uint16{wirePort}, Firewall: &Iptables{Run: run}, Handle: h, NetNS: int(nsh)},
+		cfg: WireConfig{Instance: "t17", Ports: []uint16{wirePort}, Firewall: &owned.Iptables{Run: run}, Handle: h, NetNS: int(nsh)},
 		run: run, h: h, ns: int(nsh), client: netip.MustParseAddr("10.218.0.2"),
 	}
 	wireCost(t, env)
@@ -267,9 +268,9 @@ func wireIPv6(t *testing.T, env wireEnv) {
 func wireDeadSwept(t *testing.T, env wireEnv) {
 	leave := func(inst string) {
 		t.Helper()
-		chain := (owner{name: inst}).chain()
+		chain := (owned.Owner{Name: inst}).Chain()
 		rule := fmt.Sprintf("-A %s -p tcp -m multiport --dports %d", chain, wirePort)
-		if err := env.cfg.Firewall.Replace(t.Context(), chain, []string{inputJump(chain), rule}); err != nil {
+		if err := env.cfg.Firewall.Replace(t.Context(), chain, []string{owned.InputJump(chain), rule}); err != nil {
 			t.Fatal(err)
 		}
 		if save := wireSave(t); !strings.Contains(save, "-A INPUT -j "+chain) {
@@ -286,10 +287,10 @@ func wireDeadSwept(t *testing.T, env wireEnv) {
 		t.Fatal(err)
 	}
 	leave("wdead")
-	other := newOwnedReconciler(env.cfg.Firewall, Ipsets{Handle: env.h}, "q9", env.ns)
-	other6 := newV6Reconciler(&Iptables{Run: env.run, V6: true}, Ipsets{Handle: env.h}, "q9", env.ns)
-	for _, r := range []*reconciler{other, other6} {
-		if err := r.sweepDead(t.Context()); err != nil {
+	other := owned.NewOwnedReconciler(env.cfg.Firewall, owned.Ipsets{Handle: env.h}, "q9", env.ns)
+	other6 := owned.NewV6Reconciler(&owned.Iptables{Run: env.run, V6: true}, owned.Ipsets{Handle: env.h}, "q9", env.ns)
+	for _, r := range []*owned.Reconciler{other, other6} {
+		if err := r.SweepDead(t.Context()); err != nil {
 			t.Fatal(err)
 		}
 	}

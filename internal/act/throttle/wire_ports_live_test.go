@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sanqos/sanqos/internal/act/owned"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 )
@@ -56,8 +57,8 @@ func TestWireSetPortsLive(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer h.Close()
-	run := ExecRunner{Prefix: []string{"ip", "netns", "exec", wireSrvNS}}
-	w, err := OpenWire(t.Context(), WireConfig{Instance: "t17p", Ports: []uint16{wirePort}, Firewall: &Iptables{Run: run}, Handle: h, NetNS: int(nsh)})
+	run := owned.ExecRunner{Prefix: []string{"ip", "netns", "exec", wireSrvNS}}
+	w, err := OpenWire(t.Context(), WireConfig{Instance: "t17p", Ports: []uint16{wirePort}, Firewall: &owned.Iptables{Run: run}, Handle: h, NetNS: int(nsh)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sanqos/sanqos/internal/act/owned"
 	"github.com/sanqos/sanqos/internal/act/throttle"
 )
 
@@ -83,7 +84,7 @@ func TestCheck(t *testing.T) {
 // where sysfs knows the speed.
 func TestCheckLinkSpeed(t *testing.T) {
 	ctx := context.Background()
-	h, err := throttle.NewHTB(ctx, throttle.TCConfig{Dev: "eth9", Run: nopRunner{}, Sets: throttle.NewFakeKernel()})
+	h, err := throttle.NewHTB(ctx, throttle.TCConfig{Dev: "eth9", Run: nopRunner{}, Sets: owned.NewFakeKernel()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,329 @@
+package qdisc
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sanqos/sanqos/internal/act/owned"
+	"github.com/sanqos/sanqos/internal/act/plan"
+)
+
+// idleStates are a throttle that starts and ends: a known consumer
+// nobody throttles, the same consumer delayed, and idle again.
+func idleStates() (idle, busy plan.State) {
+	g := plan.Group{Name: "vg", Members: []netip.Addr{netip.MustParseAddr("10.0.0.2")}}
+	idle = plan.State{Groups: []plan.Group{g}}
+	g.WriteDelay, g.ReadRate = 5*time.Millisecond, 1<<20
+	busy = plan.State{Groups: []plan.Group{g}}
+	return idle, busy
+}
+
+// waitLocked polls cond (under lock) until it holds or a second passed.
+func waitLocked(t *testing.T, lock func() func(), cond func() bool) bool {
+	t.Helper()
+	for end := time.Now().Add(time.Second); time.Now().Before(end); time.Sleep(5 * time.Millisecond) {
+		unlock := lock()
+		ok := cond()
+		unlock()
+		if ok {
+			return true
+		}
+	}
+	return false
+}
+
+// backend is what the tests use of a tc backend: throttle.Backend and
+// throttle.Verifier.
+type backend interface {
+	Name() string
+	Apply(ctx context.Context, s plan.State) error
+	Verify(ctx context.Context) ([]owned.Drift, error)
+	Close() error
+}
+
+// The tc backends keep no qdisc on the device while nobody is throttled:
+// the first throttle installs the tree in the same Apply, and it goes
+// IdleGrace after the last one ended (not at once: it may hold packets),
+// unless a throttle came back meanwhile.
+func TestTCRootIdle(t *testing.T) {
+	ctx := context.Background()
+	idle, busy := idleStates()
+	for _, mk := range []func(TCConfig) (backend, *tcRoot, error){
+		func(c TCConfig) (backend, *tcRoot, error) {
+			b, err := NewNetem(ctx, c)
+			if err != nil {
+				return nil, nil, err
+			}
+			return b, &b.tcRoot, nil
+		},
+		func(c TCConfig) (backend, *tcRoot, error) {
+			b, err := NewHTB(ctx, c)
+			if err != nil {
+				return nil, nil, err
+			}
+			return b, &b.tcRoot, nil
+		},
+	} {
+		rec := &recorder{}
+		k := owned.NewFakeKernel()
+		b, root, err := mk(TCConfig{Dev: "veth-t", Instance: "ti", Run: rec, Firewall: k, Sets: k, IdleGrace: 50 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		lock := func() func() { root.mu.Lock(); return root.mu.Unlock }
+		if rec.root != "" {
+			t.Fatalf("%s: root qdisc %q after start, want none", b.Name(), rec.root)
+		}
+		if err := b.Apply(ctx, idle); err != nil || rec.root != "" || len(chains(k)) != 0 {
+			t.Fatalf("%s idle: err %v, root %q, rules %q; want nothing installed", b.Name(), err, rec.root, chains(k))
+		}
+		if d, err := b.Verify(ctx); err != nil || len(d) != 0 || rec.root != "" {
+			t.Errorf("%s: Verify while idle: %v %v, root %q; want nothing to repair", b.Name(), d, err, rec.root)
+		}
+		if err := b.Apply(ctx, busy); err != nil || rec.root == "" || len(chains(k)) == 0 {
+			t.Fatalf("%s throttled: err %v, root %q, rules %q; want both in one apply", b.Name(), err, rec.root, chains(k))
+		}
+		if err := b.Apply(ctx, idle); err != nil || len(chains(k)) != 0 {
+			t.Fatalf("%s idle again: err %v, rules %q", b.Name(), err, chains(k))
+		}
+		if rec.root == "" {
+			t.Errorf("%s: the tree went at once, with packets maybe in it", b.Name())
+		}
+		// Throttled again within the grace: the tree stays.
+		if err := b.Apply(ctx, busy); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(80 * time.Millisecond)
+		if unlock := lock(); rec.root == "" {
+			unlock()
+			t.Fatalf("%s: the tree went while throttled", b.Name())
+		} else {
+			unlock()
+		}
+		if err := b.Apply(ctx, idle); err != nil {
+			t.Fatal(err)
+		}
+		if !waitLocked(t, lock, func() bool { return rec.root == "" && !root.installed }) {
+			t.Errorf("%s: root qdisc %q still there after the grace", b.Name(), rec.root)
+		}
+		if err := b.Apply(ctx, busy); err != nil || rec.root == "" {
+			t.Errorf("%s: throttled after the teardown: %v, root %q", b.Name(), err, rec.root)
+		}
+		if err := b.Close(); err != nil || rec.root != "" {
+			t.Errorf("%s: close: %v, root %q", b.Name(), err, rec.root)
+		}
+	}
+}
+
+// chains lists the fake kernel's chains.
+func chains(k *owned.FakeKernel) []string {
+	cs, _ := k.Chains(context.Background())
+	return cs
+}
+
+func TestSplitGroupsRules(t *testing.T) {
+	n := &Netem{newTCRoot(TCConfig{SmallSegment: 128, SmallSegments: map[uint16]int{2049: 256, 3260: 128}, Steps: DefaultNetemSteps(), Logger: quietLog()}, "netem", NetemHandle)}
+	rules := n.Rules(plan.State{Groups: []plan.Group{{Name: "fs-a", Ports: []uint16{3260, 2049, 10809}, WriteDelay: 5 * time.Millisecond}}})
+	want := []string{
+		"-A SANQOS -p tcp -m multiport --sports 3260,10809 -m set --match-set sanqos-fs-a dst -m length --length 0:228 -j CLASSIFY",
+		"-A SANQOS -p tcp -m tcp --sport 2049 -m set --match-set sanqos-fs-a dst -m length --length 0:356 -j CLASSIFY",
+	}
+	if len(rules) != len(want) {
+		t.Fatalf("rules:\n%s\nwant one per split", strings.Join(rules, "\n"))
+	}
+	for i, w := range want {
+		if !strings.HasPrefix(rules[i], w) {
+			t.Errorf("rule %d:\n%s\nwant it to start\n%s", i, rules[i], w)
+		}
+	}
+	one := plan.SplitGroups([]uint16{3260, 3261}, nil, 128)
+	if len(one) != 1 || len(one[0].Ports) != 2 {
+		t.Errorf("one split: %+v, want one group of both ports", one)
+	}
+}
+
+func TestNetemGolden(t *testing.T) {
+	ctx := context.Background()
+	rec := &recorder{}
+	k := owned.NewFakeKernel()
+	b, err := NewNetem(ctx, TCConfig{Dev: "veth-t", Run: rec, Sets: k, Steps: []time.Duration{
+		100 * time.Microsecond, 500 * time.Microsecond, time.Millisecond, 5 * time.Millisecond, 20 * time.Millisecond}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, s := range goldenStates() {
+		fmt.Fprintf(&rec.b, "# state %d\n", i)
+		if err := b.Apply(ctx, s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fmt.Fprintf(&rec.b, "# close\n")
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	golden(t, "netem.golden", rec.b.String())
+}
+
+func TestHTBGolden(t *testing.T) {
+	ctx := context.Background()
+	rec := &recorder{}
+	k := owned.NewFakeKernel()
+	b, err := NewHTB(ctx, TCConfig{Dev: "veth-t", Run: rec, Sets: k})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.Close() })
+	for i, s := range goldenStates() {
+		fmt.Fprintf(&rec.b, "# state %d\n", i)
+		if err := b.Apply(ctx, s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	golden(t, "htb.golden", rec.b.String())
+}
+
+// netemMissing answers like this machine: no sch_netem.
+type netemMissing struct{ recorder }
+
+func (r *netemMissing) Run(ctx context.Context, stdin, name string, args ...string) (string, error) {
+	if strings.Contains(strings.Join(args, " ")+stdin, " netem ") {
+		return "Error: Specified qdisc kind is unknown.", fmt.Errorf("exit status 2")
+	}
+	return r.recorder.Run(ctx, stdin, name, args...)
+}
+
+func TestNetemMissingNamesNfqueue(t *testing.T) {
+	_, err := NewNetem(context.Background(), TCConfig{Dev: "veth-t", Run: &netemMissing{}, Sets: owned.NewFakeKernel()})
+	if err == nil || !strings.Contains(err.Error(), "nfqueue") {
+		t.Fatalf("error %v, want one naming the nfqueue backend", err)
+	}
+}
+
+func TestQuantize(t *testing.T) {
+	steps := DefaultNetemSteps()
+	for _, c := range []struct {
+		d    time.Duration
+		want time.Duration // -1: no class
+	}{
+		{0, -1},
+		{40 * time.Microsecond, -1},
+		{60 * time.Microsecond, 100 * time.Microsecond},
+		{4600 * time.Microsecond, 4500 * time.Microsecond},
+		{4800 * time.Microsecond, 5 * time.Millisecond},
+		{time.Second, 20 * time.Millisecond},
+	} {
+		i := Quantize(steps, c.d)
+		got := time.Duration(-1)
+		if i >= 0 {
+			got = steps[i]
+		}
+		if got != c.want {
+			t.Errorf("Quantize(%v) = %v, want %v", c.d, got, c.want)
+		}
+	}
+}
+
+var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
+
+// golden compares got with testdata/name, or rewrites it with -update.
+func golden(t *testing.T, name, got string) {
+	t.Helper()
+	p := filepath.Join("testdata", name)
+	if *update {
+		if err := os.MkdirAll("testdata", 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatalf("reading golden file (run with -update to create it): %v", err)
+	}
+	if string(want) != got {
+		t.Errorf("%s differs from golden file (run with -update if intended):\n--- got\n%s\n--- want\n%s", name, got, want)
+	}
+}
+
+// goldenStates is a scripted sequence: a group appears, gains members and
+// delays, goes idle, a second one appears, all disappear.
+func goldenStates() []plan.State {
+	a, b := ip("10.0.0.2"), ip("10.0.0.3")
+	return []plan.State{
+		{Groups: []plan.Group{{Name: "vg-data", Members: []netip.Addr{a}, WriteDelay: 4600 * time.Microsecond}}},
+		{Groups: []plan.Group{{Name: "vg-data", Members: []netip.Addr{a, b}, WriteDelay: 5 * time.Millisecond, ReadDelay: 2 * time.Millisecond, ReadRate: 1 << 20}}},
+		{Groups: []plan.Group{{Name: "vg-data", Members: []netip.Addr{a, b}}}},
+		{Groups: []plan.Group{
+			{Name: "vg-data", Members: []netip.Addr{a}, WriteDelay: 20 * time.Millisecond},
+			{Name: "fs/sda1", Members: []netip.Addr{b}, Ports: []uint16{3260, 3261}, ReadDelay: 300 * time.Microsecond, ReadRate: 256000},
+		}},
+		{},
+	}
+}
+
+// recorder is a Runner that records commands and answers like a machine
+// with no sanqos objects: checks for our jump and chain fail, and the
+// device has its default
+type recorder struct {
+	b             strings.Builder
+	jump, chained bool
+	input         bool   // a jump from INPUT
+	root          string // handle of the root qdisc we added
+}
+
+func (r *recorder) Run(_ context.Context, stdin, name string, args ...string) (string, error) {
+	cmd := name + " " + strings.Join(args, " ")
+	fmt.Fprintf(&r.b, "$ %s\n%s", cmd, stdin)
+	if cmd == "tc -batch -" {
+		for _, l := range strings.Split(strings.TrimSpace(stdin), "\n") {
+			if f := strings.Fields(l); len(f) > 6 && f[0] == "qdisc" && f[1] == "add" && f[4] == "root" {
+				r.root = f[6]
+			}
+		}
+		return "", nil
+	}
+	if strings.Contains(stdin, ":SANQOS") {
+		r.chained = true
+	}
+	if strings.Contains(stdin, "-A POSTROUTING -j SANQOS") {
+		r.jump = true
+	}
+	if strings.Contains(stdin, "-A INPUT -j SANQOS") {
+		r.input = true
+	}
+	switch {
+	case strings.Contains(cmd, " -C POSTROUTING") && !r.jump, strings.Contains(cmd, " -S SANQOS") && !r.chained,
+		strings.Contains(cmd, " -C INPUT") && !r.input:
+		return "", fmt.Errorf("exit status 1")
+	case strings.Contains(cmd, " -D INPUT"):
+		r.input = false
+	case strings.Contains(cmd, " -D POSTROUTING"):
+		r.jump = false
+	case strings.Contains(cmd, " -X SANQOS"):
+		r.chained = false
+	case strings.HasPrefix(cmd, "tc qdisc add") && args[4] == "root":
+		r.root = args[6]
+	case strings.HasPrefix(cmd, "tc qdisc del") && args[4] == "root":
+		r.root = ""
+	case strings.HasPrefix(cmd, "tc qdisc show") && r.root != "":
+		return "qdisc htb " + r.root + " root refcnt 2 r2q 10 default 0x1\n", nil
+	case strings.HasPrefix(cmd, "tc qdisc show"):
+		return "qdisc noqueue 0: root refcnt 2\n", nil
+	}
+	return "", nil
+}
+
+func quietLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+func ip(s string) netip.Addr { return netip.MustParseAddr(s) }
