@@ -43,10 +43,12 @@ func (b *Nfqueue) onLoop(f func()) {
 	}
 }
 
-// kick wakes the packet thread.
+// kick wakes the packet thread, whether it waits for packets or is
+// parked idle.
 func (b *Nfqueue) kick() {
 	one := [8]byte{1}
 	_, _ = unix.Write(b.wake, one[:])
+	b.idle.wake()
 }
 
 // runCmd runs the command waiting for the packet thread, if any.

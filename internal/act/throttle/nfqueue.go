@@ -164,6 +164,7 @@ type Nfqueue struct {
 	back        atomic.Bool   // the packet thread wants the path back
 	declined    atomic.Uint64 // standby looks that found the packet CPU's backlog busy
 	active      atomic.Bool   // rules are installed: packets may come
+	idle        *idler        // parks the packet thread while no rule is installed; nil: never (the unit tests' fake path)
 	standbyCPU  int           // -1: no standby
 	standbyDone chan struct{}
 }
@@ -273,6 +274,7 @@ func newNfqueue(ctx context.Context, cfg NfqueueConfig, lock *owned.Lock) (*Nfqu
 	}
 	b.place = b.boost
 	b.initPath(kernelQueue{sock}, wake, done, kernelClock{}, "/proc")
+	b.idle = newIdler()
 	b.unreserve = append(b.unreserve, reserveProc())
 	if !b.rt {
 		b.log.Info("one CPU only: the packet thread runs at the daemon's raised normal priority, not real-time; delays may stretch under CPU load")
@@ -410,7 +412,9 @@ func (b *Nfqueue) program(ctx context.Context) error {
 		}
 		b.applied = programmed{rules, sets}
 	}
-	b.active.Store(len(rules) > 0)
+	if b.active.Store(len(rules) > 0); len(rules) > 0 {
+		b.idle.wake() // the first packets come now
+	}
 	// Only when an address stopped being kept: Forget walks every
 	// consumer the packet path knows, and a new delay, which comes at
 	// every tick while a resource is over its threshold, forgets nothing.

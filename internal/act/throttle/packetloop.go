@@ -167,6 +167,8 @@ type pathThread struct {
 	sock    int16 // the queue socket's poll events when the last wait ended
 	woken   bool  // the wake eventfd ended the last wait
 	yielded time.Time
+	// idleSince: since when no rule has been installed (zero: one is).
+	idleSince time.Time
 }
 
 func (b *Nfqueue) newPathThread() *pathThread {
@@ -199,10 +201,78 @@ func (t *pathThread) wait(at time.Time, holding bool) error {
 	wait := heartbeat
 	if holding {
 		wait = min(max(at.Sub(t.b.clk.Now()), 0), heartbeat)
+	} else if t.parkIdle() {
+		wait = 0 // only look at what woke it
 	}
 	var err error
 	t.sock, t.woken, err = t.poll.wait(wait)
 	return err
+}
+
+// idleAfter is how long no rule must have been installed before the
+// packet thread parks: a packet that passed a rule on another CPU just
+// before the rule went reaches the socket within microseconds.
+const idleAfter = time.Second
+
+// parkIdle parks the packet thread in the Go scheduler for up to a
+// heartbeat while no rule has been installed for idleAfter and nothing
+// waits in the socket: no packet can come then. Waiting in raw ppoll
+// instead, the thread looks busy to the scheduler, whose monitor then
+// preempts it with a signal every 10–20 ms, each one a wake-up of the
+// thread and of ppoll for nothing. A command, stop and the first rule
+// wake it (kick, Apply). It reports whether it parked.
+func (t *pathThread) parkIdle() bool {
+	b := t.b
+	if b.idle == nil || b.active.Load() {
+		t.idleSince = time.Time{}
+		return false
+	}
+	now := b.clk.Now()
+	if t.idleSince.IsZero() {
+		t.idleSince = now
+	}
+	if now.Sub(t.idleSince) < idleAfter {
+		return false
+	}
+	if sock, woken, err := t.poll.wait(0); err != nil || sock != 0 || woken {
+		return false
+	}
+	b.idle.park(heartbeat)
+	return true
+}
+
+// idler parks the packet thread (see parkIdle). Its channel holds one
+// wake-up, so one that comes before the thread parks is not lost.
+type idler struct {
+	ch    chan struct{}
+	timer *time.Timer
+}
+
+func newIdler() *idler {
+	t := time.NewTimer(time.Hour)
+	t.Stop()
+	return &idler{ch: make(chan struct{}, 1), timer: t}
+}
+
+// park returns after d or on a wake-up.
+func (i *idler) park(d time.Duration) {
+	i.timer.Reset(d)
+	select {
+	case <-i.ch:
+	case <-i.timer.C:
+	}
+	i.timer.Stop()
+}
+
+// wake ends a park, or the next one (nil: there is none).
+func (i *idler) wake() {
+	if i == nil {
+		return
+	}
+	select {
+	case i.ch <- struct{}{}:
+	default:
+	}
 }
 
 // timedOut reports whether the last wait ended by its timeout.
