@@ -176,6 +176,55 @@ func TestBurstJainSkipsTailBursts(t *testing.T) {
 	}
 }
 
+// secondLines are thread th's per-second write lines ending at
+// from+1 … to, each with mbs MB.
+func secondLines(th int, from, to int, mbs float64) []iolog.Record {
+	var out []iolog.Record
+	for k := from + 1; k <= to; k++ {
+		out = append(out, iolog.Record{Kind: iolog.KindInterval, Thread: th, Op: iolog.OpWrite, T: float64(k), Dur: 1, Bytes: int64(mbs * 1e6)})
+	}
+	return out
+}
+
+// Two hosts whose schedules drifted 3 s apart: host a writes alone at
+// the burst's start, before the throttle holds it, host b alone at its
+// end while the throttle still does. Over their own on time a got
+// twice b's rate; in the 7 s both were on, each got the same. Fairness
+// is judged over those; a thread held back while both were on is
+// caught, and a burst whose threads shared under minSharedS seconds is
+// not judged.
+func TestBurstJainJudgesTheSharedSeconds(t *testing.T) {
+	drift := func(a, b float64) []WriterLog {
+		ra := append(secondLines(1, 10, 13, 40), secondLines(1, 13, 20, a)...)
+		rb := append(secondLines(1, 13, 20, b), secondLines(1, 20, 23, 5)...)
+		ra = append(ra, burstLine(1, 20, 10, (3*40+7*a)/10))
+		rb = append(rb, burstLine(1, 23, 10, (7*b+3*5)/10))
+		return []WriterLog{{Host: "a", Records: ra}, {Host: "b", Records: rb}}
+	}
+	burst := []Burst{{OnsetS: 10, EndS: 23}}
+	fair := drift(10, 10)
+	if old := iolog.JainIndex([]float64{19, 8.5}); old >= MinJain {
+		t.Fatalf("the test's drift no longer shows: rates over the on time give %.3f", old)
+	}
+	if got := burstJain(burst, fair); !reflect.DeepEqual(got, []float64{1}) {
+		t.Errorf("equal shares while both were on: got %v, want [1]", got)
+	}
+	// (16+4)² / (2·(256+16)) = 400/544
+	if got := burstJain(burst, drift(16, 4)); len(got) != 1 || got[0] != iolog.Round3(400.0/544) {
+		t.Errorf("b held to a quarter of a's rate while both were on: got %v, want [%.3f]", got, 400.0/544)
+	}
+	if got := burstJain(burst, drift(10, 0)); len(got) != 1 || got[0] > 0.51 {
+		t.Errorf("b starved while both were on: got %v, want [0.5]", got)
+	}
+	apart := []WriterLog{
+		{Host: "a", Records: append(secondLines(1, 10, 19, 10), burstLine(1, 19, 9, 10))},
+		{Host: "b", Records: append(secondLines(1, 18, 27, 10), burstLine(1, 27, 9, 10))},
+	}
+	if got := burstJain([]Burst{{OnsetS: 10, EndS: 27}}, apart); len(got) != 0 {
+		t.Errorf("threads on together for 1 s were judged: %v", got)
+	}
+}
+
 // TestFastChecks: guarantees-ssd's controlled run is judged against its
 // uncontrolled one by the reader's mean and p95 wait (within NoiseRel)
 // and the writers' loss (under MaxFastWriterLoss); the lab run
