@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sanqos/sanqos/internal/act/acttest"
 	"github.com/sanqos/sanqos/internal/act/owned"
 	"github.com/sanqos/sanqos/internal/act/plan"
 )
@@ -16,7 +17,7 @@ import (
 // a second throttle rewrote the chain and left it without its jump).
 func TestReplaceRestoresAJumpRemovedByOthers(t *testing.T) {
 	ctx := context.Background()
-	rec := &recorder{}
+	rec := &acttest.Recorder{}
 	k := owned.NewFakeKernel()
 	rc := owned.NewReconciler(&owned.Iptables{Run: rec}, k)
 	one := State{Groups: []Group{{Name: "a", Members: []netip.Addr{ip("10.0.0.2")}, WriteDelay: time.Millisecond}}}
@@ -24,12 +25,12 @@ func TestReplaceRestoresAJumpRemovedByOthers(t *testing.T) {
 	if err := rc.Apply(ctx, NfqueueRules(one, 1), plan.WantSets(one)); err != nil {
 		t.Fatal(err)
 	}
-	rec.jump = false // flushed by another tool
-	rec.b.Reset()
+	rec.Jump = false // flushed by another tool
+	rec.Log.Reset()
 	if err := rc.Apply(ctx, NfqueueRules(two, 1), plan.WantSets(two)); err != nil {
 		t.Fatal(err)
 	}
-	if !rec.jump {
-		t.Errorf("the chain was replaced without its lost jump:\n%s", rec.b.String())
+	if !rec.Jump {
+		t.Errorf("the chain was replaced without its lost jump:\n%s", rec.Log.String())
 	}
 }

@@ -6,6 +6,8 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/sanqos/sanqos/internal/act/acttest"
+	"github.com/sanqos/sanqos/internal/act/owned"
 	"github.com/vishvananda/netns"
 )
 
@@ -17,13 +19,13 @@ import (
 func TestLiveSquattedLockDaemonAndCleanupRun(t *testing.T) {
 	l := newLab(t)
 	bin := buildSanqos(t)
-	squat(t, l.tns, "q3260", "wq3260")
+	acttest.Squat(t, l.tns, "q3260", "wq3260")
 	ns, err := netns.GetFromName(l.tns)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer ns.Close()
-	removeLockFile(t, int(ns), "q3260")
+	acttest.RemoveLockFile(t, owned.LockPath, int(ns), "q3260")
 
 	if out, err := sanqos(t, "ip", "netns", "exec", l.tns, bin, "run", "--manual", "--cleanup-only"); err != nil {
 		t.Fatalf("--cleanup-only with the old lock name squatted: %v: %s", err, out)

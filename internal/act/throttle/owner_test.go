@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sanqos/sanqos/internal/act/acttest"
 	"github.com/sanqos/sanqos/internal/act/owned"
 	"github.com/sanqos/sanqos/internal/act/plan"
 )
@@ -29,7 +30,7 @@ func TestOwnersNeverTouchEachOther(t *testing.T) {
 	a, b := testInstance("ta"), testInstance("tb")
 	dead := testInstance("td")
 	for _, inst := range []string{a, b, dead, testInstance("tc")} {
-		removeLockFile(t, 0, inst)
+		acttest.RemoveLockFile(t, owned.LockPath, 0, inst)
 	}
 	lockA, err := owned.LockInstance(0, a)
 	if err != nil {

@@ -1,12 +1,12 @@
 package throttle
 
 import (
-	"encoding/binary"
 	"fmt"
 	"slices"
 	"testing"
 	"time"
 
+	"github.com/sanqos/sanqos/internal/act/acttest"
 	"github.com/sanqos/sanqos/internal/act/packetpath"
 )
 
@@ -22,20 +22,6 @@ func flow(port uint16) packetpath.FlowKey {
 	return packetpath.FlowKey{Dst: ip("10.0.0.2"), Sport: 3260, Dport: port}
 }
 
-// tcpPacket is an IPv4 TCP segment from the target (10.0.0.2 is the
-// consumer) with payload bytes after a 32-byte header.
-func tcpPacket(payload int, sport, dport uint16) []byte {
-	p := make([]byte, 20+32)
-	p[0] = 0x45
-	binary.BigEndian.PutUint16(p[2:4], uint16(20+32+payload))
-	p[9] = 6
-	copy(p[16:20], []byte{10, 0, 0, 2})
-	binary.BigEndian.PutUint16(p[20:22], sport)
-	binary.BigEndian.PutUint16(p[22:24], dport)
-	p[32] = 8 << 4 // 32-byte TCP header (timestamps)
-	return p
-}
-
 // TestPacketLoopHoldsEachPacketItsDelay: the packet thread gives each
 // packet its verdict exactly at arrival + the delay of its direction
 // (the fake clock has no wake-up latency, so any error is the loop's),
@@ -45,12 +31,12 @@ func TestPacketLoopHoldsEachPacketItsDelay(t *testing.T) {
 	b, _, q := newFakePath(t, NfqueueConfig{NoRiseLimit: true}, "/nonexistent")
 	b.table.Store(tableOf(delays{ip("10.0.0.2"): {write: 5 * ms, read: 12 * ms}}))
 	small, big := 48, 1000
-	q.packet(1*ms, 1, tcpPacket(small, 3260, 40001), 52+small)
-	q.packet(2*ms, 2, tcpPacket(big, 3260, 40001), 52+big)
-	q.packet(3*ms, 3, tcpPacket(0, 3260, 40002), 52)                                            // pure ACK: passes (AckDelay off)
-	q.packet(3500*time.Microsecond, 4, to(tcpPacket(small, 3260, 40003), "10.0.0.9"), 52+small) // not throttled
-	q.packet(4*ms, 5, tcpPacket(small, 3260, 40002), 52+small)
-	q.packet(4500*time.Microsecond, 6, tcpPacket(small, 3260, 40001), 52+small) // behind 2 in its flow
+	q.packet(1*ms, 1, acttest.TCPPacket(small, 3260, 40001), 52+small)
+	q.packet(2*ms, 2, acttest.TCPPacket(big, 3260, 40001), 52+big)
+	q.packet(3*ms, 3, acttest.TCPPacket(0, 3260, 40002), 52)                                            // pure ACK: passes (AckDelay off)
+	q.packet(3500*time.Microsecond, 4, to(acttest.TCPPacket(small, 3260, 40003), "10.0.0.9"), 52+small) // not throttled
+	q.packet(4*ms, 5, acttest.TCPPacket(small, 3260, 40002), 52+small)
+	q.packet(4500*time.Microsecond, 6, acttest.TCPPacket(small, 3260, 40001), 52+small) // behind 2 in its flow
 	stop := runThread(t, b, b.loop, b.loopDone)
 	waitFor(t, "six verdicts", func() bool { return len(q.given()) == 6 })
 	stop()
@@ -73,10 +59,10 @@ func TestPacketLoopHoldsEachPacketItsDelay(t *testing.T) {
 func TestPacketLoopOverflowKeepsArrivalOrder(t *testing.T) {
 	b, _, q := newFakePath(t, NfqueueConfig{NoRiseLimit: true, MaxBacklog: 2}, "/nonexistent")
 	b.table.Store(tableOf(delays{ip("10.0.0.2"): {write: 5 * ms, read: 5 * ms}}))
-	q.packet(1*ms, 1, tcpPacket(48, 3260, 40001), 100)
-	q.packet(1*ms, 2, tcpPacket(48, 3260, 40002), 100) // the backlog is full
-	q.packet(2*ms, 3, to(tcpPacket(48, 3260, 40003), "10.0.0.9"), 100)
-	q.packet(2*ms, 4, tcpPacket(48, 3260, 40001), 100) // overflows: 1, then 4
+	q.packet(1*ms, 1, acttest.TCPPacket(48, 3260, 40001), 100)
+	q.packet(1*ms, 2, acttest.TCPPacket(48, 3260, 40002), 100) // the backlog is full
+	q.packet(2*ms, 3, to(acttest.TCPPacket(48, 3260, 40003), "10.0.0.9"), 100)
+	q.packet(2*ms, 4, acttest.TCPPacket(48, 3260, 40001), 100) // overflows: 1, then 4
 	stop := runThread(t, b, b.loop, b.loopDone)
 	waitFor(t, "four verdicts", func() bool { return len(q.given()) == 4 })
 	stop()
@@ -110,7 +96,7 @@ func TestPacketLoopRiseLimit(t *testing.T) {
 		b, _, q := newFakePath(t, NfqueueConfig{NoRiseLimit: !limit}, "/nonexistent")
 		b.table.Store(tableOf(delays{ip("10.0.0.2"): {write: target, read: target}}))
 		for i := range n {
-			q.packet(time.Duration(i+1)*ms, uint32(i+1), tcpPacket(1000, 3260, 40001), 52+1000)
+			q.packet(time.Duration(i+1)*ms, uint32(i+1), acttest.TCPPacket(1000, 3260, 40001), 52+1000)
 		}
 		stop := runThread(t, b, b.loop, b.loopDone)
 		waitFor(t, "all verdicts", func() bool { return len(q.given()) == n })

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sanqos/sanqos/internal/act/acttest"
 	"github.com/sanqos/sanqos/internal/act/owned"
 	"github.com/sanqos/sanqos/internal/act/plan"
 )
@@ -176,58 +177,6 @@ func TestStartupRemovesCrashLeftovers(t *testing.T) {
 	}
 }
 
-// recorder is a Runner that records commands and answers like a machine
-// with no sanqos objects: checks for our jump and chain fail, and the
-// device has its default qdisc.
-type recorder struct {
-	b             strings.Builder
-	jump, chained bool
-	input         bool   // a jump from INPUT
-	root          string // handle of the root qdisc we added
-}
-
-func (r *recorder) Run(_ context.Context, stdin, name string, args ...string) (string, error) {
-	cmd := name + " " + strings.Join(args, " ")
-	fmt.Fprintf(&r.b, "$ %s\n%s", cmd, stdin)
-	if cmd == "tc -batch -" {
-		for _, l := range strings.Split(strings.TrimSpace(stdin), "\n") {
-			if f := strings.Fields(l); len(f) > 6 && f[0] == "qdisc" && f[1] == "add" && f[4] == "root" {
-				r.root = f[6]
-			}
-		}
-		return "", nil
-	}
-	if strings.Contains(stdin, ":SANQOS") {
-		r.chained = true
-	}
-	if strings.Contains(stdin, "-A POSTROUTING -j SANQOS") {
-		r.jump = true
-	}
-	if strings.Contains(stdin, "-A INPUT -j SANQOS") {
-		r.input = true
-	}
-	switch {
-	case strings.Contains(cmd, " -C POSTROUTING") && !r.jump, strings.Contains(cmd, " -S SANQOS") && !r.chained,
-		strings.Contains(cmd, " -C INPUT") && !r.input:
-		return "", fmt.Errorf("exit status 1")
-	case strings.Contains(cmd, " -D INPUT"):
-		r.input = false
-	case strings.Contains(cmd, " -D POSTROUTING"):
-		r.jump = false
-	case strings.Contains(cmd, " -X SANQOS"):
-		r.chained = false
-	case strings.HasPrefix(cmd, "tc qdisc add") && args[4] == "root":
-		r.root = args[6]
-	case strings.HasPrefix(cmd, "tc qdisc del") && args[4] == "root":
-		r.root = ""
-	case strings.HasPrefix(cmd, "tc qdisc show") && r.root != "":
-		return "qdisc htb " + r.root + " root refcnt 2 r2q 10 default 0x1\n", nil
-	case strings.HasPrefix(cmd, "tc qdisc show"):
-		return "qdisc noqueue 0: root refcnt 2\n", nil
-	}
-	return "", nil
-}
-
 // goldenStates is a scripted sequence: a group appears, gains members and
 // delays, goes idle, a second one appears, all disappear.
 func goldenStates() []State {
@@ -246,18 +195,18 @@ func goldenStates() []State {
 
 func TestNfqueueGolden(t *testing.T) {
 	ctx := context.Background()
-	rec := &recorder{}
+	rec := &acttest.Recorder{}
 	k := owned.NewFakeKernel()
 	rc := owned.NewReconciler(&owned.Iptables{Run: rec}, k)
 	if err := rc.Reset(ctx); err != nil {
 		t.Fatal(err)
 	}
 	for i, s := range goldenStates() {
-		fmt.Fprintf(&rec.b, "# state %d\n", i)
+		fmt.Fprintf(&rec.Log, "# state %d\n", i)
 		if err := rc.Apply(ctx, NfqueueRules(s, DefaultQueueNum), plan.WantSets(s)); err != nil {
 			t.Fatal(err)
 		}
-		fmt.Fprintf(&rec.b, "# sets\n%s", k.String())
+		fmt.Fprintf(&rec.Log, "# sets\n%s", k.String())
 	}
-	golden(t, "nfqueue.golden", rec.b.String())
+	golden(t, "nfqueue.golden", rec.Log.String())
 }

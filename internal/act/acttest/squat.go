@@ -1,4 +1,4 @@
-package throttle
+package acttest
 
 import (
 	"bufio"
@@ -7,18 +7,16 @@ import (
 	"os/exec"
 	"strings"
 	"testing"
-
-	"github.com/sanqos/sanqos/internal/act/owned"
 )
 
-// squat binds the abstract names of the locks of earlier versions,
+// Squat binds the abstract names of the locks of earlier versions,
 // @sanqos-instance-<name>, from a process running as nobody (uid 65534)
 // in network namespace netns ("": this one), as any local user can, and
 // keeps them until the test ends.
-func squat(t *testing.T, netns string, names ...string) { squatAs(t, 65534, netns, names...) }
+func Squat(t *testing.T, netns string, names ...string) { SquatAs(t, 65534, netns, names...) }
 
-// squatAs is squat as uid.
-func squatAs(t *testing.T, uid int, netns string, names ...string) {
+// SquatAs is Squat as uid.
+func SquatAs(t *testing.T, uid int, netns string, names ...string) {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: runs a squatter as uid 65534")
@@ -60,11 +58,13 @@ time.sleep(600)
 	}
 }
 
-// removeLockFile removes the lock file a test instance left in LockDir
-// (released first; never done by sanqos itself, see LockDir).
-func removeLockFile(t *testing.T, ns int, name string) {
+// RemoveLockFile removes, when the test ends, the lock file a test
+// instance leaves in the lock directory (released first; never done by
+// sanqos itself, see owned.LockDir). lockPath is owned.LockPath: passed
+// in because owned's own tests use this package.
+func RemoveLockFile(t *testing.T, lockPath func(ns int, name string) (string, error), ns int, name string) {
 	t.Helper()
-	p, err := owned.LockPath(ns, name)
+	p, err := lockPath(ns, name)
 	if err != nil {
 		t.Fatal(err)
 	}
