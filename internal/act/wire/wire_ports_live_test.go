@@ -1,4 +1,4 @@
-package throttle
+package wire
 
 import (
 	"fmt"
