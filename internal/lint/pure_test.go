@@ -27,6 +27,7 @@ var purePackages = []string{
 // that links one of them has grown a dependency on Linux.
 var kernelOnly = []string{
 	"github.com/sanqos/sanqos/internal/act/throttle",
+	"github.com/sanqos/sanqos/internal/act/nfqbackend",
 	"github.com/sanqos/sanqos/internal/act/nfq",
 	"github.com/sanqos/sanqos/internal/observe/blkprobe",
 	"github.com/sanqos/sanqos/internal/daemon",

@@ -7,8 +7,6 @@ import (
 	"io"
 	"log/slog"
 	"net/netip"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -171,7 +169,7 @@ func TestNetemGolden(t *testing.T) {
 	if err := b.Close(); err != nil {
 		t.Fatal(err)
 	}
-	golden(t, "netem.golden", rec.Log.String())
+	acttest.Golden(t, *update, "netem.golden", rec.Log.String())
 }
 
 func TestHTBGolden(t *testing.T) {
@@ -189,7 +187,7 @@ func TestHTBGolden(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	golden(t, "htb.golden", rec.Log.String())
+	acttest.Golden(t, *update, "htb.golden", rec.Log.String())
 }
 
 // netemMissing answers like this machine: no sch_netem.
@@ -234,28 +232,6 @@ func TestQuantize(t *testing.T) {
 }
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
-
-// golden compares got with testdata/name, or rewrites it with -update.
-func golden(t *testing.T, name, got string) {
-	t.Helper()
-	p := filepath.Join("testdata", name)
-	if *update {
-		if err := os.MkdirAll("testdata", 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(p, []byte(got), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	want, err := os.ReadFile(p)
-	if err != nil {
-		t.Fatalf("reading golden file (run with -update to create it): %v", err)
-	}
-	if string(want) != got {
-		t.Errorf("%s differs from golden file (run with -update if intended):\n--- got\n%s\n--- want\n%s", name, got, want)
-	}
-}
 
 // goldenStates is a scripted sequence: a group appears, gains members and
 // delays, goes idle, a second one appears, all disappear.
