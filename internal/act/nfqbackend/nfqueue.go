@@ -48,7 +48,7 @@ const (
 
 // Instance is the default instance name of the nfqueue backend on queue
 // number queue (0: DefaultQueueNum): "q" and the number. The facade's
-// DefaultInstance uses it, so that its one definition is the backend's.
+// DefaultInstance uses it, so that the name has one definition.
 func Instance(queue uint16) string {
 	if queue == 0 {
 		queue = DefaultQueueNum
@@ -59,7 +59,7 @@ func Instance(queue uint16) string {
 // NfqueueConfig configures the nfqueue backend. Zero values take defaults.
 type NfqueueConfig struct {
 	// Instance names this backend's kernel objects and lock (see owned.Owner);
-	// "" means DefaultInstance: "q" and the queue number.
+	// "" means Instance(QueueNum): "q" and the queue number.
 	Instance     string
 	QueueNum     uint16
 	SmallSegment int
@@ -359,7 +359,7 @@ func (b *Nfqueue) Healthy(now time.Time) error {
 func (b *Nfqueue) rules(s plan.State) []string { return NfqueueRules(s, b.cfg.QueueNum) }
 
 // Programs is the part of s this backend puts in the kernel: IPv6
-// consumers only where ip6tables works. The facade's InForce reports it.
+// consumers only where ip6tables works. throttle.InForce reports it.
 func (b *Nfqueue) Programs(s plan.State) plan.State {
 	s, _ = plan.SplitV6(s, b.rec6 != nil)
 	return s

@@ -9,7 +9,7 @@ import (
 )
 
 // Verify checks the chains, jumps, sets and members of both families
-// (see Verifier).
+// (see throttle.Verifier).
 func (b *Nfqueue) Verify(ctx context.Context) ([]owned.Drift, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -31,7 +31,8 @@ func (b *Nfqueue) Verify(ctx context.Context) ([]owned.Drift, error) {
 	return out, nil
 }
 
-// Resync makes the next Apply re-install everything (see Verifier).
+// Resync makes the next Apply re-install everything (see
+// throttle.Verifier).
 func (b *Nfqueue) Resync() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
