@@ -21,7 +21,6 @@ const (
 	DefaultQueueNum     = nfqbackend.DefaultQueueNum
 	DefaultSmallSegment = nfqbackend.DefaultSmallSegment
 	DefaultMaxBacklog   = nfqbackend.DefaultMaxBacklog
-	HealthyWithin       = nfqbackend.HealthyWithin
 )
 
 // NewNfqueue starts the nfqueue backend (see nfqbackend.NewNfqueue).
