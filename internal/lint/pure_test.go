@@ -27,6 +27,7 @@ var purePackages = []string{
 // that links one of them has grown a dependency on Linux.
 var kernelOnly = []string{
 	"github.com/sanqos/sanqos/internal/act/throttle",
+	"github.com/sanqos/sanqos/internal/act/nfqbackend",
 	"github.com/sanqos/sanqos/internal/act/nfq",
 	"github.com/sanqos/sanqos/internal/observe/blkprobe",
 	"github.com/sanqos/sanqos/internal/daemon",
@@ -157,5 +158,31 @@ func TestDaemonLinksNoLab(t *testing.T) {
 	}
 	for _, b := range depsIn(string(out), labOnly) {
 		t.Errorf("the sanqos daemon links %s; lab code belongs in cmd/sanqos-lab", b)
+	}
+}
+
+// testOnly are packages of fakes for tests: compiled as ordinary packages
+// so that the tests of several packages share them, but a fake runner or
+// squatter in the daemon would be a bug waiting for a caller.
+var testOnly = []string{
+	"github.com/sanqos/sanqos/internal/act/acttest",
+}
+
+// TestFakesOnlyInTests lists what every package imports outside its
+// tests and fails on a package of test fakes.
+func TestFakesOnlyInTests(t *testing.T) {
+	if _, err := exec.LookPath("go"); err != nil {
+		t.Skip("no go command on PATH to list the dependencies with")
+	}
+	cmd := exec.Command("go", "list", "-f", "{{.ImportPath}}\t{{join .Imports \" \"}}", "./...")
+	cmd.Dir = moduleRoot(t)
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list ./...: %v", err)
+	}
+	for _, b := range depsIn(string(out), testOnly) {
+		if !strings.HasSuffix(b, "(imported by )") {
+			t.Errorf("%s: a package of test fakes is for _test.go files only", b)
+		}
 	}
 }

@@ -10,63 +10,14 @@ import (
 
 	"github.com/vishvananda/netlink/nl"
 	"golang.org/x/sys/unix"
+
+	"github.com/sanqos/sanqos/internal/act/acttest"
 )
-
-// recorder records the commands run and answers iptables as a kernel
-// would (a copy of throttle's test helper).
-type recorder struct {
-	b             strings.Builder
-	jump, chained bool
-	input         bool   // a jump from INPUT
-	root          string // handle of the root qdisc we added
-}
-
-func (r *recorder) Run(_ context.Context, stdin, name string, args ...string) (string, error) {
-	cmd := name + " " + strings.Join(args, " ")
-	fmt.Fprintf(&r.b, "$ %s\n%s", cmd, stdin)
-	if cmd == "tc -batch -" {
-		for _, l := range strings.Split(strings.TrimSpace(stdin), "\n") {
-			if f := strings.Fields(l); len(f) > 6 && f[0] == "qdisc" && f[1] == "add" && f[4] == "root" {
-				r.root = f[6]
-			}
-		}
-		return "", nil
-	}
-	if strings.Contains(stdin, ":SANQOS") {
-		r.chained = true
-	}
-	if strings.Contains(stdin, "-A POSTROUTING -j SANQOS") {
-		r.jump = true
-	}
-	if strings.Contains(stdin, "-A INPUT -j SANQOS") {
-		r.input = true
-	}
-	switch {
-	case strings.Contains(cmd, " -C POSTROUTING") && !r.jump, strings.Contains(cmd, " -S SANQOS") && !r.chained,
-		strings.Contains(cmd, " -C INPUT") && !r.input:
-		return "", fmt.Errorf("exit status 1")
-	case strings.Contains(cmd, " -D INPUT"):
-		r.input = false
-	case strings.Contains(cmd, " -D POSTROUTING"):
-		r.jump = false
-	case strings.Contains(cmd, " -X SANQOS"):
-		r.chained = false
-	case strings.HasPrefix(cmd, "tc qdisc add") && args[4] == "root":
-		r.root = args[6]
-	case strings.HasPrefix(cmd, "tc qdisc del") && args[4] == "root":
-		r.root = ""
-	case strings.HasPrefix(cmd, "tc qdisc show") && r.root != "":
-		return "qdisc htb " + r.root + " root refcnt 2 r2q 10 default 0x1\n", nil
-	case strings.HasPrefix(cmd, "tc qdisc show"):
-		return "qdisc noqueue 0: root refcnt 2\n", nil
-	}
-	return "", nil
-}
 
 // busyOnce fails the first deletion of a chain as iptables-nft sometimes
 // does right after the chain's last rule went (audit N9).
 type busyOnce struct {
-	recorder
+	acttest.Recorder
 	failed bool
 }
 
@@ -76,34 +27,34 @@ func (r *busyOnce) Run(ctx context.Context, stdin, name string, args ...string) 
 		return "iptables v1.8.9 (nf_tables):  CHAIN_DEL failed (Device or resource busy): chain SANQOS-q3260",
 			fmt.Errorf("exit status 4")
 	}
-	return r.recorder.Run(ctx, stdin, name, args...)
+	return r.Recorder.Run(ctx, stdin, name, args...)
 }
 
 func TestRemoveRetriesABusyChainDelete(t *testing.T) {
 	r := &busyOnce{}
-	r.chained = true
+	r.Chained = true
 	f := &Iptables{Run: r}
 	if err := f.Remove(context.Background(), "SANQOS-q3260"); err != nil {
 		t.Fatalf("one EBUSY from the chain deletion failed the removal: %v", err)
 	}
-	if r.chained {
+	if r.Chained {
 		t.Error("the chain is still there")
 	}
 	r2 := &alwaysBusy{}
-	r2.chained = true
+	r2.Chained = true
 	err := (&Iptables{Run: r2}).Remove(context.Background(), "SANQOS-q3260")
 	if err == nil || !strings.Contains(err.Error(), "busy") {
 		t.Errorf("a chain that stays busy: error %v, want the kernel's answer", err)
 	}
 }
 
-type alwaysBusy struct{ recorder }
+type alwaysBusy struct{ acttest.Recorder }
 
 func (r *alwaysBusy) Run(ctx context.Context, stdin, name string, args ...string) (string, error) {
 	if strings.Contains(strings.Join(args, " "), " -X ") {
 		return "CHAIN_DEL failed (Device or resource busy)", errors.New("exit status 4: CHAIN_DEL failed (Device or resource busy)")
 	}
-	return r.recorder.Run(ctx, stdin, name, args...)
+	return r.Recorder.Run(ctx, stdin, name, args...)
 }
 
 // A set (or chain) that a just-deleted rule held is freed by nf_tables

@@ -1,13 +1,13 @@
 package packetpath
 
 import (
-	"encoding/binary"
 	"net/netip"
 	"slices"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/sanqos/sanqos/internal/act/acttest"
 	"github.com/sanqos/sanqos/internal/clock"
 	"github.com/sanqos/sanqos/internal/decide/direction"
 )
@@ -127,18 +127,6 @@ func TestDelayerNextAndReleaseAll(t *testing.T) {
 	}
 }
 
-func tcpPacket(payload int, sport, dport uint16) []byte {
-	p := make([]byte, 20+32)
-	p[0] = 0x45
-	binary.BigEndian.PutUint16(p[2:4], uint16(20+32+payload))
-	p[9] = 6
-	copy(p[16:20], []byte{10, 0, 0, 2})
-	binary.BigEndian.PutUint16(p[20:22], sport)
-	binary.BigEndian.PutUint16(p[22:24], dport)
-	p[32] = 8 << 4 // 32-byte TCP header (timestamps)
-	return p
-}
-
 func TestParseIPv4TCP(t *testing.T) {
 	for _, c := range []struct {
 		name    string
@@ -147,12 +135,12 @@ func TestParseIPv4TCP(t *testing.T) {
 		payload int
 		ok      bool
 	}{
-		{"pure ack", tcpPacket(0, 3260, 40000), 0, 0, true},
-		{"r2t", tcpPacket(48, 3260, 40000), 0, 48, true},
-		{"gso super-packet, truncated copy", tcpPacket(0, 3260, 40000), 20 + 32 + 65000, 65000, true},
-		{"udp", func() []byte { p := tcpPacket(0, 1, 2); p[9] = 17; return p }(), 0, 0, false},
-		{"ipv6", func() []byte { p := tcpPacket(0, 1, 2); p[0] = 0x60; return p }(), 0, 0, false},
-		{"short", tcpPacket(0, 1, 2)[:30], 0, 0, false},
+		{"pure ack", acttest.TCPPacket(0, 3260, 40000), 0, 0, true},
+		{"r2t", acttest.TCPPacket(48, 3260, 40000), 0, 48, true},
+		{"gso super-packet, truncated copy", acttest.TCPPacket(0, 3260, 40000), 20 + 32 + 65000, 65000, true},
+		{"udp", func() []byte { p := acttest.TCPPacket(0, 1, 2); p[9] = 17; return p }(), 0, 0, false},
+		{"ipv6", func() []byte { p := acttest.TCPPacket(0, 1, 2); p[0] = 0x60; return p }(), 0, 0, false},
+		{"short", acttest.TCPPacket(0, 1, 2)[:30], 0, 0, false},
 	} {
 		p, ok := parseIPv4TCP(c.pkt, c.total)
 		if ok != c.ok || (ok && (p.Payload != c.payload || p.Flow != flow(40000))) {
@@ -433,7 +421,7 @@ func TestRiseLimitReleaseTime(t *testing.T) {
 // connection, so such segments stay in order with data.
 func TestPureAckClassification(t *testing.T) {
 	withFlags := func(payload int, flags byte) []byte {
-		p := tcpPacket(payload, 3260, 40000)
+		p := acttest.TCPPacket(payload, 3260, 40000)
 		p[20+13] = flags
 		return p
 	}

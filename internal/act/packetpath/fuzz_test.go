@@ -1,13 +1,17 @@
 package packetpath
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/sanqos/sanqos/internal/act/acttest"
+)
 
 // FuzzParseTCP: any bytes and length the kernel could hand over parse
 // without a panic, and what parses is consistent: the destination's
 // family matches the IP version, the payload is never negative.
 func FuzzParseTCP(f *testing.F) {
-	f.Add(tcpPacket(48, 3260, 40000), 0)
-	f.Add(tcpPacket(0, 3260, 1), 64000)
+	f.Add(acttest.TCPPacket(48, 3260, 40000), 0)
+	f.Add(acttest.TCPPacket(0, 3260, 1), 64000)
 	f.Add(tcp6Packet(48, 3260, 40000), 0)
 	f.Add([]byte{0x45}, 0)
 	f.Fuzz(func(t *testing.T, pkt []byte, total int) {

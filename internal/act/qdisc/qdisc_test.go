@@ -7,12 +7,11 @@ import (
 	"io"
 	"log/slog"
 	"net/netip"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/sanqos/sanqos/internal/act/acttest"
 	"github.com/sanqos/sanqos/internal/act/owned"
 	"github.com/sanqos/sanqos/internal/act/plan"
 )
@@ -73,29 +72,29 @@ func TestTCRootIdle(t *testing.T) {
 			return b, &b.tcRoot, nil
 		},
 	} {
-		rec := &recorder{}
+		rec := &acttest.Recorder{}
 		k := owned.NewFakeKernel()
 		b, root, err := mk(TCConfig{Dev: "veth-t", Instance: "ti", Run: rec, Firewall: k, Sets: k, IdleGrace: 50 * time.Millisecond})
 		if err != nil {
 			t.Fatal(err)
 		}
 		lock := func() func() { root.mu.Lock(); return root.mu.Unlock }
-		if rec.root != "" {
-			t.Fatalf("%s: root qdisc %q after start, want none", b.Name(), rec.root)
+		if rec.Root != "" {
+			t.Fatalf("%s: root qdisc %q after start, want none", b.Name(), rec.Root)
 		}
-		if err := b.Apply(ctx, idle); err != nil || rec.root != "" || len(chains(k)) != 0 {
-			t.Fatalf("%s idle: err %v, root %q, rules %q; want nothing installed", b.Name(), err, rec.root, chains(k))
+		if err := b.Apply(ctx, idle); err != nil || rec.Root != "" || len(chains(k)) != 0 {
+			t.Fatalf("%s idle: err %v, root %q, rules %q; want nothing installed", b.Name(), err, rec.Root, chains(k))
 		}
-		if d, err := b.Verify(ctx); err != nil || len(d) != 0 || rec.root != "" {
-			t.Errorf("%s: Verify while idle: %v %v, root %q; want nothing to repair", b.Name(), d, err, rec.root)
+		if d, err := b.Verify(ctx); err != nil || len(d) != 0 || rec.Root != "" {
+			t.Errorf("%s: Verify while idle: %v %v, root %q; want nothing to repair", b.Name(), d, err, rec.Root)
 		}
-		if err := b.Apply(ctx, busy); err != nil || rec.root == "" || len(chains(k)) == 0 {
-			t.Fatalf("%s throttled: err %v, root %q, rules %q; want both in one apply", b.Name(), err, rec.root, chains(k))
+		if err := b.Apply(ctx, busy); err != nil || rec.Root == "" || len(chains(k)) == 0 {
+			t.Fatalf("%s throttled: err %v, root %q, rules %q; want both in one apply", b.Name(), err, rec.Root, chains(k))
 		}
 		if err := b.Apply(ctx, idle); err != nil || len(chains(k)) != 0 {
 			t.Fatalf("%s idle again: err %v, rules %q", b.Name(), err, chains(k))
 		}
-		if rec.root == "" {
+		if rec.Root == "" {
 			t.Errorf("%s: the tree went at once, with packets maybe in it", b.Name())
 		}
 		// Throttled again within the grace: the tree stays.
@@ -103,7 +102,7 @@ func TestTCRootIdle(t *testing.T) {
 			t.Fatal(err)
 		}
 		time.Sleep(80 * time.Millisecond)
-		if unlock := lock(); rec.root == "" {
+		if unlock := lock(); rec.Root == "" {
 			unlock()
 			t.Fatalf("%s: the tree went while throttled", b.Name())
 		} else {
@@ -112,14 +111,14 @@ func TestTCRootIdle(t *testing.T) {
 		if err := b.Apply(ctx, idle); err != nil {
 			t.Fatal(err)
 		}
-		if !waitLocked(t, lock, func() bool { return rec.root == "" && !root.installed }) {
-			t.Errorf("%s: root qdisc %q still there after the grace", b.Name(), rec.root)
+		if !waitLocked(t, lock, func() bool { return rec.Root == "" && !root.installed }) {
+			t.Errorf("%s: root qdisc %q still there after the grace", b.Name(), rec.Root)
 		}
-		if err := b.Apply(ctx, busy); err != nil || rec.root == "" {
-			t.Errorf("%s: throttled after the teardown: %v, root %q", b.Name(), err, rec.root)
+		if err := b.Apply(ctx, busy); err != nil || rec.Root == "" {
+			t.Errorf("%s: throttled after the teardown: %v, root %q", b.Name(), err, rec.Root)
 		}
-		if err := b.Close(); err != nil || rec.root != "" {
-			t.Errorf("%s: close: %v, root %q", b.Name(), err, rec.root)
+		if err := b.Close(); err != nil || rec.Root != "" {
+			t.Errorf("%s: close: %v, root %q", b.Name(), err, rec.Root)
 		}
 	}
 }
@@ -153,7 +152,7 @@ func TestSplitGroupsRules(t *testing.T) {
 
 func TestNetemGolden(t *testing.T) {
 	ctx := context.Background()
-	rec := &recorder{}
+	rec := &acttest.Recorder{}
 	k := owned.NewFakeKernel()
 	b, err := NewNetem(ctx, TCConfig{Dev: "veth-t", Run: rec, Sets: k, Steps: []time.Duration{
 		100 * time.Microsecond, 500 * time.Microsecond, time.Millisecond, 5 * time.Millisecond, 20 * time.Millisecond}})
@@ -161,21 +160,21 @@ func TestNetemGolden(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i, s := range goldenStates() {
-		fmt.Fprintf(&rec.b, "# state %d\n", i)
+		fmt.Fprintf(&rec.Log, "# state %d\n", i)
 		if err := b.Apply(ctx, s); err != nil {
 			t.Fatal(err)
 		}
 	}
-	fmt.Fprintf(&rec.b, "# close\n")
+	fmt.Fprintf(&rec.Log, "# close\n")
 	if err := b.Close(); err != nil {
 		t.Fatal(err)
 	}
-	golden(t, "netem.golden", rec.b.String())
+	acttest.Golden(t, *update, "netem.golden", rec.Log.String())
 }
 
 func TestHTBGolden(t *testing.T) {
 	ctx := context.Background()
-	rec := &recorder{}
+	rec := &acttest.Recorder{}
 	k := owned.NewFakeKernel()
 	b, err := NewHTB(ctx, TCConfig{Dev: "veth-t", Run: rec, Sets: k})
 	if err != nil {
@@ -183,22 +182,22 @@ func TestHTBGolden(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = b.Close() })
 	for i, s := range goldenStates() {
-		fmt.Fprintf(&rec.b, "# state %d\n", i)
+		fmt.Fprintf(&rec.Log, "# state %d\n", i)
 		if err := b.Apply(ctx, s); err != nil {
 			t.Fatal(err)
 		}
 	}
-	golden(t, "htb.golden", rec.b.String())
+	acttest.Golden(t, *update, "htb.golden", rec.Log.String())
 }
 
 // netemMissing answers like this machine: no sch_netem.
-type netemMissing struct{ recorder }
+type netemMissing struct{ acttest.Recorder }
 
 func (r *netemMissing) Run(ctx context.Context, stdin, name string, args ...string) (string, error) {
 	if strings.Contains(strings.Join(args, " ")+stdin, " netem ") {
 		return "Error: Specified qdisc kind is unknown.", fmt.Errorf("exit status 2")
 	}
-	return r.recorder.Run(ctx, stdin, name, args...)
+	return r.Recorder.Run(ctx, stdin, name, args...)
 }
 
 func TestNetemMissingNamesNfqueue(t *testing.T) {
@@ -234,28 +233,6 @@ func TestQuantize(t *testing.T) {
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
 
-// golden compares got with testdata/name, or rewrites it with -update.
-func golden(t *testing.T, name, got string) {
-	t.Helper()
-	p := filepath.Join("testdata", name)
-	if *update {
-		if err := os.MkdirAll("testdata", 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(p, []byte(got), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	want, err := os.ReadFile(p)
-	if err != nil {
-		t.Fatalf("reading golden file (run with -update to create it): %v", err)
-	}
-	if string(want) != got {
-		t.Errorf("%s differs from golden file (run with -update if intended):\n--- got\n%s\n--- want\n%s", name, got, want)
-	}
-}
-
 // goldenStates is a scripted sequence: a group appears, gains members and
 // delays, goes idle, a second one appears, all disappear.
 func goldenStates() []plan.State {
@@ -270,58 +247,6 @@ func goldenStates() []plan.State {
 		}},
 		{},
 	}
-}
-
-// recorder is a Runner that records commands and answers like a machine
-// with no sanqos objects: checks for our jump and chain fail, and the
-// device has its default
-type recorder struct {
-	b             strings.Builder
-	jump, chained bool
-	input         bool   // a jump from INPUT
-	root          string // handle of the root qdisc we added
-}
-
-func (r *recorder) Run(_ context.Context, stdin, name string, args ...string) (string, error) {
-	cmd := name + " " + strings.Join(args, " ")
-	fmt.Fprintf(&r.b, "$ %s\n%s", cmd, stdin)
-	if cmd == "tc -batch -" {
-		for _, l := range strings.Split(strings.TrimSpace(stdin), "\n") {
-			if f := strings.Fields(l); len(f) > 6 && f[0] == "qdisc" && f[1] == "add" && f[4] == "root" {
-				r.root = f[6]
-			}
-		}
-		return "", nil
-	}
-	if strings.Contains(stdin, ":SANQOS") {
-		r.chained = true
-	}
-	if strings.Contains(stdin, "-A POSTROUTING -j SANQOS") {
-		r.jump = true
-	}
-	if strings.Contains(stdin, "-A INPUT -j SANQOS") {
-		r.input = true
-	}
-	switch {
-	case strings.Contains(cmd, " -C POSTROUTING") && !r.jump, strings.Contains(cmd, " -S SANQOS") && !r.chained,
-		strings.Contains(cmd, " -C INPUT") && !r.input:
-		return "", fmt.Errorf("exit status 1")
-	case strings.Contains(cmd, " -D INPUT"):
-		r.input = false
-	case strings.Contains(cmd, " -D POSTROUTING"):
-		r.jump = false
-	case strings.Contains(cmd, " -X SANQOS"):
-		r.chained = false
-	case strings.HasPrefix(cmd, "tc qdisc add") && args[4] == "root":
-		r.root = args[6]
-	case strings.HasPrefix(cmd, "tc qdisc del") && args[4] == "root":
-		r.root = ""
-	case strings.HasPrefix(cmd, "tc qdisc show") && r.root != "":
-		return "qdisc htb " + r.root + " root refcnt 2 r2q 10 default 0x1\n", nil
-	case strings.HasPrefix(cmd, "tc qdisc show"):
-		return "qdisc noqueue 0: root refcnt 2\n", nil
-	}
-	return "", nil
 }
 
 func quietLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }

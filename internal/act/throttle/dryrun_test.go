@@ -41,3 +41,5 @@ func TestDryRunLogsChangesOnly(t *testing.T) {
 		t.Fatalf("empty state not logged: %q", buf.String())
 	}
 }
+
+func ip(s string) netip.Addr { return netip.MustParseAddr(s) }

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sanqos/sanqos/internal/act/acttest"
 	"github.com/sanqos/sanqos/internal/act/owned"
 	"github.com/sanqos/sanqos/internal/act/qdisc"
 )
@@ -22,12 +23,12 @@ func TestEDTNeedsDev(t *testing.T) {
 // refuses does not keep the rate half from being applied.
 func TestCompositeGoesOnPastARefusal(t *testing.T) {
 	ctx := context.Background()
-	rec := &recorder{}
+	rec := &acttest.Recorder{}
 	h, err := NewHTB(ctx, TCConfig{Dev: "veth-t", Run: rec, Sets: owned.NewFakeKernel()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := NewNetem(ctx, TCConfig{Dev: "veth-d", Run: &recorder{}, Sets: owned.NewFakeKernel()})
+	d, err := NewNetem(ctx, TCConfig{Dev: "veth-d", Run: &acttest.Recorder{}, Sets: owned.NewFakeKernel()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -41,8 +42,8 @@ func TestCompositeGoesOnPastARefusal(t *testing.T) {
 	if err := c.Apply(ctx, s); !errors.As(err, &ref) {
 		t.Fatalf("%v, want a refusal of the IPv6 member", err)
 	}
-	if !strings.Contains(rec.b.String(), "-d 10.0.0.4/32") {
-		t.Errorf("the rate was not applied:\n%s", rec.b.String())
+	if !strings.Contains(rec.Log.String(), "-d 10.0.0.4/32") {
+		t.Errorf("the rate was not applied:\n%s", rec.Log.String())
 	}
 	if err := c.Renew(ctx); err != nil {
 		t.Error(err)
@@ -61,7 +62,7 @@ func TestTCBackendsApplyTheRest(t *testing.T) {
 		func(c TCConfig) (Backend, error) { return NewHTB(ctx, c) },
 		func(c TCConfig) (Backend, error) { return NewNetem(ctx, c) },
 	} {
-		rec := &recorder{}
+		rec := &acttest.Recorder{}
 		k := owned.NewFakeKernel()
 		b, err := open(TCConfig{Dev: "veth-t", Run: rec, Sets: k})
 		if err != nil {
@@ -71,7 +72,7 @@ func TestTCBackendsApplyTheRest(t *testing.T) {
 		if err := b.Apply(ctx, s); !errors.As(err, &ref) || !strings.Contains(err.Error(), "fd00::3") {
 			t.Errorf("%s: %v, want the IPv6 member refused", b.Name(), err)
 		}
-		if got := rec.b.String() + k.String(); !strings.Contains(got, "10.0.0.4") {
+		if got := rec.Log.String() + k.String(); !strings.Contains(got, "10.0.0.4") {
 			t.Errorf("%s did not program the IPv4 member:\n%s", b.Name(), got)
 		}
 		b.Close()
@@ -82,7 +83,7 @@ func TestTCBackendsApplyTheRest(t *testing.T) {
 // interface caps read rates, each from the same state (a Composite).
 func TestEDTBesideHTBRates(t *testing.T) {
 	ctx := context.Background()
-	rec := &recorder{}
+	rec := &acttest.Recorder{}
 	h, err := NewHTB(ctx, TCConfig{Dev: "veth-r", Run: rec, Sets: owned.NewFakeKernel()})
 	if err != nil {
 		t.Fatal(err)
@@ -100,8 +101,8 @@ func TestEDTBesideHTBRates(t *testing.T) {
 	if got := strings.Join(k.Calls, "; "); got != "attach; set 10.0.0.3:3260 write 5ms split 128 ttl 1s" {
 		t.Errorf("edt calls %q, want the delay of 10.0.0.3 only", got)
 	}
-	if !strings.Contains(rec.b.String(), "-d 10.0.0.4/32") {
-		t.Errorf("the read rate of 10.0.0.4 was not applied:\n%s", rec.b.String())
+	if !strings.Contains(rec.Log.String(), "-d 10.0.0.4/32") {
+		t.Errorf("the read rate of 10.0.0.4 was not applied:\n%s", rec.Log.String())
 	}
 }
 

@@ -23,7 +23,7 @@ func InForce(b Backend, s State) map[netip.Addr]time.Duration {
 	case *Composite:
 		return InForce(b.Delay, s)
 	case *Nfqueue:
-		s, _ = plan.SplitV6(s, b.rec6 != nil)
+		s = b.Programs(s)
 	case *Netem, *HTB:
 		s, _ = plan.Split(s)
 	case *DryRun:

@@ -5,13 +5,12 @@ import (
 	"net/netip"
 	"testing"
 	"time"
-
-	"github.com/sanqos/sanqos/internal/act/owned"
 )
 
 // What each backend holds of a state: the engine's delay, unless the
 // backend leaves the consumer out (IPv6 on netem and htb), does not
-// arm, or holds nobody at all.
+// arm, or holds nobody at all. (nfqueue with ip6tables: nfqbackend's
+// TestProgramsKeepsIPv6WithIp6tables.)
 func TestInForce(t *testing.T) {
 	v4, v6, armed := netip.MustParseAddr("10.0.0.3"), netip.MustParseAddr("fd00::3"), netip.MustParseAddr("10.0.0.4")
 	idle := netip.MustParseAddr("10.0.0.5")
@@ -26,7 +25,6 @@ func TestInForce(t *testing.T) {
 		b    Backend
 		want map[netip.Addr]time.Duration
 	}{
-		{"nfqueue with ip6tables", &Nfqueue{rec6: &owned.Reconciler{}}, all},
 		{"nfqueue without ip6tables", &Nfqueue{}, map[netip.Addr]time.Duration{v4: 200 * time.Millisecond, armed: 150 * time.Millisecond}},
 		{"netem", &Netem{}, map[netip.Addr]time.Duration{v4: 200 * time.Millisecond}},
 		{"htb", &HTB{}, map[netip.Addr]time.Duration{v4: 200 * time.Millisecond}},

@@ -1,8 +1,7 @@
 package throttle
 
 import (
-	"fmt"
-
+	"github.com/sanqos/sanqos/internal/act/nfqbackend"
 	"github.com/sanqos/sanqos/internal/act/owned"
 )
 
@@ -14,9 +13,5 @@ func DefaultInstance(o Options) string {
 	case "netem", "htb", "edt":
 		return owned.DevInstance(o.Dev)
 	}
-	q := o.QueueNum
-	if q == 0 {
-		q = DefaultQueueNum
-	}
-	return fmt.Sprintf("q%d", q)
+	return nfqbackend.Instance(o.QueueNum)
 }

@@ -20,13 +20,3 @@ type RiseStats = packetpath.RiseStats
 
 // ConsumerStats are one consumer's data-path counters.
 type ConsumerStats = packetpath.ConsumerStats
-
-// delayerStats are the backend's Stats with the delayer's counters in
-// them; the nfqueue backend adds its socket's and packet thread's.
-func delayerStats(d packetpath.Stats) Stats {
-	return Stats{
-		PacketsHeld: d.PacketsHeld, PacketsPassed: d.PacketsPassed, Backlog: d.Backlog,
-		DelayErrorP50: d.DelayErrorP50, DelayErrorMax: d.DelayErrorMax,
-		Bypassed: d.Bypassed, Bypassers: d.Bypassers, PureAcks: d.PureAcks, AcksPassed: d.AcksPassed,
-	}
-}

@@ -3,6 +3,7 @@ package throttle
 import (
 	"context"
 
+	"github.com/sanqos/sanqos/internal/act/nfqbackend"
 	"github.com/sanqos/sanqos/internal/act/qdisc"
 )
 
@@ -32,8 +33,8 @@ type EDT = qdisc.EDT
 const DefaultEDTTTL = qdisc.DefaultEDTTTL
 
 // openEDT installs the edt path on o.Dev; an entry no longer wanted
-// lingers riseKeep, as a member leaving the nfqueue backend's set does.
+// lingers nfqbackend.RiseKeep, as a member leaving the nfqueue backend's set does.
 func openEDT(ctx context.Context, o Options) (*EDT, error) {
 	return qdisc.OpenEDT(ctx, qdisc.EDTConfig{Instance: o.Instance, Dev: o.Dev, SmallSegment: o.SmallSegment,
-		SmallSegments: o.SmallSegments, Logger: o.Logger, Linger: riseKeep})
+		SmallSegments: o.SmallSegments, Logger: o.Logger, Linger: nfqbackend.RiseKeep})
 }

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sanqos/sanqos/internal/act/acttest"
 	"github.com/sanqos/sanqos/internal/act/owned"
 )
 
@@ -99,7 +100,7 @@ func (b *recBackend) Close() error { return nil }
 // htb classes, and neither sees the other's.
 func TestCompositeSplits(t *testing.T) {
 	ctx := context.Background()
-	rec := &recorder{}
+	rec := &acttest.Recorder{}
 	h, err := NewHTB(ctx, TCConfig{Dev: "veth-t", Run: rec, Sets: owned.NewFakeKernel()})
 	if err != nil {
 		t.Fatal(err)
@@ -119,7 +120,7 @@ func TestCompositeSplits(t *testing.T) {
 	if len(got.Groups) != 2 || got.Groups[0].WriteDelay != 5*time.Millisecond || got.Groups[1].Active() || len(got.Groups[1].Members) != 0 {
 		t.Errorf("delay backend got %+v, want the delay group and the rate group inactive and empty", got)
 	}
-	log := rec.b.String()
+	log := rec.Log.String()
 	if !strings.Contains(log, "rate 10000000bps") || !strings.Contains(log, "-d 10.0.0.4/32") || strings.Contains(log, "-d 10.0.0.3/32") {
 		t.Errorf("htb commands do not cap 10.0.0.4 alone at 10 MB/s:\n%s", log)
 	}

@@ -36,7 +36,7 @@
 //   - iptables chain SANQOS-<instance> in the mangle table, and one rule
 //     "-A POSTROUTING -j SANQOS-<instance>"; nfqueue with IPv6
 //     consumers: the same in ip6tables; nfqueue while it arms returning
-//     writers (see "Arming" in arm.go): also "-A INPUT -j
+//     writers (see "Arming" in package nfqbackend): also "-A INPUT -j
 //     SANQOS-<instance>" and the chain's SET rules;
 //   - ipsets named sanqos-<instance>-<group> (hash:ip inet, with timeout
 //     support; our entries are permanent) and, for IPv6 consumers,
@@ -64,11 +64,11 @@
 // for all consumers, then each consumer's share of it, and at most twice
 // it in all (beyond its share or that limit a packet passes at once,
 // after the held packets of its own flow: no reordering; see
-// package packetpath), kernelQueueLen in the kernel's queue (beyond
-// it the kernel accepts: fail open), packetpath.MaxFlows entries in each
-// per-flow table (about 20 MiB in all at the caps, measured by
-// TestDelayerHostileLoad), swept a few entries per packet rather than
-// all at once on the real-time thread.
+// package packetpath), nfqbackend's kernelQueueLen in the kernel's
+// queue (beyond it the kernel accepts: fail open), packetpath.MaxFlows
+// entries in each per-flow table (about 20 MiB in all at the caps,
+// measured by TestDelayerHostileLoad), swept a few entries per packet
+// rather than all at once on the real-time thread.
 //
 // Backends: nfqueue (default; per-flow FIFO delays in user space, fail
 // open), netem (the thesis's kernel path, where sch_netem exists), htb
@@ -78,13 +78,15 @@
 // See Open.
 //
 // This package is what the daemon imports: Backend and the interfaces
-// beside it, Open with its Options and their validation, the nfqueue
-// and dry-run backends, Composite, InForce, the wire counters and
-// SweepDead. The parts it is built from are packages of their own, none
-// of which imports it: plan (the State and what it means on the wire),
-// packetpath (the nfqueue backend's user-space delayer), owned (the
-// chain, sets and lock an instance owns, and their reconciler) and qdisc
-// (the netem, htb and edt backends).
+// beside it, Open with its Options and their validation, the choice of
+// the edt backend (Auto), the dry-run backend, Composite, InForce and
+// SweepDead, and the names of its parts the daemon uses. The parts are
+// packages of their own, none of which imports it: plan (the State and
+// what it means on the wire), nfqbackend (the nfqueue backend: its
+// packet thread, standby, members and arming), packetpath (the nfqueue
+// backend's user-space delayer), owned (the chain, sets and lock an
+// instance owns, and their reconciler), qdisc (the netem, htb and edt
+// backends) and wire (the wire counters).
 package throttle
 
 import (

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sanqos/sanqos/internal/act/acttest"
 	"github.com/sanqos/sanqos/internal/act/owned"
 	"github.com/sanqos/sanqos/internal/act/plan"
 )
@@ -116,7 +117,7 @@ func TestResyncReplacesTheChain(t *testing.T) {
 func TestVerifyRebuildsADeletedRootQdisc(t *testing.T) {
 	ctx := context.Background()
 	s := State{Groups: []Group{{Name: "vg", Members: []netip.Addr{ip("10.0.0.2")}, WriteDelay: 5 * time.Millisecond, ReadRate: 1 << 20}}}
-	rec := &recorder{}
+	rec := &acttest.Recorder{}
 	k := owned.NewFakeKernel()
 	n, err := NewNetem(ctx, TCConfig{Dev: "veth-t", Instance: "tv1", Run: rec, Firewall: k, Sets: k})
 	if err != nil {
@@ -129,17 +130,17 @@ func TestVerifyRebuildsADeletedRootQdisc(t *testing.T) {
 	if d, err := n.Verify(ctx); err != nil || len(d) != 0 {
 		t.Fatalf("as installed: drift %v, err %v", d, err)
 	}
-	rec.root = "" // tc qdisc del dev veth-t root
-	rec.b.Reset()
+	rec.Root = "" // tc qdisc del dev veth-t root
+	rec.Log.Reset()
 	d, err := n.Verify(ctx)
 	if err != nil || len(d) != 1 || d[0].Object != "qdisc" {
 		t.Fatalf("after the root went: drift %v, err %v", d, err)
 	}
-	if got := rec.b.String(); rec.root != "53:" || !strings.Contains(got, "netem delay 5000us") {
+	if got := rec.Log.String(); rec.Root != "53:" || !strings.Contains(got, "netem delay 5000us") {
 		t.Errorf("the tree was not rebuilt with its leaves:\n%s", got)
 	}
 
-	hrec := &recorder{}
+	hrec := &acttest.Recorder{}
 	h, err := NewHTB(ctx, TCConfig{Dev: "veth-u", Instance: "tv2", Run: hrec, Firewall: owned.NewFakeKernel(), Sets: owned.NewFakeKernel()})
 	if err != nil {
 		t.Fatal(err)
@@ -148,19 +149,19 @@ func TestVerifyRebuildsADeletedRootQdisc(t *testing.T) {
 	if err := h.Apply(ctx, s); err != nil {
 		t.Fatal(err)
 	}
-	hrec.root = ""
+	hrec.Root = ""
 	if d, err := h.Verify(ctx); err != nil || len(d) != 1 {
 		t.Fatalf("htb after the root went: drift %v, err %v", d, err)
 	}
-	hrec.b.Reset()
+	hrec.Log.Reset()
 	if err := h.Apply(ctx, s); err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(hrec.b.String(), "tc class replace dev veth-u parent 54: classid 54:") {
-		t.Errorf("the read-rate class did not come back:\n%s", hrec.b.String())
+	if !strings.Contains(hrec.Log.String(), "tc class replace dev veth-u parent 54: classid 54:") {
+		t.Errorf("the read-rate class did not come back:\n%s", hrec.Log.String())
 	}
 
-	hrec.root = "8001:" // someone's own root qdisc
+	hrec.Root = "8001:" // someone's own root qdisc
 	if d, _ := h.Verify(ctx); len(d) != 1 || !strings.Contains(d[0].Found, "8001: root") {
 		t.Errorf("a foreign root: drift %v, want it named", d)
 	}
@@ -170,11 +171,11 @@ func TestVerifyRebuildsADeletedRootQdisc(t *testing.T) {
 func TestCompositeVerifiesBothHalves(t *testing.T) {
 	ctx := context.Background()
 	k, hk := owned.NewFakeKernel(), owned.NewFakeKernel()
-	n, err := NewNetem(ctx, TCConfig{Dev: "veth-t", Instance: "tv3", Run: &recorder{}, Firewall: k, Sets: k})
+	n, err := NewNetem(ctx, TCConfig{Dev: "veth-t", Instance: "tv3", Run: &acttest.Recorder{}, Firewall: k, Sets: k})
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, err := NewHTB(ctx, TCConfig{Dev: "veth-t", Instance: "tv4", Run: &recorder{}, Firewall: hk, Sets: hk})
+	h, err := NewHTB(ctx, TCConfig{Dev: "veth-t", Instance: "tv4", Run: &acttest.Recorder{}, Firewall: hk, Sets: hk})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,5 @@
+//go:build !race
+
+package nfqbackend
+
+const raceEnabled = false

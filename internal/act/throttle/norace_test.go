@@ -1,5 +1,0 @@
-//go:build !race
-
-package throttle
-
-const raceEnabled = false
