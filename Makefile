@@ -162,9 +162,9 @@ deb:
 # APT_PKGS) and llvm-strip; -g keeps the BTF the loader relocates against,
 # llvm-strip -g drops the DWARF.
 # The output is reproducible: a rebuild leaves git status clean.
-# The edt classifier (internal/act/throttle/edt) is built the same way.
+# The edt classifier (internal/act/edt) is built the same way.
 BPF_DIR := internal/observe/blkprobe
-EDT_DIR := internal/act/throttle/edt
+EDT_DIR := internal/act/edt
 bpf:
 	clang -O2 -g -target bpf -mcpu=v3 -Wall -Werror -c $(BPF_DIR)/bpf/blkprobe.bpf.c -o $(BPF_DIR)/blkprobe.bpf.o
 	llvm-strip -g $(BPF_DIR)/blkprobe.bpf.o

@@ -14,7 +14,7 @@ import (
 	"github.com/sanqos/sanqos/internal/act/owned"
 	"github.com/sanqos/sanqos/internal/act/plan"
 	"github.com/sanqos/sanqos/internal/act/qdisc"
-	"github.com/sanqos/sanqos/internal/act/throttle/edt"
+	"github.com/sanqos/sanqos/internal/act/edt"
 )
 
 // onPath lists every sanqos object a packet of the target namespace

@@ -2,7 +2,7 @@
 // ours on the device, set up with tc: Netem, the thesis's path (an HTB
 // root with one netem leaf per fixed delay), HTB, which caps consumers'
 // read bandwidth, and EDT, departure times set by a BPF classifier
-// (package throttle/edt) for an fq root, with entries that lapse unless
+// (package act/edt) for an fq root, with entries that lapse unless
 // renewed. Netem and HTB share tcRoot: a root qdisc of their own handle,
 // put on the device by the first throttle and removed DefaultIdleGrace
 // after the last, with an iptables chain and ipsets (package owned) that

@@ -10,7 +10,7 @@ import (
 
 	"github.com/sanqos/sanqos/internal/act/owned"
 	"github.com/sanqos/sanqos/internal/act/packetpath"
-	"github.com/sanqos/sanqos/internal/act/throttle/edt"
+	"github.com/sanqos/sanqos/internal/act/edt"
 	"github.com/sanqos/sanqos/internal/decide/direction"
 )
 

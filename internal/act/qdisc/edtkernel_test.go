@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/sanqos/sanqos/internal/act/packetpath"
-	"github.com/sanqos/sanqos/internal/act/throttle/edt"
+	"github.com/sanqos/sanqos/internal/act/edt"
 	"github.com/sanqos/sanqos/internal/decide/direction"
 	"golang.org/x/sys/unix"
 )

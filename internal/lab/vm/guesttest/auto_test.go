@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sanqos/sanqos/internal/act/throttle/edt"
+	"github.com/sanqos/sanqos/internal/act/edt"
 	"github.com/sanqos/sanqos/internal/lab/vm"
 	"github.com/sanqos/sanqos/internal/lab/vm/kstack"
 )

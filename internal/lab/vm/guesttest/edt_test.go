@@ -13,7 +13,7 @@ import (
 	"time"
 
 	sanqosthrottle "github.com/sanqos/sanqos/internal/act/throttle"
-	"github.com/sanqos/sanqos/internal/act/throttle/edt"
+	"github.com/sanqos/sanqos/internal/act/edt"
 	"github.com/sanqos/sanqos/internal/lab/vm"
 	"github.com/sanqos/sanqos/internal/lab/vm/kstack"
 )

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sanqos/sanqos/internal/act/throttle/edt"
+	"github.com/sanqos/sanqos/internal/act/edt"
 	"github.com/sanqos/sanqos/internal/lab/vm/kstack"
 )
 
