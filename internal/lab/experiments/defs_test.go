@@ -208,4 +208,12 @@ func TestWithRulesOff(t *testing.T) {
 	if z := x.WithRulesOff(nil); !reflect.DeepEqual(z.RunNames(true), x.RunNames(true)) {
 		t.Errorf("no rules off changed the experiment")
 	}
+	// Runs named without their label still say which rules were off.
+	tn, err := Lookup("tenants")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := tn.WithRulesOff([]string{"retarget"}).RunNames(true), []string{"shares-1-2-4-no-retarget", "reserve-cap-no-retarget", "readers-10-20ms-no-retarget"}; !reflect.DeepEqual(got, want) {
+		t.Errorf("tenants runs %v, want %v", got, want)
+	}
 }

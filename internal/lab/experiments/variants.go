@@ -35,7 +35,9 @@ func (x Experiment) WithThreshold(ms float64) Experiment {
 }
 
 // WithRulesOff is x with these rules of the law off in every run under
-// pid, each run renamed by its label (pid-15ms-no-armed).
+// pid, each run renamed by its label (pid-15ms-no-armed), or, where its
+// name does not carry the label (tenants' readers-10-20ms), with the
+// label's suffix appended (readers-10-20ms-no-retarget).
 func (x Experiment) WithRulesOff(off []string) Experiment {
 	if len(off) == 0 || x.plan == nil {
 		return x
@@ -47,7 +49,11 @@ func (x Experiment) WithRulesOff(off []string) Experiment {
 			if r.c.Controller == "pid" {
 				old := r.c.label()
 				r.c.RulesOff = slices.Clone(off)
-				r.name = strings.Replace(r.name, old, r.c.label(), 1)
+				if strings.Contains(r.name, old) {
+					r.name = strings.Replace(r.name, old, r.c.label(), 1)
+				} else {
+					r.name += strings.TrimPrefix(r.c.label(), old)
+				}
 				runs[i] = r
 			}
 		}
