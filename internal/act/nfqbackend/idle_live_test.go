@@ -11,10 +11,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sanqos/sanqos/internal/act/edt"
 	"github.com/sanqos/sanqos/internal/act/owned"
 	"github.com/sanqos/sanqos/internal/act/plan"
 	"github.com/sanqos/sanqos/internal/act/qdisc"
-	"github.com/sanqos/sanqos/internal/act/edt"
 )
 
 // onPath lists every sanqos object a packet of the target namespace

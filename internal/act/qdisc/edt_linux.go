@@ -8,9 +8,9 @@ import (
 	"math"
 	"time"
 
+	"github.com/sanqos/sanqos/internal/act/edt"
 	"github.com/sanqos/sanqos/internal/act/owned"
 	"github.com/sanqos/sanqos/internal/act/packetpath"
-	"github.com/sanqos/sanqos/internal/act/edt"
 	"github.com/sanqos/sanqos/internal/decide/direction"
 )
 

@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sanqos/sanqos/internal/act/packetpath"
 	"github.com/sanqos/sanqos/internal/act/edt"
+	"github.com/sanqos/sanqos/internal/act/packetpath"
 	"github.com/sanqos/sanqos/internal/decide/direction"
 	"golang.org/x/sys/unix"
 )

@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	sanqosthrottle "github.com/sanqos/sanqos/internal/act/throttle"
 	"github.com/sanqos/sanqos/internal/act/edt"
+	sanqosthrottle "github.com/sanqos/sanqos/internal/act/throttle"
 	"github.com/sanqos/sanqos/internal/lab/vm"
 	"github.com/sanqos/sanqos/internal/lab/vm/kstack"
 )
