@@ -89,11 +89,14 @@ func AblationCases() ([]AblationCase, error) {
 	}
 	join.Name, join.HostStagger = "join", 20*time.Second
 	cs = append(cs, AblationCase{Name: "join-rand8k", ThresholdMs: 15, Duration: short, Scenario: join})
-	// Pauses longer than control.ArmHold: the delay winds down to rest
-	// between bursts, and each burst starts from the floor.
+	// Pauses of 45 s, nine times the lab's: the delay is held through
+	// them (within control.ArmHold) for the next burst's onset.
 	lull := LabScenario()
 	lull.Name, lull.Pause = "lull", 45*time.Second
 	cs = append(cs, AblationCase{Name: "lull", ThresholdMs: 15, Duration: 180 * time.Second, Scenario: lull})
+	// Pauses longer than control.ArmHold: the delay winds down to rest
+	// between bursts, and each burst starts from the floor.
+	cs = append(cs, AblationCase{Name: "long-lull", ThresholdMs: 15, Duration: longLullDuration, Scenario: LongLullScenario()})
 	slow := ThesisScenario()
 	slow.Name, slow.ReaderBps = "slow-reader", 32<<10
 	cs = append(cs,
@@ -254,4 +257,16 @@ func AblationVariants() []AblationVariant {
 		vs = append(vs, AblationVariant{Name: "−" + r, Off: []string{r}})
 	}
 	return vs
+}
+
+// longLullDuration holds three bursts of LongLullScenario.
+const longLullDuration = 3*control.ArmHold + 60*time.Second
+
+// LongLullScenario is the lab's load with pauses longer than
+// control.ArmHold, where the loop stops holding the delay for the
+// writers' return.
+func LongLullScenario() Scenario {
+	sc := LabScenario()
+	sc.Name, sc.Pause = "long-lull", control.ArmHold+15*time.Second
+	return sc
 }

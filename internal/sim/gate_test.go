@@ -262,8 +262,8 @@ func TestRulesSwitchOff(t *testing.T) {
 		}
 	}
 	// Pauses longer than control.ArmHold, for the floor's release.
-	byName["lull"] = gateRun{name: "lull", controller: "pid", threshold: 15, seed: 1, duration: 180 * time.Second,
-		scenario: func() Scenario { sc := LabScenario(); sc.Pause = 45 * time.Second; return sc }}
+	byName["long-lull"] = gateRun{name: "long-lull", controller: "pid", threshold: 15, seed: 1, duration: longLullDuration,
+		scenario: LongLullScenario}
 	// A target whose reads the delay cannot speed up, for the gain rule
 	// (TestFutileDelayIsReleased).
 	byName["host-bound"] = gateRun{name: "host-bound", controller: "pid", threshold: 0.5, seed: 1, duration: 120 * time.Second,
@@ -273,7 +273,7 @@ func TestRulesSwitchOff(t *testing.T) {
 		"rebase": "lab-15", "ceiling": "surge24",
 		"far-raise": "surge24", "retarget": "reload-threshold",
 		"idle-hold": "slow-reader", "armed": "lab-15", "err-cap": "lab-10",
-		"floor": "lull", "rest": "lab-15", "first-climb": "lab-10",
+		"floor": "long-lull", "rest": "lab-15", "first-climb": "lab-10",
 		"gain": "host-bound",
 	} {
 		run, ok := byName[name]

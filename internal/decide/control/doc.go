@@ -62,7 +62,7 @@
 // their writes: the read-over-write policy) none of its members writes,
 // the delay acts on nobody, and the reader's latency says nothing about
 // the delay the writers need. The controller is then not stepped
-// ("Armed") and keeps its output, for up to ArmHold (30 s) once the set
+// ("Armed") and keeps its output, for up to ArmHold (2 min) once the set
 // is empty: writers that come back meet the delay they left instead of a
 // ramp from 0 that lets their first second through. The delay a set
 // that empties keeps is at least the median of the controller's output
@@ -71,7 +71,12 @@
 // write and the delay winds down (NFS writers whose data the server has
 // written out), and the next burst's onset needs what the burst needed,
 // not its tail, even where the tail wound the delay to 0. Past ArmHold the controller runs again and, the resource
-// being healthy, winds down.
+// being healthy, winds down. ArmHold is long enough for writers that
+// come back every minute or so (a database's checkpoints), whose bursts
+// otherwise each began from rest. Where the resource no longer needs
+// the delay, holding costs a returning writer its first second at the
+// old delay (the data path's arming) and the seconds the controller,
+// stepped again, takes to release it.
 //
 // 3. The controller (pid), stepped when the signal had news and the loop
 // is not armed. A single-sided PID in velocity form on the logarithm of

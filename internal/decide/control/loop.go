@@ -190,7 +190,7 @@ const DefaultIdleHold = time.Second
 // ArmHold is how long a loop whose set emptied stays armed (see "Armed
 // through pauses" in doc.go): past it, the resource being healthy, the
 // controller winds down to rest.
-const ArmHold = 30 * time.Second
+const ArmHold = 120 * time.Second
 
 // ActiveWindow: a member that has not written for this long has paused
 // (the engine's returning writers), so a writer held at a long delay
