@@ -8,11 +8,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sanqos/sanqos/internal/decide/control"
 	"github.com/sanqos/sanqos/internal/lab/loadspec"
 )
 
-// TestHarderWorkloadPlans: randw, surge24, guarantees and guarantees-ssd
-// run 300 s each
+// TestHarderWorkloadPlans: randw, lull, surge24, guarantees and
+// guarantees-ssd run 300 s each
 // in full and shorter with --short, with the workloads the issue asks.
 func TestHarderWorkloadPlans(t *testing.T) {
 	for _, c := range []struct {
@@ -23,6 +24,7 @@ func TestHarderWorkloadPlans(t *testing.T) {
 		fullTotal time.Duration
 	}{
 		{"randw", []string{"none", "pid-15ms"}, "randwrite-8k", 24, 300 * time.Second},
+		{"lull", []string{"none", "pid-15ms"}, "", 12, 300 * time.Second},
 		{"surge24", []string{"none", "pid-15ms"}, "seqwrite-64k", 24, 300 * time.Second},
 		{"guarantees", []string{"readers-none", "readers-pid-15ms", "writer1-none", "writer1-pid-15ms"}, "", -1, 300 * time.Second},
 		{"guarantees-ssd", []string{"fast-ssd-none", "fast-ssd-pid-1.16ms"}, "", 12, 300 * time.Second},
@@ -40,6 +42,11 @@ func TestHarderWorkloadPlans(t *testing.T) {
 			}
 			if c.writers >= 0 && (r.w.Writers != c.writers || r.w.WriterJob != c.job || r.w.On == "") {
 				t.Errorf("%s/%s workload %+v", c.name, r.name, r.w)
+			}
+			// lull's pauses are long, yet within the time the loop
+			// holds its delay for the writers' return.
+			if c.name == "lull" && (r.w.Off != lullOff || r.w.Off <= 5*burstOff || r.w.Off >= control.ArmHold) {
+				t.Errorf("lull/%s pauses %s, want %s: longer than fig5.11's, shorter than control.ArmHold %s", r.name, r.w.Off, lullOff, control.ArmHold)
 			}
 		}
 		for _, r := range x.plan(true) {
