@@ -235,7 +235,7 @@ func (d *Daemon) Status() status.Status {
 	s.Throttle = status.BackendStats{
 		PacketsHeld: bs.PacketsHeld, PacketsPassed: bs.PacketsPassed, Backlog: bs.Backlog,
 		DelayErrorP50Ms: ms(bs.DelayErrorP50), DelayErrorMaxMs: ms(bs.DelayErrorMax),
-		PureAcks: bs.PureAcks, AcksPassed: bs.AcksPassed, Bypassed: bs.Bypassed, Errors: bs.Errors, Takeovers: bs.Takeovers,
+		PureAcks: bs.PureAcks, AcksPassed: bs.AcksPassed, Bypassed: bs.Bypassed, Dropped: bs.Dropped, Errors: bs.Errors, Takeovers: bs.Takeovers,
 	}
 	for _, c := range bs.Bypassers {
 		s.Throttle.Bypassers = append(s.Throttle.Bypassers, status.ConsumerBypass{Addr: c.Addr.String(), Held: c.Held, Delayed: c.Delayed, Bypassed: c.Bypassed})

@@ -78,6 +78,8 @@ type EDT struct {
 	// Totals only grows.
 	mu    sync.Mutex
 	freed Counters
+	// dropped sums the drops of the fqs Detach removed (see Queue).
+	dropped uint64
 }
 
 // Direction selects segments by their TCP payload against the port's
@@ -160,6 +162,7 @@ func (e *EDT) Detach() error {
 		return fmt.Errorf("edt: interface %s: %w", e.dev, err)
 	}
 	e.link = link
+	e.keepDrops()
 	return cleanup(e.h, link)
 }
 
@@ -172,10 +175,6 @@ const (
 	filterHandle = 1
 	filterPrio   = 1
 )
-
-func (e *EDT) fq() *netlink.Fq {
-	return &netlink.Fq{QdiscAttrs: netlink.QdiscAttrs{LinkIndex: e.link.Attrs().Index, Parent: netlink.HANDLE_ROOT, Handle: fqHandle}}
-}
 
 func (e *EDT) clsact() *netlink.GenericQdisc {
 	return &netlink.GenericQdisc{QdiscAttrs: netlink.QdiscAttrs{LinkIndex: e.link.Attrs().Index, Parent: netlink.HANDLE_CLSACT, Handle: netlink.MakeHandle(0xffff, 0)}, QdiscType: "clsact"}

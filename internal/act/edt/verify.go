@@ -11,7 +11,8 @@ import (
 )
 
 // Self-repair. The path is four objects on the interface: fq as its
-// root qdisc, which holds each packet until its departure time; clsact;
+// root qdisc, which holds each packet until its departure time (with our
+// limits, see FqLimit); clsact;
 // on clsact's egress hook our bpf filter running our classifier, which
 // looks the delays up in our map; and on its ingress hook the filter
 // running our arming program. A `tc qdisc del dev D root` leaves the
@@ -37,6 +38,7 @@ type readBack struct {
 	root      string // the root qdisc, as "KIND HANDLE"; "" for none
 	fq        bool   // the root is our fq
 	rootOwned bool   // the root has a handle: someone installed it (not the kernel's default)
+	fqLimits  string // our fq's limits where they are not ours (fqLimitsOf)
 	clsact    bool
 	filter    string // what sits in our egress filter's place; "" for nothing
 	ours      bool   // it is our program
@@ -53,6 +55,9 @@ func (r *readBack) inspectQdiscs(qs []netlink.Qdisc) {
 			r.root = fmt.Sprintf("%s %s", q.Type(), handleString(a.Handle))
 			r.fq = q.Type() == "fq" && a.Handle == fqHandle
 			r.rootOwned = a.Handle != 0
+			if f, ok := q.(*netlink.Fq); ok && r.fq {
+				r.fqLimits = fqLimitsOf(f)
+			}
 		case q.Type() == "clsact" && a.Parent == netlink.HANDLE_CLSACT:
 			r.clsact = true
 		}
@@ -91,6 +96,10 @@ func (r readBack) drifts(dev string, progID, armID ebpf.ProgramID) []Drift {
 	var out []Drift
 	if !r.fq {
 		out = append(out, Drift{Object: "qdisc", Name: dev + " root", Want: "fq " + handleString(fqHandle), Found: orNone(r.root)})
+	}
+	if r.fq && r.fqLimits != "" {
+		ours := fqLimits(FqLimit, FqFlowLimit, netlink.HORIZON_DROP_POLICY_CAP)
+		out = append(out, Drift{Object: "qdisc", Name: dev + " root", Want: r.root + " " + ours, Found: r.root + " " + r.fqLimits})
 	}
 	if !r.clsact {
 		out = append(out, Drift{Object: "qdisc", Name: dev + " clsact", Want: "clsact", Found: "absent"})
@@ -160,6 +169,12 @@ func (e *EDT) Verify(force bool) ([]Drift, error) {
 			errs = append(errs, fmt.Errorf("edt: %s has a root qdisc of someone else's (%s): sanqos leaves it, and delays nothing on %s until it is removed", e.dev, r.root, e.dev))
 		} else if err := e.h.QdiscAdd(e.fq()); err != nil {
 			errs = append(errs, fmt.Errorf("edt: putting fq back as root qdisc of %s: %w", e.dev, err))
+		}
+	}
+	if r.fq && r.fqLimits != "" {
+		// A change, not a new fq: the packets it holds stay.
+		if err := e.h.QdiscReplace(e.fq()); err != nil {
+			errs = append(errs, fmt.Errorf("edt: putting fq's limits on %s back: %w", e.dev, err))
 		}
 	}
 	if !r.clsact {

@@ -14,7 +14,9 @@ import (
 // itself is tested live (kernel lab, suite edt: TestEDTDaemonRepair).
 func TestReadBack(t *testing.T) {
 	const dev, id, armID = "veth0", 42, 44
-	fq := &netlink.Fq{QdiscAttrs: netlink.QdiscAttrs{Parent: netlink.HANDLE_ROOT, Handle: fqHandle}}
+	fq := (&EDT{link: &netlink.Dummy{LinkAttrs: netlink.LinkAttrs{Index: 3}}}).fq()
+	// fq's own defaults, as `tc qdisc change dev veth0 root handle 5e: fq limit 10000 flow_limit 100` leaves them.
+	fqDefaults := &netlink.Fq{QdiscAttrs: fq.QdiscAttrs, PacketLimit: 10000, FlowPacketLimit: 100, HorizonDropPolicy: netlink.HORIZON_DROP_POLICY_DROP}
 	clsact := &netlink.GenericQdisc{QdiscAttrs: netlink.QdiscAttrs{Parent: netlink.HANDLE_CLSACT, Handle: netlink.MakeHandle(0xffff, 0)}, QdiscType: "clsact"}
 	dflt := &netlink.GenericQdisc{QdiscAttrs: netlink.QdiscAttrs{Parent: netlink.HANDLE_ROOT}, QdiscType: "noqueue"}
 	theirs := &netlink.Htb{QdiscAttrs: netlink.QdiscAttrs{Parent: netlink.HANDLE_ROOT, Handle: netlink.MakeHandle(1, 0)}}
@@ -33,6 +35,7 @@ func TestReadBack(t *testing.T) {
 		noIngress bool
 	}{
 		{"intact", []netlink.Qdisc{fq, clsact}, []netlink.Filter{elsewhere, bpf(id, true)}, nil, true, nil, false},
+		{"fq's limits changed", []netlink.Qdisc{fqDefaults, clsact}, []netlink.Filter{bpf(id, true)}, []string{"qdisc veth0 root: fq 5e: limit 10000 flow_limit 100 horizon_drop"}, true, nil, false},
 		{"root deleted", []netlink.Qdisc{dflt, clsact}, []netlink.Filter{bpf(id, true)}, []string{"qdisc veth0 root: noqueue 0:"}, false, nil, false},
 		{"root replaced", []netlink.Qdisc{theirs, clsact}, []netlink.Filter{bpf(id, true)}, []string{"qdisc veth0 root: htb 1:"}, true, nil, false},
 		{"clsact deleted", []netlink.Qdisc{fq}, nil,

@@ -89,6 +89,10 @@ type Stats struct {
 	// (fail open rather than hold unbounded memory; see package
 	// packetpath).
 	Bypassed uint64
+	// Dropped counts packets the backend's kernel queue dropped (edt:
+	// fq over its limits, which sanqos sets past any real backlog). It
+	// should stay 0: each one is a packet sanqos lost.
+	Dropped uint64 `json:",omitempty"`
 	// Bypassers are the consumers that had packets bypassed, the most
 	// first (at most 16), with their counters (nfqueue only).
 	Bypassers []packetpath.ConsumerStats `json:",omitempty"`

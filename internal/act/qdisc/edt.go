@@ -54,12 +54,17 @@ type edtPath interface {
 	Close() error
 	// Totals are the packets the classifier delayed, passed at once,
 	// and gave less than the requested delay by the rise limit, for
-	// every initiator since the start.
+	// every initiator since the start, and fq's backlog and drops.
 	Totals() (edtTotals, error)
 }
 
-// edtTotals are the classifier's counters summed over initiators.
-type edtTotals struct{ held, passed, limited uint64 }
+// edtTotals are the classifier's counters summed over initiators, and
+// what fq holds now (backlog) and dropped since the start.
+type edtTotals struct {
+	held, passed, limited uint64
+	backlog               int
+	dropped               uint64
+}
 
 // edtKey is one delay's place: an initiator and the target port of its
 // flows.
@@ -132,6 +137,8 @@ type EDT struct {
 	// returning writer should. OpenEDT sets EDTConfig.Linger; 0 frees at once.
 	linger time.Duration
 	now    func() time.Time
+	// dropsSeen is fq's drop count at the last warning (warnDrops).
+	dropsSeen uint64
 }
 
 // newEDT wraps a kernel path; Open's "edt" case builds the real one.
@@ -347,10 +354,24 @@ func (b *EDT) Verify(context.Context) ([]owned.Drift, error) {
 		return nil, nil
 	}
 	out, err := b.path.Verify(false)
+	b.warnDrops()
 	if err != nil {
 		return out, fmt.Errorf("verifying the edt data path: %w", err)
 	}
 	return out, nil
+}
+
+// warnDrops logs the packets fq dropped since the last look: sanqos
+// sets fq's limits so that it never should (see edt.FqLimit), so each
+// is news to the administrator. b.mu held.
+func (b *EDT) warnDrops() {
+	t, err := b.path.Totals()
+	if err != nil || t.dropped <= b.dropsSeen {
+		return
+	}
+	b.log.Warn("fq dropped packets on the delay path: a backlog past its limits, or fq's limits changed by someone else (sanqos puts them back)",
+		"dropped", t.dropped-b.dropsSeen, "since_start", t.dropped, "backlog", t.backlog)
+	b.dropsSeen = t.dropped
 }
 
 // Resync has the next Apply attach the filter again whatever Verify
@@ -364,11 +385,12 @@ func (b *EDT) Resync() {
 // Stats are the classifier's counters: the packets it gave a departure
 // time (PacketsHeld) and those to a delayed initiator it passed at once
 // (PacketsPassed: another direction, an armed consumer not writing, or
-// an entry expired). fq keeps none of ours, so Backlog and the delay
-// errors stay zero.
+// an entry expired); and fq's: the packets it holds (Backlog, every
+// packet on the device, ours most) and those it dropped (Dropped). fq
+// keeps no hold times, so the delay errors stay zero.
 func (b *EDT) Stats() plan.Stats {
 	t := b.totals()
-	return plan.Stats{PacketsHeld: t.held, PacketsPassed: t.passed}
+	return plan.Stats{PacketsHeld: t.held, PacketsPassed: t.passed, Backlog: t.backlog, Dropped: t.dropped}
 }
 
 // RiseStats are the rise limit's counters: Limited sums, over

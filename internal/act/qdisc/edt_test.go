@@ -3,6 +3,7 @@ package qdisc
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"net/netip"
 	"strings"
 	"testing"
@@ -41,9 +42,9 @@ func TestEDTBackend(t *testing.T) {
 	if got := strings.Join(k.Calls, "; "); got != "set 10.0.0.4:3260 read 1ms split 128 ttl 700ms; free 10.0.0.3:3260; free [fd00::5]:3260" {
 		t.Errorf("lowered and freed: %q", got)
 	}
-	k.Held, k.Passed = 7, 3
-	if st := b.Stats(); st.PacketsHeld != 7 || st.PacketsPassed != 3 {
-		t.Errorf("stats %+v, want the classifier's 7 held and 3 passed", st)
+	k.Held, k.Passed, k.Backlog, k.Dropped = 7, 3, 12, 2
+	if st := b.Stats(); st.PacketsHeld != 7 || st.PacketsPassed != 3 || st.Backlog != 12 || st.Dropped != 2 {
+		t.Errorf("stats %+v, want the classifier's 7 held and 3 passed, fq's backlog of 12 and 2 dropped", st)
 	}
 	k.Fail = true
 	if err := b.Renew(ctx); err == nil {
@@ -116,6 +117,33 @@ func TestEDTVerify(t *testing.T) {
 	k.Calls = nil
 	if d, err := v.Verify(ctx); d != nil || err != nil || len(k.Calls) != 0 {
 		t.Errorf("after Close: %v %v %q", d, err, k.Calls)
+	}
+}
+
+// TestEDTWarnsOfDrops: each read-back that finds fq dropped packets
+// since the last one logs a warning with the count, once.
+func TestEDTWarnsOfDrops(t *testing.T) {
+	ctx := context.Background()
+	var log strings.Builder
+	k := &FakeEDT{}
+	b := newEDT(k, time.Second, slog.New(slog.NewTextHandler(&log, nil)))
+	s := plan.State{Groups: []plan.Group{{Name: "vg0", Members: []netip.Addr{netip.MustParseAddr("10.0.0.3")}, WriteDelay: 5 * time.Millisecond}}}
+	if err := b.Apply(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		dropped uint64
+		want    string // the warning's count, "" for none
+	}{{0, ""}, {5, "dropped=5 since_start=5"}, {5, ""}, {9, "dropped=4 since_start=9"}} {
+		log.Reset()
+		k.Dropped = c.dropped
+		if _, err := b.Verify(ctx); err != nil {
+			t.Fatal(err)
+		}
+		got := log.String()
+		if c.want == "" && got != "" || c.want != "" && (!strings.Contains(got, "level=WARN") || !strings.Contains(got, c.want)) {
+			t.Errorf("fq dropped %d in all: log %q, want %q", c.dropped, got, c.want)
+		}
 	}
 }
 

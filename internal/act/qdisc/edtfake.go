@@ -20,8 +20,10 @@ type FakeEDT struct {
 	// Drift is what the next Verify finds missing; VerifyErr its error.
 	Drift     []owned.Drift
 	VerifyErr error
-	// Held, Passed and Limited are what Totals reports.
+	// Held, Passed, Limited, Backlog and Dropped are what Totals reports.
 	Held, Passed, Limited uint64
+	Backlog               int
+	Dropped               uint64
 }
 
 // NewEDTOn is the edt backend on f, with entries that live ttl.
@@ -63,7 +65,7 @@ func (f *FakeEDT) Attach() error { f.Calls = append(f.Calls, "attach"); return n
 // Detach records the call.
 func (f *FakeEDT) Detach() error { f.Calls = append(f.Calls, "detach"); return nil }
 
-// Totals returns Held, Passed and Limited.
+// Totals returns Held, Passed, Limited, Backlog and Dropped.
 func (f *FakeEDT) Totals() (edtTotals, error) {
-	return edtTotals{held: f.Held, passed: f.Passed, limited: f.Limited}, nil
+	return edtTotals{held: f.Held, passed: f.Passed, limited: f.Limited, backlog: f.Backlog, dropped: f.Dropped}, nil
 }

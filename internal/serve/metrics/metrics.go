@@ -225,6 +225,7 @@ var (
 	descErrMax     = pathDesc("delay_error_max_seconds", "Maximum of actual hold time minus requested delay.")
 	descTakeovers  = pathDesc("standby_takeovers_total", "Times the standby thread ran the packet path because the packet thread's CPU had stalled.")
 	descBypassed   = pathDesc("packets_bypassed_total", "Packets the backend let pass at once, undelayed, because the backlog of held packets (all of it, or the consumer's share of it) was at its limit: fail open rather than hold unbounded memory.")
+	descDropped    = pathDesc("packets_dropped_total", "Packets the backend's kernel queue dropped (edt: fq over its limits, which sanqos sets past any real backlog). It should stay 0.")
 	descPathErrors = pathDesc("packet_errors_total", "Packets the backend could not parse or whose verdict it could not send; the kernel lets them pass (fail open).")
 	descConBypass  = prometheus.NewDesc("sanqos_datapath_consumer_bypassed_packets_total", "Packets of the consumer that passed undelayed because it was over its share of the backlog or the backlog was at its hard limit; only consumers that had any (at most 16, the most first).", []string{"addr"}, nil)
 	descConDelayed = prometheus.NewDesc("sanqos_datapath_consumer_delayed_packets_total", "Packets of the consumer the backend delayed; for the consumers of sanqos_datapath_consumer_bypassed_packets_total.", []string{"addr"}, nil)
@@ -238,7 +239,7 @@ type snapshotCollector struct {
 
 func (c *snapshotCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descInfo, descUptime, descSignal, descRaw, descThreshold, descTarget, descDelay, descControl, descInForce, descCeiling, descSaturated, descFutile, descConflict, descGain, descPending, descP95, descP99, descFollows, descSetSize, descArmed,
-		descReadBps, descWriteBps, descWriteEWMA, descThrottle, descOutstand, descConDelay, descConForce, descShare, descReserve, descCap, descReadPromi, descHeld, descPassed, descBacklog, descErrP50, descErrMax, descTakeovers, descBypassed, descPathErrors, descConBypass, descConDelayed, descUnresolved} {
+		descReadBps, descWriteBps, descWriteEWMA, descThrottle, descOutstand, descConDelay, descConForce, descShare, descReserve, descCap, descReadPromi, descHeld, descPassed, descBacklog, descErrP50, descErrMax, descTakeovers, descBypassed, descDropped, descPathErrors, descConBypass, descConDelayed, descUnresolved} {
 		ch <- d
 	}
 }
@@ -315,6 +316,7 @@ func (c *snapshotCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descErrMax, gauge, b.DelayErrorMaxMs*msToS)
 	ch <- prometheus.MustNewConstMetric(descTakeovers, counterVT, float64(b.Takeovers))
 	ch <- prometheus.MustNewConstMetric(descBypassed, counterVT, float64(b.Bypassed))
+	ch <- prometheus.MustNewConstMetric(descDropped, counterVT, float64(b.Dropped))
 	ch <- prometheus.MustNewConstMetric(descPathErrors, counterVT, float64(b.Errors))
 	for _, c := range b.Bypassers {
 		ch <- prometheus.MustNewConstMetric(descConBypass, counterVT, float64(c.Bypassed), c.Addr)

@@ -178,6 +178,9 @@ type BackendStats struct {
 	PureAcks   string `json:"pure_acks,omitempty"`
 	AcksPassed uint64 `json:"acks_passed"`
 	Bypassed   uint64 `json:"bypassed"`
+	// Dropped counts packets the backend's kernel queue dropped (edt's
+	// fq); it should stay 0.
+	Dropped uint64 `json:"dropped"`
 	// Errors counts packets the backend could not parse or whose verdict
 	// it could not send (the kernel lets them pass: fail open).
 	Errors uint64 `json:"errors"`
