@@ -99,7 +99,9 @@
 //     was still far over.
 //   - Floor (FloorShare = 0.05 of r): a law acting by factors needs a
 //     starting point above 0, under what any writers need; a delay
-//     falling under it is released to 0.
+//     falling under it is released to 0. Without the release a delay
+//     once set never comes back to 0 while the writers write: a healthy
+//     resource would keep them held.
 //   - Rest: at 0 with the signal under the set point the error history
 //     is cleared, so how far under a healthy resource is, or a stale error
 //     of the last overload, cannot throttle it through the Δε or D terms.
