@@ -166,6 +166,7 @@ func TestDaemonLinksNoLab(t *testing.T) {
 // squatter in the daemon would be a bug waiting for a caller.
 var testOnly = []string{
 	"github.com/sanqos/sanqos/internal/act/acttest",
+	"github.com/sanqos/sanqos/internal/act/plan/plantest",
 }
 
 // TestFakesOnlyInTests lists what every package imports outside its

@@ -15,6 +15,7 @@ import (
 	"github.com/sanqos/sanqos/internal/act/acttest"
 	"github.com/sanqos/sanqos/internal/act/owned"
 	"github.com/sanqos/sanqos/internal/act/plan"
+	"github.com/sanqos/sanqos/internal/act/plan/plantest"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
@@ -153,22 +154,6 @@ func TestStartupRemovesCrashLeftovers(t *testing.T) {
 	}
 }
 
-// goldenStates is a scripted sequence: a group appears, gains members and
-// delays, goes idle, a second one appears, all disappear.
-func goldenStates() []plan.State {
-	a, b := ip("10.0.0.2"), ip("10.0.0.3")
-	return []plan.State{
-		{Groups: []plan.Group{{Name: "vg-data", Members: []netip.Addr{a}, WriteDelay: 4600 * time.Microsecond}}},
-		{Groups: []plan.Group{{Name: "vg-data", Members: []netip.Addr{a, b}, WriteDelay: 5 * time.Millisecond, ReadDelay: 2 * time.Millisecond, ReadRate: 1 << 20}}},
-		{Groups: []plan.Group{{Name: "vg-data", Members: []netip.Addr{a, b}}}},
-		{Groups: []plan.Group{
-			{Name: "vg-data", Members: []netip.Addr{a}, WriteDelay: 20 * time.Millisecond},
-			{Name: "fs/sda1", Members: []netip.Addr{b}, Ports: []uint16{3260, 3261}, ReadDelay: 300 * time.Microsecond, ReadRate: 256000},
-		}},
-		{},
-	}
-}
-
 func TestNfqueueGolden(t *testing.T) {
 	ctx := context.Background()
 	rec := &acttest.Recorder{}
@@ -177,7 +162,7 @@ func TestNfqueueGolden(t *testing.T) {
 	if err := rc.Reset(ctx); err != nil {
 		t.Fatal(err)
 	}
-	for i, s := range goldenStates() {
+	for i, s := range plantest.GoldenStates() {
 		fmt.Fprintf(&rec.Log, "# state %d\n", i)
 		if err := rc.Apply(ctx, NfqueueRules(s, DefaultQueueNum), plan.WantSets(s)); err != nil {
 			t.Fatal(err)

@@ -14,6 +14,7 @@ import (
 	"github.com/sanqos/sanqos/internal/act/acttest"
 	"github.com/sanqos/sanqos/internal/act/owned"
 	"github.com/sanqos/sanqos/internal/act/plan"
+	"github.com/sanqos/sanqos/internal/act/plan/plantest"
 )
 
 // idleStates are a throttle that starts and ends: a known consumer
@@ -159,7 +160,7 @@ func TestNetemGolden(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for i, s := range goldenStates() {
+	for i, s := range plantest.GoldenStates() {
 		fmt.Fprintf(&rec.Log, "# state %d\n", i)
 		if err := b.Apply(ctx, s); err != nil {
 			t.Fatal(err)
@@ -181,7 +182,7 @@ func TestHTBGolden(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = b.Close() })
-	for i, s := range goldenStates() {
+	for i, s := range plantest.GoldenStates() {
 		fmt.Fprintf(&rec.Log, "# state %d\n", i)
 		if err := b.Apply(ctx, s); err != nil {
 			t.Fatal(err)
@@ -232,22 +233,6 @@ func TestQuantize(t *testing.T) {
 }
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
-
-// goldenStates is a scripted sequence: a group appears, gains members and
-// delays, goes idle, a second one appears, all disappear.
-func goldenStates() []plan.State {
-	a, b := ip("10.0.0.2"), ip("10.0.0.3")
-	return []plan.State{
-		{Groups: []plan.Group{{Name: "vg-data", Members: []netip.Addr{a}, WriteDelay: 4600 * time.Microsecond}}},
-		{Groups: []plan.Group{{Name: "vg-data", Members: []netip.Addr{a, b}, WriteDelay: 5 * time.Millisecond, ReadDelay: 2 * time.Millisecond, ReadRate: 1 << 20}}},
-		{Groups: []plan.Group{{Name: "vg-data", Members: []netip.Addr{a, b}}}},
-		{Groups: []plan.Group{
-			{Name: "vg-data", Members: []netip.Addr{a}, WriteDelay: 20 * time.Millisecond},
-			{Name: "fs/sda1", Members: []netip.Addr{b}, Ports: []uint16{3260, 3261}, ReadDelay: 300 * time.Microsecond, ReadRate: 256000},
-		}},
-		{},
-	}
-}
 
 func quietLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
