@@ -234,7 +234,7 @@ func (d *Daemon) Status() status.Status {
 	bs := d.o.Backend.Stats()
 	s.Throttle = status.BackendStats{
 		PacketsHeld: bs.PacketsHeld, PacketsPassed: bs.PacketsPassed, Backlog: bs.Backlog,
-		DelayErrorP50Ms: ms(bs.DelayErrorP50), DelayErrorMaxMs: ms(bs.DelayErrorMax),
+		DelayErrorP50Ms: ms(bs.DelayErrorP50), DelayErrorMaxMs: ms(bs.DelayErrorMax), DelayErrorAvgMs: ms(bs.DelayErrorAvg),
 		PureAcks: bs.PureAcks, AcksPassed: bs.AcksPassed, Bypassed: bs.Bypassed, Dropped: bs.Dropped, Errors: bs.Errors, Takeovers: bs.Takeovers,
 	}
 	for _, c := range bs.Bypassers {

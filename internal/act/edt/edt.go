@@ -55,6 +55,7 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netlink/nl"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 )
@@ -80,6 +81,8 @@ type EDT struct {
 	freed Counters
 	// dropped sums the drops of the fqs Detach removed (see Queue).
 	dropped uint64
+	// rt dumps fq's own statistics (fqstats.go).
+	rt *nl.SocketHandle
 }
 
 // Direction selects segments by their TCP payload against the port's
@@ -109,6 +112,9 @@ func New(nsPath, dev string) (_ *EDT, err error) {
 			e.Close()
 		}
 	}()
+	if e.rt, err = routeSocket(nsPath); err != nil {
+		return nil, err
+	}
 	if e.link, err = h.LinkByName(dev); err != nil {
 		return nil, fmt.Errorf("edt: interface %s: %w", dev, err)
 	}
@@ -261,6 +267,9 @@ func (e *EDT) Close() error {
 	e.objects.close()
 	if e.h != nil {
 		e.h.Close()
+	}
+	if e.rt != nil {
+		e.rt.Close()
 	}
 	return err
 }

@@ -4,6 +4,7 @@ package edt
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/vishvananda/netlink"
 )
@@ -59,6 +60,14 @@ type Queue struct {
 	// (which ours make unreachable in practice) or past its horizon (ours
 	// caps instead). Every fq Detach removed is counted too.
 	Dropped uint64
+	// Late is fq's moving average of how late its timer released a held
+	// flow (its unthrottle latency): the kernel path's hold error, 0
+	// until fq has held one. Throttled counts the times fq held a flow
+	// for a departure time, FlowLimitDrops the drops over the flow
+	// limit, HorizonCaps the departure times capped at fq's horizon
+	// (the fq now on the device only).
+	Late                                   time.Duration
+	Throttled, FlowLimitDrops, HorizonCaps uint64
 }
 
 // Queue reads our fq's counters; with no fq of ours on the device (not
@@ -87,7 +96,12 @@ func (e *EDT) readQueue() (Queue, error) {
 			continue
 		}
 		s := a.Statistics.Queue
-		return Queue{Packets: int(s.Qlen), Bytes: s.Backlog, Dropped: uint64(s.Drops)}, nil
+		out := Queue{Packets: int(s.Qlen), Bytes: s.Backlog, Dropped: uint64(s.Drops)}
+		fs, ok, err := readFqStats(e.rt, link.Attrs().Index)
+		if ok {
+			out.Late, out.Throttled, out.FlowLimitDrops, out.HorizonCaps = fs.late, fs.throttled, fs.flowsPlimit, fs.horizonCaps
+		}
+		return out, err
 	}
 	return Queue{}, nil
 }

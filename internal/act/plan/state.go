@@ -69,6 +69,9 @@ type Stats struct {
 	// packetpath.RiseLimit); that shortfall is counted apart, in RiseStats.
 	DelayErrorP50 time.Duration
 	DelayErrorMax time.Duration
+	// DelayErrorAvg is edt's, which keeps no hold times: fq's moving
+	// average of how late its timer released a held flow.
+	DelayErrorAvg time.Duration `json:",omitempty"`
 	// YieldMax and WakeLateMax say where late packets come from (nfqueue
 	// only): the longest of the packet thread's last 64 yields to the Go
 	// scheduler, and the longest the kernel woke it after a release time

@@ -64,6 +64,7 @@ type edtTotals struct {
 	held, passed, limited uint64
 	backlog               int
 	dropped               uint64
+	late                  time.Duration
 }
 
 // edtKey is one delay's place: an initiator and the target port of its
@@ -386,11 +387,12 @@ func (b *EDT) Resync() {
 // time (PacketsHeld) and those to a delayed initiator it passed at once
 // (PacketsPassed: another direction, an armed consumer not writing, or
 // an entry expired); and fq's: the packets it holds (Backlog, every
-// packet on the device, ours most) and those it dropped (Dropped). fq
-// keeps no hold times, so the delay errors stay zero.
+// packet on the device, ours most), those it dropped (Dropped) and how
+// late it releases held flows on average (DelayErrorAvg: fq keeps no
+// hold times, so there is no p50 or max).
 func (b *EDT) Stats() plan.Stats {
 	t := b.totals()
-	return plan.Stats{PacketsHeld: t.held, PacketsPassed: t.passed, Backlog: t.backlog, Dropped: t.dropped}
+	return plan.Stats{PacketsHeld: t.held, PacketsPassed: t.passed, Backlog: t.backlog, Dropped: t.dropped, DelayErrorAvg: t.late}
 }
 
 // RiseStats are the rise limit's counters: Limited sums, over

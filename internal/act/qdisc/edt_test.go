@@ -42,9 +42,9 @@ func TestEDTBackend(t *testing.T) {
 	if got := strings.Join(k.Calls, "; "); got != "set 10.0.0.4:3260 read 1ms split 128 ttl 700ms; free 10.0.0.3:3260; free [fd00::5]:3260" {
 		t.Errorf("lowered and freed: %q", got)
 	}
-	k.Held, k.Passed, k.Backlog, k.Dropped = 7, 3, 12, 2
-	if st := b.Stats(); st.PacketsHeld != 7 || st.PacketsPassed != 3 || st.Backlog != 12 || st.Dropped != 2 {
-		t.Errorf("stats %+v, want the classifier's 7 held and 3 passed, fq's backlog of 12 and 2 dropped", st)
+	k.Held, k.Passed, k.Backlog, k.Dropped, k.Late = 7, 3, 12, 2, 40*time.Microsecond
+	if st := b.Stats(); st.PacketsHeld != 7 || st.PacketsPassed != 3 || st.Backlog != 12 || st.Dropped != 2 || st.DelayErrorAvg != 40*time.Microsecond {
+		t.Errorf("stats %+v, want the classifier's 7 held and 3 passed, fq's backlog of 12, 2 dropped, 40µs late", st)
 	}
 	k.Fail = true
 	if err := b.Renew(ctx); err == nil {

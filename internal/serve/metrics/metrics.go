@@ -222,6 +222,7 @@ var (
 	descPassed     = pathDesc("packets_passed_total", "Packets the backend released.")
 	descBacklog    = pathDesc("backlog_packets", "Packets held right now.")
 	descErrP50     = pathDesc("delay_error_p50_seconds", "Median of actual hold time minus requested delay.")
+	descErrAvg     = pathDesc("delay_error_avg_seconds", "edt: fq's moving average of how late it released a held flow (edt keeps no p50 or max; nfqueue reports those and 0 here).")
 	descErrMax     = pathDesc("delay_error_max_seconds", "Maximum of actual hold time minus requested delay.")
 	descTakeovers  = pathDesc("standby_takeovers_total", "Times the standby thread ran the packet path because the packet thread's CPU had stalled.")
 	descBypassed   = pathDesc("packets_bypassed_total", "Packets the backend let pass at once, undelayed, because the backlog of held packets (all of it, or the consumer's share of it) was at its limit: fail open rather than hold unbounded memory.")
@@ -239,7 +240,7 @@ type snapshotCollector struct {
 
 func (c *snapshotCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descInfo, descUptime, descSignal, descRaw, descThreshold, descTarget, descDelay, descControl, descInForce, descCeiling, descSaturated, descFutile, descConflict, descGain, descPending, descP95, descP99, descFollows, descSetSize, descArmed,
-		descReadBps, descWriteBps, descWriteEWMA, descThrottle, descOutstand, descConDelay, descConForce, descShare, descReserve, descCap, descReadPromi, descHeld, descPassed, descBacklog, descErrP50, descErrMax, descTakeovers, descBypassed, descDropped, descPathErrors, descConBypass, descConDelayed, descUnresolved} {
+		descReadBps, descWriteBps, descWriteEWMA, descThrottle, descOutstand, descConDelay, descConForce, descShare, descReserve, descCap, descReadPromi, descHeld, descPassed, descBacklog, descErrP50, descErrMax, descErrAvg, descTakeovers, descBypassed, descDropped, descPathErrors, descConBypass, descConDelayed, descUnresolved} {
 		ch <- d
 	}
 }
@@ -314,6 +315,7 @@ func (c *snapshotCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descBacklog, gauge, float64(b.Backlog))
 	ch <- prometheus.MustNewConstMetric(descErrP50, gauge, b.DelayErrorP50Ms*msToS)
 	ch <- prometheus.MustNewConstMetric(descErrMax, gauge, b.DelayErrorMaxMs*msToS)
+	ch <- prometheus.MustNewConstMetric(descErrAvg, gauge, b.DelayErrorAvgMs*msToS)
 	ch <- prometheus.MustNewConstMetric(descTakeovers, counterVT, float64(b.Takeovers))
 	ch <- prometheus.MustNewConstMetric(descBypassed, counterVT, float64(b.Bypassed))
 	ch <- prometheus.MustNewConstMetric(descDropped, counterVT, float64(b.Dropped))

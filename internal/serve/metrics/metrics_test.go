@@ -30,7 +30,7 @@ func fixture() status.Status {
 				OutstandingWrites: 3.4, DelayMs: 2.5, InForceMs: 2,
 				Name: "db1", Terms: tenant.Terms{Name: "db1", Share: 4, ReserveBps: 20e6, CapBps: 50e6, ThresholdMs: 8}},
 		},
-		Throttle:  status.BackendStats{PacketsHeld: 1200, PacketsPassed: 1195, Backlog: 5, DelayErrorP50Ms: 0.04, DelayErrorMaxMs: 0.9, Takeovers: 3, Bypassed: 7, Dropped: 3, Errors: 2},
+		Throttle:  status.BackendStats{PacketsHeld: 1200, PacketsPassed: 1195, Backlog: 5, DelayErrorP50Ms: 0.04, DelayErrorMaxMs: 0.9, DelayErrorAvgMs: 0.05, Takeovers: 3, Bypassed: 7, Dropped: 3, Errors: 2},
 		Discovery: status.Discovery{OK: true, Unresolved: []string{"/srv/sanqos/lun-a2.img"}},
 	}
 }

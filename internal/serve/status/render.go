@@ -115,6 +115,9 @@ func writeFooter(b *strings.Builder, s Status) {
 	t := s.Throttle
 	fmt.Fprintf(b, "data path: %d held, %d passed, backlog %d, delay error p50 %.3f ms max %.3f ms\n",
 		t.PacketsHeld, t.PacketsPassed, t.Backlog, t.DelayErrorP50Ms, t.DelayErrorMaxMs)
+	if t.DelayErrorAvgMs > 0 {
+		fmt.Fprintf(b, "data path: fq releases held flows %.3f ms late on average\n", t.DelayErrorAvgMs)
+	}
 	if t.Dropped > 0 {
 		fmt.Fprintf(b, "data path DROPPED %d packets (its kernel queue over its limits; see the log)\n", t.Dropped)
 	}

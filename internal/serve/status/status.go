@@ -172,6 +172,9 @@ type BackendStats struct {
 	Backlog         int     `json:"backlog"`
 	DelayErrorP50Ms float64 `json:"delay_error_p50_ms"`
 	DelayErrorMaxMs float64 `json:"delay_error_max_ms"`
+	// DelayErrorAvgMs is edt's hold error: fq's moving average of how
+	// late it released a held flow (it keeps no p50 or max).
+	DelayErrorAvgMs float64 `json:"delay_error_avg_ms,omitempty"`
 	// PureAcks says whether the write direction holds pure ACKs ("held") or
 	// lets them pass ("passed", the default); empty for backends that
 	// delay whole classes of packets.

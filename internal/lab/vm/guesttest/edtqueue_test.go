@@ -50,6 +50,18 @@ func TestEDTHoldsACKsWithoutDropping(t *testing.T) {
 	if ours.dropped != 0 {
 		t.Errorf("fq with sanqos's limits dropped %d packets of a writer held %v (%s)", ours.dropped, hold, ours)
 	}
+	// fq's own statistics, decoded from its dump: it held flows for
+	// their departure times and its timer released them late by a
+	// fraction of the hold (the emulator's timers are coarse, so no more
+	// is asserted than under the hold).
+	q, err := e.Queue()
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprintf(os.Stderr, "edt queue: fq throttled flows %d times, released them %v late on average, %d dropped over the flow limit, %d capped at the horizon\n", q.Throttled, q.Late, q.FlowLimitDrops, q.HorizonCaps)
+	if q.Throttled == 0 || q.Late <= 0 || q.Late >= hold || q.FlowLimitDrops != 0 {
+		t.Errorf("fq's statistics %+v: want flows throttled, a lateness between 0 and %v, nothing over the flow limit", q, hold)
+	}
 
 	tc := []string{"ip", "netns", "exec", datapath.TargetNS, "tc", "qdisc", "change", "dev", dpTargetDev, "root", "handle", "5e:", "fq", "limit", "10000", "flow_limit", "100"}
 	if out, err := exec.Command(tc[0], tc[1:]...).CombinedOutput(); err != nil {
@@ -57,6 +69,9 @@ func TestEDTHoldsACKsWithoutDropping(t *testing.T) {
 	}
 	ctl := upload(t, e, 3*time.Second, hold)
 	fmt.Fprintf(os.Stderr, "edt queue: fq's defaults (limit 10000, flow_limit 100): %s\n", ctl)
+	if q, err := e.Queue(); err != nil || q.FlowLimitDrops < ctl.dropped {
+		t.Errorf("fq's statistics under its own limits: %+v %v, want the %d drops counted over the flow limit", q, err, ctl.dropped)
+	}
 	drifts, err := e.Verify(false)
 	if err != nil {
 		t.Fatal(err)
