@@ -205,8 +205,15 @@ func printThrottles(w io.Writer, r ctl.Response) {
 		case "passed":
 			fmt.Fprintf(w, "write delays hold small segments only; pure ACKs pass at once (%d so far; --ack-delay holds them)\n", s.AcksPassed)
 		}
-		fmt.Fprintf(w, "packets held %d, passed %d, backlog %d, bypassed %d, errors %d, delay error p50 %v max %v\n",
+		fmt.Fprintf(w, "packets held %d, passed %d, backlog %d, bypassed %d, errors %d, delay error p50 %v max %v",
 			s.PacketsHeld, s.PacketsPassed, s.Backlog, s.Bypassed, s.Errors, s.DelayErrorP50, s.DelayErrorMax)
+		if s.DelayErrorAvg > 0 {
+			fmt.Fprintf(w, " avg %v", s.DelayErrorAvg) // edt: fq's moving average
+		}
+		if s.Dropped > 0 {
+			fmt.Fprintf(w, ", DROPPED %d", s.Dropped)
+		}
+		fmt.Fprintln(w)
 	}
 }
 

@@ -137,9 +137,12 @@ func (d *Daemon) Close() {
 type Stats struct {
 	Held, Passed, Bypassed uint64
 	ErrP50, ErrMax         string // the backend's own delay error (nfqueue)
+	// ErrAvg is edt's: fq's moving average of how late its timer
+	// released a held flow ("" from a backend that has none).
+	ErrAvg string
 }
 
-var statsLine = regexp.MustCompile(`packets held (\d+), passed (\d+), backlog \d+, bypassed (\d+), errors \d+, delay error p50 (\S+) max (\S+)`)
+var statsLine = regexp.MustCompile(`packets held (\d+), passed (\d+), backlog \d+, bypassed (\d+), errors \d+, delay error p50 (\S+) max ([^\s,]+)(?: avg ([^\s,]+))?`)
 
 // ParseStats reads the counters from 'sanqos throttle --list'.
 func ParseStats(out string) (Stats, error) {
@@ -148,7 +151,7 @@ func ParseStats(out string) (Stats, error) {
 		return Stats{}, fmt.Errorf("sanqos throttle --list shows no counters:\n%s", out)
 	}
 	n := func(s string) uint64 { v, _ := strconv.ParseUint(s, 10, 64); return v }
-	return Stats{Held: n(m[1]), Passed: n(m[2]), Bypassed: n(m[3]), ErrP50: m[4], ErrMax: m[5]}, nil
+	return Stats{Held: n(m[1]), Passed: n(m[2]), Bypassed: n(m[3]), ErrP50: m[4], ErrMax: m[5], ErrAvg: m[6]}, nil
 }
 
 // Stats reads the counters; a nil daemon (no backend) has none.

@@ -52,6 +52,11 @@ func TestParseStats(t *testing.T) {
 	if err != nil || got != want {
 		t.Errorf("ParseStats = %+v, %v; want %+v", got, err, want)
 	}
+	// edt's: fq's average lateness, and drops.
+	got, err = ParseStats("packets held 900, passed 0, backlog 4, bypassed 0, errors 0, delay error p50 0s max 0s avg 79.069µs, DROPPED 2\n")
+	if want := (Stats{Held: 900, ErrP50: "0s", ErrMax: "0s", ErrAvg: "79.069µs"}); err != nil || got != want {
+		t.Errorf("ParseStats of edt's line = %+v, %v; want %+v", got, err, want)
+	}
 	if _, err := ParseStats("no throttles\n"); err == nil {
 		t.Error("ParseStats of a list without counters: no error")
 	}

@@ -68,6 +68,9 @@ func (c *Cost) BulkTable(w io.Writer) {
 	if o, ok := c.Own["nfqueue"]; ok {
 		fmt.Fprintf(w, "\nnfqueue's own delay error over its last arm (how late it let packets leave): p50 %s max %s.\n", o.ErrP50, o.ErrMax)
 	}
+	if o, ok := c.Own["edt"]; ok && o.ErrAvg != "" {
+		fmt.Fprintf(w, "\nedt's own delay error at the end of its last arm (fq's moving average of how late its timer released a held flow): %s.\n", o.ErrAvg)
+	}
 }
 
 // Criteria writes issue 35's two kernel-path criteria as measured, when
