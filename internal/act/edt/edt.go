@@ -36,8 +36,8 @@
 //
 // Rise limit: per flow and direction the program ramps the delay as
 // nfqueue's RiseLimit does (Entry.Rise, DefaultRise), remembering each
-// flow's last applied delay in an LRU map that bounds its memory and
-// needs no cleaning. Arming: an entry with Armed holds the write
+// flow's last applied delay in an LRU map that bounds its memory; Free
+// removes an initiator's ramps with its entry. Arming: an entry with Armed holds the write
 // direction only once the initiator writes; an ingress program on the
 // same device sees the write and activates it for a second.
 //
@@ -239,23 +239,23 @@ func (e *EDT) SetEntry(addr netip.Addr, port uint16, en Entry, ttl time.Duration
 	return e.set(Key{addr, port}, en, ttl)
 }
 
-// Free removes the delay of addr's flows from port; its queued packets
-// still leave in order. Its counters go into the totals.
+// Free removes the delay of addr's flows from port, and their ramps
+// (forgetFlows); its queued packets still leave in order. Its counters
+// go into the totals.
 func (e *EDT) Free(addr netip.Addr, port uint16) error {
 	key := Key{addr, port}.bytes()
 	if err := e.m.Delete(key); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 		return fmt.Errorf("edt: freeing %s port %d: %w", addr, port, err)
 	}
 	e.st.Delete(key) // the flows' order goes with the entry, as before
-	c, err := counters(e.cnt, key)
-	if err != nil {
-		return nil // none yet, or unreadable: the entry is gone anyway
+	ferr := e.forgetFlows(Key{addr, port})
+	if c, err := counters(e.cnt, key); err == nil { // else none yet, or unreadable
+		e.mu.Lock()
+		e.freed.add(c)
+		e.mu.Unlock()
+		e.cnt.Delete(key)
 	}
-	e.mu.Lock()
-	e.freed.add(c)
-	e.mu.Unlock()
-	e.cnt.Delete(key)
-	return nil
+	return ferr // the entry is gone anyway
 }
 
 // Close removes the filters and fq from the interface.

@@ -242,3 +242,30 @@ func (e *EDT) Totals() (Counters, error) {
 	}
 	return t, err
 }
+
+// forgetFlows removes the ramps of k's flows from the rise limit's
+// memory, so that an initiator whose entry is freed ramps from 0 when it
+// is delayed again, as nfqueue forgets a member 3 s after it left. Kept,
+// a flow that went on sending undelayed would jump back to its old delay
+// for up to RISE_FORGET (10 s), against an RTT estimate that has fallen:
+// what the rise limit is there to prevent.
+func (o objects) forgetFlows(k Key) error {
+	key := k.bytes()
+	var gone [][]byte
+	var fk, v []byte
+	it := o.flow.Iterate()
+	for it.Next(&fk, &v) {
+		if len(fk) >= fkeySize && bytes.Equal(fk[:16], key[:16]) && binary.NativeEndian.Uint16(fk[18:]) == k.Port {
+			gone = append(gone, bytes.Clone(fk))
+		}
+	}
+	if err := it.Err(); err != nil {
+		return fmt.Errorf("edt: listing the ramps of %s port %d: %w", k.Addr, k.Port, err)
+	}
+	for _, g := range gone {
+		if err := o.flow.Delete(g); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return fmt.Errorf("edt: forgetting a ramp of %s port %d: %w", k.Addr, k.Port, err)
+		}
+	}
+	return nil
+}

@@ -227,6 +227,58 @@ func TestEDTRiseNewFlowAndIdle(t *testing.T) {
 	}
 }
 
+// TestEDTFreeForgetsRamps: freeing an initiator's entry forgets the
+// ramps of its flows on that port (nfqueue forgets a member 3 s after it
+// left), so delayed again it ramps from 0 instead of jumping back to the
+// delay it had, against an RTT estimate that has fallen meanwhile; the
+// ramps of its other port and of other initiators stay.
+func TestEDTFreeForgetsRamps(t *testing.T) {
+	e := loadEDT(t)
+	a, b := netip.MustParseAddr("192.0.2.31"), netip.MustParseAddr("2001:db8::32")
+	const port, other = 3260, 2049
+	en := edt.Entry{Split: 128, Dir: edt.Write, Delay: 3 * time.Millisecond, Rise: edtRise(packetpath.DefaultRiseLimit)}
+	ramp := func(x netip.Addr, p uint16) {
+		t.Helper()
+		if err := e.SetEntry(x, p, en, time.Hour); err != nil {
+			t.Fatal(err)
+		}
+		for i := range 30 {
+			if _, err := e.Run(frame(targetOf(x), x, p, 40000, uint32(100*(i+1)), 0), false); err != nil {
+				t.Skipf("this kernel cannot test-run a classifier with a context: %v", err)
+			}
+		}
+		if d, _ := e.FlowDelay(x, 40000, p, edt.Write); d != en.Delay {
+			t.Fatalf("%s port %d: the flow ramped to %v, want %v", x, p, d, en.Delay)
+		}
+	}
+	ramp(a, port)
+	ramp(a, other)
+	ramp(b, port)
+	if err := e.Free(a, port); err != nil {
+		t.Fatal(err)
+	}
+	if d, ok := e.FlowDelay(a, 40000, port, edt.Write); ok {
+		t.Errorf("the freed entry's flow kept its ramp at %v", d)
+	}
+	for _, k := range []struct {
+		x netip.Addr
+		p uint16
+	}{{a, other}, {b, port}} {
+		if d, _ := e.FlowDelay(k.x, 40000, k.p, edt.Write); d != en.Delay {
+			t.Errorf("%s port %d, not freed: ramp %v, want it kept at %v", k.x, k.p, d, en.Delay)
+		}
+	}
+	if err := e.SetEntry(a, port, en, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.Run(frame(targetOf(a), a, port, 40000, 10000, 0), false); err != nil {
+		t.Fatal(err)
+	}
+	if d, _ := e.FlowDelay(a, 40000, port, edt.Write); d != packetpath.DefaultRiseLimit.Step {
+		t.Errorf("delayed again after its entry was freed: first packet at %v, want one step from 0 (%v)", d, packetpath.DefaultRiseLimit.Step)
+	}
+}
+
 // TestEDTArmingInKernel: the ingress program activates an armed entry's
 // write delay with the first segment longer than the split that the
 // initiator sends the port, for a second (nfqueue's ipset timeout); a

@@ -28,9 +28,9 @@
 //
 // Rise limit: per flow and direction (initiator address and port, target
 // port, direction) the program remembers the delay it applied to the
-// previous packet (the LRU map sanqos_edt_flow: bounded, nobody cleans
-// it) and lets a rise take one step only on a packet that gives the
-// sender an RTT sample, the law of nfqueue's RiseLimit (package
+// previous packet (the LRU map sanqos_edt_flow, bounded; the daemon drops
+// an initiator's ramps with its entry) and lets a rise take one step only
+// on a packet giving the sender an RTT sample, by nfqueue's RiseLimit (package
 // throttle, rise.go): applied = min(requested, max(prev + prev*permille
 // /1000, prev + step)); lowering applies at once; a flow idle for 10 s
 // starts again from 0. Write direction: a sample is an ACK number past

@@ -28,9 +28,9 @@ func openEDT(t *testing.T) *edt.EDT {
 	return e
 }
 
-// TestEDTArmedWriterHeldFromFirstWrite: a writer held at 20 ms, then
-// released (its entry freed, as when it leaves the throttleable set) and
-// armed at 20 ms, pauses and comes back: its first write is held, by the
+// TestEDTArmedWriterHeldFromFirstWrite: a writer held at 20 ms leaves
+// the throttleable set armed at 20 ms (its entry turned armed, as the
+// backend does), pauses and comes back: its first write is held, by the
 // ingress program that sees the write and the rise limit that kept its
 // flow's ramp while it paused. Freed and not armed, the same return is
 // not held (the control: the test can fail).
@@ -53,13 +53,15 @@ func TestEDTArmedWriterHeldFromFirstWrite(t *testing.T) {
 		}
 		timedIO(t, disk, true) // the ramp
 		held = timedIO(t, disk, true)
-		if err := e.Free(addr, kstack.Port); err != nil {
-			t.Fatal(err)
-		}
+		// Leaving the set: an armed writer's entry turns armed (the
+		// backend rewrites it; its flows keep their ramps), one not
+		// armed is freed (and its ramps with it).
 		if c.arm {
 			if err := e.SetEntry(addr, kstack.Port, armed, time.Hour); err != nil {
 				t.Fatal(err)
 			}
+		} else if err := e.Free(addr, kstack.Port); err != nil {
+			t.Fatal(err)
 		}
 		time.Sleep(2 * time.Second) // a pause, longer than the arming's 1 s
 		*c.out = timedIO(t, disk, true)
