@@ -74,6 +74,7 @@ func (s *Server) serve(c net.Conn) {
 		_ = echo(c, EchoSize) // the client ends it by closing, in mid-message or not
 		return
 	case modeUpload:
+		pinOneCPU() // the uploader's: its ACKs clock the upload's segments
 		buf := make([]byte, 256<<10)
 		for {
 			n, err := c.Read(buf)
