@@ -32,21 +32,26 @@ func switchesOf(t *testing.T, tid int) int {
 	return n
 }
 
-// packetThread is the tid of the process's sanqos-packet thread.
+// packetThread is the tid of the process's sanqos-packet thread. The
+// packet loop names its thread once it runs, which may be after the
+// backend is returned: it looks for up to 2 s.
 func packetThread(t *testing.T) int {
 	t.Helper()
-	tids, err := processThreads()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, tid := range tids {
-		comm, _ := os.ReadFile(fmt.Sprintf("/proc/self/task/%d/comm", tid))
-		if strings.TrimSpace(string(comm)) == "sanqos-packet" {
-			return tid
+	for deadline := time.Now().Add(2 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		tids, err := processThreads()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, tid := range tids {
+			comm, _ := os.ReadFile(fmt.Sprintf("/proc/self/task/%d/comm", tid))
+			if strings.TrimSpace(string(comm)) == "sanqos-packet" {
+				return tid
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no sanqos-packet thread 2 s after the backend started")
 		}
 	}
-	t.Fatal("no sanqos-packet thread")
-	return 0
 }
 
 // TestLivePacketThreadParksWhileIdle (issue 35): with no rule installed
