@@ -26,8 +26,10 @@ const (
 	fqStatsHorizon     = 104
 )
 
-// fqStats are the fields of fq's statistics sanqos reports.
+// fqStats are the fields of fq's statistics sanqos reports, with its
+// queue's (struct gnet_stats_queue: packets and bytes held, drops).
 type fqStats struct {
+	qlen, backlog, drops                uint32
 	throttled, flowsPlimit, horizonCaps uint64
 	// late is fq's moving average (a new event weighs 1/8) of how late
 	// its timer released a flow held for a departure time.
@@ -75,8 +77,25 @@ func routeSocket(nsPath string) (*nl.SocketHandle, error) {
 	return &nl.SocketHandle{Socket: s}, nil
 }
 
+// parseQueueStats decodes the queue counters in a TCA_STATS2 attribute
+// (its TCA_STATS_QUEUE: qlen, backlog, drops, each a u32) into s.
+func parseQueueStats(b []byte, s *fqStats) error {
+	attrs, err := nl.ParseRouteAttr(b)
+	if err != nil {
+		return err
+	}
+	for _, a := range attrs {
+		if a.Attr.Type == nl.TCA_STATS_QUEUE && len(a.Value) >= 12 {
+			le := binary.NativeEndian
+			s.qlen, s.backlog, s.drops = le.Uint32(a.Value), le.Uint32(a.Value[4:]), le.Uint32(a.Value[8:])
+		}
+	}
+	return nil
+}
+
 // readFqStats dumps the qdiscs of the interface with index and decodes
-// the statistics of our fq; ok is false where it is not there.
+// the counters of our fq, its queue's and its own, from the one dump;
+// ok is false where it is not there.
 func readFqStats(sock *nl.SocketHandle, index int) (s fqStats, ok bool, err error) {
 	req := nl.NewNetlinkRequest(unix.RTM_GETQDISC, unix.NLM_F_DUMP)
 	req.Sockets = map[int]*nl.SocketHandle{unix.NETLINK_ROUTE: sock}
@@ -94,12 +113,19 @@ func readFqStats(sock *nl.SocketHandle, index int) (s fqStats, ok bool, err erro
 		if err != nil {
 			return s, false, fmt.Errorf("edt: decoding fq's dump: %w", err)
 		}
+		var q fqStats
 		for _, a := range attrs {
-			if a.Attr.Type == nl.TCA_XSTATS {
-				s, ok = parseFqStats(a.Value)
-				return s, ok, nil
+			switch a.Attr.Type {
+			case nl.TCA_STATS2:
+				if err := parseQueueStats(a.Value, &q); err != nil {
+					return s, false, fmt.Errorf("edt: decoding fq's queue counters: %w", err)
+				}
+			case nl.TCA_XSTATS:
+				s, _ = parseFqStats(a.Value)
 			}
 		}
+		s.qlen, s.backlog, s.drops = q.qlen, q.backlog, q.drops
+		return s, true, nil
 	}
 	return s, false, nil
 }

@@ -80,30 +80,19 @@ func (e *EDT) Queue() (Queue, error) {
 	return q, err
 }
 
-// readQueue reads the counters of the fq now on the device.
+// readQueue reads the counters of the fq now on the device, from one
+// qdisc dump (the daemon's record asks every tick).
 func (e *EDT) readQueue() (Queue, error) {
 	link, err := e.h.LinkByName(e.dev)
 	if err != nil {
 		return Queue{}, fmt.Errorf("edt: interface %s: %w", e.dev, err)
 	}
-	qs, err := e.h.QdiscList(link)
-	if err != nil {
-		return Queue{}, fmt.Errorf("edt: listing qdiscs of %s: %w", e.dev, err)
+	fs, ok, err := readFqStats(e.rt, link.Attrs().Index)
+	if err != nil || !ok {
+		return Queue{}, err
 	}
-	for _, q := range qs {
-		a := q.Attrs()
-		if q.Type() != "fq" || a.Parent != netlink.HANDLE_ROOT || a.Handle != fqHandle || a.Statistics == nil || a.Statistics.Queue == nil {
-			continue
-		}
-		s := a.Statistics.Queue
-		out := Queue{Packets: int(s.Qlen), Bytes: s.Backlog, Dropped: uint64(s.Drops)}
-		fs, ok, err := readFqStats(e.rt, link.Attrs().Index)
-		if ok {
-			out.Late, out.Throttled, out.FlowLimitDrops, out.HorizonCaps = fs.late, fs.throttled, fs.flowsPlimit, fs.horizonCaps
-		}
-		return out, err
-	}
-	return Queue{}, nil
+	return Queue{Packets: int(fs.qlen), Bytes: fs.backlog, Dropped: uint64(fs.drops),
+		Late: fs.late, Throttled: fs.throttled, FlowLimitDrops: fs.flowsPlimit, HorizonCaps: fs.horizonCaps}, nil
 }
 
 // keepDrops adds the drops of the fq about to be removed to the total.
