@@ -38,10 +38,7 @@ const ssdBurst = "200m"
 // hardRuns are an experiment's uncontrolled run and pid at 15 ms for a
 // harder workload: writers threads of job, per burst on bytes each.
 func hardRuns(job string, writers int, on string, short bool) []plannedRun {
-	total := 300 * time.Second
-	if short {
-		total = 120 * time.Second
-	}
+	total := runLength(short, 120*time.Second)
 	w := interference(total)
 	w.Writers, w.WriterJob, w.On = writers, job, on
 	pid := Control{Controller: "pid", ThresholdMs: 15}
@@ -53,13 +50,18 @@ func hardRuns(job string, writers int, on string, short bool) []plannedRun {
 // (control.ArmHold).
 const lullOff = 45 * time.Second
 
+// runLength is a run's length: 300 s, or brief with --short.
+func runLength(short bool, brief time.Duration) time.Duration {
+	if short {
+		return brief
+	}
+	return 300 * time.Second
+}
+
 // lullRuns are the lull experiment's runs: fig5.11's load with long
 // pauses, uncontrolled and pid at 15 ms; --short still has three bursts.
 func lullRuns(short bool) []plannedRun {
-	total := 300 * time.Second
-	if short {
-		total = 180 * time.Second
-	}
+	total := runLength(short, 180*time.Second)
 	w := interference(total)
 	w.Off = lullOff
 	pid := Control{Controller: "pid", ThresholdMs: 15}
@@ -72,10 +74,7 @@ func lullRuns(short bool) []plannedRun {
 // one unbounded sequential writer beside smalljob (one stream cannot be
 // slowed much by delaying its ACKs, and smalljob barely suffers from it).
 func guaranteeRuns(short bool) []plannedRun {
-	total := 300 * time.Second
-	if short {
-		total = 60 * time.Second
-	}
+	total := runLength(short, 60*time.Second)
 	readers := Workload{Name: "readers", Total: total, Reader: "seqread-32k", Readers: 4}
 	writer := Workload{Name: "writer1", Total: total, Lead: leadTime, WriterTime: total - leadTime - tailTime, Writers: 1}
 	pid := Control{Controller: "pid", ThresholdMs: 15}
@@ -96,10 +95,7 @@ const fastThresholdMs = 1.16
 // fastGuaranteeRuns: fig5.11's workload on the emulated SSD, uncontrolled
 // and pid holding the mean under fastThresholdMs.
 func fastGuaranteeRuns(short bool) []plannedRun {
-	total := 300 * time.Second
-	if short {
-		total = 120 * time.Second
-	}
+	total := runLength(short, 120*time.Second)
 	w := interference(total)
 	w.On, w.Name = ssdBurst, fastGroup
 	pid := Control{Controller: "pid", ThresholdMs: fastThresholdMs}
@@ -191,10 +187,7 @@ func harderExperiments() []Experiment {
 
 // ssdRuns: fig5.11's workload on flash, uncontrolled and holding p95.
 func ssdRuns(short bool) []plannedRun {
-	total := 300 * time.Second
-	if short {
-		total = 120 * time.Second
-	}
+	total := runLength(short, 120*time.Second)
 	w := interference(total)
 	w.On = ssdBurst
 	out := []plannedRun{{"none", w, Control{Controller: "none"}}}

@@ -37,10 +37,7 @@ func nfsExperiments() []Experiment {
 
 // nfsRuns: uncontrolled and pid at 15 ms, 300 s each (--short 120 s).
 func nfsRuns(short bool) []plannedRun {
-	total := 300 * time.Second
-	if short {
-		total = 120 * time.Second
-	}
+	total := runLength(short, 120*time.Second)
 	w := interference(total)
 	pid := Control{Controller: "pid", ThresholdMs: 15}
 	return []plannedRun{{"none", w, Control{Controller: "none"}}, {pid.label(), w, pid}}

@@ -42,10 +42,7 @@ type untunedWorkload struct {
 
 // plan returns the runs: uncontrolled, the fixed delays and pid.
 func (u untunedWorkload) plan(short bool) []plannedRun {
-	total := 300 * time.Second
-	if short {
-		total = 90 * time.Second
-	}
+	total := runLength(short, 90*time.Second)
 	w := interference(total)
 	w.Writers, w.WriterJob, w.WriterDepth, w.WriterFsync = u.n, u.job, u.depth, u.fsync
 	w.On, w.Off = u.on, 0
