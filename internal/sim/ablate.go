@@ -48,9 +48,11 @@ type Metrics struct {
 
 // AblationCases are the ablation's workloads: the lab suite's simulated
 // scenarios at the lab's --short length (fig5.11 as the lab runs it at
-// 10, 15 and 20 ms, surge24, randw, ssd), four matrix cells (a deep
-// queue, a steady random writer, raid6-hdd, cloud-3000) at the matrix's
-// 60 s, and the cases rules exist for that the suite does not exercise:
+// 10, 15 and 20 ms, surge24, randw, ssd), five matrix cells (a deep
+// queue, a steady random writer, raid6-hdd, and on cloud-3000 a steady
+// random writer and sequential 1 MiB writers, whose latency is a cliff)
+// at the matrix's 60 s, and the cases rules exist for that the suite
+// does not exercise:
 // writers joining one host after another (onsets), pauses longer than
 // control.ArmHold (the release to rest), a reader of four
 // reads a second (the holds), the reads from /proc/diskstats alone (the
@@ -74,6 +76,7 @@ func AblationCases() ([]AblationCase, error) {
 		{"steady-rand4k", Cell{Disk: "thesis-2010", Writers: Writers{Random: true, Bytes: 4 << 10, Threads: 12, IODepth: 1}, ThresholdMs: 15}},
 		{"raid6-seq64k", Cell{Disk: "raid6-hdd", Writers: Writers{Bytes: 64 << 10, Threads: 12, IODepth: 1, Bursty: true}, ThresholdMs: 30}},
 		{"cloud-rand4k", Cell{Disk: "cloud-3000", Writers: Writers{Random: true, Bytes: 4 << 10, Threads: 12, IODepth: 1}, ThresholdMs: 3}},
+		{"cloud-seq1m", Cell{Disk: "cloud-3000", Writers: Writers{Bytes: 1 << 20, Threads: 3, IODepth: 4}, ThresholdMs: 3}},
 	} {
 		sc, err := ablationCellScenario(c.cell)
 		if err != nil {

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sanqos/sanqos/internal/decide/control"
 	"github.com/sanqos/sanqos/internal/decide/engine"
 )
 
@@ -268,14 +269,29 @@ func TestRulesSwitchOff(t *testing.T) {
 	// (TestFutileDelayIsReleased).
 	byName["host-bound"] = gateRun{name: "host-bound", controller: "pid", threshold: 0.5, seed: 1, duration: 120 * time.Second,
 		scenario: func() Scenario { return hostBound("ssd", 2) }}
+	// A volume behind an IOPS and throughput cap, for the relapse guard.
+	byName["cloud-seq1m"] = gateRun{name: "cloud-seq1m", controller: "pid", threshold: 3, seed: 1, duration: time.Minute,
+		scenario: func() Scenario {
+			sc, err := MatrixOptions{}.scenario(Cell{Disk: "cloud-3000", Writers: matrixWriters[4], ThresholdMs: 3}, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return sc
+		}}
 	// The run that exercises each rule.
-	for rule, name := range map[string]string{
+	exercise := map[string]string{
 		"rebase": "lab-15", "ceiling": "surge24",
 		"far-raise": "surge24", "retarget": "reload-threshold",
 		"idle-hold": "slow-reader", "armed": "lab-15", "err-cap": "lab-10",
 		"floor": "long-lull", "rest": "lab-15", "first-climb": "lab-10",
-		"gain": "host-bound",
-	} {
+		"gain": "host-bound", "relapse": "cloud-seq1m",
+	}
+	for _, rule := range control.RuleNames() {
+		if _, ok := exercise[rule]; !ok {
+			t.Errorf("rule %s has no run that exercises it", rule)
+		}
+	}
+	for rule, name := range exercise {
 		run, ok := byName[name]
 		if !ok {
 			t.Fatalf("no gate run %s", name)

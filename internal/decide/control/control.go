@@ -209,10 +209,12 @@ type PID struct {
 	// rising: the output left rest and the signal has not yet come down
 	// to the set point since (see Update, "The first climb").
 	rising bool
-	// noRelease, noRest, noClimb: the floor's release, the rest's
-	// clearing of the history and the first climb are switched off
-	// (Rules.Floor, Rules.Rest, Rules.FirstClimb).
-	noRelease, noRest, noClimb bool
+	// noRelease, noRest, noClimb, noRelapse: the floor's release, the
+	// rest's clearing of the history, the first climb and the relapse
+	// guard are switched off (Rules.Floor, Rules.Rest, Rules.FirstClimb,
+	// Rules.Relapse).
+	noRelease, noRest, noClimb, noRelapse bool
+	relapse                               relapseGuard
 }
 
 // NewPID returns a pid controller at rest. p must be valid (see New).
@@ -222,7 +224,7 @@ func NewPID(p Params) *PID {
 
 func (c *PID) Name() string { return "pid" }
 
-func (c *PID) Reset() { c.u, c.e1, c.e2, c.rising = 0, 0, 0, false }
+func (c *PID) Reset() { c.u, c.e1, c.e2, c.rising, c.relapse = 0, 0, 0, false, relapseGuard{} }
 
 // TargetMs is the set point.
 func (c *PID) TargetMs() float64 { return c.p.TargetMs }
@@ -282,6 +284,9 @@ func (c *PID) Update(signalMs float64) float64 {
 		de, dde = max(de, 0), max(dde, 0) // the first climb (see above)
 	}
 	dv := c.p.Kp * (de + c.ti*e + c.td*dde)
+	if !c.noRelapse {
+		dv = c.relapse.limit(c.u, e, dv, c.p.T)
+	}
 	floor := FloorShare * r
 	switch {
 	case c.u == 0 && dv <= 0:
@@ -298,7 +303,7 @@ func (c *PID) Update(signalMs float64) float64 {
 	}
 	if c.u == 0 && e < 0 && !c.noRest {
 		// Back at rest: forget the history, as Reset does.
-		c.e1, c.e2 = 0, 0
+		c.e1, c.e2, c.relapse = 0, 0, relapseGuard{}
 		return 0
 	}
 	c.e2, c.e1 = c.e1, e

@@ -109,6 +109,20 @@
 //     point, a falling error takes nothing away (Δε and D count only
 //     when they add): as the delay drains a burst's backlog the signal
 //     falls from far over to just over, and that fall is not an overshoot.
+//   - Relapse: an overload (the signal crossing relapseOnset, 2 × the
+//     set point) was let in by the delay in force when the signal was
+//     last at or under the set point. For relapseHold (1 min) a delay
+//     falling under relapseMargin (1.5) × that delay falls by at most a
+//     factor 2^(−T/relapseHalfLife) a tick (a half-life of 35 s). Integral
+//     action walks a healthy loop's delay down until the latency
+//     answers; where the latency is a cliff rather than a slope (a volume
+//     behind IOPS and throughput caps, whose reads are fast while its
+//     bucket has tokens and many times the threshold once the writers
+//     empty it: no delay puts them at the set point), each walk down
+//     costs a bad second and the answer kicks the delay up again (the
+//     simulator's capped volume: 14 ↔ 45 ms every half second, where a
+//     fixed 20 ms holds). An overload from rest remembers nothing, and
+//     rest forgets.
 //   - Rebase: a controller stepped again after a pause takes the signal
 //     as its error history, so the pause's change of error is no kick.
 //
@@ -240,6 +254,7 @@
 //	floor          on    off    off   step 3, the release under it (the start from rest is the core)
 //	rest           on    off    off   step 3
 //	first-climb    on    off    off   step 3
+//	relapse        on    off    off   step 3
 //	rebase         on    off    off   step 3
 //	ceiling        on    off    off   step 4 (off: fixed at UMaxMs, saturation at it)
 //	far-raise      on    off    off   step 4, the faster raise far over
@@ -298,8 +313,9 @@
 // rises promptly (the P term, the first climb, the faster raise of
 // the ceiling far over) and falls steadily: under the set point the
 // integral takes a factor e^(Kp·(T/Ti)·|ε|) a tick, fast far under and
-// slowly near; the ceiling falls only after 10 s under half of it; a
-// pause keeps the delay (armed) rather than releasing it.
+// slowly near; near the delay that last let an overload in it falls
+// slowly (the relapse guard); the ceiling falls only after 10 s under
+// half of it; a pause keeps the delay (armed) rather than releasing it.
 //
 // # Tuning constants of the controller (DefaultParams)
 //

@@ -65,6 +65,9 @@ type Rules struct {
 	// FirstClimb: in its first climb pid's Δε and D terms count only
 	// when they add (step 3).
 	FirstClimb bool
+	// Relapse: a delay falling back toward the one that let the last
+	// overload in falls slowly (step 3).
+	Relapse bool
 	// Rebase: a controller stepped again after a pause, or rebuilt at a
 	// reload, takes the signal as its error history (no Δε or D kick).
 	Rebase bool
@@ -85,7 +88,7 @@ type Rules struct {
 // copy of a listing that has none of these inputs; none never delays.
 var LawRules = map[string]Rules{
 	"pid": {IdleHold: true, Armed: true, ErrCap: true, Floor: true, Rest: true, FirstClimb: true,
-		Rebase: true, Ceiling: true, FarRaise: true, Retarget: true, Gain: true},
+		Relapse: true, Rebase: true, Ceiling: true, FarRaise: true, Retarget: true, Gain: true},
 	"thesis": everyLaw,
 	"none":   everyLaw,
 }
@@ -118,6 +121,7 @@ var ruleFields = map[string]func(*Rules) *bool{
 	"floor":       func(r *Rules) *bool { return &r.Floor },
 	"rest":        func(r *Rules) *bool { return &r.Rest },
 	"first-climb": func(r *Rules) *bool { return &r.FirstClimb },
+	"relapse":     func(r *Rules) *bool { return &r.Relapse },
 	"rebase":      func(r *Rules) *bool { return &r.Rebase },
 	"ceiling":     func(r *Rules) *bool { return &r.Ceiling },
 	"far-raise":   func(r *Rules) *bool { return &r.FarRaise },
@@ -267,6 +271,7 @@ func (l *Loop) build() error {
 	l.pid, _ = c.(*PID)
 	if l.pid != nil {
 		l.pid.noRelease, l.pid.noRest, l.pid.noClimb = !l.rules.Floor, !l.rules.Rest, !l.rules.FirstClimb
+		l.pid.noRelapse = !l.rules.Relapse
 	}
 	return nil
 }

@@ -50,7 +50,8 @@ func (s *slowReader) tick(dt time.Duration, writing bool) {
 func TestSlowReadsNeverReleaseTheThrottle(t *testing.T) {
 	run := func(withInFlight bool) (released, throttled int) {
 		// withInFlight false is the engine before the fix: no reads in
-		// flight known, no hold between reads, no cap on the error.
+		// flight known, no hold between reads, no cap on the error, and
+		// no relapse guard (which came later and slows the collapse).
 		clk := clock.NewFake(time.Unix(1000, 0))
 		d := newDisk("loop0", "loop1")
 		s := &slowReader{d: d, f: fakeInFlight{"loop0": 0, "loop1": 0}, readMs: 350}
@@ -59,6 +60,7 @@ func TestSlowReadsNeverReleaseTheThrottle(t *testing.T) {
 			cfg.InFlight = s.f
 		} else {
 			cfg.Control.ErrCap = 0
+			cfg.RulesOff = []string{"relapse"}
 		}
 		e := mustEngine(t, cfg, oneResource(0))
 		if !withInFlight {

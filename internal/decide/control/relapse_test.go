@@ -1,0 +1,71 @@
+package control
+
+import (
+	"math"
+	"testing"
+	"time"
+)
+
+// relapseRun drives a pid through an overload, a second just under the
+// set point, a relapse (the signal at three times the set point for two
+// ticks: u0, the delay in force in the healthy second's last tick, let
+// the overload in again) and then a long healthy stretch, and returns
+// u0 and the delay after each healthy tick.
+func relapseRun(t *testing.T, guard bool, healthy int) (u0 float64, after []float64) {
+	t.Helper()
+	p := DefaultParams()
+	c := NewPID(p)
+	c.noRelapse = !guard
+	for range 30 {
+		c.Update(2 * p.TargetMs) // the first overload, from rest
+	}
+	if c.relapse.at != 0 {
+		t.Fatalf("an overload from rest remembered %v ms: nothing let it in", c.relapse.at)
+	}
+	for range 10 {
+		u0 = c.u
+		c.Update(0.9 * p.TargetMs) // healthy: the delay winds down
+	}
+	for range 2 {
+		c.Update(3 * p.TargetMs) // the relapse
+	}
+	if c.u <= u0 {
+		t.Fatalf("the relapse raised no delay (%v ms from %v)", c.u, u0)
+	}
+	if guard && c.relapse.at != u0 {
+		t.Fatalf("the guard remembered %v ms, want %v, the delay in force when the signal was last healthy", c.relapse.at, u0)
+	}
+	if zone := relapseMargin * u0; zone > 0.9*p.UMaxMs {
+		t.Fatalf("the slow zone (%v ms) reaches the clamp (%v ms): the case does not show the fast fall above it", zone, p.UMaxMs)
+	}
+	for range healthy {
+		after = append(after, c.Update(0.5*p.TargetMs))
+	}
+	return u0, after
+}
+
+// TestRelapseGuardSlowsTheFallBackToTheCliff: a delay that let an
+// overload in is remembered, and the delay falls fast only down to
+// relapseMargin × it; under that, at relapseHalfLife, for relapseHold.
+// Without the guard the same healthy seconds take the delay back under
+// the one that let the overload in within a second.
+func TestRelapseGuardSlowsTheFallBackToTheCliff(t *testing.T) {
+	tick := DefaultParams().T
+	ticks := func(d time.Duration) int { return int(d / tick) }
+	u0, on := relapseRun(t, true, ticks(relapseHold)+ticks(5*time.Second))
+	_, off := relapseRun(t, false, ticks(5*time.Second))
+	t.Logf("u0 %.2f ms; with the guard %.2f ms after 1 s, %.2f after 10 s; without %.2f after 1 s", u0, on[ticks(time.Second)], on[ticks(10*time.Second)], off[ticks(time.Second)])
+
+	if got := off[ticks(time.Second)]; got >= u0 {
+		t.Fatalf("without the guard the delay is %v ms a second after the relapse, not under u0 = %v: the case is not exercised", got, u0)
+	}
+	zone := relapseMargin * u0
+	at10 := on[ticks(10*time.Second)-1]
+	if want := zone * math.Exp2(-10/relapseHalfLife.Seconds()); at10 < want*0.99 || at10 > zone {
+		t.Errorf("with the guard, 10 s after the relapse: %v ms, want %.3f (relapseMargin × u0 = %.3f falling at relapseHalfLife)", at10, want, zone)
+	}
+	end := on[len(on)-1]
+	if end >= u0 {
+		t.Errorf("past relapseHold the delay is still %v ms, not under u0 = %v: the guard must forget", end, u0)
+	}
+}
