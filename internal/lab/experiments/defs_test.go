@@ -2,6 +2,7 @@ package experiments
 
 import (
 	"flag"
+	"fmt"
 	"reflect"
 	"slices"
 	"strings"
@@ -104,14 +105,18 @@ func TestWriterArgs(t *testing.T) {
 }
 
 // The untuned experiments run uncontrolled, every fixed delay of their
-// sweep and pid at 15 ms on one workload, and the analysis judges pid
-// against the smallest fixed delay that meets 15 ms with the issue's
-// share.
+// sweep and pid at their threshold (15 ms, capped's 3 ms) on one
+// workload, and the analysis judges pid against the smallest fixed delay
+// that meets it with the share.
 func TestUntunedPlansAndChecks(t *testing.T) {
 	for _, e := range untunedExperiments() {
 		runs := e.plan(true)
-		if runs[0].name != "none" || runs[len(runs)-1].name != "pid-15ms" || len(runs) < 4 {
-			t.Fatalf("%s: runs %v", e.Name, runs)
+		pid := fmt.Sprintf("pid-%gms", e.refMs)
+		if runs[0].name != "none" || runs[len(runs)-1].name != pid || len(runs) < 4 {
+			t.Fatalf("%s: runs %v, want none first and %s last", e.Name, runs, pid)
+		}
+		if !untunedNames[e.Name] {
+			t.Errorf("%s: not judged by untunedChecks", e.Name)
 		}
 		for _, r := range runs[1:] {
 			if r.w != runs[0].w {

@@ -22,7 +22,7 @@ const (
 )
 
 // untunedNames are the experiments untunedChecks judge.
-var untunedNames = map[string]bool{"steadyw": true, "deepq": true, "nfsfsync": true, "nfsfsync-wb": true}
+var untunedNames = map[string]bool{"steadyw": true, "deepq": true, "nfsfsync": true, "nfsfsync-wb": true, "capped": true}
 
 // nfsWritebackBytes is nfsfsync-wb's dirty page limit on the export's
 // device: well under one client's 4 MiB between two COMMITs, so the
@@ -38,6 +38,7 @@ type untunedWorkload struct {
 	depth, fsync int
 	on           string
 	delays       []float64 // the fixed-delay sweep, ms
+	thresholdMs  float64   // pid's; 0 is untunedThreshold
 }
 
 // plan returns the runs: uncontrolled, the fixed delays and pid.
@@ -55,6 +56,9 @@ func (u untunedWorkload) plan(short bool) []plannedRun {
 		out = append(out, plannedRun{c.label(), w, c})
 	}
 	pid := Control{Controller: "pid", ThresholdMs: untunedThreshold}
+	if u.thresholdMs > 0 {
+		pid.ThresholdMs = u.thresholdMs
+	}
 	return append(out, plannedRun{pid.label(), w, pid})
 }
 
@@ -64,9 +68,16 @@ func untunedExperiments() []Experiment {
 	deep := untunedWorkload{job: "randwrite-16k", n: 3, depth: 32, delays: []float64{50, 100, 200, 400}}
 	// 64 writes of 64 KiB: a flush every 4 MiB.
 	fsync := untunedWorkload{job: "seqwrite-64k", n: 12, fsync: 64, on: burstBytes, delays: []float64{10, 20, 40, 80}}
-	judged := fmt.Sprintf("uncontrolled, under fixed write delays and sanqos pid at %d ms; pid is judged against the smallest "+
-		"fixed delay that meets %d ms (p95 ≤ %g × T, ≤ %g %% of seconds over 1.2 × T, writers ≥ %g %% of its MB/s).",
-		untunedThreshold, untunedThreshold, UntunedP95Factor, UntunedOverPct, UntunedMinShare)
+	judgedAt := func(ms float64) string {
+		return fmt.Sprintf("uncontrolled, under fixed write delays and sanqos pid at %g ms; pid is judged against the smallest "+
+			"fixed delay that meets %g ms (p95 ≤ %g × T, ≤ %g %% of seconds over 1.2 × T, writers ≥ %g %% of its MB/s).",
+			ms, ms, UntunedP95Factor, UntunedOverPct, UntunedMinShare)
+	}
+	judged := judgedAt(untunedThreshold)
+	// Three 1 MiB writers at iodepth 4 just fit under the volume's caps
+	// at a fixed 20 ms (the simulator's matrix cell); T = 3 ms lies
+	// between the reader's wait with tokens in the bucket and without.
+	capped := untunedWorkload{job: "seqwrite-1m", n: 3, depth: 4, delays: []float64{10, 20, 30, 45}, thresholdMs: cappedThreshold}
 	return []Experiment{
 		{
 			Name:  "steadyw",
@@ -99,8 +110,20 @@ func untunedExperiments() []Experiment {
 			refMs: untunedThreshold, nfs: true, nfsDirtyBytes: nfsWritebackBytes, plan: fsync.plan, plots: plotFrontier,
 			analyze: analyzeUntuned,
 		},
+		{
+			Name:  "capped",
+			Title: "A volume behind IOPS and throughput caps: three 1 MiB writers at iodepth 4 on the cloud-3000 profile (issue 33)",
+			Describe: "on the cloud-3000 profile (3000 IOPS and 125 MB/s, token buckets a tenth of a second deep: the " +
+				"reader waits 0.8 ms while the buckets have tokens and many times that once the writers empty them); " +
+				"smalljob on b2; one sequential 1 MiB writer thread on each of b3-b5 keeping 4 writes outstanding " +
+				"(seqwrite-1m --iodepth 4), without pause; " + judgedAt(cappedThreshold),
+			refMs: cappedThreshold, profile: "cloud-3000", plan: capped.plan, plots: plotFrontier, analyze: analyzeUntuned,
+		},
 	}
 }
+
+// cappedThreshold is the capped experiment's promise, ms.
+const cappedThreshold = 3
 
 // analyzeUntuned finds the best static throttle, judged by issue 33's
 // share.

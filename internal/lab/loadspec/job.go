@@ -107,6 +107,9 @@ var presets = map[string]Job{
 	// workloads the law was not tuned on (steadyw, deepq).
 	"randwrite-4k":  {Mode: RandWrite, BlockSize: 4 * KiB, Size: 2048 * MiB, Threads: 1},
 	"randwrite-16k": {Mode: RandWrite, BlockSize: 16 * KiB, Size: 2048 * MiB, Threads: 1},
+	// A backup's or a bulk load's large sequential writes, for the
+	// capped experiment (a volume behind IOPS and throughput caps).
+	"seqwrite-1m": {Mode: Write, BlockSize: 1 * MiB, Size: 2048 * MiB, Threads: 1},
 	// D.2: the small rate-limited random reader whose latency is protected.
 	"smalljob": {Mode: RandRead, BlockSize: 8 * KiB, Size: 128 * MiB, Rate: 256 * KiB, Threads: 1},
 }

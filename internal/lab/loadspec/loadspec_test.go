@@ -129,7 +129,7 @@ func TestFlagErrors(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"--job", "nope"}, "presets are randwrite-16k, randwrite-4k, randwrite-8k, seqread-32k, seqwrite-64k, smalljob"},
+		{[]string{"--job", "nope"}, "presets are randwrite-16k, randwrite-4k, randwrite-8k, seqread-32k, seqwrite-1m, seqwrite-64k, smalljob"},
 		{[]string{"--rw", "readwrite"}, "use read, write, randread or randwrite"},
 		{[]string{"--time-based"}, "--time-based needs --runtime"},
 		{[]string{"--on", "64m", "--off", "5s"}, "--on needs --runtime"},
