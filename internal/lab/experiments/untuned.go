@@ -7,9 +7,10 @@ import (
 
 // The workloads the law was never tuned on (issue 33): continuous small
 // random writers, writers that keep many I/Os outstanding on each
-// connection, and NFS writers that flush every few MiB. Each is run
-// uncontrolled, under a sweep of fixed write delays (manual throttles on
-// an observing daemon, as in frontier) and under pid at 15 ms, so that
+// connection, NFS writers that flush every few MiB, and large writers on
+// a volume behind IOPS and throughput caps. Each is run uncontrolled,
+// under a sweep of fixed write delays (manual throttles on an observing
+// daemon, as in frontier) and under pid (at 15 ms; capped at 3 ms), so that
 // the controller is judged against the best static throttle for the same
 // workload: smalljob's p95 ≤ UntunedP95Factor × T, seconds over 1.2 × T
 // ≤ UntunedOverPct, and the writers' MB/s ≥ UntunedMinShare % of the
