@@ -183,6 +183,10 @@ type Output struct {
 	// the delay made reads slower).
 	Futile, Probing bool
 	GainMsPerMs     float64
+	// RelapseMs: while the relapse guard holds (step 3), the delay that
+	// let the last overload in, under 1.5 × which the delay falls slowly;
+	// 0 while it does not.
+	RelapseMs float64
 }
 
 // DefaultIdleHold bridges the think time of slow readers (a reader of a
@@ -306,6 +310,9 @@ func (l *Loop) Step(o Observation) Output {
 	}
 	l.frozen = out.Armed
 	out.ControlMs = l.controlMs
+	if l.pid != nil {
+		out.RelapseMs = l.pid.relapse.holding(l.pid.p.T)
+	}
 	if o.Members > 0 {
 		out.DelayMs = l.controlMs // the delay in force
 	}

@@ -30,6 +30,14 @@ type relapseGuard struct {
 	lastE    float64 // the last tick's relative error
 }
 
+// holding is the remembered delay while the guard holds, else 0.
+func (g *relapseGuard) holding(tick time.Duration) float64 {
+	if g.age >= int(relapseHold/tick) {
+		return 0
+	}
+	return g.at
+}
+
 // limit takes the controller's move dv of the log-delay from the delay u
 // at relative error e, and returns it slowed where it would take the delay
 // under relapseMargin × the remembered onset's delay.

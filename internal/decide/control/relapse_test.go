@@ -69,3 +69,40 @@ func TestRelapseGuardSlowsTheFallBackToTheCliff(t *testing.T) {
 		t.Errorf("past relapseHold the delay is still %v ms, not under u0 = %v: the guard must forget", end, u0)
 	}
 }
+
+// TestLoopReportsTheRelapseGuard: the loop's output says, while the guard
+// holds, which delay let the last overload in (status, metrics and the
+// record show it), and 0 once it has forgotten, or with the rule off.
+func TestLoopReportsTheRelapseGuard(t *testing.T) {
+	for _, off := range [][]string{nil, {"relapse"}} {
+		l, err := NewLoop(LoopConfig{Law: "pid", Params: DefaultParams(), ThresholdMs: 15, Alpha: 1,
+			UMaxLimitMs: DefaultUMaxLimitMs, Off: off})
+		if err != nil {
+			t.Fatal(err)
+		}
+		now := time.Unix(1000, 0)
+		step := func(rawMs float64) Output {
+			now = now.Add(100 * time.Millisecond)
+			return l.Step(Observation{Now: now, Measured: true, Reads: true, RawMs: rawMs, Members: 3, Writing: true})
+		}
+		for range 20 {
+			step(40) // an overload from rest: nothing let it in
+		}
+		// The delay in force in a tick is the one decided the tick before.
+		inForce, next := 0.0, step(10).ControlMs
+		for range 10 {
+			inForce, next = next, step(10).ControlMs // healthy
+		}
+		got := step(60).RelapseMs // the overload that delay let in
+		if want := inForce; off == nil && got != want || off != nil && got != 0 {
+			t.Errorf("rules off %v: RelapseMs %v at the relapse, want %v", off, got, want)
+		}
+		var last Output
+		for range int(relapseHold / DefaultParams().T) {
+			last = step(10)
+		}
+		if last.RelapseMs != 0 {
+			t.Errorf("rules off %v: RelapseMs %v past relapseHold, want 0", off, last.RelapseMs)
+		}
+	}
+}

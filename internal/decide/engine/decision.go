@@ -59,6 +59,9 @@ type ResourceDecision struct {
 	// per ms of delay (see "8. Gain" in package control).
 	Futile, Probing bool
 	GainMsPerMs     float64
+	// RelapseMs: while the relapse guard holds, the delay that let the
+	// last overload in (see "Relapse" in package control); 0 otherwise.
+	RelapseMs float64
 	// Held: no read completed and none has been in flight for a tick, so
 	// the signal and the delay were kept as they were (see "1. Signal" in package control).
 	Held bool

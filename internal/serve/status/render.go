@@ -46,6 +46,9 @@ func WriteTable(w io.Writer, s Status) error {
 		if r.Futile {
 			fmt.Fprintf(&b, "FUTILE: delaying %s's writers bought its reads nothing (last gain %.3f ms per ms of delay): the delay is released and tried again now and then; the readers wait for something else (the target's CPU, the network)\n", r.Name, r.GainMsPerMs)
 		}
+		if r.RelapseMs > 0 {
+			fmt.Fprintf(&b, "relapse: %s's delay of %.2f ms let the last overload in: for a minute the delay falls slowly under %.2f ms\n", r.Name, r.RelapseMs, 1.5*r.RelapseMs)
+		}
 		if len(r.Returning) > 0 {
 			fmt.Fprintf(&b, "armed: %s's returning writers (%s) are held at %.2f ms from their first write\n", r.Name, members(r.Returning), r.ControlMs)
 		}

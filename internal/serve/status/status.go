@@ -87,6 +87,9 @@ type Resource struct {
 	Futile      bool    `json:"futile,omitempty"`
 	Probing     bool    `json:"probing,omitempty"`
 	GainMsPerMs float64 `json:"gain_ms_per_ms,omitempty"`
+	// RelapseMs: while the law's relapse guard holds, the delay that let
+	// the last overload in; the delay falls slowly under 1.5 × it.
+	RelapseMs float64 `json:"relapse_ms,omitempty"`
 	// Held: the last tick had no read sample (reads in flight not yet a
 	// tick old, or a short gap between reads); signal and delay were kept.
 	Held bool `json:"held,omitempty"`
@@ -265,6 +268,7 @@ type RecordResource struct {
 	Futile      bool    `json:"futile,omitempty"`
 	Probing     bool    `json:"probing,omitempty"`
 	GainMsPerMs float64 `json:"gain_ms_per_ms,omitempty"`
+	RelapseMs   float64 `json:"relapse_ms,omitempty"`
 	Held        bool    `json:"held,omitempty"`
 	PendingMs   float64 `json:"pending_ms,omitempty"`
 	Signal      string  `json:"signal,omitempty"`

@@ -230,6 +230,30 @@ func TestFutileIsShown(t *testing.T) {
 	}
 }
 
+// TestRelapseIsShown: a resource whose relapse guard holds says under
+// what delay its delay falls slowly; one whose guard does not, nothing.
+func TestRelapseIsShown(t *testing.T) {
+	for _, ms := range []float64{10.7, 0} {
+		s := fixture()
+		s.Resources[0].RelapseMs = ms
+		var b strings.Builder
+		if err := WriteTable(&b, s); err != nil {
+			t.Fatal(err)
+		}
+		want := "relapse: " + s.Resources[0].Name + "'s delay of 10.70 ms let the last overload in: for a minute the delay falls slowly under 16.05 ms"
+		if got := strings.Contains(b.String(), want); got != (ms > 0) {
+			t.Errorf("relapse %v ms: the table shows %q %v:\n%s", ms, want, got, b.String())
+		}
+		js, err := json.Marshal(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := strings.Contains(string(js), `"relapse_ms":10.7`); got != (ms > 0) {
+			t.Errorf("relapse %v ms: the JSON has relapse_ms %v: %s", ms, got, js)
+		}
+	}
+}
+
 // The reason auto chose the data path is shown under the header, and in
 // the JSON; "as configured" is not worth a line.
 func TestWriteTableBackendWhy(t *testing.T) {
