@@ -111,9 +111,10 @@
 //     falls from far over to just over, and that fall is not an overshoot.
 //   - Relapse: an overload (the signal crossing relapseOnset, 2 × the
 //     set point) was let in by the delay in force when the signal was
-//     last at or under the set point. For relapseHold (1 min) a delay
-//     falling under relapseMargin (1.5) × that delay falls by at most a
-//     factor 2^(−T/relapseHalfLife) a tick (a half-life of 35 s). Integral
+//     last at or under the set point. For relapseHold (1 min of the
+//     controller's ticks: a pause does not count) a delay falling under
+//     relapseMargin (1.5) × that delay falls by at most a factor
+//     2^(−T/relapseHalfLife) a tick (a half-life of 35 s). Integral
 //     action walks a healthy loop's delay down until the latency
 //     answers; where the latency is a cliff rather than a slope (a volume
 //     behind IOPS and throughput caps, whose reads are fast while its
