@@ -58,7 +58,12 @@ func TestAutonomicLoop(t *testing.T) {
 	// Direction: within 30 s the writer's every write waits for a delay,
 	// and the record says it is the controller's. Both are asked for: under
 	// emulation the daemon's own start-up can slow the writer for a second
-	// before its first tick is written.
+	// before its first tick is written. The delay must be well past
+	// dm-delay's own scatter (minSlowdown): dm-delay waits whole jiffies
+	// (4 ms at the guest kernel's HZ of 250), so the writer's minimum
+	// latency moves between about 6 and 10 ms as its writes fall into
+	// step with the timer or out of it, sanqos or not, and a smaller
+	// slowdown cannot be told from a step change after the daemon stops.
 	var (
 		during time.Duration
 		last   status.Record
@@ -69,7 +74,7 @@ func TestAutonomicLoop(t *testing.T) {
 		during, n = window(time.Second)
 		var ok bool
 		last, ok = lastTick(t, "/tmp/sanqos-loop.jsonl")
-		if n > 0 && during > before+5*time.Millisecond && ok && delayed(last, "vg-"+kstack.VG0) {
+		if n > 0 && during > before+minSlowdown && ok && delayed(last, "vg-"+kstack.VG0) {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -87,7 +92,9 @@ func TestAutonomicLoop(t *testing.T) {
 		}
 	}
 
-	// Clean-up: SIGTERM removes the data path, and the writer is free.
+	// Clean-up: SIGTERM removes the data path, and the writer is free:
+	// it gets back at least half the slowdown, which is more than
+	// dm-delay's scatter.
 	daemon.Process.Signal(syscall.SIGTERM)
 	if err := daemon.Wait(); err != nil {
 		t.Errorf("sanqos run after SIGTERM: %v", err)
@@ -101,6 +108,12 @@ func TestAutonomicLoop(t *testing.T) {
 		t.Errorf("the writer stayed slow after sanqos stopped: %v, %v before, %v during", after, before, during)
 	}
 }
+
+// minSlowdown is how much slower than before the writer's minimum write
+// latency must get before the loop is judged to slow it: three of
+// dm-delay's jiffies at HZ 250, so that half of it is more than the
+// writer's minimum latency moves by itself.
+const minSlowdown = 12 * time.Millisecond
 
 // delayed: the tick delayed the resource name.
 func delayed(k status.Record, name string) bool {
