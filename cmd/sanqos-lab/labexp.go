@@ -263,6 +263,9 @@ func printChecks(w io.Writer, s *experiments.Summary) {
 	for _, r := range s.Runs {
 		fmt.Fprintf(w, "%-16s wait p95 %6.1f ms (mean %5.1f), write %5.1f MB/s, reader %5.1f kB/s, retransmits %d\n",
 			r.Name, r.WaitMs.P95, r.WaitMs.Mean, r.WriteMBs, r.ReaderKBs, r.Retransmits)
+		if t := r.TargetWaitMs; t != nil {
+			fmt.Fprintf(w, "%-16s at the target's devices: p95 %.2f ms (mean %.2f)\n", "", t.P95, t.Mean)
+		}
 		if r.Bursts != nil && r.Bursts.N > 0 {
 			fmt.Fprintf(w, "%-16s bursts %s\n", "", r.Bursts.Line())
 		}

@@ -177,10 +177,8 @@ func buildTimeline(reader []iolog.Record, writers []WriterLog) Timeline {
 // activeWaits are the reader's samples in seconds with writers active.
 func (tl Timeline) activeWaits() []float64 {
 	var out []float64
-	for i, a := range tl.Active {
-		if a && !math.IsNaN(tl.WaitMs[i]) {
-			out = append(out, tl.WaitMs[i])
-		}
+	for _, i := range tl.activeSeconds() {
+		out = append(out, tl.WaitMs[i])
 	}
 	return out
 }
@@ -247,6 +245,7 @@ type Tick struct {
 	T        float64 // seconds since the reader started
 	SignalMs float64 // largest resource signal
 	RawMs    float64 // largest resource raw (unfiltered) signal of the tick
+	Reads    uint64  // the reads behind RawMs (its resource's)
 	DelayMs  float64 // largest resource delay
 	Members  int     // members of every throttleable set together
 	WriteKBs float64 // every consumer's write rate together
@@ -328,7 +327,9 @@ func ticksOf(recs []status.Record, t0 float64) []Tick {
 		t := Tick{T: r.TS - t0, HoldErrMs: r.HoldErrorMaxMs, YieldMs: r.YieldMaxMs, WakeLateMs: r.WakeLateMaxMs, Takeovers: r.Takeovers}
 		for _, res := range r.Resources {
 			t.SignalMs = max(t.SignalMs, res.SignalMs)
-			t.RawMs = max(t.RawMs, res.RawMs)
+			if res.RawMs > t.RawMs || t.Reads == 0 {
+				t.RawMs, t.Reads = max(t.RawMs, res.RawMs), res.Reads
+			}
 			if res.Source != "" {
 				t.Source = res.Source
 			}

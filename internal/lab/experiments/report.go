@@ -194,7 +194,10 @@ unless the run says otherwise{{range .S.Runs}}{{if .UMaxMs}}{{if ne .UMaxMs $.S.
 <p>Wait: smalljob's per-second mean latency as the initiator b2 sees it, over the
 seconds the writers were active (fig5.7: the interference window). "Over" is the
 share of those seconds above 1.2 × threshold (uncontrolled runs: 1.2 × the
-reference threshold). Write MB/s: the writers' aggregate while active.
+reference threshold). At the target: the same seconds' mean read latency at the target's devices, as the
+daemon measured it (its p95 and mean; – without a daemon or with a percentile signal); the wait less this is
+the target's own path (protocol, CPU, network), which no delay can take away.
+Write MB/s: the writers' aggregate while active.
 Retransmits: TCP retransmitted segments in all initiator namespaces
 (target's in parentheses). Jain: over each writer thread's MB/s (fig5.1: over the readers).
 Delay: the delay applied to the writers, mean and max over the seconds they were on; held late: the longest any packet
@@ -204,10 +207,10 @@ ended within 2 s, before the sets were clear, is "cut short" and not judged; –
 the administrator's list and never empties).</p>
 <table>
 <tr><th>run</th><th>controller</th><th>threshold ms</th><th>writers</th><th>wait mean</th><th>p50</th><th>p95</th><th>max</th><th>over %</th>
-<th>write MB/s</th><th>reader kB/s</th><th>retransmits</th><th>Jain</th><th>max write I/O ms</th><th>delay mean / max ms</th><th>released</th></tr>
+<th>at the target p95 / mean</th><th>write MB/s</th><th>reader kB/s</th><th>retransmits</th><th>Jain</th><th>max write I/O ms</th><th>delay mean / max ms</th><th>released</th></tr>
 {{range .S.Runs}}<tr><td>{{.Name}}</td><td>{{.Controller}}{{if .Policy}} ({{.Policy}}){{end}}{{if .FixedDelayMs}}, fixed write delay {{.FixedDelayMs}} ms{{end}}</td><td>{{th .ThresholdMs}}</td><td>{{.Writers}}</td>
 <td>{{f1 .WaitMs.Mean}}</td><td>{{f1 .WaitMs.P50}}</td><td>{{f1 .WaitMs.P95}}</td><td>{{f1 .WaitMs.Max}}</td><td>{{f1 .OverThresholdPct}}</td>
-<td>{{f1 .WriteMBs}}</td><td>{{f1 .ReaderKBs}}</td><td>{{.Retransmits}} ({{index .RetransmitsBy "sanqos-bm"}})</td><td>{{f2 .Jain}}</td><td>{{f1 .MaxWriteIOMs}}</td>
+<td>{{with .TargetWaitMs}}{{f2 .P95}} / {{f2 .Mean}}{{else}}–{{end}}</td><td>{{f1 .WriteMBs}}</td><td>{{f1 .ReaderKBs}}</td><td>{{.Retransmits}} ({{index .RetransmitsBy "sanqos-bm"}})</td><td>{{f2 .Jain}}</td><td>{{f1 .MaxWriteIOMs}}</td>
 <td>{{delay .}}</td><td>{{rel .}}</td></tr>
 {{end}}</table>
 {{if sets .S.Runs}}<h2>Throttleable set</h2>

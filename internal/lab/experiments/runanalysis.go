@@ -110,11 +110,13 @@ func (r *run) analyzeWaits(logs runLogs) {
 	// the writers' time; on/off writers: the seconds they were active.
 	tl := res.timeline
 	waits := tl.activeWaits()
+	res.judged = tl.activeSeconds()
 	res.WriteMBs = iolog.Round3(tl.activeMean(tl.WriteMBs))
 	res.ReaderKBs = iolog.Round3(tl.activeMean(tl.ReaderKBs))
 	if w.On == "" && w.WriterTime > 0 {
 		from, to := w.Lead.Seconds(), (w.Lead + w.WriterTime).Seconds()
 		waits = tl.windowWaits(from, to)
+		res.judged = tl.secondsIn(from, to)
 		res.WriteMBs = iolog.Round3(tl.windowMean(tl.WriteMBs, from, to))
 		res.ReaderKBs = iolog.Round3(tl.windowMean(tl.ReaderKBs, from, to))
 	}
@@ -163,6 +165,9 @@ func (r *run) analyzeRecord() error {
 	}
 	ds := delayStats(res.ticks)
 	res.Delay = &ds
+	if c.Signal == "" || c.Signal == "mean" {
+		res.TargetWaitMs = targetWaits(res.ticks, res.timeline, res.judged)
+	}
 	if c.Signal != "" && res.ThresholdMs != nil {
 		h := signalHold(res.ticks, c.Signal, *res.ThresholdMs)
 		res.SignalHold = &h
