@@ -122,8 +122,12 @@
 //     empty it: no delay puts them at the set point), each walk down
 //     costs a bad second and the answer kicks the delay up again (the
 //     simulator's capped volume: 14 ↔ 45 ms every half second, where a
-//     fixed 20 ms holds). An overload from rest remembers nothing, and
-//     rest forgets.
+//     fixed 20 ms holds). An onset while the guard holds, or within a
+//     hold of its end, doubles the hold, up to relapseHoldMax (4 min):
+//     a cliff found again as soon as the guard lets go is the plant's,
+//     not one overload's, and each return to it costs a bad second or
+//     two (the lab's capped volume, a minute after the first onset). An
+//     overload from rest remembers nothing, and rest forgets.
 //   - Rebase: a controller stepped again after a pause takes the signal
 //     as its error history, so the pause's change of error is no kick.
 //

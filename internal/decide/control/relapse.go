@@ -11,8 +11,12 @@ const (
 	// the signal at twice the set point, far past the scatter of a loop
 	// holding it.
 	relapseOnset = 1.0
-	// relapseHold is how long the guard remembers an onset.
-	relapseHold = time.Minute
+	// relapseHold is how long the guard remembers an onset; an onset
+	// within a hold of the last one's end doubles it, up to
+	// relapseHoldMax: a cliff found again as soon as the guard let go is
+	// a property of the plant, not of one overload.
+	relapseHold    = time.Minute
+	relapseHoldMax = 4 * time.Minute
 	// relapseMargin: the guard slows a delay falling under this multiple
 	// of the remembered one; relapseHalfLife is how slowly it then falls.
 	relapseMargin   = 1.5
@@ -26,16 +30,39 @@ const (
 type relapseGuard struct {
 	at       float64 // the delay that let the last overload in; 0: none
 	age      int     // ticks since that overload began
+	hold     int     // ticks the guard holds after it; 0: relapseHold's
 	healthyU float64 // the delay in force at the last tick at or under the set point
 	lastE    float64 // the last tick's relative error
 }
 
+// holdTicks is how many ticks the guard holds after an onset.
+func (g *relapseGuard) holdTicks(tick time.Duration) int {
+	if g.hold == 0 {
+		return int(relapseHold / tick)
+	}
+	return g.hold
+}
+
 // holding is the remembered delay while the guard holds, else 0.
 func (g *relapseGuard) holding(tick time.Duration) float64 {
-	if g.age >= int(relapseHold/tick) {
+	if g.age >= g.holdTicks(tick) {
 		return 0
 	}
 	return g.at
+}
+
+// onset remembers the delay that let an overload in. One that begins
+// while the guard holds, or within a hold of its end, doubles the hold;
+// a later one starts from relapseHold again.
+func (g *relapseGuard) onset(tick time.Duration) {
+	h := g.holdTicks(tick)
+	switch {
+	case g.at > 0 && g.age < 2*h:
+		g.hold = min(2*h, int(relapseHoldMax/tick))
+	default:
+		g.hold = int(relapseHold / tick)
+	}
+	g.at, g.age = g.healthyU, 0
 }
 
 // limit takes the controller's move dv of the log-delay from the delay u
@@ -47,10 +74,10 @@ func (g *relapseGuard) limit(u, e, dv float64, tick time.Duration) float64 {
 		g.healthyU = u
 	}
 	if e >= relapseOnset && g.lastE < relapseOnset && g.healthyU > 0 {
-		g.at, g.age = g.healthyU, 0
+		g.onset(tick)
 	}
 	g.lastE = e
-	if g.at == 0 || g.age >= int(relapseHold/tick) || dv >= 0 || u == 0 {
+	if g.at == 0 || g.age >= g.holdTicks(tick) || dv >= 0 || u == 0 {
 		return dv
 	}
 	zone := relapseMargin * g.at

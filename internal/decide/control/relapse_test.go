@@ -106,3 +106,42 @@ func TestLoopReportsTheRelapseGuard(t *testing.T) {
 		}
 	}
 }
+
+// TestRelapseHoldDoublesWhileTheCliffReturns: an onset while the guard
+// holds, or within a hold of its end, doubles the hold up to
+// relapseHoldMax; one after a longer quiet starts from relapseHold.
+func TestRelapseHoldDoublesWhileTheCliffReturns(t *testing.T) {
+	tick := DefaultParams().T
+	ticks := func(d time.Duration) int { return int(d / tick) }
+	var g relapseGuard
+	run := func(n int, e float64) {
+		for range n {
+			g.limit(10, e, -0.01, tick)
+		}
+	}
+	onset := func() int {
+		run(1, -0.5) // healthy at 10 ms
+		run(1, 2)    // the signal at three times the set point
+		return g.holdTicks(tick)
+	}
+	steps := []struct {
+		quiet time.Duration // healthy before the onset
+		want  time.Duration // the hold it starts
+	}{
+		{0, relapseHold}, // the first
+		{relapseHold + 10*time.Second, 2 * relapseHold}, // 10 s after the hold ended
+		{30 * time.Second, 4 * relapseHold},             // while it holds
+		{0, relapseHoldMax},                             // and no further
+		{2*relapseHoldMax + time.Second, relapseHold},   // after a long quiet
+	}
+	for i, s := range steps {
+		run(ticks(s.quiet), -0.5)
+		if got := onset(); got != ticks(s.want) {
+			t.Fatalf("onset %d after %v healthy: hold %v, want %v", i, s.quiet, time.Duration(got)*tick, s.want)
+		}
+	}
+	run(ticks(relapseHold)+10, -0.5)
+	if got := g.holding(tick); got != 0 {
+		t.Errorf("past relapseHold after a long quiet the guard still holds %v ms", got)
+	}
+}
