@@ -284,7 +284,7 @@ func TestRulesSwitchOff(t *testing.T) {
 		"far-raise": "surge24", "retarget": "reload-threshold",
 		"idle-hold": "slow-reader", "armed": "lab-15", "err-cap": "lab-10",
 		"floor": "long-lull", "rest": "lab-15", "first-climb": "lab-10",
-		"gain": "host-bound", "relapse": "cloud-seq1m",
+		"gain": "host-bound", "relapse": "cloud-seq1m", "recall": "long-lull",
 	}
 	for _, rule := range control.RuleNames() {
 		if _, ok := exercise[rule]; !ok {

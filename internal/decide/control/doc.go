@@ -128,6 +128,17 @@
 //     not one overload's, and each return to it costs a bad second or
 //     two (the lab's capped volume, a minute after the first onset). An
 //     overload from rest remembers nothing, and rest forgets.
+//   - Recall: the delay a burst needed, the median that arms its pause
+//     (step 2), is remembered for RecallWindow (30 min). A climb from
+//     rest that meets an overload (the signal at relapseOnset over the
+//     set point) within that time jumps to it, once, instead of
+//     climbing from the floor: writers that come back after more than
+//     ArmHold (a checkpoint every few minutes, a job every quarter of an
+//     hour) would otherwise meet no delay and let a backlog in for the
+//     second or two the climb takes. A recalled delay that is more than
+//     the writers now need costs them a second or two: the signal comes
+//     down to the set point and the controller winds the delay down as
+//     usual.
 //   - Rebase: a controller stepped again after a pause takes the signal
 //     as its error history, so the pause's change of error is no kick.
 //
@@ -260,6 +271,7 @@
 //	rest           on    off    off   step 3
 //	first-climb    on    off    off   step 3
 //	relapse        on    off    off   step 3
+//	recall         on    off    off   step 3
 //	rebase         on    off    off   step 3
 //	ceiling        on    off    off   step 4 (off: fixed at UMaxMs, saturation at it)
 //	far-raise      on    off    off   step 4, the faster raise far over

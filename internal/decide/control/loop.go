@@ -68,6 +68,9 @@ type Rules struct {
 	// Relapse: a delay falling back toward the one that let the last
 	// overload in falls slowly (step 3).
 	Relapse bool
+	// Recall: an overload from rest within RecallWindow of the last
+	// burst starts at the delay that burst needed (step 3).
+	Recall bool
 	// Rebase: a controller stepped again after a pause, or rebuilt at a
 	// reload, takes the signal as its error history (no Δε or D kick).
 	Rebase bool
@@ -88,7 +91,7 @@ type Rules struct {
 // copy of a listing that has none of these inputs; none never delays.
 var LawRules = map[string]Rules{
 	"pid": {IdleHold: true, Armed: true, ErrCap: true, Floor: true, Rest: true, FirstClimb: true,
-		Relapse: true, Rebase: true, Ceiling: true, FarRaise: true, Retarget: true, Gain: true},
+		Relapse: true, Recall: true, Rebase: true, Ceiling: true, FarRaise: true, Retarget: true, Gain: true},
 	"thesis": everyLaw,
 	"none":   everyLaw,
 }
@@ -122,6 +125,7 @@ var ruleFields = map[string]func(*Rules) *bool{
 	"rest":        func(r *Rules) *bool { return &r.Rest },
 	"first-climb": func(r *Rules) *bool { return &r.FirstClimb },
 	"relapse":     func(r *Rules) *bool { return &r.Relapse },
+	"recall":      func(r *Rules) *bool { return &r.Recall },
 	"rebase":      func(r *Rules) *bool { return &r.Rebase },
 	"ceiling":     func(r *Rules) *bool { return &r.Ceiling },
 	"far-raise":   func(r *Rules) *bool { return &r.FarRaise },
@@ -224,8 +228,14 @@ type Loop struct {
 	frozen     bool
 	// held: the controller's output over the last heldTicks running
 	// ticks with members writing, oldest first.
-	held    []float64
-	ceiling float64
+	held []float64
+	// recallMs: the delay the last burst needed (the median of held when
+	// its set emptied), recallAt when; recalled: this climb from rest
+	// has been given it.
+	recallMs float64
+	recallAt time.Time
+	recalled bool
+	ceiling  float64
 	// satSince, lowSince: when the delay started to press on the ceiling,
 	// or to sit under half of it.
 	satSince, lowSince time.Time
@@ -301,6 +311,7 @@ func (l *Loop) Step(o Observation) Output {
 			l.pid.Rebase(l.signalMs)
 		}
 		l.controlMs = l.ctrl.Update(l.signalMs)
+		l.recall(o.Now)
 	}
 	if running && o.Members > 0 && o.Writing {
 		l.held = append(l.held, l.controlMs)
@@ -352,15 +363,47 @@ const heldTicks = 100
 // of their last seconds, where the last output is lower: at a burst's
 // tail the reads get fast while the writers still write and the delay
 // winds down, and the next burst's onset needs what the burst needed.
-func (l *Loop) armAtHeld() {
+func (l *Loop) armAtHeld(now time.Time) {
 	defer func() { l.held = l.held[:0] }()
 	if l.pid == nil || len(l.held) == 0 {
 		return
 	}
 	h := append([]float64(nil), l.held...)
 	sort.Float64s(h)
-	if m := h[len(h)/2]; m > l.controlMs {
+	m := h[len(h)/2]
+	if m > 0 {
+		l.recallMs, l.recallAt = m, now
+	}
+	if m > l.controlMs {
 		l.controlMs = l.pid.SetOutput(m)
+	}
+}
+
+// RecallWindow is how long the delay a burst needed is recalled for an
+// overload from rest (see "Recall" in doc.go).
+const RecallWindow = 30 * time.Minute
+
+// recall: in the controller's first climb from rest, once the signal
+// shows an overload (relapseOnset over the set point), within
+// RecallWindow of the last burst, the delay jumps to what that burst
+// needed rather than climbing to it from the floor; once a climb.
+func (l *Loop) recall(now time.Time) {
+	if l.pid == nil || !l.rules.Recall {
+		return
+	}
+	if l.pid.u == 0 {
+		l.recalled = false
+		return
+	}
+	if l.recalled || !l.pid.Rising() || l.recallMs == 0 || now.Sub(l.recallAt) > RecallWindow {
+		return
+	}
+	if (l.signalMs-l.pid.p.TargetMs)/l.pid.p.TargetMs < relapseOnset {
+		return
+	}
+	l.recalled = true
+	if l.recallMs > l.controlMs {
+		l.controlMs = l.pid.SetOutput(l.recallMs)
 	}
 }
 
@@ -379,7 +422,7 @@ func (l *Loop) armed(o Observation) bool {
 	// The set has just emptied. A tail can wind the delay to nothing
 	// while the writers still write, so the burst's held delay decides
 	// whether there is anything to arm, not the last output.
-	l.armAtHeld()
+	l.armAtHeld(o.Now)
 	if l.controlMs > 0 {
 		l.emptySince = o.Now
 		return true

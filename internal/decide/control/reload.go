@@ -27,6 +27,7 @@ func (l *Loop) adopt(old *Loop, smooth bool) {
 	// A new statistic (mean to p95, say) starts from the old one's value:
 	// the nearest estimate there is.
 	l.lastSample, l.emptySince, l.held = old.lastSample, old.emptySince, old.held
+	l.recallMs, l.recallAt = old.recallMs, old.recallAt
 	l.satSince, l.lowSince = old.satSince, old.lowSince
 	l.gain = old.gain // what the delay buys is the plant's, not the settings'
 	target := l.TargetMs()
