@@ -246,6 +246,7 @@ type Tick struct {
 	SignalMs float64 // largest resource signal
 	RawMs    float64 // largest resource raw (unfiltered) signal of the tick
 	Reads    uint64  // the reads behind RawMs (its resource's)
+	MeanMs   float64 // their mean, completed reads only, where the probe timed them
 	DelayMs  float64 // largest resource delay
 	Members  int     // members of every throttleable set together
 	WriteKBs float64 // every consumer's write rate together
@@ -328,7 +329,7 @@ func ticksOf(recs []status.Record, t0 float64) []Tick {
 		for _, res := range r.Resources {
 			t.SignalMs = max(t.SignalMs, res.SignalMs)
 			if res.RawMs > t.RawMs || t.Reads == 0 {
-				t.RawMs, t.Reads = max(t.RawMs, res.RawMs), res.Reads
+				t.RawMs, t.Reads, t.MeanMs = max(t.RawMs, res.RawMs), res.Reads, res.MeanMs
 			}
 			if res.Source != "" {
 				t.Source = res.Source

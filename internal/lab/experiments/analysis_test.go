@@ -208,15 +208,15 @@ func TestTicksOfAndDelayStats(t *testing.T) {
 		{TS: 1000.1, HoldErrorMaxMs: 3.5, Resources: []status.RecordResource{{SignalMs: 20, DelayMs: 4, Members: 3}},
 			Consumers: []status.Consumer{{Device: "loop1", Addr: "a", WriteKBs: 10000}, {Device: "loop2", Addr: "b", WriteKBs: 20000},
 				{WriteKBs: 0}}},
-		{TS: 1000.2, Resources: []status.RecordResource{{SignalMs: 18, DelayMs: 0, Members: 3, RawMs: 2, Reads: 5}, {RawMs: 6, Reads: 2}},
+		{TS: 1000.2, Resources: []status.RecordResource{{SignalMs: 18, DelayMs: 0, Members: 3, RawMs: 2, Reads: 5}, {RawMs: 6, Reads: 2, MeanMs: 5}},
 			Consumers: []status.Consumer{{WriteKBs: 15000}}},
 	}
 	ts := ticksOf(recs, t0)
 	if len(ts) != 3 || math.Abs(ts[0].T+0.1) > 1e-9 || ts[1].WriteKBs != 30000 || ts[1].DelayMs != 4 || ts[1].Members != 3 {
 		t.Fatalf("ticks = %+v", ts)
 	}
-	if ts[2].RawMs != 6 || ts[2].Reads != 2 {
-		t.Errorf("tick %+v: want the largest raw signal, 6 ms, and its resource's 2 reads", ts[2])
+	if ts[2].RawMs != 6 || ts[2].Reads != 2 || ts[2].MeanMs != 5 {
+		t.Errorf("tick %+v: want the largest raw signal, 6 ms, and its resource's 2 reads of 5 ms", ts[2])
 	}
 	ds := delayStats(ts)
 	if ds.HoldErrorMaxMs != 3.5 || ds.HoldErrorOver2Pct != 50 {

@@ -194,9 +194,9 @@ unless the run says otherwise{{range .S.Runs}}{{if .UMaxMs}}{{if ne .UMaxMs $.S.
 <p>Wait: smalljob's per-second mean latency as the initiator b2 sees it, over the
 seconds the writers were active (fig5.7: the interference window). "Over" is the
 share of those seconds above 1.2 × threshold (uncontrolled runs: 1.2 × the
-reference threshold). At the target: the same seconds' mean read latency at the target's devices, as the
-daemon measured it (its p95 and mean; – without a daemon or with a percentile signal); the wait less this is
-the target's own path (protocol, CPU, network), which no delay can take away.
+reference threshold). At the target: the same seconds' mean read latency at the target's devices, of the reads
+the daemon timed there (every reader's of the resource; its p95 and mean; – without a daemon); the wait less
+this is the target's own path (protocol, CPU, network), which no delay can take away.
 Write MB/s: the writers' aggregate while active.
 Retransmits: TCP retransmitted segments in all initiator namespaces
 (target's in parentheses). Jain: over each writer thread's MB/s (fig5.1: over the readers).

@@ -138,9 +138,10 @@ type RunResult struct {
 	// with writers active.
 	WaitMs        Stats `json:"wait_ms"`
 	ActiveSeconds int   `json:"active_seconds"`
-	// TargetWaitMs summarises the same seconds' read latency at the
-	// target's devices, as the daemon measured it (nil without a
-	// daemon): WaitMs less this is the target's own path.
+	// TargetWaitMs summarises the same seconds' mean read latency at the
+	// target's devices, of the reads the daemon timed there (every
+	// reader's; nil without a daemon): WaitMs less this is the target's
+	// own path.
 	TargetWaitMs *Stats `json:"target_wait_ms,omitempty"`
 	// OverThresholdPct is the share of those seconds above OverFactor ×
 	// OverRefMs: the run's threshold, or for an uncontrolled run the

@@ -165,9 +165,7 @@ func (r *run) analyzeRecord() error {
 	}
 	ds := delayStats(res.ticks)
 	res.Delay = &ds
-	if c.Signal == "" || c.Signal == "mean" {
-		res.TargetWaitMs = targetWaits(res.ticks, res.timeline, res.judged)
-	}
+	res.TargetWaitMs = targetWaits(res.ticks, res.timeline, res.judged, c.Signal == "" || c.Signal == "mean")
 	if c.Signal != "" && res.ThresholdMs != nil {
 		h := signalHold(res.ticks, c.Signal, *res.ThresholdMs)
 		res.SignalHold = &h

@@ -23,12 +23,14 @@ func (tl Timeline) activeSeconds() []int {
 }
 
 // targetWaits summarises, over the timeline's seconds secs, the mean read
-// latency at the target's devices in each second: the ticks' raw signal
-// weighted by their reads, from the ticks in the second (its end - 1,
-// end]. Seconds without a sample of the reader or a read counted at the
-// target are left out; nil when none is left. The ticks must carry the mean (a tick's p95 or p99 does not
-// average into a second's mean).
-func targetWaits(ticks []Tick, tl Timeline, secs []int) *Stats {
+// latency at the target's devices in each second, from the ticks in the
+// second (its end - 1, end], weighted by their reads: each tick's mean of
+// the reads the probe timed, or where it timed none (diskstats) its raw
+// signal if that is a mean (rawIsMean). Those are every reader's reads
+// of the resource; a raw signal also counts a read long in flight by its
+// age. Seconds without a sample of the reader or a read counted at the
+// target are left out; nil when none is left.
+func targetWaits(ticks []Tick, tl Timeline, secs []int, rawIsMean bool) *Stats {
 	var per []float64
 	for _, i := range secs {
 		if math.IsNaN(tl.WaitMs[i]) {
@@ -38,8 +40,12 @@ func targetWaits(ticks []Tick, tl Timeline, secs []int) *Stats {
 		var sum float64
 		var n uint64
 		for _, t := range ticks {
-			if t.T > end-1 && t.T <= end && t.Reads > 0 {
-				sum += t.RawMs * float64(t.Reads)
+			v, ok := t.MeanMs, t.MeanMs > 0
+			if !ok && rawIsMean {
+				v, ok = t.RawMs, true
+			}
+			if t.T > end-1 && t.T <= end && t.Reads > 0 && ok {
+				sum += v * float64(t.Reads)
 				n += t.Reads
 			}
 		}

@@ -29,18 +29,28 @@ func TestTargetWaits(t *testing.T) {
 		// Second 4, (3, 4]: nothing counted, so left out.
 		{T: 3.5, RawMs: 7, Reads: 0},
 	}
-	got := targetWaits(ticks, tl, secs)
+	got := targetWaits(ticks, tl, secs, true)
 	if got == nil || got.N != 1 || got.Mean != 1 {
 		t.Fatalf("targetWaits = %+v, want one second of 1 ms", got)
 	}
 	ticks = append(ticks, Tick{T: 4, RawMs: 3, Reads: 2})
-	if got := targetWaits(ticks, tl, secs); got == nil || got.N != 2 || got.Max != 3 || got.Mean != 2 {
+	if got := targetWaits(ticks, tl, secs, true); got == nil || got.N != 2 || got.Max != 3 || got.Mean != 2 {
 		t.Errorf("targetWaits = %+v, want seconds of 1 and 3 ms", got)
 	}
-	if got := targetWaits(ticks, tl, []int{1, 2, 3}); got == nil || got.N != 2 {
+	if got := targetWaits(ticks, tl, []int{1, 2, 3}, true); got == nil || got.N != 2 {
 		t.Errorf("targetWaits = %+v, want second 3 left out: the reader has no sample in it", got)
 	}
-	if got := targetWaits(nil, tl, secs); got != nil {
+	if got := targetWaits(nil, tl, secs, true); got != nil {
 		t.Errorf("targetWaits without ticks = %+v, want nil", got)
+	}
+	// Where the probe timed the reads, their mean counts, not a raw
+	// signal a read long in flight has raised; a percentile signal
+	// without the probe's mean says nothing of a mean.
+	probed := []Tick{{T: 1.5, RawMs: 400, MeanMs: 2, Reads: 3}}
+	if got := targetWaits(probed, tl, secs, false); got == nil || got.Mean != 2 {
+		t.Errorf("targetWaits of a probed tick = %+v, want its completed reads' 2 ms", got)
+	}
+	if got := targetWaits([]Tick{{T: 1.5, RawMs: 9, Reads: 3}}, tl, secs, false); got != nil {
+		t.Errorf("targetWaits of a p95 signal without the probe's mean = %+v, want nil", got)
 	}
 }
