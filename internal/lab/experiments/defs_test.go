@@ -56,7 +56,24 @@ func TestHarderWorkloadPlans(t *testing.T) {
 			}
 		}
 	}
-	x, _ := Lookup("guarantees")
+	// longlull's pauses are past the time the loop holds its delay, and
+	// even --short has three bursts.
+	x, err := Lookup("longlull")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, short := range []bool{false, true} {
+		for _, r := range x.plan(short) {
+			w := r.w
+			if w.Off <= control.ArmHold || w.Writers != 12 || w.On != burstBytes {
+				t.Errorf("longlull/%s: workload %+v, want fig5.11's writers pausing past control.ArmHold %s", r.name, w, control.ArmHold)
+			}
+			if bursts := int((w.WriterTime + w.Off) / (w.Off + 20*time.Second)); bursts < 3 {
+				t.Errorf("longlull/%s (short %v): room for %d bursts of about 20 s in %s, want 3", r.name, short, bursts, w.WriterTime)
+			}
+		}
+	}
+	x, _ = Lookup("guarantees")
 	p := x.plan(false)
 	if p[0].w.Readers != 4 || p[0].w.Writers != 0 || p[2].w.Writers != 1 || p[2].w.On != "" || p[2].w.Name != p[3].w.Name {
 		t.Errorf("guarantees workloads: %+v", p)
