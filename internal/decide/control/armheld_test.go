@@ -25,16 +25,7 @@ func TestPauseArmsAtTheHeldDelay(t *testing.T) {
 		{"tail to zero, armed off", []string{"armed"}, 40, 0.5, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			l, err := NewLoop(LoopConfig{Law: "pid", Params: DefaultParams(), ThresholdMs: 15, Alpha: 0.25,
-				UMaxLimitMs: DefaultUMaxLimitMs, Off: tc.off})
-			if err != nil {
-				t.Fatal(err)
-			}
-			now := time.Unix(1000, 0)
-			step := func(rawMs float64, members int) Output {
-				now = now.Add(100 * time.Millisecond)
-				return l.Step(Observation{Now: now, Measured: true, Reads: true, RawMs: rawMs, Members: members, Writing: members > 0})
-			}
+			_, step := writersLoop(t, tc.off)
 			var peak float64
 			for range 20 { // the onset: far over
 				peak = max(peak, step(40, 3).ControlMs)
@@ -65,5 +56,22 @@ func TestPauseArmsAtTheHeldDelay(t *testing.T) {
 				t.Errorf("the next burst met %.2f ms, want the armed %.2f", back.DelayMs, pause.ControlMs)
 			}
 		})
+	}
+}
+
+// writersLoop is a pid loop at T = 15 ms with the rules off switched off,
+// and step, which runs one tick of reads at rawMs with members writers
+// writing.
+func writersLoop(t *testing.T, off []string) (*Loop, func(rawMs float64, members int) Output) {
+	t.Helper()
+	l, err := NewLoop(LoopConfig{Law: "pid", Params: DefaultParams(), ThresholdMs: 15, Alpha: 0.25,
+		UMaxLimitMs: DefaultUMaxLimitMs, Off: off})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Unix(1000, 0)
+	return l, func(rawMs float64, members int) Output {
+		now = now.Add(100 * time.Millisecond)
+		return l.Step(Observation{Now: now, Measured: true, Reads: true, RawMs: rawMs, Members: members, Writing: members > 0})
 	}
 }

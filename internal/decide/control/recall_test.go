@@ -21,16 +21,7 @@ func TestRecallStartsTheClimbAtTheLastBurstsDelay(t *testing.T) {
 		{"past the window", nil, RecallWindow + time.Minute, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			l, err := NewLoop(LoopConfig{Law: "pid", Params: DefaultParams(), ThresholdMs: 15, Alpha: 0.25,
-				UMaxLimitMs: DefaultUMaxLimitMs, Off: tc.off})
-			if err != nil {
-				t.Fatal(err)
-			}
-			now := time.Unix(1000, 0)
-			step := func(rawMs float64, members int) Output {
-				now = now.Add(100 * time.Millisecond)
-				return l.Step(Observation{Now: now, Measured: true, Reads: true, RawMs: rawMs, Members: members, Writing: members > 0})
-			}
+			l, step := writersLoop(t, tc.off)
 			for range 20 { // the first burst's onset, from rest
 				step(40, 3)
 			}
