@@ -58,7 +58,7 @@ func registry() []Experiment {
 	// The mechanism's experiments go between fig5.1 and fig5.7, in the
 	// thesis's order.
 	x = append(x[:1], append(mechanismExperiments(), x[1:]...)...)
-	return append(append(append(append(append(x, harderExperiments()...), nfsExperiments()...), untunedExperiments()...), tenantsExperiments()...), datapathExperiments()...)
+	return append(append(append(append(append(append(x, harderExperiments()...), pauseExperiments()...), nfsExperiments()...), untunedExperiments()...), tenantsExperiments()...), datapathExperiments()...)
 }
 
 // thesisExperiments are the thesis's own experiments (chapter 5).
