@@ -304,8 +304,9 @@ func (l *Loop) Step(o Observation) Output {
 	// 2. Armed through pauses: the controller is not stepped.
 	out.Armed = l.armed(o)
 	running := news && !out.Armed
-	// 3. The controller (pid: error cap, floor, rest, first climb),
-	// rebased after a pause.
+	// 3. The controller (pid: error cap, floor, rest, first climb,
+	// relapse), rebased after a pause; a climb from rest recalls the
+	// last burst's delay.
 	if running {
 		if l.rules.Rebase && l.frozen {
 			l.pid.Rebase(l.signalMs)

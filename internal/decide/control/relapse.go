@@ -12,9 +12,9 @@ const (
 	// holding it.
 	relapseOnset = 1.0
 	// relapseHold is how long the guard remembers an onset; an onset
-	// within a hold of the last one's end doubles it, up to
-	// relapseHoldMax: a cliff found again as soon as the guard let go is
-	// a property of the plant, not of one overload.
+	// while it holds, or within a hold of its end, doubles it, up to
+	// relapseHoldMax: a cliff found again as soon as the guard lets go
+	// is a property of the plant, not of one overload.
 	relapseHold    = time.Minute
 	relapseHoldMax = 4 * time.Minute
 	// relapseMargin: the guard slows a delay falling under this multiple
