@@ -326,10 +326,11 @@ func ticksOf(recs []status.Record, t0 float64) []Tick {
 	out := make([]Tick, 0, len(recs))
 	for _, r := range recs {
 		t := Tick{T: r.TS - t0, HoldErrMs: r.HoldErrorMaxMs, YieldMs: r.YieldMaxMs, WakeLateMs: r.WakeLateMaxMs, Takeovers: r.Takeovers}
-		for _, res := range r.Resources {
+		for i, res := range r.Resources {
 			t.SignalMs = max(t.SignalMs, res.SignalMs)
-			if res.RawMs > t.RawMs || t.Reads == 0 {
-				t.RawMs, t.Reads, t.MeanMs = max(t.RawMs, res.RawMs), res.Reads, res.MeanMs
+			if i == 0 || res.RawMs > t.RawMs {
+				// The worst resource's tick, with its own reads.
+				t.RawMs, t.Reads, t.MeanMs = res.RawMs, res.Reads, res.MeanMs
 			}
 			if res.Source != "" {
 				t.Source = res.Source

@@ -6,7 +6,7 @@ import "math"
 // reads at the target's devices. What lies between (the target's
 // protocol stack, its CPU, the network) is invisible to the daemon and
 // cannot be throttled away; where the threshold is a few milliseconds it
-// can be a third of it. The report shows both for the same seconds, so
+// can be a fifth of it. The report shows both for the same seconds, so
 // that a miss can be told apart: the law missing at the devices, or the
 // path adding what the devices did not.
 
