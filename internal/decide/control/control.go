@@ -272,10 +272,7 @@ func (c *PID) Update(signalMs float64) float64 {
 		signalMs = 0 // no signal: treat as healthy; fail open
 	}
 	r := c.p.TargetMs
-	e := (signalMs - r) / r
-	if c.p.ErrCap > 0 {
-		e = math.Min(e, c.p.ErrCap)
-	}
+	e := c.relErr(signalMs)
 	if e <= 0 {
 		c.rising = false
 	}
@@ -330,12 +327,27 @@ func (c *PID) SetUMax(umax float64) {
 // there all along: a controller that was not stepped for a while (the
 // engine freezes it while no writer writes) resumes from its output with
 // no Δe or D kick from an error it last saw seconds ago.
+//
+// The history is the error Update would take from signalMs, capped as
+// it caps: an uncapped history many times over the set point would read
+// at the next step as a fall to the cap and release the delay (a burst
+// that resumes after a pause with its reads far over).
 func (c *PID) Rebase(signalMs float64) {
 	if math.IsNaN(signalMs) {
 		return
 	}
-	c.e1 = (signalMs - c.p.TargetMs) / c.p.TargetMs
+	c.e1 = c.relErr(signalMs)
 	c.e2 = c.e1
+}
+
+// relErr is the error Update acts on: the signal's distance from the set
+// point relative to it, capped at ErrCap.
+func (c *PID) relErr(signalMs float64) float64 {
+	e := (signalMs - c.p.TargetMs) / c.p.TargetMs
+	if c.p.ErrCap > 0 {
+		e = math.Min(e, c.p.ErrCap)
+	}
+	return e
 }
 
 // StepTarget moves the set point to targetMs (> 0) and keeps the error

@@ -397,6 +397,21 @@ func TestErrCapKeepsDelayOnFallingSpike(t *testing.T) {
 	}
 }
 
+// A controller rebased on a signal far over the set point (a burst that
+// resumes after a pause with its reads many times over) must not read
+// the cap as a fall at its next step: the history is capped as the
+// error is, and the delay rises.
+func TestRebaseFarOverKeepsTheDelay(t *testing.T) {
+	for _, sig := range []float64{40, 320} {
+		c := NewPID(DefaultParams())
+		c.SetOutput(10)
+		c.Rebase(sig)
+		if u := c.Update(sig); u < 10 {
+			t.Errorf("rebased at %v ms (set point 15): the next step took the delay from 10 to %v ms", sig, u)
+		}
+	}
+}
+
 // TestNamesAreTheRegistry: the names users are offered (config, flags)
 // are exactly the controllers New builds.
 func TestNamesAreTheRegistry(t *testing.T) {

@@ -483,11 +483,7 @@ func (l *Loop) resume() {
 	g.phase, g.losing = gainWatching, 0
 	g.clearWindow(g.active)
 	l.controlMs = l.pid.SetOutput(g.probeDelay)
-	sig := l.signalMs
-	if c := l.cfg.Params.ErrCap; c > 0 {
-		sig = min(sig, (1+c)*l.TargetMs()) // as Adopt rebases
-	}
-	l.pid.Rebase(sig)
+	l.pid.Rebase(l.signalMs)
 }
 
 // Futile reports that the loop found its delay bought nothing and holds

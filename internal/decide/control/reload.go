@@ -61,15 +61,8 @@ func (l *Loop) adopt(old *Loop, smooth bool) {
 	}
 	if l.rules.Rebase && rebase && smooth {
 		// The signal becomes the error history against the new set
-		// point, as if it had been there all along, capped as pid caps
-		// its error: uncapped, a signal many times over the set point
-		// would read at the first step as a fall to the cap and take the
-		// delay away.
-		sig := l.signalMs
-		if c := now.Params.ErrCap; c > 0 {
-			sig = min(sig, (1+c)*target)
-		}
-		l.pid.Rebase(sig)
+		// point, as if it had been there all along.
+		l.pid.Rebase(l.signalMs)
 	}
 	l.ceiling = base
 	if l.rules.Ceiling {
