@@ -282,7 +282,7 @@ func TestRulesSwitchOff(t *testing.T) {
 	exercise := map[string]string{
 		"rebase": "lab-15", "ceiling": "surge24",
 		"far-raise": "surge24", "retarget": "reload-threshold",
-		"idle-hold": "slow-reader", "armed": "lab-15", "err-cap": "lab-10",
+		"idle-hold": "slow-reader", "armed": "lab-15", "err-cap": "ssd-mean",
 		"floor": "long-lull", "rest": "lab-15", "first-climb": "lab-10",
 		"gain": "host-bound", "relapse": "cloud-seq1m", "recall": "long-lull",
 	}

@@ -266,7 +266,13 @@ func (c *PID) TargetMs() float64 { return c.p.TargetMs }
 // many times the set point to just over it, and the Δε term of that
 // fall, a correction meant for a loop that has overshot, took the delay
 // back while the writers were not yet held. No delay has yet been too
-// much while the signal has never reached the set point.
+// much while the signal has never reached the set point. For the same
+// reason the error is not capped in the first climb: the cap is there
+// for the P term of a falling spike, and here a fall takes nothing. A
+// burst far over then takes the delay to its ceiling within a tick or
+// two instead of about ten at the cap's pace, while one tick over from
+// rest, which may be one noisy tick, is still capped: the climb begins
+// with the tick that leaves rest.
 func (c *PID) Update(signalMs float64) float64 {
 	if math.IsNaN(signalMs) {
 		signalMs = 0 // no signal: treat as healthy; fail open
@@ -341,10 +347,11 @@ func (c *PID) Rebase(signalMs float64) {
 }
 
 // relErr is the error Update acts on: the signal's distance from the set
-// point relative to it, capped at ErrCap.
+// point relative to it, capped at ErrCap but in the first climb (see
+// Update).
 func (c *PID) relErr(signalMs float64) float64 {
 	e := (signalMs - c.p.TargetMs) / c.p.TargetMs
-	if c.p.ErrCap > 0 {
+	if c.p.ErrCap > 0 && (!c.rising || c.noClimb) {
 		e = math.Min(e, c.p.ErrCap)
 	}
 	return e

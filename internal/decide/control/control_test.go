@@ -397,6 +397,31 @@ func TestErrCapKeepsDelayOnFallingSpike(t *testing.T) {
 	}
 }
 
+// In the first climb the error is not capped: a burst 20 times over the
+// set point takes the delay to the ceiling at its second tick, where the
+// capped error (the first climb off) climbs by e^(Kp·T/Ti·ErrCap) a
+// tick. The tick that leaves rest is capped either way.
+func TestFirstClimbIsUncapped(t *testing.T) {
+	run := func(noClimb bool) (first, second float64) {
+		p := DefaultParams()
+		p.UMaxMs = 200
+		c := NewPID(p)
+		c.noClimb = noClimb
+		return c.Update(300), c.Update(300)
+	}
+	f, s := run(false)
+	fOff, sOff := run(true)
+	if f != fOff {
+		t.Errorf("the tick leaving rest: %v ms in the first climb, %v ms without it; want the same (capped)", f, fOff)
+	}
+	if s != 200 {
+		t.Errorf("second tick of the first climb at 20 × the set point: %v ms, want the ceiling 200", s)
+	}
+	if sOff > 50 {
+		t.Errorf("second tick without the first climb: %v ms, want the capped pace (under 50)", sOff)
+	}
+}
+
 // A controller rebased on a signal far over the set point (a burst that
 // resumes after a pause with its reads many times over) must not read
 // the cap as a fall at its next step: the history is capped as the

@@ -96,7 +96,8 @@
 //   - Error cap (ErrCap, DefaultErrCap = 3): a latency many times over
 //     the set point says "more delay", not how much; uncapped, the P
 //     term of a falling spike undid the whole delay while the latency
-//     was still far over.
+//     was still far over. A rebase takes the error history capped the
+//     same way.
 //   - Floor (FloorShare = 0.05 of r): a law acting by factors needs a
 //     starting point above 0, under what any writers need; a delay
 //     falling under it is released to 0. Without the release a delay
@@ -109,6 +110,12 @@
 //     point, a falling error takes nothing away (Δε and D count only
 //     when they add): as the delay drains a burst's backlog the signal
 //     falls from far over to just over, and that fall is not an overshoot.
+//     For the same reason the error is not capped after the tick that
+//     leaves rest: a burst far over takes the delay to its ceiling in a
+//     tick or two instead of climbing at the cap's pace (e^(Kp·(T/Ti)·
+//     ErrCap), 1.43 a tick), which left writers 64 deep on a capped
+//     volume a second more to fill it. The tick that leaves rest is
+//     capped: it may be one noisy tick.
 //   - Relapse: an overload (the signal crossing relapseOnset, 2 × the
 //     set point) was let in by the delay in force when the signal was
 //     last at or under the set point. For relapseHold (1 min of the
