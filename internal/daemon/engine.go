@@ -96,7 +96,7 @@ func (a *engineAdapter) Step(now time.Time, snap []diskstats.Stat) Decision {
 		out.Resources[i] = status.Resource{
 			Name: r.Name, SignalMs: r.SignalMs, RawMs: r.RawMs, ThresholdMs: r.ThresholdMs, ThresholdBy: r.ThresholdBy, Conflict: r.Conflict, TargetMs: r.TargetMs,
 			DelayMs: r.DelayMs, ControlMs: r.ControlMs, UMaxMs: r.UMaxMs, UMaxLimitMs: r.UMaxLimitMs, Saturated: r.Saturated,
-			Futile: r.Futile, Probing: r.Probing, GainMsPerMs: r.GainMsPerMs, RelapseMs: r.RelapseMs,
+			Futile: r.Futile, Probing: r.Probing, GainMsPerMs: r.GainMsPerMs, RelapseMs: r.RelapseMs, RecallMs: r.RecallMs,
 			Held: r.Held, PendingMs: r.PendingMs, Reads: r.Reads, Direction: r.Direction.String(), Members: a.addrNames(r.Members),
 			Returning: a.addrNames(r.Returning),
 			Signal:    r.Signal, Source: r.Source, MeanMs: r.MeanMs, P95Ms: r.P95Ms, P99Ms: r.P99Ms,

@@ -122,7 +122,7 @@ func (d *Daemon) record(now time.Time, dec Decision) {
 	for i, r := range dec.Resources {
 		rec.Resources[i] = status.RecordResource{Name: r.Name, SignalMs: r.SignalMs, RawMs: r.RawMs,
 			ThresholdMs: r.ThresholdMs, ThresholdBy: r.ThresholdBy, Conflict: r.Conflict, TargetMs: r.TargetMs, DelayMs: r.DelayMs, ControlMs: r.ControlMs, InForceMs: r.InForceMs, UMaxMs: r.UMaxMs,
-			Saturated: r.Saturated, Futile: r.Futile, Probing: r.Probing, GainMsPerMs: r.GainMsPerMs, RelapseMs: r.RelapseMs, Held: r.Held, PendingMs: r.PendingMs, Signal: r.Signal, Source: r.Source,
+			Saturated: r.Saturated, Futile: r.Futile, Probing: r.Probing, GainMsPerMs: r.GainMsPerMs, RelapseMs: r.RelapseMs, RecallMs: r.RecallMs, Held: r.Held, PendingMs: r.PendingMs, Signal: r.Signal, Source: r.Source,
 			MeanMs: r.MeanMs, P95Ms: r.P95Ms, P99Ms: r.P99Ms, Reads: r.Reads, Members: len(r.Members),
 			Armed: len(r.Returning)}
 	}

@@ -378,9 +378,10 @@
 // the threshold and set point, the controller's output and the delay in
 // force (0 while the set is empty), the ceiling and its limit, the flags
 // Held, Armed, Saturated, Futile and Probing, the measured gain, the
-// delay the relapse guard remembers while it holds, the oldest read in
-// flight, the source (ebpf or diskstats) and statistic, the set's
-// members and the returning writers, e.g.
+// delay the relapse guard remembers while it holds, the delay a climb
+// from rest would recall, the oldest read in flight, the source (ebpf
+// or diskstats) and statistic, the set's members and the returning
+// writers, e.g.
 //
 //	resource=vg-data raw_ms=41.2 signal_ms=33.9 threshold_ms=15 delay_ms=3.78 members=10.0.0.3,10.0.0.4
 //

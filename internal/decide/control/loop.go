@@ -191,6 +191,10 @@ type Output struct {
 	// let the last overload in, under 1.5 × which the delay falls slowly;
 	// 0 while it does not.
 	RelapseMs float64
+	// RecallMs is the delay a climb from rest would start at (step 3,
+	// recall): what the last burst needed, within RecallWindow of it; 0
+	// when nothing is remembered.
+	RecallMs float64
 }
 
 // DefaultIdleHold bridges the think time of slow readers (a reader of a
@@ -325,6 +329,7 @@ func (l *Loop) Step(o Observation) Output {
 	if l.pid != nil {
 		out.RelapseMs = l.pid.relapse.holding(l.pid.p.T)
 	}
+	out.RecallMs = l.recallable(o.Now)
 	if o.Members > 0 {
 		out.DelayMs = l.controlMs // the delay in force
 	}
@@ -396,7 +401,7 @@ func (l *Loop) recall(now time.Time) {
 		l.recalled = false
 		return
 	}
-	if l.recalled || !l.pid.Rising() || l.recallMs == 0 || now.Sub(l.recallAt) > RecallWindow {
+	if l.recalled || !l.pid.Rising() || l.recallable(now) == 0 {
 		return
 	}
 	if (l.signalMs-l.pid.p.TargetMs)/l.pid.p.TargetMs < relapseOnset {
@@ -406,6 +411,14 @@ func (l *Loop) recall(now time.Time) {
 	if l.recallMs > l.controlMs {
 		l.controlMs = l.pid.SetOutput(l.recallMs)
 	}
+}
+
+// recallable is the delay a climb from rest would recall now, or 0.
+func (l *Loop) recallable(now time.Time) float64 {
+	if l.pid == nil || !l.rules.Recall || now.Sub(l.recallAt) > RecallWindow {
+		return 0
+	}
+	return l.recallMs
 }
 
 // armed says whether the controller is frozen this tick (see "Armed

@@ -29,11 +29,15 @@ func TestRecallStartsTheClimbAtTheLastBurstsDelay(t *testing.T) {
 			for range 60 { // held near the set point
 				held = step(13, 3).ControlMs
 			}
+			var rest Output
 			for range int(tc.pause / (100 * time.Millisecond)) { // the pause, healthy
-				step(4, 0)
+				rest = step(4, 0)
 			}
 			if u := l.PID().u; u != 0 {
 				t.Fatalf("after a pause of %v the controller is at %.2f ms, not at rest: the case is not made", tc.pause, u)
+			}
+			if got := rest.RecallMs > 0; got != tc.recall {
+				t.Errorf("at rest after the pause the output says it would recall %.2f ms; want a delay to recall %v", rest.RecallMs, tc.recall)
 			}
 			var back float64
 			for range 5 { // the writers are back: an overload

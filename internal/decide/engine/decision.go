@@ -62,6 +62,9 @@ type ResourceDecision struct {
 	// RelapseMs: while the relapse guard holds, the delay that let the
 	// last overload in (see "Relapse" in package control); 0 otherwise.
 	RelapseMs float64
+	// RecallMs: the delay a climb from rest would start at, what the
+	// last burst needed (see "Recall" in package control); 0 when none.
+	RecallMs float64
 	// Held: no read completed and none has been in flight for a tick, so
 	// the signal and the delay were kept as they were (see "1. Signal" in package control).
 	Held bool

@@ -351,7 +351,7 @@ func (e *Engine) stepResource(r *resource, now time.Time, members []netip.Addr, 
 	rd.ControlMs, rd.DelayMs = out.ControlMs, out.DelayMs
 	rd.UMaxMs, rd.UMaxLimitMs = out.UMaxMs, out.UMaxLimitMs
 	rd.Held, rd.Armed, rd.Saturated = out.Held, out.Armed, out.Saturated
-	rd.Futile, rd.Probing, rd.GainMsPerMs, rd.RelapseMs = out.Futile, out.Probing, out.GainMsPerMs, out.RelapseMs
+	rd.Futile, rd.Probing, rd.GainMsPerMs, rd.RelapseMs, rd.RecallMs = out.Futile, out.Probing, out.GainMsPerMs, out.RelapseMs, out.RecallMs
 	e.returning(r, &rd, now)
 	e.tenantDelays(r, &rd, cons, now)
 	e.noteHeld(r, &rd, cons)

@@ -185,6 +185,7 @@ var (
 	descFutile    = resDesc("futile", "1 while the loop holds its delay released because it measured that delaying the writers buys the reads nothing.")
 	descConflict  = resDesc("tenant_conflict", "1 while the resource's reservations and its read promise cannot both be met (tenants.conflict says which gives way).")
 	descRelapse   = resDesc("relapse_delay_seconds", "While the law's relapse guard holds: the delay that let the last overload in, under 1.5 times which the delay falls slowly (0: not holding).")
+	descRecall    = resDesc("recall_delay_seconds", "The delay an overload from rest starts at: what the last burst needed, remembered for 30 minutes (0: none).")
 	descGain      = resDesc("delay_gain_ratio", "The last measured gain of the delay: seconds of read latency bought per second of delay (0: none measured yet; negative: the delay made reads slower).")
 )
 
@@ -240,7 +241,7 @@ type snapshotCollector struct {
 }
 
 func (c *snapshotCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descInfo, descUptime, descSignal, descRaw, descThreshold, descTarget, descDelay, descControl, descInForce, descCeiling, descSaturated, descFutile, descConflict, descRelapse, descGain, descPending, descP95, descP99, descFollows, descSetSize, descArmed,
+	for _, d := range []*prometheus.Desc{descInfo, descUptime, descSignal, descRaw, descThreshold, descTarget, descDelay, descControl, descInForce, descCeiling, descSaturated, descFutile, descConflict, descRelapse, descRecall, descGain, descPending, descP95, descP99, descFollows, descSetSize, descArmed,
 		descReadBps, descWriteBps, descWriteEWMA, descThrottle, descOutstand, descConDelay, descConForce, descShare, descReserve, descCap, descReadPromi, descHeld, descPassed, descBacklog, descErrP50, descErrMax, descErrAvg, descTakeovers, descBypassed, descDropped, descPathErrors, descConBypass, descConDelayed, descUnresolved} {
 		ch <- d
 	}
@@ -282,6 +283,7 @@ func (c *snapshotCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		ch <- prometheus.MustNewConstMetric(descConflict, gauge, conflict, r.Name)
 		ch <- prometheus.MustNewConstMetric(descRelapse, gauge, r.RelapseMs*msToS, r.Name)
+		ch <- prometheus.MustNewConstMetric(descRecall, gauge, r.RecallMs*msToS, r.Name)
 		ch <- prometheus.MustNewConstMetric(descGain, gauge, r.GainMsPerMs, r.Name)
 		ch <- prometheus.MustNewConstMetric(descPending, gauge, r.PendingMs*msToS, r.Name)
 		ch <- prometheus.MustNewConstMetric(descP95, gauge, r.P95Ms*msToS, r.Name)

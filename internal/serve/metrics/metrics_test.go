@@ -22,7 +22,7 @@ func fixture() status.Status {
 		Version: "v0.1.0", Backend: "nfqueue", UptimeS: 3723.5,
 		Resources: []status.Resource{
 			{Name: "fs-lab", SignalMs: 27.5, RawMs: 31.25, ThresholdMs: 15, TargetMs: 13.8, DelayMs: 4.5, ControlMs: 4.5, UMaxMs: 30, RelapseMs: 3, PendingMs: 250, Signal: "p99", Source: "ebpf", P95Ms: 30, P99Ms: 31.25, Members: []string{"10.99.0.3", "10.99.0.4"}},
-			{Name: "vg-data", Conflict: "the promise wins", SignalMs: 3.25, ThresholdMs: 20, TargetMs: 17, ControlMs: 2, UMaxMs: 20, Saturated: true, Signal: "mean", Source: "diskstats"},
+			{Name: "vg-data", Conflict: "the promise wins", SignalMs: 3.25, ThresholdMs: 20, TargetMs: 17, ControlMs: 2, UMaxMs: 20, Saturated: true, RecallMs: 36.5, Signal: "mean", Source: "diskstats"},
 		},
 		Consumers: []status.Consumer{
 			{Resource: "fs-lab", Device: "loop1", Addr: "10.99.0.2", ReadKBs: 256, RAwaitMs: 31.25},

@@ -47,7 +47,10 @@ func WriteTable(w io.Writer, s Status) error {
 			fmt.Fprintf(&b, "FUTILE: delaying %s's writers bought its reads nothing (last gain %.3f ms per ms of delay): the delay is released and tried again now and then; the readers wait for something else (the target's CPU, the network)\n", r.Name, r.GainMsPerMs)
 		}
 		if r.RelapseMs > 0 {
-			fmt.Fprintf(&b, "relapse: %s's delay of %.2f ms let the last overload in: for a minute the delay falls slowly under %.2f ms\n", r.Name, r.RelapseMs, 1.5*r.RelapseMs)
+			fmt.Fprintf(&b, "relapse: %s's delay of %.2f ms let the last overload in: while the guard holds (a minute, doubled each time the overload comes back, up to 4 minutes) the delay falls slowly under %.2f ms\n", r.Name, r.RelapseMs, 1.5*r.RelapseMs)
+		}
+		if r.RecallMs > 0 && r.ControlMs == 0 {
+			fmt.Fprintf(&b, "recall: an overload of %s from rest starts at %.2f ms, the delay its last burst needed, not from 0\n", r.Name, r.RecallMs)
 		}
 		if len(r.Returning) > 0 {
 			fmt.Fprintf(&b, "armed: %s's returning writers (%s) are held at %.2f ms from their first write\n", r.Name, members(r.Returning), r.ControlMs)

@@ -90,6 +90,9 @@ type Resource struct {
 	// RelapseMs: while the law's relapse guard holds, the delay that let
 	// the last overload in; the delay falls slowly under 1.5 × it.
 	RelapseMs float64 `json:"relapse_ms,omitempty"`
+	// RecallMs: the delay a burst from rest starts at, what the last
+	// burst needed (remembered for 30 minutes); 0 when none.
+	RecallMs float64 `json:"recall_ms,omitempty"`
 	// Held: the last tick had no read sample (reads in flight not yet a
 	// tick old, or a short gap between reads); signal and delay were kept.
 	Held bool `json:"held,omitempty"`
@@ -269,6 +272,7 @@ type RecordResource struct {
 	Probing     bool    `json:"probing,omitempty"`
 	GainMsPerMs float64 `json:"gain_ms_per_ms,omitempty"`
 	RelapseMs   float64 `json:"relapse_ms,omitempty"`
+	RecallMs    float64 `json:"recall_ms,omitempty"`
 	Held        bool    `json:"held,omitempty"`
 	PendingMs   float64 `json:"pending_ms,omitempty"`
 	Signal      string  `json:"signal,omitempty"`

@@ -240,7 +240,7 @@ func TestRelapseIsShown(t *testing.T) {
 		if err := WriteTable(&b, s); err != nil {
 			t.Fatal(err)
 		}
-		want := "relapse: " + s.Resources[0].Name + "'s delay of 10.70 ms let the last overload in: for a minute the delay falls slowly under 16.05 ms"
+		want := "relapse: " + s.Resources[0].Name + "'s delay of 10.70 ms let the last overload in: while the guard holds (a minute, doubled each time the overload comes back, up to 4 minutes) the delay falls slowly under 16.05 ms"
 		if got := strings.Contains(b.String(), want); got != (ms > 0) {
 			t.Errorf("relapse %v ms: the table shows %q %v:\n%s", ms, want, got, b.String())
 		}
@@ -250,6 +250,38 @@ func TestRelapseIsShown(t *testing.T) {
 		}
 		if got := strings.Contains(string(js), `"relapse_ms":10.7`); got != (ms > 0) {
 			t.Errorf("relapse %v ms: the JSON has relapse_ms %v: %s", ms, got, js)
+		}
+	}
+}
+
+// TestRecallIsShown: a resource at rest that remembers its last burst's
+// delay says where an overload will start; one that is throttling, or
+// remembers nothing, says nothing. The JSON carries it whenever known.
+func TestRecallIsShown(t *testing.T) {
+	for _, tc := range []struct {
+		recall, control float64
+		line            bool
+	}{
+		{36.5, 0, true},
+		{36.5, 20, false},
+		{0, 0, false},
+	} {
+		s := fixture()
+		s.Resources[0].RecallMs, s.Resources[0].ControlMs = tc.recall, tc.control
+		var b strings.Builder
+		if err := WriteTable(&b, s); err != nil {
+			t.Fatal(err)
+		}
+		want := "recall: an overload of " + s.Resources[0].Name + " from rest starts at 36.50 ms"
+		if got := strings.Contains(b.String(), want); got != tc.line {
+			t.Errorf("recall %v ms at a delay of %v: the table shows %q %v:\n%s", tc.recall, tc.control, want, got, b.String())
+		}
+		js, err := json.Marshal(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := strings.Contains(string(js), `"recall_ms":36.5`); got != (tc.recall > 0) {
+			t.Errorf("recall %v ms: the JSON has recall_ms %v: %s", tc.recall, got, js)
 		}
 	}
 }
