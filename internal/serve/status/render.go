@@ -37,33 +37,7 @@ func WriteTable(w io.Writer, s Status) error {
 	}
 	tw.Flush()
 	for _, r := range s.Resources {
-		if r.Conflict != "" {
-			fmt.Fprintf(&b, "CONFLICT: %s: %s\n", r.Name, r.Conflict)
-		}
-		if r.Saturated {
-			fmt.Fprintf(&b, "SATURATED: %s's delay sits at its limit (%.0f ms) and its read latency is still over the threshold: raise pid.u_max_limit, or these writers cannot be held back by packet delay alone\n", r.Name, r.UMaxLimitMs)
-		}
-		if r.Futile {
-			fmt.Fprintf(&b, "FUTILE: delaying %s's writers bought its reads nothing (last gain %.3f ms per ms of delay): the delay is released and tried again now and then; the readers wait for something else (the target's CPU, the network)\n", r.Name, r.GainMsPerMs)
-		}
-		if r.RelapseMs > 0 {
-			fmt.Fprintf(&b, "relapse: %s's delay of %.2f ms let the last overload in: while the guard holds (a minute, doubled each time the overload comes back, up to 4 minutes) the delay falls slowly under %.2f ms\n", r.Name, r.RelapseMs, 1.5*r.RelapseMs)
-		}
-		if r.RecallMs > 0 && r.ControlMs == 0 {
-			fmt.Fprintf(&b, "recall: an overload of %s from rest starts at %.2f ms, the delay its last burst needed, not from 0\n", r.Name, r.RecallMs)
-		}
-		if len(r.Returning) > 0 {
-			fmt.Fprintf(&b, "armed: %s's returning writers (%s) are held at %.2f ms from their first write\n", r.Name, members(r.Returning), r.ControlMs)
-		}
-		if r.InForceMs != r.DelayMs {
-			fmt.Fprintf(&b, "note: %s's data path holds its members at %.2f ms, not the %.2f ms decided (an apply failed, or a manual throttle replaced it)\n", r.Name, r.InForceMs, r.DelayMs)
-		}
-		if r.PendingMs > 0 {
-			fmt.Fprintf(&b, "note: %s has a read in flight for %.0f ms; it counts in the signal before it completes\n", r.Name, r.PendingMs)
-		}
-		if r.MissingDevices > 0 {
-			fmt.Fprintf(&b, "note: %d device(s) of %s missing from /proc/diskstats; measured without them\n", r.MissingDevices, r.Name)
-		}
+		writeResourceNotes(&b, r)
 	}
 	b.WriteString("\n")
 	tw = tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
@@ -91,6 +65,40 @@ func WriteTable(w io.Writer, s Status) error {
 	writeFooter(&b, s)
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// writeResourceNotes explains, under the resource table, the states of
+// r that its columns cannot show: conflicts, saturation, a futile delay,
+// the rules holding or remembering a delay, and what the data path or
+// the devices do differently from what was decided.
+func writeResourceNotes(b *strings.Builder, r Resource) {
+	if r.Conflict != "" {
+		fmt.Fprintf(b, "CONFLICT: %s: %s\n", r.Name, r.Conflict)
+	}
+	if r.Saturated {
+		fmt.Fprintf(b, "SATURATED: %s's delay sits at its limit (%.0f ms) and its read latency is still over the threshold: raise pid.u_max_limit, or these writers cannot be held back by packet delay alone\n", r.Name, r.UMaxLimitMs)
+	}
+	if r.Futile {
+		fmt.Fprintf(b, "FUTILE: delaying %s's writers bought its reads nothing (last gain %.3f ms per ms of delay): the delay is released and tried again now and then; the readers wait for something else (the target's CPU, the network)\n", r.Name, r.GainMsPerMs)
+	}
+	if r.RelapseMs > 0 {
+		fmt.Fprintf(b, "relapse: %s's delay of %.2f ms let the last overload in: while the guard holds (a minute, doubled each time the overload comes back, up to 4 minutes) the delay falls slowly under %.2f ms\n", r.Name, r.RelapseMs, 1.5*r.RelapseMs)
+	}
+	if r.RecallMs > 0 && r.ControlMs == 0 {
+		fmt.Fprintf(b, "recall: an overload of %s from rest starts at %.2f ms, the delay its last burst needed, not from 0\n", r.Name, r.RecallMs)
+	}
+	if len(r.Returning) > 0 {
+		fmt.Fprintf(b, "armed: %s's returning writers (%s) are held at %.2f ms from their first write\n", r.Name, members(r.Returning), r.ControlMs)
+	}
+	if r.InForceMs != r.DelayMs {
+		fmt.Fprintf(b, "note: %s's data path holds its members at %.2f ms, not the %.2f ms decided (an apply failed, or a manual throttle replaced it)\n", r.Name, r.InForceMs, r.DelayMs)
+	}
+	if r.PendingMs > 0 {
+		fmt.Fprintf(b, "note: %s has a read in flight for %.0f ms; it counts in the signal before it completes\n", r.Name, r.PendingMs)
+	}
+	if r.MissingDevices > 0 {
+		fmt.Fprintf(b, "note: %d device(s) of %s missing from /proc/diskstats; measured without them\n", r.MissingDevices, r.Name)
+	}
 }
 
 func writeHeader(b *strings.Builder, s Status) {
