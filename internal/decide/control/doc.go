@@ -137,15 +137,17 @@
 //     overload from rest remembers nothing, and rest forgets.
 //   - Recall: the delay a burst needed, the median that arms its pause
 //     (step 2), is remembered for RecallWindow (30 min). A climb from
-//     rest that meets an overload (the signal at relapseOnset over the
-//     set point) within that time jumps to it, once, instead of
-//     climbing from the floor: writers that come back after more than
-//     ArmHold (a checkpoint every few minutes, a job every quarter of an
-//     hour) would otherwise meet no delay and let a backlog in for the
-//     second or two the climb takes. A recalled delay that is more than
-//     the writers now need costs them a second or two: the signal comes
-//     down to the set point and the controller winds the delay down as
-//     usual.
+//     rest within that time starts at it, once, instead of at the
+//     floor: writers that come back after more than ArmHold (a
+//     checkpoint every few minutes, a job every quarter of an hour)
+//     would otherwise meet no delay and let a backlog in for the second
+//     or two the climb takes, and every tick counts (waiting for the
+//     signal at twice the set point, a tick or two later, left two thirds
+//     more of the seconds over). A recalled delay that is more than the
+//     writers now need (a tick over the set point that was noise, or
+//     lighter writers) costs them the seconds the controller takes to
+//     wind it down: the signal is under the set point and the delay
+//     falls as usual.
 //   - Rebase: a controller stepped again after a pause takes the signal
 //     as its error history, so the pause's change of error is no kick.
 //

@@ -389,10 +389,9 @@ func (l *Loop) armAtHeld(now time.Time) {
 // overload from rest (see "Recall" in doc.go).
 const RecallWindow = 30 * time.Minute
 
-// recall: in the controller's first climb from rest, once the signal
-// shows an overload (relapseOnset over the set point), within
-// RecallWindow of the last burst, the delay jumps to what that burst
-// needed rather than climbing to it from the floor; once a climb.
+// recall: on the tick the controller leaves rest, within RecallWindow of
+// the last burst, the delay jumps to what that burst needed rather than
+// climbing to it from the floor; once a climb.
 func (l *Loop) recall(now time.Time) {
 	if l.pid == nil || !l.rules.Recall {
 		return
@@ -402,9 +401,6 @@ func (l *Loop) recall(now time.Time) {
 		return
 	}
 	if l.recalled || !l.pid.Rising() || l.recallable(now) == 0 {
-		return
-	}
-	if (l.signalMs-l.pid.p.TargetMs)/l.pid.p.TargetMs < relapseOnset {
 		return
 	}
 	l.recalled = true
