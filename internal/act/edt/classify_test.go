@@ -181,6 +181,73 @@ func TestClassifierInKernel(t *testing.T) {
 	}
 }
 
+// withInitiatorPort sets the initiator's port (the TCP destination
+// port) of pkt, a frame made by packet.
+func withInitiatorPort(pkt []byte, iport uint16) []byte {
+	l4 := 14 + 20
+	if binary.BigEndian.Uint16(pkt[12:]) == 0x86dd {
+		l4 = 14 + 40
+	}
+	binary.BigEndian.PutUint16(pkt[l4+2:], iport)
+	return pkt
+}
+
+// connections counts the connections the classifier keeps an order for.
+func connections(t *testing.T, o objects) int {
+	t.Helper()
+	var k, v []byte
+	n := 0
+	it := o.conn.Iterate()
+	for it.Next(&k, &v) {
+		n++
+	}
+	if err := it.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// TestClassifierOrderPerConnection: order is kept per TCP connection,
+// as fq keeps its flows: a connection's undelayed segment (here read
+// data, with only writes held) leaves no earlier than that connection's
+// held ACK, while another connection of the same initiator and port
+// (NFS's several, iSCSI's multipath) is not held behind it; once the
+// held ones have left, the classifier forgets the connection.
+func TestClassifierOrderPerConnection(t *testing.T) {
+	o := loadC(t)
+	e := &EDT{objects: o}
+	ms := uint64(time.Millisecond)
+	for _, addr := range []netip.Addr{netip.MustParseAddr("192.0.2.11"), netip.MustParseAddr("2001:db8::11")} {
+		t.Run(addr.String(), func(t *testing.T) {
+			if err := e.SetEntry(addr, 3260, Entry{Split: 128, Dir: Write, Delay: 5 * time.Millisecond}, time.Hour); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { e.Free(addr, 3260) })
+			a, b := uint16(40000), uint16(40001)
+			ack, before, _ := classify(t, o.prog, withInitiatorPort(packet(addr, 3260, 0), a))
+			if ack < before+5*ms {
+				t.Fatalf("connection A's pure ACK left at %d, want now + 5 ms (after %d)", ack, before+5*ms)
+			}
+			if ts, _, _ := classify(t, o.prog, withInitiatorPort(packet(addr, 3260, 1448), b)); ts != 0 {
+				t.Errorf("connection B's read data got departure time %d: held behind connection A's ACK (%d), want none", ts, ack)
+			}
+			if ts, _, _ := classify(t, o.prog, withInitiatorPort(packet(addr, 3260, 1448), a)); ts != ack {
+				t.Errorf("connection A's read data got departure time %d, want its own held ACK's %d (no delay of its own, no overtaking)", ts, ack)
+			}
+			if n := connections(t, o); n != 1 {
+				t.Errorf("%d connections kept for order with one holding packets, want 1", n)
+			}
+			time.Sleep(6 * time.Millisecond)
+			if ts, _, _ := classify(t, o.prog, withInitiatorPort(packet(addr, 3260, 1448), a)); ts != 0 {
+				t.Errorf("connection A's read data got departure time %d once its ACK had left, want none", ts)
+			}
+			if n := connections(t, o); n != 0 {
+				t.Errorf("%d connections kept for order with nothing held, want 0", n)
+			}
+		})
+	}
+}
+
 // TestClassifierPortSplits: each port has its own split and its own
 // entry (NFS's 256 bytes beside iSCSI's 128), as nfqueue's per-port
 // split; a UDP datagram to the initiator is never touched.

@@ -22,17 +22,19 @@
 // program counts the segments it delayed and those it passed at once
 // (Counters).
 //
-// Order: fq keeps a flow's packets in departure-time order, so a packet
-// given an earlier time than one before it would overtake it when the
-// delay falls. The program never gives an initiator's packet a departure
-// time before the last one it gave that initiator on that port (the
-// state map's last field), so a lowered delay drains the queue in order
-// instead of reordering it; and a packet of a live entry that gets no
-// delay of its own (the other direction, a delay lowered to 0, an armed
-// entry not active) leaves no earlier than that last either, since fq
-// would send a packet without a time ahead of its flow's held ones. (The update of last is not atomic across
-// CPUs; two CPUs sending to one initiator at the same nanosecond could
-// still swap two packets.)
+// Order: fq keeps a flow (a socket: one TCP connection) in departure-time
+// order, so a packet given an earlier time than one before it would
+// overtake it when the delay falls. The program never gives a packet a
+// departure time before the last one it gave that connection (the
+// initiator's address and port and the target's port, both directions),
+// so a lowered delay drains the queue in order instead of reordering it;
+// and a packet of a live entry that gets no delay of its own (the other
+// direction, a delay lowered to 0, an armed entry not active) leaves no
+// earlier than that last either, since fq would send a packet without a
+// time ahead of its flow's held ones. Another connection of the same
+// initiator and port waits for nothing of this one's. A connection's
+// segments leave the stack under its socket's lock, so its last has one
+// writer at a time; it is forgotten once its held packets have left.
 //
 // Rise limit: per flow and direction the program ramps the delay as
 // nfqueue's RiseLimit does (Entry.Rise, DefaultRise), remembering each
@@ -41,8 +43,8 @@
 // direction only once the initiator writes; an ingress program on the
 // same device sees the write and activates it for a second.
 //
-// What the programs write (last, the arming's deadline, the ramps) is
-// in maps of their own: the daemon rewrites an entry whole at every
+// What the programs write (each connection's last, the arming's
+// deadline, the ramps) is in maps of their own: the daemon rewrites an entry whole at every
 // renewal and must not undo them.
 package edt
 
@@ -247,7 +249,7 @@ func (e *EDT) Free(addr netip.Addr, port uint16) error {
 	if err := e.m.Delete(key); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 		return fmt.Errorf("edt: freeing %s port %d: %w", addr, port, err)
 	}
-	e.st.Delete(key) // the flows' order goes with the entry, as before
+	e.st.Delete(key) // the arming goes with the entry; each connection's order stays until its held packets have left
 	ferr := e.forgetFlows(Key{addr, port})
 	if c, err := counters(e.cnt, key); err == nil { // else none yet, or unreadable
 		e.mu.Lock()

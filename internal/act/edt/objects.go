@@ -27,6 +27,7 @@ const (
 	stName   = "sanqos_edt_st"       // the programs' state per entry
 	cntName  = "sanqos_edt_cnt"
 	flowName = "sanqos_edt_flow" // the rise limit's per-flow ramps
+	connName = "sanqos_edt_conn" // each connection's last departure time, for order
 )
 
 // Entry value layout (struct entry): seven little-endian u64s; the key
@@ -41,7 +42,7 @@ const (
 	offPermille = 40 // the rise limit's factor, per mille
 	offStep     = 48 // the rise limit's step, ns
 	valueSize   = 56
-	stateSize   = 16 // struct state: last, armed_until
+	stateSize   = 8 // struct state: armed_until
 	keySize     = 24
 	fkeySize    = 24 // struct fkey
 )
@@ -74,8 +75,8 @@ func keyFrom(b []byte) Key {
 
 // objects are the programs and their maps, loaded and not attached.
 type objects struct {
-	m, st, cnt, flow *ebpf.Map
-	prog, arm        *ebpf.Program
+	m, st, cnt, flow, conn *ebpf.Map
+	prog, arm              *ebpf.Program
 }
 
 func (o objects) close() {
@@ -84,7 +85,7 @@ func (o objects) close() {
 			p.Close()
 		}
 	}
-	for _, m := range []*ebpf.Map{o.m, o.st, o.cnt, o.flow} {
+	for _, m := range []*ebpf.Map{o.m, o.st, o.cnt, o.flow, o.conn} {
 		if m != nil {
 			m.Close()
 		}
@@ -106,12 +107,12 @@ func load() (objects, error) {
 		}
 		return objects{}, fmt.Errorf("edt: loading the classifier: %w", err)
 	}
-	o := objects{m: coll.DetachMap(mapName), st: coll.DetachMap(stName), cnt: coll.DetachMap(cntName), flow: coll.DetachMap(flowName),
+	o := objects{m: coll.DetachMap(mapName), st: coll.DetachMap(stName), cnt: coll.DetachMap(cntName), flow: coll.DetachMap(flowName), conn: coll.DetachMap(connName),
 		prog: coll.DetachProgram(progName), arm: coll.DetachProgram(armName)}
 	coll.Close()
-	if o.m == nil || o.st == nil || o.cnt == nil || o.flow == nil || o.prog == nil || o.arm == nil {
+	if o.m == nil || o.st == nil || o.cnt == nil || o.flow == nil || o.conn == nil || o.prog == nil || o.arm == nil {
 		o.close()
-		return objects{}, fmt.Errorf("edt: the embedded object lacks one of %s, %s, %s, %s, %s, %s", progName, armName, mapName, stName, cntName, flowName)
+		return objects{}, fmt.Errorf("edt: the embedded object lacks one of %s, %s, %s, %s, %s, %s, %s", progName, armName, mapName, stName, cntName, flowName, connName)
 	}
 	return o, nil
 }
@@ -141,10 +142,9 @@ type Entry struct {
 }
 
 // set writes k's entry in m, and makes its state in st and its
-// counters in cnt where it has none. The state (the last departure
-// time, the arming's deadline) is the programs': set never writes an
-// existing one, so a renewal neither reorders a flow nor ends an
-// activated arming.
+// counters in cnt where it has none. The state (the arming's deadline)
+// is the programs': set never writes an existing one, so a renewal does
+// not end an activated arming.
 func (o objects) set(k Key, en Entry, ttl time.Duration) error {
 	if !k.Addr.IsValid() {
 		return errors.New("edt: setting a delay: no address")

@@ -19,12 +19,19 @@
 // CLOCK_MONOTONIC (bpf_ktime_get_ns); an entry past it is ignored, so a
 // dead daemon's delays end one TTL after its last renewal.
 //
-// Order: fq keeps a flow in departure-time order, so a packet given an
-// earlier time than an earlier packet would overtake it when the delay
-// falls, and a packet given none goes ahead of the held ones. No
-// departure time is before the last one given on the same initiator and
-// port (struct state's last; a flow has one of each), and a packet of a
-// live entry that is not delayed leaves no earlier than that last.
+// Order: fq keeps a flow (a socket: one TCP connection) in departure-time
+// order, so a packet given an earlier time than an earlier packet would
+// overtake it when the delay falls, and a packet given none goes ahead of
+// the held ones. No departure time is before the last one given on the
+// same connection (sanqos_edt_conn, keyed by the initiator's address and
+// port and the target's port: both directions, since a data segment's
+// ACK number would otherwise reach the writer before the held ACKs), and
+// a packet of a live entry that is not delayed leaves no earlier than
+// that last. Other connections of the same initiator and port (NFS's,
+// multipath's) are not held behind it. A connection's segments leave the
+// stack under its socket's lock, so one connection's last has one writer
+// at a time; once its last has passed it is deleted, so a connection
+// costs memory only while it has packets held.
 //
 // Rise limit: per flow and direction (initiator address and port, target
 // port, direction) the program remembers the delay it applied to the
@@ -49,9 +56,10 @@
 // activated.
 //
 // What the programs write lives apart from what the daemon writes: the
-// daemon rewrites the whole entry every tick, so last and the arming's
-// deadline are in sanqos_edt_st (made by the daemon beside the entry, its
-// fields written only here) and the ramps in sanqos_edt_flow.
+// daemon rewrites the whole entry every tick, so the arming's deadline is
+// in sanqos_edt_st (made by the daemon beside the entry, its field
+// written only here), the order in sanqos_edt_conn and the ramps in
+// sanqos_edt_flow.
 //
 // Counters: per initiator, port and CPU, the segments delayed, those
 // passed without a delay of their own (the other direction, not
@@ -142,7 +150,6 @@ struct entry {
 
 // state is written by the programs only (the daemon makes it zero).
 struct state {
-	__u64 last;        // the last departure time given, for order
 	__u64 armed_until; // arming activated until then (CLOCK_MONOTONIC ns)
 };
 
@@ -168,8 +175,17 @@ struct flow {
 	__u32 n;    // read direction: data packets seen
 };
 
+// One TCP connection, for order.
+struct ckey {
+	__u8 addr[16];
+	__u16 iport; // the initiator's port
+	__u16 port;  // the target's
+	__u32 pad;
+};
+
 #define MAX_ENTRIES 16384 // initiators x ports
 #define MAX_FLOWS 65536   // flow directions remembered
+#define MAX_CONNS 65536   // connections with packets held
 #define RISE_FORGET 10000000000ULL // 10 s: an idle flow ramps from 0 again
 #define ARM_TIMEOUT 1000000000ULL  // 1 s, as nfqueue's ipset --timeout 1
 
@@ -200,6 +216,13 @@ struct {
 	__type(key, struct fkey);
 	__type(value, struct flow);
 } sanqos_edt_flow SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, MAX_CONNS);
+	__type(key, struct ckey);
+	__type(value, __u64); // the last departure time given
+} sanqos_edt_conn SEC(".maps");
 
 // Ethernet: the programs run on an Ethernet device (a NIC, bridge or
 // veth), where tc sees the frame from its MAC header on both hooks, so
@@ -334,13 +357,18 @@ int sanqos_edt_classify(struct __sk_buff *skb)
 	if (!e)
 		return TC_ACT_OK;
 	struct counters *c = bpf_map_lookup_elem(&sanqos_edt_cnt, &k);
-	struct state *st = bpf_map_lookup_elem(&sanqos_edt_st, &k);
+	struct ckey ck = {};
+	__builtin_memcpy(ck.addr, s.addr, 16);
+	ck.iport = be16(*(__u16 *)&s.tcp[2]);
+	ck.port = k.port;
 	__u64 dir = s.payload <= e->split ? DIR_WRITE : DIR_READ;
 	__u64 now = bpf_ktime_get_ns();
 	__u64 requested = 0;
+	__u64 *last;
 	if (e->dir & dir) {
 		requested = e->delay;
 	} else if (dir == DIR_WRITE && e->arm) {
+		struct state *st = bpf_map_lookup_elem(&sanqos_edt_st, &k);
 		if (!st || st->armed_until <= now)
 			goto in_order; // not writing: its ramps stay, as nfqueue's
 		requested = e->arm;
@@ -349,7 +377,7 @@ int sanqos_edt_classify(struct __sk_buff *skb)
 		goto pass; // the daemon is gone: touch nothing
 	struct fkey fk = {};
 	__builtin_memcpy(fk.addr, s.addr, 16);
-	fk.iport = be16(*(__u16 *)&s.tcp[2]);
+	fk.iport = ck.iport;
 	fk.port = k.port;
 	fk.dir = dir;
 	__u64 applied = limit(e, &fk, be32(*(__u32 *)&s.tcp[8]), requested, now);
@@ -358,21 +386,29 @@ int sanqos_edt_classify(struct __sk_buff *skb)
 	if (applied == 0)
 		goto in_order;
 	__u64 t = now + applied;
-	if (st) {
-		if (t < st->last)
-			t = st->last;
-		st->last = t;
+	last = bpf_map_lookup_elem(&sanqos_edt_conn, &ck);
+	if (last) {
+		if (t < *last)
+			t = *last;
+		*last = t;
+	} else {
+		bpf_map_update_elem(&sanqos_edt_conn, &ck, &t, 0);
 	}
 	skb->tstamp = t;
 	if (c)
 		c->delayed++;
 	return TC_ACT_OK;
 in_order:
-	// Not delayed, yet not before a packet that was: fq puts a packet
-	// without a time ahead of its flow's held ones (nfqueue too holds
-	// an undelayed packet behind its flow's).
-	if (st && st->last > now)
-		skb->tstamp = st->last;
+	// Not delayed, yet not before a packet of its connection that was:
+	// fq puts a packet without a time ahead of its flow's held ones
+	// (nfqueue too holds an undelayed packet behind its flow's).
+	last = bpf_map_lookup_elem(&sanqos_edt_conn, &ck);
+	if (last) {
+		if (*last > now)
+			skb->tstamp = *last;
+		else
+			bpf_map_delete_elem(&sanqos_edt_conn, &ck); // nothing held
+	}
 pass:
 	if (c)
 		c->passed++;
