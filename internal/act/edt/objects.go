@@ -184,18 +184,22 @@ func (o objects) set(k Key, en Entry, ttl time.Duration) error {
 // Counters are what the classifier counted for an initiator (struct
 // counters): segments given a departure time, segments of its port
 // passed at once (the other direction, an armed entry not activated, or
-// the entry expired), and segments the rise limit gave less than the
-// requested delay (Limited; they are counted delayed or passed too).
+// the entry expired), segments the rise limit gave less than the
+// requested delay (Limited; they are counted delayed or passed too), and
+// segments passed at once because HeldLimit packets were held
+// (Bypassed; counted passed too).
 type Counters struct {
-	Delayed uint64
-	Passed  uint64
-	Limited uint64
+	Delayed  uint64
+	Passed   uint64
+	Limited  uint64
+	Bypassed uint64
 }
 
 func (c *Counters) add(o Counters) {
 	c.Delayed += o.Delayed
 	c.Passed += o.Passed
 	c.Limited += o.Limited
+	c.Bypassed += o.Bypassed
 }
 
 // counters sums key's per-CPU counters.

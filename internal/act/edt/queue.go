@@ -26,6 +26,15 @@ const (
 	FqFlowLimit = FqLimit
 )
 
+// HeldLimit is how many packets the classifier gives a departure time
+// still ahead, at most (HELD_LIMIT in bpf/edt.bpf.c): past it a packet
+// passes at once, as past nfqueue's hard limit (twice its backlog
+// budget of 8192), and is counted Bypassed. It is half of FqLimit, so
+// that fq, which drops what comes past its limit, keeps room for the
+// error of the classifier's count and for every packet on the device
+// nobody delays.
+const HeldLimit = 16384
+
 func (e *EDT) fq() *netlink.Fq {
 	return &netlink.Fq{
 		QdiscAttrs:  netlink.QdiscAttrs{LinkIndex: e.link.Attrs().Index, Parent: netlink.HANDLE_ROOT, Handle: fqHandle},

@@ -61,10 +61,10 @@ type edtPath interface {
 // edtTotals are the classifier's counters summed over initiators, and
 // what fq holds now (backlog) and dropped since the start.
 type edtTotals struct {
-	held, passed, limited uint64
-	backlog               int
-	dropped               uint64
-	late                  time.Duration
+	held, passed, limited, bypassed uint64
+	backlog                         int
+	dropped                         uint64
+	late                            time.Duration
 }
 
 // edtKey is one delay's place: an initiator and the target port of its
@@ -138,8 +138,9 @@ type EDT struct {
 	// returning writer should. OpenEDT sets EDTConfig.Linger; 0 frees at once.
 	linger time.Duration
 	now    func() time.Time
-	// dropsSeen is fq's drop count at the last warning (warnDrops).
-	dropsSeen uint64
+	// dropsSeen and bypassSeen are fq's drop count and the classifier's
+	// bypass count at the last warning (warnLosses).
+	dropsSeen, bypassSeen uint64
 }
 
 // newEDT wraps a kernel path; Open's "edt" case builds the real one.
@@ -355,24 +356,32 @@ func (b *EDT) Verify(context.Context) ([]owned.Drift, error) {
 		return nil, nil
 	}
 	out, err := b.path.Verify(false)
-	b.warnDrops()
+	b.warnLosses()
 	if err != nil {
 		return out, fmt.Errorf("verifying the edt data path: %w", err)
 	}
 	return out, nil
 }
 
-// warnDrops logs the packets fq dropped since the last look: sanqos
-// sets fq's limits so that it never should (see edt.FqLimit), so each
-// is news to the administrator. b.mu held.
-func (b *EDT) warnDrops() {
+// warnLosses logs, since the last look, the packets fq dropped (sanqos
+// sets fq's limits so that it never should, see edt.FqLimit) and those
+// the classifier passed undelayed because it held its limit of packets
+// (edt.HeldLimit): each is news to the administrator. b.mu held.
+func (b *EDT) warnLosses() {
 	t, err := b.path.Totals()
-	if err != nil || t.dropped <= b.dropsSeen {
+	if err != nil {
 		return
 	}
-	b.log.Warn("fq dropped packets on the delay path: a backlog past its limits, or fq's limits changed by someone else (sanqos puts them back)",
-		"dropped", t.dropped-b.dropsSeen, "since_start", t.dropped, "backlog", t.backlog)
-	b.dropsSeen = t.dropped
+	if t.dropped > b.dropsSeen {
+		b.log.Warn("fq dropped packets on the delay path: a backlog past its limits, or fq's limits changed by someone else (sanqos puts them back)",
+			"dropped", t.dropped-b.dropsSeen, "since_start", t.dropped, "backlog", t.backlog)
+		b.dropsSeen = t.dropped
+	}
+	if t.bypassed > b.bypassSeen {
+		b.log.Warn("the delay path passed packets of throttled consumers undelayed: it held as many packets as it may (fail open rather than have fq drop them); fewer consumers or smaller delays hold fewer",
+			"bypassed", t.bypassed-b.bypassSeen, "since_start", t.bypassed, "backlog", t.backlog)
+		b.bypassSeen = t.bypassed
+	}
 }
 
 // Resync has the next Apply attach the filter again whatever Verify
@@ -385,14 +394,15 @@ func (b *EDT) Resync() {
 
 // Stats are the classifier's counters: the packets it gave a departure
 // time (PacketsHeld) and those to a delayed initiator it passed at once
-// (PacketsPassed: another direction, an armed consumer not writing, or
-// an entry expired); and fq's: the packets it holds (Backlog, every
-// packet on the device, ours most), those it dropped (Dropped) and how
-// late it releases held flows on average (DelayErrorAvg: fq keeps no
-// hold times, so there is no p50 or max).
+// (PacketsPassed: another direction, an armed consumer not writing, an
+// entry expired, or Bypassed: edt.HeldLimit packets held); and fq's:
+// the packets it holds (Backlog, every packet on the device, ours most),
+// those it dropped (Dropped) and how late it releases held flows on
+// average (DelayErrorAvg: fq keeps no hold times, so there is no p50 or
+// max).
 func (b *EDT) Stats() plan.Stats {
 	t := b.totals()
-	return plan.Stats{PacketsHeld: t.held, PacketsPassed: t.passed, Backlog: t.backlog, Dropped: t.dropped, DelayErrorAvg: t.late}
+	return plan.Stats{PacketsHeld: t.held, PacketsPassed: t.passed, Bypassed: t.bypassed, Backlog: t.backlog, Dropped: t.dropped, DelayErrorAvg: t.late}
 }
 
 // RiseStats are the rise limit's counters: Limited sums, over

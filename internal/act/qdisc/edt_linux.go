@@ -39,7 +39,7 @@ func (k edtKernel) Free(key edtKey) error { return k.e.Free(key.addr, key.port) 
 func (k edtKernel) Totals() (edtTotals, error) {
 	t, err := k.e.Totals()
 	q, qerr := k.e.Queue()
-	return edtTotals{held: t.Delayed, passed: t.Passed, limited: t.Limited, backlog: q.Packets, dropped: q.Dropped, late: q.Late}, errors.Join(err, qerr)
+	return edtTotals{held: t.Delayed, passed: t.Passed, limited: t.Limited, bypassed: t.Bypassed, backlog: q.Packets, dropped: q.Dropped, late: q.Late}, errors.Join(err, qerr)
 }
 func (k edtKernel) Attach() error { return k.e.Attach() }
 func (k edtKernel) Detach() error { return k.e.Detach() }

@@ -120,9 +120,10 @@ func TestEDTVerify(t *testing.T) {
 	}
 }
 
-// TestEDTWarnsOfDrops: each read-back that finds fq dropped packets
-// since the last one logs a warning with the count, once.
-func TestEDTWarnsOfDrops(t *testing.T) {
+// TestEDTWarnsOfLosses: each read-back that finds fq dropped packets,
+// or the classifier passed packets undelayed at its limit, since the
+// last one logs a warning with the count, once for each.
+func TestEDTWarnsOfLosses(t *testing.T) {
 	ctx := context.Background()
 	var log strings.Builder
 	k := &FakeEDT{}
@@ -132,17 +133,30 @@ func TestEDTWarnsOfDrops(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, c := range []struct {
-		dropped uint64
-		want    string // the warning's count, "" for none
-	}{{0, ""}, {5, "dropped=5 since_start=5"}, {5, ""}, {9, "dropped=4 since_start=9"}} {
+		dropped, bypassed uint64
+		want              []string // the warnings' counts, none for none
+	}{
+		{0, 0, nil},
+		{5, 0, []string{"dropped=5 since_start=5"}},
+		{5, 0, nil},
+		{9, 0, []string{"dropped=4 since_start=9"}},
+		{9, 7, []string{"bypassed=7 since_start=7"}},
+		{10, 8, []string{"dropped=1 since_start=10", "bypassed=1 since_start=8"}},
+		{10, 8, nil},
+	} {
 		log.Reset()
-		k.Dropped = c.dropped
+		k.Dropped, k.Bypassed = c.dropped, c.bypassed
 		if _, err := b.Verify(ctx); err != nil {
 			t.Fatal(err)
 		}
 		got := log.String()
-		if c.want == "" && got != "" || c.want != "" && (!strings.Contains(got, "level=WARN") || !strings.Contains(got, c.want)) {
-			t.Errorf("fq dropped %d in all: log %q, want %q", c.dropped, got, c.want)
+		if n := strings.Count(got, "level=WARN"); n != len(c.want) {
+			t.Errorf("fq dropped %d and the classifier bypassed %d in all: %d warnings, want %d: %q", c.dropped, c.bypassed, n, len(c.want), got)
+		}
+		for _, w := range c.want {
+			if !strings.Contains(got, w) {
+				t.Errorf("fq dropped %d and the classifier bypassed %d in all: log %q, want %q", c.dropped, c.bypassed, got, w)
+			}
 		}
 	}
 }

@@ -20,12 +20,12 @@ type FakeEDT struct {
 	// Drift is what the next Verify finds missing; VerifyErr its error.
 	Drift     []owned.Drift
 	VerifyErr error
-	// Held, Passed, Limited, Backlog, Dropped and Late are what Totals
-	// reports.
-	Held, Passed, Limited uint64
-	Backlog               int
-	Dropped               uint64
-	Late                  time.Duration
+	// Held, Passed, Limited, Bypassed, Backlog, Dropped and Late are
+	// what Totals reports.
+	Held, Passed, Limited, Bypassed uint64
+	Backlog                         int
+	Dropped                         uint64
+	Late                            time.Duration
 }
 
 // NewEDTOn is the edt backend on f, with entries that live ttl.
@@ -67,7 +67,8 @@ func (f *FakeEDT) Attach() error { f.Calls = append(f.Calls, "attach"); return n
 // Detach records the call.
 func (f *FakeEDT) Detach() error { f.Calls = append(f.Calls, "detach"); return nil }
 
-// Totals returns Held, Passed, Limited, Backlog, Dropped and Late.
+// Totals returns Held, Passed, Limited, Bypassed, Backlog, Dropped and
+// Late.
 func (f *FakeEDT) Totals() (edtTotals, error) {
-	return edtTotals{held: f.Held, passed: f.Passed, limited: f.Limited, backlog: f.Backlog, dropped: f.Dropped, late: f.Late}, nil
+	return edtTotals{held: f.Held, passed: f.Passed, limited: f.Limited, bypassed: f.Bypassed, backlog: f.Backlog, dropped: f.Dropped, late: f.Late}, nil
 }

@@ -61,10 +61,22 @@
 // written only here), the order in sanqos_edt_conn and the ramps in
 // sanqos_edt_flow.
 //
+// Never drop: fq drops what arrives past its limit (32768 packets, queue.go
+// FqLimit). The program counts the packets it has given a departure time
+// still ahead (sanqos_edt_held, by slots of 2^HELD_SHIFT ns of departure
+// time, HELD_SLOTS ahead, each taken off once its time has passed: the
+// count errs high by at most the packets of one slot, about a
+// millisecond's) and past HELD_LIMIT, nfqueue's hard limit and half of
+// fq's, it gives none: the packet passes at once, as nfqueue lets packets
+// pass past its backlog, and the flow's ramp starts again from 0. A
+// departure time past the slots ahead is counted in the last.
+//
 // Counters: per initiator, port and CPU, the segments delayed, those
 // passed without a delay of their own (the other direction, not
 // activated, or the entry expired; at most held behind the last delayed
-// one, for order) and those the rise limit gave less than the requested delay.
+// one, for order), those the rise limit gave less than the requested
+// delay, and those passed at once past HELD_LIMIT (bypassed, counted
+// passed too).
 // The daemon creates the counter entry when it sets the delay; the
 // program never inserts one.
 //
@@ -83,6 +95,7 @@ typedef unsigned long long __u64;
 
 // From include/uapi/linux/bpf.h (stable ABI).
 #define BPF_MAP_TYPE_HASH 1
+#define BPF_MAP_TYPE_ARRAY 2
 #define BPF_MAP_TYPE_PERCPU_HASH 5
 #define BPF_MAP_TYPE_LRU_HASH 9
 #define TC_ACT_OK 0
@@ -92,6 +105,8 @@ static long (*bpf_map_update_elem)(void *map, const void *key, const void *value
 static long (*bpf_map_delete_elem)(void *map, const void *key) = (void *)3;
 static __u64 (*bpf_ktime_get_ns)(void) = (void *)5;
 static long (*bpf_skb_load_bytes)(const void *skb, __u32 offset, void *to, __u32 len) = (void *)26;
+static long (*bpf_spin_lock)(void *lock) = (void *)93;
+static long (*bpf_spin_unlock)(void *lock) = (void *)94;
 
 // The fields of struct __sk_buff read or written, at their UAPI offsets
 // (include/uapi/linux/bpf.h): the verifier rewrites each access to the
@@ -156,7 +171,8 @@ struct state {
 struct counters {
 	__u64 delayed;
 	__u64 passed;
-	__u64 limited; // given less than the requested delay by the rise limit
+	__u64 limited;  // given less than the requested delay by the rise limit
+	__u64 bypassed; // passed at once past HELD_LIMIT
 };
 
 // One direction of one flow.
@@ -186,6 +202,10 @@ struct ckey {
 #define MAX_ENTRIES 16384 // initiators x ports
 #define MAX_FLOWS 65536   // flow directions remembered
 #define MAX_CONNS 65536   // connections with packets held
+#define HELD_LIMIT 16384  // packets held, at most: nfqueue's hard limit, half of fq's
+#define HELD_SHIFT 20     // a slot of the held count: 1.05 ms of departure times
+#define HELD_SLOTS 256    // slots ahead: 268 ms, past the largest delay (200 ms)
+#define HELD_SWEEP 4      // slots swept a packet, at most: a sweep behind catches up
 #define RISE_FORGET 10000000000ULL // 10 s: an idle flow ramps from 0 again
 #define ARM_TIMEOUT 1000000000ULL  // 1 s, as nfqueue's ipset --timeout 1
 
@@ -223,6 +243,81 @@ struct {
 	__type(key, struct ckey);
 	__type(value, __u64); // the last departure time given
 } sanqos_edt_conn SEC(".maps");
+
+struct bpf_spin_lock {
+	__u32 val;
+};
+
+// The packets given a departure time still ahead: total, and by the
+// slot of that time, so that they are taken off the total once it has
+// passed (swept). One lock: a few loads and stores a held packet.
+struct held {
+	struct bpf_spin_lock lock;
+	__u32 pad;
+	__u64 total;             // packets counted in slots not yet swept
+	__u64 swept;             // the first slot (time >> HELD_SHIFT) not yet swept
+	__u64 slot[HELD_SLOTS];  // which slot each count is of
+	__u64 count[HELD_SLOTS]; // packets given a time in it
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct held);
+} sanqos_edt_held SEC(".maps");
+
+// hold counts a packet leaving at t, unless HELD_LIMIT packets are held
+// already; it returns whether it did.
+static __attribute__((always_inline)) int hold(__u64 t, __u64 now)
+{
+	__u32 zero = 0;
+	struct held *h = bpf_map_lookup_elem(&sanqos_edt_held, &zero);
+	if (!h)
+		return 1;
+	int ok = 0;
+	bpf_spin_lock(&h->lock);
+	__u64 cur = now >> HELD_SHIFT;
+	if (cur < h->swept)
+		cur = h->swept; // another CPU read the clock later
+	if (cur - h->swept >= HELD_SLOTS) {
+		// Every packet counted has left (or none was).
+		h->total = 0;
+		h->swept = cur;
+	}
+#pragma unroll
+	for (int k = 0; k < HELD_SWEEP; k++) {
+		if (h->swept < cur) {
+			__u32 j = h->swept & (HELD_SLOTS - 1);
+			if (h->slot[j] == h->swept) {
+				h->total -= h->count[j];
+				h->count[j] = 0;
+			}
+			h->swept++;
+		}
+	}
+	if (h->total < HELD_LIMIT) {
+		__u64 at = t >> HELD_SHIFT;
+		if (at < cur)
+			at = cur;
+		if (at > cur + HELD_SLOTS - 1)
+			at = cur + HELD_SLOTS - 1;
+		__u32 i = at & (HELD_SLOTS - 1);
+		if (h->slot[i] != at) {
+			// Its packets have left; a sweep behind has not yet
+			// taken them off.
+			if (h->slot[i] >= h->swept)
+				h->total -= h->count[i];
+			h->slot[i] = at;
+			h->count[i] = 0;
+		}
+		h->count[i]++;
+		h->total++;
+		ok = 1;
+	}
+	bpf_spin_unlock(&h->lock);
+	return ok;
+}
 
 // Ethernet: the programs run on an Ethernet device (a NIC, bridge or
 // veth), where tc sees the frame from its MAC header on both hooks, so
@@ -387,13 +482,16 @@ int sanqos_edt_classify(struct __sk_buff *skb)
 		goto in_order;
 	__u64 t = now + applied;
 	last = bpf_map_lookup_elem(&sanqos_edt_conn, &ck);
-	if (last) {
-		if (t < *last)
-			t = *last;
-		*last = t;
-	} else {
-		bpf_map_update_elem(&sanqos_edt_conn, &ck, &t, 0);
+	if (last && t < *last)
+		t = *last;
+	if (!hold(t, now)) {
+		bpf_map_delete_elem(&sanqos_edt_flow, &fk);
+		goto bypass;
 	}
+	if (last)
+		*last = t;
+	else
+		bpf_map_update_elem(&sanqos_edt_conn, &ck, &t, 0);
 	skb->tstamp = t;
 	if (c)
 		c->delayed++;
@@ -404,14 +502,24 @@ in_order:
 	// (nfqueue too holds an undelayed packet behind its flow's).
 	last = bpf_map_lookup_elem(&sanqos_edt_conn, &ck);
 	if (last) {
-		if (*last > now)
+		if (*last <= now)
+			bpf_map_delete_elem(&sanqos_edt_conn, &ck); // nothing held
+		else if (hold(*last, now))
 			skb->tstamp = *last;
 		else
-			bpf_map_delete_elem(&sanqos_edt_conn, &ck); // nothing held
+			goto bypass;
 	}
 pass:
 	if (c)
 		c->passed++;
+	return TC_ACT_OK;
+bypass:
+	// Past HELD_LIMIT: at once, before its connection's held packets
+	// rather than dropped by fq.
+	if (c) {
+		c->passed++;
+		c->bypassed++;
+	}
 	return TC_ACT_OK;
 }
 
