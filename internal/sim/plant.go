@@ -136,6 +136,7 @@ type thread struct {
 	lastResp time.Time
 	unacked  []ackAt
 	inWindow int64
+	bursts   int // bursts begun
 }
 
 // plant is the simulated storage system: array, initiators, throttle.

@@ -100,6 +100,10 @@ func (p *plant) startBurst(e event) {
 		// on a spindle changes from burst to burst instead of being
 		// fixed by the seed for the whole run.
 		th := &p.threads[i]
+		if n := sc.Devices[th.device].Bursts; n > 0 && th.bursts >= n {
+			continue
+		}
+		th.bursts++
 		th.left = sc.BurstBytes
 		th.pos = p.rng.Int63n(th.limit/sc.WriteBytes) * sc.WriteBytes
 		p.running[p.group(i)]++

@@ -114,6 +114,10 @@ type Device struct {
 	// it reads (the zero Turn: always).
 	ReadBps float64
 	Turn    Turn
+	// Bursts, for a writer, is how many of the writers' bursts its
+	// threads take part in (0: every one): writers that come back
+	// lighter than they left.
+	Bursts int
 }
 
 // ThesisScenario is thesis §5.7/§5.9 (Fig. 5.9–5.13): on host b2 an 8 KiB

@@ -147,7 +147,8 @@
 //     writers now need (a tick over the set point that was noise, or
 //     lighter writers) costs them the seconds the controller takes to
 //     wind it down: the signal is under the set point and the delay
-//     falls as usual.
+//     falls as usual (the simulator's TestRecallPriceOnLighterWriters
+//     bounds that price).
 //   - Rebase: a controller stepped again after a pause takes the signal
 //     as its error history, so the pause's change of error is no kick.
 //
