@@ -62,6 +62,7 @@ type edtPath interface {
 // what fq holds now (backlog) and dropped since the start.
 type edtTotals struct {
 	held, passed, limited, bypassed uint64
+	bypassers                       []packetpath.ConsumerStats // the initiators bypassed most
 	backlog                         int
 	dropped                         uint64
 	late                            time.Duration
@@ -395,14 +396,16 @@ func (b *EDT) Resync() {
 // Stats are the classifier's counters: the packets it gave a departure
 // time (PacketsHeld) and those to a delayed initiator it passed at once
 // (PacketsPassed: another direction, an armed consumer not writing, an
-// entry expired, or Bypassed: edt.HeldLimit packets held); and fq's:
+// entry expired, or Bypassed: edt.HeldLimit packets held, Bypassers
+// naming whose); and fq's:
 // the packets it holds (Backlog, every packet on the device, ours most),
 // those it dropped (Dropped) and how late it releases held flows on
 // average (DelayErrorAvg: fq keeps no hold times, so there is no p50 or
 // max).
 func (b *EDT) Stats() plan.Stats {
 	t := b.totals()
-	return plan.Stats{PacketsHeld: t.held, PacketsPassed: t.passed, Bypassed: t.bypassed, Backlog: t.backlog, Dropped: t.dropped, DelayErrorAvg: t.late}
+	return plan.Stats{PacketsHeld: t.held, PacketsPassed: t.passed, Bypassed: t.bypassed, Bypassers: t.bypassers,
+		Backlog: t.backlog, Dropped: t.dropped, DelayErrorAvg: t.late}
 }
 
 // RiseStats are the rise limit's counters: Limited sums, over

@@ -1,11 +1,14 @@
 package qdisc
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"math"
+	"net/netip"
+	"slices"
 	"time"
 
 	"github.com/sanqos/sanqos/internal/act/edt"
@@ -39,8 +42,48 @@ func (k edtKernel) Free(key edtKey) error { return k.e.Free(key.addr, key.port) 
 func (k edtKernel) Totals() (edtTotals, error) {
 	t, err := k.e.Totals()
 	q, qerr := k.e.Queue()
-	return edtTotals{held: t.Delayed, passed: t.Passed, limited: t.Limited, bypassed: t.Bypassed, backlog: q.Packets, dropped: q.Dropped, late: q.Late}, errors.Join(err, qerr)
+	var bypassers []packetpath.ConsumerStats
+	if t.Bypassed > 0 {
+		per, perr := k.e.Counters()
+		bypassers, err = bypassersOf(per), errors.Join(err, perr)
+	}
+	return edtTotals{held: t.Delayed, passed: t.Passed, limited: t.Limited, bypassed: t.Bypassed, bypassers: bypassers,
+		backlog: q.Packets, dropped: q.Dropped, late: q.Late}, errors.Join(err, qerr)
 }
+
+// bypassersOf are the initiators whose packets the classifier passed at
+// its limit, summed over their ports, the most bypassed first, at most
+// maxBypassers (as nfqueue's Stats.Bypassers).
+func bypassersOf(per map[edt.Key]edt.Counters) []packetpath.ConsumerStats {
+	by := map[netip.Addr]*packetpath.ConsumerStats{}
+	for k, c := range per {
+		if c.Bypassed == 0 {
+			continue
+		}
+		s := by[k.Addr]
+		if s == nil {
+			s = &packetpath.ConsumerStats{Addr: k.Addr}
+			by[k.Addr] = s
+		}
+		s.Delayed += c.Delayed
+		s.Bypassed += c.Bypassed
+	}
+	out := make([]packetpath.ConsumerStats, 0, len(by))
+	for _, s := range by {
+		out = append(out, *s)
+	}
+	slices.SortFunc(out, func(a, b packetpath.ConsumerStats) int {
+		if a.Bypassed != b.Bypassed {
+			return cmp.Compare(b.Bypassed, a.Bypassed)
+		}
+		return a.Addr.Compare(b.Addr)
+	})
+	return out[:min(len(out), maxBypassers)]
+}
+
+// maxBypassers is how many initiators Stats.Bypassers names, at most.
+const maxBypassers = 16
+
 func (k edtKernel) Attach() error { return k.e.Attach() }
 func (k edtKernel) Detach() error { return k.e.Detach() }
 func (k edtKernel) Close() error  { return k.e.Close() }

@@ -23,6 +23,7 @@ type FakeEDT struct {
 	// Held, Passed, Limited, Bypassed, Backlog, Dropped and Late are
 	// what Totals reports.
 	Held, Passed, Limited, Bypassed uint64
+	Bypassers                       []packetpath.ConsumerStats
 	Backlog                         int
 	Dropped                         uint64
 	Late                            time.Duration
@@ -70,5 +71,5 @@ func (f *FakeEDT) Detach() error { f.Calls = append(f.Calls, "detach"); return n
 // Totals returns Held, Passed, Limited, Bypassed, Backlog, Dropped and
 // Late.
 func (f *FakeEDT) Totals() (edtTotals, error) {
-	return edtTotals{held: f.Held, passed: f.Passed, limited: f.Limited, bypassed: f.Bypassed, backlog: f.Backlog, dropped: f.Dropped, late: f.Late}, nil
+	return edtTotals{held: f.Held, passed: f.Passed, limited: f.Limited, bypassed: f.Bypassed, bypassers: f.Bypassers, backlog: f.Backlog, dropped: f.Dropped, late: f.Late}, nil
 }
