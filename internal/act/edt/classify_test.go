@@ -257,7 +257,7 @@ func TestClassifierHeldLimit(t *testing.T) {
 	o := loadC(t)
 	e := &EDT{objects: o}
 	a := netip.MustParseAddr("192.0.2.12")
-	const delay = 250 * time.Millisecond // within the count's 268 ms ahead
+	const delay = 250 * time.Millisecond
 	if err := e.SetEntry(a, 3260, Entry{Split: 128, Dir: Write, Delay: delay}, time.Hour); err != nil {
 		t.Fatal(err)
 	}
@@ -295,7 +295,9 @@ func TestClassifierHeldLimit(t *testing.T) {
 	if want := (Counters{Delayed: HeldLimit, Passed: 2, Bypassed: 2}); got[Key{a, 3260}] != want {
 		t.Errorf("counters %+v, want %+v", got[Key{a, 3260}], want)
 	}
-	time.Sleep(delay + 20*time.Millisecond) // the held ones have left, and their slot
+	// The held ones have left; the count, 270 slots behind, must catch up
+	// at once, not a few slots a packet.
+	time.Sleep(delay + 20*time.Millisecond)
 	if ts, before, _ := classify(t, o.prog, ack); ts < before+uint64(delay) {
 		t.Errorf("once the held packets had left an ACK got departure time %d, want now + %v (after %d)", ts, delay, before+uint64(delay))
 	}

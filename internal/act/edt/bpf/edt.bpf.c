@@ -69,7 +69,10 @@
 // millisecond's) and past HELD_LIMIT, nfqueue's hard limit and half of
 // fq's, it gives none: the packet passes at once, as nfqueue lets packets
 // pass past its backlog, and the flow's ramp starts again from 0. A
-// departure time past the slots ahead is counted in the last.
+// departure time past the slots ahead is counted in the last. Each
+// packet counted takes a few passed slots off the total; a total at the
+// limit after a pause is counted again from the slots ahead, once a slot
+// at most, so a pause never leaves the count high.
 //
 // Counters: per initiator, port and CPU, the segments delayed, those
 // passed without a delay of their own (the other direction, not
@@ -204,7 +207,7 @@ struct ckey {
 #define MAX_CONNS 65536   // connections with packets held
 #define HELD_LIMIT 16384  // packets held, at most: nfqueue's hard limit, half of fq's
 #define HELD_SHIFT 20     // a slot of the held count: 1.05 ms of departure times
-#define HELD_SLOTS 256    // slots ahead: 268 ms, past the largest delay (200 ms)
+#define HELD_SLOTS 1024   // slots ahead: 1.07 s, past the largest delay (1 s, control.DelayBoundsMs)
 #define HELD_SWEEP 4      // slots swept a packet, at most: a sweep behind catches up
 #define RISE_FORGET 10000000000ULL // 10 s: an idle flow ramps from 0 again
 #define ARM_TIMEOUT 1000000000ULL  // 1 s, as nfqueue's ipset --timeout 1
@@ -256,6 +259,7 @@ struct held {
 	__u32 pad;
 	__u64 total;             // packets counted in slots not yet swept
 	__u64 swept;             // the first slot (time >> HELD_SHIFT) not yet swept
+	__u64 recounted;         // the slot of the last recount
 	__u64 slot[HELD_SLOTS];  // which slot each count is of
 	__u64 count[HELD_SLOTS]; // packets given a time in it
 };
@@ -267,14 +271,11 @@ struct {
 	__type(value, struct held);
 } sanqos_edt_held SEC(".maps");
 
-// hold counts a packet leaving at t, unless HELD_LIMIT packets are held
-// already; it returns whether it did.
-static __attribute__((always_inline)) int hold(__u64 t, __u64 now)
+// add sweeps up to HELD_SWEEP passed slots off the total and counts a
+// packet leaving at t, unless the total is HELD_LIMIT; it returns
+// whether it did.
+static __attribute__((always_inline)) int add(struct held *h, __u64 t, __u64 now)
 {
-	__u32 zero = 0;
-	struct held *h = bpf_map_lookup_elem(&sanqos_edt_held, &zero);
-	if (!h)
-		return 1;
 	int ok = 0;
 	bpf_spin_lock(&h->lock);
 	__u64 cur = now >> HELD_SHIFT;
@@ -317,6 +318,52 @@ static __attribute__((always_inline)) int hold(__u64 t, __u64 now)
 	}
 	bpf_spin_unlock(&h->lock);
 	return ok;
+}
+
+// held_recount counts the packets in the slots from cur on, reading
+// without the lock (a packet counted meanwhile may be missed). It is a
+// global function, which the verifier checks once, apart from its
+// callers: inlined, its loop was walked once for each path reaching it.
+__attribute__((noinline)) __u64 held_recount(__u64 cur)
+{
+	__u32 zero = 0;
+	struct held *h = bpf_map_lookup_elem(&sanqos_edt_held, &zero);
+	if (!h)
+		return 0;
+	// All ones where the slot is cur or later (the difference's sign
+	// bit clear), else 0: no branch, so one path through the loop.
+	__u64 n = 0;
+#pragma clang loop unroll(disable)
+	for (__u32 i = 0; i < HELD_SLOTS; i++)
+		n += h->count[i] & (((h->slot[i] - cur) >> 63) - 1);
+	return n;
+}
+
+// hold counts a packet leaving at t, unless HELD_LIMIT packets are held
+// already; it returns whether it did. A total at the limit may hold
+// slots a sweep behind has not reached (after a pause of more than a
+// few slots): then, once a slot at most, the slots ahead are counted
+// again and the sweep catches up at once.
+static __attribute__((always_inline)) int hold(__u64 t, __u64 now)
+{
+	__u32 zero = 0;
+	struct held *h = bpf_map_lookup_elem(&sanqos_edt_held, &zero);
+	if (!h)
+		return 1;
+	if (add(h, t, now))
+		return 1;
+	__u64 cur = now >> HELD_SHIFT;
+	if (h->recounted == cur)
+		return 0;
+	__u64 n = held_recount(cur);
+	bpf_spin_lock(&h->lock);
+	h->recounted = cur;
+	if (h->swept < cur) {
+		h->total = n;
+		h->swept = cur;
+	}
+	bpf_spin_unlock(&h->lock);
+	return add(h, t, now);
 }
 
 // Ethernet: the programs run on an Ethernet device (a NIC, bridge or
@@ -459,7 +506,8 @@ int sanqos_edt_classify(struct __sk_buff *skb)
 	__u64 dir = s.payload <= e->split ? DIR_WRITE : DIR_READ;
 	__u64 now = bpf_ktime_get_ns();
 	__u64 requested = 0;
-	__u64 *last;
+	__u64 *last, t;
+	int own = 0; // a delay of its own, not only its connection's order
 	if (e->dir & dir) {
 		requested = e->delay;
 	} else if (dir == DIR_WRITE && e->arm) {
@@ -480,35 +528,42 @@ int sanqos_edt_classify(struct __sk_buff *skb)
 		c->limited++;
 	if (applied == 0)
 		goto in_order;
-	__u64 t = now + applied;
+	t = now + applied;
+	own = 1;
 	last = bpf_map_lookup_elem(&sanqos_edt_conn, &ck);
 	if (last && t < *last)
 		t = *last;
-	if (!hold(t, now)) {
-		bpf_map_delete_elem(&sanqos_edt_flow, &fk);
-		goto bypass;
-	}
-	if (last)
-		*last = t;
-	else
-		bpf_map_update_elem(&sanqos_edt_conn, &ck, &t, 0);
-	skb->tstamp = t;
-	if (c)
-		c->delayed++;
-	return TC_ACT_OK;
+	goto held;
 in_order:
 	// Not delayed, yet not before a packet of its connection that was:
 	// fq puts a packet without a time ahead of its flow's held ones
 	// (nfqueue too holds an undelayed packet behind its flow's).
 	last = bpf_map_lookup_elem(&sanqos_edt_conn, &ck);
-	if (last) {
-		if (*last <= now)
-			bpf_map_delete_elem(&sanqos_edt_conn, &ck); // nothing held
-		else if (hold(*last, now))
-			skb->tstamp = *last;
-		else
-			goto bypass;
+	if (!last)
+		goto pass;
+	if (*last <= now) {
+		bpf_map_delete_elem(&sanqos_edt_conn, &ck); // nothing held
+		goto pass;
 	}
+	t = *last;
+held:
+	// One place that counts what is held: the verifier walks hold's
+	// recount loop once.
+	if (!hold(t, now)) {
+		if (own)
+			bpf_map_delete_elem(&sanqos_edt_flow, &fk);
+		goto bypass;
+	}
+	skb->tstamp = t;
+	if (!own)
+		goto pass;
+	if (last)
+		*last = t;
+	else
+		bpf_map_update_elem(&sanqos_edt_conn, &ck, &t, 0);
+	if (c)
+		c->delayed++;
+	return TC_ACT_OK;
 pass:
 	if (c)
 		c->passed++;
