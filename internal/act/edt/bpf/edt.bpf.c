@@ -547,8 +547,8 @@ in_order:
 	}
 	t = *last;
 held:
-	// One place that counts what is held: the verifier walks hold's
-	// recount loop once.
+	// One place that counts what is held, for both kinds of packet:
+	// hold is inlined, and each copy is verified path by path.
 	if (!hold(t, now)) {
 		if (own)
 			bpf_map_delete_elem(&sanqos_edt_flow, &fk);
