@@ -44,8 +44,9 @@
 // same device sees the write and activates it for a second.
 //
 // What the programs write (each connection's last, the arming's
-// deadline, the ramps) is in maps of their own: the daemon rewrites an entry whole at every
-// renewal and must not undo them.
+// deadline, the ramps, the count of held packets) is in maps of their
+// own: the daemon rewrites an entry whole at every renewal and must not
+// undo them.
 package edt
 
 import (
@@ -249,7 +250,9 @@ func (e *EDT) Free(addr netip.Addr, port uint16) error {
 	if err := e.m.Delete(key); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 		return fmt.Errorf("edt: freeing %s port %d: %w", addr, port, err)
 	}
-	e.st.Delete(key) // the arming goes with the entry; each connection's order stays until its held packets have left
+	// The arming goes with the entry; each connection's order stays
+	// until its held packets have left.
+	e.st.Delete(key)
 	ferr := e.forgetFlows(Key{addr, port})
 	if c, err := counters(e.cnt, key); err == nil { // else none yet, or unreadable
 		e.mu.Lock()

@@ -397,11 +397,10 @@ func (b *EDT) Resync() {
 // time (PacketsHeld) and those to a delayed initiator it passed at once
 // (PacketsPassed: another direction, an armed consumer not writing, an
 // entry expired, or Bypassed: edt.HeldLimit packets held, Bypassers
-// naming whose); and fq's:
-// the packets it holds (Backlog, every packet on the device, ours most),
-// those it dropped (Dropped) and how late it releases held flows on
-// average (DelayErrorAvg: fq keeps no hold times, so there is no p50 or
-// max).
+// naming whose); and fq's: the packets it holds (Backlog, every packet
+// on the device, ours most), those it dropped (Dropped) and how late it
+// releases held flows on average (DelayErrorAvg: fq keeps no hold times,
+// so there is no p50 or max).
 func (b *EDT) Stats() plan.Stats {
 	t := b.totals()
 	return plan.Stats{PacketsHeld: t.held, PacketsPassed: t.passed, Bypassed: t.bypassed, Bypassers: t.bypassers,
