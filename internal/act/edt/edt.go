@@ -36,6 +36,11 @@
 // segments leave the stack under its socket's lock, so its last has one
 // writer at a time; it is forgotten once its held packets have left.
 //
+// Never drop: fq drops what comes past its limit. The program counts
+// the packets it has given a departure time still ahead and past
+// HeldLimit gives none, so they pass at once (counted Bypassed), as
+// nfqueue lets packets pass past its backlog.
+//
 // Rise limit: per flow and direction the program ramps the delay as
 // nfqueue's RiseLimit does (Entry.Rise, DefaultRise), remembering each
 // flow's last applied delay in an LRU map that bounds its memory; Free
