@@ -166,39 +166,57 @@ func RunAblation(c AblationCase, v AblationVariant, seed int64) (Metrics, error)
 	}, nil
 }
 
-// settleS is the mean over the writers' bursts of the time from a
-// burst's onset until the reader's wait was under limitMs to the burst's
-// end, as the lab's burst analysis measures it (a second without a read
-// counts as over; a burst still over at its end counts its length; two
-// spans of writing less than 2 s apart are one burst).
+// settleS is the mean over the writers' bursts (burstSpans) of the time
+// from a burst's onset until the reader's wait was under limitMs to the
+// burst's end, as the lab's burst analysis measures it (a second without
+// a read counts as over; a burst still over at its end counts its
+// length).
 func settleS(secs []Second, limitMs float64) float64 {
-	const minOff = 2
+	spans := burstSpans(secs)
+	if len(spans) == 0 {
+		return 0
+	}
 	var sum float64
-	var n int
+	for _, b := range spans {
+		settle := 0.0
+		for k := b.start; k <= b.end; k++ {
+			if overSecond(secs[k], limitMs) {
+				settle = float64(k - b.start + 1)
+			}
+		}
+		sum += settle
+	}
+	return sum / float64(len(spans))
+}
+
+// span is a burst of the writers: the seconds from start to end.
+type span struct{ start, end int }
+
+// burstSpans are the writers' bursts as the lab's burst analysis finds
+// them: spans of writing, two less than 2 s apart being one.
+func burstSpans(secs []Second) []span {
+	const minOff = 2
+	var out []span
 	for i := 0; i < len(secs); i++ {
 		if !secs[i].WritersOn {
 			continue
 		}
-		start, end := i, i
-		for j := i; j < len(secs) && j-end <= minOff; j++ {
+		b := span{i, i}
+		for j := i; j < len(secs) && j-b.end <= minOff; j++ {
 			if secs[j].WritersOn {
-				end = j
+				b.end = j
 			}
 		}
-		settle := 0.0
-		for k := start; k <= end; k++ {
-			if r := secs[k].ReadMs; math.IsNaN(r) || r > limitMs {
-				settle = float64(k - start + 1)
-			}
-		}
-		sum += settle
-		n++
-		i = end
+		out = append(out, b)
+		i = b.end
 	}
-	if n == 0 {
-		return 0
-	}
-	return sum / float64(n)
+	return out
+}
+
+// overSecond says whether the reader's wait in s was over limitMs (a
+// second without a read counts as over).
+func overSecond(s Second, limitMs float64) bool {
+	return math.IsNaN(s.ReadMs) || s.ReadMs > limitMs
 }
 
 // reloadStepper drives the production engine as engineStepper does, and

@@ -1,39 +1,24 @@
 package sim
 
 import (
-	"math"
 	"slices"
 	"testing"
 )
 
-// laterBursts are the writers' bursts after the first of a run, as the
-// lab's burst analysis finds them (spans of writing less than 2 s apart
-// are one burst): how long each took, and its seconds with the reader
-// over limitMs (a second without a read counts as over).
+// laterBursts are the writers' bursts after the first of a run
+// (burstSpans): how long each took, and its seconds with the reader over
+// limitMs.
 func laterBursts(secs []Second, limitMs float64) (durations, over []float64) {
-	const minOff = 2
-	n := 0
-	for i := 0; i < len(secs); i++ {
-		if !secs[i].WritersOn {
-			continue
-		}
-		start, end := i, i
-		for j := i; j < len(secs) && j-end <= minOff; j++ {
-			if secs[j].WritersOn {
-				end = j
+	spans := burstSpans(secs)
+	for _, b := range spans[min(1, len(spans)):] {
+		o := 0
+		for k := b.start; k <= b.end; k++ {
+			if overSecond(secs[k], limitMs) {
+				o++
 			}
 		}
-		if n++; n >= 2 {
-			o := 0
-			for k := start; k <= end; k++ {
-				if r := secs[k].ReadMs; math.IsNaN(r) || r > limitMs {
-					o++
-				}
-			}
-			durations = append(durations, float64(end-start+1))
-			over = append(over, float64(o))
-		}
-		i = end
+		durations = append(durations, float64(b.end-b.start+1))
+		over = append(over, float64(o))
 	}
 	return durations, over
 }
