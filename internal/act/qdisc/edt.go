@@ -207,7 +207,7 @@ func (b *EDT) want(s plan.State) map[edtKey]edtEntry {
 
 // Apply sets the entries of s (renewing them) and frees the rest. A
 // lowered delay is not a reordering: the program never gives a packet a
-// departure time before the one it gave the initiator's last.
+// departure time before the one it gave its connection's last.
 func (b *EDT) Apply(_ context.Context, s plan.State) error {
 	if err := plan.ValidateShape(s); err != nil {
 		return err
