@@ -76,8 +76,8 @@ type ConsumerStats struct {
 	Bypassed uint64
 }
 
-// maxBypassers is how many consumers Stats.Bypassers names at most.
-const maxBypassers = 16
+// MaxBypassers is how many consumers Stats.Bypassers names at most.
+const MaxBypassers = 16
 
 // consumerOf returns dst's record, made anew when there is none, and
 // records an arrival at now. The table is bounded by MaxFlows like the
@@ -227,7 +227,7 @@ func (d *Delayer) ConsumerStats() []ConsumerStats {
 }
 
 // topBypassers copies the consumers with bypassed packets, the most
-// bypassed first, at most maxBypassers. d.mu held: the walk is over the
+// bypassed first, at most MaxBypassers. d.mu held: the walk is over the
 // consumers that ever lost their delay, usually none.
 func (d *Delayer) topBypassers() []ConsumerStats {
 	if len(d.bypassers) == 0 {
@@ -240,14 +240,16 @@ func (d *Delayer) topBypassers() []ConsumerStats {
 	return out
 }
 
-// sortBypassers orders and trims what topBypassers copied, outside the
-// lock.
-func sortBypassers(out []ConsumerStats) []ConsumerStats {
+// SortBypassers orders consumers that had packets bypassed, the most
+// bypassed first (by address on a tie), and keeps the first
+// MaxBypassers: what topBypassers copied, outside the lock, and the edt
+// backend's per-initiator counts.
+func SortBypassers(out []ConsumerStats) []ConsumerStats {
 	slices.SortFunc(out, func(a, b ConsumerStats) int {
 		if c := cmp.Compare(b.Bypassed, a.Bypassed); c != 0 {
 			return c
 		}
 		return a.Addr.Compare(b.Addr)
 	})
-	return out[:min(len(out), maxBypassers)]
+	return out[:min(len(out), MaxBypassers)]
 }

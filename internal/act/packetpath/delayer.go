@@ -447,7 +447,7 @@ func (d *Delayer) Stats() Stats {
 	top := d.topBypassers()
 	d.mu.Unlock()
 	if top != nil {
-		s.Bypassers = sortBypassers(top)
+		s.Bypassers = SortBypassers(top)
 	}
 	s.PureAcks = "passed"
 	if d.AckDelay {

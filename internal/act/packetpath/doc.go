@@ -29,7 +29,7 @@ type Stats struct {
 	// was over its share of the backlog, or the backlog at its hard limit.
 	Bypassed uint64
 	// Bypassers are the consumers that had packets bypassed, the most
-	// first (at most maxBypassers), with their counters.
+	// first (at most MaxBypassers), with their counters.
 	Bypassers []ConsumerStats
 	// PureAcks is "held" with AckDelay, "passed" without.
 	PureAcks string

@@ -1,14 +1,12 @@
 package qdisc
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"math"
 	"net/netip"
-	"slices"
 	"time"
 
 	"github.com/sanqos/sanqos/internal/act/edt"
@@ -53,7 +51,7 @@ func (k edtKernel) Totals() (edtTotals, error) {
 
 // bypassersOf are the initiators whose packets the classifier passed at
 // its limit, summed over their ports, the most bypassed first, at most
-// maxBypassers (as nfqueue's Stats.Bypassers).
+// packetpath.MaxBypassers (as nfqueue's Stats.Bypassers).
 func bypassersOf(per map[edt.Key]edt.Counters) []packetpath.ConsumerStats {
 	by := map[netip.Addr]*packetpath.ConsumerStats{}
 	for k, c := range per {
@@ -72,17 +70,8 @@ func bypassersOf(per map[edt.Key]edt.Counters) []packetpath.ConsumerStats {
 	for _, s := range by {
 		out = append(out, *s)
 	}
-	slices.SortFunc(out, func(a, b packetpath.ConsumerStats) int {
-		if a.Bypassed != b.Bypassed {
-			return cmp.Compare(b.Bypassed, a.Bypassed)
-		}
-		return a.Addr.Compare(b.Addr)
-	})
-	return out[:min(len(out), maxBypassers)]
+	return packetpath.SortBypassers(out)
 }
-
-// maxBypassers is how many initiators Stats.Bypassers names, at most.
-const maxBypassers = 16
 
 func (k edtKernel) Attach() error { return k.e.Attach() }
 func (k edtKernel) Detach() error { return k.e.Detach() }

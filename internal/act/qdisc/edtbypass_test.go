@@ -14,7 +14,7 @@ import (
 
 // TestBypassersOf: the initiators the classifier passed at its limit,
 // summed over their ports, the most bypassed first (by address on a
-// tie), those never bypassed left out, at most maxBypassers.
+// tie), those never bypassed left out, at most packetpath.MaxBypassers.
 func TestBypassersOf(t *testing.T) {
 	a, b, c := netip.MustParseAddr("10.0.0.3"), netip.MustParseAddr("10.0.0.4"), netip.MustParseAddr("fd00::5")
 	got := bypassersOf(map[edt.Key]edt.Counters{
@@ -32,7 +32,7 @@ func TestBypassersOf(t *testing.T) {
 		many[edt.Key{Addr: netip.MustParseAddr(fmt.Sprintf("10.0.1.%d", i)), Port: 3260}] = edt.Counters{Bypassed: uint64(i + 1)}
 	}
 	got = bypassersOf(many)
-	if len(got) != maxBypassers || got[0].Bypassed != 20 || got[maxBypassers-1].Bypassed != 5 {
-		t.Errorf("of 20 bypassed initiators got %d, from %d to %d bypassed; want the %d most (20 to 5)", len(got), got[0].Bypassed, got[len(got)-1].Bypassed, maxBypassers)
+	if len(got) != packetpath.MaxBypassers || got[0].Bypassed != 20 || got[packetpath.MaxBypassers-1].Bypassed != 5 {
+		t.Errorf("of 20 bypassed initiators got %d, from %d to %d bypassed; want the %d most (20 to 5)", len(got), got[0].Bypassed, got[len(got)-1].Bypassed, packetpath.MaxBypassers)
 	}
 }
