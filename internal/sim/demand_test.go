@@ -13,6 +13,7 @@ import (
 // writer left the set for good and the reader waited 3.9 × T in 89 % of
 // the seconds. Judged by its writes outstanding, it stays, held.
 func TestSteadyWritersStayHeld(t *testing.T) {
+	skipLong(t)
 	tests := []struct {
 		disk string
 		tMs  float64

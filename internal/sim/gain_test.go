@@ -31,6 +31,7 @@ func hostBound(profile string, contentionMs float64) Scenario {
 // 0.16 ms of 2.3. One seed: neither model draws anything these runs
 // depend on (seeds 1-3 gave the same figures).
 func TestFutileDelayIsReleased(t *testing.T) {
+	skipLong(t)
 	for _, tc := range []struct {
 		profile      string
 		contentionMs float64
@@ -76,6 +77,7 @@ func TestFutileDelayIsReleased(t *testing.T) {
 // point, never suspects its delay, and decides exactly what it decides
 // without the gain rule.
 func TestGainQuietWhereDelayHelps(t *testing.T) {
+	skipLong(t)
 	for _, seed := range []int64{1, 2, 3} {
 		run := func(off ...string) Summary {
 			cfg := DefaultConfig()

@@ -33,6 +33,7 @@ func laterBursts(secs []Second, limitMs float64) (durations, over []float64) {
 // most 30 % more time (the writers' rate in them; the run's MB/s cannot
 // show it, a burst being a fixed amount of data).
 func TestRecallPriceOnLighterWriters(t *testing.T) {
+	skipLong(t)
 	const threshold, seeds = 15.0, 10
 	for _, c := range []struct {
 		name string

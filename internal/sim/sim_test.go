@@ -39,6 +39,17 @@ func run(t *testing.T, cfg Config) *Result {
 	return r
 }
 
+// skipLong skips a test of several long simulations under -short, which
+// is the race run's: the simulation runs on one goroutine, so the race
+// detector finds nothing in it and only makes it ten times slower (these
+// tests took over half of its 10 minutes). The run without -short runs them.
+func skipLong(t *testing.T) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("long simulations on one goroutine; the run without -short covers them")
+	}
+}
+
 func activeLatencies(r *Result) []float64 {
 	var v []float64
 	for _, s := range r.Seconds {
@@ -122,6 +133,7 @@ func TestDelayThrottlesWriters(t *testing.T) {
 // 20 ms, where no control gives ≥ 2 × 15 ms; and the reader gets at least
 // the throughput it gets without control (seed 000's lesson).
 func TestPIDHoldsThresholds(t *testing.T) {
+	skipLong(t)
 	base := DefaultConfig()
 	base.Controller = "none"
 	none := run(t, base).Summary
@@ -294,6 +306,7 @@ func popEvent(p *plant) event { return p.q.pop() }
 // any delay can act, push the uncontrolled wait past 10 × threshold at
 // its worst, and pid cuts their p95 to under a fifth of it.
 func TestHarderWriters(t *testing.T) {
+	skipLong(t)
 	for _, tc := range []struct {
 		sc       Scenario
 		maxP95   float64 // pid's p95 limit (ms) at 15 ms
@@ -331,6 +344,7 @@ func TestHarderWriters(t *testing.T) {
 // second, with p95 as the signal, where diskstats' whole milliseconds
 // cannot even see the threshold.
 func TestSSDSubMillisecond(t *testing.T) {
+	skipLong(t)
 	cfg := DefaultConfig()
 	cfg.Scenario = SSDScenario()
 	cfg.Controller = "none"
@@ -358,6 +372,7 @@ func TestSSDSubMillisecond(t *testing.T) {
 // for only a trickle of writes, keep at least half of their uncontrolled
 // rate.
 func TestThresholdsFitTheDevice(t *testing.T) {
+	skipLong(t)
 	ssd, thesis := SSDScenario(), ThesisScenario()
 	uncontrolled := map[string]float64{}
 	for _, sc := range []Scenario{ssd, thesis} {
