@@ -277,3 +277,50 @@ func (r CellResult) Row(w io.Writer) {
 		r.Disk, r.Writers, r.ThresholdMs, r.None.ReadLatencyMs.P95, r.None.WriteMBs, static, r.Static.WriteMBs,
 		r.P95OverT, r.OverPct, r.LongestOverS, r.Share, r.PID.WriteMBs)
 }
+
+// MatrixTally sums a matrix's controlled runs, to compare two laws over
+// several seeds where one seed's cells move both ways.
+type MatrixTally struct {
+	Runs, Violating int
+	// Met counts the runs where a static delay (or none) meets T, over
+	// which the p95/T and the seconds over 1.2 × T are averaged: where
+	// none does, the p95 is many times T and would swamp the mean.
+	Met               int
+	p95OverT, overPct float64
+	logShare          float64
+	shared            int
+}
+
+// Add counts one cell's result.
+func (m *MatrixTally) Add(r CellResult) {
+	m.Runs++
+	if len(r.Violations()) > 0 {
+		m.Violating++
+	}
+	if r.StaticMet {
+		m.Met++
+		m.p95OverT += r.P95OverT
+		m.overPct += r.OverPct
+	}
+	if r.Share > 0 {
+		m.logShare += math.Log(r.Share)
+		m.shared++
+	}
+}
+
+// MeanP95OverT and MeanOverPct are over the runs where T can be met;
+// GeoShare is the geometric mean of the writers' share of the best
+// static delay's rate (of uncontrolled where none meets T) over all.
+func (m MatrixTally) MeanP95OverT() float64 { return m.p95OverT / float64(max(m.Met, 1)) }
+func (m MatrixTally) MeanOverPct() float64  { return m.overPct / float64(max(m.Met, 1)) }
+func (m MatrixTally) GeoShare() float64 {
+	if m.shared == 0 {
+		return 0
+	}
+	return math.Exp(m.logShare / float64(m.shared))
+}
+
+func (m MatrixTally) String() string {
+	return fmt.Sprintf("%d runs, %d break a guarantee; where T can be met (%d): p95 %.3f × T, %.2f %% of seconds over 1.2 × T; writers at %.3f of the best static delay's rate (geometric mean)",
+		m.Runs, m.Violating, m.Met, m.MeanP95OverT(), m.MeanOverPct(), m.GeoShare())
+}

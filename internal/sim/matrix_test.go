@@ -33,6 +33,7 @@ var (
 	matrixDisk = flag.String("matrix-disk", "", "TestScenarioMatrix: run only this disk's cells")
 	matrixCold = flag.Bool("matrix-cold", false, "TestScenarioMatrix: start raid6-hdd's cache empty, as production never does; "+
 		"the guarantees are logged, not asserted")
+	matrixSeeds = flag.Int("matrix-seeds", 0, "TestScenarioMatrixSeeds: run every cell under seeds 1…N and log the tally")
 )
 
 // TestScenarioMatrix runs every cell of the matrix (about 4 minutes;
@@ -54,16 +55,7 @@ func TestScenarioMatrix(t *testing.T) {
 			{Disk: "cloud-3000", Writers: matrixWriters[1], ThresholdMs: 3},
 		}
 	} else {
-		for _, disk := range []string{"thesis-2010", "ssd", "raid6-hdd", "cloud-3000"} {
-			if *matrixDisk != "" && disk != *matrixDisk {
-				continue
-			}
-			for _, w := range matrixWriters {
-				for _, th := range matrixThresholdsMs[disk] {
-					cells = append(cells, Cell{Disk: disk, Writers: w, ThresholdMs: th})
-				}
-			}
-		}
+		cells = matrixCells()
 	}
 	var out bytes.Buffer
 	MatrixHeader(&out)
@@ -119,6 +111,22 @@ func TestScenarioMatrix(t *testing.T) {
 		cache = "every cache empty"
 	}
 	t.Logf("scenario matrix (%d cells, %v each run, %s at the start, %d hold every guarantee):\n%s", len(cells), d, cache, held, out.String())
+}
+
+// matrixCells are the matrix's cells, or -matrix-disk's.
+func matrixCells() []Cell {
+	var cells []Cell
+	for _, disk := range []string{"thesis-2010", "ssd", "raid6-hdd", "cloud-3000"} {
+		if *matrixDisk != "" && disk != *matrixDisk {
+			continue
+		}
+		for _, w := range matrixWriters {
+			for _, th := range matrixThresholdsMs[disk] {
+				cells = append(cells, Cell{Disk: disk, Writers: w, ThresholdMs: th})
+			}
+		}
+	}
+	return cells
 }
 
 // warm says whether the cell's runs start with a full cache.
