@@ -8,9 +8,9 @@ import (
 // TestScenarioMatrixSeeds runs the matrix under seeds 1…N, to judge a
 // change to the law beyond one seed's luck (docs/ablation.md):
 //
-//	go test ./internal/sim -run TestScenarioMatrixSeeds -v -timeout 2h -args -matrix-seeds 3
+//	go test ./internal/sim -run TestScenarioMatrixSeeds -v -timeout 1h -args -matrix-seeds 3
 //
-// (about 7 minutes a seed; -matrix-disk runs one disk). It logs each run
+// (about 2 minutes a seed; -matrix-disk runs one disk). It logs each run
 // that breaks a guarantee and the tally (MatrixTally) for the two laws
 // to be compared; the guarantees themselves are asserted on seed 1 by
 // TestScenarioMatrix.
