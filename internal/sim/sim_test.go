@@ -41,8 +41,8 @@ func run(t *testing.T, cfg Config) *Result {
 
 // skipLong skips a test of several long simulations under -short, which
 // is the race run's: the simulation runs on one goroutine, so the race
-// detector finds nothing in it and only makes it ten times slower (these
-// tests took over half of its 10 minutes). The run without -short runs them.
+// detector finds nothing in it and only slows it many times over. The
+// run without -short runs them.
 func skipLong(t *testing.T) {
 	t.Helper()
 	if testing.Short() {
