@@ -8,9 +8,9 @@ import "time"
 const (
 	// raiseAfter: the delay pressed on the ceiling this long rises it.
 	raiseAfter = time.Second
-	// raiseAfterFar is raiseAfter far over (farOver × the threshold) or
-	// in the controller's first climb: a burst's backlog drains only
-	// with more than the writers' steady need, soon.
+	// raiseAfterFar is raiseAfter far over (farOver × the threshold):
+	// a burst's backlog drains only with more than the writers' steady
+	// need, soon.
 	raiseAfterFar = 300 * time.Millisecond
 	farOver       = 2.0
 	// raiseFactor: by factors, so TCP's RTT estimate keeps ahead of it.
