@@ -125,17 +125,18 @@ func (p *Probe) Sample(now time.Time) {
 	p.valid = true
 }
 
-// TickReads is engine.FineReads: the device's reads completed in the tick
-// and the age of its oldest read in flight.
-func (p *Probe) TickReads(device string) (latency.Ops, time.Duration, bool) {
+// TickReads is engine.FineReads: the device's reads completed in the
+// tick, the age of its oldest read in flight and how many reads the
+// probe holds in flight.
+func (p *Probe) TickReads(device string) (latency.Ops, time.Duration, int, bool) {
 	if p == nil || !p.valid {
-		return latency.Ops{}, 0, false
+		return latency.Ops{}, 0, 0, false
 	}
 	d, ok := p.tick.Devices[device]
 	if !ok {
-		return latency.Ops{}, 0, false
+		return latency.Ops{}, 0, 0, false
 	}
-	return d.Read, d.OldestRead, true
+	return d.Read, d.OldestRead, d.ReadsInFlight, true
 }
 
 // Close detaches the probe.

@@ -47,28 +47,28 @@ func TestProbeTicksAndReopens(t *testing.T) {
 	fake.Complete("loop0", false, 700*time.Microsecond)
 	fake.SetOutstanding("loop1", 1, 40*time.Millisecond)
 	p.Sample(t0.Add(100 * time.Millisecond))
-	ops, oldest, ok := p.TickReads("loop0")
+	ops, oldest, _, ok := p.TickReads("loop0")
 	if !ok || ops.Count != 2 || ops.Mean() != 600*time.Microsecond || oldest != 0 {
 		t.Fatalf("loop0 tick: %d reads, mean %v, oldest %v, ok %v; want the tick's 2 reads, mean 600µs", ops.Count, ops.Mean(), oldest, ok)
 	}
-	if _, oldest, ok := p.TickReads("loop1"); !ok || oldest != 40*time.Millisecond {
-		t.Fatalf("loop1 oldest %v ok %v, want 40ms", oldest, ok)
+	if _, oldest, n, ok := p.TickReads("loop1"); !ok || oldest != 40*time.Millisecond || n != 1 {
+		t.Fatalf("loop1 oldest %v, %d in flight, ok %v; want 40ms, 1", oldest, n, ok)
 	}
-	if _, _, ok := p.TickReads("sda"); ok {
+	if _, _, _, ok := p.TickReads("sda"); ok {
 		t.Fatal("an unwatched device has reads")
 	}
 	p.SetTopology(probeTopo("loop0", "loop2"))
 	if len(opened) != 2 || fmt.Sprint(opened[1]) != "[loop0 loop2]" {
 		t.Fatalf("opened %v, want a reopen on [loop0 loop2]", opened)
 	}
-	if _, _, ok := p.TickReads("loop0"); ok {
+	if _, _, _, ok := p.TickReads("loop0"); ok {
 		t.Fatal("reads before the reopened probe's first sample")
 	}
 	// A failing sample gives no reads for the tick and is said once.
 	fake.Err = errors.New("map lookup failed")
 	p.Sample(t0.Add(200 * time.Millisecond))
 	p.Sample(t0.Add(300 * time.Millisecond))
-	if _, _, ok := p.TickReads("loop0"); ok || p.State() != "sampling failed" {
+	if _, _, _, ok := p.TickReads("loop0"); ok || p.State() != "sampling failed" {
 		t.Fatalf("state %q after failing samples; want no reads", p.State())
 	}
 	if n := logs.count("sampling the eBPF probe failed"); n != 1 {
@@ -92,7 +92,7 @@ func TestProbeUnavailableSaysSoOnce(t *testing.T) {
 	if tries != 1 || logs.count("no kernel BTF") != 1 {
 		t.Fatalf("tried %d times, logged:\n%s\nwant one try and one warning naming the reason", tries, logs.String())
 	}
-	if _, _, ok := p.TickReads("loop0"); ok {
+	if _, _, _, ok := p.TickReads("loop0"); ok {
 		t.Fatal("reads from an unavailable probe")
 	}
 	off := NewProbe(nil, newLogger(&logs))
@@ -103,7 +103,7 @@ func TestProbeUnavailableSaysSoOnce(t *testing.T) {
 	var none *Probe
 	none.SetTopology(probeTopo("loop0"))
 	none.Sample(time.Unix(1, 0))
-	if _, _, ok := none.TickReads("loop0"); ok || none.Close() != nil {
+	if _, _, _, ok := none.TickReads("loop0"); ok || none.Close() != nil {
 		t.Fatal("a nil probe is not a no-op")
 	}
 }

@@ -63,7 +63,7 @@ type wireReader interface {
 }
 
 func (a *engineAdapter) probeTick(device string) (latency.Ops, bool) {
-	ops, _, ok := a.probe.TickReads(device)
+	ops, _, _, ok := a.probe.TickReads(device)
 	return ops, ok
 }
 

@@ -43,9 +43,9 @@ func (f *plantSource) ReadsInFlight(device string) (uint64, bool) {
 	return f.p.ReadsInFlight(device)
 }
 
-func (f *plantSource) TickReads(device string) (latency.Ops, time.Duration, bool) {
+func (f *plantSource) TickReads(device string) (latency.Ops, time.Duration, int, bool) {
 	t, ok := f.tick[device]
-	return t.reads, t.oldest, ok
+	return t.reads, t.oldest, t.inFlight, ok
 }
 
 func (s engineStepper) attach(p *plant) { s.plant.p = p }

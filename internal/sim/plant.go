@@ -320,14 +320,15 @@ func (p *plant) ReadsInFlight(device string) (uint64, bool) {
 
 // probeTick is one device's tick of the plant's block-layer probe.
 type probeTick struct {
-	reads  latency.Ops
-	oldest time.Duration
+	reads    latency.Ops
+	oldest   time.Duration
+	inFlight int
 }
 
 // sampleProbe is the plant's block-layer probe: per device, the reads
 // completed since the last sample, timed from their arrival at the device
-// to completion as the kernel's request stamps are, and the age of the
-// oldest read in flight at now.
+// to completion as the kernel's request stamps are, the age of the
+// oldest read in flight at now and how many are in flight.
 func (p *plant) sampleProbe(now time.Time, into map[string]probeTick) {
 	for i, d := range p.sc.Devices {
 		c := &p.dev[i]
@@ -335,7 +336,7 @@ func (p *plant) sampleProbe(now time.Time, into map[string]probeTick) {
 		for _, at := range c.readArrived {
 			oldest = max(oldest, now.Sub(at))
 		}
-		into[d.Name] = probeTick{c.tickReads, oldest}
+		into[d.Name] = probeTick{c.tickReads, oldest, len(c.readArrived)}
 		c.tickReads = latency.Ops{}
 	}
 }

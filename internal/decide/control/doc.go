@@ -30,8 +30,9 @@
 // Reads in flight count too, because a reader slower than a tick
 // completes nothing exactly when the disk is worst: the probe's oldest
 // read counts by its age when nothing completed or it is older than the
-// tick's slowest (and only when the kernel also counts a read in flight:
-// a slot the probe failed to free must not throttle anyone); without
+// tick's slowest (and only when the kernel counts as many reads in flight
+// as the probe holds: a slot the probe failed to free ages until its
+// request is reused, and must not throttle anyone); without
 // the probe, reads in flight that were already in flight a tick ago
 // count by their age since (a lower bound). A count older than 30 s
 // (past the SCSI command timeout) is an accounting leak and is ignored.

@@ -148,11 +148,13 @@ type device struct {
 	fine bool
 	// probe is the probe's tick for this device, read in the observe
 	// phase (probeOK false: not probed); probeStuck that its oldest read
-	// would count as pending but the kernel counts no read in flight.
-	probe      latency.Ops
-	oldest     time.Duration
-	probeOK    bool
-	probeStuck bool
+	// would count as pending but the kernel counts fewer reads in flight
+	// than the probe's probeInFlight.
+	probe         latency.Ops
+	oldest        time.Duration
+	probeInFlight int
+	probeOK       bool
+	probeStuck    bool
 }
 
 type consumer struct {

@@ -38,10 +38,11 @@ const (
 )
 
 // FineReads is one tick of the block-layer probe: the device's reads
-// completed in the tick and the age of its oldest read in flight now (0:
-// none). ok is false when the device is not probed.
+// completed in the tick, the age of its oldest read in flight now (0:
+// none) and how many reads it holds in flight. ok is false when the
+// device is not probed.
 type FineReads interface {
-	TickReads(device string) (reads latency.Ops, oldest time.Duration, ok bool)
+	TickReads(device string) (reads latency.Ops, oldest time.Duration, inFlight int, ok bool)
 }
 
 // InFlight reports the reads a device has in flight now (the kernel's
@@ -95,18 +96,20 @@ func (e *Engine) updatePending(d *device, now time.Time) {
 }
 
 // checkOldest sets d.probeStuck when the probe's oldest read in flight
-// would count (see measure) but the block layer counts no read in flight
-// on d. The probe's oldest read is taken only with the kernel's word: a
-// slot the probe failed to free (a "read" aging for seconds while the
-// reader's reads complete in under a millisecond) must not throttle
-// anyone. Only signal devices the probe measures are asked.
+// would count (see measure) but the block layer counts fewer reads in
+// flight on d than the probe holds. The probe's oldest read is taken only
+// with the kernel's word: a slot the probe failed to free (a completion
+// it missed) ages until its request is reused, and must not throttle
+// anyone, also while the reader has another read in flight. The oldest
+// slot is the likeliest to be the stale one. Only signal devices the
+// probe measures are asked.
 func (e *Engine) checkOldest(d *device) {
 	d.probeStuck = false
 	if !d.sig || !d.fine || !d.probeOK || !oldestCounts(&d.probe, d.oldest) || e.cfg.InFlight == nil {
 		return
 	}
 	n, ok := e.cfg.InFlight.ReadsInFlight(d.name)
-	d.probeStuck = ok && n == 0
+	d.probeStuck = ok && n < uint64(max(d.probeInFlight, 1))
 }
 
 // oldestCounts says whether the probe's oldest read in flight counts as
@@ -194,8 +197,8 @@ func (e *Engine) updateFine(d *device) {
 	if e.cfg.Fine == nil {
 		return
 	}
-	ops, oldest, ok := e.cfg.Fine.TickReads(d.name)
-	d.probe, d.oldest, d.probeOK = ops, oldest, ok
+	ops, oldest, inFlight, ok := e.cfg.Fine.TickReads(d.name)
+	d.probe, d.oldest, d.probeInFlight, d.probeOK = ops, oldest, inFlight, ok
 	switch {
 	case !ok:
 		d.fine = false

@@ -28,7 +28,10 @@
 // probe than in /proc/diskstats (the same at block_io_done, the accounting
 // point itself), with no recursion misses reported; at full speed and over
 // tmpfs the counts were equal. Not explained yet; percentiles of the rest
-// are unaffected unless the missed reads are special.
+// are unaffected unless the missed reads are special. A missed completion
+// also leaves its slot taken until the request is reused, so its age is
+// no read's: the engine takes the oldest read only while the kernel
+// counts as many reads in flight as the slots (ReadsInFlight).
 //
 // Where eBPF cannot be used (no kernel BTF, no CAP_BPF/CAP_PERFMON, an old
 // kernel), Open returns an error that matches ErrUnavailable and says why,
