@@ -165,11 +165,11 @@ func TestFineFallsBackOnBioBasedDevices(t *testing.T) {
 // TestProbePendingNeedsTheKernelsWord: the probe's oldest read in flight
 // counts only while the kernel's own count (sysfs inflight) has as many
 // reads in flight on the device as the probe holds, or cannot be read.
-// Found in the lab: a probe slot that was not freed aged to 1.9 s while
-// every read completed in under a millisecond, and the writers were
-// throttled at 20 ms for it; and in fig5.11, slots that aged to 300 ms
-// beside the reader's one read in flight, every minute or so, each
-// kicking the delay and its ceiling up.
+// Found in the lab: a probe slot that was not freed aged for seconds
+// while every read completed in under a millisecond, and the writers
+// were throttled for it; and in fig5.11, stale slots beside the reader's
+// one real read in flight, each kicking the delay and its ceiling up
+// (docs/results.md, fig5.11).
 func TestProbePendingNeedsTheKernelsWord(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
