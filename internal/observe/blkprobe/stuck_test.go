@@ -105,6 +105,14 @@ func TestLiveOldestRead(t *testing.T) {
 	lost := missed(t, p) - m0
 	t.Logf("%d throttled reads in %v: probe counted %d, mean %v, p50 %v; oldest outstanding seen %v (%v before the first completed); %d runs skipped by the kernel",
 		reads, elapsed, d.Read.Count, d.Read.Mean(), d.Read.P50(), maxAge, ageBeforeFirst, lost)
+	// The probe's known gap (doc.go): now and then a completion is
+	// missed with no skipped run reported. Its slot stays taken, as a read
+	// in flight the kernel no longer counts, which the engine discards.
+	// One such miss is allowed; the check of the slots below still holds.
+	if !accounted(d.Read.Count, reads, lost) && accounted(d.Read.Count, reads, lost+1) {
+		t.Logf("one completion missed with no skipped run reported: the probe's known gap")
+		lost++
+	}
 	if !accounted(d.Read.Count, reads, lost) {
 		t.Errorf("probe counted %d reads, dd did %d, with %d runs skipped by the kernel", d.Read.Count, reads, lost)
 	}
